@@ -1,0 +1,73 @@
+"""``specverify`` command line.
+
+Each sub-command lives in its own module ``verifier/cli/cmd_<name>.py`` that defines::
+
+    HELP = "one line shown in `specverify --help`"
+    def register(parser: argparse.ArgumentParser) -> None   # add the sub-command's options
+    def run(args: argparse.Namespace) -> int                # return an exit code (verifier.errors.EXIT_*)
+
+Modules are discovered at start-up, so adding a command touches no shared file.  Keep heavy
+imports (torch, transformers) inside ``run`` so ``specverify --help`` stays fast.
+
+Exit codes: 0 every expectation met, 1 bias detected (or a mutant undetected), 2 usage or
+configuration error, 3 the decoder under test crashed or returned invalid output, 4 underpowered.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import pkgutil
+import sys
+from typing import Sequence
+
+from verifier.errors import EXIT_USAGE, VerifierError
+
+__all__ = ["main", "build_parser"]
+
+
+def _command_modules():
+    import verifier.cli as pkg
+
+    for info in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda m: m.name):
+        if info.name.startswith("cmd_"):
+            yield info.name[len("cmd_"):].replace("_", "-"), importlib.import_module(f"verifier.cli.{info.name}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="specverify",
+        description="Prove or refute, with exact enumeration and statistical evidence, that a "
+        "speculative decoder samples from its target model's distribution.",
+        epilog="Exit codes: 0 every expectation met; 1 bias detected (or a mutant undetected); "
+        "2 usage/config error; 3 decoder under test crashed or returned invalid output; 4 underpowered.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, module in _command_modules():
+        p = sub.add_parser(name, help=module.HELP, description=module.HELP)
+        module.register(p)
+        p.set_defaults(_run=module.run)
+    return parser
+
+
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``specverify`` console script; returns the exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)  # argparse exits with code 2 on usage errors
+    if not getattr(args, "_run", None):
+        parser.print_help()
+        return EXIT_USAGE
+    try:
+        return int(args._run(args))
+    except VerifierError as exc:
+        print(f"specverify {args.command}: error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print(f"specverify {args.command}: interrupted; samples written so far are kept on disk", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

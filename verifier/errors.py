@@ -1,0 +1,88 @@
+"""One exception hierarchy for the whole harness, rooted at :class:`VerifierError`.
+
+Every error a user can cause names the argument, the value it got (``name=value!r``) and what
+was allowed.  ``assert`` is used only for internal invariants, never for user input.
+
+The CLI maps each class to an exit code (``exit_code``), so a CI gate can tell a usage error
+(2) from a decoder that crashed or returned invalid output (3).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "EXIT_OK",
+    "EXIT_BIAS",
+    "EXIT_USAGE",
+    "EXIT_DECODER",
+    "EXIT_UNDERPOWERED",
+    "VerifierError",
+    "InvalidArgumentError",
+    "ConfigError",
+    "ModelLoadError",
+    "DecoderError",
+    "DecoderOutputError",
+    "ReportWriteError",
+    "invalid_argument",
+]
+
+EXIT_OK = 0  # every expectation met: no bias where `pass`, every mutant detected, every cell powered
+EXIT_BIAS = 1  # bias detected where `pass` was expected, or a mutant went undetected
+EXIT_USAGE = 2  # usage or configuration error
+EXIT_DECODER = 3  # the decoder under test crashed or returned invalid output
+EXIT_UNDERPOWERED = 4  # some cell's minimum detectable effect is above the suite's target
+
+
+class VerifierError(Exception):
+    """Root of every error raised by spec-verifier.  Catch this to catch them all."""
+
+    exit_code: int = EXIT_USAGE
+
+
+class InvalidArgumentError(VerifierError, ValueError):
+    """A public function got an argument outside its domain.
+
+    The message names the argument, its value and what is allowed; fix the call.
+    """
+
+
+class ConfigError(VerifierError):
+    """A suite file (TOML) is malformed, has an unknown key or a value of the wrong type.
+
+    The message names the file, the key path and the allowed keys or values; edit the suite.
+    """
+
+
+class ModelLoadError(VerifierError):
+    """A model checkpoint is missing or malformed, or target and draft do not share a vocabulary.
+
+    Point the suite or the ``--target``/``--draft`` options at a Hugging Face checkpoint folder
+    holding ``config.json`` and ``model.safetensors``.
+    """
+
+
+class DecoderError(VerifierError):
+    """The decoder under test raised.  Samples produced before the failure are kept on disk."""
+
+    exit_code = EXIT_DECODER
+
+
+class DecoderOutputError(DecoderError):
+    """The decoder returned invalid output: wrong shape or dtype, token ids out of range,
+    tokens after EOS, or values derived from NaN.  The message shows the first bad row."""
+
+
+class ReportWriteError(VerifierError):
+    """The report directory cannot be written (read-only, disk full).  Samples already on disk
+    are kept; rerun ``specverify report RUN_DIR`` once the directory is writable."""
+
+
+def invalid_argument(name: str, value: Any, allowed: str, *, where: str | None = None) -> InvalidArgumentError:
+    """Build an :class:`InvalidArgumentError` with the house message format.
+
+    >>> str(invalid_argument("num_draft_tokens", 0, "an integer >= 1"))
+    'num_draft_tokens=0 is invalid; allowed: an integer >= 1'
+    """
+    prefix = f"{where}: " if where else ""
+    return InvalidArgumentError(f"{prefix}{name}={value!r} is invalid; allowed: {allowed}")

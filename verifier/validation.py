@@ -1,0 +1,84 @@
+"""Checks on what a decoder under test returns (shared by the runner, plugins and the pytest API).
+
+A decoder that returns garbage is a *decoder error* (exit code 3), not a statistical finding:
+these checks run on every batch before any sample is written or counted.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from verifier.errors import DecoderOutputError
+from verifier.protocols import PADDING_TOKEN_ID
+
+__all__ = ["check_emitted_tokens"]
+
+
+def check_emitted_tokens(
+    emitted,
+    *,
+    num_samples: int,
+    max_new_tokens: int,
+    vocab_size: int,
+    eos_token_id: int | None,
+    decoder_name: str = "decoder",
+) -> np.ndarray:
+    """Validate one ``Decoder.generate`` result and return it as ``int64``.
+
+    Parameters
+    ----------
+    emitted : array-like, shape (num_samples, max_new_tokens), int64
+        Emitted tokens, :data:`~verifier.protocols.PADDING_TOKEN_ID` (-1) after EOS.
+    num_samples, max_new_tokens : int
+        The shape that was asked for.
+    vocab_size : int
+        Valid token ids are ``0 .. vocab_size - 1``.
+    eos_token_id : int or None
+        The id that ends a row; ``None`` when the model has no EOS (then -1 never occurs).
+    decoder_name : str
+        Named in the error message.
+
+    Returns
+    -------
+    np.ndarray, shape (num_samples, max_new_tokens), int64
+
+    Raises
+    ------
+    DecoderOutputError
+        Not an ndarray/tensor of integer dtype int64, wrong shape, an id outside
+        ``[0, vocab_size)`` other than padding, padding before EOS, or a token after EOS.  The
+        message shows the first bad row.
+    """
+    arr = emitted
+    if hasattr(arr, "detach") and hasattr(arr, "cpu"):  # torch.Tensor without importing torch
+        arr = arr.detach().cpu().numpy()
+    if not isinstance(arr, np.ndarray):
+        raise DecoderOutputError(f"{decoder_name} returned {type(emitted).__name__}; allowed: numpy.ndarray or torch.Tensor of int64")
+    if arr.dtype != np.int64:
+        raise DecoderOutputError(f"{decoder_name} returned dtype={arr.dtype}; allowed: int64 (floats, e.g. NaN-derived values, are invalid)")
+    if arr.shape != (num_samples, max_new_tokens):
+        raise DecoderOutputError(
+            f"{decoder_name} returned shape={arr.shape}; allowed: (num_samples, max_new_tokens)=({num_samples}, {max_new_tokens})"
+        )
+    pad = arr == PADDING_TOKEN_ID
+    bad_id = ~pad & ((arr < 0) | (arr >= vocab_size))
+    if eos_token_id is None:
+        after_eos = np.zeros_like(pad)
+        pad_ok = ~pad
+    else:
+        is_eos = arr == eos_token_id
+        seen_eos_before = np.cumsum(is_eos, axis=1) - is_eos > 0  # an EOS strictly earlier in the row
+        after_eos = seen_eos_before & ~pad
+        pad_ok = ~(pad & ~seen_eos_before)
+    bad_pad = ~pad_ok
+    bad = bad_id | after_eos | bad_pad
+    if bad.any():
+        row, col = (int(v) for v in np.argwhere(bad)[0])
+        if bad_id[row, col]:
+            why = f"token id {int(arr[row, col])} at position {col} is outside 0..{vocab_size - 1}"
+        elif after_eos[row, col]:
+            why = f"token {int(arr[row, col])} at position {col} comes after EOS (id {eos_token_id}); allowed: -1 padding"
+        else:
+            why = f"padding -1 at position {col} with no EOS before it"
+        raise DecoderOutputError(f"{decoder_name} returned invalid output in row {row}: {why}; row {row} = {arr[row].tolist()}")
+    return arr
