@@ -1,0 +1,488 @@
+"""The suite file: a strict, versioned TOML schema with sample-budget profiles.
+
+A suite names the exact-stage rules and cases, the model pairs, the prompts, the sampling configs,
+the decoders under test (a registered name or a plugin ``module:factory``, each with an
+expectation ``pass`` or ``detect``), the per-decoder sampling grid (``num_draft_tokens`` values,
+``max_new_tokens``, samples per sample set, which tests), the statistics settings (alpha,
+correction ``gate`` or ``audit``, target minimum detectable effect) and named profiles
+(``ci``, ``nightly``, ``audit``) that scale the sample budgets.
+
+Strictness: an unknown key is a :class:`~verifier.errors.ConfigError` naming the key path and the
+allowed keys; a value of the wrong type names the key, the value and the allowed type.  Relative
+model paths and ``python_path`` entries are resolved against the suite file's folder.
+
+Schema (version 1)::
+
+    schema_version = 1
+    name = "ci"                       # reports go to reports/<name>/<run-id>/
+    seed = 1234                        # every chunk seed derives from it
+    default_profile = "ci"
+    python_path = ["plugins"]          # prepended to sys.path for module:factory plugins
+
+    [exact]          enabled = true, rules = [] (all), cases = [] (standard)
+    [models.NAME]    target = "shipped:target" | "tabular:PAIR" | "module:factory" | "path/to/ckpt"
+                     draft = ..., device = "cpu", dtype = "float32"
+    [prompts.NAME]   text = "def " | ids = [1, 2]
+    [sampling.NAME]  temperature = 1.0, top_k, top_p, repetition_penalty
+    [defaults]       any per-decoder grid key below
+    [[decoders]]     name, decoder, expect, options, models, prompts, sampling, num_draft_tokens,
+                     max_new_tokens, samples, chunk_size, tests, gof_positions
+    [stats]          alpha = 1e-3, correction = "gate", target_mde = 0.1, power = 0.99
+    [profiles.NAME]  sample_scale = 1.0, alpha, correction, target_mde
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import re
+import tomllib
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from verifier.errors import ConfigError
+from verifier.sampling import SamplingConfig
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "BUILTIN_PROFILES",
+    "TEST_NAMES",
+    "Suite",
+    "ModelPair",
+    "Prompt",
+    "DecoderSpec",
+    "StatsSettings",
+    "Profile",
+    "load_suite",
+    "parse_suite",
+]
+
+SCHEMA_VERSION = 1  # bump when a key changes meaning; old files then fail with a clear message
+TEST_NAMES = ("gof", "joint", "pit", "accepted")  # per-sample-set statistics a decoder can ask for
+CORRECTIONS = ("gate", "audit")  # gate: Holm(alpha/2) + Fisher(alpha/2); audit: Benjamini-Hochberg
+EXPECTATIONS = ("pass", "detect")
+MAX_GOF_POSITION = 8  # expected marginals are enumerated over the target's prefix tree
+
+# Built-in profiles; a suite may redefine any of them or add its own.
+BUILTIN_PROFILES: dict[str, dict[str, Any]] = {
+    "ci": {"sample_scale": 1.0},
+    "nightly": {"sample_scale": 8.0},
+    "audit": {"sample_scale": 4.0, "correction": "audit"},
+}
+
+TOP_LEVEL_KEYS = (
+    "schema_version", "name", "seed", "description", "default_profile", "python_path", "exact",
+    "models", "prompts", "sampling", "defaults", "decoders", "stats", "profiles",
+)
+_NUMBER = (int, float)
+_MODULE_FACTORY = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+
+
+@dataclass(frozen=True)
+class ModelPair:
+    """A target and a draft model, as specs resolved by :mod:`verifier.runner.models`."""
+
+    name: str
+    target: str
+    draft: str
+    device: str = "cpu"
+    dtype: str = "float32"
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """A fixed prompt: ``text`` (tokenized with the target's tokenizer) or token ``ids``."""
+
+    name: str
+    text: str | None = None
+    ids: tuple[int, ...] | None = None
+
+
+@dataclass(frozen=True)
+class DecoderSpec:
+    """One decoder under test and the grid of sample sets it is run on.
+
+    ``decoder`` is a registered decoder name (``verifier.decoders``) or ``module:factory``.
+    ``samples`` is the per-sample-set budget at profile scale 1.
+    """
+
+    name: str
+    decoder: str
+    expect: str
+    options: dict[str, Any]
+    models: str
+    prompts: tuple[str, ...]
+    sampling: tuple[str, ...]
+    num_draft_tokens: tuple[int, ...]
+    max_new_tokens: int
+    samples: int
+    chunk_size: int
+    tests: tuple[str, ...]
+    gof_positions: tuple[int, ...]
+
+    @property
+    def is_plugin(self) -> bool:
+        return bool(_MODULE_FACTORY.match(self.decoder))
+
+
+@dataclass(frozen=True)
+class StatsSettings:
+    """Family-wise settings of the statistics stage."""
+
+    alpha: float = 1e-3
+    correction: str = "gate"
+    target_mde: float = 0.1  # total-variation distance every `pass` cell must be able to see
+    power: float = 0.99
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    sample_scale: float = 1.0
+    alpha: float | None = None
+    correction: str | None = None
+    target_mde: float | None = None
+
+
+@dataclass
+class Suite:
+    """A parsed suite.  Build with :func:`load_suite`; :meth:`with_profile` applies a profile."""
+
+    name: str
+    seed: int
+    description: str
+    default_profile: str
+    python_path: tuple[str, ...]
+    exact: dict[str, Any]
+    models: dict[str, ModelPair]
+    prompts: dict[str, Prompt]
+    sampling: dict[str, SamplingConfig]
+    decoders: list[DecoderSpec]
+    stats: StatsSettings
+    profiles: dict[str, Profile]
+    source: str = ""
+    profile: str | None = None  # set by with_profile
+    base_dir: str = "."
+    raw: dict[str, Any] = field(default_factory=dict)
+
+    def with_profile(self, name: str | None = None) -> "Suite":
+        """Return a copy whose sample budgets and stats settings follow profile ``name``.
+
+        Raises
+        ------
+        ConfigError
+            If the profile is not defined.
+        """
+        name = name or self.default_profile
+        if name not in self.profiles:
+            raise ConfigError(f"{self.source}: profile={name!r} is not defined; allowed: {sorted(self.profiles)}")
+        prof = self.profiles[name]
+        out = copy.deepcopy(self)
+        out.profile = name
+        out.decoders = [
+            _replace(d, samples=max(1, int(round(d.samples * prof.sample_scale)))) for d in self.decoders
+        ]
+        out.stats = StatsSettings(
+            alpha=prof.alpha if prof.alpha is not None else self.stats.alpha,
+            correction=prof.correction or self.stats.correction,
+            target_mde=prof.target_mde if prof.target_mde is not None else self.stats.target_mde,
+            power=self.stats.power,
+        )
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (stored in ``run.json`` so a resume uses the very same suite)."""
+        return {
+            "raw": self.raw,
+            "source": self.source,
+            "base_dir": self.base_dir,
+            "profile": self.profile,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "Suite":
+        suite = parse_suite(data["raw"], source=data["source"], base_dir=Path(data["base_dir"]))
+        return suite.with_profile(data["profile"]) if data.get("profile") else suite
+
+
+def _replace(spec: DecoderSpec, **changes: Any) -> DecoderSpec:
+    d = asdict(spec)
+    d.update(changes)
+    return DecoderSpec(**d)
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def load_suite(path: str | Path, profile: str | None = None) -> Suite:
+    """Read and validate a suite TOML file.
+
+    Parameters
+    ----------
+    path : str or Path
+        The suite file.
+    profile : str, optional
+        Profile to apply (``ci``, ``nightly``, ``audit`` or one the suite defines).
+        Default: the suite's ``default_profile``.
+
+    Returns
+    -------
+    Suite
+
+    Raises
+    ------
+    ConfigError
+        The file is missing, is not valid TOML, has an unknown key, a value of the wrong type,
+        a reference to an undefined model pair, prompt or sampling config, or an unknown profile.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"suite file {str(path)!r} does not exist") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"suite file {str(path)!r} cannot be read: {exc}") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: malformed TOML: {exc}") from None
+    suite = parse_suite(data, source=str(path), base_dir=path.resolve().parent)
+    return suite.with_profile(profile)
+
+
+class _Reader:
+    """Strict access to one TOML table: every key read is checked, leftovers are errors."""
+
+    def __init__(self, data: Any, where: str, source: str) -> None:
+        self.source, self.where = source, where
+        if not isinstance(data, dict):
+            self._fail(where, data, "a table")
+        self.data = data
+        self.seen: set[str] = set()
+
+    def _fail(self, key: str, value: Any, allowed: str) -> None:
+        raise ConfigError(f"{self.source}: {key}={value!r} is invalid; allowed: {allowed}")
+
+    def path(self, key: str) -> str:
+        return f"{self.where}.{key}" if self.where else key
+
+    def get(self, key: str, types: type | tuple, default: Any = ..., allowed: str | None = None) -> Any:
+        self.seen.add(key)
+        if key not in self.data:
+            if default is ...:
+                raise ConfigError(f"{self.source}: missing required key {self.path(key)!r}")
+            return default
+        value = self.data[key]
+        types_t = types if isinstance(types, tuple) else (types,)
+        bad_bool = isinstance(value, bool) and bool not in types_t
+        if bad_bool or not isinstance(value, types_t):
+            names = allowed or " or ".join(t.__name__ for t in types_t)
+            self._fail(self.path(key), value, names)
+        return value
+
+    def get_list(self, key: str, item: type | tuple, default: Any = ..., allowed: str | None = None) -> Any:
+        value = self.get(key, list, default, allowed)
+        if value is default and key not in self.data:
+            return value
+        item_t = item if isinstance(item, tuple) else (item,)
+        for v in value:
+            if (isinstance(v, bool) and bool not in item_t) or not isinstance(v, item_t):
+                self._fail(self.path(key), value, allowed or f"a list of {'/'.join(t.__name__ for t in item_t)}")
+        return value
+
+    def done(self) -> None:
+        extra = sorted(set(self.data) - self.seen)
+        if extra:
+            where = f" in [{self.where}]" if self.where else ""
+            raise ConfigError(
+                f"{self.source}: unknown key {self.path(extra[0])!r}{where}; allowed keys: {sorted(self.seen)}"
+            )
+
+
+def _check_choice(r: _Reader, key: str, value: Any, choices: tuple) -> None:
+    if value not in choices:
+        r._fail(r.path(key), value, " | ".join(map(repr, choices)))
+
+
+def _positive(r: _Reader, key: str, value: Any, minimum: float = 1) -> None:
+    if value < minimum:
+        r._fail(r.path(key), value, f">= {minimum}")
+
+
+def _parse_decoder_grid(r: _Reader, base: Mapping[str, Any]) -> dict[str, Any]:
+    """Grid keys shared by ``[defaults]`` and each ``[[decoders]]`` entry."""
+    g: dict[str, Any] = {}
+    g["models"] = r.get("models", str, base.get("models"))
+    g["prompts"] = r.get_list("prompts", str, base.get("prompts"))
+    g["sampling"] = r.get_list("sampling", str, base.get("sampling"))
+    g["num_draft_tokens"] = r.get_list("num_draft_tokens", int, base.get("num_draft_tokens", [1]))
+    for k in g["num_draft_tokens"]:
+        _positive(r, "num_draft_tokens", k)
+    g["max_new_tokens"] = r.get("max_new_tokens", int, base.get("max_new_tokens", 4))
+    _positive(r, "max_new_tokens", g["max_new_tokens"])
+    g["samples"] = r.get("samples", int, base.get("samples", 2000))
+    _positive(r, "samples", g["samples"])
+    g["chunk_size"] = r.get("chunk_size", int, base.get("chunk_size", 500))
+    _positive(r, "chunk_size", g["chunk_size"])
+    g["tests"] = r.get_list("tests", str, base.get("tests", list(TEST_NAMES)))
+    for t in g["tests"]:
+        _check_choice(r, "tests", t, TEST_NAMES)
+    g["gof_positions"] = r.get_list("gof_positions", int, base.get("gof_positions", [1, 2]))
+    for t in g["gof_positions"]:
+        if not 1 <= t <= MAX_GOF_POSITION:
+            r._fail(r.path("gof_positions"), g["gof_positions"], f"positions in 1..{MAX_GOF_POSITION}")
+    return g
+
+
+def parse_suite(data: Mapping[str, Any], *, source: str = "<suite>", base_dir: Path | str = ".") -> Suite:
+    """Validate a suite already parsed from TOML (see :func:`load_suite`)."""
+    raw = copy.deepcopy(dict(data))
+    top = _Reader(dict(data), "", source)
+    unknown = sorted(set(top.data) - set(TOP_LEVEL_KEYS))
+    if unknown:  # report a typo before complaining about anything it may have caused
+        raise ConfigError(f"{source}: unknown key {unknown[0]!r}; allowed keys: {sorted(TOP_LEVEL_KEYS)}")
+    version = top.get("schema_version", int)
+    if version != SCHEMA_VERSION:
+        top._fail("schema_version", version, f"{SCHEMA_VERSION} (this spec-verifier reads schema version {SCHEMA_VERSION})")
+    name = top.get("name", str)
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
+        top._fail("name", name, "letters, digits, '_', '-', '.' (it names the report folder)")
+    seed = top.get("seed", int, 0)
+    if seed < 0:
+        top._fail("seed", seed, "an integer >= 0")
+    description = top.get("description", str, "")
+    default_profile = top.get("default_profile", str, "ci")
+    python_path = tuple(top.get_list("python_path", str, []))
+
+    # exact stage
+    ex = _Reader(top.get("exact", dict, {}), "exact", source)
+    exact = {
+        "enabled": ex.get("enabled", bool, True),
+        "rules": list(ex.get_list("rules", str, [])),
+        "cases": list(ex.get_list("cases", str, [])),
+    }
+    ex.done()
+
+    # models
+    models: dict[str, ModelPair] = {}
+    for mname, mdata in top.get("models", dict, {}).items():
+        m = _Reader(mdata, f"models.{mname}", source)
+        pair = ModelPair(
+            name=mname,
+            target=m.get("target", str),
+            draft=m.get("draft", str),
+            device=m.get("device", str, "cpu"),
+            dtype=m.get("dtype", str, "float32"),
+        )
+        _check_choice(m, "dtype", pair.dtype, ("float32", "float64", "bfloat16", "float16"))
+        m.done()
+        models[mname] = pair
+
+    # prompts
+    prompts: dict[str, Prompt] = {}
+    for pname, pdata in top.get("prompts", dict, {}).items():
+        p = _Reader(pdata, f"prompts.{pname}", source)
+        text = p.get("text", str, None)
+        ids = p.get_list("ids", int, None)
+        p.done()
+        if (text is None) == (ids is None):
+            p._fail(f"prompts.{pname}", pdata, "exactly one of 'text' or 'ids'")
+        if ids is not None and (not ids or min(ids) < 0):
+            p._fail(f"prompts.{pname}.ids", ids, "a non-empty list of token ids >= 0")
+        prompts[pname] = Prompt(pname, text, tuple(ids) if ids is not None else None)
+
+    # sampling configs
+    sampling: dict[str, SamplingConfig] = {}
+    for sname, sdata in top.get("sampling", dict, {}).items():
+        s = _Reader(sdata, f"sampling.{sname}", source)
+        kwargs = {
+            "temperature": s.get("temperature", _NUMBER, 1.0, "a number >= 0"),
+            "top_k": s.get("top_k", int, None),
+            "top_p": s.get("top_p", _NUMBER, None, "a number in (0, 1]"),
+            "repetition_penalty": s.get("repetition_penalty", _NUMBER, None, "a number > 0"),
+        }
+        s.done()
+        try:
+            sampling[sname] = SamplingConfig(**{k: (float(v) if isinstance(v, float) else v) for k, v in kwargs.items()})
+        except ValueError as exc:
+            raise ConfigError(f"{source}: [sampling.{sname}]: {exc}") from None
+
+    # defaults + decoders
+    dr = _Reader(top.get("defaults", dict, {}), "defaults", source)
+    defaults = _parse_decoder_grid(dr, {})
+    dr.done()
+    decoders: list[DecoderSpec] = []
+    names: set[str] = set()
+    for i, ddata in enumerate(top.get_list("decoders", dict, ..., "an array of tables [[decoders]]")):
+        d = _Reader(ddata, f"decoders[{i}]", source)
+        dname = d.get("name", str)
+        if dname in names:
+            d._fail(d.path("name"), dname, "a name not used by another decoder")
+        names.add(dname)
+        decoder = d.get("decoder", str, dname)
+        expect = d.get("expect", str, "pass")
+        _check_choice(d, "expect", expect, EXPECTATIONS)
+        options = d.get("options", dict, {})
+        grid = _parse_decoder_grid(d, defaults)
+        d.done()
+        grid["models"] = grid["models"] or (next(iter(models)) if models else None)
+        if grid["models"] not in models:
+            d._fail(d.path("models"), grid["models"], f"a model pair defined under [models]: {sorted(models)}")
+        grid["prompts"] = grid["prompts"] or list(prompts)
+        grid["sampling"] = grid["sampling"] or list(sampling)
+        for key, table in (("prompts", prompts), ("sampling", sampling)):
+            if not grid[key]:
+                d._fail(d.path(key), grid[key], f"at least one entry; define [{key}.NAME]")
+            for ref in grid[key]:
+                if ref not in table:
+                    d._fail(d.path(key), ref, f"names defined under [{key}]: {sorted(table)}")
+        decoders.append(
+            DecoderSpec(
+                name=dname, decoder=decoder, expect=expect, options=dict(options),
+                **{k: (tuple(v) if isinstance(v, list) else v) for k, v in grid.items()},
+            )
+        )
+    if not decoders:
+        top._fail("decoders", [], "at least one [[decoders]] entry")
+
+    # stats
+    st = _Reader(top.get("stats", dict, {}), "stats", source)
+    stats = StatsSettings(
+        alpha=float(st.get("alpha", _NUMBER, 1e-3, "a number in (0, 1)")),
+        correction=st.get("correction", str, "gate"),
+        target_mde=float(st.get("target_mde", _NUMBER, 0.1, "a number in (0, 1]")),
+        power=float(st.get("power", _NUMBER, 0.99, "a number in (0, 1)")),
+    )
+    _check_choice(st, "correction", stats.correction, CORRECTIONS)
+    for key, val, hi_ok in (("alpha", stats.alpha, False), ("target_mde", stats.target_mde, True), ("power", stats.power, False)):
+        if not (0 < val < 1 or (hi_ok and val == 1)) or not math.isfinite(val):
+            st._fail(st.path(key), val, "a number in (0, 1)")
+    st.done()
+
+    # profiles
+    profiles = {n: Profile(n, **v) for n, v in BUILTIN_PROFILES.items()}
+    for pname, pdata in top.get("profiles", dict, {}).items():
+        pr = _Reader(pdata, f"profiles.{pname}", source)
+        prof = Profile(
+            pname,
+            sample_scale=float(pr.get("sample_scale", _NUMBER, 1.0)),
+            alpha=pr.get("alpha", _NUMBER, None),
+            correction=pr.get("correction", str, None),
+            target_mde=pr.get("target_mde", _NUMBER, None),
+        )
+        if prof.sample_scale <= 0:
+            pr._fail(pr.path("sample_scale"), prof.sample_scale, "a number > 0")
+        if prof.correction is not None:
+            _check_choice(pr, "correction", prof.correction, CORRECTIONS)
+        pr.done()
+        profiles[pname] = prof
+    top.done()
+    if default_profile not in profiles:
+        top._fail("default_profile", default_profile, f"one of {sorted(profiles)}")
+
+    return Suite(
+        name=name, seed=seed, description=description, default_profile=default_profile,
+        python_path=python_path, exact=exact, models=models, prompts=prompts, sampling=sampling,
+        decoders=decoders, stats=stats, profiles=profiles, source=source, base_dir=str(base_dir), raw=raw,
+    )
