@@ -1,0 +1,372 @@
+"""Power of the Pearson goodness-of-fit test: samples needed and minimum detectable effect.
+
+The test whose power is computed is exactly the one :func:`verifier.stats.gof_test` runs:
+categories pooled data-blind (:func:`verifier.stats.pooling.pool_categories`) at the given n,
+Pearson's statistic ``X2 = sum((x - n p0)^2 / (n p0))`` and its asymptotic critical value
+``chi2.isf(alpha, df)``.  Emitting a token outside the support of the null is a support violation
+and always detected.
+
+Methods
+-------
+``"exact"``
+    Exact multinomial power ``P_alt(X2 >= c)`` of Multinomial(n, alt) after pooling (vocab <= 4):
+    all but the two largest-alt categories are enumerated on a window
+    ``binom.ppf(1e-12)..binom.isf(1e-12)`` per coordinate (omitted mass < 1e-11); the last two
+    are summed in closed form (the acceptance region is an interval; binomial CDFs).
+``"noncentral"``
+    Noncentral chi-square approximation: power ``= ncx2.sf(c, df, n w^2)`` with Cohen's
+    ``w^2 = sum((alt - p0)^2 / p0)`` over pooled categories (``scipy.stats.ncx2``).
+``"auto"``
+    ``"exact"`` when the pooled vocab is <= 4 and the enumeration window holds at most
+    ``EXACT_MAX_OUTCOMES`` outcomes, else ``"noncentral"``.
+
+References
+----------
+Cohen, J. (1988). *Statistical Power Analysis for the Behavioral Sciences*, ch. 7 (w, noncentral chi-square).
+Guenther, W. C. (1977). Power and sample size for approximate chi-square tests. *Am. Stat.* 31(2).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import optimize, special, stats
+
+from verifier.errors import invalid_argument
+from verifier.stats._validate import check_alpha, check_fraction, check_positive_int, check_probs
+from verifier.stats.pooling import MIN_EXPECTED_COUNT, _pool
+
+__all__ = [
+    "DEFAULT_POWER",
+    "EXACT_MAX_VOCAB",
+    "MinDetectableEffect",
+    "gof_power",
+    "samples_needed",
+    "min_detectable_effect",
+    "tv_per_w",
+]
+
+DEFAULT_POWER = 0.99  # DESIGN.md: every cell reports its MDE at power 0.99
+EXACT_MAX_VOCAB = 4  # exact enumeration is O(n^(vocab-1)); above 4 use the noncentral chi-square
+EXACT_MAX_OUTCOMES = 50_000  # grid points per exact evaluation (~40 ms at vocab 4, n ~ 2000); beyond: noncentral
+_WINDOW_TAIL = 1e-12  # binomial tail left out per coordinate of the exact enumeration
+MAX_SAMPLES = 10**12  # samples_needed gives up (raises) beyond this
+_METHODS = ("auto", "exact", "noncentral")
+
+
+@dataclass(frozen=True)
+class MinDetectableEffect:
+    """Smallest effect a Pearson test at ``n``, ``alpha`` detects with probability ``power``.
+
+    Attributes
+    ----------
+    w : float
+        Cohen's w (``sqrt(sum((alt - p0)^2 / p0))`` over pooled categories); ``inf`` if untestable.
+    tv : float
+        Total variation: every alternative at TV distance >= ``tv`` from the null (on the pooled
+        categories) has Cohen's w >= ``w``, hence is detected with at least ``power``.
+    n, alpha, power : as given.  df : int, pooled categories - 1.
+    """
+
+    w: float
+    tv: float
+    n: int
+    alpha: float
+    power: float
+    df: int
+
+    def __iter__(self):
+        return iter((self.tv, self.w))
+
+
+def _method_iv(method: str) -> str:
+    if method not in _METHODS:
+        raise invalid_argument("method", method, " | ".join(repr(m) for m in _METHODS))
+    return method
+
+
+def _pooled_pair(null: np.ndarray, alt: np.ndarray, n: int):
+    """Pool null and alt with the null's data-blind pooling at n; split off the violation mass."""
+    pooling = _pool(null, n, MIN_EXPECTED_COUNT)
+    keep = pooling.groups >= 0
+    violation_mass = float(alt[~keep].sum())
+    alt_pooled = np.bincount(pooling.groups[keep], weights=alt[keep], minlength=pooling.num_categories)
+    return pooling.expected_probs, alt_pooled, violation_mass
+
+
+def _window(n: int, probs: np.ndarray) -> list[np.ndarray]:
+    lo = stats.binom.ppf(_WINDOW_TAIL, n, probs).astype(np.int64)
+    hi = stats.binom.isf(_WINDOW_TAIL, n, probs).astype(np.int64)
+    return [np.arange(max(a, 0), min(b, n) + 1) for a, b in zip(lo, hi)]
+
+
+def _split(alt: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Indices of the categories enumerated on a grid (smallest alt mass) and the two summed analytically."""
+    order = np.argsort(alt, kind="stable")
+    return order[:-2], order[-2:]
+
+
+def _exact_outcomes(n: int, alt: np.ndarray) -> int:
+    grid, _ = _split(alt)
+    return int(np.prod([len(w) for w in _window(n, alt[grid])])) if len(grid) else 1
+
+
+def _exact_power_pooled(n: int, null: np.ndarray, alt: np.ndarray, crit: float) -> float:
+    """Exact P_alt(X2 >= crit) for Multinomial(n, alt), X2 Pearson's statistic against ``null``.
+
+    The vocab-2 smallest-alt coordinates are enumerated on a window grid; given them, with
+    ``m`` draws left for the last two categories (a, b), X2 is a convex quadratic in ``x_a``, so
+    the non-rejection set is an integer interval and its probability is a difference of binomial
+    CDFs of ``Bin(m, alt_a / (alt_a + alt_b))``.  Cost: one pass over a grid of size
+    ~ (14 sd)^(vocab-2), i.e. a few hundred points for vocab 3.
+    """
+    grid_idx, (ia, ib) = _split(alt)
+    e = n * null
+    axes = np.ix_(*_window(n, alt[grid_idx])) if len(grid_idx) else ()
+    fixed_sum = sum(axes) if len(grid_idx) else np.zeros((), dtype=np.int64)
+    m = n - fixed_sum
+    valid = m >= 0
+    m = np.where(valid, m, 0)
+    s_fixed = sum((x - e[i]) ** 2 / e[i] for x, i in zip(axes, grid_idx)) if len(grid_idx) else np.zeros(())
+    # log P(fixed coords, m in {a, b}) — multinomial over (grid coords, merged a+b)
+    log_fact = special.gammaln(np.arange(n + 2, dtype=np.float64))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        log_alt = np.log(alt)
+        log_ab = np.log(alt[ia] + alt[ib])
+        logp = log_fact[n + 1] - log_fact[m + 1] + np.where(m > 0, m * log_ab, 0.0)
+        for x, i in zip(axes, grid_idx):
+            logp = logp - log_fact[x + 1] + np.where(x > 0, x * log_alt[i], 0.0)
+    weight = np.where(valid, np.exp(logp), 0.0)
+    # Non-rejection: s_fixed + f(t) < crit, f(t) = A t^2 + B t + C with t = x_a, x_b = m - t.
+    ea, eb = e[ia], e[ib]
+    qa = 1.0 / ea + 1.0 / eb
+    qb = -2.0 - 2.0 * (m - eb) / eb
+    qc = ea + (m - eb) ** 2 / eb + s_fixed - crit * (1 - 1e-12)
+    disc = qb * qb - 4 * qa * qc
+    root = np.sqrt(np.maximum(disc, 0.0))
+    t_lo = np.maximum(np.floor((-qb - root) / (2 * qa)) + 1, 0)
+    t_hi = np.minimum(np.ceil((-qb + root) / (2 * qa)) - 1, m)
+    ratio = alt[ia] / (alt[ia] + alt[ib]) if alt[ia] + alt[ib] > 0 else 0.0
+    inside = (disc > 0) & (t_hi >= t_lo)
+    accept = np.where(inside, stats.binom.cdf(t_hi, m, ratio) - stats.binom.cdf(t_lo - 1, m, ratio), 0.0)
+    return float(np.clip(1.0 - np.sum(weight * accept), 0.0, 1.0))
+
+
+def _noncentral_power(n: int, w2: float, df: int, crit: float) -> float:
+    return float(stats.ncx2.sf(crit, df, n * w2)) if w2 > 0 else float(stats.chi2.sf(crit, df))
+
+
+def _power_at(n: int, null: np.ndarray, alt: np.ndarray, alpha: float, method: str) -> tuple[float, str]:
+    p0, a, violation = _pooled_pair(null, alt, n)
+    df = len(p0) - 1
+    no_violation = (1.0 - violation) ** n
+    if df == 0:
+        return 1.0 - no_violation, "support"
+    if violation > 0:
+        a = a / a.sum() if a.sum() > 0 else a
+    crit = float(stats.chi2.isf(alpha, df))
+    use_exact = method == "exact" or (
+        method == "auto" and len(p0) <= EXACT_MAX_VOCAB and _exact_outcomes(n, a) <= EXACT_MAX_OUTCOMES
+    )
+    if use_exact:
+        if len(p0) > EXACT_MAX_VOCAB:
+            raise invalid_argument("method", "exact", f"'exact' only for a pooled vocab <= {EXACT_MAX_VOCAB} (got {len(p0)})")
+        cond = _exact_power_pooled(n, p0, a, crit) if a.sum() > 0 else 1.0
+        used = "exact"
+    else:
+        cond = _noncentral_power(n, float(np.sum((a - p0) ** 2 / p0)), df, crit)
+        used = "noncentral"
+    return 1.0 - no_violation * (1.0 - cond), used
+
+
+def gof_power(n, null_probs, alt_probs, alpha: float = 0.01, method: str = "auto") -> float:
+    """Power of the pooled Pearson GOF test at ``n`` against one alternative.
+
+    Parameters
+    ----------
+    n : int
+        Number of observations (>= 1).
+    null_probs, alt_probs : array_like, shape (vocab,), float64
+        Expected (target) probs and the law the samples actually follow (e.g. a mutant's exact
+        output law from ``verifier.exact``).
+    alpha : float, default 0.01
+        Level of the test.
+    method : {"auto", "exact", "noncentral"}, default "auto"
+        See the module docstring.
+
+    Returns
+    -------
+    float
+        Probability that the test rejects (including support violations).
+
+    Raises
+    ------
+    InvalidArgumentError
+        Bad probs, mismatched shapes, alpha outside (0, 1), n < 1, unknown method, or "exact" above vocab 4.
+
+    Examples
+    --------
+    >>> round(gof_power(1259, [0.2, 0.5, 0.3], [0.26, 0.45, 0.29], alpha=0.01), 4)
+    0.9901
+    """
+    null, alt, alpha, method = _pair_iv(null_probs, alt_probs, alpha, method)
+    return _power_at(check_positive_int(n, "n"), null, alt, alpha, method)[0]
+
+
+def _pair_iv(null_probs, alt_probs, alpha, method):
+    null = check_probs(null_probs, "null_probs")
+    alt = check_probs(alt_probs, "alt_probs")
+    if null.shape != alt.shape:
+        raise invalid_argument("alt_probs.shape", alt.shape, f"the shape of null_probs {null.shape}")
+    return null, alt, check_alpha(alpha), _method_iv(method)
+
+
+def samples_needed(null_probs, alt_probs, alpha: float = 0.01, power: float = DEFAULT_POWER, method: str = "auto") -> int:
+    """Smallest n at which the pooled Pearson GOF test detects ``alt_probs`` with ``power``.
+
+    Parameters
+    ----------
+    null_probs : array_like, shape (vocab,), float64
+        Target probs the test assumes.
+    alt_probs : array_like, shape (vocab,), float64
+        The law the decoder actually samples (e.g. the exact output law of a mutant rule).
+    alpha : float, default 0.01
+    power : float, default 0.99
+    method : {"auto", "exact", "noncentral"}, default "auto"
+        "auto" is exact for a pooled vocab <= 4 when the enumeration is feasible; see the module docstring.
+
+    Returns
+    -------
+    int
+        The smallest n with power >= ``power`` found by bisection on the power curve started from
+        the noncentral estimate, then walked down while the power stays >= ``power`` (the exact
+        power curve is a slightly saw-toothed increasing function).  Cached: repeated calls are free.
+
+    Raises
+    ------
+    InvalidArgumentError
+        Bad probs or shapes, alpha/power outside (0, 1), unknown method, ``null == alt`` (no
+        effect: no n suffices), or more than ``MAX_SAMPLES`` needed.
+
+    Examples
+    --------
+    >>> samples_needed([0.2, 0.5, 0.3], [0.26, 0.45, 0.29], alpha=0.01, power=0.99)
+    1259
+    """
+    null, alt, alpha, method = _pair_iv(null_probs, alt_probs, alpha, method)
+    power = check_fraction(power, "power")
+    return _samples_needed_cached(tuple(null.tolist()), tuple(alt.tolist()), alpha, power, method)
+
+
+@functools.lru_cache(maxsize=4096)
+def _samples_needed_cached(null_t, alt_t, alpha, power, method) -> int:
+    null, alt = np.array(null_t), np.array(alt_t)
+    if np.array_equal(null, alt) or np.max(np.abs(null - alt)) < 1e-15:
+        raise invalid_argument("alt_probs", list(alt_t)[:8], "a law different from null_probs (they are equal: no n detects it)")
+
+    def ok(n: int) -> bool:
+        return _power_at(n, null, alt, alpha, method)[0] >= power
+
+    # Noncentral guess from the unpooled w (pooling only matters at small n).
+    with np.errstate(divide="ignore", invalid="ignore"):
+        support = null > 0
+        w2 = float(np.sum((alt[support] - null[support]) ** 2 / null[support]))
+    df = max(int(np.count_nonzero(support)) - 1, 1)
+    guess = 2
+    if w2 > 0:
+        crit = stats.chi2.isf(alpha, df)
+        nc = optimize.brentq(lambda lam: stats.ncx2.sf(crit, df, lam) - power, 1e-9, 1e7)
+        guess = max(int(math.ceil(nc / w2)), 2)
+    hi = guess
+    lo = 0
+    while not ok(hi):  # grow by 10% steps: the noncentral guess is usually within 10%
+        lo, hi = hi, int(math.ceil(hi * 1.1)) + 1
+        if hi > MAX_SAMPLES:
+            raise invalid_argument("alt_probs", list(alt_t)[:8], f"an alternative detectable with <= {MAX_SAMPLES} samples")
+    if lo == 0:
+        lo = int(hi * 0.9)
+        while lo >= 1 and ok(lo):
+            lo, hi = int(lo * 0.9), lo
+        if lo < 1:
+            return 1 if ok(1) else hi
+    while hi - lo > 1:  # invariant: not ok(lo), ok(hi)
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if ok(mid) else (mid, hi)
+    while hi > 1 and ok(hi - 1):  # saw-tooth: step down while still powered
+        hi -= 1
+    return hi
+
+
+def tv_per_w(expected_probs) -> float:
+    """Largest TV an alternative with Cohen's w = 1 can have against ``expected_probs``.
+
+    An alternative at TV distance d moves mass d onto a set S and off its complement; its
+    ``w^2 = sum(delta^2 / p0) >= d^2 / (P(S)(1 - P(S)))`` (Cauchy–Schwarz), with equality for a
+    proportional shift.  Hence ``TV <= w * max_S sqrt(P(S)(1 - P(S)))``; the max over subsets is
+    found exactly for <= 16 categories and bounded by 1/2 above.
+    """
+    probs = check_probs(expected_probs, "expected_probs")
+    probs = probs[probs > 0]
+    if len(probs) < 2:
+        return 0.0
+    if len(probs) > 16:
+        return 0.5
+    masks = np.arange(1, 2 ** (len(probs) - 1))  # subsets without the last element (complements cover the rest)
+    bits = (masks[:, None] >> np.arange(len(probs))) & 1
+    ps = bits @ probs
+    return float(np.sqrt(np.max(ps * (1 - ps))))
+
+
+def min_detectable_effect(n, expected_probs, alpha: float = 0.01, power: float = DEFAULT_POWER) -> MinDetectableEffect:
+    """Minimum detectable effect of the pooled Pearson GOF test at ``n`` (noncentral chi-square).
+
+    Parameters
+    ----------
+    n : int
+        Observations in the cell (>= 1).
+    expected_probs : array_like, shape (vocab,), float64
+        Target probs of the cell; pooled data-blind at ``n`` as the test does.
+    alpha : float, default 0.01
+    power : float, default 0.99
+
+    Returns
+    -------
+    MinDetectableEffect
+        Unpacks as ``(tv, w)``.  ``w = sqrt(lambda / n)`` where ``ncx2.sf(chi2.isf(alpha, df), df, lambda) = power``;
+        ``tv = w * tv_per_w(pooled probs)``.  Both are ``inf`` when n is too small to form two
+        pooled categories.  Effects within a pooled category are invisible to the test and not counted.
+
+    Raises
+    ------
+    InvalidArgumentError
+        Bad probs, n < 1, alpha or power outside (0, 1).
+
+    Examples
+    --------
+    >>> mde = min_detectable_effect(1259, [0.2, 0.5, 0.3], alpha=0.01)
+    >>> round(mde.w, 3), round(mde.tv, 3)
+    (0.142, 0.065)
+    """
+    probs = check_probs(expected_probs, "expected_probs")
+    n = check_positive_int(n, "n")
+    alpha, power = check_alpha(alpha), check_fraction(power, "power")
+    pooling = _pool(probs, n, MIN_EXPECTED_COUNT)
+    df = pooling.num_categories - 1
+    if df < 1:
+        return MinDetectableEffect(w=math.inf, tv=math.inf, n=n, alpha=alpha, power=power, df=max(df, 0))
+    w = math.sqrt(_noncentrality(alpha, power, df) / n)
+    return MinDetectableEffect(w=w, tv=min(w * tv_per_w(pooling.expected_probs), 1.0), n=n, alpha=alpha, power=power, df=df)
+
+
+@functools.lru_cache(maxsize=1024)
+def _noncentrality(alpha: float, power: float, df: int) -> float:
+    crit = stats.chi2.isf(alpha, df)
+    if stats.chi2.sf(crit, df) >= power:
+        return 0.0
+    hi = 1.0
+    while stats.ncx2.sf(crit, df, hi) < power:
+        hi *= 2
+    return float(optimize.brentq(lambda lam: stats.ncx2.sf(crit, df, lam) - power, 0.0, hi, xtol=1e-10))
