@@ -1,1 +1,48 @@
-"""See docs/ARCHITECTURE.md."""
+"""Exact stage: rational enumeration of speculative sampling and the verification-rule zoo.
+
+Everything is :class:`fractions.Fraction`; see docs/ARCHITECTURE.md ("Exact stage") for the
+contract and :mod:`verifier.exact.rules` for the rules and where exp() is handled.
+"""
+
+from verifier.exact.cases import ExactCase, TabularPair, standard_cases, standard_tabular_pairs, unigram_case
+from verifier.exact.laws import accepted_count_law, marginal, n_token_law, round_law, target_law, total_variation
+from verifier.exact.rules import RULES, Rule, get_rule, residual
+from verifier.exact.stage import ExactFinding, RuleVerdict, rule_verdicts, run_exact_stage
+from verifier.exact.step import StepLaw, step_law
+from verifier.exact.tabular import TabularLM, as_fraction_probs
+
+__all__ = [
+    "ExactCase",
+    "ExactFinding",
+    "RULES",
+    "Rule",
+    "RuleVerdict",
+    "StepLaw",
+    "TabularLM",
+    "TabularPair",
+    "accepted_count_law",
+    "as_fraction_probs",
+    "find_counterexample",
+    "Counterexample",
+    "get_rule",
+    "marginal",
+    "n_token_law",
+    "residual",
+    "round_law",
+    "rule_verdicts",
+    "run_exact_stage",
+    "standard_cases",
+    "standard_tabular_pairs",
+    "step_law",
+    "target_law",
+    "total_variation",
+    "unigram_case",
+]
+
+
+def __getattr__(name):  # hypothesis is imported only when a counterexample is searched
+    if name in ("find_counterexample", "Counterexample"):
+        from verifier.exact import counterexample
+
+        return getattr(counterexample, name)
+    raise AttributeError(f"module 'verifier.exact' has no attribute {name!r}")

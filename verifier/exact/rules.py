@@ -1,0 +1,258 @@
+"""Verification rules as values: the canonical rule of speculative sampling and the rule zoo.
+
+A :class:`Rule` says, for one position of a round, how the draft token is proposed, with what
+probability it is accepted, what the recovered token is drawn from at the rejected position, and
+three round-level switches (where the bonus token comes from, whether the draft suffix survives a
+rejection, whether one uniform is shared by every position).  The enumerators in
+:mod:`verifier.exact.laws` run one algorithm parametrised by the rule, so every rule -- correct or
+mutant -- gets its exact law from the same code.
+
+Glossary: see :mod:`verifier.protocols` (target/draft, accepted, rejected position, residual,
+recovered token, bonus token, emitted tokens, round, mutant).
+
+Exactness.  Everything is :class:`fractions.Fraction`.  Two rules need ``exp``:
+
+* typical acceptance compares ``p(x)`` with ``delta * exp(-H(p))``.  With ``p_i = n_i / D`` this is
+  decided exactly: ``p(x) > delta * prod_i p_i ** p_i``  iff
+  ``(p(x) / delta) ** D > prod_i p_i ** n_i`` (integer powers of rationals), so no float enters.
+* the softmax-residual mutant emits ``softmax(max(0, p - q))``, whose entries are irrational.  Each
+  ``exp`` is computed with :mod:`decimal` to :data:`SOFTMAX_DIGITS` significant digits, converted
+  exactly to a Fraction and the vector renormalised to sum to exactly 1: every entry is within a
+  relative ``1e-48`` of the true softmax.  This is the only float-like step in the exact stage; it
+  cannot turn a biased law into an exact one (the bias is many orders of magnitude larger).
+
+References
+----------
+Leviathan, Kalman, Matias (2023), "Fast Inference from Transformers via Speculative Decoding",
+Algorithm 1 and Appendix A.1.  Chen et al. (2023), "Accelerating Large Language Model Decoding with
+Speculative Sampling", Algorithm 2.  Cai et al. (2024), "Medusa", section 2.3.1 (typical acceptance).
+"""
+
+from __future__ import annotations
+
+import decimal
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Callable, Sequence
+
+from verifier.errors import invalid_argument
+
+__all__ = [
+    "Rule",
+    "RULES",
+    "get_rule",
+    "residual",
+    "TYPICAL_EPSILON",
+    "TYPICAL_DELTA",
+    "SOFTMAX_DIGITS",
+    "DECLARED_STATUSES",
+]
+
+Probs = Sequence[Fraction]
+
+DECLARED_STATUSES = ("exact", "biased", "lossy")  # lossy: biased on purpose (an approximation that says so)
+TYPICAL_EPSILON = Fraction(9, 100)  # Medusa's default posterior_threshold
+TYPICAL_DELTA = Fraction(3, 10)  # Medusa's default posterior_alpha
+SOFTMAX_DIGITS = 50  # significant digits of each exp() in the softmax-residual mutant
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One verification rule: per-position hooks plus round-level switches.
+
+    Attributes
+    ----------
+    name : str
+        Registry key in :data:`RULES`.
+    declared : {"exact", "biased", "lossy"}
+        What the rule claims: ``exact`` rules must preserve the target law; mutants are ``biased``;
+        ``lossy`` marks an approximation that is biased on purpose.
+    description : str
+        One line for reports.
+    propose : callable (draft_probs) -> probs
+        Law of the draft token given the draft probs q (canonical: q itself).
+    acceptance : callable (target_probs, draft_probs, x) -> Fraction in [0, 1]
+        The draft token x is accepted iff ``U < acceptance`` for a uniform U; canonical
+        ``min(1, p(x) / q(x))``.
+    recover : callable (target_probs, draft_probs, x) -> probs
+        Law of the recovered token at the rejected position (canonical: the residual).  Only
+        called when a rejection has positive probability.
+    bonus_offset : int, default 0
+        The bonus token is drawn from the target at position ``k + 1 + bonus_offset``; ``-1`` is the
+        off-by-one mutant.
+    keep_suffix : bool, default False
+        After the recovered token, also emit the draft tokens proposed after the rejected position.
+    shared_uniform : bool, default False
+        One uniform U for every position of a round instead of a fresh one per position.
+    """
+
+    name: str
+    declared: str
+    description: str
+    propose: Callable[[Probs], Probs]
+    acceptance: Callable[[Probs, Probs, int], Fraction]
+    recover: Callable[[Probs, Probs, int], Probs]
+    bonus_offset: int = 0
+    keep_suffix: bool = False
+    shared_uniform: bool = False
+
+    def __post_init__(self) -> None:
+        assert self.declared in DECLARED_STATUSES, self.declared
+        assert self.bonus_offset in (0, -1), self.bonus_offset
+
+
+# -- per-position building blocks -------------------------------------------------------------
+
+
+def _argmax(probs: Probs) -> int:
+    """First index of the largest entry (ties go to the lowest token id, as ``torch.argmax``)."""
+    return max(range(len(probs)), key=lambda i: (probs[i], -i))
+
+
+def _one_hot(index: int, size: int) -> tuple[Fraction, ...]:
+    return tuple(Fraction(int(i == index)) for i in range(size))
+
+
+def residual(target_probs: Probs, draft_probs: Probs) -> tuple[Fraction, ...] | None:
+    """The residual ``max(0, p - q) / sum(max(0, p - q))``, or ``None`` when ``p == q``.
+
+    The denominator equals the rejection probability ``1 - sum(min(p, q))``, so it is 0 exactly
+    when nothing can be rejected; then there is no residual rather than a division by zero.
+
+    >>> from fractions import Fraction as F
+    >>> residual([F(2, 10), F(5, 10), F(3, 10)], [F(5, 10), F(3, 10), F(2, 10)])
+    (Fraction(0, 1), Fraction(2, 3), Fraction(1, 3))
+    """
+    deficit = [max(Fraction(0), p - q) for p, q in zip(target_probs, draft_probs)]
+    total = sum(deficit, Fraction(0))
+    if total == 0:
+        return None
+    return tuple(d / total for d in deficit)
+
+
+def _sample_draft(draft_probs: Probs) -> Probs:
+    return draft_probs
+
+
+def _greedy_draft(draft_probs: Probs) -> Probs:
+    return _one_hot(_argmax(draft_probs), len(draft_probs))
+
+
+def _ratio(target_probs: Probs, draft_probs: Probs, x: int) -> Fraction:
+    # x was proposed, so q(x) > 0 for every rule that samples from q; a greedy draft may pick a
+    # token with q(x) > 0 as well (the argmax), so the ratio is always defined.
+    return min(Fraction(1), target_probs[x] / draft_probs[x])
+
+
+def _canonical_recover(target_probs: Probs, draft_probs: Probs, x: int) -> Probs:
+    res = residual(target_probs, draft_probs)
+    assert res is not None, "a rejection happened although p == q"
+    return res
+
+
+def _full_target(target_probs: Probs, draft_probs: Probs, x: int) -> Probs:
+    return target_probs
+
+
+def _softmax_residual(target_probs: Probs, draft_probs: Probs, x: int) -> Probs:
+    deficit = [max(Fraction(0), p - q) for p, q in zip(target_probs, draft_probs)]
+    with decimal.localcontext() as ctx:
+        ctx.prec = SOFTMAX_DIGITS
+        weights = [Fraction((decimal.Decimal(d.numerator) / decimal.Decimal(d.denominator)).exp()) for d in deficit]
+    total = sum(weights, Fraction(0))
+    return tuple(w / total for w in weights)
+
+
+def _accept_iff_target_ge_draft(target_probs: Probs, draft_probs: Probs, x: int) -> Fraction:
+    return Fraction(int(target_probs[x] >= draft_probs[x]))
+
+
+def _accept_iff_target_argmax(target_probs: Probs, draft_probs: Probs, x: int) -> Fraction:
+    return Fraction(int(x == _argmax(target_probs)))
+
+
+def _exceeds_typical_threshold(target_probs: Probs, x: int, epsilon: Fraction, delta: Fraction) -> bool:
+    """Exactly decide ``p(x) > min(epsilon, delta * exp(-H(p)))`` (Medusa's typical acceptance).
+
+    ``exp(-H(p)) = prod_i p_i ** p_i`` (with ``0 ** 0 = 1``).  Writing ``p_i = n_i / D`` with
+    integer ``n_i`` and ``D`` the common denominator, raising both (positive) sides to the power
+    ``D`` gives the integer-power comparison ``(p(x) / delta) ** D > prod_i p_i ** n_i``.
+    """
+    px = target_probs[x]
+    if px > epsilon:
+        return True
+    if px == 0:
+        return False  # the right-hand side is > 0
+    denom = math.lcm(*(p.denominator for p in target_probs))
+    lhs = (px / delta) ** denom
+    rhs = Fraction(1)
+    for p in target_probs:
+        if p:
+            rhs *= p ** int(p * denom)
+    return lhs > rhs
+
+
+def _typical_acceptance(target_probs: Probs, draft_probs: Probs, x: int) -> Fraction:
+    return Fraction(int(_exceeds_typical_threshold(target_probs, x, TYPICAL_EPSILON, TYPICAL_DELTA)))
+
+
+def _fresh_target_sample(target_probs: Probs, draft_probs: Probs, x: int) -> Fraction:
+    # a fresh y ~ p equals x with probability p(x)
+    return target_probs[x]
+
+
+def _fresh_sample_given_mismatch(target_probs: Probs, draft_probs: Probs, x: int) -> Probs:
+    # rejected means the fresh sample y ~ p differed from x: emit y, i.e. p conditioned on y != x
+    rest = 1 - target_probs[x]
+    return tuple(Fraction(0) if y == x else p / rest for y, p in enumerate(target_probs))
+
+
+# -- the registry ------------------------------------------------------------------------------
+
+
+def _rule(name, declared, description, *, propose=_sample_draft, acceptance=_ratio, recover=_canonical_recover, **round_switches):
+    return Rule(name, declared, description, propose, acceptance, recover, **round_switches)
+
+
+RULES: dict[str, Rule] = {
+    r.name: r
+    for r in [
+        _rule("canonical", "exact", "draft x ~ q, accept with min(1, p(x)/q(x)), recovered token ~ residual, bonus ~ p at k+1"),
+        _rule("fresh_target_match", "exact", "accept iff x equals a fresh target sample y ~ p; on mismatch emit y (correct but unusual)",
+              acceptance=_fresh_target_sample, recover=_fresh_sample_given_mismatch),
+        _rule("full_p_fallback", "biased", "recovered token resampled from the full target p instead of the residual",
+              recover=_full_target),
+        _rule("greedy_draft", "biased", "draft token is argmax q while the acceptance ratio uses the softmax q",
+              propose=_greedy_draft),
+        _rule("softmax_residual", "biased", "residual put through a softmax instead of divided by its sum",
+              recover=_softmax_residual),
+        _rule("deterministic_acceptance", "biased", "accept iff p(x) >= q(x) (no uniform), recovered token ~ residual",
+              acceptance=_accept_iff_target_ge_draft),
+        _rule("greedy_acceptance", "biased", "accept iff x == argmax p although T > 0, else sample p",
+              acceptance=_accept_iff_target_argmax, recover=_full_target),
+        _rule("bonus_wrong_position", "biased", "bonus token drawn from the target at position k instead of k+1",
+              bonus_offset=-1),
+        _rule("draft_suffix_kept", "biased", "after the recovered token the unverified draft tokens after the rejected position are emitted too",
+              keep_suffix=True),
+        _rule("shared_uniform", "biased", "one uniform reused for the acceptance test of every position of a round",
+              shared_uniform=True),
+        _rule("typical_acceptance", "lossy", "Medusa typical acceptance: accept iff p(x) > min(0.09, 0.3*exp(-H(p))), else sample p",
+              acceptance=_typical_acceptance, recover=_full_target),
+    ]
+}
+
+
+def get_rule(rule: str | Rule) -> Rule:
+    """Return the :class:`Rule` for a registry name (or the rule itself).
+
+    Raises
+    ------
+    InvalidArgumentError
+        If ``rule`` is neither a :class:`Rule` nor a name in :data:`RULES`; the message lists the names.
+    """
+    if isinstance(rule, Rule):
+        return rule
+    if isinstance(rule, str) and rule in RULES:
+        return RULES[rule]
+    raise invalid_argument("rule", rule, "one of " + ", ".join(RULES))
