@@ -1,0 +1,319 @@
+"""Hugging Face assisted generation (``generate(..., assistant_model=draft, do_sample=True)``) as a Decoder.
+
+Any (target, assistant) pair that transformers accepts for assisted generation works: the adapter
+only calls ``model.generate``.  It sets what that path needs to *actually speculate* with a fixed
+``k`` (read from the installed transformers' ``AssistedCandidateGenerator``):
+
+* ``assistant.generation_config.num_assistant_tokens = k`` — the draft length is read from the
+  *assistant's* generation config, not from the ``generate`` call;
+* ``num_assistant_tokens_schedule = "constant"`` — the default ``"heuristic"`` schedule changes ``k``
+  between rounds (and persists it across calls);
+* ``assistant_confidence_threshold = 0.0`` — the default 0.4 stops drafting early when the assistant is
+  unsure (and is re-tuned online), so fewer than ``k`` tokens would be drafted; ``None`` would be
+  replaced by that default, 0 disables the stopping criterion;
+* every logits processor the harness does not ask for is switched off explicitly (``top_k=0``
+  instead of the global default 50, ``top_p=1``, ``typical_p=1``, ``min_p=None``,
+  ``repetition_penalty=1``, ``no_repeat_ngram_size=0``), so the target and the harness's scorer use
+  the same processed probs;
+* ``max_new_tokens`` should exceed ``k``: the assistant drafts ``min(k, tokens left - 1)`` tokens, so a
+  shorter generation never runs a full round.  :attr:`HFAssistedDecoder.settings` records a warning.
+
+Everything set is recorded in :attr:`HFAssistedDecoder.settings` (for the report), and each round's
+draft length and accepted count are recorded in ``last_stats`` by wrapping
+``AssistedCandidateGenerator.update_candidate_strategy`` (read-only observation).
+
+HF assisted generation only takes batch size 1, so samples run one at a time; ``num_workers``
+spawned processes (default: every CPU core, one torch thread each) share the samples.  Sample ``i``
+of a call seeds torch with a value derived from ``(seed, i)``, so results do not depend on how
+samples are split between workers.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import multiprocessing as mp
+import os
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from verifier.errors import DecoderError, invalid_argument
+from verifier.protocols import PADDING_TOKEN_ID, DecoderStats
+from verifier.sampling import SamplingConfig
+
+__all__ = ["HFAssistedDecoder", "make_hf_assisted_decoder", "sample_seed"]
+
+CHUNKS_PER_WORKER = 4  # work items per worker per call: balances load without much IPC
+
+_WORKER: dict[str, Any] = {}  # per-process state: loaded models and the round recorder
+
+
+def sample_seed(seed: int, index: int) -> int:
+    """Torch seed for sample ``index`` of a call with ``seed`` (independent of the worker split)."""
+    return int(np.random.SeedSequence([int(seed), int(index)]).generate_state(1, np.uint64)[0] % (2**63 - 1))
+
+
+def _load(spec: Any, device: str, dtype: Any) -> torch.nn.Module:
+    if isinstance(spec, torch.nn.Module):
+        return spec.to(device).eval()
+    try:
+        from verifier.models import load_model
+    except ImportError:  # models package not landed: plain from_pretrained
+        from transformers import AutoModelForCausalLM
+
+        return AutoModelForCausalLM.from_pretrained(str(spec)).to(device).eval()
+    return load_model(spec, device=device, dtype=dtype)
+
+
+def _install_round_recorder() -> list[tuple[int, int]]:
+    """Wrap ``AssistedCandidateGenerator.update_candidate_strategy`` to record (drafted, accepted) per round."""
+    from transformers.generation import candidate_generator as cg
+
+    if "rounds" in _WORKER:
+        return _WORKER["rounds"]
+    rounds: list[tuple[int, int]] = []
+    original = cg.AssistedCandidateGenerator.update_candidate_strategy
+
+    def recording(self, input_ids, scores, num_matches):
+        rounds.append((int(scores.shape[1]) - 1, int(num_matches)))
+        return original(self, input_ids, scores, num_matches)
+
+    cg.AssistedCandidateGenerator.update_candidate_strategy = recording
+    _WORKER["rounds"] = rounds
+    return rounds
+
+
+def _init_worker(target: Any, draft: Any, device: str, dtype: Any, threads: int) -> None:
+    torch.set_num_threads(threads)
+    _WORKER["target"] = _load(target, device, dtype)
+    _WORKER["draft"] = _load(draft, device, dtype)
+    _install_round_recorder()
+
+
+def _generation_config(target: torch.nn.Module, sampling: SamplingConfig, max_new_tokens: int, weight: float | None):
+    from transformers import GenerationConfig
+
+    cfg = target.config
+    eos = getattr(target.generation_config, "eos_token_id", None)
+    eos = eos if eos is not None else getattr(cfg, "eos_token_id", None)
+    pad = getattr(target.generation_config, "pad_token_id", None)
+    kwargs: dict[str, Any] = dict(
+        do_sample=not sampling.greedy,
+        max_new_tokens=max_new_tokens,
+        min_new_tokens=0,
+        eos_token_id=eos,
+        pad_token_id=pad if pad is not None else eos,
+        repetition_penalty=sampling.repetition_penalty if sampling.repetition_penalty is not None else 1.0,
+        no_repeat_ngram_size=0,
+        num_beams=1,
+    )
+    if not sampling.greedy:
+        kwargs.update(
+            temperature=float(sampling.temperature),
+            top_k=sampling.top_k if sampling.top_k is not None else 0,  # 0 disables; None means HF's default 50
+            top_p=float(sampling.top_p) if sampling.top_p is not None else 1.0,
+            typical_p=1.0,
+            min_p=None,
+        )
+    if weight is not None:
+        kwargs["assistant_ensemble_weight"] = float(weight)
+    return GenerationConfig(**kwargs)
+
+
+def _set_assistant(draft: torch.nn.Module, k: int) -> None:
+    gc = draft.generation_config
+    gc.num_assistant_tokens = k
+    gc.num_assistant_tokens_schedule = "constant"
+    gc.assistant_confidence_threshold = 0.0
+
+
+def _run_samples(task: dict[str, Any]) -> tuple[np.ndarray, list[tuple[int, int]]]:
+    """Generate the samples with indices ``task['indices']`` in this process (batch size 1 each)."""
+    from verifier.audit.hf_kernel import patched_speculative_sampling
+
+    target, draft = _WORKER["target"], _WORKER["draft"]
+    rounds = _install_round_recorder()
+    rounds.clear()
+    _set_assistant(draft, task["k"])
+    sampling = SamplingConfig(**task["sampling"])
+    gen_cfg = _generation_config(target, sampling, task["max_new_tokens"], task["weight"])
+    kernel = None
+    if task["inject_kernel"]:
+        from verifier.audit.plugins import load_kernel
+
+        kernel = load_kernel(task["inject_kernel"])
+    prompt = torch.tensor([task["prompt_ids"]], dtype=torch.long, device=target.device)
+    out = np.full((len(task["indices"]), task["max_new_tokens"]), PADDING_TOKEN_ID, dtype=np.int64)
+    with torch.inference_mode(), patched_speculative_sampling(kernel):
+        for row, index in enumerate(task["indices"]):
+            torch.manual_seed(sample_seed(task["seed"], index))
+            seq = target.generate(
+                input_ids=prompt, attention_mask=torch.ones_like(prompt), assistant_model=draft, generation_config=gen_cfg
+            )
+            new = seq[0, prompt.shape[1]:].cpu().numpy()
+            out[row, : len(new)] = new[: task["max_new_tokens"]]
+    return out, list(rounds)
+
+
+class HFAssistedDecoder:
+    """transformers assisted generation with sampling, as a :class:`~verifier.protocols.Decoder`.
+
+    Parameters
+    ----------
+    target, draft : str, pathlib.Path or torch.nn.Module
+        Checkpoints (a folder, ``"shipped:target"``/``"shipped:draft"``, or a hub id) loaded with
+        :func:`verifier.models.load_model`, or loaded modules (then ``num_workers`` must be 0).
+    num_draft_tokens : int
+        ``k``: tokens the assistant drafts per round (``num_assistant_tokens``).
+    num_workers : int or None, default None
+        Worker processes (spawned, one torch thread each); ``None`` uses every CPU core; ``0`` runs
+        in this process.
+    device : str, default "cpu"
+    dtype : str or torch.dtype or None, default None
+        Weight dtype (``None`` keeps the checkpoint's).
+    assistant_ensemble_weight : float or None, default None
+        transformers' documented lossy "static ensemble verification" weight; ``None`` is lossless.
+    inject_kernel : str or None, default None
+        A kernel plugin spec (``"module:factory"``) that replaces transformers'
+        ``_speculative_sampling`` inside ``generate`` -- to check that an injected defect (e.g. the
+        full-p-fallback mutant) is detected end to end.
+    name : str, optional
+
+    Raises
+    ------
+    InvalidArgumentError
+        Invalid ``num_draft_tokens``, ``num_workers`` or ensemble weight.
+    """
+
+    def __init__(self, target: Any, draft: Any, num_draft_tokens: int, *, num_workers: int | None = None, device: str = "cpu",
+                 dtype: Any = None, assistant_ensemble_weight: float | None = None, inject_kernel: str | None = None,
+                 name: str | None = None) -> None:
+        if isinstance(num_draft_tokens, bool) or not isinstance(num_draft_tokens, int) or num_draft_tokens < 1:
+            raise invalid_argument("num_draft_tokens", num_draft_tokens, "an integer >= 1")
+        workers = (os.cpu_count() or 1) if num_workers is None else num_workers
+        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
+            raise invalid_argument("num_workers", num_workers, "None or an integer >= 0")
+        w = assistant_ensemble_weight
+        if w is not None and not (isinstance(w, (int, float)) and 0 < w < 1):
+            raise invalid_argument("assistant_ensemble_weight", w, "None (lossless) or a number in (0, 1)")
+        self.target_spec, self.draft_spec = target, draft
+        self.num_draft_tokens = num_draft_tokens
+        self.num_workers = workers
+        self.device, self.dtype = device, dtype
+        self.assistant_ensemble_weight = w
+        self.inject_kernel = inject_kernel
+        suffix = "" if w is None else f"[assistant_ensemble_weight={w:g}]"
+        suffix += "" if inject_kernel is None else f"[kernel={inject_kernel}]"
+        self.name = name or f"hf-assisted(k={num_draft_tokens}){suffix}"
+        self.last_stats: DecoderStats | None = None
+        self._pool: cf.ProcessPoolExecutor | None = None
+        self._local = False
+        if workers == 0:
+            _init_worker(target, draft, device, dtype, torch.get_num_threads())
+            self._local = True
+        target_model = _WORKER["target"] if self._local else None
+        self.vocab_size, self.eos_token_id = self._read_vocab(target_model)
+        self.settings = self._settings()
+
+    def _read_vocab(self, model: torch.nn.Module | None) -> tuple[int, int | None]:
+        from transformers import AutoConfig
+
+        if model is not None:
+            cfg = model.config
+        else:
+            spec = str(self.target_spec)
+            if spec.startswith("shipped:"):
+                from verifier.models import shipped_checkpoint
+
+                spec = str(shipped_checkpoint(spec.split(":", 1)[1]))
+            cfg = AutoConfig.from_pretrained(spec)
+        eos = getattr(cfg, "eos_token_id", None)
+        eos = eos[0] if isinstance(eos, (list, tuple)) else eos
+        return int(cfg.vocab_size), (int(eos) if eos is not None else None)
+
+    def _settings(self) -> dict[str, Any]:
+        import transformers
+
+        return {
+            "transformers_version": transformers.__version__,
+            "call": "target.generate(input_ids, assistant_model=draft, do_sample=True, generation_config=...)",
+            "num_assistant_tokens": self.num_draft_tokens,
+            "num_assistant_tokens_schedule": "constant",
+            "assistant_confidence_threshold": 0.0,
+            "assistant_ensemble_weight": self.assistant_ensemble_weight,
+            "disabled_processors": {"top_k": 0, "top_p": 1.0, "typical_p": 1.0, "min_p": None,
+                                    "repetition_penalty": 1.0, "no_repeat_ngram_size": 0},
+            "batch_size": 1,
+            "num_workers": self.num_workers,
+            "injected_kernel": self.inject_kernel,
+            "warnings": [],
+        }
+
+    def _ensure_pool(self) -> cf.ProcessPoolExecutor:
+        if self._pool is None:
+            self._pool = cf.ProcessPoolExecutor(
+                max_workers=self.num_workers, mp_context=mp.get_context("spawn"), initializer=_init_worker,
+                initargs=(self.target_spec, self.draft_spec, self.device, self.dtype, 1),
+            )
+        return self._pool
+
+    def close(self) -> None:
+        """Shut the worker processes down (also done at garbage collection)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+
+    def __del__(self) -> None:  # pragma: no cover - interpreter shutdown order varies
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def generate(self, prompt_ids: Sequence[int], num_samples: int, max_new_tokens: int, sampling: SamplingConfig, seed: int) -> np.ndarray:
+        """Draw ``num_samples`` independent continuations with HF assisted generation.
+
+        Returns
+        -------
+        np.ndarray, shape (num_samples, max_new_tokens), int64
+            Emitted tokens, -1 after EOS.
+
+        Raises
+        ------
+        DecoderError
+            transformers raised (the message carries its exception).
+        """
+        if max_new_tokens <= self.num_draft_tokens:
+            msg = (f"max_new_tokens={max_new_tokens} <= num_draft_tokens={self.num_draft_tokens}: the assistant drafts "
+                   f"min(k, tokens left - 1) tokens, so no round drafts k tokens")
+            if msg not in self.settings["warnings"]:
+                self.settings["warnings"].append(msg)
+        base = dict(prompt_ids=[int(t) for t in prompt_ids], max_new_tokens=int(max_new_tokens), sampling=sampling.to_dict(),
+                    seed=int(seed), k=self.num_draft_tokens, weight=self.assistant_ensemble_weight, inject_kernel=self.inject_kernel)
+        try:
+            if self._local:
+                parts = [_run_samples({**base, "indices": list(range(num_samples))})]
+            else:
+                n_chunks = max(1, min(num_samples, self.num_workers * CHUNKS_PER_WORKER))
+                chunks = [c.tolist() for c in np.array_split(np.arange(num_samples), n_chunks)]
+                pool = self._ensure_pool()
+                parts = list(pool.map(_run_samples, [{**base, "indices": c} for c in chunks]))
+        except DecoderError:
+            raise
+        except Exception as exc:
+            raise DecoderError(f"{self.name}: transformers generate raised: {type(exc).__name__}: {exc}") from exc
+        out = np.concatenate([p[0] for p in parts], axis=0) if parts else np.zeros((0, max_new_tokens), np.int64)
+        rounds = [r for p in parts for r in p[1]]
+        drafted = np.array([r[0] for r in rounds], dtype=np.int64)
+        accepted = np.array([r[1] for r in rounds], dtype=np.int64)
+        self.last_stats = DecoderStats(
+            rounds=len(rounds), accepted_counts=accepted, num_draft_tokens=self.num_draft_tokens,
+            extra={"drafted_counts": drafted, "full_rounds": int((drafted == self.num_draft_tokens).sum())},
+        )
+        return out
+
+
+def make_hf_assisted_decoder(target: str = "shipped:target", draft: str = "shipped:draft", num_draft_tokens: int = 4,
+                             **options: Any) -> HFAssistedDecoder:
+    """Plugin factory: ``verifier.audit.hf_assisted:make_hf_assisted_decoder`` (options as :class:`HFAssistedDecoder`)."""
+    return HFAssistedDecoder(target, draft, num_draft_tokens, **options)

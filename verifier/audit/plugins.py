@@ -1,0 +1,369 @@
+"""Load third-party decoders and verification kernels by ``module:factory`` and guard their output.
+
+A *plugin spec* is ``"package.module:factory"`` (imported with :func:`importlib.import_module`)
+or ``"path/to/file.py:factory"`` (a file anywhere on disk, imported by path).  ``factory`` may be
+dotted (``"mod:Class.from_config"``).  The attribute is
+
+* for a decoder: a callable returning an object with a ``generate`` method (called with the
+  plugin options), or already such an object (then no options may be given);
+* for a kernel: the kernel function itself (four positional parameters ``target_probs,
+  draft_probs, draft_token_ids, generator``), or a factory returning one.
+
+What goes wrong is reported by exit code, as the CLI contract says:
+
+* the spec is malformed, the module or attribute does not exist, or the object does not implement
+  the protocol -> :class:`PluginLoadError` (a :class:`~verifier.errors.ConfigError`, exit 2);
+* the plugin raises (while being imported, built, or called) -> :class:`~verifier.errors.DecoderError`
+  (exit 3) naming the plugin and the exception;
+* the plugin returns the wrong shape or dtype, out-of-range ids, tokens after EOS -> 
+  :class:`~verifier.errors.DecoderOutputError` (exit 3) showing the first bad row
+  (:func:`verifier.validation.check_emitted_tokens`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import inspect
+import sys
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import torch
+
+from verifier.errors import ConfigError, DecoderError, DecoderOutputError
+from verifier.protocols import PADDING_TOKEN_ID, DecoderStats
+from verifier.sampling import SamplingConfig
+from verifier.validation import check_emitted_tokens
+
+__all__ = [
+    "PluginLoadError",
+    "PluginDecoder",
+    "PluginKernel",
+    "load_plugin",
+    "load_decoder",
+    "load_kernel",
+    "check_kernel_output",
+]
+
+KERNEL_ARITY = 4  # (target_probs, draft_probs, draft_token_ids, generator)
+
+
+class PluginLoadError(ConfigError):
+    """A ``module:factory`` plugin spec cannot be resolved to a decoder or kernel (exit code 2).
+
+    The message says which part failed (spec syntax, module import, attribute lookup, protocol) and
+    what was expected; fix the spec or the plugin's module.
+    """
+
+
+def _split_spec(spec: str) -> tuple[str, str]:
+    if not isinstance(spec, str) or spec.count(":") < 1:
+        raise PluginLoadError(f"plugin spec={spec!r} is invalid; allowed: 'package.module:factory' or 'path/to/file.py:factory'")
+    module_part, attr = spec.rsplit(":", 1)
+    if not module_part or not attr or not all(p.isidentifier() for p in attr.split(".")):
+        raise PluginLoadError(f"plugin spec={spec!r} is invalid; allowed: 'package.module:factory' with a dotted Python name after ':'")
+    return module_part, attr
+
+
+def _import_module(module_part: str, spec: str):
+    is_path = module_part.endswith(".py") or "/" in module_part or "\\" in module_part
+    if is_path:
+        path = Path(module_part).expanduser().resolve()
+        if not path.is_file():
+            raise PluginLoadError(f"plugin spec={spec!r}: file {str(path)!r} does not exist; allowed: an existing .py file")
+        # A stable, unique module name per file so two plugins called `plugin.py` do not collide.
+        name = f"_specverify_plugin_{path.stem}_{hashlib.sha1(str(path).encode()).hexdigest()[:10]}"
+        if name in sys.modules:
+            return sys.modules[name]
+        mod_spec = importlib.util.spec_from_file_location(name, path)
+        assert mod_spec is not None and mod_spec.loader is not None  # a .py file always has a loader
+        module = importlib.util.module_from_spec(mod_spec)
+        sys.modules[name] = module
+        try:
+            mod_spec.loader.exec_module(module)
+        except Exception as exc:  # the plugin's own code failed
+            del sys.modules[name]
+            raise DecoderError(f"plugin {spec!r} raised while being imported: {type(exc).__name__}: {exc}") from exc
+        return module
+    try:
+        return importlib.import_module(module_part)
+    except ModuleNotFoundError as exc:
+        if exc.name and (module_part == exc.name or module_part.startswith(exc.name + ".")):
+            raise PluginLoadError(
+                f"plugin spec={spec!r}: module {module_part!r} not found (is it installed or on PYTHONPATH?); "
+                "allowed: an importable module or a path to a .py file"
+            ) from None
+        raise DecoderError(f"plugin {spec!r} raised while being imported: {type(exc).__name__}: {exc}") from exc
+    except Exception as exc:
+        raise DecoderError(f"plugin {spec!r} raised while being imported: {type(exc).__name__}: {exc}") from exc
+
+
+def _resolve(spec: str) -> Any:
+    module_part, attr = _split_spec(spec)
+    obj: Any = _import_module(module_part, spec)
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            public = sorted(n for n in dir(obj) if not n.startswith("_"))[:12]
+            raise PluginLoadError(f"plugin spec={spec!r}: {part!r} not found in {module_part!r}; available: {public}")
+        obj = getattr(obj, part)
+    return obj
+
+
+def _is_kernel_function(obj: Any) -> bool:
+    if not callable(obj) or inspect.isclass(obj):
+        return False
+    try:
+        params = list(inspect.signature(obj).parameters.values())
+    except (TypeError, ValueError):  # builtins without a signature: assume a factory
+        return False
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    required = [p for p in positional if p.default is p.empty]
+    return len(required) == KERNEL_ARITY or (len(required) < KERNEL_ARITY <= len(positional))
+
+
+def _build(spec: str, factory: Callable[..., Any], options: dict[str, Any]) -> Any:
+    try:
+        return factory(**options)
+    except TypeError as exc:
+        try:
+            inspect.signature(factory).bind(**options)
+        except TypeError:
+            raise PluginLoadError(f"plugin {spec!r} does not accept options {sorted(options)}: {exc}") from None
+        raise DecoderError(f"plugin {spec!r} raised while being built: TypeError: {exc}") from exc
+    except Exception as exc:
+        raise DecoderError(f"plugin {spec!r} raised while being built: {type(exc).__name__}: {exc}") from exc
+
+
+def load_plugin(spec: str, kind: str = "decoder", /, **options: Any) -> Any:
+    """Import a plugin by ``module:factory`` and return the (unwrapped) decoder or kernel.
+
+    Parameters
+    ----------
+    spec : str
+        ``"package.module:factory"`` or ``"path/to/file.py:factory"`` (``factory`` may be dotted).
+    kind : {"decoder", "kernel"}, default "decoder"
+        Which protocol the result must implement: :class:`verifier.protocols.Decoder` (a
+        ``generate`` method) or :class:`verifier.protocols.VerificationKernel` (a callable of four
+        positional arguments).
+    **options
+        Keyword arguments passed to the factory (e.g. ``num_draft_tokens=4``).
+
+    Returns
+    -------
+    object
+        The decoder or kernel the factory returned.  Use :func:`load_decoder` /
+        :func:`load_kernel` to get it wrapped so every output is validated.
+
+    Raises
+    ------
+    PluginLoadError
+        (exit 2) malformed spec, module or attribute not found, options not accepted, or the
+        object does not implement the protocol.
+    DecoderError
+        (exit 3) the plugin raised while being imported or built.
+
+    Examples
+    --------
+    >>> kernel = load_plugin("verifier.audit.hf_kernel:hf_speculative_kernel", "kernel")
+    >>> callable(kernel)
+    True
+    """
+    if kind not in ("decoder", "kernel"):
+        raise PluginLoadError(f"plugin kind={kind!r} is invalid; allowed: 'decoder' or 'kernel'")
+    target = _resolve(spec)
+    if kind == "decoder":
+        if callable(getattr(target, "generate", None)) and not inspect.isclass(target):
+            if options:
+                raise PluginLoadError(f"plugin {spec!r} is a decoder object, not a factory; it takes no options (got {sorted(options)})")
+            obj = target
+        elif callable(target):
+            obj = _build(spec, target, options)
+        else:
+            raise PluginLoadError(f"plugin {spec!r} is a {type(target).__name__}; allowed: a decoder factory or an object with generate()")
+        if not callable(getattr(obj, "generate", None)):
+            raise PluginLoadError(
+                f"plugin {spec!r} returned {type(obj).__name__}, which does not implement the Decoder protocol; "
+                "allowed: an object with generate(prompt_ids, num_samples, max_new_tokens, sampling, seed)"
+            )
+        return obj
+    if _is_kernel_function(target) and not options:
+        return target
+    if not callable(target):
+        raise PluginLoadError(f"plugin {spec!r} is a {type(target).__name__}; allowed: a kernel function or a kernel factory")
+    obj = _build(spec, target, options)
+    if not _is_kernel_function(obj):
+        raise PluginLoadError(
+            f"plugin {spec!r} returned {type(obj).__name__}, which does not implement the VerificationKernel protocol; "
+            "allowed: a callable (target_probs, draft_probs, draft_token_ids, generator) -> emitted"
+        )
+    return obj
+
+
+class PluginDecoder:
+    """A third-party decoder wrapped so that a crash or invalid output becomes exit code 3.
+
+    Parameters
+    ----------
+    decoder : object with ``generate``
+        The decoder under test (see :class:`verifier.protocols.Decoder`).
+    vocab_size : int, optional
+        Valid ids are ``0 .. vocab_size - 1``; defaults to ``decoder.vocab_size``.
+    eos_token_id : int or None, optional
+        Defaults to ``decoder.eos_token_id`` (or None).
+    name : str, optional
+        Shown in reports and error messages; defaults to ``decoder.name`` or the plugin spec.
+
+    Raises
+    ------
+    PluginLoadError
+        If no vocabulary size is known (neither given nor a ``vocab_size`` attribute).
+    """
+
+    def __init__(self, decoder: Any, *, vocab_size: int | None = None, eos_token_id: int | None = None, name: str | None = None) -> None:
+        self.inner = decoder
+        self.name = name or str(getattr(decoder, "name", type(decoder).__name__))
+        vs = vocab_size if vocab_size is not None else getattr(decoder, "vocab_size", None)
+        if not isinstance(vs, int) or isinstance(vs, bool) or vs < 1:
+            raise PluginLoadError(
+                f"decoder {self.name!r} has vocab_size={vs!r}; allowed: an integer >= 1 (set a `vocab_size` attribute or pass vocab_size=)"
+            )
+        self.vocab_size = vs
+        self.eos_token_id = eos_token_id if eos_token_id is not None else getattr(decoder, "eos_token_id", None)
+
+    @property
+    def last_stats(self) -> DecoderStats | None:
+        """The inner decoder's ``last_stats`` if it has one."""
+        return getattr(self.inner, "last_stats", None)
+
+    def generate(self, prompt_ids: Sequence[int], num_samples: int, max_new_tokens: int, sampling: SamplingConfig, seed: int) -> np.ndarray:
+        """Call the plugin's ``generate`` and validate the result (shape, dtype, ids, EOS padding).
+
+        Raises
+        ------
+        DecoderError
+            The plugin raised (exit 3).
+        DecoderOutputError
+            The plugin returned invalid output; the message shows the first bad row (exit 3).
+        """
+        try:
+            out = self.inner.generate(list(prompt_ids), num_samples, max_new_tokens, sampling, seed)
+        except Exception as exc:
+            raise DecoderError(
+                f"{self.name} raised in generate(prompt_ids={list(prompt_ids)[:8]}, num_samples={num_samples}, "
+                f"max_new_tokens={max_new_tokens}, sampling={sampling.label()}, seed={seed}): {type(exc).__name__}: {exc}"
+            ) from exc
+        return check_emitted_tokens(
+            out, num_samples=num_samples, max_new_tokens=max_new_tokens, vocab_size=self.vocab_size,
+            eos_token_id=self.eos_token_id, decoder_name=self.name,
+        )
+
+
+def check_kernel_output(emitted: Any, *, batch: int, num_draft_tokens: int, vocab_size: int, kernel_name: str = "kernel") -> torch.Tensor:
+    """Validate one :class:`~verifier.protocols.VerificationKernel` result.
+
+    Parameters
+    ----------
+    emitted : torch.Tensor, shape (batch, num_draft_tokens + 1), int64
+        Accepted drafts, then the recovered or bonus token, then ``PADDING_TOKEN_ID`` (-1).
+    batch, num_draft_tokens, vocab_size : int
+        What the kernel was called with.
+    kernel_name : str
+        Named in the error message.
+
+    Returns
+    -------
+    torch.Tensor, shape (batch, num_draft_tokens + 1), int64, on CPU
+
+    Raises
+    ------
+    DecoderOutputError
+        Not an int64 tensor/array of that shape, an id outside ``[0, vocab_size)``, a row with no
+        emitted token, or a token after padding.  The message shows the first bad row.
+    """
+    arr = emitted
+    if isinstance(arr, np.ndarray):
+        arr = torch.from_numpy(arr)
+    if not isinstance(arr, torch.Tensor):
+        raise DecoderOutputError(f"{kernel_name} returned {type(emitted).__name__}; allowed: torch.Tensor of int64")
+    if arr.dtype != torch.int64:
+        raise DecoderOutputError(f"{kernel_name} returned dtype={arr.dtype}; allowed: torch.int64")
+    want = (batch, num_draft_tokens + 1)
+    if tuple(arr.shape) != want:
+        raise DecoderOutputError(f"{kernel_name} returned shape={tuple(arr.shape)}; allowed: (batch, num_draft_tokens + 1)={want}")
+    arr = arr.detach().cpu()
+    pad = arr == PADDING_TOKEN_ID
+    bad_id = ~pad & ((arr < 0) | (arr >= vocab_size))
+    after_pad = ~pad & (torch.cumsum(pad.long(), dim=1) > 0)
+    empty = pad[:, :1].expand_as(pad) & (torch.arange(arr.shape[1]) == 0)
+    bad = bad_id | after_pad | empty
+    if bool(bad.any()):
+        row, col = (int(v) for v in torch.nonzero(bad)[0])
+        if bad_id[row, col]:
+            why = f"token id {int(arr[row, col])} at position {col} is outside 0..{vocab_size - 1}"
+        elif empty[row, col]:
+            why = "no emitted token (a round always emits at least the recovered or bonus token)"
+        else:
+            why = f"token {int(arr[row, col])} at position {col} comes after padding -1"
+        raise DecoderOutputError(f"{kernel_name} returned invalid output in row {row}: {why}; row {row} = {arr[row].tolist()}")
+    return arr
+
+
+class PluginKernel:
+    """A third-party verification kernel wrapped so that a crash or invalid output is exit code 3.
+
+    Calling it has the :class:`~verifier.protocols.VerificationKernel` signature; the result is
+    validated by :func:`check_kernel_output`.
+    """
+
+    def __init__(self, kernel: Callable[..., Any], *, name: str | None = None) -> None:
+        self.inner = kernel
+        self.name = name or getattr(kernel, "__name__", type(kernel).__name__)
+
+    def __call__(self, target_probs: torch.Tensor, draft_probs: torch.Tensor, draft_token_ids: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        try:
+            out = self.inner(target_probs, draft_probs, draft_token_ids, generator)
+        except Exception as exc:
+            raise DecoderError(
+                f"kernel {self.name} raised on target_probs{tuple(target_probs.shape)}, draft_probs{tuple(draft_probs.shape)}: "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
+        return check_kernel_output(
+            out, batch=draft_token_ids.shape[0], num_draft_tokens=draft_token_ids.shape[1],
+            vocab_size=target_probs.shape[-1], kernel_name=self.name,
+        )
+
+
+def load_decoder(spec: str, /, *, vocab_size: int | None = None, eos_token_id: int | None = None, **options: Any) -> PluginDecoder:
+    """Load a decoder plugin and wrap it in a :class:`PluginDecoder` (output validated, crashes -> exit 3).
+
+    Parameters
+    ----------
+    spec : str
+        ``"module:factory"`` or ``"file.py:factory"``; see :func:`load_plugin`.
+    vocab_size, eos_token_id : optional
+        Override the decoder's own ``vocab_size`` / ``eos_token_id`` attributes.
+    **options
+        Passed to the factory.
+
+    Raises
+    ------
+    PluginLoadError, DecoderError
+        As :func:`load_plugin`.
+    """
+    dec = load_plugin(spec, "decoder", **options)
+    return PluginDecoder(dec, vocab_size=vocab_size, eos_token_id=eos_token_id, name=getattr(dec, "name", None) or spec)
+
+
+def load_kernel(spec: str, /, **options: Any) -> PluginKernel:
+    """Load a verification-kernel plugin and wrap it in a :class:`PluginKernel`.
+
+    Raises
+    ------
+    PluginLoadError, DecoderError
+        As :func:`load_plugin`.
+    """
+    kern = load_plugin(spec, "kernel", **options)
+    return PluginKernel(kern, name=getattr(kern, "name", None) or spec)
