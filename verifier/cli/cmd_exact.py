@@ -1,0 +1,92 @@
+"""``specverify exact``: the exact (rational) verdict of every verification rule.
+
+Per rule: declared status, verdict over the standard cases, worst total-variation distance to the
+target, the fewest samples a chi-square GOF test (alpha 0.01, power 0.99) needs to see it, and the
+minimal counterexample Hypothesis finds.  Exit code 0 when every verdict matches its declared
+status, 1 otherwise, 2 on an unknown rule name.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from verifier.errors import EXIT_BIAS, EXIT_OK
+
+HELP = "Exact (rational) output law, TV to the target, samples needed and minimal counterexample for each verification rule."
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--rule", action="append", metavar="NAME", dest="rules",
+                        help="rule to check (repeatable; '-' and '_' are interchangeable). Default: every rule.")
+    parser.add_argument("--format", choices=("table", "json"), default="table", help="output format. Default: table.")
+    parser.add_argument("--max-examples", type=int, default=None, metavar="N",
+                        help="Hypothesis examples per counterexample search (derandomized). Default: 300.")
+    parser.add_argument("--no-search", action="store_true", help="skip the counterexample search.")
+
+
+def run(args: argparse.Namespace) -> int:
+    from verifier.exact import RULES, get_rule, rule_verdicts, run_exact_stage
+    from verifier.exact.counterexample import SEARCH_MAX_EXAMPLES, find_counterexample
+
+    names = list(RULES) if not args.rules else [get_rule(r.replace("-", "_") if r.replace("-", "_") in RULES else r).name for r in args.rules]
+    findings = run_exact_stage(names)
+    verdicts = rule_verdicts(findings)
+    budget = args.max_examples if args.max_examples is not None else SEARCH_MAX_EXAMPLES
+    counterexamples = {name: (None if args.no_search else find_counterexample(name, budget)) for name in names}
+    ok = all(v.matches_declared for v in verdicts.values())
+    if args.format == "json":
+        json.dump(_as_json(verdicts, findings, counterexamples, ok, budget, args.no_search), sys.stdout, indent=2)
+        print()
+    else:
+        _print_table(verdicts, findings, counterexamples, ok, budget, args.no_search)
+    return EXIT_OK if ok else EXIT_BIAS
+
+
+def _as_json(verdicts, findings, counterexamples, ok, budget, no_search) -> dict:
+    rules = []
+    for name, v in verdicts.items():
+        cx = counterexamples[name]
+        rules.append({
+            "rule": name, "declared": v.declared, "verdict": v.verdict, "matches_declared": v.matches_declared,
+            "max_tv": str(v.max_tv), "max_tv_float": float(v.max_tv), "worst_case": v.worst_case,
+            "min_samples_needed": v.min_samples_needed,
+            "counterexample": None if cx is None else cx.to_json(),
+            "search": "skipped" if no_search else f"hypothesis, {budget} examples, derandomized",
+        })
+    return {"ok": ok, "alpha": 0.01, "power": 0.99, "rules": rules, "findings": [f.to_json() for f in findings]}
+
+
+def _print_table(verdicts, findings, counterexamples, ok, budget, no_search) -> None:
+    from verifier.exact import RULES
+
+    head = f"{'rule':<26}{'declared':<10}{'verdict':<9}{'match':<7}{'max TV':>10}  {'worst case':<20}{'min n':>9}"
+    print(head)
+    print("-" * len(head))
+    for name, v in verdicts.items():
+        n = "-" if v.min_samples_needed is None else str(v.min_samples_needed)
+        print(f"{name:<26}{v.declared:<10}{v.verdict:<9}{'yes' if v.matches_declared else 'NO':<7}"
+              f"{float(v.max_tv):>10.4f}  {v.worst_case or '-':<20}{n:>9}")
+    cases = list(dict.fromkeys(f.case for f in findings))
+    print("\nExact TV to the target per case (k, N = draft tokens, compared tokens; n = samples needed at alpha 0.01, power 0.99):")
+    width = max(len(c) for c in cases) + 2
+    for case in cases:
+        row = [f for f in findings if f.case == case]
+        cells = "  ".join(f"{f.rule}={_tv(f)}" for f in row if f.verdict == "biased")
+        print(f"  {case:<{width}}k={row[0].num_draft_tokens} N={row[0].num_tokens}  {cells or 'every rule exact'}")
+    print(f"\nMinimal counterexamples (hypothesis.find, {budget} examples, derandomized):" if not no_search else "\nCounterexample search skipped.")
+    for name, cx in counterexamples.items():
+        if no_search:
+            break
+        if cx is None:
+            print(f"  {name}: none found" + (" (expected: declared exact)" if RULES[name].declared == "exact" else ""))
+        else:
+            print(f"  {name}: {cx.describe()}")
+    print(f"\n{'OK' if ok else 'FAIL'}: {sum(v.matches_declared for v in verdicts.values())}/{len(verdicts)} rules match their declared status")
+
+
+def _tv(f) -> str:
+    s = str(f.tv)
+    tv = s if len(s) <= 9 else f"{float(f.tv):.4g}"
+    return f"{tv}(n={f.samples_needed})" if f.samples_needed is not None else tv
