@@ -105,8 +105,8 @@ def standard_tabular_pairs() -> dict[str, TabularPair]:
                 (2,): _fr("1/5", "1/5", "1/2", "1/10"), (3,): _fr("1/4", "1/4", "1/4", "1/4")}
 
     rows = [_fr("1/2", "3/10", "1/5"), _fr("1/5", "1/2", "3/10"), _fr("3/10", "1/5", "1/2"),
-            _fr("1/10", "3/5", "3/10"), _fr("3/5", "1/10", "3/10"), _fr("3/10", "3/10", "2/5"),
-            _fr("2/5", "2/5", "1/5"), _fr("1/5", "1/5", "3/5"), _fr("7/10", "1/10", "1/5")]
+            _fr("1/10", "3/5", "3/10"), _fr("3/5", "1/10", "3/10"), _fr("1/10", "3/10", "3/5"),
+            _fr("1/2", "2/5", "1/10"), _fr("1/5", "1/5", "3/5"), _fr("7/10", "1/10", "1/5")]
     contexts = list(itertools.product(range(3), repeat=2))
     trigram_p = dict(zip(contexts, rows))
     trigram_q = {ctx: row[1:] + row[:1] for ctx, row in trigram_p.items()}  # each row rotated left
