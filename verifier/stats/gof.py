@@ -1,0 +1,256 @@
+"""Known-p goodness of fit per cell: Pearson chi-square with data-blind pooling.
+
+For one cell (a fixed prompt, sampling config and position) the emitted-token counts are tested
+against the float64 processed target probs.  Categories are pooled by
+:func:`verifier.stats.pooling.pool_categories` (never by looking at the counts), Pearson's
+statistic is referred to the chi-square law with ``pooled categories - 1`` df, or to a Monte
+Carlo null distribution (multinomial draws, ``B >= 20 / alpha``) where the asymptotic tail is
+unreliable.  An emitted token whose target prob is 0 is a support violation: the cell fails
+whatever the p-value.
+
+References
+----------
+Pearson, K. (1900).  Cochran, W. G. (1954). Some methods for strengthening the common chi-square tests.
+Besag, J. & Clifford, P. (1991). Sequential Monte Carlo p-values. *Biometrika* 78(2).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from scipy import stats
+
+from verifier.errors import invalid_argument
+from verifier.protocols import PADDING_TOKEN_ID
+from verifier.stats._validate import check_alpha, check_counts, check_positive_int, check_probs, short
+from verifier.stats.effect import DEFAULT_BOOTSTRAP, DEFAULT_CONFIDENCE, _tv_estimate, as_generator
+from verifier.stats.pooling import MIN_EXPECTED_COUNT, _pool
+from verifier.stats.power import DEFAULT_POWER, min_detectable_effect
+from verifier.stats.results import CellTestResult, SupportViolation
+
+__all__ = [
+    "ASYMPTOTIC_MIN_ALPHA",
+    "MONTE_CARLO_MAX_DRAWS",
+    "token_counts",
+    "support_violations",
+    "gof_test",
+    "gof_pvalues",
+]
+
+ASYMPTOTIC_MIN_ALPHA = 1e-4  # below this the chi-square tail approximation is not trusted: Monte Carlo
+MONTE_CARLO_MIN_EXPECTED = 5.0  # "auto" also switches to Monte Carlo when a pooled expected count is below this
+MONTE_CARLO_MAX_DRAWS = 100_000  # cap on B = ceil(20 / alpha): p-value resolution 1e-5
+MONTE_CARLO_STOP_EXCEEDANCES = 20  # Besag-Clifford: stop once this many draws reach the observed statistic
+_PVALUE_METHODS = ("auto", "asymptotic", "monte-carlo")
+
+
+def token_counts(token_ids, vocab_size: int) -> np.ndarray:
+    """Count emitted tokens, ignoring padding (``PADDING_TOKEN_ID``).
+
+    Parameters
+    ----------
+    token_ids : array_like of int, any shape
+        Emitted token ids, ``-1`` for padding after EOS.
+    vocab_size : int
+
+    Returns
+    -------
+    np.ndarray, shape (vocab_size,), int64
+
+    Raises
+    ------
+    InvalidArgumentError
+        Non-integer ids, or an id outside ``0..vocab_size-1`` other than the padding value.
+
+    Examples
+    --------
+    >>> token_counts([[0, 2], [2, -1]], vocab_size=3).tolist()
+    [1, 0, 2]
+    """
+    vocab_size = check_positive_int(vocab_size, "vocab_size")
+    ids = np.asarray(token_ids)
+    if ids.dtype.kind not in "iu":
+        raise invalid_argument("token_ids", short(ids), "an integer array of token ids")
+    ids = ids[ids != PADDING_TOKEN_ID]
+    if ids.size and (ids.min() < 0 or ids.max() >= vocab_size):
+        bad = ids[(ids < 0) | (ids >= vocab_size)][0]
+        raise invalid_argument("token_ids", int(bad), f"ids in 0..{vocab_size - 1} or padding {PADDING_TOKEN_ID}")
+    return np.bincount(ids.astype(np.int64), minlength=vocab_size)
+
+
+def support_violations(counts, expected_probs) -> tuple[SupportViolation, ...]:
+    """Tokens with a positive count whose expected (target) prob is exactly 0.
+
+    Examples
+    --------
+    >>> [str(v) for v in support_violations([5, 0, 1], [0.5, 0.5, 0.0])]
+    ['token 2 emitted 1 time(s) but its target prob is 0']
+    """
+    counts, probs = _counts_probs_iv(counts, expected_probs, allow_zero_total=True)
+    bad = np.flatnonzero((probs == 0) & (counts > 0))
+    return tuple(SupportViolation(int(t), int(counts[t])) for t in bad)
+
+
+def _counts_probs_iv(counts, expected_probs, *, allow_zero_total: bool = False):
+    probs = check_probs(expected_probs, "expected_probs")
+    counts = check_counts(counts, "counts", allow_zero_total=allow_zero_total)
+    if counts.shape != probs.shape:
+        raise invalid_argument("counts.shape", counts.shape, f"the shape of expected_probs {probs.shape}")
+    return counts, probs
+
+
+def _pearson(observed: np.ndarray, probs: np.ndarray) -> np.ndarray:
+    """Pearson's X2 over the last axis: ``sum((O - n p)^2 / (n p))``; observed shape (..., K)."""
+    n = observed.sum(axis=-1, keepdims=True)
+    expected = n * probs
+    return ((observed - expected) ** 2 / expected).sum(axis=-1)
+
+
+def gof_pvalues(counts, expected_probs, *, min_expected: float = MIN_EXPECTED_COUNT) -> np.ndarray:
+    """Asymptotic Pearson p-values for many count vectors against one expected law (vectorised).
+
+    For simulations and benchmarks: the same pooling and statistic as :func:`gof_test` with
+    ``pvalue_method="asymptotic"``, without effect sizes or support checks.
+
+    Parameters
+    ----------
+    counts : array_like, shape (runs, vocab), int
+        One row per run; every row must have the same n (>= 1).
+    expected_probs : array_like, shape (vocab,), float64
+
+    Returns
+    -------
+    np.ndarray, shape (runs,), float64
+    """
+    probs = check_probs(expected_probs, "expected_probs")
+    counts = check_counts(counts, "counts", ndim=2)
+    if counts.shape[1] != probs.shape[0]:
+        raise invalid_argument("counts.shape", counts.shape, f"(runs, {probs.shape[0]})")
+    totals = counts.sum(axis=1)
+    if np.any(totals != totals[0]) or totals[0] == 0:
+        raise invalid_argument("counts", f"<row totals {np.unique(totals)[:4].tolist()}>", "rows with one common n >= 1")
+    pooling = _pool(probs, int(totals[0]), float(min_expected))
+    if pooling.num_categories < 2:
+        return np.ones(counts.shape[0])
+    observed = pooling.pool(counts)
+    return stats.chi2.sf(_pearson(observed, pooling.expected_probs), pooling.num_categories - 1)
+
+
+def gof_test(
+    counts,
+    expected_probs,
+    *,
+    alpha: float = 0.01,
+    pvalue_method: str = "auto",
+    num_resamples: int | None = None,
+    rng=None,
+    min_expected: float = MIN_EXPECTED_COUNT,
+    power: float = DEFAULT_POWER,
+    confidence: float = DEFAULT_CONFIDENCE,
+    test: str = "gof",
+) -> CellTestResult:
+    """Pearson chi-square goodness of fit of emitted-token counts to the target probs of one cell.
+
+    Parameters
+    ----------
+    counts : array_like, shape (vocab,), int
+        Emitted-token counts of the cell (:func:`token_counts`); n = sum >= 1.
+    expected_probs : array_like, shape (vocab,), float64
+        Processed target probs (sum to 1 within ``PROBS_SUM_ATOL``).
+    alpha : float, default 0.01
+        Level of the cell (used for ``rejected``, Monte Carlo size and the MDE).
+    pvalue_method : {"auto", "asymptotic", "monte-carlo"}, default "auto"
+        "auto" uses Monte Carlo when ``alpha < ASYMPTOTIC_MIN_ALPHA`` or a pooled expected count
+        is below ``MONTE_CARLO_MIN_EXPECTED`` (only possible with a lowered ``min_expected``).
+    num_resamples : int or None
+        Monte Carlo draws; default ``min(ceil(20 / alpha), MONTE_CARLO_MAX_DRAWS)`` (at least 1000).
+        Sampling stops early once ``MONTE_CARLO_STOP_EXCEEDANCES`` draws reach the observed value.
+    rng : None, int or numpy.random.Generator
+        Randomness for Monte Carlo and the TV bootstrap (None: a fixed default seed).
+    min_expected : float, default 10
+        Pooling threshold (DESIGN.md: every pooled expected count >= 10).
+    power : float, default 0.99
+        Power at which the minimum detectable effect is reported.
+    confidence : float, default 0.99
+        Level of the TV confidence interval.
+    test : str, default "gof"
+        Label stored in the result (the joint/conditional helpers pass their own).
+
+    Returns
+    -------
+    CellTestResult
+        Unpacks as ``(statistic, pvalue)``; ``effect`` is the TV on pooled categories (tokens
+        outside the support count as one extra category with expected 0) and ``mde`` the
+        minimum detectable effect.  With fewer than two pooled categories (n too small) the cell
+        is untestable: ``pvalue = 1``, ``method = "untestable"``, ``mde.tv = inf`` (UNDERPOWERED).
+
+    Raises
+    ------
+    InvalidArgumentError
+        Negative/NaN/non-integer counts, n = 0, probs not a distribution, mismatched shapes,
+        alpha outside (0, 1), unknown ``pvalue_method``.
+
+    Notes
+    -----
+    Valid for a fixed prefix (a fixed prompt's next-token law, or a position's marginal from the
+    exact enumerator).  For positions whose target probs depend on the emitted prefix use the
+    randomized PIT (:mod:`verifier.stats.pit`).
+
+    Examples
+    --------
+    >>> stat, p = gof_test([260, 450, 290], [0.2, 0.5, 0.3])
+    >>> round(stat, 2), p < 1e-4
+    (23.33, True)
+    """
+    counts, probs = _counts_probs_iv(counts, expected_probs)
+    alpha = check_alpha(alpha)
+    if pvalue_method not in _PVALUE_METHODS:
+        raise invalid_argument("pvalue_method", pvalue_method, " | ".join(repr(m) for m in _PVALUE_METHODS))
+    if num_resamples is not None:
+        num_resamples = check_positive_int(num_resamples, "num_resamples", minimum=10)
+    return _gof(counts, probs, alpha, pvalue_method, num_resamples, as_generator(rng), float(min_expected), power, confidence, test)
+
+
+def _gof(counts, probs, alpha, pvalue_method, num_resamples, rng, min_expected, power, confidence, test) -> CellTestResult:
+    n = int(counts.sum())
+    violations = tuple(SupportViolation(int(t), int(counts[t])) for t in np.flatnonzero((probs == 0) & (counts > 0)))
+    n_support = n - sum(v.count for v in violations)
+    pooling = _pool(probs, max(n_support, 1), min_expected)
+    observed = pooling.pool(counts)
+    # effect: pooled categories + one "outside the support" category
+    effect = _tv_estimate(
+        np.append(observed, n - n_support), np.append(pooling.expected_probs, 0.0), confidence, DEFAULT_BOOTSTRAP, rng
+    )
+    common = dict(
+        test=test, n=n, alpha=alpha, pooled_categories=pooling.describe(), num_categories=pooling.num_categories,
+        effect=effect, mde=min_detectable_effect(n, probs, alpha, power), support_violations=violations,
+    )
+    df = pooling.num_categories - 1
+    if df < 1 or n_support == 0:
+        return CellTestResult(statistic=0.0, pvalue=1.0, method="untestable", df=max(df, 0), **common)
+    statistic = float(_pearson(observed, pooling.expected_probs))
+    use_mc = pvalue_method == "monte-carlo" or (
+        pvalue_method == "auto"
+        and (alpha < ASYMPTOTIC_MIN_ALPHA or n_support * pooling.expected_probs.min() < MONTE_CARLO_MIN_EXPECTED)
+    )
+    if not use_mc:
+        return CellTestResult(statistic=statistic, pvalue=float(stats.chi2.sf(statistic, df)), method="asymptotic", df=df, **common)
+    draws = num_resamples or min(max(math.ceil(20 / alpha), 1000), MONTE_CARLO_MAX_DRAWS)
+    pvalue, used = _monte_carlo_pvalue(statistic, n_support, pooling.expected_probs, draws, rng)
+    return CellTestResult(statistic=statistic, pvalue=pvalue, method="monte-carlo", df=df, num_resamples=used, **common)
+
+
+def _monte_carlo_pvalue(statistic: float, n: int, probs: np.ndarray, draws: int, rng: np.random.Generator) -> tuple[float, int]:
+    """(1 + #{X2_b >= X2_obs}) / (1 + B), or Besag–Clifford h / L when stopped early."""
+    chunk = max(100, min(draws, 10_000, 2_000_000 // len(probs)))  # small chunks: early stop is cheap under the null
+    done = exceed = 0
+    tol = 1e-9 * max(statistic, 1.0)  # ties within float noise count as exceedances (conservative)
+    while done < draws:
+        size = min(chunk, draws - done)
+        sim = _pearson(rng.multinomial(n, probs, size=size), probs)
+        exceed += int(np.count_nonzero(sim >= statistic - tol))
+        done += size
+        if exceed >= MONTE_CARLO_STOP_EXCEEDANCES and done < draws:
+            return exceed / done, done
+    return (1 + exceed) / (1 + done), done
