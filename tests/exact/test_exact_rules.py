@@ -109,3 +109,13 @@ def test_greedy_draft_proposes_only_the_draft_argmax():
     # x = 0 always, accepted with p/q = 2/5; rejected (3/5) -> residual (0, 2/3, 1/3)
     assert law.accepted_mass == (F(2, 5), 0, 0)
     assert law.output_law == (F(2, 5), F(2, 5), F(1, 5))
+
+
+@pytest.mark.parametrize("module", ["rules", "step", "laws", "cases", "stage", "counterexample"])
+def test_docstring_examples_run(module):
+    import doctest
+    import importlib
+
+    mod = importlib.import_module(f"verifier.exact.{module}")
+    result = doctest.testmod(mod, optionflags=doctest.ELLIPSIS)
+    assert result.failed == 0
