@@ -119,3 +119,11 @@ def test_docstring_examples_run(module):
     mod = importlib.import_module(f"verifier.exact.{module}")
     result = doctest.testmod(mod, optionflags=doctest.ELLIPSIS)
     assert result.failed == 0
+
+
+def test_typical_threshold_with_huge_denominators_uses_logarithms_and_agrees():
+    # denominators 10**9: the integer-power route would need (p/delta)**(10**9); logarithms decide
+    p = (F(123456789, 10**9), F(476543211, 10**9), F(4, 10))
+    for delta in (F(3, 10), F(1, 2), F(9, 10)):
+        for x in range(3):
+            assert _exceeds_typical_threshold(p, x, F(1), delta) == _float_typical(p, x, F(1), delta)

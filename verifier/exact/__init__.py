@@ -4,6 +4,7 @@ Everything is :class:`fractions.Fraction`; see docs/ARCHITECTURE.md ("Exact stag
 contract and :mod:`verifier.exact.rules` for the rules and where exp() is handled.
 """
 
+from verifier.exact.counterexample import Counterexample, find_counterexample
 from verifier.exact.cases import ExactCase, TabularPair, standard_cases, standard_tabular_pairs, unigram_case
 from verifier.exact.laws import accepted_count_law, marginal, n_token_law, round_law, target_law, total_variation
 from verifier.exact.rules import RULES, Rule, get_rule, residual
@@ -39,10 +40,3 @@ __all__ = [
     "unigram_case",
 ]
 
-
-def __getattr__(name):  # hypothesis is imported only when a counterexample is searched
-    if name in ("find_counterexample", "Counterexample"):
-        from verifier.exact import counterexample
-
-        return getattr(counterexample, name)
-    raise AttributeError(f"module 'verifier.exact' has no attribute {name!r}")

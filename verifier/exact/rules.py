@@ -15,6 +15,8 @@ Exactness.  Everything is :class:`fractions.Fraction`.  Two rules need ``exp``:
 * typical acceptance compares ``p(x)`` with ``delta * exp(-H(p))``.  With ``p_i = n_i / D`` this is
   decided exactly: ``p(x) > delta * prod_i p_i ** p_i``  iff
   ``(p(x) / delta) ** D > prod_i p_i ** n_i`` (integer powers of rationals), so no float enters.
+  For ``D > 10_000`` (e.g. rows read from long decimals) the powers are too large and 60-digit
+  :mod:`decimal` logarithms decide instead; a gap below 1e-50 is an error, never a guess.
 * the softmax-residual mutant emits ``softmax(max(0, p - q))``, whose entries are irrational.  Each
   ``exp`` is computed with :mod:`decimal` to :data:`SOFTMAX_DIGITS` significant digits, converted
   exactly to a Fraction and the vector renormalised to sum to exactly 1: every entry is within a
@@ -55,6 +57,7 @@ DECLARED_STATUSES = ("exact", "biased", "lossy")  # lossy: biased on purpose (an
 TYPICAL_EPSILON = Fraction(9, 100)  # Medusa's default posterior_threshold
 TYPICAL_DELTA = Fraction(3, 10)  # Medusa's default posterior_alpha
 SOFTMAX_DIGITS = 50  # significant digits of each exp() in the softmax-residual mutant
+TYPICAL_MAX_EXACT_DENOMINATOR = 10_000  # above: (p/delta)**D is too big to form; 60-digit logarithms decide instead
 
 
 @dataclass(frozen=True)
@@ -185,12 +188,35 @@ def _exceeds_typical_threshold(target_probs: Probs, x: int, epsilon: Fraction, d
     if px == 0:
         return False  # the right-hand side is > 0
     denom = math.lcm(*(p.denominator for p in target_probs))
+    if denom > TYPICAL_MAX_EXACT_DENOMINATOR:
+        return _exceeds_by_logarithms(target_probs, px, delta)
     lhs = (px / delta) ** denom
     rhs = Fraction(1)
     for p in target_probs:
         if p:
             rhs *= p ** int(p * denom)
     return lhs > rhs
+
+
+def _exceeds_by_logarithms(target_probs: Probs, px: Fraction, delta: Fraction) -> bool:
+    """``log(p(x) / delta) > sum_i p_i log p_i`` with 60-digit logarithms (huge denominators).
+
+    Each side is within ~1e-55 of its true value, so a gap above 1e-50 decides the comparison
+    rigorously; a smaller gap (a tie in all practical senses) is reported instead of guessed.
+    """
+    def ln(f: Fraction) -> decimal.Decimal:
+        return (decimal.Decimal(f.numerator) / decimal.Decimal(f.denominator)).ln()
+
+    with decimal.localcontext() as ctx:
+        ctx.prec = 60
+        gap = ln(px / delta) - sum((ln(p) * (decimal.Decimal(p.numerator) / decimal.Decimal(p.denominator)) for p in target_probs if p),
+                                   decimal.Decimal(0))
+    if abs(gap) <= decimal.Decimal("1e-50"):
+        raise invalid_argument("target_probs", [str(p) for p in target_probs][:8],
+                               "rows whose typical-acceptance threshold is not within 1e-50 of a token's probability "
+                               f"(denominators above {TYPICAL_MAX_EXACT_DENOMINATOR} are compared with 60-digit logarithms)",
+                               where="rule 'typical_acceptance'")
+    return gap > 0
 
 
 def _typical_acceptance(target_probs: Probs, draft_probs: Probs, x: int) -> Fraction:
