@@ -1,0 +1,69 @@
+"""``specverify run SUITE``: the main job -- exact stage, sampling, statistics, verdict, reports."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+HELP = "Run a verification suite (TOML): exact stage, sampling, statistics, verdict and reports."
+
+DEFAULT_REPORT_DIR = "reports"  # runs go to <report-dir>/<suite name>/<run id>/
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("suite", nargs="?", metavar="SUITE", help="Suite file, e.g. suites/ci.toml (not needed with --resume).")
+    parser.add_argument("--profile", metavar="NAME", default=None,
+                        help="Sample-budget profile: ci, nightly, audit or one the suite defines. Default: the suite's default_profile.")
+    parser.add_argument("--seed", metavar="INT", type=int, default=None, help="Override the suite seed (every chunk seed derives from it). Default: the suite's seed.")
+    parser.add_argument("--report-dir", metavar="DIR", default=DEFAULT_REPORT_DIR,
+                        help=f"Root folder of run folders (<DIR>/<suite>/<run id>/). Default: {DEFAULT_REPORT_DIR}.")
+    parser.add_argument("--run-dir", metavar="DIR", default=None, help="Exact run folder to create (instead of <report-dir>/<suite>/<run id>).")
+    parser.add_argument("--resume", metavar="RUN_DIR", default=None,
+                        help="Continue an interrupted run: keep its shards, sample only the missing chunks.")
+    parser.add_argument("--no-progress", action="store_true", help="Do not show progress bars.")
+
+
+def _stage_line(stages: dict) -> str:
+    total = sum(stages.values())
+    return "wall time per stage: " + ", ".join(f"{k} {v:.1f} s" for k, v in stages.items()) + f"; total {total:.1f} s"
+
+
+def run(args: argparse.Namespace) -> int:
+    from verifier.errors import ConfigError, EXIT_USAGE
+    from verifier.runner import load_run_suite, new_run_dir, run_suite
+    from verifier.suite import load_suite, parse_suite
+
+    if args.resume:
+        suite, _ = load_run_suite(args.resume)
+        if args.profile or args.seed is not None:
+            raise ConfigError("--resume continues the stored suite; --profile and --seed cannot change it")
+        run_dir = Path(args.resume)
+        print(f"resuming {run_dir} (suite {suite.name!r}, profile {suite.profile}, seed {suite.seed})")
+    else:
+        if not args.suite:
+            print("specverify run: error: SUITE is required unless --resume RUN_DIR is given", file=sys.stderr)
+            return EXIT_USAGE
+        suite = load_suite(args.suite, args.profile)
+        if args.seed is not None:
+            if args.seed < 0:
+                raise ConfigError(f"--seed={args.seed!r} is invalid; allowed: an integer >= 0")
+            raw = dict(suite.raw, seed=args.seed)
+            suite = parse_suite(raw, source=suite.source, base_dir=suite.base_dir).with_profile(suite.profile)
+        run_dir = Path(args.run_dir) if args.run_dir else new_run_dir(args.report_dir, suite)
+        print(f"suite {suite.name!r} ({suite.source}), profile {suite.profile}, seed {suite.seed} -> {run_dir}")
+    outcome = run_suite(suite, run_dir, resume=bool(args.resume), progress=not args.no_progress)
+    report = outcome.report
+    print()
+    for d in report["decoders"]:
+        mark = "ok" if d["expectation_met"] else f"EXPECTED {d['expect'].upper()}"
+        print(f"  {d['decoder']:<28} expect {d['expect']:<6} -> {d['verdict']:<14} [{mark}] {d['reason']}")
+    if report["exact"].get("ran"):
+        ex = report["exact"]
+        print(f"  exact stage: {len(ex['findings'])} findings, " + ("every rule as declared" if ex["ok"] else f"WRONG: {', '.join(ex['wrong_rules'])}"))
+    for e in report.get("stopped", []):
+        print(f"  {e['decoder']} stopped at {e['set']}, chunk {e['chunk']}: {e['message']}")
+    print(f"verdict: {report['verdict']} (exit {outcome.exit_code})")
+    print(f"reports: {outcome.run_dir}/report.html, report.md, report.json, junit.xml")
+    print(_stage_line(outcome.stage_seconds))
+    return outcome.exit_code

@@ -1,0 +1,218 @@
+"""Report writers: report.json (versioned schema), report.md, report.html, junit.xml.
+
+All four are rendered from the one ``report.json`` dictionary built by the runner, so
+``specverify report RUN_DIR`` and a run produce the same files.  Templates live in
+``verifier/reports/templates/`` (jinja2; HTML autoescaping on -- decoder names and prompts come
+from users).  Every file is written to a temporary name and moved into place.
+
+report.json top-level keys (schema version 1): ``schema_version``, ``tool``, ``verdict``
+(``PASS``/``FAIL``/``UNDERPOWERED``/``ERROR``), ``exit_code``, ``summary``, ``suite``,
+``environment``, ``exact`` (exact-stage findings), ``decoders`` (verdict per decoder),
+``sample_sets``, ``cells`` (statistic, raw and adjusted p-values, effect with CI, MDE, verdict),
+``stopped`` (where a decoder failed) and ``run`` (the only volatile part: run id, timestamps,
+wall time per stage).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+from verifier.errors import ReportWriteError
+
+__all__ = ["write_reports", "render_markdown", "render_html", "render_junit", "REPORT_FILES"]
+
+REPORT_FILES = ("report.json", "report.md", "report.html", "junit.xml")
+MAX_FAILING_PLOTS = 12  # observed-vs-expected figures in report.html (the table lists all)
+
+
+def _sanitize(obj: Any) -> Any:
+    """Make ``obj`` strict JSON: non-finite floats become None / "inf" / "-inf"."""
+    if isinstance(obj, float):
+        if math.isfinite(obj):
+            return obj
+        return None if math.isnan(obj) else ("inf" if obj > 0 else "-inf")
+    if isinstance(obj, dict):
+        return {str(k): _sanitize(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_sanitize(v) for v in obj]
+    if hasattr(obj, "item") and callable(obj.item):  # numpy scalars
+        return _sanitize(obj.item())
+    return obj
+
+
+def _num(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    try:
+        return f"{float(value):.3g}"
+    except (TypeError, ValueError):
+        return str(value)
+
+
+def _md(value: Any) -> str:
+    """Escape text for a Markdown table cell (pipes, newlines, HTML brackets)."""
+    text = str(value)
+    for a, b in (("&", "&amp;"), ("<", "&lt;"), ("|", "\\|"), ("\n", " "), ("`", "'")):
+        text = text.replace(a, b)
+    return text
+
+
+def _env(autoescape: bool):
+    import jinja2
+
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("verifier.reports", "templates"),
+        autoescape=autoescape,
+        undefined=jinja2.StrictUndefined if not autoescape else jinja2.Undefined,
+        trim_blocks=False,
+        keep_trailing_newline=True,
+    )
+    env.filters["num"] = _num
+    env.filters["md"] = _md
+    return env
+
+
+def _failing(report: dict) -> list[dict]:
+    return [c for c in report.get("cells", []) if c.get("verdict") == "BIAS"]
+
+
+def render_markdown(report: dict) -> str:
+    """report.md: the verdict first, then the table of failing cells, then the rest."""
+    return _env(False).get_template("report.md.j2").render(r=report, failing=_failing(report))
+
+
+def render_html(report: dict) -> str:
+    """report.html: one self-contained file (plots as base64 PNG), autoescaped."""
+    from verifier.reports import plots
+
+    failing = _failing(report)
+    failing_plots = []
+    for c in sorted(failing, key=lambda c: c.get("pvalue") or 0)[:MAX_FAILING_PLOTS]:
+        png = plots.failing_cell_bars(c)
+        if png:
+            failing_plots.append({"id": c["id"], "png": png})
+    stats = report.get("suite", {}).get("stats", {})
+    alpha = float(stats.get("alpha", 1e-3))
+    level = alpha / 2 if stats.get("correction", "gate") == "gate" else alpha
+    pit = []
+    for d in report.get("decoders", []):
+        png = plots.pit_figure(d["decoder"], [c for c in report.get("cells", []) if c.get("decoder") == d["decoder"]])
+        if png:
+            pit.append((d["decoder"], png))
+    figs = {
+        "ranked": plots.ranked_pvalues(report.get("cells", []), level),
+        "pit": pit,
+        "acceptance": plots.acceptance_lengths(report.get("sample_sets", [])),
+    }
+    return _env(True).get_template("report.html.j2").render(
+        r=report, failing=failing, failing_plots=failing_plots, plots=figs)
+
+
+def render_junit(report: dict) -> str:
+    """junit.xml: one testsuite per decoder, one testcase per cell.
+
+    A cell fails when its verdict contradicts the decoder's expectation: a ``BIAS`` cell of a
+    ``pass`` decoder, or (for a ``detect`` decoder that went undetected) every cell.  A decoder
+    error is one ``error`` testcase.  Underpowered cells of ``pass`` decoders are failures too.
+    """
+    root = ET.Element("testsuites", name=f"spec-verifier:{report.get('suite', {}).get('name', '')}")
+    cells_by_dec: dict[str, list[dict]] = {}
+    for c in report.get("cells", []):
+        cells_by_dec.setdefault(c.get("decoder", ""), []).append(c)
+    total = failures = errors = 0
+    for d in report.get("decoders", []):
+        name = d["decoder"]
+        suite_el = ET.SubElement(root, "testsuite", name=name)
+        cases = cells_by_dec.get(name, [])
+        f = e = 0
+        for c in cases:
+            tc = ET.SubElement(suite_el, "testcase", classname=f"{report['suite']['name']}.{name}", name=c["id"])
+            msg = f"verdict={c.get('verdict')} p={_num(c.get('pvalue'))} adjusted={_num(c.get('adjusted_pvalue'))} " \
+                  f"effect={_num(c.get('effect'))} {c.get('effect_unit', '')} mde={_num(c.get('mde'))}"
+            bad = (d["expect"] == "pass" and c.get("verdict") in ("BIAS", "UNDERPOWERED")) or (
+                d["expect"] == "detect" and not d["expectation_met"])
+            if bad:
+                f += 1
+                ET.SubElement(tc, "failure", message=msg).text = c.get("support_violation") or d.get("reason", "")
+            else:
+                ET.SubElement(tc, "system-out").text = msg
+        if d.get("error"):
+            e += 1
+            tc = ET.SubElement(suite_el, "testcase", classname=f"{report['suite']['name']}.{name}", name=f"{name}/generate")
+            if d["expectation_met"]:
+                ET.SubElement(tc, "system-out").text = d["error"].get("message", "")
+            else:
+                ET.SubElement(tc, "error", message=d["error"].get("type", "DecoderError")).text = d["error"].get("message", "")
+        suite_el.set("tests", str(len(cases) + (1 if d.get("error") else 0)))
+        suite_el.set("failures", str(f))
+        suite_el.set("errors", str(e if d.get("error") and not d["expectation_met"] else 0))
+        total += len(cases) + (1 if d.get("error") else 0)
+        failures += f
+        errors += int(suite_el.get("errors"))
+    exact = report.get("exact", {})
+    if exact.get("ran"):
+        ex = ET.SubElement(root, "testsuite", name="exact-stage", tests="1", failures="0" if exact["ok"] else "1", errors="0")
+        tc = ET.SubElement(ex, "testcase", classname=f"{report['suite']['name']}.exact", name="rules match declared status")
+        if not exact["ok"]:
+            ET.SubElement(tc, "failure", message="wrong rules: " + ", ".join(exact.get("wrong_rules", [])))
+        total += 1
+        failures += 0 if exact["ok"] else 1
+    root.set("tests", str(total))
+    root.set("failures", str(failures))
+    root.set("errors", str(errors))
+    ET.indent(root)
+    return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+
+
+def _write(path: Path, text: str) -> None:
+    tmp = path.with_name(f".tmp-{path.name}")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def write_reports(report: dict, out_dir: str | Path) -> dict[str, Path]:
+    """Write report.json, report.md, report.html and junit.xml into ``out_dir``.
+
+    Parameters
+    ----------
+    report : dict
+        The report.json content built by :mod:`verifier.runner`.
+    out_dir : path
+        Created if absent.
+
+    Returns
+    -------
+    dict[str, Path]
+        File name -> path written.
+
+    Raises
+    ------
+    ReportWriteError
+        ``out_dir`` cannot be created or written (read-only, disk full, a file in the way).
+    """
+    out = Path(out_dir)
+    report = _sanitize(report)
+    texts = {
+        "report.json": json.dumps(report, indent=2, sort_keys=True, allow_nan=False) + "\n",
+        "report.md": render_markdown(report),
+        "report.html": render_html(report),
+        "junit.xml": render_junit(report),
+    }
+    paths = {}
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        for name, text in texts.items():
+            _write(out / name, text)
+            paths[name] = out / name
+    except OSError as exc:
+        raise ReportWriteError(f"cannot write reports to {str(out)!r}: {exc.strerror or exc}") from None
+    return paths

@@ -1,0 +1,205 @@
+"""Statistics stage: one hypothesis test per cell of a sample set.
+
+Cells of one sample set (decoder, prompt, sampling config, num_draft_tokens):
+
+``gof@t``
+    Pearson chi-square goodness of fit of emitted token ``t`` against its exact marginal law
+    (:mod:`verifier.runner.expected`), categories pooled data-blind by target prob
+    (:func:`verifier.stats.pooling.pool_categories`).  An emitted token with target prob 0 is a
+    support violation (p-value 0, whatever the counts).
+``joint@1,2``
+    The same test on the pair (token 1, token 2).
+``pit``
+    Randomized probability integral transform of every emitted token,
+    ``u = F(x^-) + V * p(x)`` with tokens ordered by target prob descending and ``V`` from a
+    generator independent of the decoder's; under the null the u's are iid Uniform(0, 1):
+    one-sample Kolmogorov-Smirnov test (scipy).  Its effect and MDE are KS distances.
+``accepted``
+    The first round's accepted-draft count against its exact law (when the decoder reports it).
+
+Every cell carries its n, statistic, p-value, effect estimate (total variation between observed
+and expected on the pooled categories, with a 95% bootstrap interval) and its minimum detectable
+effect at the per-cell level of the family-wise correction and the suite's power
+(:func:`verifier.stats.power.min_detectable_effect`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+from scipy import stats as sps
+
+from verifier.protocols import PADDING_TOKEN_ID
+from verifier.stats.pooling import pool_categories
+
+__all__ = ["CellResult", "gof_cell", "pit_cell", "randomized_pit", "token_counts", "pair_counts"]
+
+CI_LEVEL = 0.95  # confidence of the effect (TV) interval shown in reports
+ENDED = -1  # category index meaning "the row had already ended (EOS) before this position"
+
+
+@dataclass
+class CellResult:
+    """One cell's test result (serialised into report.json as is)."""
+
+    id: str
+    decoder: str
+    set_id: str
+    test: str
+    method: str
+    n: int
+    statistic: float
+    pvalue: float
+    df: int | None = None
+    effect: float | None = None  # TV (or KS distance for pit) between observed and expected
+    effect_ci: tuple[float, float] | None = None
+    effect_unit: str = "tv"
+    mde: float | None = None  # minimum detectable effect, same unit as `effect`
+    mde_w: float | None = None  # Cohen's w of the MDE (chi-square cells)
+    cell_alpha: float | None = None
+    support_violation: str | None = None
+    adjusted_pvalue: float | None = None
+    verdict: str = ""
+    observed: list[float] | None = None  # pooled counts (for the report's bar chart)
+    expected: list[float] | None = None  # pooled expected counts
+    labels: list[str] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __iter__(self):  # unpacks as (statistic, pvalue)
+        return iter((self.statistic, self.pvalue))
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["effect_ci"] = list(self.effect_ci) if self.effect_ci is not None else None
+        return {k: _json_float(v) for k, v in d.items()}
+
+
+def _json_float(v: Any) -> Any:
+    if isinstance(v, float) and not math.isfinite(v):
+        return None if math.isnan(v) else ("inf" if v > 0 else "-inf")
+    return v
+
+
+def token_counts(tokens: np.ndarray, position: int, vocab: int) -> np.ndarray:
+    """Counts of emitted token ``position`` (1-based) over ``vocab + 1`` categories (last = ended)."""
+    col = tokens[:, position - 1]
+    col = np.where(col == PADDING_TOKEN_ID, vocab, col)
+    return np.bincount(col, minlength=vocab + 1).astype(np.int64)
+
+
+def pair_counts(tokens: np.ndarray, vocab: int) -> np.ndarray:
+    """Counts of (token 1, token 2), shape (vocab, vocab + 1), flattened row-major."""
+    a = tokens[:, 0]
+    b = np.where(tokens[:, 1] == PADDING_TOKEN_ID, vocab, tokens[:, 1])
+    return np.bincount(a * (vocab + 1) + b, minlength=vocab * (vocab + 1)).astype(np.int64)
+
+
+def gof_cell(cell_id: str, counts: np.ndarray, expected_probs: np.ndarray, *, cell_alpha: float,
+             power: float, rng: np.random.Generator, label_fn=None, **meta: Any) -> CellResult:
+    """Pooled Pearson chi-square GOF of ``counts`` against ``expected_probs`` (:func:`verifier.stats.gof_test`).
+
+    Parameters
+    ----------
+    counts : np.ndarray, shape (categories,), int64
+    expected_probs : np.ndarray, shape (categories,), float64
+        Exact law under the null (sums to 1).
+    cell_alpha : float
+        Per-cell level of the correction: decides asymptotic vs Monte Carlo p-values and the
+        level at which the minimum detectable effect is stated.
+    power : float
+        Power at which the MDE is stated (suite ``stats.power``, default 0.99).
+    rng : np.random.Generator
+        For Monte Carlo p-values and the bootstrap interval of the effect.
+
+    Returns
+    -------
+    CellResult
+        ``support_violation`` set when a category with expected prob 0 was observed.
+    """
+    from verifier.stats.gof import gof_test
+
+    test = meta.pop("test", "gof")
+    counts = np.asarray(counts, dtype=np.int64)
+    expected_probs = np.clip(np.asarray(expected_probs, dtype=np.float64), 0.0, None)
+    expected_probs = expected_probs / expected_probs.sum()
+    n = int(counts.sum())
+    if n == 0:
+        return CellResult(cell_id, test=test, method="no samples", n=0, statistic=math.nan, pvalue=1.0, **meta)
+    res = gof_test(counts, expected_probs, alpha=cell_alpha, rng=rng, power=power, confidence=CI_LEVEL, test=test)
+    violation = None
+    if res.support_violations:
+        v = res.support_violations[0]
+        name = label_fn(v.token_id) if label_fn else str(v.token_id)
+        violation = f"emitted {name} {v.count} time(s) but its target prob is 0"
+    pooling = pool_categories(expected_probs, n)
+    observed = pooling.pool(counts).astype(np.float64)
+    labels = []
+    for g in range(pooling.num_categories):
+        members = np.flatnonzero(pooling.groups == g)
+        names = [label_fn(int(m)) if label_fn else str(int(m)) for m in members[:3]]
+        labels.append(", ".join(names) + (f" +{len(members) - 3}" if len(members) > 3 else ""))
+    eff = res.effect
+    return CellResult(
+        cell_id, test=test, method=f"pearson chi-square, data-blind pooling, {res.method} p-value", n=n,
+        statistic=float(res.statistic), pvalue=float(res.pvalue), df=res.df,
+        effect=eff.estimate if eff else None, effect_ci=(eff.ci_low, eff.ci_high) if eff else None,
+        mde=float(res.mde.tv) if res.mde else None, mde_w=float(res.mde.w) if res.mde else None,
+        cell_alpha=cell_alpha, support_violation=violation,
+        observed=observed.tolist(), expected=(pooling.expected_probs * n).tolist(), labels=labels,
+        extra={"num_resamples": res.num_resamples}, **meta,
+    )
+
+
+def randomized_pit(tokens: np.ndarray, probs: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, tuple]:
+    """Randomized PIT of emitted tokens (:func:`verifier.stats.pit.randomized_pit`).
+
+    Parameters
+    ----------
+    tokens : np.ndarray, shape (rows,), int64
+        Emitted tokens, ``-1`` (padding) skipped.
+    probs : np.ndarray, shape (rows, vocab), float64
+        Teacher-forced processed target probs for each token's prefix.
+    rng : np.random.Generator
+        Independent of the decoder's randomness.
+
+    Returns
+    -------
+    u : np.ndarray, float64 -- iid Uniform(0, 1) under the null.
+    violations : tuple of SupportViolation
+    """
+    from verifier.stats.pit import randomized_pit as _pit
+
+    return _pit(tokens, probs, rng)
+
+
+def pit_cell(cell_id: str, u: np.ndarray, *, cell_alpha: float, power: float, violations: tuple = (),
+             **meta: Any) -> CellResult:
+    """One-sample KS test of randomized-PIT values against Uniform(0, 1).
+
+    The MDE is the KS distance detected with probability ``power`` at level ``cell_alpha``,
+    from the asymptotic Kolmogorov law: ``(K_{1-alpha} + z_power / 2) / sqrt(n)`` (the empirical
+    CDF at the maximising point has standard deviation <= 1 / (2 sqrt(n))).
+    """
+    n = int(u.size)
+    if n == 0:
+        return CellResult(cell_id, test="pit", method="no samples", n=0, statistic=math.nan, pvalue=1.0, **meta)
+    from verifier.stats.pit import pit_ks_test
+
+    res = pit_ks_test(u, alpha=cell_alpha)
+    k_alpha = float(sps.kstwobign.isf(cell_alpha))
+    mde = (k_alpha + float(sps.norm.isf(1 - power)) / 2) / math.sqrt(n)
+    half = float(sps.kstwobign.isf(1 - CI_LEVEL)) / math.sqrt(n)  # DKW-type band for the KS distance
+    d = float(res.statistic)
+    hist, _ = np.histogram(u, bins=20, range=(0.0, 1.0))
+    return CellResult(
+        cell_id, test="pit", method=f"randomized PIT, Kolmogorov-Smirnov vs Uniform(0,1), {res.method} p-value", n=n,
+        statistic=d, pvalue=float(res.pvalue), effect=d, effect_ci=(max(0.0, d - half), min(1.0, d + half)),
+        effect_unit="ks", mde=min(mde, 1.0), cell_alpha=cell_alpha,
+        support_violation=(f"emitted token {violations[0].token_id} {violations[0].count} time(s) but its "
+                           "target prob is 0") if violations else None,
+        observed=hist.astype(float).tolist(), expected=[n / 20.0] * 20,
+        extra={"quantiles": np.quantile(u, np.linspace(0, 1, 101)).round(6).tolist()}, **meta,
+    )

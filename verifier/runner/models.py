@@ -1,0 +1,292 @@
+"""Resolve a suite's model pairs and compute *reference* target probs from them.
+
+Model spec strings (``[models.NAME] target = ..., draft = ...``):
+
+``shipped:target`` / ``shipped:draft``
+    The tiny checkpoints shipped with the package (:func:`verifier.models.shipped_checkpoint`).
+``tabular:PAIR``
+    The target or draft (by role) of ``verifier.exact.standard_tabular_pairs()[PAIR]``: a rational
+    n-gram model whose laws are exactly known; decoders get it as a ``TabularCausalLM``.
+``module:attr``
+    A :class:`~verifier.exact.tabular.TabularLM` or a torch causal LM, or a zero-argument callable
+    returning one (e.g. a test's own table).
+anything else
+    A local Hugging Face checkpoint folder (relative paths resolve against the suite's folder).
+
+:class:`ReferenceModel` gives the *processed* float64 target probs the statistics compare against:
+``next_probs`` for a batch of equal-length prefixes (used to enumerate the expected laws of the
+first positions) and ``teacher_forced`` for every position of emitted rows (randomized PIT).
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from verifier.errors import ConfigError, ModelLoadError
+from verifier.exact.tabular import TabularLM
+from verifier.protocols import PADDING_TOKEN_ID
+from verifier.sampling import SamplingConfig, processed_probs
+from verifier.suite.schema import ModelPair, Prompt
+
+__all__ = ["ReferenceModel", "LoadedPair", "load_pair", "encode_prompt"]
+
+_PY_SPEC = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
+ROW_BATCH = 256  # rows per teacher-forced forward pass (bounds memory: rows x positions x vocab float64)
+
+
+class ReferenceModel:
+    """Processed float64 next-token probs of a target (tabular table or torch causal LM).
+
+    Parameters
+    ----------
+    model : TabularLM or torch.nn.Module
+        A rational n-gram model, or a causal LM whose ``model(input_ids).logits`` has shape
+        (batch, seq, vocab).
+    vocab_size : int
+    eos_token_id : int or None
+    """
+
+    def __init__(self, model: Any, vocab_size: int, eos_token_id: int | None, name: str = "") -> None:
+        self.model = model
+        self.vocab_size = int(vocab_size)
+        self.eos_token_id = eos_token_id
+        self.name = name
+        if isinstance(model, TabularLM):
+            with np.errstate(divide="ignore"):
+                self._log_table = torch.from_numpy(np.log(model.float_table()))
+
+    def _logits(self, seqs: torch.Tensor) -> torch.Tensor:
+        """Next-token logits after every prefix of ``seqs``: (batch, seq) -> (batch, seq, vocab)."""
+        if isinstance(self.model, TabularLM):
+            c = self.model.context_len
+            idx = torch.zeros(seqs.shape, dtype=torch.long)
+            for j in range(c):  # row index of the context ending at each position (lexicographic)
+                shifted = torch.roll(seqs, shifts=j, dims=1)
+                idx += shifted * self.vocab_size ** j
+            return self._log_table[idx]
+        device = next(self.model.parameters()).device
+        with torch.inference_mode():
+            return self.model(seqs.to(device)).logits.to(torch.float64).cpu()
+
+    def next_probs(self, prefixes: np.ndarray, sampling: SamplingConfig) -> np.ndarray:
+        """Processed target probs after each prefix.
+
+        Parameters
+        ----------
+        prefixes : np.ndarray, shape (batch, prefix_len), int64
+            Equal-length prefixes (prompt + tokens), no padding.
+        sampling : SamplingConfig
+
+        Returns
+        -------
+        np.ndarray, shape (batch, vocab), float64
+        """
+        seqs = torch.as_tensor(np.asarray(prefixes, dtype=np.int64))
+        out = []
+        for start in range(0, len(seqs), ROW_BATCH):
+            part = seqs[start:start + ROW_BATCH]
+            logits = self._logits(part)[:, -1, :]
+            mask = _context_mask(part, self.vocab_size)[:, -1, :] if sampling.repetition_penalty else None
+            out.append(processed_probs(logits, sampling, mask).numpy())
+        return np.concatenate(out) if out else np.zeros((0, self.vocab_size))
+
+    def teacher_forced(self, prompt_ids: tuple[int, ...], tokens: np.ndarray, sampling: SamplingConfig):
+        """Yield ``(rows, probs)`` per row batch: processed target probs at every emitted position.
+
+        Parameters
+        ----------
+        prompt_ids : tuple of int
+        tokens : np.ndarray, shape (num_samples, max_new_tokens), int64, -1 after EOS
+
+        Yields
+        ------
+        rows : slice
+        probs : np.ndarray, shape (rows, max_new_tokens, vocab), float64
+            ``probs[i, t]`` is the target's processed distribution of emitted token ``t`` given the
+            prompt and tokens ``< t`` of row ``i`` (meaningless where ``tokens[i, t] == -1``).
+        """
+        n, steps = tokens.shape
+        prompt = torch.as_tensor(prompt_ids, dtype=torch.long)
+        for start in range(0, n, ROW_BATCH):
+            part = torch.as_tensor(tokens[start:start + ROW_BATCH], dtype=torch.long)
+            part = torch.where(part == PADDING_TOKEN_ID, torch.zeros_like(part), part)
+            seqs = torch.cat([prompt.expand(len(part), -1), part[:, :-1]], dim=1)
+            logits = self._logits(seqs)[:, len(prompt_ids) - 1:, :]
+            mask = _context_mask(seqs, self.vocab_size)[:, len(prompt_ids) - 1:, :] if sampling.repetition_penalty else None
+            yield slice(start, start + len(part)), processed_probs(logits, sampling, mask).numpy()
+
+
+def _context_mask(seqs: torch.Tensor, vocab: int) -> torch.Tensor:
+    """(batch, seq, vocab) bool: token v occurs in ``seqs[:, :t+1]``."""
+    one_hot = torch.nn.functional.one_hot(seqs, vocab)
+    return one_hot.cumsum(dim=1) > 0
+
+
+class LoadedPair:
+    """A model pair: raw models (``TabularLM`` or torch LM), reference probs, tokenizer.
+
+    ``target`` / ``draft`` are what decoders get: the torch model itself, or a
+    ``verifier.models.TabularCausalLM`` wrapping a tabular model (built on first use).
+    """
+
+    def __init__(self, spec: ModelPair, target_model: Any, draft_model: Any, reference: ReferenceModel,
+                 draft_reference: ReferenceModel, tokenizer: Any = None) -> None:
+        self.spec = spec
+        self.target_model, self.draft_model = target_model, draft_model
+        self.reference, self.draft_reference = reference, draft_reference
+        self.tokenizer = tokenizer
+        self._wrapped: dict[str, Any] = {}
+
+    def _decoder_model(self, role: str) -> Any:
+        if role not in self._wrapped:
+            obj = self.target_model if role == "target" else self.draft_model
+            if isinstance(obj, TabularLM):
+                from verifier.models import TabularCausalLM
+
+                obj = TabularCausalLM(obj)
+            self._wrapped[role] = obj
+        return self._wrapped[role]
+
+    @property
+    def target(self) -> Any:
+        return self._decoder_model("target")
+
+    @property
+    def draft(self) -> Any:
+        return self._decoder_model("draft")
+
+    @property
+    def vocab_size(self) -> int:
+        return self.reference.vocab_size
+
+    @property
+    def eos_token_id(self) -> int | None:
+        return self.reference.eos_token_id
+
+
+def _resolve_one(spec: str, role: str, base_dir: Path, where: str) -> tuple[Any, str | None]:
+    """Return (TabularLM or nn.Module, checkpoint path or None)."""
+    if spec.startswith("tabular:"):
+        from verifier.exact import standard_tabular_pairs
+
+        pairs = standard_tabular_pairs()
+        name = spec.split(":", 1)[1]
+        if name not in pairs:
+            raise ConfigError(f"{where}={spec!r} is invalid; allowed: tabular:NAME with NAME in {sorted(pairs)}")
+        return getattr(pairs[name], role), None
+    if spec.startswith("shipped:"):
+        from verifier.models import shipped_checkpoint
+
+        return None, str(shipped_checkpoint(spec.split(":", 1)[1]))
+    if _PY_SPEC.match(spec) and not Path(spec).exists():
+        module_name, attr = spec.split(":", 1)
+        try:
+            obj: Any = importlib.import_module(module_name)
+            for part in attr.split("."):
+                obj = getattr(obj, part)
+        except (ImportError, AttributeError) as exc:
+            raise ConfigError(f"{where}={spec!r} cannot be imported: {exc}") from None
+        if callable(obj) and not isinstance(obj, (TabularLM, torch.nn.Module)):
+            obj = obj()
+        if not isinstance(obj, (TabularLM, torch.nn.Module)):
+            raise ConfigError(f"{where}={spec!r} gave {type(obj).__name__}; allowed: a TabularLM or a torch causal LM")
+        return obj, None
+    path = Path(spec).expanduser()
+    if not path.is_absolute():
+        path = (base_dir / path).resolve()
+    if not path.exists():
+        raise ModelLoadError(f"{where}={spec!r}: model path {str(path)!r} does not exist; expected a checkpoint "
+                             "folder with config.json and model.safetensors, or shipped:target / tabular:NAME")
+    return None, str(path)
+
+
+def _info(model: Any) -> tuple[int, int | None]:
+    if isinstance(model, TabularLM):
+        return model.vocab_size, model.eos_token_id
+    cfg = model.config
+    eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    eos = cfg.eos_token_id if eos is None else eos
+    if isinstance(eos, (list, tuple)):
+        eos = eos[0] if eos else None
+    return int(cfg.vocab_size), eos
+
+
+def load_pair(spec: ModelPair, base_dir: str | Path = ".") -> LoadedPair:
+    """Load the target and draft of one ``[models.NAME]`` table.
+
+    Raises
+    ------
+    ModelLoadError
+        A checkpoint path is missing or malformed, or target and draft vocabularies differ.
+    ConfigError
+        An unknown ``tabular:`` name or an import spec that does not resolve.
+    """
+    base = Path(base_dir)
+    loaded: dict[str, Any] = {}
+    ckpt: dict[str, str | None] = {}
+    for role in ("target", "draft"):
+        where = f"models.{spec.name}.{role}"
+        obj, path = _resolve_one(getattr(spec, role), role, base, where)
+        if path is not None:
+            from verifier.models import load_model
+
+            obj = load_model(path, device=spec.device, dtype=spec.dtype)
+        loaded[role], ckpt[role] = obj, path
+    (tv, teos), (dv, deos) = _info(loaded["target"]), _info(loaded["draft"])
+    if tv != dv:
+        raise ModelLoadError(
+            f"models.{spec.name}: target vocab_size={tv} but draft vocab_size={dv}; "
+            "speculative decoding needs one shared vocabulary (use a draft trained with the target's tokenizer)"
+        )
+    tokenizer = None
+    if ckpt["target"] is not None:
+        from verifier.models import load_tokenizer
+
+        try:
+            tokenizer = load_tokenizer(ckpt["target"])
+        except ModelLoadError:
+            tokenizer = None  # prompts must then be given as ids
+    return LoadedPair(
+        spec, loaded["target"], loaded["draft"],
+        reference=ReferenceModel(loaded["target"], tv, teos, name=spec.target),
+        draft_reference=ReferenceModel(loaded["draft"], dv, deos, name=spec.draft),
+        tokenizer=tokenizer,
+    )
+
+
+def encode_prompt(prompt: Prompt, pair: LoadedPair) -> tuple[int, ...]:
+    """Token ids of a prompt, checked against the pair's vocabulary.
+
+    Raises
+    ------
+    ConfigError
+        A text prompt without a tokenizer, an empty encoding, an id outside the vocabulary, or a
+        prompt shorter than a tabular model's context.
+    """
+    where = f"prompts.{prompt.name}"
+    if prompt.ids is not None:
+        ids = tuple(prompt.ids)
+    else:
+        if pair.tokenizer is None:
+            raise ConfigError(f"{where}.text={prompt.text!r} needs a tokenizer, but model pair "
+                              f"{pair.spec.name!r} has none; give token ids: {where}.ids = [...]")
+        ids = tuple(int(t) for t in pair.tokenizer(prompt.text, add_special_tokens=False)["input_ids"])
+        if not ids:
+            raise ConfigError(f"{where}.text={prompt.text!r} encodes to no tokens; allowed: a non-empty prompt")
+    bad = [t for t in ids if not 0 <= t < pair.vocab_size]
+    if bad:
+        raise ConfigError(f"{where}.ids={list(ids)!r} is invalid: token id {bad[0]} is outside the "
+                          f"vocabulary of model pair {pair.spec.name!r}; allowed: ids in 0..{pair.vocab_size - 1}")
+    for ref in (pair.reference, pair.draft_reference):
+        if isinstance(ref.model, TabularLM) and len(ids) < ref.model.context_len:
+            raise ConfigError(f"{where}.ids={list(ids)!r} is shorter than the tabular context length "
+                              f"{ref.model.context_len}; allowed: at least {ref.model.context_len} ids")
+    return ids
+
+

@@ -1,0 +1,189 @@
+"""The sampling plan of a suite: sample sets, their chunks and seeds, and decoder construction.
+
+A *sample set* is one (decoder, model pair, prompt, sampling config, num_draft_tokens) unit; its
+``samples`` rows are drawn in chunks of ``chunk_size``, chunk ``i`` with seed
+:func:`verifier.runner.seeds.chunk_seed` ``(suite seed, set key, i)``.  The cells (one hypothesis
+test each) are statistics of a sample set: ``gof@t``, ``joint@1,2``, ``pit``, ``accepted``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from verifier.errors import ConfigError, DecoderError
+from verifier.runner.seeds import chunk_seed
+from verifier.runner.store import set_id_for
+from verifier.sampling import SamplingConfig
+from verifier.suite.schema import DecoderSpec, Suite
+
+__all__ = ["SampleSetPlan", "plan_sample_sets", "build_decoder", "decoder_identity"]
+
+
+@dataclass(frozen=True)
+class SampleSetPlan:
+    """One sample set: what to sample, how many rows, in which chunks with which seeds."""
+
+    decoder: DecoderSpec
+    pair: str
+    prompt: str
+    prompt_ids: tuple[int, ...]
+    sampling_name: str
+    sampling: SamplingConfig
+    num_draft_tokens: int
+    max_new_tokens: int
+    samples: int
+    chunk_size: int
+    key: str
+    set_id: str
+    suite_seed: int
+
+    @property
+    def num_chunks(self) -> int:
+        return -(-self.samples // self.chunk_size)
+
+    def chunk_rows(self, index: int) -> int:
+        return min(self.chunk_size, self.samples - index * self.chunk_size)
+
+    def chunk_seed(self, index: int) -> int:
+        return chunk_seed(self.suite_seed, self.key, index)
+
+    @property
+    def label(self) -> str:
+        return f"{self.decoder.name} | {self.prompt} | {self.sampling.label()} | k={self.num_draft_tokens}"
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "set_id": self.set_id, "decoder": self.decoder.name, "models": self.pair, "prompt": self.prompt,
+            "prompt_ids": list(self.prompt_ids), "sampling": self.sampling.to_dict(),
+            "sampling_name": self.sampling_name, "num_draft_tokens": self.num_draft_tokens,
+            "max_new_tokens": self.max_new_tokens, "samples": self.samples, "chunk_size": self.chunk_size,
+            "num_chunks": self.num_chunks,
+        }
+
+
+def plan_sample_sets(suite: Suite, prompt_ids: dict[tuple[str, str], tuple[int, ...]]) -> list[SampleSetPlan]:
+    """Every sample set of the suite, in run order (decoders, prompts, sampling configs, k).
+
+    Parameters
+    ----------
+    prompt_ids : dict
+        ``(model pair, prompt name) -> token ids`` (prompts are encoded per pair).
+    """
+    plans = []
+    for d in suite.decoders:
+        for prompt in d.prompts:
+            ids = prompt_ids[(d.models, prompt)]
+            for sname in d.sampling:
+                sampling = suite.sampling[sname]
+                for k in d.num_draft_tokens:
+                    key = "|".join([
+                        f"decoder={d.name}", f"impl={d.decoder}", f"options={json.dumps(d.options, sort_keys=True)}",
+                        f"models={d.models}", f"prompt={list(ids)}", f"sampling={json.dumps(sampling.to_dict(), sort_keys=True)}",
+                        f"k={k}", f"max_new_tokens={d.max_new_tokens}", f"chunk_size={d.chunk_size}",
+                    ])
+                    label = f"{d.name}_{prompt}_{sname}_k{k}"
+                    plans.append(SampleSetPlan(
+                        decoder=d, pair=d.models, prompt=prompt, prompt_ids=ids, sampling_name=sname,
+                        sampling=sampling, num_draft_tokens=k, max_new_tokens=d.max_new_tokens,
+                        samples=d.samples, chunk_size=d.chunk_size, key=key, set_id=set_id_for(key, label),
+                        suite_seed=suite.seed,
+                    ))
+    return plans
+
+
+def _import_attr(spec: str, where: str) -> Any:
+    module_part, attr = spec.rsplit(":", 1)
+    try:
+        if module_part.endswith(".py"):
+            path = Path(module_part)
+            mod_name = f"_specverify_plugin_{abs(hash(str(path.resolve())))}"
+            loader_spec = importlib.util.spec_from_file_location(mod_name, path)
+            if loader_spec is None or not path.is_file():
+                raise ConfigError(f"{where}={spec!r}: file {module_part!r} does not exist")
+            module = importlib.util.module_from_spec(loader_spec)
+            sys.modules[mod_name] = module
+            loader_spec.loader.exec_module(module)  # type: ignore[union-attr]
+        else:
+            module = importlib.import_module(module_part)
+    except ImportError as exc:
+        raise ConfigError(f"{where}={spec!r}: cannot import {module_part!r}: {exc}") from None
+    except ConfigError:
+        raise
+    except Exception as exc:  # the plugin's own code raised while being imported
+        raise DecoderError(f"{where}={spec!r}: importing the plugin raised {type(exc).__name__}: {exc}") from exc
+    obj: Any = module
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise ConfigError(f"{where}={spec!r}: {module_part!r} has no attribute {attr!r}")
+        obj = getattr(obj, part)
+    return obj
+
+
+def build_decoder(spec: DecoderSpec, pair: Any, num_draft_tokens: int, where: str) -> Any:
+    """Construct the decoder of ``spec`` for one k.
+
+    A plugin ``module:factory`` (or ``path/to/file.py:factory``) is called with the suite's
+    ``options`` plus whichever of ``target``, ``draft`` (decoder-ready torch models),
+    ``target_model``, ``draft_model`` (as loaded: ``TabularLM`` or torch), ``num_draft_tokens``,
+    ``vocab_size``, ``eos_token_id`` its signature names; a registered name goes to
+    ``verifier.decoders.make_decoder``.
+
+    Raises
+    ------
+    ConfigError
+        Unknown decoder name, import failure, or an object without ``generate``.
+    DecoderError
+        The plugin's factory raised.
+    """
+    context = {
+        "target": lambda: pair.target, "draft": lambda: pair.draft, "num_draft_tokens": lambda: num_draft_tokens,
+        "vocab_size": lambda: pair.vocab_size, "eos_token_id": lambda: pair.eos_token_id,
+        "target_model": lambda: pair.target_model, "draft_model": lambda: pair.draft_model,
+    }
+    if ":" in spec.decoder:
+        factory = _import_attr(spec.decoder, where)
+        if hasattr(factory, "generate") and not inspect.isclass(factory):
+            decoder = factory
+        else:
+            try:
+                params = inspect.signature(factory).parameters
+            except (TypeError, ValueError):
+                params = {}
+            kwargs = {k: v() for k, v in context.items() if k in params and k not in spec.options}
+            try:
+                decoder = factory(**kwargs, **spec.options)
+            except TypeError as exc:
+                raise ConfigError(f"{where}={spec.decoder!r}: factory rejected options {spec.options!r}: {exc}") from None
+            except Exception as exc:
+                raise DecoderError(f"{where}={spec.decoder!r}: factory raised {type(exc).__name__}: {exc}") from exc
+    else:
+        try:
+            from verifier.decoders import make_decoder
+        except ImportError as exc:  # pragma: no cover - the decoders package ships with the harness
+            raise ConfigError(f"{where}={spec.decoder!r}: registered decoders are unavailable ({exc})") from None
+        try:
+            decoder = make_decoder(spec.decoder, target=pair.target, draft=pair.draft,
+                                   num_draft_tokens=num_draft_tokens, **spec.options)
+        except (KeyError, ValueError, TypeError) as exc:
+            raise ConfigError(f"{where}={spec.decoder!r}: {exc}") from None
+    if not callable(getattr(decoder, "generate", None)):
+        raise ConfigError(f"{where}={spec.decoder!r} gave {type(decoder).__name__}, which has no generate(); "
+                          "allowed: an object implementing verifier.protocols.Decoder")
+    return decoder
+
+
+def decoder_identity(spec: DecoderSpec, decoder: Any, num_draft_tokens: int) -> dict[str, Any]:
+    """What a shard records about the decoder that produced it."""
+    cls = type(decoder)
+    return {
+        "name": spec.name, "decoder": spec.decoder, "options": spec.options,
+        "class": f"{cls.__module__}.{cls.__qualname__}", "num_draft_tokens": num_draft_tokens,
+        "reported_name": str(getattr(decoder, "name", "")),
+    }

@@ -1,0 +1,517 @@
+"""The main job: exact stage, sampling, statistics, verdict, reports -- with resume.
+
+Stages, in order (each one's wall time is recorded and printed at the end):
+
+1. **exact** -- :func:`verifier.exact.run_exact_stage` on the suite's rules and cases; a rule whose
+   exact verdict contradicts its declared status fails the run before any sampling.
+2. **models** -- load every model pair the decoders use, encode prompts, plan the sample sets.
+3. **sampling** -- per sample set and chunk: ``Decoder.generate`` with the chunk's derived seed,
+   :func:`verifier.validation.check_emitted_tokens`, then the shard is written atomically.  A
+   chunk whose shard is already on disk (``--resume``) is never sampled again.  A decoder that
+   raises or returns invalid output stops *its* sampling; shards so far are kept and the report
+   says where it stopped.
+4. **statistics** -- cells per sample set (:mod:`verifier.runner.analysis`) against expected laws
+   from the target's processed probs; correction and verdict per decoder
+   (:mod:`verifier.runner.verdict`).
+5. **reports** -- report.json / report.md / report.html / junit.xml (:mod:`verifier.reports`).
+
+:func:`analyze_run` repeats stages 2, 4 and 5 from stored shards (``specverify report RUN_DIR``).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import platform
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from verifier.errors import (
+    EXIT_BIAS,
+    ConfigError,
+    DecoderError,
+    DecoderOutputError,
+    ReportWriteError,
+)
+from verifier.runner import analysis, expected
+from verifier.runner.models import LoadedPair, encode_prompt, load_pair
+from verifier.runner.plan import SampleSetPlan, build_decoder, decoder_identity, plan_sample_sets
+from verifier.runner.seeds import stream_seed
+from verifier.runner.store import SampleStore, Shard
+from verifier.runner.verdict import DecoderVerdict, cell_level, decide, exit_code
+from verifier.suite.schema import Suite
+from verifier.validation import check_emitted_tokens
+
+__all__ = ["REPORT_SCHEMA_VERSION", "RunOutcome", "run_suite", "analyze_run", "new_run_dir", "load_run_suite"]
+
+REPORT_SCHEMA_VERSION = 1
+RUN_FILE = "run.json"
+STOPPED_FILE = "stopped.json"
+OVERALL = {0: "PASS", 1: "FAIL", 2: "ERROR", 3: "ERROR", 4: "UNDERPOWERED"}
+
+
+@dataclass
+class RunOutcome:
+    """What :func:`run_suite` / :func:`analyze_run` produced."""
+
+    run_dir: Path
+    report: dict[str, Any]
+    exit_code: int
+    stage_seconds: dict[str, float] = field(default_factory=dict)
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def new_run_dir(report_root: str | Path, suite: Suite) -> Path:
+    """``<report_root>/<suite name>/<UTC time>-seed<seed>`` (a suffix keeps it unique)."""
+    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    base = Path(report_root) / suite.name / f"{stamp}-seed{suite.seed}"
+    path, i = base, 1
+    while path.exists():
+        i += 1
+        path = base.with_name(f"{base.name}-{i}")
+    return path
+
+
+def load_run_suite(run_dir: str | Path) -> tuple[Suite, dict[str, Any]]:
+    """The suite a run folder was started with (from its ``run.json``).
+
+    Raises
+    ------
+    ConfigError
+        ``run_dir`` is not a run folder.
+    """
+    path = Path(run_dir) / RUN_FILE
+    try:
+        info = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"RUN_DIR={str(run_dir)!r} is not a run folder: {RUN_FILE} is missing") from None
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{path}: unreadable run file: {exc}") from None
+    return Suite.from_dict(info["suite"]), info
+
+
+def _environment(suite: Suite) -> dict[str, Any]:
+    import importlib.metadata as md
+
+    versions = {}
+    for pkg in ("spec-verifier", "numpy", "scipy", "statsmodels", "torch", "transformers"):
+        try:
+            versions[pkg] = md.version(pkg)
+        except md.PackageNotFoundError:
+            versions[pkg] = None
+    devices = sorted({p.device for p in suite.models.values()})
+    dtypes = sorted({p.dtype for p in suite.models.values()})
+    return {"python": platform.python_version(), "platform": platform.platform(), "versions": versions,
+            "devices": devices, "dtypes": dtypes, "cpu_count": os.cpu_count()}
+
+
+class _Context:
+    """Models, prompts and plans of a suite (stage 2)."""
+
+    def __init__(self, suite: Suite) -> None:
+        for entry in suite.python_path:
+            p = str((Path(suite.base_dir) / entry).resolve())
+            if p not in sys.path:
+                sys.path.insert(0, p)
+        self.suite = suite
+        used = sorted({d.models for d in suite.decoders})
+        self.pairs: dict[str, LoadedPair] = {name: load_pair(suite.models[name], suite.base_dir) for name in used}
+        ids = {}
+        for d in suite.decoders:
+            for prompt in d.prompts:
+                ids[(d.models, prompt)] = encode_prompt(suite.prompts[prompt], self.pairs[d.models])
+        self.plans = plan_sample_sets(suite, ids)
+
+
+# --------------------------------------------------------------------------- stage 1
+
+
+def _exact_stage(suite: Suite) -> dict[str, Any]:
+    if not suite.exact["enabled"]:
+        return {"ran": False, "ok": True, "findings": []}
+    from verifier.exact import run_exact_stage, standard_cases
+
+    cases = None
+    if suite.exact["cases"]:
+        by_name = {c.name: c for c in standard_cases()}
+        unknown = [c for c in suite.exact["cases"] if c not in by_name]
+        if unknown:
+            raise ConfigError(f"{suite.source}: exact.cases contains {unknown[0]!r}; allowed: {sorted(by_name)}")
+        cases = [by_name[c] for c in suite.exact["cases"]]
+    findings = run_exact_stage(suite.exact["rules"] or None, cases)
+    rows = []
+    for f in findings:
+        rows.append({
+            "rule": f.rule, "case": f.case, "declared": f.declared, "verdict": f.verdict,
+            "matches_declared": bool(f.matches_declared), "tv": float(f.tv), "tv_exact": str(f.tv),
+            "samples_needed": f.samples_needed, "samples_note": f.samples_note,
+            "num_draft_tokens": f.num_draft_tokens, "num_tokens": f.num_tokens,
+        })
+    ok = all(r["matches_declared"] for r in rows)
+    return {"ran": True, "ok": ok, "findings": rows,
+            "wrong_rules": sorted({r["rule"] for r in rows if not r["matches_declared"]})}
+
+
+# --------------------------------------------------------------------------- stage 3
+
+
+def _valid_shard(shard: Shard | None, plan: SampleSetPlan, index: int) -> bool:
+    return (shard is not None and shard.meta.get("seed") == plan.chunk_seed(index)
+            and shard.meta.get("set_key") == plan.key
+            and shard.tokens.shape == (plan.chunk_rows(index), plan.max_new_tokens))
+
+
+def _sample(ctx: _Context, store: SampleStore, progress: bool, log: Callable[[str], None]) -> dict[str, dict]:
+    """Stage 3.  Returns ``{decoder name: error dict}`` for decoders that failed."""
+    from tqdm import tqdm
+
+    errors: dict[str, dict] = {}
+    for spec in ctx.suite.decoders:
+        plans = [p for p in ctx.plans if p.decoder.name == spec.name]
+        total = sum(p.samples for p in plans)
+        todo = [(p, i) for p in plans for i in range(p.num_chunks) if not _valid_shard(store.read_chunk(p.set_id, i), p, i)]
+        done = total - sum(p.chunk_rows(i) for p, i in todo)
+        if not todo:
+            log(f"  {spec.name}: all {total} samples already on disk")
+            continue
+        built: dict[int, Any] = {}
+        bar = tqdm(total=total, initial=done, unit="samples", desc=f"{spec.name:>24}", disable=not progress,
+                   dynamic_ncols=True, leave=True, file=sys.stderr)
+        try:
+            for plan, index in todo:
+                where = f"decoders[{spec.name}]"
+                pair = ctx.pairs[plan.pair]
+                rows = plan.chunk_rows(index)
+                seed = plan.chunk_seed(index)
+                try:
+                    if plan.num_draft_tokens not in built:
+                        built[plan.num_draft_tokens] = build_decoder(spec, pair, plan.num_draft_tokens, where)
+                    decoder = built[plan.num_draft_tokens]
+                    try:
+                        out = decoder.generate(list(plan.prompt_ids), rows, plan.max_new_tokens, plan.sampling, seed)
+                    except DecoderError:
+                        raise
+                    except Exception as exc:
+                        raise DecoderError(f"{spec.name} raised {type(exc).__name__}: {exc}") from exc
+                    tokens = check_emitted_tokens(out, num_samples=rows, max_new_tokens=plan.max_new_tokens,
+                                                  vocab_size=pair.vocab_size, eos_token_id=pair.eos_token_id,
+                                                  decoder_name=spec.name)
+                except DecoderError as exc:
+                    kept = sum(1 for i in range(plan.num_chunks) if store.chunk_path(plan.set_id, i).is_file())
+                    errors[spec.name] = {
+                        "decoder": spec.name, "kind": "invalid_output" if isinstance(exc, DecoderOutputError) else "crash",
+                        "type": type(exc).__name__, "message": str(exc), "set_id": plan.set_id,
+                        "set": plan.label, "chunk": index, "seed": seed,
+                        "chunks_kept_in_set": kept, "samples_dir": str(store.samples_dir / plan.set_id),
+                    }
+                    log(f"  {spec.name}: stopped at {plan.label}, chunk {index} (seed {seed}): {exc}")
+                    break
+                stats = getattr(decoder, "last_stats", None)
+                fra = getattr(stats, "first_round_accepted", None) if stats is not None else None
+                if fra is not None and np.asarray(fra).shape != (rows,):
+                    fra = None  # a decoder reporting a malformed figure just loses the `accepted` cell
+                counts = np.asarray(getattr(stats, "accepted_counts", []) if stats is not None else [], dtype=np.int64)
+                meta = {"set_key": plan.key, "set_id": plan.set_id, "chunk": index, "seed": seed,
+                        "num_samples": rows, "suite_seed": ctx.suite.seed,
+                        "decoder": decoder_identity(spec, decoder, plan.num_draft_tokens)}
+                store.write_chunk(plan.set_id, index, Shard(tokens, fra, counts, meta))
+                bar.update(rows)
+        finally:
+            bar.close()
+    return errors
+
+
+# --------------------------------------------------------------------------- stage 4
+
+
+def _load_set(store: SampleStore, plan: SampleSetPlan) -> tuple[np.ndarray, np.ndarray | None, np.ndarray, int]:
+    toks, fras, counts, chunks = [], [], [], 0
+    for i in range(plan.num_chunks):
+        shard = store.read_chunk(plan.set_id, i)
+        if not _valid_shard(shard, plan, i):
+            continue
+        chunks += 1
+        toks.append(shard.tokens)
+        fras.append(shard.first_round_accepted)
+        counts.append(shard.accepted_counts)
+    tokens = np.concatenate(toks) if toks else np.zeros((0, plan.max_new_tokens), dtype=np.int64)
+    fra = np.concatenate(fras) if fras and all(f is not None for f in fras) else None
+    acc = np.concatenate(counts) if counts else np.zeros(0, dtype=np.int64)
+    return tokens, fra, acc, chunks
+
+
+def _set_cells(ctx: _Context, plan: SampleSetPlan, tokens: np.ndarray, fra: np.ndarray | None,
+               cache: dict, cell_alpha_of: Callable[[int], float]) -> list[analysis.CellResult]:
+    suite, spec = ctx.suite, plan.decoder
+    pair = ctx.pairs[plan.pair]
+    vocab = pair.vocab_size
+    base = f"{spec.name}/{plan.prompt}/{plan.sampling_name}/k={plan.num_draft_tokens}"
+    meta = {"decoder": spec.name, "set_id": plan.set_id}
+    rng = np.random.default_rng(stream_seed(suite.seed, "analysis|" + plan.key))
+    power = suite.stats.power
+    alpha = cell_alpha_of(0)
+    tok_label = _token_labeler(pair, vocab)
+    cells = []
+    positions = [t for t in spec.gof_positions if t <= plan.max_new_tokens] if "gof" in spec.tests else []
+    joint = "joint" in spec.tests and plan.max_new_tokens >= 2
+    if positions or joint:
+        key = (plan.pair, plan.prompt_ids, plan.sampling, max(positions or [1]), joint)
+        if key not in cache:
+            cache[key] = expected.position_laws(pair.reference, plan.prompt_ids, plan.sampling, max(positions or [1]), joint)
+        laws = cache[key]
+        for t in positions:
+            cells.append(analysis.gof_cell(f"{base}/gof@{t}", analysis.token_counts(tokens, t, vocab), laws.marginals[t],
+                                           cell_alpha=alpha, power=power, rng=rng, label_fn=tok_label,
+                                           test=f"gof@{t}", **meta))
+        if joint:
+            def pair_label(c: int) -> str:
+                return f"({tok_label(c // (vocab + 1))},{tok_label(c % (vocab + 1))})"
+
+            cells.append(analysis.gof_cell(f"{base}/joint@1,2", analysis.pair_counts(tokens, vocab), laws.joint12.ravel(),
+                                           cell_alpha=alpha, power=power, rng=rng, label_fn=pair_label,
+                                           test="joint@1,2", **meta))
+    if "pit" in spec.tests:
+        u_parts, violations = [], []
+        vrng = np.random.default_rng(stream_seed(suite.seed, "pit|" + plan.key))  # independent of the decoder
+        for rows, probs in pair.reference.teacher_forced(plan.prompt_ids, tokens, plan.sampling):
+            tk = tokens[rows]
+            live = tk != -1
+            u, bad = analysis.randomized_pit(tk[live], probs[live], vrng)
+            u_parts.append(u)
+            violations.extend(bad)
+        u_all = np.concatenate(u_parts) if u_parts else np.zeros(0)
+        cells.append(analysis.pit_cell(f"{base}/pit", u_all, cell_alpha=alpha, power=power,
+                                       violations=tuple(violations), **meta))
+    k = plan.num_draft_tokens
+    if "accepted" in spec.tests and fra is not None and plan.max_new_tokens >= k + 1:
+        key = ("accepted", plan.pair, plan.prompt_ids, plan.sampling, k)
+        if key not in cache:
+            cache[key] = expected.accepted_count_law(pair.reference, pair.draft_reference, plan.prompt_ids, plan.sampling, k)
+        counts = np.bincount(np.clip(fra, 0, k), minlength=k + 1)
+        cells.append(analysis.gof_cell(f"{base}/accepted", counts, cache[key], cell_alpha=alpha, power=power, rng=rng,
+                                       label_fn=lambda j: f"{j} accepted", test="accepted", **meta))
+    return cells
+
+
+def _token_labeler(pair: LoadedPair, vocab: int) -> Callable[[int], str]:
+    tok = pair.tokenizer
+
+    def label(c: int) -> str:
+        if c == vocab:
+            return "<ended>"
+        if tok is not None:
+            try:
+                return repr(tok.decode([c]))
+            except Exception:  # a tokenizer without that id: fall back to the number
+                pass
+        return str(c)
+
+    return label
+
+
+def _count_cells(plan: SampleSetPlan, has_fra: bool = True) -> int:
+    spec = plan.decoder
+    n = len([t for t in spec.gof_positions if t <= plan.max_new_tokens]) if "gof" in spec.tests else 0
+    n += int("joint" in spec.tests and plan.max_new_tokens >= 2) + int("pit" in spec.tests)
+    n += int("accepted" in spec.tests and has_fra and plan.max_new_tokens >= plan.num_draft_tokens + 1)
+    return n
+
+
+def _statistics(ctx: _Context, store: SampleStore, errors: dict[str, dict]):
+    suite = ctx.suite
+    cache: dict = {}
+    verdicts: list[DecoderVerdict] = []
+    sets_info: list[dict[str, Any]] = []
+    for spec in suite.decoders:
+        plans = [p for p in ctx.plans if p.decoder.name == spec.name]
+        loaded = {p.set_id: _load_set(store, p) for p in plans}
+        m = sum(_count_cells(p, loaded[p.set_id][1] is not None) for p in plans)
+        level = cell_level(suite.stats.alpha, m, suite.stats.correction)
+        cells: list[analysis.CellResult] = []
+        for p in plans:
+            tokens, fra, acc, chunks = loaded[p.set_id]
+            info = p.describe()
+            k = p.num_draft_tokens
+            info.update({"samples_on_disk": int(len(tokens)), "chunks_on_disk": chunks,
+                         "rounds": int(len(acc)),
+                         "acceptance_rate": float(acc.mean() / k) if len(acc) else None,
+                         "accepted_counts_hist": np.bincount(np.clip(acc, 0, k), minlength=k + 1).tolist() if len(acc) else [],
+                         "first_round_accepted_reported": fra is not None})
+            sets_info.append(info)
+            if spec.name in errors:
+                continue
+            cells.extend(_set_cells(ctx, p, tokens, fra, cache, lambda _i: level))
+        verdicts.append(decide(spec.name, spec.expect, cells, alpha=suite.stats.alpha,
+                               correction=suite.stats.correction, target_mde=suite.stats.target_mde,
+                               error=errors.get(spec.name)))
+    return verdicts, sets_info
+
+
+# --------------------------------------------------------------------------- report
+
+
+def _report(suite: Suite, env: dict, exact: dict, verdicts: list[DecoderVerdict], sets_info: list[dict],
+            errors: dict, code: int, run_info: dict) -> dict[str, Any]:
+    cells = [c.to_dict() for v in verdicts for c in v.cells]
+    return {
+        "schema_version": REPORT_SCHEMA_VERSION,
+        "tool": "spec-verifier",
+        "verdict": OVERALL.get(code, "ERROR"),
+        "exit_code": code,
+        "summary": _summary(verdicts, exact, code),
+        "suite": {"name": suite.name, "source": suite.source, "profile": suite.profile, "seed": suite.seed,
+                  "description": suite.description, "stats": _stats_dict(suite),
+                  "num_sample_sets": len(sets_info), "num_cells": len(cells)},
+        "environment": env,
+        "exact": exact,
+        "decoders": [v.to_dict() for v in verdicts],
+        "sample_sets": sets_info,
+        "cells": cells,
+        "stopped": list(errors.values()),
+        "run": run_info,  # the only volatile section: run id, timestamps, wall times
+    }
+
+
+def _summary(verdicts: list[DecoderVerdict], exact: dict, code: int) -> str:
+    parts = []
+    if exact.get("ran"):
+        parts.append("exact stage OK" if exact["ok"] else f"exact stage WRONG: {', '.join(exact['wrong_rules'])}")
+    for v in verdicts:
+        mark = "as expected" if v.expectation_met else f"EXPECTED {v.expect.upper()}"
+        parts.append(f"{v.decoder}: {v.verdict} ({mark})")
+    return "; ".join(parts) + f" -> exit {code}"
+
+
+def _stats_dict(suite: Suite) -> dict[str, Any]:
+    s = suite.stats
+    return {"alpha": s.alpha, "correction": s.correction, "target_mde": s.target_mde, "power": s.power}
+
+
+def _finish(ctx_or_suite, store: SampleStore, errors: dict, exact: dict, stage: dict, info: dict,
+            log: Callable[[str], None], out_dir: Path | None = None) -> RunOutcome:
+    from verifier.reports import write_reports
+
+    ctx = ctx_or_suite
+    t0 = time.perf_counter()
+    verdicts, sets_info = _statistics(ctx, store, errors)
+    stage["statistics"] = time.perf_counter() - t0
+    code = exit_code(verdicts, exact_ok=exact["ok"])
+    report = _report(ctx.suite, _environment(ctx.suite), exact, verdicts, sets_info, errors, code, info)
+    t0 = time.perf_counter()
+    target = Path(out_dir) if out_dir is not None else store.run_dir
+    report["run"]["stage_seconds"] = stage
+    try:
+        write_reports(report, target)
+    except ReportWriteError as exc:
+        raise ReportWriteError(f"{exc}; the samples are kept in {store.samples_dir} -- rerun "
+                               f"`specverify report {store.run_dir} --out DIR` with a writable DIR") from None
+    stage["reports"] = time.perf_counter() - t0
+    report["run"]["stage_seconds"] = stage
+    return RunOutcome(target, report, code, stage)
+
+
+def run_suite(suite: Suite, run_dir: str | Path, *, resume: bool = False, progress: bool = True,
+              log: Callable[[str], None] = print) -> RunOutcome:
+    """Run a suite end to end into ``run_dir`` (or continue the run there when ``resume``).
+
+    Parameters
+    ----------
+    suite : Suite
+        With its profile applied (:func:`verifier.suite.load_suite`).  On resume, pass the suite
+        from :func:`load_run_suite` so the plan is exactly the stored one.
+    run_dir : path
+        Run folder (``reports/<suite>/<run-id>``); created if absent.
+    resume : bool, default False
+        Keep every valid shard already in ``run_dir``; sample only missing chunks.
+    progress : bool, default True
+        Show tqdm progress bars (samples/s, ETA) on stderr.
+    log : callable
+        Receives one-line progress messages.
+
+    Returns
+    -------
+    RunOutcome
+        ``exit_code`` per :mod:`verifier.errors` (0 ok, 1 bias/undetected, 3 decoder error, 4 underpowered).
+
+    Raises
+    ------
+    ConfigError, ModelLoadError
+        Bad suite content found while loading models or prompts (exit 2).
+    ReportWriteError
+        ``run_dir`` cannot be written (samples already written are kept).
+    """
+    store = SampleStore(run_dir)
+    stage: dict[str, float] = {}
+    started = _now()
+    if not resume:
+        store.write_json(RUN_FILE, {"schema_version": REPORT_SCHEMA_VERSION, "suite": suite.to_dict(),
+                                    "created_at": started, "run_id": Path(run_dir).name})
+    t0 = time.perf_counter()
+    exact = _exact_stage(suite)
+    stage["exact"] = time.perf_counter() - t0
+    info = {"run_id": Path(run_dir).name, "started_at": started, "resumed": resume}
+    if not exact["ok"]:
+        log(f"exact stage: rules contradict their declared status: {', '.join(exact['wrong_rules'])}; no sampling")
+    t0 = time.perf_counter()
+    ctx = _Context(suite)
+    stage["models"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    errors: dict[str, dict] = {}
+    if exact["ok"]:
+        errors = _sample(ctx, store, progress, log)
+    stage["sampling"] = time.perf_counter() - t0
+    if errors:
+        store.write_json(STOPPED_FILE, list(errors.values()))
+    elif (store.run_dir / STOPPED_FILE).exists():
+        (store.run_dir / STOPPED_FILE).unlink()
+    info["finished_at"] = _now()
+    if not exact["ok"]:
+        return _exact_failed(ctx, exact, stage, info, store)
+    return _finish(ctx, store, errors, exact, stage, info, log)
+
+
+def _exact_failed(ctx: _Context, exact: dict, stage: dict, info: dict, store: SampleStore) -> RunOutcome:
+    from verifier.reports import write_reports
+
+    report = _report(ctx.suite, _environment(ctx.suite), exact, [], [], {}, EXIT_BIAS, info)
+    report["run"]["stage_seconds"] = stage
+    write_reports(report, store.run_dir)
+    return RunOutcome(store.run_dir, report, EXIT_BIAS, stage)
+
+
+def analyze_run(run_dir: str | Path, *, out_dir: str | Path | None = None,
+                log: Callable[[str], None] = print) -> RunOutcome:
+    """Recompute statistics, verdict and reports from a run folder's shards, without sampling.
+
+    Raises
+    ------
+    ConfigError
+        ``run_dir`` is not a run folder.
+    ReportWriteError
+        The output folder cannot be written (the samples are untouched).
+    """
+    suite, run_file = load_run_suite(run_dir)
+    store = SampleStore(run_dir)
+    stage: dict[str, float] = {}
+    t0 = time.perf_counter()
+    exact = _exact_stage(suite)
+    stage["exact"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    ctx = _Context(suite)
+    stage["models"] = time.perf_counter() - t0
+    errors = {}
+    stopped = store.run_dir / STOPPED_FILE
+    if stopped.exists():
+        errors = {e["decoder"]: e for e in store.read_json(STOPPED_FILE)}
+    info = {"run_id": run_file.get("run_id", Path(run_dir).name), "started_at": run_file.get("created_at"),
+            "regenerated_at": _now(), "resumed": False}
+    return _finish(ctx, store, errors, exact, stage, info, log, out_dir=Path(out_dir) if out_dir else None)

@@ -1,0 +1,130 @@
+"""The sample store: one shard file per (sample set, chunk), written atomically as produced.
+
+Layout of a run folder::
+
+    RUN_DIR/run.json                                  the resolved suite, profile, seed, run id
+    RUN_DIR/samples/<set_id>/chunk-000003.npz         emitted tokens of chunk 3 of one sample set
+    RUN_DIR/stopped.json                              where a run stopped (decoder error), if it did
+
+A shard holds ``tokens`` (int64, shape (num_samples, max_new_tokens), -1 after EOS),
+``first_round_accepted`` (int64, shape (num_samples,), or empty when the decoder does not report
+it), ``accepted_counts`` (int64, every round's accepted drafts) and ``meta`` (JSON: set key,
+chunk index, seed, decoder identity).  A shard is written to a temporary file in the same folder
+and moved into place with :func:`os.replace`, so a crash or SIGKILL leaves either the whole shard
+or nothing.  Shards are the unit a later ``--shard I/N`` + ``merge`` splits across workers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from verifier.errors import ReportWriteError
+
+__all__ = ["Shard", "SampleStore", "set_id_for"]
+
+SHARD_FORMAT = 1  # bump when the arrays stored in a shard change
+
+
+def set_id_for(key: str, label: str) -> str:
+    """Folder name of a sample set: a readable slug of ``label`` + 10 hex digits of ``key``'s hash."""
+    import hashlib
+
+    slug = re.sub(r"[^A-Za-z0-9_.=-]+", "_", label)[:60].strip("_") or "set"
+    return f"{slug}-{hashlib.sha256(key.encode()).hexdigest()[:10]}"
+
+
+@dataclass
+class Shard:
+    """One chunk of one sample set as stored on disk."""
+
+    tokens: np.ndarray
+    first_round_accepted: np.ndarray | None
+    accepted_counts: np.ndarray
+    meta: dict[str, Any]
+
+
+class SampleStore:
+    """Reads and writes the shards of one run folder.
+
+    Parameters
+    ----------
+    run_dir : str or Path
+        The run folder; created on first write.
+    """
+
+    def __init__(self, run_dir: str | Path) -> None:
+        self.run_dir = Path(run_dir)
+        self.samples_dir = self.run_dir / "samples"
+
+    def chunk_path(self, set_id: str, chunk_index: int) -> Path:
+        return self.samples_dir / set_id / f"chunk-{chunk_index:06d}.npz"
+
+    def write_chunk(self, set_id: str, chunk_index: int, shard: Shard) -> Path:
+        """Write one shard atomically (temporary file + ``os.replace``).
+
+        Raises
+        ------
+        ReportWriteError
+            If the run folder cannot be written (read-only, disk full).
+        """
+        path = self.chunk_path(set_id, chunk_index)
+        fra = shard.first_round_accepted
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".npz", dir=path.parent)
+            try:
+                with os.fdopen(fd, "wb") as fh:
+                    np.savez(
+                        fh,
+                        tokens=np.asarray(shard.tokens, dtype=np.int64),
+                        first_round_accepted=np.asarray(fra if fra is not None else [], dtype=np.int64),
+                        has_first_round_accepted=np.array(fra is not None),
+                        accepted_counts=np.asarray(shard.accepted_counts, dtype=np.int64),
+                        meta=np.array(json.dumps({"shard_format": SHARD_FORMAT, **shard.meta}, sort_keys=True)),
+                    )
+                    fh.flush()
+                    os.fsync(fh.fileno())
+                os.replace(tmp, path)
+            except BaseException:
+                if os.path.exists(tmp):
+                    os.unlink(tmp)
+                raise
+        except OSError as exc:
+            raise ReportWriteError(f"cannot write sample shard {str(path)!r}: {exc.strerror or exc}") from None
+        return path
+
+    def read_chunk(self, set_id: str, chunk_index: int) -> Shard | None:
+        """The shard, or ``None`` when it is absent or unreadable (then it is sampled again)."""
+        path = self.chunk_path(set_id, chunk_index)
+        if not path.is_file():
+            return None
+        try:
+            with np.load(path, allow_pickle=False) as z:
+                meta = json.loads(str(z["meta"]))
+                fra = z["first_round_accepted"] if bool(z["has_first_round_accepted"]) else None
+                return Shard(z["tokens"], fra, z["accepted_counts"], meta)
+        except (OSError, ValueError, KeyError):
+            return None
+
+    def write_json(self, name: str, data: Any) -> Path:
+        """Atomically write ``RUN_DIR/name`` as JSON."""
+        path = self.run_dir / name
+        try:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f".tmp-{name}")
+            tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8")
+            os.replace(tmp, path)
+        except OSError as exc:
+            raise ReportWriteError(f"cannot write {str(path)!r}: {exc.strerror or exc}") from None
+        return path
+
+    def read_json(self, name: str) -> Any:
+        return json.loads((self.run_dir / name).read_text(encoding="utf-8"))

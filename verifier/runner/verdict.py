@@ -1,0 +1,142 @@
+"""Verdicts: multiple-comparison correction over one decoder's cells, then expectations.
+
+Correction (DESIGN.md "Statistical defaults"), applied separately to each decoder's cells:
+
+``gate`` (CI)
+    Holm at ``alpha / 2`` over the cells plus a combination test of all cells at ``alpha / 2``
+    (:func:`verifier.stats.multiple.adjust`; Cauchy combination, because the cells of one sample
+    set share its samples): the family-wise false alarm rate is <= alpha.  A support violation
+    is bias whatever the p-values.
+``audit``
+    Benjamini-Yekutieli at ``q = alpha`` (false discovery rate under dependence).
+
+Decoder verdict: ``BIAS DETECTED`` when any cell is rejected (or the combination test rejects), else
+``UNDERPOWERED`` when a cell's minimum detectable effect (total variation) exceeds the suite's
+``target_mde``, else ``PASS``; ``ERROR`` when the decoder crashed or returned invalid output.
+Expectation ``pass`` is met by ``PASS``; ``detect`` by ``BIAS DETECTED`` (an invalid output of a
+``detect`` decoder also counts as detected: the defect was found).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from verifier.errors import EXIT_BIAS, EXIT_DECODER, EXIT_OK, EXIT_UNDERPOWERED
+from verifier.runner.analysis import CellResult
+
+__all__ = ["PASS", "BIAS", "UNDERPOWERED", "ERROR", "DecoderVerdict", "decide", "cell_level", "exit_code"]
+
+PASS, BIAS, UNDERPOWERED, ERROR = "PASS", "BIAS DETECTED", "UNDERPOWERED", "ERROR"
+CELL_PASS, CELL_BIAS, CELL_UNDERPOWERED = "PASS", "BIAS", "UNDERPOWERED"
+
+
+def cell_level(alpha: float, num_cells: int, correction: str) -> float:
+    """Per-cell level at which MDEs are stated: the strictest Holm step ``alpha / (2 m)`` for the
+    gate, ``alpha / m`` (the strictest BH step) for audit."""
+    m = max(num_cells, 1)
+    return alpha / (2 * m) if correction == "gate" else alpha / m
+
+
+@dataclass
+class DecoderVerdict:
+    """The verdict for one decoder and whether it met its expectation."""
+
+    decoder: str
+    expect: str
+    verdict: str
+    expectation_met: bool
+    method: str
+    combined_pvalue: float | None = None
+    reason: str = ""
+    error: dict[str, Any] | None = None
+    cells: list[CellResult] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "decoder": self.decoder, "expect": self.expect, "verdict": self.verdict,
+            "expectation_met": self.expectation_met, "method": self.method,
+            "combined_pvalue": self.combined_pvalue, "reason": self.reason, "error": self.error,
+            "num_cells": len(self.cells),
+            "failing_cells": [c.id for c in self.cells if c.verdict == CELL_BIAS],
+        }
+
+
+def decide(decoder: str, expect: str, cells: list[CellResult], *, alpha: float, correction: str,
+           target_mde: float, error: dict[str, Any] | None = None) -> DecoderVerdict:
+    """Correct the cells' p-values, set each cell's verdict, and return the decoder verdict.
+
+    Parameters
+    ----------
+    cells : list of CellResult
+        Modified in place: ``adjusted_pvalue`` and ``verdict`` are set.
+    alpha : float
+        Family-wise level (gate) or FDR level q (audit).
+    correction : {"gate", "audit"}
+    target_mde : float
+        Largest acceptable minimum detectable effect (total variation) of a chi-square cell.
+    error : dict, optional
+        Set when the decoder crashed or returned invalid output.
+    """
+    from verifier.stats.multiple import adjust
+
+    tested = [c for c in cells if c.n > 0]
+    pvals = np.array([0.0 if c.support_violation else c.pvalue for c in tested], dtype=np.float64)
+    combined, family = None, False
+    # the cells of one sample set share its samples, so they are dependent: Cauchy combination in
+    # the gate, Benjamini-Yekutieli in audit mode (DESIGN.md "Statistical defaults")
+    level = alpha / 2 if correction == "gate" else alpha
+    method = (f"Holm(alpha/2={alpha / 2:g}) + Cauchy combination(alpha/2={alpha / 2:g})" if correction == "gate"
+              else f"Benjamini-Yekutieli(q={alpha:g})")
+    if len(pvals):
+        adj = adjust(pvals, alpha=alpha, mode=correction, dependent=True)
+        reject, adjusted, combined, family = adj.rejected, adj.adjusted_pvalues, adj.combined_pvalue, adj.family_rejected
+    else:
+        reject, adjusted = np.zeros(0, bool), np.zeros(0)
+    for c, rej, adj in zip(tested, reject, adjusted):
+        c.adjusted_pvalue = float(adj)
+        if rej or c.support_violation:
+            c.verdict = CELL_BIAS
+        elif c.effect_unit == "tv" and c.mde is not None and c.mde > target_mde:
+            c.verdict = CELL_UNDERPOWERED
+        else:
+            c.verdict = CELL_PASS
+    for c in cells:
+        if c.n == 0:
+            c.verdict = CELL_UNDERPOWERED
+    n_bias = sum(c.verdict == CELL_BIAS for c in cells)
+    fisher_rejects = bool(family) and combined is not None and combined <= level
+    if error is not None:
+        verdict = ERROR
+        reason = f"decoder error: {error.get('message', '')}"
+        met = expect == "detect" and error.get("kind") == "invalid_output"
+    elif n_bias or fisher_rejects:
+        verdict = BIAS
+        reason = (f"{n_bias} of {len(cells)} cells rejected" if n_bias else "no single cell rejected") + (
+            f"; combined p={combined:.3g} <= {level:g}" if fisher_rejects else "")
+        met = expect == "detect"
+    elif any(c.verdict == CELL_UNDERPOWERED for c in cells):
+        verdict = UNDERPOWERED
+        worst = max((c for c in cells if c.verdict == CELL_UNDERPOWERED), key=lambda c: c.mde or 0)
+        reason = f"cell {worst.id} can only see TV >= {worst.mde:.3g} > target_mde {target_mde:g}"
+        met = False
+    else:
+        verdict = PASS
+        reason = f"no cell rejected at {method}; every cell sees TV <= {target_mde:g}"
+        met = expect == "pass"
+    return DecoderVerdict(decoder, expect, verdict, met, method, combined, reason, error, cells)
+
+
+def exit_code(verdicts: list[DecoderVerdict], exact_ok: bool = True) -> int:
+    """Exit code of a run: 3 a decoder crashed/invalid (and that was not the expected finding),
+    1 an expectation failed (bias where `pass`, mutant undetected, exact stage wrong),
+    4 a `pass` decoder underpowered, 0 otherwise."""
+    if any(v.verdict == ERROR and not v.expectation_met for v in verdicts):
+        return EXIT_DECODER
+    if not exact_ok or any(not v.expectation_met and v.verdict != UNDERPOWERED for v in verdicts):
+        return EXIT_BIAS
+    if any(v.verdict == UNDERPOWERED for v in verdicts):
+        return EXIT_UNDERPOWERED if all(v.expect == "pass" for v in verdicts if v.verdict == UNDERPOWERED) else EXIT_BIAS
+    return EXIT_OK
