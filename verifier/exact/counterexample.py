@@ -19,7 +19,7 @@ from verifier.exact.laws import _n_token_law, target_law, total_variation
 from verifier.exact.rules import Rule, get_rule
 from verifier.exact.tabular import TabularLM
 
-__all__ = ["Counterexample", "find_counterexample", "SEARCH_MAX_EXAMPLES"]
+__all__ = ["Counterexample", "find_counterexample", "small_cases", "SEARCH_MAX_EXAMPLES"]
 
 SEARCH_MAX_EXAMPLES = 300  # examples Hypothesis generates before shrinking (fixed seed); enough for every mutant
 MAX_WEIGHT = 4  # probability rows are integer weights 0..MAX_WEIGHT over their sum
