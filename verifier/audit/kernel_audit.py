@@ -1,0 +1,401 @@
+"""Kernel-level audit (level 2): drive any verification kernel with synthetic processed probs.
+
+A :class:`KernelCase` fixes ``target_probs`` (k + 1 rows) and ``draft_probs`` (k rows) as exact
+rationals, the same at every draw; draft tokens are drawn from the draft rows with a generator
+independent of the kernel's.  Positions are independent, so for a correct kernel
+
+* the token emitted at position ``j`` (among draws that reach ``j``) follows ``target_probs[j]``;
+* the accepted count ``m`` follows ``P(m) = a_0 ... a_{m-1} (1 - a_m)`` (``a_k := 0``), with
+  ``a_j = sum(min(p_j, q_j))`` the acceptance prob of position ``j`` from :func:`verifier.exact.step_law`.
+
+Each of these is one cell with a pooled Pearson goodness-of-fit test; Holm over the cells gives
+the verdict.  Expected laws come from the exact enumerator, never from the kernel under test.
+
+Cases are chosen to *maximise* the bias a defect would cause (:func:`adversarial_case` searches
+rational (target, draft) pairs for the largest exact total variation between a rule's output law
+and the target), and :func:`blind_cell_reasons` flags a case that cannot see a defect at all — e.g.
+a draft one-hot on a token with target prob 0 makes the residual equal the target, so full-p
+fallback is invisible there.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Callable, Sequence
+
+import numpy as np
+import torch
+
+from verifier.audit.plugins import PluginKernel
+from verifier.errors import invalid_argument
+from verifier.exact.rules import RULES, get_rule
+from verifier.exact.step import step_law
+from verifier.exact.tabular import as_fraction_probs
+from verifier.protocols import PADDING_TOKEN_ID, VerificationKernel
+
+__all__ = [
+    "KernelCase",
+    "KernelCell",
+    "KernelAuditResult",
+    "blind_cell_reasons",
+    "adversarial_case",
+    "standard_kernel_cases",
+    "draw_kernel_samples",
+    "audit_kernel",
+]
+
+DEFAULT_BATCH = 8192  # draws per kernel call: large enough to amortise Python overhead, small in memory
+GRID_DENOMINATOR = 10  # adversarial search over probs that are multiples of 1/10
+
+
+@dataclass(frozen=True)
+class KernelCase:
+    """Synthetic verify-step input: ``target_probs`` (k + 1, vocab) and ``draft_probs`` (k, vocab) as fractions."""
+
+    name: str
+    target_probs: tuple[tuple[Fraction, ...], ...]
+    draft_probs: tuple[tuple[Fraction, ...], ...]
+    purpose: str = ""
+
+    @classmethod
+    def from_rows(cls, name: str, target_rows: Sequence[Sequence], draft_rows: Sequence[Sequence], purpose: str = "") -> "KernelCase":
+        """Build a case from rows of numbers/strings/fractions (each row must sum to exactly 1).
+
+        Raises
+        ------
+        InvalidArgumentError
+            If there is not exactly one more target row than draft rows, or the rows differ in length.
+        """
+        t = tuple(as_fraction_probs(r, name=f"{name}.target_probs[{i}]") for i, r in enumerate(target_rows))
+        d = tuple(as_fraction_probs(r, name=f"{name}.draft_probs[{i}]") for i, r in enumerate(draft_rows))
+        if len(t) != len(d) + 1 or not d:
+            raise invalid_argument("len(target_rows)", len(t), f"len(draft_rows) + 1 = {len(d) + 1} with >= 1 draft row")
+        if len({len(r) for r in t + d}) != 1:
+            raise invalid_argument("row lengths", sorted({len(r) for r in t + d}), "one vocabulary size for every row")
+        return cls(name, t, d, purpose)
+
+    @property
+    def num_draft_tokens(self) -> int:
+        return len(self.draft_probs)
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.target_probs[0])
+
+    def acceptance_probs(self) -> tuple[Fraction, ...]:
+        """Exact acceptance prob of each draft position under the canonical rule."""
+        return tuple(step_law(p, q).acceptance_prob for p, q in zip(self.target_probs, self.draft_probs))
+
+    def accepted_count_law(self, acceptance: Sequence[Fraction] | None = None) -> tuple[Fraction, ...]:
+        """Exact law of the accepted count m = 0..k (independent positions)."""
+        a = list(acceptance if acceptance is not None else self.acceptance_probs()) + [Fraction(0)]
+        law, reach = [], Fraction(1)
+        for j in range(self.num_draft_tokens + 1):
+            law.append(reach * (1 - a[j]))
+            reach *= a[j]
+        return tuple(law)
+
+    def tensors(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(target_probs [k+1, V], draft_probs [k, V])`` as float64 tensors."""
+        to = lambda rows: torch.tensor([[float(v) for v in r] for r in rows], dtype=torch.float64)  # noqa: E731
+        return to(self.target_probs), to(self.draft_probs)
+
+
+def _fractions(values: Sequence, name: str) -> tuple[Fraction, ...]:
+    """Exact fractions of a probability vector; float vectors (e.g. softmax output) are renormalised exactly."""
+    vals = list(values)
+    if vals and all(isinstance(v, float) or isinstance(v, np.floating) for v in vals):
+        fr = [Fraction(float(v)) for v in vals]
+        total = sum(fr)
+        if total <= 0 or any(v < 0 for v in fr):
+            raise invalid_argument(name, vals[:8], "non-negative probabilities with a positive sum")
+        return tuple(v / total for v in fr)
+    return as_fraction_probs(vals, name=name)
+
+
+def blind_cell_reasons(target_probs: Sequence, draft_probs: Sequence, rules: Sequence[str] | None = None, *,
+                       tolerance: float = 0.0) -> list[str]:
+    """Why a (target, draft) verify step cannot reveal some defects; empty when it sees them all.
+
+    A cell is *blind* to a defect when the defect's exact output law equals the target here, so no
+    number of samples can detect it.  The classic trap: a draft one-hot on a token whose target prob is
+    0 makes the residual ``max(0, p - q)/sum(...)`` equal ``p``, so a kernel that falls back to the full
+    target (full-p fallback) is exactly right on that cell.
+
+    Parameters
+    ----------
+    target_probs, draft_probs : sequence, shape (vocab,)
+        Processed probs of one position (numbers, strings or Fractions; must sum to 1).
+    tolerance : float, default 0
+        A defect whose exact TV to the target is <= ``tolerance`` counts as invisible (use ~1e-9 for
+        float processed probs from a model; float vectors are renormalised exactly first).
+    rules : sequence of str, optional
+        Rule names from :data:`verifier.exact.RULES` to check; default every rule not declared exact
+        that acts within one step (round-level defects such as ``bonus_wrong_position``,
+        ``draft_suffix_kept`` and ``shared_uniform`` need a whole round and are not judged here).
+
+    Returns
+    -------
+    list of str
+        One human-readable reason per blind defect, naming the rule and the cause.
+
+    Examples
+    --------
+    >>> blind_cell_reasons(["1/2", "1/2", "0"], ["0", "0", "1"], rules=["full_p_fallback"])[0][:58]
+    'full_p_fallback is invisible on this cell (exact TV 0): th'
+    """
+    p = _fractions(target_probs, "target_probs")
+    q = _fractions(draft_probs, "draft_probs")
+    if len(p) != len(q):
+        raise invalid_argument("len(draft_probs)", len(q), f"len(target_probs)={len(p)}")
+    tol = Fraction(tolerance)
+    names = list(rules) if rules is not None else [n for n, r in RULES.items() if r.declared != "exact" and _step_local(r)]
+    canonical = step_law(p, q)
+    facts = []
+    if canonical.rejection_prob <= tol:
+        facts.append("the draft is never rejected (draft == target), so nothing after a rejection is exercised")
+    elif canonical.residual is not None and _tv(canonical.residual, p) <= tol:
+        facts.append("the residual equals the target (rejected draft mass sits only on tokens with target prob 0), "
+                     "so falling back to the full target is indistinguishable")
+    if sum(1 for v in q if v > 0) == 1:
+        facts.append(f"the draft is one-hot on token {max(range(len(q)), key=q.__getitem__)}, so greedy and sampled drafts coincide")
+    cause = "; ".join(facts) or "its exact output law equals the target here"
+    reasons = []
+    for name in names:
+        rule = get_rule(name)
+        if _tv(step_law(p, q, rule).output_law, p) <= tol:
+            reasons.append(f"{rule.name} is invisible on this cell (exact TV {'0' if tol == 0 else f'<= {tolerance:g}'}): {cause}")
+    return reasons
+
+
+def _step_local(rule) -> bool:
+    return rule.bonus_offset == 0 and not rule.keep_suffix and not rule.shared_uniform
+
+
+def _grid(vocab_size: int, denominator: int) -> list[tuple[Fraction, ...]]:
+    out = []
+    for cuts in itertools.combinations(range(denominator + vocab_size - 1), vocab_size - 1):
+        parts, prev = [], -1
+        for c in cuts + (denominator + vocab_size - 1,):
+            parts.append(Fraction(c - prev - 1, denominator))
+            prev = c
+        out.append(tuple(parts))
+    return out
+
+
+def _tv(a: Sequence[Fraction], b: Sequence[Fraction]) -> Fraction:
+    return sum(abs(x - y) for x, y in zip(a, b)) / 2
+
+
+def adversarial_case(law: str | Callable[[tuple, tuple], Sequence[Fraction]], *, vocab_size: int = 4, num_draft_tokens: int = 1,
+                     num_candidates: int = 4000, seed: int = 0, name: str | None = None) -> tuple[KernelCase, Fraction]:
+    """Find the (target, draft) pair on a rational grid that maximises a defect's exact bias.
+
+    Parameters
+    ----------
+    law : str or callable
+        A rule name from :data:`verifier.exact.RULES` (its ``step_law(...).output_law``), or a function
+        ``(target_probs, draft_probs) -> output law`` in fractions (e.g. a lossy option's law such as
+        :func:`verifier.audit.hf_kernel.ensemble_step_law` with a fixed weight).
+    vocab_size : int, default 4
+    num_draft_tokens : int, default 1
+        The found pair is repeated at every draft position (and the target row once more for the bonus).
+    num_candidates : int, default 4000
+        Random (target, draft) pairs tried from the grid of probs that are multiples of 1/10.
+    seed : int, default 0
+
+    Returns
+    -------
+    (KernelCase, Fraction)
+        The case and its exact total variation ``TV(law(p, q), p)`` per position.
+    """
+    if isinstance(law, str):
+        rule = get_rule(law)
+        law_fn = lambda p, q: step_law(p, q, rule).output_law  # noqa: E731
+        label = rule.name
+    else:
+        law_fn, label = law, getattr(law, "__name__", "law")
+    grid = _grid(vocab_size, GRID_DENOMINATOR)
+    rng = np.random.default_rng(seed)
+    best, best_tv = None, Fraction(-1)
+    for i, j in rng.integers(0, len(grid), size=(num_candidates, 2)):
+        p, q = grid[i], grid[j]
+        tv = _tv(law_fn(p, q), p)
+        if tv > best_tv:
+            best, best_tv = (p, q), tv
+    assert best is not None  # num_candidates >= 1 always tries a pair
+    p, q = best
+    case = KernelCase(name or f"adversarial[{label}]", (p,) * (num_draft_tokens + 1), (q,) * num_draft_tokens,
+                      purpose=f"maximises exact TV of {label} vs target on a 1/{GRID_DENOMINATOR} grid: {float(best_tv):.4f}")
+    return case, best_tv
+
+
+def standard_kernel_cases() -> list[KernelCase]:
+    """The kernel-level cases a suite runs by default (documented purpose on each).
+
+    ``seed-3token``: the seeds' p=(.2,.5,.3), q=(.5,.3,.2), k=1 (full-p fallback TV .06).
+    ``chain-k4``: k=4 with a different high-TV pair at every position (bonus row distinct).
+    ``one-hot-blind``: draft one-hot on a token with target prob 0 — blind to full-p fallback,
+    kept to show :func:`blind_cell_reasons` flags it.
+    """
+    return [
+        KernelCase.from_rows("seed-3token", [["1/5", "1/2", "3/10"]] * 2, [["1/2", "3/10", "1/5"]],
+                             "the seeds' worked example; full-p fallback gives (.26,.45,.29), TV .06"),
+        KernelCase.from_rows(
+            "chain-k4",
+            [["1/10", "3/5", "3/10", "0"], ["1/2", "0", "1/10", "2/5"], ["0", "1/5", "1/5", "3/5"], ["7/10", "1/10", "1/10", "1/10"],
+             ["1/4", "1/4", "1/4", "1/4"]],
+            [["3/5", "1/10", "1/10", "1/5"], ["1/10", "3/5", "1/10", "1/5"], ["1/2", "1/2", "0", "0"], ["1/10", "1/10", "1/10", "7/10"]],
+            "k=4, high TV(target, draft) at every position, distinct bonus row",
+        ),
+        KernelCase.from_rows("one-hot-blind", [["1/2", "3/10", "1/5", "0"]] * 2, [["0", "0", "0", "1"]],
+                             "draft one-hot on a target-prob-0 token: residual == target, full-p fallback invisible"),
+    ]
+
+
+def draw_kernel_samples(kernel: VerificationKernel, case: KernelCase, num_draws: int, seed: int, *,
+                        batch_size: int = DEFAULT_BATCH) -> np.ndarray:
+    """Run ``kernel`` on ``num_draws`` independent verify steps of ``case``.
+
+    Parameters
+    ----------
+    kernel : VerificationKernel
+        Wrapped in :class:`~verifier.audit.plugins.PluginKernel` unless it already is, so a crash or
+        invalid output raises ``DecoderError`` / ``DecoderOutputError`` (exit 3).
+    case : KernelCase
+    num_draws : int
+    seed : int
+        Draft tokens use ``SeedSequence([seed, 0])``, the kernel's generator ``SeedSequence([seed, 1])``.
+    batch_size : int, default 8192
+
+    Returns
+    -------
+    np.ndarray, shape (num_draws, num_draft_tokens + 1), int64
+        Emitted tokens, -1 padded.
+    """
+    if isinstance(num_draws, bool) or not isinstance(num_draws, int) or num_draws < 1:
+        raise invalid_argument("num_draws", num_draws, "an integer >= 1")
+    guarded = kernel if isinstance(kernel, PluginKernel) else PluginKernel(kernel)
+    draft_seed, kernel_seed = (int(s) for s in np.random.SeedSequence(int(seed)).generate_state(2, np.uint32))
+    draft_gen = torch.Generator().manual_seed(draft_seed)
+    kernel_gen = torch.Generator().manual_seed(kernel_seed)
+    target, draft = case.tensors()
+    k, vocab = case.num_draft_tokens, case.vocab_size
+    out = np.empty((num_draws, k + 1), dtype=np.int64)
+    for start in range(0, num_draws, batch_size):
+        b = min(batch_size, num_draws - start)
+        ids = torch.multinomial(draft, b, replacement=True, generator=draft_gen).T.contiguous()  # (b, k)
+        emitted = guarded(target.expand(b, k + 1, vocab).contiguous(), draft.expand(b, k, vocab).contiguous(), ids, kernel_gen)
+        out[start : start + b] = emitted.numpy()
+    return out
+
+
+@dataclass
+class KernelCell:
+    """One kernel-level hypothesis test (unpacks as ``(statistic, pvalue)``)."""
+
+    name: str
+    counts: np.ndarray
+    expected_probs: np.ndarray
+    statistic: float
+    pvalue: float
+    n: int
+    df: int
+    mde_tv: float
+    support_violation: bool
+    adjusted_pvalue: float = math.nan
+
+    def __iter__(self):
+        return iter((self.statistic, self.pvalue))
+
+
+@dataclass
+class KernelAuditResult:
+    """Verdict of :func:`audit_kernel` on one case: ``PASS`` or ``BIAS DETECTED`` (Holm at ``alpha``)."""
+
+    kernel: str
+    case: KernelCase
+    num_draws: int
+    seed: int
+    alpha: float
+    cells: list[KernelCell]
+    blind: list[str] = field(default_factory=list)
+
+    @property
+    def verdict(self) -> str:
+        from verifier.stats.results import BIAS_DETECTED, PASS
+
+        return BIAS_DETECTED if any(c.adjusted_pvalue <= self.alpha or c.support_violation for c in self.cells) else PASS
+
+    @property
+    def min_adjusted_pvalue(self) -> float:
+        return min(c.adjusted_pvalue for c in self.cells)
+
+    def summary(self) -> str:
+        worst = min(self.cells, key=lambda c: c.adjusted_pvalue)
+        return (f"{self.kernel} on {self.case.name}: {self.verdict} (n={self.num_draws}, seed={self.seed}, alpha={self.alpha:g}; "
+                f"worst cell {worst.name}: p_adj={worst.adjusted_pvalue:.3g})")
+
+
+def _kernel_cells(case: KernelCase, emitted: np.ndarray, alpha: float) -> list[KernelCell]:
+    from verifier.audit._stats import gof_cell
+
+    cells = []
+    vocab = case.vocab_size
+    for j, p in enumerate(case.target_probs):
+        tokens = emitted[:, j]
+        tokens = tokens[tokens != PADDING_TOKEN_ID]
+        if tokens.size == 0:
+            continue
+        counts = np.bincount(tokens, minlength=vocab)
+        role = "bonus/recovered" if j == case.num_draft_tokens else "accepted/recovered"
+        cells.append(gof_cell(f"position {j} token ({role})", counts, np.array([float(v) for v in p]), alpha))
+    lengths = (emitted != PADDING_TOKEN_ID).sum(axis=1) - 1
+    counts = np.bincount(lengths, minlength=case.num_draft_tokens + 1)
+    cells.append(gof_cell("accepted count", counts, np.array([float(v) for v in case.accepted_count_law()]), alpha))
+    return cells
+
+
+def audit_kernel(kernel: VerificationKernel, case: KernelCase, *, num_draws: int = 200_000, seed: int = 0, alpha: float = 1e-3,
+                 batch_size: int = DEFAULT_BATCH, name: str | None = None) -> KernelAuditResult:
+    """Audit a verification kernel on one synthetic case: PASS or BIAS DETECTED.
+
+    Parameters
+    ----------
+    kernel : VerificationKernel
+        E.g. :func:`verifier.decoders.kernels.verify_chain`, a mutant, a plugin from
+        :func:`~verifier.audit.plugins.load_kernel`, or :func:`~verifier.audit.hf_kernel.make_hf_kernel`.
+    case : KernelCase
+    num_draws : int, default 200000
+    seed : int, default 0
+    alpha : float, default 1e-3
+        Family-wise error rate over the case's cells (Holm).
+    batch_size : int, default 8192
+    name : str, optional
+
+    Returns
+    -------
+    KernelAuditResult
+        Per-cell statistic, p-value, Holm-adjusted p-value and minimum detectable TV at power .99;
+        ``blind`` lists :func:`blind_cell_reasons` of every position.
+
+    Raises
+    ------
+    DecoderError, DecoderOutputError
+        The kernel raised or returned invalid output (exit 3).
+    """
+    from statsmodels.stats.multitest import multipletests
+
+    if not 0 < alpha < 1:
+        raise invalid_argument("alpha", alpha, "a number in (0, 1)")
+    emitted = draw_kernel_samples(kernel, case, num_draws, seed, batch_size=batch_size)
+    cells = _kernel_cells(case, emitted, alpha)
+    adjusted = multipletests([c.pvalue for c in cells], alpha=alpha, method="holm")[1]
+    for c, a in zip(cells, adjusted):
+        c.adjusted_pvalue = float(a)
+    blind = [f"position {j}: {r}" for j, (p, q) in enumerate(zip(case.target_probs, case.draft_probs)) for r in blind_cell_reasons(p, q)]
+    label = name or getattr(kernel, "name", None) or getattr(kernel, "__name__", type(kernel).__name__)
+    return KernelAuditResult(kernel=label, case=case, num_draws=num_draws, seed=seed, alpha=alpha, cells=cells, blind=blind)
