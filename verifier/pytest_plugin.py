@@ -233,7 +233,7 @@ def verifier_check(request: pytest.FixtureRequest, verifier_options: VerifierOpt
 
         if verifier_options.seed is not None:
             kwargs["seed"] = verifier_options.seed
-        kwargs.setdefault("reproduce_hint", _pytest_command(request.node.nodeid, kwargs.get("seed")))
+            kwargs.setdefault("reproduce_hint", _pytest_command(request.config, request.node.nodeid, verifier_options.seed))
         name = kwargs.get("name") or getattr(decoder, "name", None) or type(decoder).__name__
         try:
             result = api.assert_preserves_target(decoder, target, prompts, sampling, **kwargs)
@@ -325,9 +325,14 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
 # --------------------------------------------------------------------------- helpers
 
 
-def _pytest_command(nodeid: str, seed: Any) -> str:
-    cmd = f"python -m pytest {shlex.quote(nodeid)} -p verifier.pytest_plugin"
-    return cmd + (f" --verifier-seed={seed}" if seed is not None else "")
+def _pytest_command(config: pytest.Config, nodeid: str, seed: int) -> str:
+    """``python -m pytest NODE --verifier-seed=S`` (with ``-p verifier.pytest_plugin`` when the plugin
+    was loaded that way rather than through its ``pytest11`` entry point)."""
+    import sys
+
+    by_flag = config.pluginmanager.get_name(sys.modules[__name__]) == __name__
+    plugin = " -p verifier.pytest_plugin" if by_flag else ""
+    return f"python -m pytest {shlex.quote(nodeid)}{plugin} --verifier-seed={seed}"
 
 
 def _result_detail(result: Any) -> str:

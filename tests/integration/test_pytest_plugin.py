@@ -125,3 +125,40 @@ def test_plugin_imports_without_torch():
         pytest.skip("verifier/__init__.py imports torch eagerly (" + proc.stdout.strip() + "); "
                     "the plugin module itself is lazy, see test_plugin_module_imports_nothing_heavy")
     assert proc.returncode == 0 and "OK" in proc.stdout, proc.stdout + proc.stderr
+
+
+_CHECK_TESTS = '''
+from verifier.decoders.kernels import full_p_fallback_kernel
+from verifier.decoders.speculative import AncestralDecoder, SpeculativeDecoder
+from verifier.exact import TabularLM
+from verifier.models import TabularCausalLM
+from verifier.sampling import SamplingConfig
+
+TARGET = TabularLM({(): ("1/5", "1/2", "3/10")}, vocab_size=3, context_len=0)
+DRAFT = TabularLM({(): ("0", "0", "1")}, vocab_size=3, context_len=0)
+
+def test_reference(verifier_check):
+    result = verifier_check(AncestralDecoder(TabularCausalLM(TARGET)), TARGET, [[0]], SamplingConfig(),
+                            num_samples=400, max_new_tokens=2, name="ancestral")
+    assert result.seed == 5
+
+def test_mutant(verifier_check):
+    mutant = SpeculativeDecoder(TabularCausalLM(TARGET), TabularCausalLM(DRAFT), 1, kernel=full_p_fallback_kernel)
+    verifier_check(mutant, TARGET, [[0]], SamplingConfig(), num_samples=400, max_new_tokens=2, name="full-p-fallback")
+'''
+
+
+def test_check_fixture_records_verdicts_in_the_summary(pytester):
+    """Full-p fallback with a one-hot draft (exact TV 0.21) at n=400, alpha 1e-3: detected (power > 0.999,
+    see test_api); the ancestral sampler passes.  The summary lists both; the failure names the seed."""
+    pytester.makepyfile(test_checks=_CHECK_TESTS)
+    result = pytester.runpytest(*PLUGIN, "--verifier-seed=5", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines([
+        "*= spec-verifier summary =*",
+        "profile=ci seed=5",
+        "PASS*check ancestral*(test_checks.py::test_reference)*seed=5",
+        "BIAS DETECTED*check full-p-fallback*(test_checks.py::test_mutant)*seed=5",
+        "2 spec-verifier check(s)/suite(s), 1 not passing",
+    ])
+    result.stdout.fnmatch_lines(["*reproduce: python -m pytest test_checks.py::test_mutant -p verifier.pytest_plugin --verifier-seed=5*"])
