@@ -64,6 +64,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except VerifierError as exc:
         print(f"specverify {args.command}: error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return exc.exit_code
+    except BrokenPipeError:  # e.g. `specverify exact | head`: the reader left; not an error of ours
+        import os
+
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
     except KeyboardInterrupt:
         print(f"specverify {args.command}: interrupted; samples written so far are kept on disk", file=sys.stderr)
         return 130
