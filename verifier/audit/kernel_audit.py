@@ -8,8 +8,8 @@ independent of the kernel's.  Positions are independent, so for a correct kernel
 * the accepted count ``m`` follows ``P(m) = a_0 ... a_{m-1} (1 - a_m)`` (``a_k := 0``), with
   ``a_j = sum(min(p_j, q_j))`` the acceptance prob of position ``j`` from :func:`verifier.exact.step_law`.
 
-Each of these is one cell with a pooled Pearson goodness-of-fit test; Holm over the cells gives
-the verdict.  Expected laws come from the exact enumerator, never from the kernel under test.
+Each of these is one cell with a pooled Pearson goodness-of-fit test (:func:`verifier.stats.gof_test`,
+:func:`verifier.stats.accepted_count_test`); :func:`verifier.stats.adjust` over the cells gives the verdict.  Expected laws come from the exact enumerator, never from the kernel under test.
 
 Cases are chosen to *maximise* the bias a defect would cause (:func:`adversarial_case` searches
 rational (target, draft) pairs for the largest exact total variation between a rule's output law
@@ -35,6 +35,7 @@ from verifier.exact.rules import RULES, get_rule
 from verifier.exact.step import step_law
 from verifier.exact.tabular import as_fraction_probs
 from verifier.protocols import PADDING_TOKEN_ID, VerificationKernel
+from verifier.stats import BIAS_DETECTED, PASS, Adjustment, CellTestResult, accepted_count_test, adjust, gof_test, token_counts
 
 __all__ = [
     "KernelCase",
@@ -293,28 +294,25 @@ def draw_kernel_samples(kernel: VerificationKernel, case: KernelCase, num_draws:
     return out
 
 
-@dataclass
+@dataclass(frozen=True)
 class KernelCell:
-    """One kernel-level hypothesis test (unpacks as ``(statistic, pvalue)``)."""
+    """One kernel-level hypothesis test: a named :class:`verifier.stats.CellTestResult`."""
 
     name: str
-    counts: np.ndarray
+    result: CellTestResult
     expected_probs: np.ndarray
-    statistic: float
-    pvalue: float
-    n: int
-    df: int
-    mde_tv: float
-    support_violation: bool
-    adjusted_pvalue: float = math.nan
 
     def __iter__(self):
-        return iter((self.statistic, self.pvalue))
+        return iter(self.result)
 
 
 @dataclass
 class KernelAuditResult:
-    """Verdict of :func:`audit_kernel` on one case: ``PASS`` or ``BIAS DETECTED`` (Holm at ``alpha``)."""
+    """Verdict of :func:`audit_kernel` on one case (``PASS`` or ``BIAS DETECTED``).
+
+    The cells share draws, so the family is judged with :func:`verifier.stats.adjust` in gate mode
+    with ``dependent=True`` (Holm + Cauchy combination, family-wise error ``alpha``).
+    """
 
     kernel: str
     case: KernelCase
@@ -322,40 +320,31 @@ class KernelAuditResult:
     seed: int
     alpha: float
     cells: list[KernelCell]
+    adjustment: Adjustment
     blind: list[str] = field(default_factory=list)
 
     @property
     def verdict(self) -> str:
-        from verifier.stats.results import BIAS_DETECTED, PASS
-
-        return BIAS_DETECTED if any(c.adjusted_pvalue <= self.alpha or c.support_violation for c in self.cells) else PASS
-
-    @property
-    def min_adjusted_pvalue(self) -> float:
-        return min(c.adjusted_pvalue for c in self.cells)
+        return BIAS_DETECTED if self.adjustment.family_rejected else PASS
 
     def summary(self) -> str:
-        worst = min(self.cells, key=lambda c: c.adjusted_pvalue)
-        return (f"{self.kernel} on {self.case.name}: {self.verdict} (n={self.num_draws}, seed={self.seed}, alpha={self.alpha:g}; "
-                f"worst cell {worst.name}: p_adj={worst.adjusted_pvalue:.3g})")
+        i = int(np.argmin(self.adjustment.adjusted_pvalues))
+        return (f"{self.kernel} on {self.case.name}: {self.verdict} (n={self.num_draws}, seed={self.seed}, alpha={self.alpha:g}, "
+                f"{self.adjustment.method}; worst cell {self.cells[i].name}: p_adj={self.adjustment.adjusted_pvalues[i]:.3g})")
 
 
 def _kernel_cells(case: KernelCase, emitted: np.ndarray, alpha: float) -> list[KernelCell]:
-    from verifier.audit._stats import gof_cell
-
     cells = []
-    vocab = case.vocab_size
     for j, p in enumerate(case.target_probs):
-        tokens = emitted[:, j]
-        tokens = tokens[tokens != PADDING_TOKEN_ID]
-        if tokens.size == 0:
+        expected = np.array([float(v) for v in p])
+        counts = token_counts(emitted[:, j], case.vocab_size)
+        if counts.sum() == 0:
             continue
-        counts = np.bincount(tokens, minlength=vocab)
         role = "bonus/recovered" if j == case.num_draft_tokens else "accepted/recovered"
-        cells.append(gof_cell(f"position {j} token ({role})", counts, np.array([float(v) for v in p]), alpha))
-    lengths = (emitted != PADDING_TOKEN_ID).sum(axis=1) - 1
-    counts = np.bincount(lengths, minlength=case.num_draft_tokens + 1)
-    cells.append(gof_cell("accepted count", counts, np.array([float(v) for v in case.accepted_count_law()]), alpha))
+        cells.append(KernelCell(f"position {j} token ({role})", gof_test(counts, expected, alpha=alpha), expected))
+    accepted = (emitted != PADDING_TOKEN_ID).sum(axis=1) - 1
+    law = case.accepted_count_law()
+    cells.append(KernelCell("accepted count", accepted_count_test(accepted, law, alpha=alpha), np.array([float(v) for v in law])))
     return cells
 
 
@@ -372,30 +361,27 @@ def audit_kernel(kernel: VerificationKernel, case: KernelCase, *, num_draws: int
     num_draws : int, default 200000
     seed : int, default 0
     alpha : float, default 1e-3
-        Family-wise error rate over the case's cells (Holm).
+        Family-wise error rate over the case's cells (Holm + Cauchy combination, cells share draws).
     batch_size : int, default 8192
     name : str, optional
 
     Returns
     -------
     KernelAuditResult
-        Per-cell statistic, p-value, Holm-adjusted p-value and minimum detectable TV at power .99;
-        ``blind`` lists :func:`blind_cell_reasons` of every position.
+        Per-cell :class:`~verifier.stats.CellTestResult` (statistic, p-value, TV estimate, minimum
+        detectable TV at power .99), the family adjustment, and ``blind``, which lists :func:`blind_cell_reasons` of every position.
 
     Raises
     ------
     DecoderError, DecoderOutputError
         The kernel raised or returned invalid output (exit 3).
     """
-    from statsmodels.stats.multitest import multipletests
-
     if not 0 < alpha < 1:
         raise invalid_argument("alpha", alpha, "a number in (0, 1)")
     emitted = draw_kernel_samples(kernel, case, num_draws, seed, batch_size=batch_size)
     cells = _kernel_cells(case, emitted, alpha)
-    adjusted = multipletests([c.pvalue for c in cells], alpha=alpha, method="holm")[1]
-    for c, a in zip(cells, adjusted):
-        c.adjusted_pvalue = float(a)
+    adjustment = adjust([c.result for c in cells], alpha=alpha, mode="gate", dependent=True)
     blind = [f"position {j}: {r}" for j, (p, q) in enumerate(zip(case.target_probs, case.draft_probs)) for r in blind_cell_reasons(p, q)]
     label = name or getattr(kernel, "name", None) or getattr(kernel, "__name__", type(kernel).__name__)
-    return KernelAuditResult(kernel=label, case=case, num_draws=num_draws, seed=seed, alpha=alpha, cells=cells, blind=blind)
+    return KernelAuditResult(kernel=label, case=case, num_draws=num_draws, seed=seed, alpha=alpha, cells=cells,
+                             adjustment=adjustment, blind=blind)
