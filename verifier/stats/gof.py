@@ -148,6 +148,7 @@ def gof_test(
     min_expected: float = MIN_EXPECTED_COUNT,
     power: float = DEFAULT_POWER,
     confidence: float = DEFAULT_CONFIDENCE,
+    num_bootstrap: int = DEFAULT_BOOTSTRAP,
     test: str = "gof",
 ) -> CellTestResult:
     """Pearson chi-square goodness of fit of emitted-token counts to the target probs of one cell.
@@ -174,6 +175,9 @@ def gof_test(
         Power at which the minimum detectable effect is reported.
     confidence : float, default 0.99
         Level of the TV confidence interval.
+    num_bootstrap : int, default 1000
+        Bootstrap resamples of the TV interval; 0 skips the effect estimate (``effect=None``),
+        e.g. in calibration simulations.
     test : str, default "gof"
         Label stored in the result (the joint/conditional helpers pass their own).
 
@@ -209,10 +213,12 @@ def gof_test(
         raise invalid_argument("pvalue_method", pvalue_method, " | ".join(repr(m) for m in _PVALUE_METHODS))
     if num_resamples is not None:
         num_resamples = check_positive_int(num_resamples, "num_resamples", minimum=10)
-    return _gof(counts, probs, alpha, pvalue_method, num_resamples, as_generator(rng), float(min_expected), power, confidence, test)
+    if num_bootstrap != 0:
+        num_bootstrap = check_positive_int(num_bootstrap, "num_bootstrap", minimum=10)
+    return _gof(counts, probs, alpha, pvalue_method, num_resamples, as_generator(rng), float(min_expected), power, confidence, num_bootstrap, test)
 
 
-def _gof(counts, probs, alpha, pvalue_method, num_resamples, rng, min_expected, power, confidence, test) -> CellTestResult:
+def _gof(counts, probs, alpha, pvalue_method, num_resamples, rng, min_expected, power, confidence, num_bootstrap, test) -> CellTestResult:
     n = int(counts.sum())
     violations = tuple(SupportViolation(int(t), int(counts[t])) for t in np.flatnonzero((probs == 0) & (counts > 0)))
     n_support = n - sum(v.count for v in violations)
@@ -220,8 +226,8 @@ def _gof(counts, probs, alpha, pvalue_method, num_resamples, rng, min_expected, 
     observed = pooling.pool(counts)
     # effect: pooled categories + one "outside the support" category
     effect = _tv_estimate(
-        np.append(observed, n - n_support), np.append(pooling.expected_probs, 0.0), confidence, DEFAULT_BOOTSTRAP, rng
-    )
+        np.append(observed, n - n_support), np.append(pooling.expected_probs, 0.0), confidence, num_bootstrap, rng
+    ) if num_bootstrap else None
     common = dict(
         test=test, n=n, alpha=alpha, pooled_categories=pooling.describe(), num_categories=pooling.num_categories,
         effect=effect, mde=min_detectable_effect(n, probs, alpha, power), support_violations=violations,
@@ -243,11 +249,12 @@ def _gof(counts, probs, alpha, pvalue_method, num_resamples, rng, min_expected, 
 
 def _monte_carlo_pvalue(statistic: float, n: int, probs: np.ndarray, draws: int, rng: np.random.Generator) -> tuple[float, int]:
     """(1 + #{X2_b >= X2_obs}) / (1 + B), or Besag–Clifford h / L when stopped early."""
-    chunk = max(100, min(draws, 10_000, 2_000_000 // len(probs)))  # small chunks: early stop is cheap under the null
+    max_chunk = max(100, 2_000_000 // len(probs))  # bounds temporary memory to ~16 MB
+    size = 500  # chunks double from 500: under the null the early stop comes after ~40 draws
     done = exceed = 0
     tol = 1e-9 * max(statistic, 1.0)  # ties within float noise count as exceedances (conservative)
     while done < draws:
-        size = min(chunk, draws - done)
+        size = min(size * 2 if done else size, max_chunk, draws - done)
         sim = _pearson(rng.multinomial(n, probs, size=size), probs)
         exceed += int(np.count_nonzero(sim >= statistic - tol))
         done += size

@@ -38,7 +38,7 @@ GATE_ALPHA = 1e-3  # DESIGN.md: family-wise alpha of the CI gate
 AUDIT_Q = 0.05  # DESIGN.md: Benjamini–Hochberg q of the audit mode
 _MODES = ("gate", "audit")
 _COMBINE = ("auto", "fisher", "cauchy", "bonferroni")
-_CAUCHY_P_FLOOR = 1e-300  # tan((0.5 - p) pi) overflows at p = 0
+_CAUCHY_P_FLOOR = 1e-300  # p = 0 (support violation) -> log(0) in Fisher, tan overflow in Cauchy
 
 
 @dataclass(frozen=True)
@@ -146,7 +146,7 @@ def adjust(pvalues, alpha: float | None = None, mode: str = "gate", dependent: b
 
 def _combine(p: np.ndarray, combine: str) -> float:
     if combine == "fisher":
-        return float(stats.combine_pvalues(p, method="fisher").pvalue)
+        return float(stats.combine_pvalues(np.maximum(p, _CAUCHY_P_FLOOR), method="fisher").pvalue)
     if combine == "bonferroni":
         return float(min(1.0, p.min() * p.size))
     # Cauchy combination: T = mean(tan((0.5 - p) pi)) is standard Cauchy under the null

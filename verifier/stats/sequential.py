@@ -111,8 +111,10 @@ def _stream_log_e(ids: np.ndarray, probs: np.ndarray, c: float) -> np.ndarray:
     first = np.searchsorted(sorted_ids, sorted_ids, side="left")
     seen_before = np.empty(n, dtype=np.float64)
     seen_before[order] = np.arange(n) - first  # occurrences of the same token earlier in the stream
-    with np.errstate(divide="ignore"):
-        steps = np.log(c * probs[ids] + seen_before) - np.log(c + np.arange(n)) - np.log(probs[ids])
+    p_x = probs[ids]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        steps = np.log(c * p_x + seen_before) - np.log(c + np.arange(n)) - np.log(p_x)
+    steps[p_x == 0] = np.inf  # a token outside the support: the null is impossible, E = inf
     return np.cumsum(steps)
 
 
@@ -222,8 +224,10 @@ class SequentialGOF:
         seen = np.empty(ids.size)
         seen[order] = np.arange(ids.size) - first
         seen += self.counts[ids]
-        with np.errstate(divide="ignore"):
-            path = self.log_e + np.cumsum(np.log(c * p[ids] + seen) - np.log(c + n0 + np.arange(ids.size)) - np.log(p[ids]))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            steps = np.log(c * p[ids] + seen) - np.log(c + n0 + np.arange(ids.size)) - np.log(p[ids])
+        steps[p[ids] == 0] = np.inf  # support violation: E = inf
+        path = self.log_e + np.cumsum(steps)
         hit = np.flatnonzero(path >= math.log(1 / self.alpha))
         upto = int(hit[0]) + 1 if hit.size else ids.size
         np.add.at(self.counts, ids[:upto], 1)

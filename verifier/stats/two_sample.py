@@ -47,7 +47,7 @@ def _pearson_2xk(table_a: np.ndarray, col_totals: np.ndarray, n_a: int, n_b: int
     return ((table_a - e_a) ** 2 / e_a).sum(-1) + ((table_b - e_b) ** 2 / e_b).sum(-1)
 
 
-def two_sample_chi2_test(counts_a, counts_b, *, alpha: float = 0.01, num_permutations: int | None = None, rng=None, min_expected: float = TWO_SAMPLE_MIN_EXPECTED) -> CellTestResult:
+def two_sample_chi2_test(counts_a, counts_b, *, alpha: float = 0.01, num_permutations: int | None = None, rng=None, min_expected: float = TWO_SAMPLE_MIN_EXPECTED, num_bootstrap: int = 1000) -> CellTestResult:
     """2 x K chi-square test that two count vectors come from the same law, permutation p-value.
 
     Parameters
@@ -60,6 +60,8 @@ def two_sample_chi2_test(counts_a, counts_b, *, alpha: float = 0.01, num_permuta
         Default ``max(DEFAULT_PERMUTATIONS, ceil(20 / alpha) - 1)``.
     rng : None, int or numpy.random.Generator
     min_expected : float, default 5
+    num_bootstrap : int, default 1000
+        Resamples of the TV interval; 0 skips the effect estimate (``effect=None``).
 
     Returns
     -------
@@ -91,7 +93,7 @@ def two_sample_chi2_test(counts_a, counts_b, *, alpha: float = 0.01, num_permuta
     # pool on combined counts: smallest arm share must see min_expected per cell
     pooling = _pool(total / total.sum(), n=min(n_a, n_b), min_expected=float(min_expected))
     pa, pt = pooling.pool(a), pooling.pool(total)
-    effect = _two_sample_tv(pa, pooling.pool(b), gen)
+    effect = _two_sample_tv(pa, pooling.pool(b), gen, num_bootstrap) if num_bootstrap else None
     common = dict(test="two-sample-chi2", n=n_a + n_b, alpha=alpha, pooled_categories=pooling.describe(), num_categories=pooling.num_categories, effect=effect)
     if pooling.num_categories < 2:
         return CellTestResult(statistic=0.0, pvalue=1.0, method="untestable", df=0, **common)
