@@ -62,7 +62,8 @@ class TableSampler:
                 alive &= tok != eos
         if self.garbage:
             bad = np.full(out.shape, np.nan)  # a NaN probability row cast to ids
-            return bad.astype(np.int64)
+            with np.errstate(invalid="ignore"):
+                return bad.astype(np.int64)
         if self.report_accepted:  # a plain sampler "accepts" nothing: a wrong accepted-count law
             self.last_stats = DecoderStats(rounds=num_samples, accepted_counts=np.zeros(num_samples, np.int64),
                                            num_draft_tokens=self.k, first_round_accepted=np.zeros(num_samples, np.int64))

@@ -1,0 +1,186 @@
+"""The main job end to end on a tabular target with plugin decoders (laws known exactly).
+
+Statistical settings of these runs: family-wise alpha 1e-3 (gate), 600-1200 samples per sample
+set, seeds fixed in the suites.  The exact sampler's false-fail rate is <= 1e-3 per run; the biased
+sampler (``bias=0.5``: output law at TV >= 0.12 from the target at every position, computed from
+the bigram4_eos tables) is far above every cell's MDE (<= 0.11 TV at n=600), so a false pass has
+probability < 1e-2 by the cells' stated power.  Nothing here depends on the speculative decoders.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from verifier.cli import main
+from verifier.errors import EXIT_BIAS, EXIT_DECODER, EXIT_OK, EXIT_UNDERPOWERED, EXIT_USAGE, ReportWriteError
+from verifier.reports import write_reports
+from verifier.runner import analyze_run
+
+from .conftest import EXACT_DECODER, REPO, TINY, strip_volatile, suite_text
+
+
+def _run(suite: Path, run_dir: Path, *extra: str) -> int:
+    return main(["run", str(suite), "--run-dir", str(run_dir), "--no-progress", *extra])
+
+
+def _report(run_dir: Path) -> dict:
+    return json.loads((run_dir / "report.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("tiny") / "run"
+    code = _run(TINY, run_dir)
+    return code, run_dir
+
+
+def test_reference_passes_and_biased_sampler_is_detected(tiny_run):
+    code, run_dir = tiny_run
+    report = _report(run_dir)
+    assert code == EXIT_OK and report["verdict"] == "PASS" and report["exit_code"] == 0
+    verdicts = {d["decoder"]: (d["verdict"], d["expectation_met"]) for d in report["decoders"]}
+    assert verdicts == {"exact-sampler": ("PASS", True), "biased-sampler": ("BIAS DETECTED", True)}
+    assert report["exact"]["ran"] and report["exact"]["ok"]
+    for cell in report["cells"]:
+        for key in ("statistic", "pvalue", "adjusted_pvalue", "effect", "effect_ci", "mde", "verdict", "n"):
+            assert cell[key] is not None, (cell["id"], key)
+    assert {c["test"] for c in report["cells"]} == {"gof@1", "gof@2", "joint@1,2", "pit"}
+    assert set(report["environment"]["versions"]) >= {"numpy", "scipy", "torch"}
+    assert sorted(p.name for p in run_dir.iterdir()) == ["junit.xml", "report.html", "report.json", "report.md", "run.json", "samples"]
+
+
+def test_same_suite_and_seed_give_the_same_report(tiny_run, tmp_path):
+    _, run_dir = tiny_run
+    assert _run(TINY, tmp_path / "again") == EXIT_OK
+    assert strip_volatile(_report(tmp_path / "again")) == strip_volatile(_report(run_dir))
+
+
+def test_report_command_regenerates_without_resampling(tiny_run, tmp_path, capsys):
+    _, run_dir = tiny_run
+    shards = sorted((run_dir / "samples").rglob("*.npz"))
+    mtimes = [p.stat().st_mtime_ns for p in shards]
+    assert main(["report", str(run_dir), "--out", str(tmp_path / "out")]) == EXIT_OK
+    assert [p.stat().st_mtime_ns for p in shards] == mtimes
+    assert strip_volatile(_report(tmp_path / "out")) == strip_volatile(_report(run_dir))
+    assert "verdict: PASS" in capsys.readouterr().out
+
+
+def test_seed_override_changes_samples(tmp_path):
+    assert _run(TINY, tmp_path / "s", "--seed", "8") == EXIT_OK
+    assert _report(tmp_path / "s")["suite"]["seed"] == 8
+
+
+@pytest.mark.parametrize(
+    "decoders, kwargs, code, message",
+    [
+        (EXACT_DECODER, {"models": 'target = "no/such/checkpoint"\ndraft = "tabular:bigram4_eos"'}, EXIT_USAGE,
+         "ModelLoadError: models.tab.target='no/such/checkpoint': model path"),
+        (EXACT_DECODER, {"models": 'target = "tabular:bigram4_eos"\ndraft = "tabular:unigram3"'}, EXIT_USAGE,
+         "target vocab_size=4 but draft vocab_size=3"),
+        (EXACT_DECODER, {"prompt": "ids = [0, 9]"}, EXIT_USAGE,
+         "prompts.p.ids=[0, 9] is invalid: token id 9 is outside the vocabulary of model pair 'tab'; allowed: ids in 0..3"),
+        (EXACT_DECODER.replace("table_sampler", "no_such_factory"), {}, EXIT_USAGE, "has no attribute 'no_such_factory'"),
+        (EXACT_DECODER.replace("tests.runner.plugins", "tests.runner.no_such_module"), {}, EXIT_USAGE, "cannot import"),
+        (EXACT_DECODER + "options = { colour = 'red' }\n", {}, EXIT_USAGE, "factory rejected options {'colour': 'red'}"),
+    ],
+    ids=["missing-model-path", "vocab-mismatch", "out-of-vocab-prompt", "no-factory", "no-module", "bad-option"],
+)
+def test_bad_input_is_a_clear_usage_error(write_suite, tmp_path, capsys, decoders, kwargs, code, message):
+    assert _run(write_suite(suite_text(decoders, **kwargs)), tmp_path / "run") == code
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+def test_decoder_raising_mid_run_keeps_samples_and_says_where(write_suite, tmp_path, capsys):
+    suite = write_suite(suite_text(EXACT_DECODER + "options = { crash_after_calls = 2 }\n"))
+    assert _run(suite, tmp_path / "run") == EXIT_DECODER
+    report = _report(tmp_path / "run")
+    assert report["verdict"] == "ERROR" and report["decoders"][0]["verdict"] == "ERROR"
+    stop = report["stopped"][0]
+    assert stop["chunk"] == 2 and stop["kind"] == "crash" and "injected crash in call 3" in stop["message"]
+    assert stop["chunks_kept_in_set"] == 2 and len(list((tmp_path / "run" / "samples").rglob("*.npz"))) == 2
+    assert "stopped at" in (tmp_path / "run" / "report.md").read_text()
+    assert "Traceback" not in capsys.readouterr().err
+
+
+def test_nan_derived_garbage_is_exit_3_with_first_bad_row(write_suite, tmp_path):
+    suite = write_suite(suite_text(EXACT_DECODER + "options = { garbage = true }\n"))
+    assert _run(suite, tmp_path / "run") == EXIT_DECODER
+    stop = _report(tmp_path / "run")["stopped"][0]
+    assert stop["kind"] == "invalid_output" and "row 0" in stop["message"] and "outside 0..3" in stop["message"]
+
+
+def test_underpowered_pass_decoder_is_exit_4(write_suite, tmp_path):
+    suite = write_suite(suite_text(EXACT_DECODER + "samples = 60\nchunk_size = 60\n", stats="target_mde = 0.05"))
+    assert _run(suite, tmp_path / "run") == EXIT_UNDERPOWERED
+    report = _report(tmp_path / "run")
+    assert report["verdict"] == "UNDERPOWERED" and any(c["verdict"] == "UNDERPOWERED" for c in report["cells"])
+
+
+def test_undetected_mutant_fails_the_run(write_suite, tmp_path):
+    suite = write_suite(suite_text(EXACT_DECODER.replace('expect = "pass"', 'expect = "detect"')))
+    assert _run(suite, tmp_path / "run") == EXIT_BIAS
+    assert _report(tmp_path / "run")["decoders"][0]["expectation_met"] is False
+
+
+def test_unwritable_report_dir_is_a_clear_error_and_keeps_samples(tiny_run, tmp_path, capsys):
+    _, run_dir = tiny_run
+    blocker = tmp_path / "file"
+    blocker.write_text("a file where the report folder should be")
+    before = sorted(p.name for p in (run_dir / "samples").rglob("*.npz"))
+    assert main(["report", str(run_dir), "--out", str(blocker / "sub")]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "ReportWriteError: cannot write reports to" in err and "samples are kept in" in err
+    assert sorted(p.name for p in (run_dir / "samples").rglob("*.npz")) == before
+    assert main(["run", str(TINY), "--report-dir", str(blocker), "--no-progress"]) == EXIT_USAGE
+    assert "ReportWriteError" in capsys.readouterr().err
+
+
+def test_disk_full_while_writing_reports(tiny_run, tmp_path, monkeypatch):
+    import errno
+
+    import verifier.reports as reports
+
+    def full(*_a, **_k):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(reports.os, "replace", full)
+    with pytest.raises(ReportWriteError, match="No space left on device"):
+        write_reports(_report(tiny_run[1]), tmp_path / "out")
+    monkeypatch.undo()
+    outcome = analyze_run(tiny_run[1], out_dir=tmp_path / "ok", log=lambda _m: None)
+    assert outcome.exit_code == EXIT_OK
+
+
+def test_sigkill_halfway_then_resume_gives_the_same_report(write_suite, tmp_path):
+    """A SIGKILLed run keeps its finished shards; --resume samples only the rest and ends with the
+    report.json of an uninterrupted run (timestamps aside)."""
+    marker = tmp_path / "resume-now"
+    decoder = EXACT_DECODER.replace("table_sampler", "suicidal_sampler") + f"options = {{ after_calls = 2, marker = {json.dumps(str(marker))} }}\n"
+    suite = write_suite(suite_text(decoder + "samples = 1000\n"))
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    cmd = [sys.executable, "-m", "verifier.cli", "run", str(suite), "--run-dir", str(tmp_path / "killed"), "--no-progress"]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == -9, proc.stderr
+    kept = sorted(p.name for p in (tmp_path / "killed" / "samples").rglob("*.npz"))
+    assert kept == ["chunk-000000.npz", "chunk-000001.npz"]  # 2 of 5 chunks done, nothing half-written
+    marker.write_text("")
+    assert main(["run", "--resume", str(tmp_path / "killed"), "--no-progress"]) == EXIT_OK
+    assert _run(suite, tmp_path / "straight") == EXIT_OK
+    assert strip_volatile(_report(tmp_path / "killed")) == strip_volatile(_report(tmp_path / "straight"))
+
+
+def test_resume_of_a_finished_run_samples_nothing(tiny_run, tmp_path, capsys):
+    copy = tmp_path / "copy"
+    shutil.copytree(tiny_run[1], copy)
+    mtimes = sorted(p.stat().st_mtime_ns for p in copy.rglob("*.npz"))
+    assert main(["run", "--resume", str(copy), "--no-progress"]) == EXIT_OK
+    assert sorted(p.stat().st_mtime_ns for p in copy.rglob("*.npz")) == mtimes
+    assert "already on disk" in capsys.readouterr().out
