@@ -414,7 +414,7 @@ def parse_suite(data: Mapping[str, Any], *, source: str = "<suite>", base_dir: P
     dr.done()
     decoders: list[DecoderSpec] = []
     names: set[str] = set()
-    for i, ddata in enumerate(top.get_list("decoders", dict, ..., "an array of tables [[decoders]]")):
+    for i, ddata in enumerate(top.get_list("decoders", dict, [], "an array of tables [[decoders]]")):
         d = _Reader(ddata, f"decoders[{i}]", source)
         dname = d.get("name", str)
         if dname in names:
@@ -443,8 +443,8 @@ def parse_suite(data: Mapping[str, Any], *, source: str = "<suite>", base_dir: P
                 **{k: (tuple(v) if isinstance(v, list) else v) for k, v in grid.items()},
             )
         )
-    if not decoders:
-        top._fail("decoders", [], "at least one [[decoders]] entry")
+    if not decoders and not exact["enabled"]:
+        top._fail("decoders", [], "at least one [[decoders]] entry (or an enabled [exact] stage)")
 
     # stats
     st = _Reader(top.get("stats", dict, {}), "stats", source)
