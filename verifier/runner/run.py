@@ -26,6 +26,7 @@ import os
 import platform
 import sys
 import time
+import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -164,6 +165,15 @@ def _exact_stage(suite: Suite) -> dict[str, Any]:
 # --------------------------------------------------------------------------- stage 3
 
 
+def _where(exc: BaseException) -> str:
+    """`` (at file:line in function)`` of the innermost frame of a decoder's exception."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not frames:
+        return ""
+    f = frames[-1]
+    return f" (at {f.filename}:{f.lineno} in {f.name})"
+
+
 def _valid_shard(shard: Shard | None, plan: SampleSetPlan, index: int) -> bool:
     return (shard is not None and shard.meta.get("seed") == plan.chunk_seed(index)
             and shard.meta.get("set_key") == plan.key
@@ -201,7 +211,7 @@ def _sample(ctx: _Context, store: SampleStore, progress: bool, log: Callable[[st
                     except DecoderError:
                         raise
                     except Exception as exc:
-                        raise DecoderError(f"{spec.name} raised {type(exc).__name__}: {exc}") from exc
+                        raise DecoderError(f"{spec.name} raised {type(exc).__name__}: {exc}{_where(exc)}") from exc
                     tokens = check_emitted_tokens(out, num_samples=rows, max_new_tokens=plan.max_new_tokens,
                                                   vocab_size=pair.vocab_size, eos_token_id=pair.eos_token_id,
                                                   decoder_name=spec.name)
