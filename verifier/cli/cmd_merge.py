@@ -1,0 +1,45 @@
+"""``specverify merge RUN_DIR...``: combine the shards of ``specverify run --shard I/N`` and judge them."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+HELP = "Combine shard run folders (specverify run --shard I/N) into one run: statistics, verdict, reports."
+
+DEFAULT_REPORT_DIR = "reports"  # like `specverify run`: <report-dir>/<suite>/<run id>/
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR",
+                        help="Run folders written by `specverify run SUITE --shard I/N` (same suite, profile and seed). "
+                        "One folder that all shards shared is merged in place.")
+    parser.add_argument("--out", metavar="DIR", default=None,
+                        help="Merged run folder to write. Default: the RUN_DIR itself when only one is given, "
+                        "else a new <report-dir>/<suite>/<run id>.")
+    parser.add_argument("--report-dir", metavar="DIR", default=DEFAULT_REPORT_DIR,
+                        help=f"Root of new run folders when --out is not given. Default: {DEFAULT_REPORT_DIR}.")
+    parser.add_argument("--allow-partial", action="store_true",
+                        help="Report on the samples present even if shards are missing (cells may be UNDERPOWERED). "
+                        "Default: missing shards are an error naming the --shard I/N to rerun.")
+
+
+def run(args: argparse.Namespace) -> int:
+    from verifier.runner import load_run_suite, new_run_dir
+    from verifier.runner.shard import merge_runs
+
+    if args.out:
+        out = Path(args.out)
+    elif len(args.run_dirs) == 1:
+        out = Path(args.run_dirs[0])
+    else:
+        suite, _ = load_run_suite(args.run_dirs[0])
+        out = new_run_dir(args.report_dir, suite)
+    outcome = merge_runs(args.run_dirs, out, allow_partial=args.allow_partial)
+    report = outcome.report
+    for d in report["decoders"]:
+        mark = "ok" if d["expectation_met"] else f"EXPECTED {d['expect'].upper()}"
+        print(f"  {d['decoder']:<28} expect {d['expect']:<6} -> {d['verdict']:<14} [{mark}] {d['reason']}")
+    print(f"verdict: {report['verdict']} (exit {outcome.exit_code})")
+    print(f"reports: {outcome.run_dir}/report.html, report.md, report.json, junit.xml")
+    return outcome.exit_code

@@ -1,0 +1,276 @@
+"""Scale-out: sample one share of a suite (``specverify run --shard I/N``) and merge the shares.
+
+Sampling is embarrassingly parallel.  A suite's work is the ordered list of chunks of every sample
+set (:func:`verifier.runner.plan.plan_sample_sets`, chunk ``i`` of set ``s``); shard ``I`` of
+``N`` owns the chunks at positions ``j`` with ``j % N == I`` in that list (round robin, so every
+shard gets a similar mix of decoders and prompts).  A chunk's seed is a pure function of
+``(suite seed, sample-set key, chunk index)`` (:mod:`verifier.runner.seeds`), so
+
+* shards never share a seed stream and never write the same chunk, and
+* the union of all shards is, chunk for chunk, the sample set an unsharded run draws:
+  :func:`merge_runs` therefore gives the same report.json as one process (timestamps aside).
+
+A shard's run folder is a normal run folder (``run.json`` + ``samples/``) plus a marker
+``shard-I-of-N.json``; shards may write into one shared folder or into separate ones.
+``merge_runs`` checks the folders hold the same suite, that every shard ``0..N-1`` finished
+(or, for an unsharded input, nothing is missing), copies the shards into one run folder and runs
+the statistics, verdict and reports there (:func:`verifier.runner.analyze_run`).
+
+Any scheduler can drive the two steps -- a Slurm array job, Ray tasks, Kubernetes jobs, or the
+``torchrun`` launcher in :mod:`verifier.runner.torchrun`.
+"""
+
+from __future__ import annotations
+
+import filecmp
+import json
+import re
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from verifier.errors import ConfigError, invalid_argument
+
+__all__ = ["ShardSpec", "ShardOutcome", "parse_shard", "run_shard", "merge_runs", "shard_marker_name"]
+
+SHARD_MARKER_GLOB = "shard-*-of-*.json"
+_SHARD_RE = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")
+_MARKER_RE = re.compile(r"^shard-(\d+)-of-(\d+)\.json$")
+
+
+@dataclass(frozen=True)
+class ShardSpec:
+    """Shard ``index`` of ``count`` (0-based): owns work items ``j`` with ``j % count == index``."""
+
+    index: int
+    count: int
+
+    def owns(self, position: int) -> bool:
+        return position % self.count == self.index
+
+    def __str__(self) -> str:
+        return f"{self.index}/{self.count}"
+
+
+@dataclass
+class ShardOutcome:
+    """What :func:`run_shard` wrote."""
+
+    run_dir: Path
+    shard: ShardSpec
+    chunks: list[str]  # "<set_id>/chunk-NNNNNN.npz" owned by this shard, all on disk unless errors
+    samples: int
+    errors: list[dict[str, Any]]
+    seconds: float
+
+
+def parse_shard(text: str) -> ShardSpec:
+    """Parse ``"I/N"`` (0 <= I < N).
+
+    Raises
+    ------
+    InvalidArgumentError
+        Anything else, e.g. ``"2/2"`` or ``"1-of-4"``.
+
+    Examples
+    --------
+    >>> parse_shard("1/4")
+    ShardSpec(index=1, count=4)
+    """
+    m = _SHARD_RE.match(str(text))
+    if not m or not (0 <= int(m.group(1)) < int(m.group(2))):
+        raise invalid_argument("--shard", text, "I/N with integers 0 <= I < N, e.g. 0/4 (shard indices start at 0)")
+    return ShardSpec(int(m.group(1)), int(m.group(2)))
+
+
+def shard_marker_name(shard: ShardSpec) -> str:
+    return f"shard-{shard.index}-of-{shard.count}.json"
+
+
+def _work_items(plans) -> list[tuple[Any, int]]:
+    """Every (sample-set plan, chunk index) of the suite, in run order."""
+    return [(p, i) for p in plans for i in range(p.num_chunks)]
+
+
+def run_shard(suite, run_dir: str | Path, shard: ShardSpec, *, progress: bool = True,
+              log: Callable[[str], None] = print) -> ShardOutcome:
+    """Sample only ``shard``'s share of ``suite`` into ``run_dir`` (resumable, like a full run).
+
+    No exact stage, statistics or reports: :func:`merge_runs` does those once over all shards.
+
+    Parameters
+    ----------
+    suite : Suite
+        With its profile applied; every shard must get the same suite, profile and seed.
+    run_dir : path
+        This shard's run folder (may be shared by all shards).
+    shard : ShardSpec
+    progress : bool, default True
+        tqdm progress bars on stderr.
+    log : callable
+
+    Returns
+    -------
+    ShardOutcome
+
+    Raises
+    ------
+    ConfigError
+        ``run_dir`` already holds a different suite (or profile, or seed).
+    ReportWriteError
+        ``run_dir`` cannot be written.
+    """
+    from verifier.runner import run as _run
+    from verifier.runner.store import SampleStore
+
+    started = time.perf_counter()
+    store = SampleStore(run_dir)
+    run_file = {"schema_version": _run.REPORT_SCHEMA_VERSION, "suite": suite.to_dict(),
+                "created_at": _run._now(), "run_id": Path(run_dir).name}
+    existing = Path(run_dir) / _run.RUN_FILE
+    if existing.is_file():
+        stored, _ = _run.load_run_suite(run_dir)
+        if stored.to_dict() != suite.to_dict():
+            raise ConfigError(f"{run_dir} already holds a different suite, profile or seed; "
+                              "give each suite/profile/seed its own --run-dir")
+    else:
+        store.write_json(_run.RUN_FILE, run_file)
+    ctx = _run._Context(suite)
+    items = _work_items(ctx.plans)
+    position = {(p.set_id, i): j for j, (p, i) in enumerate(items)}
+    mine = [(p, i) for j, (p, i) in enumerate(items) if shard.owns(j)]
+    log(f"shard {shard}: {len(mine)} of {len(items)} chunks ({sum(p.chunk_rows(i) for p, i in mine)} samples)")
+    errors = _run._sample(ctx, store, progress, log, select=lambda p, i: shard.owns(position[(p.set_id, i)]))
+    chunks = [str(store.chunk_path(p.set_id, i).relative_to(store.samples_dir)) for p, i in mine]
+    on_disk = [(p, i) for p, i in mine if store.chunk_path(p.set_id, i).is_file()]
+    # Written last: its presence means the shard ran to the end (a decoder that stopped is a
+    # finding for the merge to report, not a reason to sample again).
+    marker = {"shard": shard.index, "num_shards": shard.count, "suite_seed": suite.seed, "profile": suite.profile,
+              "chunks": chunks, "missing_chunks": len(mine) - len(on_disk), "complete": True,
+              "stopped": list(errors.values()), "finished_at": _run._now()}
+    store.write_json(shard_marker_name(shard), marker)
+    samples = sum(p.chunk_rows(i) for p, i in on_disk)
+    return ShardOutcome(Path(run_dir), shard, chunks, samples, list(errors.values()), time.perf_counter() - started)
+
+
+def _markers(run_dir: Path) -> list[dict[str, Any]]:
+    out = []
+    for path in sorted(run_dir.glob(SHARD_MARKER_GLOB)):
+        if _MARKER_RE.match(path.name):
+            try:
+                out.append(json.loads(path.read_text(encoding="utf-8")))
+            except (OSError, ValueError) as exc:
+                raise ConfigError(f"{path}: unreadable shard marker: {exc}") from None
+    return out
+
+
+def merge_runs(run_dirs: Sequence[str | Path], out_dir: str | Path, *, allow_partial: bool = False,
+               log: Callable[[str], None] = print):
+    """Combine shard run folders into ``out_dir`` and produce its verdict and reports.
+
+    Parameters
+    ----------
+    run_dirs : sequence of paths
+        Run folders written by ``specverify run --shard I/N`` (or unsharded runs of the same
+        suite).  ``out_dir`` may be one of them.
+    out_dir : path
+        The merged run folder; receives ``run.json``, every shard's samples, ``report.json``,
+        ``report.md``, ``report.html`` and ``junit.xml``.
+    allow_partial : bool, default False
+        Report on whatever samples exist even when shards are missing (their cells have fewer
+        samples and may be UNDERPOWERED).
+
+    Returns
+    -------
+    verifier.runner.RunOutcome
+        The merged report and its exit code (same rules as ``specverify run``).
+
+    Raises
+    ------
+    ConfigError
+        A folder is not a run folder, the folders hold different suites/profiles/seeds, two
+        folders hold different samples for the same chunk, or (without ``allow_partial``) a shard
+        is missing or unfinished -- the message says which ``--shard I/N`` to run again.
+    """
+    from verifier.runner import run as _run
+    from verifier.runner.store import SampleStore
+
+    dirs = [Path(d) for d in run_dirs]
+    if not dirs:
+        raise invalid_argument("RUN_DIR", [], "at least one run folder")
+    out = Path(out_dir)
+    suites = [(_run.load_run_suite(d)[0], d) for d in dirs]
+    first, first_dir = suites[0]
+    for suite, d in suites[1:]:
+        if suite.to_dict() != first.to_dict():
+            raise ConfigError(f"{d} holds a different suite, profile or seed than {first_dir}; "
+                              "merge only shards of one `specverify run SUITE --profile P --seed S`")
+    _check_complete(dirs, allow_partial)
+    out_store = SampleStore(out)
+    if not (out / _run.RUN_FILE).is_file():
+        out_store.write_json(_run.RUN_FILE, {**json.loads((first_dir / _run.RUN_FILE).read_text(encoding="utf-8")),
+                                             "run_id": out.name, "merged_from": [str(d) for d in dirs]})
+    copied = 0
+    for d in dirs:
+        if d.resolve() == out.resolve():
+            continue
+        for src in sorted((d / "samples").glob("*/chunk-*.npz")):
+            dst = out / "samples" / src.parent.name / src.name
+            if dst.is_file():
+                if not filecmp.cmp(src, dst, shallow=False) and not _same_shard(src, dst):
+                    raise ConfigError(f"{src} and {dst} hold different samples for the same chunk; "
+                                      "the folders come from different runs")
+                continue
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dst)
+            copied += 1
+    stopped = []
+    for d in dirs:
+        for m in _markers(d):
+            stopped.extend(m.get("stopped", []))
+        if (d / _run.STOPPED_FILE).is_file() and not _markers(d):
+            stopped.extend(json.loads((d / _run.STOPPED_FILE).read_text(encoding="utf-8")))
+    first_stop: dict[str, dict] = {}
+    for e in stopped:  # keep each decoder's earliest stop
+        key = e["decoder"]
+        if key not in first_stop or (e.get("set_id"), e.get("chunk", 0)) < (first_stop[key].get("set_id"), first_stop[key].get("chunk", 0)):
+            first_stop[key] = e
+    if first_stop:
+        out_store.write_json(_run.STOPPED_FILE, list(first_stop.values()))
+    log(f"merged {len(dirs)} run folder(s) into {out} ({copied} chunk files copied)")
+    return _run.analyze_run(out, log=log)
+
+
+def _same_shard(a: Path, b: Path) -> bool:
+    """Same tokens and seed (npz bytes may differ only by zip timestamps)."""
+    import numpy as np
+
+    with np.load(a, allow_pickle=False) as za, np.load(b, allow_pickle=False) as zb:
+        return (np.array_equal(za["tokens"], zb["tokens"])
+                and json.loads(str(za["meta"])).get("seed") == json.loads(str(zb["meta"])).get("seed"))
+
+
+def _check_complete(dirs: list[Path], allow_partial: bool) -> None:
+    counts: set[int] = set()
+    finished: set[int] = set()
+    unfinished: list[str] = []
+    for d in dirs:
+        for m in _markers(d):
+            counts.add(int(m["num_shards"]))
+            if m.get("complete"):
+                finished.add(int(m["shard"]))
+            else:
+                unfinished.append(f"{m['shard']}/{m['num_shards']} in {d}")
+    if len(counts) > 1:
+        raise ConfigError(f"the folders mix shardings {sorted(counts)} (N in --shard I/N); merge shards of one N")
+    if not counts or allow_partial:
+        return  # unsharded inputs: analyze_run uses every valid chunk on disk
+    n = counts.pop()
+    missing = sorted(set(range(n)) - finished)
+    if missing:
+        which = ", ".join(f"--shard {i}/{n}" for i in missing)
+        extra = f" (unfinished: {'; '.join(unfinished)})" if unfinished else ""
+        raise ConfigError(f"shards missing or unfinished: {which}{extra}; run them again (they resume), "
+                          "or pass --allow-partial to report on the samples present")
