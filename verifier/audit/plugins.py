@@ -124,20 +124,29 @@ def _is_kernel_function(obj: Any) -> bool:
     return len(required) == KERNEL_ARITY or (len(required) < KERNEL_ARITY <= len(positional))
 
 
-def _build(spec: str, factory: Callable[..., Any], options: dict[str, Any]) -> Any:
+def _build(spec: str, factory: Callable[..., Any], options: dict[str, Any], context: dict[str, Callable[[], Any]] | None = None) -> Any:
+    if context:
+        try:
+            params = inspect.signature(factory).parameters
+        except (TypeError, ValueError):
+            params = {}
+        offered = {k: make() for k, make in context.items() if k in params and k not in options}
+        options = {**offered, **options}
+    try:
+        inspect.signature(factory).bind(**options)
+    except TypeError as exc:
+        hint = (" -- it looks like a VerificationKernel (four positional arguments), not a Decoder factory"
+                if _is_kernel_function(factory) else "")
+        raise PluginLoadError(f"plugin {spec!r} does not accept options {sorted(options)}: {exc}{hint}") from None
+    except ValueError:  # no introspectable signature (some builtins): just call it
+        pass
     try:
         return factory(**options)
-    except TypeError as exc:
-        try:
-            inspect.signature(factory).bind(**options)
-        except TypeError:
-            raise PluginLoadError(f"plugin {spec!r} does not accept options {sorted(options)}: {exc}") from None
-        raise DecoderError(f"plugin {spec!r} raised while being built: TypeError: {exc}") from exc
     except Exception as exc:
         raise DecoderError(f"plugin {spec!r} raised while being built: {type(exc).__name__}: {exc}") from exc
 
 
-def load_plugin(spec: str, kind: str = "decoder", /, **options: Any) -> Any:
+def load_plugin(spec: str, kind: str = "decoder", context: dict[str, Callable[[], Any]] | None = None, /, **options: Any) -> Any:
     """Import a plugin by ``module:factory`` and return the (unwrapped) decoder or kernel.
 
     Parameters
@@ -148,6 +157,11 @@ def load_plugin(spec: str, kind: str = "decoder", /, **options: Any) -> Any:
         Which protocol the result must implement: :class:`verifier.protocols.Decoder` (a
         ``generate`` method) or :class:`verifier.protocols.VerificationKernel` (a callable of four
         positional arguments).
+    context : dict of str to zero-argument callable, optional
+        Values offered to the factory by parameter name, built only if the factory's signature names
+        them and ``options`` does not set them -- the same convention as the suite runner:
+        ``target``, ``draft`` (decoder-ready models), ``num_draft_tokens``, ``vocab_size``,
+        ``eos_token_id``.
     **options
         Keyword arguments passed to the factory (e.g. ``num_draft_tokens=4``).
 
@@ -180,7 +194,7 @@ def load_plugin(spec: str, kind: str = "decoder", /, **options: Any) -> Any:
                 raise PluginLoadError(f"plugin {spec!r} is a decoder object, not a factory; it takes no options (got {sorted(options)})")
             obj = target
         elif callable(target):
-            obj = _build(spec, target, options)
+            obj = _build(spec, target, options, context)
         else:
             raise PluginLoadError(f"plugin {spec!r} is a {type(target).__name__}; allowed: a decoder factory or an object with generate()")
         if not callable(getattr(obj, "generate", None)):
@@ -193,7 +207,7 @@ def load_plugin(spec: str, kind: str = "decoder", /, **options: Any) -> Any:
         return target
     if not callable(target):
         raise PluginLoadError(f"plugin {spec!r} is a {type(target).__name__}; allowed: a kernel function or a kernel factory")
-    obj = _build(spec, target, options)
+    obj = _build(spec, target, options, context)
     if not _is_kernel_function(obj):
         raise PluginLoadError(
             f"plugin {spec!r} returned {type(obj).__name__}, which does not implement the VerificationKernel protocol; "
@@ -336,7 +350,8 @@ class PluginKernel:
         )
 
 
-def load_decoder(spec: str, /, *, vocab_size: int | None = None, eos_token_id: int | None = None, **options: Any) -> PluginDecoder:
+def load_decoder(spec: str, /, *, vocab_size: int | None = None, eos_token_id: int | None = None,
+                 context: dict[str, Callable[[], Any]] | None = None, **options: Any) -> PluginDecoder:
     """Load a decoder plugin and wrap it in a :class:`PluginDecoder` (output validated, crashes -> exit 3).
 
     Parameters
@@ -345,6 +360,8 @@ def load_decoder(spec: str, /, *, vocab_size: int | None = None, eos_token_id: i
         ``"module:factory"`` or ``"file.py:factory"``; see :func:`load_plugin`.
     vocab_size, eos_token_id : optional
         Override the decoder's own ``vocab_size`` / ``eos_token_id`` attributes.
+    context : dict, optional
+        Values offered to the factory by parameter name (see :func:`load_plugin`).
     **options
         Passed to the factory.
 
@@ -353,7 +370,7 @@ def load_decoder(spec: str, /, *, vocab_size: int | None = None, eos_token_id: i
     PluginLoadError, DecoderError
         As :func:`load_plugin`.
     """
-    dec = load_plugin(spec, "decoder", **options)
+    dec = load_plugin(spec, "decoder", context, **options)
     return PluginDecoder(dec, vocab_size=vocab_size, eos_token_id=eos_token_id, name=getattr(dec, "name", None) or spec)
 
 
@@ -365,5 +382,5 @@ def load_kernel(spec: str, /, **options: Any) -> PluginKernel:
     PluginLoadError, DecoderError
         As :func:`load_plugin`.
     """
-    kern = load_plugin(spec, "kernel", **options)
+    kern = load_plugin(spec, "kernel", None, **options)
     return PluginKernel(kern, name=getattr(kern, "name", None) or spec)

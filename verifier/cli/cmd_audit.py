@@ -1,0 +1,206 @@
+"""``specverify audit``: audit a third-party decoder, kernel or sample file without changing its code.
+
+Modes (exactly one of ``--decoder``, ``--kernel``, ``--samples``):
+
+* ``--decoder module:factory`` (known-p): the decoder's samples are tested against the target's
+  processed probs (:func:`verifier.api.check_preserves_target`).  Add ``--blackbox`` to compare
+  with plain sampling of ``--target`` instead, or ``--blackbox-reference module:factory`` to compare
+  with another plugin (e.g. the same engine with speculation off) -- two-sample tests.
+* ``--kernel module:factory``: kernel-level audit on synthetic cases (standard + adversarial).
+* ``--samples FILE.jsonl``: imported samples (schema in :mod:`verifier.audit.jsonl`), known-p
+  against ``--target`` or black-box against ``--blackbox-reference``.
+
+``--export FILE.jsonl`` writes the audited decoder's samples in the import format.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from verifier.errors import EXIT_BIAS, EXIT_OK, EXIT_USAGE, invalid_argument
+
+HELP = "Audit a third-party decoder (module:factory), verification kernel, or imported JSONL samples."
+
+
+def _option(text: str) -> tuple[str, Any]:
+    if "=" not in text:
+        raise argparse.ArgumentTypeError(f"--option {text!r} is invalid; allowed: KEY=VALUE (VALUE parsed as JSON, else a string)")
+    key, value = text.split("=", 1)
+    try:
+        return key, json.loads(value)
+    except json.JSONDecodeError:
+        return key, value
+
+
+def _ids(text: str) -> list[int]:
+    try:
+        ids = [int(t) for t in text.replace(" ", "").split(",") if t != ""]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--prompt-ids {text!r} is invalid; allowed: comma-separated token ids, e.g. 5,2,9") from None
+    if not ids or min(ids) < 0:
+        raise argparse.ArgumentTypeError(f"--prompt-ids {text!r} is invalid; allowed: at least one token id >= 0")
+    return ids
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    mode = parser.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--decoder", metavar="SPEC", help="decoder plugin: package.module:factory or path/to/file.py:factory")
+    mode.add_argument("--kernel", metavar="SPEC", help="verification-kernel plugin (the kernel function or a factory)")
+    mode.add_argument("--samples", metavar="FILE", help="imported samples, .jsonl or .jsonl.gz (streamed)")
+    parser.add_argument("--option", action="append", type=_option, default=[], metavar="KEY=VALUE",
+                        help="option passed to the plugin factory (repeatable; VALUE is JSON if it parses)")
+    parser.add_argument("--target", metavar="MODEL", help="target model: checkpoint folder, shipped:target or tabular:NAME")
+    parser.add_argument("--draft", metavar="MODEL", help="draft model offered to factories that take `draft` (default: the target's pair)")
+    parser.add_argument("--blackbox", action="store_true", help="two-sample mode: compare with plain sampling of --target")
+    parser.add_argument("--blackbox-reference", metavar="SPEC", help="two-sample mode: compare with this plugin decoder")
+    parser.add_argument("--prompt-ids", action="append", type=_ids, default=[], metavar="IDS",
+                        help="prompt token ids, comma-separated (repeatable; one set of cells per prompt)")
+    parser.add_argument("--temperature", type=float, default=1.0, help="Default: 1.0")
+    parser.add_argument("--top-k", type=int, default=None)
+    parser.add_argument("--top-p", type=float, default=None)
+    parser.add_argument("--repetition-penalty", type=float, default=None)
+    parser.add_argument("--num-draft-tokens", type=int, default=4, metavar="K", help="offered to factories as num_draft_tokens. Default: 4")
+    parser.add_argument("--num-samples", type=int, default=2000, metavar="N", help="samples per prompt (per arm in black-box mode). Default: 2000")
+    parser.add_argument("--max-new-tokens", type=int, default=4, metavar="T", help="Default: 4")
+    parser.add_argument("--num-draws", type=int, default=200_000, metavar="N", help="kernel mode: draws per case. Default: 200000")
+    parser.add_argument("--alpha", type=float, default=1e-3, help="family-wise false-alarm rate. Default: 0.001")
+    parser.add_argument("--seed", type=int, default=0, help="Default: 0")
+    parser.add_argument("--vocab-size", type=int, default=None, help="vocabulary size when no --target gives it")
+    parser.add_argument("--eos-token-id", type=int, default=None, help="EOS id when no --target gives it")
+    parser.add_argument("--export", metavar="FILE", help="also write the audited decoder's samples as JSONL")
+    parser.add_argument("--json", metavar="FILE", help="write the verdict and every cell as JSON")
+
+
+def _sampling(args):
+    from verifier.sampling import SamplingConfig
+
+    return SamplingConfig(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, repetition_penalty=args.repetition_penalty)
+
+
+def _pair(args):
+    if not args.target:
+        return None
+    from verifier.runner.models import load_pair
+    from verifier.suite.schema import ModelPair
+
+    draft = args.draft or (args.target.replace("target", "draft") if args.target.startswith("shipped:") else args.target)
+    return load_pair(ModelPair(name="audit", target=args.target, draft=draft))
+
+
+class _Recording:
+    """Keeps every batch the audited decoder returned, so ``--export`` writes exactly the audited samples."""
+
+    def __init__(self, decoder) -> None:
+        self.inner, self.calls = decoder, []
+        self.name, self.vocab_size, self.eos_token_id = decoder.name, decoder.vocab_size, decoder.eos_token_id
+
+    def generate(self, prompt_ids, num_samples, max_new_tokens, sampling, seed):
+        rows = self.inner.generate(prompt_ids, num_samples, max_new_tokens, sampling, seed)
+        self.calls.append((list(prompt_ids), rows, int(seed)))
+        return rows
+
+
+def _settings(decoder) -> Any:
+    while decoder is not None and not hasattr(decoder, "settings"):
+        decoder = getattr(decoder, "inner", None)
+    return getattr(decoder, "settings", None)
+
+
+def _write_json(path: str | None, payload: dict[str, Any]) -> None:
+    if path:
+        Path(path).write_text(json.dumps(payload, indent=2, default=str) + "\n")
+
+
+def _run_kernel(args) -> int:
+    from verifier.audit.hf_kernel import ensemble_step_law  # noqa: F401  (documents the lossy law next to the kernel)
+    from verifier.audit.kernel_audit import adversarial_case, audit_kernel, standard_kernel_cases
+    from verifier.audit.plugins import load_kernel
+
+    kernel = load_kernel(args.kernel, **dict(args.option))
+    cases = standard_kernel_cases() + [adversarial_case("full_p_fallback", seed=args.seed)[0]]
+    results = [audit_kernel(kernel, c, num_draws=args.num_draws, seed=args.seed, alpha=args.alpha) for c in cases]
+    for r in results:
+        print(r.summary())
+        for reason in r.blind:
+            print(f"  blind cell ({r.case.name}) {reason}")
+    _write_json(args.json, {"mode": "kernel", "kernel": args.kernel, "results": [
+        {"case": r.case.name, "verdict": r.verdict, "num_draws": r.num_draws, "blind": r.blind,
+         "cells": [{"name": c.name, "statistic": c.result.statistic, "pvalue": c.result.pvalue} for c in r.cells]} for r in results]})
+    return EXIT_BIAS if any(r.verdict != "PASS" for r in results) else EXIT_OK
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.kernel:
+        return _run_kernel(args)
+    from verifier.audit.plugins import load_decoder
+
+    sampling = _sampling(args)
+    pair = _pair(args)
+    vocab = args.vocab_size if args.vocab_size is not None else (pair.vocab_size if pair else None)
+    eos = args.eos_token_id if args.eos_token_id is not None else (pair.eos_token_id if pair else None)
+    prompts = args.prompt_ids or [[0]]
+    context = {}
+    if pair is not None:
+        context = {"target": lambda: pair.target, "draft": lambda: pair.draft, "vocab_size": lambda: pair.vocab_size,
+                   "eos_token_id": lambda: pair.eos_token_id}
+    context["num_draft_tokens"] = lambda: args.num_draft_tokens
+    if args.samples:
+        from verifier.audit.jsonl import ReplayDecoder, import_jsonl
+
+        if vocab is None:
+            raise invalid_argument("--vocab-size", None, "an integer (or --target) to validate imported token ids")
+        groups = import_jsonl(args.samples, max_new_tokens=args.max_new_tokens, vocab_size=vocab, eos_token_id=eos)
+        decoder = ReplayDecoder(groups, vocab_size=vocab, eos_token_id=eos, name=f"imported:{Path(args.samples).name}")
+        if not args.prompt_ids:
+            prompts = [list(g.prompt_token_ids) for g in groups.values() if g.sampling == sampling]
+        counts = [g.num_samples for g in groups.values() if g.sampling == sampling]
+        num_samples = min(counts) if counts else args.num_samples
+    else:
+        decoder = _Recording(load_decoder(args.decoder, vocab_size=vocab, eos_token_id=eos, context=context, **dict(args.option)))
+        num_samples = args.num_samples
+    if args.blackbox or args.blackbox_reference:
+        from verifier.audit.blackbox import blackbox_audit
+
+        if args.blackbox_reference:
+            reference = load_decoder(args.blackbox_reference, vocab_size=vocab, eos_token_id=eos, context=context)
+        elif pair is not None:
+            from verifier.decoders.speculative import AncestralDecoder
+
+            reference = AncestralDecoder(pair.target)
+        else:
+            raise invalid_argument("--blackbox", True, "with --target (plain sampling of it is the reference) or --blackbox-reference SPEC")
+        result = blackbox_audit(decoder, reference, prompts, sampling, num_samples=num_samples, max_new_tokens=args.max_new_tokens,
+                                vocab_size=decoder.vocab_size, alpha=args.alpha, seed=args.seed, eos_token_id=decoder.eos_token_id)
+        print(result.summary())
+        payload = {"mode": "blackbox", "verdict": result.verdict, "cells": [
+            {"prompt": c.prompt_index, "name": c.name, "statistic": c.result.statistic, "pvalue": c.result.pvalue}
+            for c in result.cells]}
+    else:
+        if pair is None:
+            raise invalid_argument("--target", None, "a target model for known-p mode (or use --blackbox-reference SPEC)")
+        from verifier.api import check_preserves_target
+
+        target = pair.target_model
+        result = check_preserves_target(decoder, target, prompts, sampling, num_samples=num_samples,
+                                        max_new_tokens=args.max_new_tokens, alpha=args.alpha, seed=args.seed)
+        print(result.message())
+        payload = {"mode": "known-p", "verdict": result.verdict, "combined_pvalue": result.combined_pvalue, "cells": [
+            {"name": c.name, "test": c.test, "n": c.n, "statistic": c.statistic, "pvalue": c.pvalue,
+             "adjusted_pvalue": c.adjusted_pvalue, "effect": c.effect} for c in result.cells]}
+    payload.update(decoder=decoder.name, sampling=sampling.to_dict(), num_samples=num_samples, seed=args.seed, alpha=args.alpha,
+                   settings=_settings(decoder))
+    _write_json(args.json, payload)
+    if args.export and isinstance(decoder, _Recording):
+        from verifier.audit.jsonl import export_jsonl
+
+        for i, (prompt, rows, seed) in enumerate(decoder.calls):
+            export_jsonl(args.export, rows, prompt_id=f"p{i}", prompt_token_ids=prompt, sampling=sampling, seed=seed,
+                         decoder=decoder.name, append=i > 0)
+        print(f"exported {sum(len(c[1]) for c in decoder.calls)} samples to {args.export}")
+    return EXIT_OK if result.verdict == "PASS" else EXIT_BIAS if result.verdict == "BIAS DETECTED" else 4
+
+
+__all__ = ["HELP", "register", "run", "EXIT_USAGE"]
