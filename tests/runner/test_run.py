@@ -51,7 +51,7 @@ def test_reference_passes_and_biased_sampler_is_detected(tiny_run):
     for cell in report["cells"]:
         for key in ("statistic", "pvalue", "adjusted_pvalue", "effect", "effect_ci", "mde", "verdict", "n"):
             assert cell[key] is not None, (cell["id"], key)
-    assert {c["test"] for c in report["cells"]} == {"gof@1", "gof@2", "joint@1,2", "pit"}
+    assert {c["test"] for c in report["cells"]} == {"gof@1", "gof@2", "joint@1..2", "pit"}
     assert set(report["environment"]["versions"]) >= {"numpy", "scipy", "torch"}
     assert sorted(p.name for p in run_dir.iterdir()) == ["junit.xml", "report.html", "report.json", "report.md", "run.json", "samples"]
 

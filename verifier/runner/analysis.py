@@ -7,8 +7,8 @@ Cells of one sample set (decoder, prompt, sampling config, num_draft_tokens):
     (:mod:`verifier.runner.expected`), categories pooled data-blind by target prob
     (:func:`verifier.stats.pooling.pool_categories`).  An emitted token with target prob 0 is a
     support violation (p-value 0, whatever the counts).
-``joint@1,2``
-    The same test on the pair (token 1, token 2).
+``joint@1..J``
+    The same test on the tuple of the first J emitted tokens (``joint_tokens``, default 2).
 ``pit``
     Randomized probability integral transform of every emitted token,
     ``u = F(x^-) + V * p(x)`` with tokens ordered by target prob descending and ``V`` from a
@@ -35,7 +35,7 @@ from scipy import stats as sps
 from verifier.protocols import PADDING_TOKEN_ID
 from verifier.stats.pooling import pool_categories
 
-__all__ = ["CellResult", "gof_cell", "pit_cell", "randomized_pit", "token_counts", "pair_counts"]
+__all__ = ["CellResult", "gof_cell", "pit_cell", "randomized_pit", "token_counts", "joint_counts"]
 
 CI_LEVEL = 0.95  # confidence of the effect (TV) interval shown in reports
 ENDED = -1  # category index meaning "the row had already ended (EOS) before this position"
@@ -90,11 +90,14 @@ def token_counts(tokens: np.ndarray, position: int, vocab: int) -> np.ndarray:
     return np.bincount(col, minlength=vocab + 1).astype(np.int64)
 
 
-def pair_counts(tokens: np.ndarray, vocab: int) -> np.ndarray:
-    """Counts of (token 1, token 2), shape (vocab, vocab + 1), flattened row-major."""
-    a = tokens[:, 0]
-    b = np.where(tokens[:, 1] == PADDING_TOKEN_ID, vocab, tokens[:, 1])
-    return np.bincount(a * (vocab + 1) + b, minlength=vocab * (vocab + 1)).astype(np.int64)
+def joint_counts(tokens: np.ndarray, joint_tokens: int, vocab: int) -> np.ndarray:
+    """Counts of the first ``joint_tokens`` emitted tokens, flattened row-major from shape
+    ``(vocab + 1,) * joint_tokens`` (index ``vocab`` = the row had ended)."""
+    codes = np.zeros(len(tokens), dtype=np.int64)
+    for t in range(joint_tokens):
+        col = np.where(tokens[:, t] == PADDING_TOKEN_ID, vocab, tokens[:, t])
+        codes = codes * (vocab + 1) + col
+    return np.bincount(codes, minlength=(vocab + 1) ** joint_tokens).astype(np.int64)
 
 
 def gof_cell(cell_id: str, counts: np.ndarray, expected_probs: np.ndarray, *, cell_alpha: float,

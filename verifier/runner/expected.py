@@ -5,8 +5,8 @@ by enumerating the target's prefix tree -- only branches with positive probabili
 top-p configs stay small -- for the first positions of a fixed prompt:
 
 * :func:`position_laws`: the marginal law of emitted token ``t`` for ``t = 1..max_position``
-  over ``vocab + 1`` categories (the last one, :data:`ENDED`, means the row ended with EOS before
-  position ``t``), and the joint law of positions (1, 2).
+  over ``vocab + 1`` categories (the last one means the row ended with EOS before position
+  ``t``), and the joint law of the first ``joint_tokens`` emitted tokens.
 * :func:`accepted_count_law`: the law of the number of accepted drafts in the first round of the
   canonical rule (Leviathan et al. 2023, Algorithm 1: draft ``x`` accepted with probability
   ``min(1, p(x)/q(x))``, so ``P(N >= j) = sum over draft paths of prod_i min(p_i, q_i)(x_i)``).
@@ -37,65 +37,87 @@ class PositionLaws:
     ----------
     marginals : dict[int, np.ndarray]
         Position t (1-based) -> shape (vocab + 1,) float64; index ``vocab`` = row already ended.
-    joint12 : np.ndarray or None
-        Shape (vocab, vocab + 1): P(token 1 = a, token 2 = b), b = vocab when token 1 was EOS.
+    joint : np.ndarray or None
+        Law of the first ``joint_tokens`` emitted tokens, flattened row-major from shape
+        ``(vocab + 1,) * joint_tokens`` (index ``vocab`` = ended), float64.
     """
 
     marginals: dict[int, np.ndarray]
-    joint12: np.ndarray | None
+    joint: np.ndarray | None
+
+
+MAX_JOINT_CATEGORIES = 2_000_000  # (vocab + 1) ** joint_tokens; beyond this the joint cell is refused
 
 
 def _check_size(n: int, what: str) -> None:
     if n > MAX_PREFIXES:
         raise ConfigError(
-            f"{what} needs {n} target prefixes (> {MAX_PREFIXES}); allowed: fewer gof_positions, "
+            f"{what} needs {n} target prefixes (> {MAX_PREFIXES}); allowed: fewer gof_positions or joint_tokens, "
             "or a sampling config with top_k/top_p that keeps the prefix tree small"
         )
 
 
 def position_laws(ref: ReferenceModel, prompt: tuple[int, ...], sampling: SamplingConfig,
-                  max_position: int, joint: bool) -> PositionLaws:
-    """Marginal laws of positions 1..``max_position`` (and the (1, 2) joint) after ``prompt``.
+                  max_position: int, joint_tokens: int = 0) -> PositionLaws:
+    """Marginal laws of positions 1..``max_position`` and the joint law of the first ``joint_tokens``.
+
+    Parameters
+    ----------
+    ref : ReferenceModel
+        The target.
+    prompt : tuple of int
+    sampling : SamplingConfig
+    max_position : int
+        Last position (1-based) whose marginal is needed.
+    joint_tokens : int, default 0
+        0 for no joint law, else J >= 2.
 
     Raises
     ------
     ConfigError
-        If the prefix tree to enumerate exceeds :data:`MAX_PREFIXES`.
+        If the prefix tree to enumerate exceeds :data:`MAX_PREFIXES` or the joint law has more
+        than :data:`MAX_JOINT_CATEGORIES` categories.
     """
     vocab, eos = ref.vocab_size, ref.eos_token_id
+    if joint_tokens and (vocab + 1) ** joint_tokens > MAX_JOINT_CATEGORIES:
+        raise ConfigError(f"joint_tokens={joint_tokens} gives {(vocab + 1) ** joint_tokens} categories at vocab {vocab}; "
+                          f"allowed: at most {MAX_JOINT_CATEGORIES} (use joint_tokens = 2 or a smaller vocabulary)")
     prefixes = np.array([prompt], dtype=np.int64)
+    codes = np.zeros(1, dtype=np.int64)  # flattened joint index of each prefix's emitted tokens
     weights = np.ones(1)
-    ended = 0.0
+    ended_mass = 0.0
+    ended_codes: list[tuple[np.ndarray, np.ndarray, int]] = []  # (codes, mass, depth) of rows ended by EOS
     marginals: dict[int, np.ndarray] = {}
-    joint12 = None
-    first_probs = None
-    depth = max(max_position, 2 if joint else 1)
+    joint = None
+    depth = max(max_position, joint_tokens, 1)
     for t in range(1, depth + 1):
         _check_size(len(prefixes), f"the expected law of position {t}")
         probs = ref.next_probs(prefixes, sampling) if len(prefixes) else np.zeros((0, vocab))
         path = weights[:, None] * probs  # (num_prefixes, vocab)
         law = np.zeros(vocab + 1)
         law[:vocab] = path.sum(axis=0)
-        law[vocab] = ended
+        law[vocab] = ended_mass
         marginals[t] = law
-        if t == 1:
-            first_probs = probs[0]
-        if t == 2 and joint:
-            joint12 = np.zeros((vocab, vocab + 1))
-            firsts = prefixes[:, len(prompt)]
-            joint12[firsts, :vocab] = path
-            if eos is not None:
-                joint12[eos, vocab] = first_probs[eos]
+        if t == joint_tokens:
+            joint = np.zeros((vocab + 1) ** joint_tokens)
+            np.add.at(joint, (codes[:, None] * (vocab + 1) + np.arange(vocab)[None, :]).ravel(), path.ravel())
+            for c, m, d in ended_codes:  # rows ended at depth d: pad the remaining positions with "ended"
+                pad = 0
+                for _ in range(joint_tokens - d):
+                    pad = pad * (vocab + 1) + vocab
+                np.add.at(joint, c * (vocab + 1) ** (joint_tokens - d) + pad, m)
         if t == depth:
             break
         keep = path > 0
         if eos is not None:
-            ended += float(path[:, eos].sum())
+            ended_mass += float(path[:, eos].sum())
+            ended_codes.append((codes * (vocab + 1) + eos, path[:, eos].copy(), t))
             keep[:, eos] = False
         rows, toks = np.nonzero(keep)
         prefixes = np.concatenate([prefixes[rows], toks[:, None]], axis=1)
+        codes = codes[rows] * (vocab + 1) + toks
         weights = path[rows, toks]
-    return PositionLaws({t: m for t, m in marginals.items() if t <= max_position}, joint12)
+    return PositionLaws({t: m for t, m in marginals.items() if t <= max_position}, joint)
 
 
 def accepted_count_law(ref: ReferenceModel, draft_ref: ReferenceModel, prompt: tuple[int, ...],

@@ -272,23 +272,27 @@ def _set_cells(ctx: _Context, plan: SampleSetPlan, tokens: np.ndarray, fra: np.n
     tok_label = _token_labeler(pair, vocab)
     cells = []
     positions = [t for t in spec.gof_positions if t <= plan.max_new_tokens] if "gof" in spec.tests else []
-    joint = "joint" in spec.tests and plan.max_new_tokens >= 2
-    if positions or joint:
-        key = (plan.pair, plan.prompt_ids, plan.sampling, max(positions or [1]), joint)
+    jt = spec.joint_tokens if "joint" in spec.tests and plan.max_new_tokens >= spec.joint_tokens else 0
+    if positions or jt:
+        key = (plan.pair, plan.prompt_ids, plan.sampling, max(positions or [1]), jt)
         if key not in cache:
-            cache[key] = expected.position_laws(pair.reference, plan.prompt_ids, plan.sampling, max(positions or [1]), joint)
+            cache[key] = expected.position_laws(pair.reference, plan.prompt_ids, plan.sampling, max(positions or [1]), jt)
         laws = cache[key]
         for t in positions:
             cells.append(analysis.gof_cell(f"{base}/gof@{t}", analysis.token_counts(tokens, t, vocab), laws.marginals[t],
                                            cell_alpha=alpha, power=power, rng=rng, label_fn=tok_label,
                                            test=f"gof@{t}", **meta))
-        if joint:
-            def pair_label(c: int) -> str:
-                return f"({tok_label(c // (vocab + 1))},{tok_label(c % (vocab + 1))})"
+        if jt:
+            def tuple_label(c: int) -> str:
+                parts = []
+                for _ in range(jt):
+                    c, r = divmod(c, vocab + 1)
+                    parts.append(tok_label(r))
+                return "(" + ",".join(reversed(parts)) + ")"
 
-            cells.append(analysis.gof_cell(f"{base}/joint@1,2", analysis.pair_counts(tokens, vocab), laws.joint12.ravel(),
-                                           cell_alpha=alpha, power=power, rng=rng, label_fn=pair_label,
-                                           test="joint@1,2", **meta))
+            cells.append(analysis.gof_cell(f"{base}/joint@1..{jt}", analysis.joint_counts(tokens, jt, vocab), laws.joint,
+                                           cell_alpha=alpha, power=power, rng=rng, label_fn=tuple_label,
+                                           test=f"joint@1..{jt}", **meta))
     if "pit" in spec.tests:
         u_parts, violations = [], []
         vrng = np.random.default_rng(stream_seed(suite.seed, "pit|" + plan.key))  # independent of the decoder
@@ -331,7 +335,7 @@ def _token_labeler(pair: LoadedPair, vocab: int) -> Callable[[int], str]:
 def _count_cells(plan: SampleSetPlan, has_fra: bool = True) -> int:
     spec = plan.decoder
     n = len([t for t in spec.gof_positions if t <= plan.max_new_tokens]) if "gof" in spec.tests else 0
-    n += int("joint" in spec.tests and plan.max_new_tokens >= 2) + int("pit" in spec.tests)
+    n += int("joint" in spec.tests and plan.max_new_tokens >= spec.joint_tokens) + int("pit" in spec.tests)
     n += int("accepted" in spec.tests and has_fra and plan.max_new_tokens >= plan.num_draft_tokens + 1)
     return n
 

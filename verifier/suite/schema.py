@@ -26,7 +26,7 @@ Schema (version 1)::
     [sampling.NAME]  temperature = 1.0, top_k, top_p, repetition_penalty
     [defaults]       any per-decoder grid key below
     [[decoders]]     name, decoder, expect, options, models, prompts, sampling, num_draft_tokens,
-                     max_new_tokens, samples, chunk_size, tests, gof_positions
+                     max_new_tokens, samples, chunk_size, tests, gof_positions, joint_tokens
     [stats]          alpha = 1e-3, correction = "gate", target_mde = 0.1, power = 0.99
     [profiles.NAME]  sample_scale = 1.0, alpha, correction, target_mde
 """
@@ -120,6 +120,7 @@ class DecoderSpec:
     chunk_size: int
     tests: tuple[str, ...]
     gof_positions: tuple[int, ...]
+    joint_tokens: int = 2
 
     @property
     def is_plugin(self) -> bool:
@@ -332,6 +333,9 @@ def _parse_decoder_grid(r: _Reader, base: Mapping[str, Any]) -> dict[str, Any]:
     for t in g["gof_positions"]:
         if not 1 <= t <= MAX_GOF_POSITION:
             r._fail(r.path("gof_positions"), g["gof_positions"], f"positions in 1..{MAX_GOF_POSITION}")
+    g["joint_tokens"] = r.get("joint_tokens", int, base.get("joint_tokens", 2))
+    if not 2 <= g["joint_tokens"] <= MAX_GOF_POSITION:
+        r._fail(r.path("joint_tokens"), g["joint_tokens"], f"an integer in 2..{MAX_GOF_POSITION}")
     return g
 
 
