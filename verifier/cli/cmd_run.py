@@ -21,6 +21,9 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--run-dir", metavar="DIR", default=None, help="Exact run folder to create (instead of <report-dir>/<suite>/<run id>).")
     parser.add_argument("--resume", metavar="RUN_DIR", default=None,
                         help="Continue an interrupted run: keep its shards, sample only the missing chunks.")
+    parser.add_argument("--shard", metavar="I/N", default=None,
+                        help="Sample only shard I of N (0-based) into the run folder, no statistics; combine the "
+                        "shards with `specverify merge`. Default: the whole suite in this process.")
     parser.add_argument("--no-progress", action="store_true", help="Do not show progress bars.")
 
 
@@ -52,6 +55,16 @@ def run(args: argparse.Namespace) -> int:
             suite = parse_suite(raw, source=suite.source, base_dir=suite.base_dir).with_profile(suite.profile)
         run_dir = Path(args.run_dir) if args.run_dir else new_run_dir(args.report_dir, suite)
         print(f"suite {suite.name!r} ({suite.source}), profile {suite.profile}, seed {suite.seed} -> {run_dir}")
+    if args.shard:
+        from verifier.runner.shard import parse_shard, run_shard
+
+        shard = parse_shard(args.shard)
+        done = run_shard(suite, run_dir, shard, progress=not args.no_progress)
+        print(f"shard {shard}: {done.samples} samples in {len(done.chunks)} chunks -> {run_dir} ({done.seconds:.1f} s)")
+        for e in done.errors:
+            print(f"  {e['decoder']} stopped at {e['set']}, chunk {e['chunk']}: {e['message']}")
+        print(f"when every shard is done: specverify merge {run_dir} ...")
+        return 3 if done.errors else 0
     outcome = run_suite(suite, run_dir, resume=bool(args.resume), progress=not args.no_progress)
     report = outcome.report
     print()

@@ -180,15 +180,21 @@ def _valid_shard(shard: Shard | None, plan: SampleSetPlan, index: int) -> bool:
             and shard.tokens.shape == (plan.chunk_rows(index), plan.max_new_tokens))
 
 
-def _sample(ctx: _Context, store: SampleStore, progress: bool, log: Callable[[str], None]) -> dict[str, dict]:
-    """Stage 3.  Returns ``{decoder name: error dict}`` for decoders that failed."""
+def _sample(ctx: _Context, store: SampleStore, progress: bool, log: Callable[[str], None],
+            select: Callable[[SampleSetPlan, int], bool] | None = None) -> dict[str, dict]:
+    """Stage 3.  Returns ``{decoder name: error dict}`` for decoders that failed.
+
+    ``select(plan, chunk_index)`` restricts sampling to the chunks it returns True for (one
+    shard of ``specverify run --shard I/N``); default every chunk.
+    """
     from tqdm import tqdm
 
     errors: dict[str, dict] = {}
     for spec in ctx.suite.decoders:
         plans = [p for p in ctx.plans if p.decoder.name == spec.name]
-        total = sum(p.samples for p in plans)
-        todo = [(p, i) for p in plans for i in range(p.num_chunks) if not _valid_shard(store.read_chunk(p.set_id, i), p, i)]
+        mine = [(p, i) for p in plans for i in range(p.num_chunks) if select is None or select(p, i)]
+        total = sum(p.chunk_rows(i) for p, i in mine)
+        todo = [(p, i) for p, i in mine if not _valid_shard(store.read_chunk(p.set_id, i), p, i)]
         done = total - sum(p.chunk_rows(i) for p, i in todo)
         if not todo:
             log(f"  {spec.name}: all {total} samples already on disk")
