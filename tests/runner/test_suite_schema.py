@@ -17,7 +17,8 @@ def test_tiny_suite_loads_and_profiles_scale_budgets():
     assert ci.profile == "ci" and nightly.profile == "nightly"
     assert [d.samples for d in ci.decoders] == [1200, 1200]
     assert [d.samples for d in nightly.decoders] == [9600, 9600]  # built-in nightly scale 8
-    assert load_suite(TINY, "audit").stats.correction == "audit"
+    audit = load_suite(TINY, "audit")
+    assert audit.stats.correction == "audit" and audit.stats.alpha == 0.05
     assert ci.decoders[1].options == {"bias": 0.5} and ci.decoders[1].expect == "detect"
 
 

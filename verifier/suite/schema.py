@@ -68,7 +68,7 @@ MAX_GOF_POSITION = 8  # expected marginals are enumerated over the target's pref
 BUILTIN_PROFILES: dict[str, dict[str, Any]] = {
     "ci": {"sample_scale": 1.0},
     "nightly": {"sample_scale": 8.0},
-    "audit": {"sample_scale": 4.0, "correction": "audit"},
+    "audit": {"sample_scale": 4.0, "correction": "audit", "alpha": 0.05},  # BH/BY at q = 0.05 (DESIGN.md)
 }
 
 TOP_LEVEL_KEYS = (
