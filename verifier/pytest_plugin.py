@@ -46,7 +46,9 @@ PROFILES = ("ci", "nightly", "audit")  # the named sample-budget profiles every 
 DEFAULT_PROFILE = "ci"  # cheapest profile: the one a pull-request gate runs
 DEFAULT_REPORT_SUBDIR = "reports/pytest"  # under the pytest rootdir; /reports/* is git-ignored
 SEED_ENV_VAR = "SPECVERIFY_SEED"  # read by verifier.api when a call passes seed=None
+MAX_MESSAGE_CELLS = 12  # cells listed in a failing suite's assertion message
 
+_GOOD_VERDICTS = ("PASS",)  # check: no bias; suite: every expectation met (mutants detected)
 _RECORDS = pytest.StashKey[list]()
 _OPTIONS = pytest.StashKey["VerifierOptions"]()
 
@@ -112,24 +114,33 @@ class SuiteOutcome:
 
     @property
     def verdict(self) -> str:
-        """The report's overall verdict, or ``exit <code>`` when no report was written."""
-        verdict = self.report.get("verdict")
-        if isinstance(verdict, dict):
-            verdict = verdict.get("verdict") or verdict.get("status")
-        return str(verdict) if verdict else f"exit {self.exit_code}"
+        """The report's overall verdict (``PASS``, ``FAIL``, ``UNDERPOWERED``, ``ERROR``), or
+        ``exit <code>`` when no report was written."""
+        return str(self.report.get("verdict") or f"exit {self.exit_code}")
+
+    def failing_decoders(self) -> list[dict]:
+        """Decoders of ``report.json`` whose expectation was not met (a ``pass`` decoder that is
+        biased, underpowered or crashed; a ``detect`` mutant that went undetected)."""
+        return [d for d in self.report.get("decoders", []) if not d.get("expectation_met", True)]
 
     def failing_cells(self) -> list[dict]:
-        """Cells of ``report.json`` whose verdict is not a pass (empty when unknown)."""
-        return [c for c in _iter_cells(self.report) if not _is_pass(c)]
+        """Rejected cells of the decoders that failed their expectation."""
+        names = {d.get("decoder") for d in self.failing_decoders()}
+        return [c for c in self.report.get("cells", []) if c.get("decoder") in names and c.get("verdict") != "PASS"]
 
     def assert_ok(self) -> None:
-        """Raise ``AssertionError`` listing the failing cells and the reproduce command unless
-        every expectation was met."""
+        """Raise ``AssertionError`` unless every expectation was met: the message lists each failing
+        decoder, its rejected cells (p-value, adjusted p-value, effect with CI) and a reproduce command."""
         if self.ok:
             return
-        lines = [f"spec-verifier suite {self.suite} failed: {self.verdict} (exit code {self.exit_code})"]
-        for cell in self.failing_cells()[:20]:
-            lines.append("  " + _describe_cell(cell))
+        lines = [f"spec-verifier suite {self.suite}: {self.verdict} (exit code {self.exit_code})"]
+        for d in self.failing_decoders():
+            lines.append(f"  {d.get('decoder')}: expected {d.get('expect')}, got {d.get('verdict')} -- {d.get('reason', '')}")
+        cells = self.failing_cells()
+        for cell in cells[:MAX_MESSAGE_CELLS]:
+            lines.append("    " + _describe_cell(cell))
+        if len(cells) > MAX_MESSAGE_CELLS:
+            lines.append(f"    ... and {len(cells) - MAX_MESSAGE_CELLS} more cells")
         if self.run_dir is not None:
             lines.append(f"report: {self.run_dir / 'report.html'}")
         lines.append(f"reproduce: {self.command}")
@@ -261,8 +272,8 @@ def verifier_suite(request: pytest.FixtureRequest, verifier_options: VerifierOpt
 
     def run_suite(path: str | os.PathLike, *extra_args: str) -> SuiteOutcome:
         outcome = _run_suite(Path(path), verifier_options, list(extra_args))
-        cells = outcome.failing_cells()
-        detail = f"{len(cells)} failing cell(s)" if cells else ""
+        bad = outcome.failing_decoders()
+        detail = f"expectation failed: {', '.join(str(d.get('decoder')) for d in bad)}" if bad else ""
         if outcome.run_dir is not None:
             detail = (detail + "; " if detail else "") + f"report {outcome.run_dir}"
         records.append(_Record(request.node.nodeid, "suite", str(path), outcome.verdict, detail))
@@ -272,7 +283,7 @@ def verifier_suite(request: pytest.FixtureRequest, verifier_options: VerifierOpt
 
 
 def _suite_argv(suite: Path, opts: VerifierOptions, extra: list[str]) -> list[str]:
-    argv = ["run", str(suite), "--profile", opts.profile, "--report-dir", str(opts.report_dir)]
+    argv = ["run", str(suite), "--profile", opts.profile, "--report-dir", str(opts.report_dir), "--no-progress"]
     if opts.seed is not None:
         argv += ["--seed", str(opts.seed)]
     return argv + extra
@@ -313,12 +324,12 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     seed = "per call" if opts.seed is None else str(opts.seed)
     tr.write_line(f"profile={opts.profile} seed={seed}")
     for rec in records:
-        bad = rec.verdict not in ("PASS", "DETECTED", "exit 0")
+        bad = rec.verdict not in _GOOD_VERDICTS
         line = f"{rec.verdict:<15} {rec.kind:<5} {rec.name}  ({rec.nodeid})"
         if rec.detail:
             line += f"  {rec.detail}"
         tr.write_line(line, red=bad, green=not bad)
-    n_bad = sum(r.verdict not in ("PASS", "DETECTED", "exit 0") for r in records)
+    n_bad = sum(r.verdict not in _GOOD_VERDICTS for r in records)
     tr.write_line(f"{len(records)} spec-verifier check(s)/suite(s), {n_bad} not passing")
 
 
@@ -351,24 +362,18 @@ def _result_detail(result: Any) -> str:
     return ", ".join(parts)
 
 
-def _iter_cells(report: dict):
-    cells = report.get("cells")
-    if isinstance(cells, list):
-        yield from (c for c in cells if isinstance(c, dict))
-    for dec in report.get("decoders", []) if isinstance(report.get("decoders"), list) else []:
-        if isinstance(dec, dict) and isinstance(dec.get("cells"), list):
-            yield from (c for c in dec["cells"] if isinstance(c, dict))
-
-
-def _is_pass(cell: dict) -> bool:
-    verdict = str(cell.get("verdict", "PASS")).upper()
-    return verdict in ("PASS", "DETECTED", "OK", "EXPECTED")
-
-
 def _describe_cell(cell: dict) -> str:
-    name = cell.get("id") or cell.get("name") or cell.get("cell") or "?"
-    parts = [str(name), str(cell.get("verdict", "?"))]
-    for key in ("pvalue", "p_value", "adjusted_pvalue", "p_adjusted"):
-        if key in cell and isinstance(cell[key], (int, float)):
-            parts.append(f"{key}={cell[key]:.3g}")
+    parts = [str(cell.get("id", "?")), str(cell.get("verdict", "?"))]
+    for key, label in (("pvalue", "p"), ("adjusted_pvalue", "adj. p")):
+        if isinstance(cell.get(key), (int, float)):
+            parts.append(f"{label}={cell[key]:.3g}")
+    if isinstance(cell.get("effect"), (int, float)):
+        ci = cell.get("effect_ci") or ()
+        unit = cell.get("effect_unit") or ""
+        text = f"effect {unit} {cell['effect']:.3g}".replace("  ", " ")
+        if len(ci) == 2:
+            text += f" (CI {ci[0]:.3g}..{ci[1]:.3g})"
+        parts.append(text)
+    if cell.get("support_violation"):
+        parts.append(f"support violation: {cell['support_violation']}")
     return "  ".join(parts)

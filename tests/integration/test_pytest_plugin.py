@@ -162,3 +162,40 @@ def test_check_fixture_records_verdicts_in_the_summary(pytester):
         "2 spec-verifier check(s)/suite(s), 1 not passing",
     ])
     result.stdout.fnmatch_lines(["*reproduce: python -m pytest test_checks.py::test_mutant -p verifier.pytest_plugin --verifier-seed=5*"])
+
+
+def test_suite_fixture_runs_suites_and_reports_failed_expectations(pytester):
+    """The sharding suite as is (reference pass, mutant detect: expectations met), and a copy that
+    wrongly expects the full-p-fallback mutant to pass: that test fails naming the decoder, its
+    rejected cells and a reproduce command."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    suite = root / "tests" / "integration" / "suites" / "shard.toml"
+    text = suite.read_text().replace('python_path = ["../../.."]', f'python_path = ["{root}"]')
+    wrong = text.replace('name = "full-p-fallback"\ndecoder = "tests.integration.shard_plugins:full_p_fallback"\nexpect = "detect"',
+                         'name = "full-p-fallback"\ndecoder = "tests.integration.shard_plugins:full_p_fallback"\nexpect = "pass"')
+    assert wrong != text
+    pytester.path.joinpath("wrong.toml").write_text(wrong)
+    pytester.makepyfile(test_suites=f'''
+def test_good(verifier_suite):
+    outcome = verifier_suite({str(suite)!r})
+    outcome.assert_ok()
+    assert outcome.report["suite"]["seed"] == 3 and (outcome.run_dir / "junit.xml").is_file()
+
+def test_wrong(verifier_suite):
+    verifier_suite("wrong.toml").assert_ok()
+''')
+    result = pytester.runpytest(*PLUGIN, "--verifier-seed=3", "--verifier-report-dir=out", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines([
+        "*spec-verifier suite wrong.toml: FAIL (exit code 1)",
+        "*full-p-fallback: expected pass, got BIAS DETECTED*",
+        "*full-p-fallback/zero/t1/k=*/gof@1  BIAS  p=*  adj. p=*  effect tv *(CI *",
+        "*reproduce: specverify run wrong.toml --profile ci --report-dir *out --no-progress --seed 3",
+    ])
+    result.stdout.fnmatch_lines([
+        "*= spec-verifier summary =*",
+        "PASS *suite */shard.toml*(test_suites.py::test_good)*report *out/shard/*",
+        "FAIL *suite wrong.toml*(test_suites.py::test_wrong)*expectation failed: full-p-fallback*",
+    ])
