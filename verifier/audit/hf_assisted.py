@@ -47,6 +47,7 @@ __all__ = ["HFAssistedDecoder", "make_hf_assisted_decoder", "sample_seed"]
 CHUNKS_PER_WORKER = 4  # work items per worker per call: balances load without much IPC
 
 _WORKER: dict[str, Any] = {}  # per-process state: loaded models and the round recorder
+_POOLS: dict[tuple, cf.ProcessPoolExecutor] = {}  # shared by decoders on the same models (k, weight, kernel travel per task)
 
 
 def sample_seed(seed: int, index: int) -> int:
@@ -64,6 +65,20 @@ def _load(spec: Any, device: str, dtype: Any) -> torch.nn.Module:
 
         return AutoModelForCausalLM.from_pretrained(str(spec)).to(device).eval()
     return load_model(spec, device=device, dtype=dtype)
+
+
+def _portable(spec: Any) -> Any:
+    """What a spawned worker can load: a loaded HF model becomes its checkpoint folder when it has one."""
+    if isinstance(spec, torch.nn.Module):
+        path = getattr(getattr(spec, "config", None), "_name_or_path", "")
+        if path and os.path.isdir(path):
+            return path
+        return spec  # pickled to the workers (fine for tiny models)
+    return str(spec)
+
+
+def _key(spec: Any) -> Any:
+    return ("module", id(spec)) if isinstance(spec, torch.nn.Module) else spec
 
 
 def _install_round_recorder() -> list[tuple[int, int]]:
@@ -212,7 +227,7 @@ class HFAssistedDecoder:
         if workers == 0:
             _init_worker(target, draft, device, dtype, torch.get_num_threads())
             self._local = True
-        target_model = _WORKER["target"] if self._local else None
+        target_model = _WORKER["target"] if self._local else (target if isinstance(target, torch.nn.Module) else None)
         self.vocab_size, self.eos_token_id = self._read_vocab(target_model)
         self.settings = self._settings()
 
@@ -252,23 +267,23 @@ class HFAssistedDecoder:
 
     def _ensure_pool(self) -> cf.ProcessPoolExecutor:
         if self._pool is None:
-            self._pool = cf.ProcessPoolExecutor(
-                max_workers=self.num_workers, mp_context=mp.get_context("spawn"), initializer=_init_worker,
-                initargs=(self.target_spec, self.draft_spec, self.device, self.dtype, 1),
-            )
+            target, draft = _portable(self.target_spec), _portable(self.draft_spec)
+            key = (_key(target), _key(draft), str(self.device), str(self.dtype), self.num_workers)
+            if key not in _POOLS:
+                _POOLS[key] = cf.ProcessPoolExecutor(
+                    max_workers=self.num_workers, mp_context=mp.get_context("spawn"), initializer=_init_worker,
+                    initargs=(target, draft, self.device, self.dtype, 1),
+                )
+            self._pool = _POOLS[key]
         return self._pool
 
     def close(self) -> None:
-        """Shut the worker processes down (also done at garbage collection)."""
-        if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
-            self._pool = None
-
-    def __del__(self) -> None:  # pragma: no cover - interpreter shutdown order varies
-        try:
-            self.close()
-        except Exception:
-            pass
+        """Shut down the worker processes this decoder uses (shared with decoders on the same models)."""
+        for key, pool in list(_POOLS.items()):
+            if pool is self._pool:
+                pool.shutdown(wait=True, cancel_futures=True)
+                del _POOLS[key]
+        self._pool = None
 
     def generate(self, prompt_ids: Sequence[int], num_samples: int, max_new_tokens: int, sampling: SamplingConfig, seed: int) -> np.ndarray:
         """Draw ``num_samples`` independent continuations with HF assisted generation.
