@@ -131,6 +131,32 @@ class _Context:
             for prompt in d.prompts:
                 ids[(d.models, prompt)] = encode_prompt(suite.prompts[prompt], self.pairs[d.models])
         self.plans = plan_sample_sets(suite, ids)
+        self._decoders: dict[tuple[str, int], Any] = {}
+
+    def decoder(self, spec, num_draft_tokens: int) -> Any:
+        """The decoder of ``spec`` for one k (built once)."""
+        key = (spec.name, num_draft_tokens)
+        if key not in self._decoders:
+            self._decoders[key] = build_decoder(spec, self.pairs[spec.models], num_draft_tokens, f"decoders[{spec.name}]")
+        return self._decoders[key]
+
+    def preflight(self) -> dict[str, dict]:
+        """Build every decoder before sampling, so a config error fails before any sample is drawn.
+
+        Raises ConfigError (exit 2); a factory that raises is recorded as that decoder's error.
+        """
+        errors: dict[str, dict] = {}
+        for p in self.plans:
+            if p.decoder.name in errors:
+                continue
+            try:
+                self.decoder(p.decoder, p.num_draft_tokens)
+            except DecoderError as exc:
+                errors[p.decoder.name] = {"decoder": p.decoder.name, "kind": "crash", "type": type(exc).__name__,
+                                          "message": str(exc), "set_id": p.set_id, "set": p.label, "chunk": 0,
+                                          "seed": p.chunk_seed(0), "chunks_kept_in_set": 0,
+                                          "samples_dir": str(Path("samples") / p.set_id)}
+        return errors
 
 
 # --------------------------------------------------------------------------- stage 1
@@ -189,8 +215,11 @@ def _sample(ctx: _Context, store: SampleStore, progress: bool, log: Callable[[st
     """
     from tqdm import tqdm
 
-    errors: dict[str, dict] = {}
+    errors: dict[str, dict] = ctx.preflight()
     for spec in ctx.suite.decoders:
+        if spec.name in errors:
+            log(f"  {spec.name}: not sampled: {errors[spec.name]['message']}")
+            continue
         plans = [p for p in ctx.plans if p.decoder.name == spec.name]
         mine = [(p, i) for p in plans for i in range(p.num_chunks) if select is None or select(p, i)]
         total = sum(p.chunk_rows(i) for p, i in mine)
@@ -199,19 +228,15 @@ def _sample(ctx: _Context, store: SampleStore, progress: bool, log: Callable[[st
         if not todo:
             log(f"  {spec.name}: all {total} samples already on disk")
             continue
-        built: dict[int, Any] = {}
         bar = tqdm(total=total, initial=done, unit="samples", desc=f"{spec.name:>24}", disable=not progress,
                    dynamic_ncols=True, leave=True, file=sys.stderr)
         try:
             for plan, index in todo:
-                where = f"decoders[{spec.name}]"
                 pair = ctx.pairs[plan.pair]
                 rows = plan.chunk_rows(index)
                 seed = plan.chunk_seed(index)
                 try:
-                    if plan.num_draft_tokens not in built:
-                        built[plan.num_draft_tokens] = build_decoder(spec, pair, plan.num_draft_tokens, where)
-                    decoder = built[plan.num_draft_tokens]
+                    decoder = ctx.decoder(spec, plan.num_draft_tokens)
                     try:
                         out = decoder.generate(list(plan.prompt_ids), rows, plan.max_new_tokens, plan.sampling, seed)
                     except DecoderError:
