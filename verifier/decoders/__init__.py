@@ -1,1 +1,22 @@
-"""See docs/ARCHITECTURE.md."""
+"""Decoders: plain sampling, the reference speculative decoder, verification kernels, the bug zoo
+and the teacher-forced target scorer.  See docs/ARCHITECTURE.md."""
+
+from verifier.decoders.kernels import KERNELS, residual_or_target, sample_from_probs, verify_chain
+from verifier.decoders.mutants import DECODER_REGISTRY, DecoderSpec, make_decoder, mutant_names
+from verifier.decoders.scorer import ScoredBatch, TargetScorer
+from verifier.decoders.speculative import AncestralDecoder, SpeculativeDecoder
+
+__all__ = [
+    "AncestralDecoder",
+    "DECODER_REGISTRY",
+    "DecoderSpec",
+    "KERNELS",
+    "ScoredBatch",
+    "SpeculativeDecoder",
+    "TargetScorer",
+    "make_decoder",
+    "mutant_names",
+    "residual_or_target",
+    "sample_from_probs",
+    "verify_chain",
+]

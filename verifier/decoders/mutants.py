@@ -1,0 +1,180 @@
+"""The decoder-level bug zoo: named one-defect variants of the reference speculative decoder.
+
+``DECODER_REGISTRY`` maps a stable snake_case name to a :class:`DecoderSpec` (description, declared
+status, when the defect is visible at all, factory); :func:`make_decoder` builds one by name.
+``declared`` is ``"exact"`` for the reference decoders, ``"biased"`` for bugs and ``"lossy"`` for a
+deliberately approximate rule (typical acceptance) that a suite must still report as biased.
+
+``visible_when`` says which cells can see each defect, so a suite can be designed to catch it: a
+cell outside that set has the reference's law, and a mutant there must *not* be flagged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from verifier.decoders import kernels as K
+from verifier.decoders.kernels import sample_from_probs
+from verifier.decoders.speculative import AncestralDecoder, SpeculativeDecoder
+from verifier.errors import invalid_argument
+from verifier.sampling import SamplingConfig, processed_probs
+
+__all__ = ["DecoderSpec", "DECODER_REGISTRY", "make_decoder", "mutant_names"]
+
+_UNPROCESSED = SamplingConfig()  # what a decoder gets when it forgets the user's sampling params
+
+
+@dataclass(frozen=True)
+class DecoderSpec:
+    """One registered decoder.
+
+    Attributes
+    ----------
+    name : str
+        Stable snake_case identifier used by suites.
+    description : str
+        The defect in one sentence.
+    declared : {"exact", "biased", "lossy"}
+        What its law is supposed to be.
+    visible_when : str
+        Sampling configs, k, batch and positions under which the law differs from the target's.
+    factory : callable (target, draft, num_draft_tokens) -> decoder
+    kernel : callable or None
+        The kernel-level variant it plugs in, when the defect lives in the verify step.
+    """
+
+    name: str
+    description: str
+    declared: str
+    visible_when: str
+    factory: Callable
+    kernel: Callable | None = None
+
+
+class GreedyDraftSoftmaxQDecoder(SpeculativeDecoder):
+    """Mutant: the draft proposes its argmax but the ratio uses its softmax q."""
+
+    def _propose(self, logits, sampling, seen, gen):
+        q = processed_probs(logits, sampling, seen)
+        torch.rand(q.shape[0], dtype=torch.float64, device=q.device, generator=gen)  # keep the RNG stream aligned
+        return q.argmax(dim=-1), q  # BUG: token should be drawn from q
+
+
+class DraftRawQDecoder(SpeculativeDecoder):
+    """Mutant: the draft samples processed probs, but the kernel gets softmax(raw logits)."""
+
+    def _propose(self, logits, sampling, seen, gen):
+        q = processed_probs(logits, sampling, seen)
+        token = sample_from_probs(q, torch.rand(q.shape[0], dtype=torch.float64, device=q.device, generator=gen))
+        return token, processed_probs(logits, _UNPROCESSED)  # BUG: should return q
+
+
+class TargetUnprocessedDecoder(SpeculativeDecoder):
+    """Mutant: the target is verified (and the bonus drawn) with default sampling params."""
+
+    def _target_probs(self, logits, sampling, seen):
+        return processed_probs(logits, _UNPROCESSED)  # BUG: should use `sampling` and `seen`
+
+
+class KVNotRolledBackDecoder(SpeculativeDecoder):
+    """Mutant: the rejected draft suffix stays visible in the target and draft KV caches."""
+
+    roll_back_caches = False  # BUG
+
+
+def _spec(kernel):
+    return lambda target, draft, k: SpeculativeDecoder(target, draft, k, kernel=kernel)
+
+
+def _cls(cls):
+    return lambda target, draft, k: cls(target, draft, k)
+
+
+_ENTRIES = [
+    DecoderSpec("reference", "The reference speculative decoder (Leviathan Alg. 1 / Chen Alg. 2).", "exact",
+                "never (its law is the target's for every config, k and batch)", _spec(K.verify_chain), K.verify_chain),
+    DecoderSpec("ancestral", "Plain target sampling (ignores the draft and k).", "exact",
+                "never", lambda target, draft, k: AncestralDecoder(target)),
+    DecoderSpec("full_p_fallback", "The recovered token is drawn from the target row p instead of the residual max(0, p - q).",
+                "biased", "any config with T > 0 and any k, at the first emitted position already, whenever p != q "
+                "where both have mass; invisible when the draft is one-hot on a token with p = 0 or q == p",
+                _spec(K.full_p_fallback_kernel), K.full_p_fallback_kernel),
+    DecoderSpec("greedy_draft_softmax_q", "The draft proposes its argmax but the accept ratio and residual use its softmax q.",
+                "biased", "T > 0 with a draft that is not one-hot (any k, first emitted position); identical at T = 0",
+                _cls(GreedyDraftSoftmaxQDecoder)),
+    DecoderSpec("draft_raw_q", "The draft samples from processed probs, but q handed to the kernel is softmax(raw logits).",
+                "biased", "only when processing changes the draft's probs: T != 1, top_k < vocab, top_p < 1 or a "
+                "repetition penalty (any k, first position); identical at T = 1 without top-k/top-p",
+                _cls(DraftRawQDecoder)),
+    DecoderSpec("target_unprocessed", "The target is verified and the bonus drawn with default params (T=1, no top-k/top-p).",
+                "biased", "only when T != 1, top_k < vocab, top_p < 1 or a repetition penalty is set (any k, first "
+                "position); identical at T = 1 without processing", _cls(TargetUnprocessedDecoder)),
+    DecoderSpec("bonus_wrong_position", "The bonus token is drawn from target row k - 1 instead of row k.", "biased",
+                "only after all k drafts are accepted, at emitted position k + 1 of a round (first round: position "
+                "k + 1), and only with a context-dependent target (bigram or richer); high draft acceptance helps",
+                _spec(K.bonus_wrong_position_kernel), K.bonus_wrong_position_kernel),
+    DecoderSpec("draft_suffix_kept", "Counts accepted drafts instead of the accepted prefix, so a rejected draft token is "
+                "kept when a later one is accepted.", "biased",
+                "k >= 2 and T > 0 with a rejection followed by an acceptance in one round (positions 1..k)",
+                _spec(K.draft_suffix_kept_kernel), K.draft_suffix_kept_kernel),
+    DecoderSpec("kv_not_rolled_back", "Rejected draft tokens stay visible in the KV caches after a rejection.", "biased",
+                "T > 0 with rejections, at tokens of the round after a rejection, and only with a target whose next "
+                "token depends on more than the last token (trigram table or a transformer): a bigram target reads "
+                "only the last token, which is always fed correctly", _cls(KVNotRolledBackDecoder)),
+    DecoderSpec("greedy_acceptance", "The T = 0 rule at T > 0: accept iff the draft is the target argmax; emit the target "
+                "argmax at the rejected position.", "biased", "any T > 0 where p is not one-hot (any k, first position)",
+                _spec(K.greedy_acceptance_kernel), K.greedy_acceptance_kernel),
+    DecoderSpec("deterministic_acceptance", "Accept iff p(d) >= q(d) without a coin flip.", "biased",
+                "T > 0 where some draft token has 0 < p(d) < q(d) (any k, first position)",
+                _spec(K.deterministic_acceptance_kernel), K.deterministic_acceptance_kernel),
+    DecoderSpec("batch_cross_talk", "Row 0's accepted length is applied to every row of the batch.", "biased",
+                "num_samples >= 2 and T > 0 with rejections: rows other than row 0 are biased from the first position",
+                _spec(K.batch_cross_talk_kernel), K.batch_cross_talk_kernel),
+    DecoderSpec("typical_acceptance", "Medusa typical acceptance (p(d) > min(0.09, 0.3 exp(-H(p)))); declared lossy.", "lossy",
+                "any T > 0 in practice (it accepts low-p drafts and rejects tokens p would keep); the effect size is "
+                "reported, not a bug", _spec(K.typical_acceptance_kernel), K.typical_acceptance_kernel),
+    DecoderSpec("degenerate_residual_div0", "Normalises the residual by its sum with no fallback: an all-zero residual "
+                "becomes NaN and the recovered token is token 0.", "biased",
+                "only when a rejection meets an all-zero residual: target rows that do not sum to 1 (rounding, or "
+                "unnormalised synthetic probs at the kernel level); with float64 model probs ~1e-16 per rejection, so "
+                "drive the kernel directly", _spec(K.degenerate_residual_div0_kernel), K.degenerate_residual_div0_kernel),
+]
+
+DECODER_REGISTRY: dict[str, DecoderSpec] = {spec.name: spec for spec in _ENTRIES}
+
+
+def mutant_names() -> list[str]:
+    """Names of every registered decoder whose ``declared`` is not ``"exact"``."""
+    return [name for name, spec in DECODER_REGISTRY.items() if spec.declared != "exact"]
+
+
+def make_decoder(name: str, target, draft, num_draft_tokens: int = 4):
+    """Build a registered decoder by name.
+
+    Parameters
+    ----------
+    name : str
+        A key of :data:`DECODER_REGISTRY` (``"reference"``, ``"ancestral"`` or a mutant).
+    target, draft : causal LM
+        As for :class:`~verifier.decoders.SpeculativeDecoder`.
+    num_draft_tokens : int, default 4
+
+    Returns
+    -------
+    Decoder
+        With ``name`` set to the registry name.
+
+    Raises
+    ------
+    InvalidArgumentError
+        If ``name`` is not registered (the message lists the names) or ``num_draft_tokens`` is invalid.
+    """
+    spec = DECODER_REGISTRY.get(name)
+    if spec is None:
+        raise invalid_argument("name", name, f"one of {sorted(DECODER_REGISTRY)}")
+    decoder = spec.factory(target, draft, num_draft_tokens)
+    decoder.name = name
+    return decoder

@@ -1,0 +1,327 @@
+"""Plain (ancestral) sampling and the reference speculative decoder, batched over samples.
+
+Both follow :class:`verifier.protocols.Decoder`: ``generate(prompt_ids, num_samples,
+max_new_tokens, sampling, seed)`` returns int64 (num_samples, max_new_tokens), ``-1`` after EOS.
+Both turn logits into probs with :func:`verifier.sampling.processed_probs` (float64) for target
+and draft, with the context-token mask that a repetition penalty needs.
+
+Rows are independent samples: in :class:`SpeculativeDecoder` every row accepts, rejects and
+advances on its own; the target and draft KV caches are rolled back to each row's retained prefix
+by hiding the rejected suffix in a per-row attention mask (see ``_runner.CacheRunner``).  Rows
+that emitted EOS or reached ``max_new_tokens`` leave the batch.  Works on any device and model
+dtype; all accept/reject arithmetic is float64.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable, Sequence
+
+import numpy as np
+import torch
+
+from verifier.decoders._runner import CacheRunner, check_prompt, model_device, model_eos_token_id, model_vocab_size
+from verifier.decoders.kernels import sample_from_probs, verify_chain
+from verifier.errors import ModelLoadError, invalid_argument
+from verifier.protocols import PADDING_TOKEN_ID, DecoderStats
+from verifier.sampling import SamplingConfig, processed_probs
+
+__all__ = ["AncestralDecoder", "SpeculativeDecoder", "MAX_NUM_DRAFT_TOKENS"]
+
+MAX_NUM_DRAFT_TOKENS = 32  # beyond this the verify pass costs more than it can save
+_FROM_CONFIG = object()  # sentinel: take eos_token_id from the target's config
+
+
+def _generate_iv(prompt_ids, num_samples, max_new_tokens, sampling, seed, vocab_size, min_prompt_len):
+    for name, value, low in (("num_samples", num_samples, 1), ("max_new_tokens", max_new_tokens, 1), ("seed", seed, 0)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+            raise invalid_argument(name, value, f"an integer >= {low}")
+    if not isinstance(sampling, SamplingConfig):
+        raise invalid_argument("sampling", sampling, "a verifier.SamplingConfig")
+    return check_prompt(prompt_ids, vocab_size, min_prompt_len)
+
+
+def _one_hot_seen(token_ids: Sequence[int], batch: int, vocab: int, device) -> torch.Tensor:
+    seen = torch.zeros(batch, vocab, dtype=torch.bool, device=device)
+    if len(token_ids):
+        seen[:, torch.as_tensor(list(token_ids), device=device)] = True
+    return seen
+
+
+class _Output:
+    """The (num_samples, max_new_tokens) result array and each row's write position."""
+
+    def __init__(self, num_samples: int, max_new_tokens: int, eos_token_id: int | None, device) -> None:
+        self.tokens = torch.full((num_samples, max_new_tokens), PADDING_TOKEN_ID, dtype=torch.int64, device=device)
+        self.written = torch.zeros(num_samples, dtype=torch.int64, device=device)
+        self.max_new_tokens = max_new_tokens
+        self.eos_token_id = eos_token_id
+
+    def write(self, rows: torch.Tensor, emitted: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
+        """Append the first ``count`` tokens of ``emitted`` (active, m) to ``rows``; cut at EOS and at
+        ``max_new_tokens``.  Returns a bool (active,) mask of rows that are now finished."""
+        m = emitted.shape[1]
+        cols = torch.arange(m, device=emitted.device)[None]
+        hit_eos = torch.zeros_like(count, dtype=torch.bool)
+        if self.eos_token_id is not None:
+            is_eos = (emitted == self.eos_token_id) & (cols < count[:, None])
+            hit_eos = is_eos.any(dim=1)
+            count = torch.where(hit_eos, is_eos.to(torch.int8).argmax(dim=1) + 1, count)
+        written = self.written[rows]
+        count = torch.minimum(count, self.max_new_tokens - written)
+        take = cols < count[:, None]
+        r = rows[:, None].expand(-1, m)[take]
+        self.tokens[r, (written[:, None] + cols).expand_as(take)[take]] = emitted[take]
+        self.written[rows] = written + count
+        return hit_eos | (written + count >= self.max_new_tokens)
+
+
+class AncestralDecoder:
+    """Plain target sampling with a KV cache, batched over independent samples.
+
+    Parameters
+    ----------
+    target : causal LM
+        A Hugging Face causal LM (see :func:`verifier.models.load_model`) or a
+        :class:`verifier.models.TabularCausalLM`, on any device/dtype.
+    eos_token_id : int or None, optional
+        Token that ends a row; default: the target config's ``eos_token_id``.
+    name : str, default "ancestral"
+
+    Notes
+    -----
+    Each step: logits of the last token -> :func:`verifier.sampling.processed_probs` -> one
+    inverse-CDF draw per row from the seeded generator.  ``last_stats.rounds`` counts forward
+    steps summed over rows.
+    """
+
+    def __init__(self, target, *, eos_token_id=_FROM_CONFIG, name: str = "ancestral") -> None:
+        self.target = target
+        self.device = model_device(target)
+        self.vocab_size = model_vocab_size(target)
+        self.eos_token_id = model_eos_token_id(target) if eos_token_id is _FROM_CONFIG else eos_token_id
+        self.min_prompt_len = int(getattr(target, "min_prompt_len", 1))
+        self.name = name
+        self.last_stats: DecoderStats | None = None
+
+    @torch.no_grad()
+    def generate(self, prompt_ids: Sequence[int], num_samples: int, max_new_tokens: int,
+                 sampling: SamplingConfig, seed: int) -> np.ndarray:
+        """Sample ``num_samples`` continuations of ``prompt_ids`` from the target.
+
+        Returns
+        -------
+        np.ndarray, shape (num_samples, max_new_tokens), int64
+            Emitted tokens, ``-1`` after EOS.
+
+        Raises
+        ------
+        InvalidArgumentError
+            Bad prompt (empty, out-of-vocabulary id), counts < 1, seed < 0, or not a SamplingConfig.
+        """
+        prompt = _generate_iv(prompt_ids, num_samples, max_new_tokens, sampling, seed, self.vocab_size, self.min_prompt_len)
+        t0 = time.perf_counter()
+        gen = torch.Generator(device=self.device).manual_seed(int(seed))
+        runner = CacheRunner(self.target, self.device)
+        runner.prefill(prompt[:-1], num_samples)
+        rows = torch.arange(num_samples, device=self.device)
+        pending = torch.full((num_samples,), prompt[-1], dtype=torch.int64, device=self.device)
+        out = _Output(num_samples, max_new_tokens, self.eos_token_id, self.device)
+        use_seen = sampling.repetition_penalty is not None
+        seen = _one_hot_seen(prompt, num_samples, self.vocab_size, self.device) if use_seen else None
+        steps = 0
+        while rows.numel():
+            logits = runner.append(pending[:, None])[:, -1]
+            probs = processed_probs(logits, sampling, seen)
+            token = sample_from_probs(probs, torch.rand(rows.numel(), dtype=torch.float64, device=self.device, generator=gen))
+            steps += rows.numel()
+            done = out.write(rows, token[:, None], torch.ones_like(token))
+            if use_seen:
+                seen[torch.arange(rows.numel(), device=self.device), token] = True
+            keep = (~done).nonzero()[:, 0]
+            if keep.numel() < rows.numel():
+                runner.select_rows(keep)
+                rows, token = rows[keep], token[keep]
+                seen = seen[keep] if use_seen else None
+            pending = token
+        self.last_stats = DecoderStats(rounds=steps, num_draft_tokens=0,
+                                       extra={"seconds": time.perf_counter() - t0, "device": str(self.device)})
+        return out.tokens.cpu().numpy()
+
+
+class SpeculativeDecoder:
+    """Reference speculative decoder (Leviathan et al. 2023 Alg. 1; Chen et al. 2023 Alg. 2), batched.
+
+    Parameters
+    ----------
+    target, draft : causal LM
+        Hugging Face causal LMs or :class:`verifier.models.TabularCausalLM` with the same logits
+        width (vocabulary), on the same device; any dtype.
+    num_draft_tokens : int, default 4
+        k, draft tokens proposed per round, 1..32.
+    kernel : VerificationKernel, default :func:`verifier.decoders.verify_chain`
+        The verify step; mutants plug in a different one.
+    eos_token_id : int or None, optional
+        Default: the target config's ``eos_token_id``.
+    name : str, default "speculative"
+
+    Attributes
+    ----------
+    last_stats : DecoderStats
+        After ``generate``: rounds (summed over rows), accepted count of every round, accepted
+        count of each row's first round, acceptance rate.
+
+    Raises
+    ------
+    InvalidArgumentError
+        If ``num_draft_tokens`` is not an integer in 1..32.
+    ModelLoadError
+        If target and draft vocabularies or devices differ.
+
+    Notes
+    -----
+    One round per active row (:meth:`_round`): the draft proposes d_1..d_k from its processed
+    probs q; the target scores ``[x, d_1..d_k]`` in one pass giving processed probs p at k + 1
+    positions; the kernel accepts a prefix, emits the recovered or bonus token; both caches hide
+    the rejected suffix.  The emitted law equals plain target sampling for every k, sampling
+    config and batch size; at T = 0 the output equals the target's greedy output.
+    """
+
+    roll_back_caches = True  # the "KV cache not rolled back" mutant sets this to False
+
+    def __init__(self, target, draft, num_draft_tokens: int = 4, *, kernel: Callable = verify_chain,
+                 eos_token_id=_FROM_CONFIG, name: str = "speculative") -> None:
+        k = num_draft_tokens
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= MAX_NUM_DRAFT_TOKENS:
+            raise invalid_argument("num_draft_tokens", k, f"an integer in 1..{MAX_NUM_DRAFT_TOKENS}")
+        self.target, self.draft, self.num_draft_tokens, self.kernel = target, draft, int(k), kernel
+        self.device = model_device(target)
+        if model_device(draft) != self.device:
+            raise ModelLoadError(f"draft is on {model_device(draft)} but target on {self.device}; load both on one device")
+        self.vocab_size = model_vocab_size(target)
+        if model_vocab_size(draft) != self.vocab_size:
+            raise ModelLoadError(f"target vocab_size={self.vocab_size} but draft vocab_size={model_vocab_size(draft)}; "
+                                 "speculative decoding needs one shared vocabulary")
+        self.eos_token_id = model_eos_token_id(target) if eos_token_id is _FROM_CONFIG else eos_token_id
+        self.min_prompt_len = max(int(getattr(m, "min_prompt_len", 1)) for m in (target, draft))
+        self.name = name
+        self.last_stats: DecoderStats | None = None
+
+    # -- hooks that mutants override (each is one line of the reference) --------------------
+    def _propose(self, logits: torch.Tensor, sampling: SamplingConfig, seen, gen) -> tuple[torch.Tensor, torch.Tensor]:
+        """Draft token ~ q and the q handed to the kernel: (token (B,), q (B, V) float64)."""
+        q = processed_probs(logits, sampling, seen)
+        return sample_from_probs(q, torch.rand(q.shape[0], dtype=torch.float64, device=q.device, generator=gen)), q
+
+    def _target_probs(self, logits: torch.Tensor, sampling: SamplingConfig, seen) -> torch.Tensor:
+        """Processed target probs p (B, k + 1, V) float64."""
+        return processed_probs(logits, sampling, seen)
+
+    # -- the algorithm ----------------------------------------------------------------------
+    def _round(self, st: dict, sampling: SamplingConfig, gen: torch.Generator) -> torch.Tensor:
+        """One round for every active row; returns emitted (active, k + 1), -1 padded."""
+        k, dev = self.num_draft_tokens, self.device
+        batch = st["target_pending"].shape[0]
+        seen = st["seen"]  # (B, V) tokens in context, only with a repetition penalty
+        ctx = [seen]  # ctx[j]: context mask after d_1..d_j
+        # 1. draft: feed the tokens it has not seen (1 or 2 per row), then propose d_1..d_k ~ q
+        logits = st["draft"].append(st["draft_pending"], st["draft_pending_visible"])[:, -1]
+        drafts, qs = [], []
+        for j in range(k):
+            token, q = self._propose(logits, sampling, ctx[j] if seen is not None else None, gen)
+            drafts.append(token)
+            qs.append(q)
+            if seen is not None:
+                ctx.append(ctx[j].clone().index_put_((torch.arange(batch, device=dev), token), torch.tensor(True, device=dev)))
+            if j < k - 1:
+                logits = st["draft"].append(token[:, None])[:, -1]
+        draft_ids = torch.stack(drafts, dim=1)  # (B, k)
+        # 2. target: one pass over [x, d_1..d_k] gives p at the k draft positions and the bonus position
+        t_logits = st["target"].append(torch.cat([st["target_pending"][:, None], draft_ids], dim=1))
+        seen_stack = torch.stack(ctx, dim=1) if seen is not None else None
+        target_probs = self._target_probs(t_logits, sampling, seen_stack)
+        # 3. verify: accepted prefix, then the recovered (residual) or bonus token
+        emitted = self.kernel(target_probs, torch.stack(qs, dim=1), draft_ids, gen)
+        num_accepted = (emitted != PADDING_TOKEN_ID).sum(dim=1) - 1
+        # 4. roll back: hide the rejected suffix of both caches (target fed x, d_1..d_k; draft d_1..d_{k-1})
+        if self.roll_back_caches:
+            st["target"].rollback(torch.arange(k + 1, device=dev)[None] <= num_accepted[:, None])
+            st["draft"].rollback(torch.arange(k - 1, device=dev)[None] < num_accepted[:, None])
+        # 5. next pending tokens: the last emitted one (never fed yet); the draft also lacks d_k if all accepted
+        last = emitted.gather(1, num_accepted[:, None])[:, 0]
+        st["target_pending"] = last
+        all_accepted = num_accepted == k
+        st["draft_pending"] = torch.stack([torch.where(all_accepted, draft_ids[:, -1], 0), last], dim=1)
+        st["draft_pending_visible"] = torch.stack([all_accepted, torch.ones_like(all_accepted)], dim=1)
+        return emitted
+
+    @torch.no_grad()
+    def generate(self, prompt_ids: Sequence[int], num_samples: int, max_new_tokens: int,
+                 sampling: SamplingConfig, seed: int) -> np.ndarray:
+        """Sample ``num_samples`` continuations of ``prompt_ids`` by speculative decoding.
+
+        Parameters
+        ----------
+        prompt_ids : sequence of int
+            At least one token (at least ``context_len`` for tabular models).
+        num_samples : int
+            Independent rows, all run as one batch.
+        max_new_tokens : int
+            Exact number of columns returned; tokens beyond it are discarded.
+        sampling : SamplingConfig
+        seed : int
+            Seeds a ``torch.Generator`` on the models' device; same seed, same array.
+
+        Returns
+        -------
+        np.ndarray, shape (num_samples, max_new_tokens), int64
+            Emitted tokens, ``-1`` after EOS (EOS itself is emitted).
+
+        Raises
+        ------
+        InvalidArgumentError
+            Bad prompt, counts < 1, seed < 0, or ``sampling`` not a SamplingConfig.
+        """
+        prompt = _generate_iv(prompt_ids, num_samples, max_new_tokens, sampling, seed, self.vocab_size, self.min_prompt_len)
+        t0 = time.perf_counter()
+        dev = self.device
+        gen = torch.Generator(device=dev).manual_seed(int(seed))
+        st = {"target": CacheRunner(self.target, dev), "draft": CacheRunner(self.draft, dev)}
+        st["target"].prefill(prompt[:-1], num_samples)
+        st["draft"].prefill(prompt[:-1], num_samples)
+        last = torch.full((num_samples,), prompt[-1], dtype=torch.int64, device=dev)
+        st["target_pending"] = last
+        st["draft_pending"] = torch.stack([torch.zeros_like(last), last], dim=1)
+        st["draft_pending_visible"] = torch.stack([torch.zeros_like(last, dtype=torch.bool), torch.ones_like(last, dtype=torch.bool)], dim=1)
+        st["seen"] = None
+        if sampling.repetition_penalty is not None:
+            st["seen"] = _one_hot_seen(prompt, num_samples, self.vocab_size, dev)
+        rows = torch.arange(num_samples, device=dev)
+        out = _Output(num_samples, max_new_tokens, self.eos_token_id, dev)
+        accepted_counts, first_round = [], None
+        while rows.numel():
+            emitted = self._round(st, sampling, gen)
+            num_accepted = (emitted != PADDING_TOKEN_ID).sum(dim=1) - 1
+            accepted_counts.append(num_accepted)
+            if first_round is None:
+                first_round = num_accepted.clone()
+            if st["seen"] is not None:
+                valid = emitted != PADDING_TOKEN_ID
+                r = torch.arange(rows.numel(), device=dev)[:, None].expand_as(emitted)[valid]
+                st["seen"][r, emitted[valid]] = True
+            done = out.write(rows, emitted, num_accepted + 1)
+            keep = (~done).nonzero()[:, 0]
+            if keep.numel() < rows.numel():
+                rows = rows[keep]
+                st["target"].select_rows(keep)
+                st["draft"].select_rows(keep)
+                for key in ("target_pending", "draft_pending", "draft_pending_visible", "seen"):
+                    if st[key] is not None:
+                        st[key] = st[key][keep]
+        counts = torch.cat(accepted_counts).cpu().numpy().astype(np.int64)
+        self.last_stats = DecoderStats(
+            rounds=int(counts.size), accepted_counts=counts, num_draft_tokens=self.num_draft_tokens,
+            first_round_accepted=first_round.cpu().numpy().astype(np.int64),
+            extra={"seconds": time.perf_counter() - t0, "device": str(dev)},
+        )
+        return out.tokens.cpu().numpy()
