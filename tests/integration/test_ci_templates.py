@@ -1,9 +1,9 @@
 """The ready-to-copy CI templates under ci/: valid YAML, the right triggers and runners, artifacts
-uploaded even on failure, and every `specverify` command they run parses with the real CLI."""
+uploaded even on failure, and every `specverify` / `torchrun` command they run parses with the
+real command-line parsers (and names a suite this repository ships)."""
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
 from pathlib import Path
@@ -18,6 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 GITHUB = ROOT / "ci" / "github" / "specverify.yml"
 GITLAB = ROOT / "ci" / "gitlab" / "specverify.gitlab-ci.yml"
 ARTIFACTS = ("report.html", "junit.xml")
+LAUNCHER = "verifier.runner.torchrun"
 
 
 def _load(path: Path) -> dict:
@@ -30,25 +31,42 @@ def _expand(text: str, env: dict[str, str]) -> str:
     return re.sub(r"\$\{?([A-Z_][A-Z0-9_]*)\}?", lambda m: env.get(m.group(1), m.group(0)), text)
 
 
-def _specverify_commands(script: str, env: dict[str, str]) -> list[list[str]]:
+def _commands(script: str, env: dict[str, str]) -> list[list[str]]:
+    """`specverify ...` and `torchrun ...` lines of a script, variables expanded, as argv lists."""
     out = []
     for line in script.splitlines():
         line = line.strip()
-        if line.startswith("specverify "):
-            out.append(shlex.split(_expand(line, env))[1:])
+        if line.startswith(("specverify ", "torchrun ")):
+            out.append(shlex.split(_expand(line, env)))
     return out
 
 
-def _check_parses(argv: list[str]) -> None:
-    parser = build_parser()
+def _check(argv: list[str]) -> dict[str, str]:
+    """Parse one command with the real parsers; return its run options (profile, output folder)."""
+    if argv[0] == "torchrun":
+        from torch.distributed.run import get_args_parser
+
+        outer = get_args_parser().parse_args(argv[1:])
+        assert outer.module and outer.training_script == LAUNCHER, argv
+        from verifier.runner.torchrun import build_parser as launcher_parser
+
+        inner = outer.training_script_args
+        args = _parse(launcher_parser(), inner)
+        suite, out = args.suite, args.run_dir
+    else:
+        inner = argv[1:]
+        args = _parse(build_parser(), inner)
+        assert getattr(args, "_run", None) is not None, argv
+        suite, out = args.suite, args.report_dir
+    assert (ROOT / suite).is_file(), f"the template runs {suite}, which this repository does not ship"
+    return {"profile": args.profile, "out": out}
+
+
+def _parse(parser, argv):
     try:
-        args = parser.parse_args(argv)
+        return parser.parse_args(argv)
     except SystemExit as exc:  # argparse prints the reason to stderr
-        pytest.fail(f"`specverify {' '.join(argv)}` does not parse (exit {exc.code})")
-    assert getattr(args, "_run", None) is not None, argv
-    suite = next((a for a in argv[1:] if a.endswith(".toml")), None)
-    if suite is not None:
-        assert (ROOT / suite).is_file(), f"the template runs {suite}, which this repository does not ship"
+        pytest.fail(f"`{' '.join(argv)}` does not parse (exit {exc.code})")
 
 
 def test_github_workflow_gate_and_nightly():
@@ -60,21 +78,20 @@ def test_github_workflow_gate_and_nightly():
     gate, nightly = jobs["cpu-gate"], jobs["gpu-nightly"]
     assert "pull_request" in gate["if"] and "ubuntu" in gate["runs-on"]
     assert "schedule" in nightly["if"] and {"self-hosted", "gpu"} <= set(nightly["runs-on"])
-
     profiles = {}
     for name, job in jobs.items():
-        commands = [c for step in job["steps"] for c in _specverify_commands(step.get("run", ""), env)]
-        assert commands, f"job {name} runs no specverify command"
-        for argv in commands:
-            _check_parses(argv)
-            profiles[name] = argv[argv.index("--profile") + 1]
+        commands = [c for step in job["steps"] for c in _commands(step.get("run", ""), env)]
+        assert len(commands) == 1, f"job {name} must run exactly one verification command"
+        opts = _check(commands[0])
+        profiles[name] = opts["profile"]
         uploads = [s for s in job["steps"] if str(s.get("uses", "")).startswith("actions/upload-artifact@")]
         assert len(uploads) == 1, f"job {name} must upload its reports once"
         assert uploads[0]["if"] == "always()", "reports must be uploaded when the gate fails too"
         for artifact in ARTIFACTS:
-            assert artifact in uploads[0]["with"]["path"], f"job {name} does not upload {artifact}"
+            assert any(line.strip().startswith(opts["out"]) and line.strip().endswith(artifact)
+                       for line in uploads[0]["with"]["path"].splitlines()), f"job {name} does not upload {artifact}"
     assert profiles == {"cpu-gate": "ci", "gpu-nightly": "nightly"}
-    assert "--device cuda" in " ".join(" ".join(s.get("run", "").split()) for s in nightly["steps"])
+    assert _commands(nightly["steps"][-2]["run"], env)[0][0] == "torchrun"  # nightly is sharded over the GPUs
 
 
 def test_gitlab_snippet_gate_and_nightly():
@@ -85,18 +102,22 @@ def test_gitlab_snippet_gate_and_nightly():
     assert any("schedule" in r["if"] for r in nightly["rules"]) and "gpu" in nightly["tags"]
     for name, job, profile in (("cpu-gate", gate, "ci"), ("gpu-nightly", nightly, "nightly")):
         assert job["stage"] in doc["stages"]
-        commands = [c for line in job["script"] for c in _specverify_commands(line, env)]
-        assert len(commands) == 1, f"{name} must run exactly one specverify command"
-        _check_parses(commands[0])
-        assert commands[0][commands[0].index("--profile") + 1] == profile
+        commands = [c for line in job["script"] for c in _commands(line, env)]
+        assert len(commands) == 1, f"{name} must run exactly one verification command"
+        opts = _check(commands[0])
+        assert opts["profile"] == profile
         art = job["artifacts"]
         assert art["when"] == "always", "reports must be kept when the gate fails too"
-        report_dir = commands[0][commands[0].index("--report-dir") + 1]
-        assert any(p.rstrip("/") == report_dir for p in art["paths"]), "report.html lives in the report dir"
-        assert art["reports"]["junit"].startswith(report_dir) and art["reports"]["junit"].endswith("junit.xml")
+        assert any(opts["out"].startswith(p.rstrip("/")) for p in art["paths"]), "report.html lives in the output folder"
+        assert art["reports"]["junit"].startswith(opts["out"]) and art["reports"]["junit"].endswith("junit.xml")
 
 
-def test_command_extraction_sees_a_broken_command():
-    """The checker itself must fail on an option the CLI does not have."""
-    with pytest.raises(pytest.fail.Exception):
-        _check_parses(["run", "suites/ci.toml", "--no-such-option"])
+@pytest.mark.parametrize("argv", [
+    ["specverify", "run", "suites/ci.toml", "--no-such-option"],
+    ["torchrun", "--standalone", "-m", LAUNCHER, "suites/nightly.toml"],  # --run-dir is required
+    ["torchrun", "--standalone", "-m", "some.other.module", "suites/nightly.toml", "--run-dir", "x"],
+])
+def test_checker_sees_a_broken_command(argv):
+    """The checker itself must fail on a command the parsers reject."""
+    with pytest.raises((pytest.fail.Exception, AssertionError)):
+        _check(argv)
