@@ -301,6 +301,7 @@ class KernelCell:
     name: str
     result: CellTestResult
     expected_probs: np.ndarray
+    counts: np.ndarray  # observed counts per token (or per accepted count)
 
     def __iter__(self):
         return iter(self.result)
@@ -341,10 +342,11 @@ def _kernel_cells(case: KernelCase, emitted: np.ndarray, alpha: float) -> list[K
         if counts.sum() == 0:
             continue
         role = "bonus/recovered" if j == case.num_draft_tokens else "accepted/recovered"
-        cells.append(KernelCell(f"position {j} token ({role})", gof_test(counts, expected, alpha=alpha), expected))
+        cells.append(KernelCell(f"position {j} token ({role})", gof_test(counts, expected, alpha=alpha), expected, counts))
     accepted = (emitted != PADDING_TOKEN_ID).sum(axis=1) - 1
     law = case.accepted_count_law()
-    cells.append(KernelCell("accepted count", accepted_count_test(accepted, law, alpha=alpha), np.array([float(v) for v in law])))
+    cells.append(KernelCell("accepted count", accepted_count_test(accepted, law, alpha=alpha), np.array([float(v) for v in law]),
+                            np.bincount(accepted, minlength=case.num_draft_tokens + 1)))
     return cells
 
 

@@ -1,0 +1,99 @@
+"""Kernel-level audit: the reference kernel passes, the full-p-fallback mutant and transformers'
+lossy ``assistant_ensemble_weight`` are detected, transformers' lossless kernel passes, and blind
+cells are flagged.  Expected laws come from ``verifier.exact.step_law``."""
+
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from verifier.audit.hf_kernel import ensemble_step_law, make_hf_kernel
+from verifier.audit.kernel_audit import KernelCase, adversarial_case, audit_kernel, blind_cell_reasons, standard_kernel_cases
+from verifier.decoders.kernels import full_p_fallback_kernel, verify_chain
+from verifier.exact import step_law
+from verifier.stats import gof_test, samples_needed
+
+ALPHA = 1e-3
+CASES = {c.name: c for c in standard_kernel_cases()}
+
+
+def _float(law):
+    return np.array([float(v) for v in law])
+
+
+def _cells(case):
+    return case.num_draft_tokens + 2  # one token cell per position + the accepted-count cell
+
+
+@pytest.mark.parametrize("case_name", ["seed-3token", "chain-k4"])
+def test_reference_passes_and_full_p_fallback_is_detected(case_name):
+    """n = 20000 draws (seed 3).  Position 0 of the mutant follows
+    ``step_law(p0, q0, "full_p_fallback").output_law``; n exceeds ``samples_needed`` for it at the
+    Holm level alpha / (2 * cells), power .99.  The reference fails with prob <= alpha = 1e-3."""
+    case = CASES[case_name]
+    p0, q0 = case.target_probs[0], case.draft_probs[0]
+    assert 20_000 >= samples_needed(_float(p0), _float(step_law(p0, q0, "full_p_fallback").output_law),
+                                    alpha=ALPHA / (2 * _cells(case)))
+    assert audit_kernel(verify_chain, case, num_draws=20_000, seed=3, alpha=ALPHA).verdict == "PASS"
+    assert audit_kernel(full_p_fallback_kernel, case, num_draws=20_000, seed=3, alpha=ALPHA).verdict == "BIAS DETECTED"
+
+
+def test_blind_cell_is_flagged_and_really_blind():
+    """A draft one-hot on a token with target prob 0 makes the residual equal the target: the
+    exact full-p-fallback law equals p, the check says so, and the mutant indeed passes there."""
+    case = CASES["one-hot-blind"]
+    p, q = case.target_probs[0], case.draft_probs[0]
+    assert step_law(p, q, "full_p_fallback").output_law == p
+    reasons = blind_cell_reasons(p, q)
+    assert any(r.startswith("full_p_fallback is invisible") and "residual equals the target" in r for r in reasons)
+    result = audit_kernel(full_p_fallback_kernel, case, num_draws=5_000, seed=3, alpha=ALPHA)
+    assert result.verdict == "PASS" and result.blind  # blind, not evidence of correctness
+    assert blind_cell_reasons(CASES["seed-3token"].target_probs[0], CASES["seed-3token"].draft_probs[0]) == []
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(1, 9), min_size=2, max_size=5), st.data())
+def test_one_hot_draft_on_a_zero_target_token_is_always_flagged(weights, data):
+    zero = data.draw(st.integers(0, len(weights)))
+    w = weights[:zero] + [0] + weights[zero:]
+    p = [Fraction(v, sum(w)) for v in w]
+    q = [Fraction(int(i == zero)) for i in range(len(w))]
+    assert any(r.startswith("full_p_fallback is invisible") for r in blind_cell_reasons(p, q))
+
+
+def test_adversarial_case_beats_the_seed_example_and_is_not_blind():
+    case, tv = adversarial_case("full_p_fallback", num_candidates=2000, seed=0)
+    seed_case = CASES["seed-3token"]
+    seed_tv = sum(abs(a - b) for a, b in zip(step_law(seed_case.target_probs[0], seed_case.draft_probs[0], "full_p_fallback").output_law,
+                                            seed_case.target_probs[0])) / 2
+    assert tv > seed_tv and not blind_cell_reasons(case.target_probs[0], case.draft_probs[0], rules=["full_p_fallback"])
+
+
+def test_ensemble_law_reduces_to_the_canonical_rule_at_weight_one():
+    for case in standard_kernel_cases():
+        for p, q in zip(case.target_probs, case.draft_probs):
+            assert ensemble_step_law(p, q, 1) == step_law(p, q).output_law == p
+
+
+@pytest.mark.slow
+def test_hf_speculative_sampling_kernel_passes_and_its_lossy_option_is_detected():
+    """transformers' ``_speculative_sampling`` (one call per draw, ~0.3 ms): 3000 draws on the seeds'
+    case (seed 4).  Lossless: PASS (false-fail <= 1e-3).  ``assistant_ensemble_weight=0.5``: its exact
+    law ``ensemble_step_law`` = (.35, .40, .25) is TV .15 from p; n = 3000 > samples_needed, so it is
+    DETECTED, and its counts fit the documented lossy law (the option does what transformers says)."""
+    case = CASES["seed-3token"]
+    p, q = case.target_probs[0], case.draft_probs[0]
+    lossy = ensemble_step_law(p, q, Fraction(1, 2))
+    assert 3000 >= samples_needed(_float(p), _float(lossy), alpha=ALPHA / (2 * _cells(case)))
+    assert audit_kernel(make_hf_kernel(), case, num_draws=3000, seed=4, alpha=ALPHA).verdict == "PASS"
+    lossy_result = audit_kernel(make_hf_kernel(0.5), case, num_draws=3000, seed=4, alpha=ALPHA)
+    assert lossy_result.verdict == "BIAS DETECTED"
+    position0 = lossy_result.cells[0]
+    assert position0.name.startswith("position 0") and gof_test(position0.counts, _float(lossy), alpha=ALPHA).pvalue > ALPHA
+
+
+def test_kernel_case_validation():
+    with pytest.raises(ValueError, match="len"):
+        KernelCase.from_rows("bad", [["1/2", "1/2"]], [["1/2", "1/2"]])
