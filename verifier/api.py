@@ -495,9 +495,9 @@ def _prompt_pending(i, prompt, emitted, scorer, sampling, num_gof_positions, pit
     u_parts, violations = [], {}
     greedy_prefix: list[int] = []  # target's greedy continuation, grown one token per gof cell
     expected_at: dict[int, np.ndarray] = {}  # position t (0-based) -> law of the greedy prefix
-    for rows, probs in scorer.teacher_forced(prompt, emitted, sampling):  # probs: (rows, steps, vocab)
+    for rows, probs, valid in scorer.teacher_forced(prompt, emitted, sampling):  # probs: (rows, steps, vocab)
         tokens = emitted[rows]
-        u, bad = randomized_pit(tokens.reshape(-1), probs.reshape(-1, vocab), rng)
+        u, bad = randomized_pit(tokens[valid], probs[valid], rng)
         u_parts.append(u)
         for v in bad:
             violations[v.token_id] = violations.get(v.token_id, 0) + v.count
@@ -531,9 +531,9 @@ def _prompt_pending(i, prompt, emitted, scorer, sampling, num_gof_positions, pit
 def _greedy_pending(i, prompt, emitted, scorer, sampling) -> _PendingCell:
     """temperature 0: every emitted token must be the target's argmax after its own prefix."""
     first_bad = None
-    for rows, probs in scorer.teacher_forced(prompt, emitted, sampling):
+    for rows, probs, valid in scorer.teacher_forced(prompt, emitted, sampling):
         tokens = emitted[rows]
-        keep = tokens >= 0
+        keep = valid
         p_x = np.take_along_axis(probs, np.where(keep, tokens, 0)[..., None], axis=-1)[..., 0]
         bad = keep & (p_x < 1.0)
         if bad.any() and first_bad is None:
@@ -618,13 +618,7 @@ def _reproduce_command(seed: int, seed_from_env: bool) -> str:
 
 
 class _Scorer:
-    """Teacher-forced processed target probs for emitted tokens (one target, any batch).
-
-    Uses :class:`verifier.decoders.TargetScorer` when the decoders package provides it; until then
-    a direct teacher-forced forward pass with :func:`verifier.sampling.processed_probs`.
-    """
-
-    ROW_BATCH = 256  # rows per forward pass: bounds memory at rows x max_new_tokens x vocab float64
+    """The target as :class:`verifier.decoders.TargetScorer` plus its vocabulary and EOS id."""
 
     def __init__(self, target) -> None:
         from verifier.exact.tabular import TabularLM
@@ -637,32 +631,18 @@ class _Scorer:
         if config is None or not callable(target) or getattr(config, "vocab_size", None) is None:
             raise invalid_argument("target", type(target).__name__,
                                    "a causal LM with .config.vocab_size (Hugging Face, TabularCausalLM) or a TabularLM")
-        self.model = target
-        self.vocab_size = int(config.vocab_size)
+        from verifier.decoders import TargetScorer
+
+        self._scorer = TargetScorer(target)
+        self.vocab_size = int(self._scorer.vocab_size)
         eos = getattr(config, "eos_token_id", None)
         if isinstance(eos, (list, tuple)):
             eos = eos[0] if eos else None
         self.eos_token_id = None if eos is None else int(eos)
 
     def teacher_forced(self, prompt: tuple[int, ...], emitted: np.ndarray, sampling: SamplingConfig):
-        """Yield ``(rows, probs)``: ``probs[r, t]`` (shape (rows, max_new_tokens, vocab), float64) is
-        the processed target law of emitted token ``t`` of row ``r`` given the prompt and tokens < t
-        (meaningless where the token is padding)."""
-        import torch
-
-        from verifier.sampling import processed_probs
-
-        device = getattr(self.model, "device", None) or next(self.model.parameters()).device
-        prompt_t = torch.as_tensor(prompt, dtype=torch.long)
-        n = emitted.shape[0]
-        for start in range(0, n, self.ROW_BATCH):
-            part = torch.as_tensor(emitted[start:start + self.ROW_BATCH], dtype=torch.long)
-            part = part.clamp(min=0)  # padding only ever follows EOS; its probs are never used
-            seqs = torch.cat([prompt_t.expand(len(part), -1), part[:, :-1]], dim=1)
-            with torch.inference_mode():
-                logits = self.model(seqs.to(device)).logits[:, len(prompt) - 1:, :].to(torch.float64).cpu()
-            mask = None
-            if sampling.repetition_penalty is not None:
-                seen = torch.nn.functional.one_hot(seqs, self.vocab_size).cummax(dim=1).values.bool()
-                mask = seen[:, len(prompt) - 1:, :]
-            yield slice(start, start + len(part)), processed_probs(logits, sampling, mask).numpy()
+        """Yield ``(rows, probs, valid)``: ``probs[r, t]`` (shape (rows, max_new_tokens, vocab), float64)
+        is the processed target law of emitted token ``t`` of row ``r`` given the prompt and tokens < t;
+        ``valid[r, t]`` is False at padding (where ``probs`` is all 0)."""
+        for batch in self._scorer.score(list(prompt), emitted, sampling):
+            yield slice(batch.start, batch.start + len(batch.probs)), batch.probs, batch.valid
