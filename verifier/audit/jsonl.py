@@ -52,12 +52,15 @@ __all__ = [
     "import_jsonl",
     "export_jsonl",
     "ReplayDecoder",
+    "LogprobCheck",
+    "compare_target_logprobs",
 ]
 
 REQUIRED_FIELDS = ("prompt_id", "emitted_token_ids")
 OPTIONAL_FIELDS = ("target_logprobs", "prompt_token_ids", "sampling", "seed", "decoder")
 SAMPLING_FIELDS = ("temperature", "top_k", "top_p", "repetition_penalty")
 LOGPROB_ATOL = 1e-6  # a logprob up to this much above 0 is float rounding of log(1)
+LOGPROB_AGREEMENT_ATOL = 1e-2  # engines report logprobs from bf16/fp32 logits; larger gaps mean a different target or processing
 
 
 class SampleFileError(ConfigError):
@@ -374,3 +377,68 @@ class ReplayDecoder:
             raise SampleFileError(f"prompt_id={group.prompt_id!r} has {group.num_samples} samples x {group.emitted.shape[1]} tokens; "
                                   f"asked for {num_samples} x {max_new_tokens}")
         return group.emitted[:num_samples, :max_new_tokens].copy()
+
+
+@dataclass(frozen=True)
+class LogprobCheck:
+    """Agreement of imported ``target_logprobs`` with the harness's own processed target probs."""
+
+    prompt_id: str
+    num_tokens: int
+    max_abs_diff: float
+    num_disagreeing: int
+    tolerance: float
+    first_disagreement: str = ""
+
+    @property
+    def agrees(self) -> bool:
+        return self.num_disagreeing == 0
+
+    def summary(self) -> str:
+        if self.num_tokens == 0:
+            return f"prompt_id={self.prompt_id!r}: no target_logprobs reported"
+        head = (f"prompt_id={self.prompt_id!r}: {self.num_tokens} reported target logprobs, max |diff| = {self.max_abs_diff:.3g} "
+                f"vs the harness's processed target probs")
+        if self.agrees:
+            return head + f" (all within {self.tolerance:g})"
+        return head + (f"; {self.num_disagreeing} differ by more than {self.tolerance:g} (first: {self.first_disagreement}) -- "
+                       "the engine's target or its logits processing differs from the audited one")
+
+
+def compare_target_logprobs(group: SampleGroup, reference, *, tolerance: float = LOGPROB_AGREEMENT_ATOL) -> LogprobCheck:
+    """Compare a group's reported ``target_logprobs`` with teacher-forced processed target probs.
+
+    Parameters
+    ----------
+    group : SampleGroup
+        Must carry ``prompt_token_ids``.
+    reference : verifier.runner.models.ReferenceModel
+        The target as the harness scores it (``teacher_forced`` gives processed float64 probs).
+    tolerance : float, default 1e-2
+        Absolute tolerance on natural-log probabilities.
+
+    Returns
+    -------
+    LogprobCheck
+        A reported logprob that disagrees beyond ``tolerance`` means the samples were scored under a
+        different target or sampling config than the audit assumes; the verdict is still computed
+        from the harness's own probs.
+    """
+    if group.target_logprobs is None or group.prompt_token_ids is None:
+        return LogprobCheck(group.prompt_id, 0, math.nan, 0, tolerance)
+    ours = np.full(group.emitted.shape, np.nan)
+    for rows, probs in reference.teacher_forced(group.prompt_token_ids, group.emitted, group.sampling):
+        tokens = group.emitted[rows]
+        safe = np.where(tokens == PADDING_TOKEN_ID, 0, tokens)
+        with np.errstate(divide="ignore"):
+            ours[rows] = np.log(np.take_along_axis(probs, safe[..., None], axis=-1)[..., 0])
+    reported = ~np.isnan(group.target_logprobs) & (group.emitted != PADDING_TOKEN_ID)
+    with np.errstate(invalid="ignore"):
+        d = np.where(reported, np.nan_to_num(np.abs(ours - group.target_logprobs), nan=np.inf), 0.0)
+    bad = reported & (d > tolerance)
+    first = ""
+    if bad.any():
+        i, t = (int(v) for v in np.argwhere(bad)[0])
+        first = f"line {int(group.lines[i])} position {t}: reported {group.target_logprobs[i, t]:.4g}, harness {ours[i, t]:.4g}"
+    return LogprobCheck(group.prompt_id, int(reported.sum()), float(d[reported].max()) if reported.any() else math.nan,
+                        int(bad.sum()), tolerance, first)

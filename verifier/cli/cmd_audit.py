@@ -158,6 +158,12 @@ def run(args: argparse.Namespace) -> int:
             prompts = [list(g.prompt_token_ids) for g in groups.values() if g.sampling == sampling]
         counts = [g.num_samples for g in groups.values() if g.sampling == sampling]
         num_samples = min(counts) if counts else args.num_samples
+        if pair is not None:
+            from verifier.audit.jsonl import compare_target_logprobs
+
+            for g in groups.values():
+                if g.target_logprobs is not None:
+                    print(compare_target_logprobs(g, pair.reference).summary())
     else:
         decoder = _Recording(load_decoder(args.decoder, vocab_size=vocab, eos_token_id=eos, context=context, **dict(args.option)))
         num_samples = args.num_samples
