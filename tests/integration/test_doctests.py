@@ -1,0 +1,14 @@
+"""The docstring examples of the CI-integration modules run (numbers in them are not decoration)."""
+
+import doctest
+
+import pytest
+
+import verifier.api
+import verifier.runner.shard
+
+
+@pytest.mark.parametrize("module", [verifier.api, verifier.runner.shard], ids=lambda m: m.__name__)
+def test_docstring_examples(module):
+    result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
+    assert result.attempted > 0 and result.failed == 0

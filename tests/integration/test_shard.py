@@ -1,0 +1,124 @@
+"""Sharded sampling: `specverify run --shard I/N` + `specverify merge` give the report of one
+unsharded run (timestamps aside), and the torchrun launcher does both with 2 local processes.
+
+The suite (tests/integration/suites/shard.toml) runs the reference speculative decoder (expect
+pass) and the full-p-fallback mutant (expect detect) on the bigram4_eos tabular pair: 800 samples
+per set in 4 chunks of 200, family-wise alpha 1e-3, target MDE 0.25 TV.  These tests compare runs
+with each other -- same seeds, same samples -- so they hold whatever the verdicts are; the verdict
+assertions only restate what the unsharded run itself reports.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from verifier.cli import main
+from verifier.errors import EXIT_USAGE, ConfigError, InvalidArgumentError
+from verifier.runner.shard import ShardSpec, merge_runs, parse_shard
+
+ROOT = Path(__file__).resolve().parents[2]
+SUITE = ROOT / "tests" / "integration" / "suites" / "shard.toml"
+
+
+def _report(run_dir: Path) -> dict:
+    return json.loads((run_dir / "report.json").read_text())
+
+
+def _stable(report: dict) -> dict:
+    """report.json without its volatile section (run id, timestamps, wall times)."""
+    return {k: v for k, v in report.items() if k != "run"}
+
+
+def _chunks(run_dir: Path) -> dict[str, Path]:
+    return {f"{p.parent.name}/{p.name}": p for p in sorted((run_dir / "samples").glob("*/chunk-*.npz"))}
+
+
+def _tokens(path: Path) -> np.ndarray:
+    with np.load(path) as z:
+        return z["tokens"]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """One unsharded run and the two shards of --shard I/2 of the same suite."""
+    root = tmp_path_factory.mktemp("shard")
+    single = root / "single"
+    assert main(["run", str(SUITE), "--run-dir", str(single), "--no-progress"]) in (0, 1, 4)
+    for i in range(2):
+        assert main(["run", str(SUITE), "--shard", f"{i}/2", "--run-dir", str(root / f"shard{i}"), "--no-progress"]) == 0
+    return root
+
+
+def test_parse_shard():
+    assert parse_shard("1/4") == ShardSpec(1, 4) and parse_shard(" 0 / 1 ") == ShardSpec(0, 1)
+    for bad in ("2/2", "-1/2", "1-of-4", "0/0", "a/b"):
+        with pytest.raises(InvalidArgumentError, match=r"--shard=.* is invalid; allowed: I/N"):
+            parse_shard(bad)
+
+
+def test_shards_partition_the_chunks_and_draw_the_same_samples(runs):
+    """Seed streams never overlap: shards own disjoint chunks, and together they hold exactly the
+    chunks of the unsharded run, token for token."""
+    single, s0, s1 = _chunks(runs / "single"), _chunks(runs / "shard0"), _chunks(runs / "shard1")
+    assert s0 and s1 and not set(s0) & set(s1)
+    assert set(s0) | set(s1) == set(single)
+    for name, path in {**s0, **s1}.items():
+        assert np.array_equal(_tokens(path), _tokens(single[name])), name
+    assert not (runs / "shard0" / "report.json").exists()  # a shard only samples
+    marker = json.loads((runs / "shard1" / "shard-1-of-2.json").read_text())
+    assert marker["complete"] and sorted(marker["chunks"]) == sorted(s1)
+
+
+def test_merge_gives_the_unsharded_report(runs, capsys):
+    out = runs / "merged"
+    code = main(["merge", str(runs / "shard0"), str(runs / "shard1"), "--out", str(out)])
+    single = _report(runs / "single")
+    assert code == single["exit_code"]
+    assert _stable(_report(out)) == _stable(single)
+    assert "verdict: " in capsys.readouterr().out
+    for name in ("report.html", "report.md", "junit.xml"):
+        assert (out / name).is_file()
+
+
+def test_shards_sharing_one_folder_merge_in_place(runs, tmp_path):
+    shared = tmp_path / "shared"
+    for i in range(2):
+        assert main(["run", str(SUITE), "--shard", f"{i}/2", "--run-dir", str(shared), "--no-progress"]) == 0
+    main(["merge", str(shared)])
+    assert _stable(_report(shared)) == _stable(_report(runs / "single"))
+
+
+def test_missing_shard_is_a_usage_error_naming_the_shard(runs, tmp_path, capsys):
+    code = main(["merge", str(runs / "shard0"), "--out", str(tmp_path / "m")])
+    assert code == EXIT_USAGE
+    assert "shards missing or unfinished: --shard 1/2" in capsys.readouterr().err
+    assert not (tmp_path / "m" / "report.json").exists()
+
+
+def test_merging_different_runs_is_refused(runs, tmp_path):
+    other = tmp_path / "other-seed"
+    assert main(["run", str(SUITE), "--shard", "1/2", "--seed", "6", "--run-dir", str(other), "--no-progress"]) == 0
+    with pytest.raises(ConfigError, match="different suite, profile or seed"):
+        merge_runs([runs / "shard0", other], tmp_path / "m")
+
+
+@pytest.mark.slow
+def test_torchrun_two_local_processes_give_the_single_process_report(runs, tmp_path):
+    """`torchrun --nproc-per-node=2` (gloo): each rank samples shard RANK/2, rank 0 gathers and merges."""
+    run_dir = tmp_path / "torchrun"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+           "-m", "verifier.runner.torchrun", str(SUITE), "--run-dir", str(run_dir), "--no-progress"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
+    single = _report(runs / "single")
+    assert proc.returncode == (0 if single["exit_code"] == 0 else 1), proc.stdout + proc.stderr
+    assert "(gloo)" in proc.stdout and "[rank 1] shard 1/2" in proc.stdout
+    assert sorted(p.name for p in (run_dir / "shards").iterdir()) == ["rank-0-of-2", "rank-1-of-2"]
+    assert _stable(_report(run_dir)) == _stable(single)
