@@ -114,3 +114,11 @@ def test_outside_plugin_correct_passes_and_biased_is_detected(plugin_dir):
         result = check_preserves_target(decoder, target, [[0]], T1, num_samples=n, max_new_tokens=3, alpha=alpha, seed=11)
         verdicts[factory] = result.verdict
     assert verdicts == {"make_correct": "PASS", "make_biased": "BIAS DETECTED"}
+
+
+def test_audit_public_names_exist():
+    import verifier.audit as audit
+
+    assert len(set(audit.__all__)) == len(audit.__all__)
+    for name in audit.__all__:
+        assert hasattr(audit, name) and not name.startswith("_")
