@@ -55,29 +55,34 @@ def failing_cell_bars(cell: dict[str, Any]) -> str | None:
     return _png(fig)
 
 
-def pit_figure(decoder: str, cells: list[dict[str, Any]]) -> str | None:
-    """PIT histogram (summed over ``cells``) and a QQ plot of each cell against Uniform(0, 1)."""
+def pit_figure(cells: list[dict[str, Any]]) -> str | None:
+    """Randomized-PIT histogram per decoder (summed over its PIT cells, as density) and a QQ plot
+    of every PIT cell against Uniform(0, 1), coloured by decoder -- one figure for the report."""
     pit = [c for c in cells if c.get("effect_unit") == "ks" and c.get("observed")]
     if not pit:
         return None
-    hist = np.sum([np.asarray(c["observed"], float) for c in pit], axis=0)
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(8, 3))
-    edges = np.linspace(0, 1, len(hist) + 1)
-    a1.bar(edges[:-1], hist, width=np.diff(edges), align="edge", edgecolor="white")
-    a1.axhline(hist.sum() / len(hist), color="k", lw=1, ls="--", label="uniform")
-    a1.set_xlabel("randomized PIT u")
-    a1.set_ylabel("count")
-    a1.set_title(f"{decoder[:40]}: PIT histogram", fontsize=9)
-    a1.legend(fontsize=7)
+    decoders = list(dict.fromkeys(c["decoder"] for c in pit))
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.4))
     grid = np.linspace(0, 1, 101)
-    for c in pit:
-        q = c.get("extra", {}).get("quantiles")
-        if q:
-            a2.plot(grid, q, lw=1, alpha=0.7)
+    for i, d in enumerate(decoders):
+        colour = plt.cm.tab20(i % 20)
+        mine = [c for c in pit if c["decoder"] == d]
+        hist = np.sum([np.asarray(c["observed"], float) for c in mine], axis=0)
+        edges = np.linspace(0, 1, len(hist) + 1)
+        a1.stairs(hist / hist.sum() * len(hist), edges, color=colour, label=d[:24])
+        for c in mine:
+            q = c.get("extra", {}).get("quantiles")
+            if q:
+                a2.plot(grid, q, lw=1, alpha=0.8, color=colour)
+    a1.axhline(1.0, color="k", lw=1, ls="--")
+    a1.set_xlabel("randomized PIT u")
+    a1.set_ylabel("density")
+    a1.set_title("PIT histogram per decoder (flat = target law)", fontsize=9)
+    a1.legend(fontsize=6, ncol=2)
     a2.plot([0, 1], [0, 1], "k--", lw=1)
     a2.set_xlabel("Uniform(0,1) quantile")
     a2.set_ylabel("PIT quantile")
-    a2.set_title("QQ plot (one line per cell)", fontsize=9)
+    a2.set_title("QQ plot (one line per PIT cell)", fontsize=9)
     return _png(fig)
 
 

@@ -37,7 +37,8 @@ from verifier.suite.schema import ModelPair, Prompt
 __all__ = ["ReferenceModel", "LoadedPair", "load_pair", "encode_prompt"]
 
 _PY_SPEC = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
-ROW_BATCH = 256  # rows per teacher-forced forward pass (bounds memory: rows x positions x vocab float64)
+ROW_BATCH = 256  # rows per forward pass of a torch model
+PROBS_BUDGET = 1 << 22  # float64 entries (32 MiB) of rows x positions x vocab processed per batch
 
 
 class ReferenceModel:
@@ -113,8 +114,10 @@ class ReferenceModel:
         """
         n, steps = tokens.shape
         prompt = torch.as_tensor(prompt_ids, dtype=torch.long)
-        for start in range(0, n, ROW_BATCH):
-            part = torch.as_tensor(tokens[start:start + ROW_BATCH], dtype=torch.long)
+        rows = max(1, PROBS_BUDGET // max(1, (len(prompt_ids) + steps) * self.vocab_size))
+        rows = rows if isinstance(self.model, TabularLM) else min(rows, ROW_BATCH)
+        for start in range(0, n, rows):
+            part = torch.as_tensor(tokens[start:start + rows], dtype=torch.long)
             part = torch.where(part == PADDING_TOKEN_ID, torch.zeros_like(part), part)
             seqs = torch.cat([prompt.expand(len(part), -1), part[:, :-1]], dim=1)
             logits = self._logits(seqs)[:, len(prompt_ids) - 1:, :]
