@@ -8,11 +8,24 @@ import textwrap
 
 import pytest
 
-import verifier.pytest_plugin  # noqa: F401  (pytester runs in-process: numpy/torch must be loaded once, up front)
+# pytester runs in-process and unloads every module first imported by an inner run; compiled
+# extensions (numpy.fft, torch) cannot be loaded twice, so load what the inner runs use up front.
+import verifier.api  # noqa: F401,E402
+import verifier.pytest_plugin  # noqa: F401,E402
+import verifier.reports.plots  # noqa: F401,E402
+import verifier.runner  # noqa: F401,E402
 
 pytest_plugins = ["pytester"]
 
-PLUGIN = ("-p", "verifier.pytest_plugin")
+def _registered_entry_point() -> bool:
+    from importlib.metadata import entry_points
+
+    return any(ep.value == "verifier.pytest_plugin" for ep in entry_points(group="pytest11"))
+
+
+# Loaded by its pytest11 entry point once pyproject registers it; `-p` on top of that would register
+# the module twice (pluggy refuses), so the flag is only passed while the entry point is absent.
+PLUGIN = () if _registered_entry_point() else ("-p", "verifier.pytest_plugin")
 
 
 def test_help_groups_prefixed_options_with_metavars_and_defaults(pytester):
@@ -161,7 +174,8 @@ def test_check_fixture_records_verdicts_in_the_summary(pytester):
         "BIAS DETECTED*check full-p-fallback*(test_checks.py::test_mutant)*seed=5",
         "2 spec-verifier check(s)/suite(s), 1 not passing",
     ])
-    result.stdout.fnmatch_lines(["*reproduce: python -m pytest test_checks.py::test_mutant -p verifier.pytest_plugin --verifier-seed=5*"])
+    flag = " -p verifier.pytest_plugin" if PLUGIN else ""
+    result.stdout.fnmatch_lines([f"*reproduce: python -m pytest test_checks.py::test_mutant{flag} --verifier-seed=5*"])
 
 
 def test_suite_fixture_runs_suites_and_reports_failed_expectations(pytester):
