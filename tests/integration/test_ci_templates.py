@@ -108,7 +108,8 @@ def test_gitlab_snippet_gate_and_nightly():
         assert opts["profile"] == profile
         art = job["artifacts"]
         assert art["when"] == "always", "reports must be kept when the gate fails too"
-        assert any(opts["out"].startswith(p.rstrip("/")) for p in art["paths"]), "report.html lives in the output folder"
+        for artifact in ARTIFACTS:
+            assert any(p.startswith(opts["out"]) and p.endswith(artifact) for p in art["paths"]), f"{name} does not keep {artifact}"
         assert art["reports"]["junit"].startswith(opts["out"]) and art["reports"]["junit"].endswith("junit.xml")
 
 
