@@ -156,7 +156,6 @@ class PreservationError(AssertionError):
         self.result = result
 
 
-
 def _derived_seed(seed: int, prompt_index: int, stream: int) -> int:
     """Seed of one stream of one prompt: stream 0 feeds the decoder, stream 1 the PIT uniforms."""
     ss = np.random.SeedSequence(entropy=seed, spawn_key=(prompt_index, stream))
@@ -227,6 +226,8 @@ def _prompt_pending(i, prompt, emitted, scorer, sampling, num_gof_positions, pit
                 greedy_prefix.append(int(np.argmax(expected_at[t])))  # ties: lowest id, as processed_probs
     out = []
     for t in range(min(num_gof_positions, steps)):
+        if t > 0 and greedy_prefix[t - 1:t] == [scorer.eos_token_id]:
+            break  # the target's greedy continuation ended: no later position to test along it
         label = f"prompt{i}/gof@{t + 1}" + ("|greedy" if t else "")
         if t not in expected_at:
             out.append(_PendingCell(label, i, "gof", detail="no row continued the target's greedy prefix"))

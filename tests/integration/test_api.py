@@ -164,3 +164,18 @@ def test_power_helpers_reproduce_the_design_reference_numbers():
     assert large.tv < small.tv and large.tv == pytest.approx(small.tv / 2, rel=0.05)  # ~ 1/sqrt(n)
     with pytest.raises(InvalidArgumentError, match="num_cells=0 is invalid"):
         api.min_detectable_effect(100, p, num_cells=0)
+
+
+def test_eos_ends_the_greedy_prefix_and_padding_is_not_tested():
+    """Target whose most likely first token is EOS (3/5): no gof@2 cell along the greedy prefix; the
+    PIT cell sees exactly the emitted (non-padding) tokens; the ancestral sampler passes."""
+    eos_first = TabularLM({(0,): ("1/5", "1/5", "3/5"), (1,): ("1/2", "1/4", "1/4"), (2,): ("1/3", "1/3", "1/3")},
+                          vocab_size=3, context_len=1, eos_token_id=2)
+    decoder = AncestralDecoder(TabularCausalLM(eos_first))
+    result = api.assert_preserves_target(decoder, eos_first, [[0]], SamplingConfig(), num_samples=500,
+                                         max_new_tokens=3, seed=SEED)
+    assert [c.name for c in result.cells] == ["prompt0/gof@1", "prompt0/pit"]
+    from verifier._preservation import _derived_seed  # the decoder seed the check used
+
+    emitted = decoder.generate([0], 500, 3, SamplingConfig(), _derived_seed(SEED, 0, 0))
+    assert result.cells[1].n == int((emitted >= 0).sum()) < 500 * 3
