@@ -218,9 +218,12 @@ class HFAssistedDecoder:
         self.device, self.dtype = device, dtype
         self.assistant_ensemble_weight = w
         self.inject_kernel = inject_kernel
-        suffix = "" if w is None else f"[assistant_ensemble_weight={w:g}]"
-        suffix += "" if inject_kernel is None else f"[kernel={inject_kernel}]"
-        self.name = name or f"hf-assisted(k={num_draft_tokens}){suffix}"
+        import transformers
+
+        suffix = "" if w is None else f", assistant_ensemble_weight={w:g}"
+        suffix += "" if inject_kernel is None else f", injected kernel {inject_kernel}"
+        self.name = name or (f"transformers {transformers.__version__} assisted generation (do_sample=True, num_assistant_tokens={num_draft_tokens}, "
+                             f"schedule=constant, assistant_confidence_threshold=0{suffix})")
         self.last_stats: DecoderStats | None = None
         self._pool: cf.ProcessPoolExecutor | None = None
         self._local = False

@@ -14,7 +14,8 @@ Facts read from the installed source (transformers 5.x):
 
 * The function handles **batch size 1 only**: ``n_matches`` is a ``.sum()`` over the whole
   batch, and the probability gather broadcasts rows against each other.  The adapter therefore
-  loops over rows (about 110 us per call on one CPU core, ~9k draws/s per core).
+  loops over rows (about 110 us per call on an idle CPU core, ~9k draws/s per core) and can split
+  a large batch over worker processes (``make_hf_kernel(num_workers=...)``).
 * Its randomness is the global torch RNG (``torch.rand_like``, ``torch.multinomial``); the adapter
   seeds it from the protocol's ``generator`` inside :func:`torch.random.fork_rng`, so results are
   reproducible and the caller's global RNG is untouched.
@@ -130,32 +131,67 @@ def hf_speculative_kernel(
     return out
 
 
+def _hf_chunk(args: tuple) -> torch.Tensor:
+    target_probs, draft_probs, draft_token_ids, seed, weight = args
+    gen = torch.Generator().manual_seed(seed)
+    return hf_speculative_kernel(target_probs, draft_probs, draft_token_ids, gen, assistant_ensemble_weight=weight)
+
+
+_POOLS: dict[int, "object"] = {}  # process pools by size, shared by every HF kernel of this process
+MIN_ROWS_PER_WORKER = 2000  # below this the pickling and IPC cost more than the parallelism saves
+
+
 class _HFKernel:
     """``hf_speculative_kernel`` with a fixed ensemble weight (what :func:`make_hf_kernel` returns)."""
 
-    def __init__(self, assistant_ensemble_weight: float | None) -> None:
+    def __init__(self, assistant_ensemble_weight: float | None, num_workers: int = 1) -> None:
         self.assistant_ensemble_weight = assistant_ensemble_weight
+        self.num_workers = num_workers
         w = assistant_ensemble_weight
         self.name = "hf_speculative_sampling" if w is None else f"hf_speculative_sampling[assistant_ensemble_weight={w:g}]"
 
     def __call__(self, target_probs, draft_probs, draft_token_ids, generator):
-        return hf_speculative_kernel(
-            target_probs, draft_probs, draft_token_ids, generator, assistant_ensemble_weight=self.assistant_ensemble_weight
-        )
+        batch = draft_token_ids.shape[0]
+        workers = min(self.num_workers, batch // MIN_ROWS_PER_WORKER)
+        if workers <= 1:
+            return hf_speculative_kernel(
+                target_probs, draft_probs, draft_token_ids, generator, assistant_ensemble_weight=self.assistant_ensemble_weight
+            )
+        import concurrent.futures as cf
+        import multiprocessing as mp
+
+        pool = _POOLS.get(workers)
+        if pool is None:
+            pool = _POOLS[workers] = cf.ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"))
+        bounds = torch.linspace(0, batch, workers + 1).long().tolist()
+        seeds = torch.randint(0, SEED_BOUND, (workers,), generator=generator).tolist()
+        tasks = [(target_probs[a:b].cpu(), draft_probs[a:b].cpu(), draft_token_ids[a:b].cpu(), int(seed), self.assistant_ensemble_weight)
+                 for (a, b), seed in zip(zip(bounds[:-1], bounds[1:]), seeds)]
+        return torch.cat(list(pool.map(_hf_chunk, tasks)), dim=0)
 
 
-def make_hf_kernel(assistant_ensemble_weight: float | None = None) -> VerificationKernel:
-    """Factory for a plugin spec: ``verifier.audit.hf_kernel:make_hf_kernel`` (option ``assistant_ensemble_weight``).
+def make_hf_kernel(assistant_ensemble_weight: float | None = None, num_workers: int = 1) -> VerificationKernel:
+    """Factory for a plugin spec: ``verifier.audit.hf_kernel:make_hf_kernel``.
+
+    Parameters
+    ----------
+    assistant_ensemble_weight : float or None, default None
+        ``None`` is transformers' lossless path; a weight in (0, 1) its documented lossy option.
+    num_workers : int, default 1
+        Spawned processes that verify disjoint row ranges of a large batch (the function itself takes
+        batch size 1); results depend on the seed and ``num_workers``, not on scheduling.
 
     Raises
     ------
     InvalidArgumentError
-        If the weight is not None and not in the open interval (0, 1).
+        If the weight is not None and not in the open interval (0, 1), or ``num_workers < 1``.
     """
     w = assistant_ensemble_weight
     if w is not None and (isinstance(w, bool) or not isinstance(w, (int, float)) or not 0 < w < 1):
         raise invalid_argument("assistant_ensemble_weight", w, "None (lossless) or a number in (0, 1)")
-    return _HFKernel(w)
+    if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 1:
+        raise invalid_argument("num_workers", num_workers, "an integer >= 1")
+    return _HFKernel(w, num_workers)
 
 
 def ensemble_step_law(target_probs: Sequence, draft_probs: Sequence, weight) -> tuple[Fraction, ...]:

@@ -66,6 +66,9 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--num-samples", type=int, default=2000, metavar="N", help="samples per prompt (per arm in black-box mode). Default: 2000")
     parser.add_argument("--max-new-tokens", type=int, default=4, metavar="T", help="Default: 4")
     parser.add_argument("--num-draws", type=int, default=200_000, metavar="N", help="kernel mode: draws per case. Default: 200000")
+    parser.add_argument("--case", action="append", default=[], metavar="NAME",
+                        help="kernel mode: run only these cases (seed-3token, chain-k4, one-hot-blind, adversarial[full_p_fallback]; "
+                             "repeatable). Default: all")
     parser.add_argument("--alpha", type=float, default=1e-3, help="family-wise false-alarm rate. Default: 0.001")
     parser.add_argument("--seed", type=int, default=0, help="Default: 0")
     parser.add_argument("--vocab-size", type=int, default=None, help="vocabulary size when no --target gives it")
@@ -115,15 +118,25 @@ def _write_json(path: str | None, payload: dict[str, Any]) -> None:
 
 
 def _run_kernel(args) -> int:
-    from verifier.audit.hf_kernel import ensemble_step_law  # noqa: F401  (documents the lossy law next to the kernel)
     from verifier.audit.kernel_audit import adversarial_case, audit_kernel, standard_kernel_cases
     from verifier.audit.plugins import load_kernel
 
     kernel = load_kernel(args.kernel, **dict(args.option))
     cases = standard_kernel_cases() + [adversarial_case("full_p_fallback", seed=args.seed)[0]]
-    results = [audit_kernel(kernel, c, num_draws=args.num_draws, seed=args.seed, alpha=args.alpha) for c in cases]
+    if args.case:
+        unknown = sorted(set(args.case) - {c.name for c in cases})
+        if unknown:
+            raise invalid_argument("--case", unknown[0], "one of " + ", ".join(c.name for c in cases))
+        cases = [c for c in cases if c.name in args.case]
+    import time
+
+    results = []
+    for c in cases:
+        start = time.perf_counter()
+        results.append(audit_kernel(kernel, c, num_draws=args.num_draws, seed=args.seed, alpha=args.alpha))
+        seconds = time.perf_counter() - start
+        print(f"{results[-1].summary()} [{seconds:.1f} s, {args.num_draws / seconds:,.0f} draws/s]")
     for r in results:
-        print(r.summary())
         for reason in r.blind:
             print(f"  blind cell ({r.case.name}) {reason}")
     _write_json(args.json, {"mode": "kernel", "kernel": args.kernel, "results": [
