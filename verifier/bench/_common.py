@@ -1,0 +1,119 @@
+"""Shared helpers of the benchmarks: machine facts, markdown tables, number formatting."""
+
+from __future__ import annotations
+
+import math
+import os
+import platform
+import subprocess
+import time
+from typing import Any, Sequence
+
+__all__ = ["machine_facts", "md_table", "fmt_n", "fmt_ratio", "load_average", "Stopwatch", "peak_rss_mib"]
+
+
+def load_average() -> tuple[float, float, float] | None:
+    """1/5/15-minute load averages (None where the OS has none)."""
+    try:
+        return os.getloadavg()
+    except (AttributeError, OSError):
+        return None
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def machine_facts() -> dict[str, Any]:
+    """What a benchmark figure depends on: CPU, cores, memory, versions, load, GPU (if any)."""
+    import importlib.metadata as md
+
+    facts: dict[str, Any] = {
+        "cpu": _cpu_model(), "logical_cores": os.cpu_count(), "python": platform.python_version(),
+        "platform": platform.platform(), "load_average": load_average(),
+    }
+    try:
+        affinity = len(os.sched_getaffinity(0))
+        facts["usable_cores"] = affinity
+    except AttributeError:
+        pass
+    try:
+        with open("/proc/meminfo", encoding="utf-8") as fh:
+            facts["memory_gib"] = round(int(fh.readline().split()[1]) / 2**20, 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    for pkg in ("spec-verifier", "numpy", "scipy", "torch", "transformers"):
+        try:
+            facts[pkg] = md.version(pkg)
+        except md.PackageNotFoundError:
+            facts[pkg] = None
+    try:
+        import torch
+
+        facts["torch_threads"] = torch.get_num_threads()
+        facts["cuda"] = torch.cuda.is_available()
+        if facts["cuda"]:
+            facts["gpu"] = torch.cuda.get_device_name(0)
+    except ImportError:
+        facts["cuda"] = False
+    try:
+        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5,
+                             cwd=os.path.dirname(os.path.abspath(__file__)))
+        facts["git_commit"] = rev.stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        facts["git_commit"] = None
+    return facts
+
+
+def md_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A GitHub markdown table (cells are str()-ed; ``|`` escaped)."""
+    def cell(v: Any) -> str:
+        return str(v).replace("|", "\\|")
+
+    lines = ["| " + " | ".join(map(cell, headers)) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    lines += ["| " + " | ".join(map(cell, r)) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def fmt_n(value: float | int | None, censor_at: int | None = None) -> str:
+    """A sample size; ``inf`` shows as ``>max`` (censored) or ``never``."""
+    if value is None:
+        return "n/a"
+    if not math.isfinite(value):
+        return f">{censor_at}" if censor_at else "never"
+    return str(int(value))
+
+
+def fmt_ratio(value: float | None) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "n/a"
+    if not math.isfinite(value):
+        return "inf"
+    return f"{value:.2f}x"
+
+
+def peak_rss_mib() -> float:
+    """Peak resident set size of this process so far, MiB (``resource.getrusage``)."""
+    import resource
+
+    kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return kib / 1024.0 if platform.system() != "Darwin" else kib / 2**20
+
+
+class Stopwatch:
+    """``with Stopwatch() as sw: ...``; then ``sw.seconds`` (wall, ``time.perf_counter``)."""
+
+    def __enter__(self) -> "Stopwatch":
+        self.start = time.perf_counter()
+        self.seconds = 0.0
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.seconds = time.perf_counter() - self.start

@@ -1,0 +1,277 @@
+"""``specverify bench detect``: samples to detect each mutant, against the Neyman–Pearson oracle.
+
+Method.  For every biased rule of :data:`verifier.exact.RULES` on every standard case where its
+exact law differs from the target's (:func:`verifier.exact.standard_cases`: the seeds' single
+steps with k = 1, N = 1, and the tabular pairs with k = 2, N = 3), rows of N emitted tokens are
+drawn iid from the rule's exact law (:func:`verifier.exact.n_token_law`) -- cheap, no decoder --
+and fed to the harness's test battery (:mod:`verifier.bench._battery`) at family-wise alpha 0.01:
+
+* **fixed-n**: the runner's cells (gof@t, joint, randomized-PIT KS; gate = Holm + Cauchy) run
+  as one pre-registered test at each n (every n up to 40, then a 3% grid); its power curve
+  ``power(n) = P(reject at n)`` over the seeds is the sample-size function, and "samples at which it
+  rejects" has quantiles ``n_q = min{n : power(n) >= q}`` (median q = .5, p90 q = .9; no optional
+  stopping: each n is a separate fixed-n test on a prefix of the seed's stream);
+* **sequential**: Dirichlet-multinomial e-processes on the count cells, union bound over cells,
+  stopped at the first row where one crosses ``m / alpha`` (anytime-valid).
+
+Two batteries: ``default`` = the suite defaults (gof@1,2 + joint@1..2 + pit) and ``directed`` =
+every position of the compared window (gof@1..N + joint@1..N + pit; sequential adds an e-process
+on the whole N-token tuple).  Over ``--seeds`` streams (default 100) the median and 90th percentile
+are reported next to the oracle n: the smallest n at which the most powerful (likelihood-ratio)
+test of the target law against the rule's law reaches power 0.99 at alpha 0.01
+(:mod:`verifier.bench._oracle`, exact enumeration or saddlepoint).  Ratio = median / oracle n (the
+issue's figure); ``n99 / oracle`` compares like with like (the battery's own power-0.99 n, from
+the seeds, against the oracle's).  Streams are ``--max-factor`` x the oracle n long; a quantile
+not reached within them shows as ``>max``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from dataclasses import asdict, dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from verifier.bench._battery import BatterySpec, TupleLaw, first_rejections
+from verifier.bench._common import fmt_n, fmt_ratio, md_table
+from verifier.bench._oracle import np_oracle_samples
+from verifier.errors import invalid_argument
+
+__all__ = ["HELP", "DetectRow", "GOAL_RATIO", "detect_rows", "register", "run", "render_markdown"]
+
+HELP = "Samples to detect each mutant rule (median/p90 over seeds) vs the Neyman-Pearson oracle n."
+GOAL_RATIO = 1.5  # issue 7: median samples to detect <= 1.5 x the oracle n, for every mutant
+DEFAULT_SEEDS = 100
+DEFAULT_ALPHA = 0.01
+DEFAULT_POWER = 0.99
+DEFAULT_MAX_FACTOR = 5.0
+MIN_STREAM = 200  # rows per stream at least, whatever the oracle says
+
+
+@dataclass
+class DetectRow:
+    """One (rule, case, battery) measurement; sample sizes in rows of ``num_tokens`` emitted tokens."""
+
+    rule: str
+    declared: str
+    case: str
+    battery: str
+    cells: str
+    num_draft_tokens: int
+    num_tokens: int
+    tv: float
+    oracle_n: int
+    oracle_method: str
+    fixed_median: float
+    fixed_p90: float
+    fixed_p99: float
+    seq_median: float
+    seq_p90: float
+    seq_p99: float
+    max_n: int
+    seeds: int
+    seconds: float
+
+    @property
+    def fixed_ratio(self) -> float:
+        return self.fixed_median / self.oracle_n
+
+    @property
+    def seq_ratio(self) -> float:
+        return self.seq_median / self.oracle_n
+
+    @property
+    def best_ratio(self) -> float:
+        return min(self.fixed_ratio, self.seq_ratio)
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.update(fixed_ratio=self.fixed_ratio, seq_ratio=self.seq_ratio)
+        return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in d.items()}
+
+
+def batteries(num_tokens: int, alpha: float) -> dict[str, BatterySpec]:
+    """The two batteries measured on a case comparing ``num_tokens`` emitted tokens."""
+    default = BatterySpec(gof_positions=(1, 2), joint_tokens=2, pit=True, alpha=alpha)
+    if num_tokens <= 2:
+        return {"default": default}
+    return {"default": default,
+            "directed": BatterySpec(gof_positions=tuple(range(1, num_tokens + 1)), joint_tokens=num_tokens, pit=True,
+                                    alpha=alpha, tuple_e_process=True)}
+
+
+def detect_rows(rules: Sequence[str] | None = None, cases: Sequence[str] | None = None, *, seeds: int = DEFAULT_SEEDS,
+                alpha: float = DEFAULT_ALPHA, power: float = DEFAULT_POWER, max_factor: float = DEFAULT_MAX_FACTOR,
+                seed: int = 0, progress=None) -> list[DetectRow]:
+    """Measure samples to detect for every (biased rule, case where it is biased, battery).
+
+    Parameters
+    ----------
+    rules, cases : sequence of str, optional
+        Names from :data:`verifier.exact.RULES` / :func:`verifier.exact.standard_cases`; default all
+        (rules declared ``exact`` have nothing to detect and are skipped).
+    seeds : int, default 100
+        Independent simulated streams per (rule, case).
+    alpha, power : float
+        Family-wise level of the batteries and of the oracle; oracle power.
+    max_factor : float, default 5
+        Stream length = ``max(MIN_STREAM, max_factor * oracle n)`` rows.
+    seed : int
+        Base seed (stream ``s`` of a row uses ``numpy.random.default_rng([seed + row index, s])``).
+    progress : callable(str) or None
+
+    Returns
+    -------
+    list[DetectRow]
+
+    Raises
+    ------
+    InvalidArgumentError
+        Unknown rule or case name, seeds < 1, alpha/power outside (0, 1), max_factor < 1.
+    """
+    from verifier.exact import RULES, n_token_law, standard_cases, target_law
+
+    all_cases = {c.name: c for c in standard_cases()}
+    rule_names = list(RULES) if rules is None else list(rules)
+    for r in rule_names:
+        if r not in RULES:
+            raise invalid_argument("rules", r, sorted(RULES))
+    case_names = list(all_cases) if cases is None else list(cases)
+    for c in case_names:
+        if c not in all_cases:
+            raise invalid_argument("cases", c, sorted(all_cases))
+    if not (isinstance(seeds, int) and seeds >= 1):
+        raise invalid_argument("seeds", seeds, "an integer >= 1")
+    for name, v in (("alpha", alpha), ("power", power)):
+        if not 0 < v < 1:
+            raise invalid_argument(name, v, "a number in (0, 1)")
+    if not max_factor >= 1:
+        raise invalid_argument("max_factor", max_factor, "a number >= 1")
+
+    rows: list[DetectRow] = []
+    for ci, cname in enumerate(case_names):
+        case = all_cases[cname]
+        tlaw = target_law(case.target, case.prefix, case.num_tokens)
+        laws = {}
+        for r in rule_names:
+            if RULES[r].declared == "exact":
+                continue
+            law = n_token_law(case.target, case.draft, case.prefix, case.num_draft_tokens, case.num_tokens, r)
+            if law != tlaw:
+                laws[r] = law
+        if not laws:
+            continue
+        tl = TupleLaw(tlaw, lambda pre, c=case: c.target.probs(tuple(c.prefix) + tuple(pre)), case.target.vocab_size,
+                      list(laws.values()))
+        from verifier.exact import total_variation
+
+        for ri, (r, law) in enumerate(laws.items()):
+            oracle = np_oracle_samples(tlaw, law, alpha=alpha, power=power)
+            max_n = int(max(MIN_STREAM, math.ceil(max_factor * oracle.n)))
+            for bname, spec in batteries(case.num_tokens, alpha).items():
+                t0 = time.perf_counter()
+                fr = first_rejections(tl, tl.vector(law), spec, seeds=seeds, max_n=max_n, seed=seed + 1000 * ci + ri)
+                row = DetectRow(
+                    rule=r, declared=RULES[r].declared, case=cname, battery=bname,
+                    cells=" + ".join(fr.cells) + " | seq: " + " + ".join(fr.sequential_cells),
+                    num_draft_tokens=case.num_draft_tokens, num_tokens=case.num_tokens,
+                    tv=float(total_variation(law, tlaw)), oracle_n=oracle.n, oracle_method=oracle.method,
+                    fixed_median=fr.fixed_n_quantile(0.5), fixed_p90=fr.fixed_n_quantile(0.9),
+                    fixed_p99=fr.fixed_n_quantile(0.99), seq_median=fr.sequential_quantile(0.5),
+                    seq_p90=fr.sequential_quantile(0.9), seq_p99=fr.sequential_quantile(0.99),
+                    max_n=max_n, seeds=seeds, seconds=time.perf_counter() - t0,
+                )
+                rows.append(row)
+                if progress:
+                    progress(f"  {r:<26} {cname:<20} {bname:<8} oracle {oracle.n:>5}  fixed-n median "
+                             f"{fmt_n(row.fixed_median, max_n):>6} ({fmt_ratio(row.fixed_ratio)})  e-process "
+                             f"{fmt_n(row.seq_median, max_n):>6} ({fmt_ratio(row.seq_ratio)})  [{row.seconds:.1f}s]")
+    return rows
+
+
+def per_mutant_summary(rows: Sequence[DetectRow], battery: str) -> list[dict[str, Any]]:
+    """Per rule: the worst case (largest fixed-n median / oracle) and the best case, for one battery
+    (cases without that battery -- single steps have only ``default`` -- count with ``default``)."""
+    by_rule: dict[str, list[DetectRow]] = {}
+    for row in rows:
+        by_rule.setdefault(row.rule, [])
+    for row in rows:
+        if row.battery == battery or (battery != "default" and row.num_tokens <= 2 and row.battery == "default"):
+            by_rule[row.rule].append(row)
+    out = []
+    for rule, rs in by_rule.items():
+        if not rs:
+            continue
+        worst = max(rs, key=lambda r: r.fixed_ratio)
+        best = min(rs, key=lambda r: r.best_ratio)
+        out.append({"rule": rule, "declared": rs[0].declared, "cases": len(rs), "worst": worst, "best": best,
+                    "meets_goal_everywhere": all(r.fixed_ratio <= GOAL_RATIO for r in rs)})
+    return out
+
+
+def render_markdown(rows: Sequence[DetectRow]) -> str:
+    """Tables: per-mutant summary (both batteries), then every (rule, case, battery) row."""
+    if not rows:
+        return "_no biased (rule, case) pair selected_\n"
+    seeds = rows[0].seeds
+    out = []
+    for battery in ("default", "directed"):
+        summary = per_mutant_summary(rows, battery)
+        if not summary:
+            continue
+        out.append(f"**Per mutant, `{battery}` battery** (worst case = largest fixed-n median / oracle; goal "
+                   f"<= {GOAL_RATIO}x everywhere):\n")
+        table = []
+        for s in summary:
+            w, b = s["worst"], s["best"]
+            table.append([s["rule"], s["cases"], f"{w.case}: {fmt_n(w.fixed_median, w.max_n)} / {w.oracle_n} = "
+                          f"{fmt_ratio(w.fixed_ratio)}", f"{b.case}: {fmt_ratio(b.best_ratio)}",
+                          "yes" if s["meets_goal_everywhere"] else "**no**"])
+        out.append(md_table(["mutant rule", "cases", "worst case: fixed-n median / oracle", "best case (best of fixed/seq)",
+                             "<= 1.5x on every case"], table))
+        out.append("")
+    out.append(f"**Every (rule, case, battery)** -- sample sizes in rows of N emitted tokens; {seeds} seeds; "
+               "`>M`: not rejected within the M rows simulated:\n")
+    table = []
+    for r in rows:
+        table.append([r.rule, r.case, r.battery, f"{r.tv:.3f}", f"{r.oracle_n} ({r.oracle_method})",
+                      fmt_n(r.fixed_median, r.max_n), fmt_n(r.fixed_p90, r.max_n), fmt_ratio(r.fixed_ratio),
+                      fmt_ratio(r.fixed_p99 / r.oracle_n),
+                      fmt_n(r.seq_median, r.max_n), fmt_n(r.seq_p90, r.max_n), fmt_ratio(r.seq_ratio),
+                      fmt_ratio(r.seq_p99 / r.oracle_n)])
+    out.append(md_table(["rule", "case", "battery", "TV", "oracle n (method)", "fixed-n median", "fixed-n p90",
+                         "median / oracle", "n99 / oracle", "e-process median", "e-process p90", "median / oracle",
+                         "n99 / oracle"], table))
+    return "\n".join(out) + "\n"
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--rule", action="append", dest="rules", metavar="NAME",
+                        help="Mutant rule from verifier.exact.RULES (repeatable). Default: every biased rule.")
+    parser.add_argument("--case", action="append", dest="cases", metavar="NAME",
+                        help="Standard case (repeatable). Default: every standard case.")
+    parser.add_argument("--seeds", type=int, default=DEFAULT_SEEDS, metavar="N",
+                        help=f"Simulated streams per (rule, case). Default: {DEFAULT_SEEDS}.")
+    parser.add_argument("--alpha", type=float, default=DEFAULT_ALPHA, help=f"Family-wise alpha. Default: {DEFAULT_ALPHA}.")
+    parser.add_argument("--max-factor", type=float, default=DEFAULT_MAX_FACTOR, metavar="X",
+                        help=f"Simulate up to X times the oracle n per stream. Default: {DEFAULT_MAX_FACTOR}.")
+    parser.add_argument("--format", choices=("markdown", "json"), default="markdown", help="Output format. Default: markdown.")
+    parser.add_argument("--out", metavar="PATH", help="Also write the output to PATH.")
+
+
+def run(args: argparse.Namespace) -> int:
+    t0 = time.perf_counter()
+    rows = detect_rows(args.rules, args.cases, seeds=args.seeds, alpha=args.alpha, max_factor=args.max_factor,
+                       progress=lambda s: print(s, file=sys.stderr, flush=True))
+    text = (json.dumps([r.to_json() for r in rows], indent=1) if args.format == "json"
+            else render_markdown(rows) + f"\n_{time.perf_counter() - t0:.0f} s_\n")
+    print(text)
+    if args.out:
+        with open(args.out, "w", encoding="utf-8") as fh:
+            fh.write(text)
+    return 0
