@@ -122,3 +122,22 @@ def test_checker_sees_a_broken_command(argv):
     """The checker itself must fail on a command the parsers reject."""
     with pytest.raises((pytest.fail.Exception, AssertionError)):
         _check(argv)
+
+
+SLURM = ROOT / "ci" / "slurm" / "specverify-array.sbatch"
+
+
+def test_slurm_array_script_runs_one_shard_per_task():
+    text = SLURM.read_text()
+    array = re.search(r"^#SBATCH --array=0-(\d+)$", text, re.M)
+    assert array, "the script must declare its array range"
+    env = {"SUITE": "suites/nightly.toml", "SPECVERIFY_SEED": "0", "SLURM_ARRAY_TASK_ID": "3",
+           "SLURM_ARRAY_TASK_COUNT": str(int(array.group(1)) + 1)}
+    body = re.sub(r"\$\{(\w+):-[^}]*\}", r"$\1", text)  # ${VAR:-default} -> $VAR
+    commands = _commands(body, env)
+    assert len(commands) == 1
+    args = _parse(build_parser(), commands[0][1:])
+    assert args.shard == "3/8" and args.profile == "nightly"
+    assert (ROOT / args.suite).is_file()
+    merge = re.search(r'--wrap "(specverify merge [^"]+)"', text).group(1)
+    assert _parse(build_parser(), shlex.split(merge)[1:]).run_dirs == [args.run_dir]
