@@ -1,0 +1,259 @@
+"""``specverify bench calibration``: family-wise false-alarm rate of a suite's statistics under the null.
+
+Method.  For every ``pass`` decoder of the suite (default ``suites/ci.toml``) and each of its
+sample sets on a tabular model pair, the joint law of (first ``max_new_tokens`` emitted tokens,
+drafts accepted in the first round) of the canonical rule on the *processed* tables is enumerated
+exactly (:mod:`verifier.bench._tabular`) -- a correct decoder samples exactly this.  Each null run
+draws the sample set's ``samples`` rows from it (multinomial counts over the joint outcomes, so the
+cells keep their dependence: tokens and accepted counts come from the same rows) and computes
+the runner's cells:
+
+* ``gof@t`` / ``joint@1..J`` / ``accepted``: pooled Pearson chi-square (asymptotic p-value; where the
+  runner would switch to Monte Carlo -- per-cell level below 1e-4 -- every p-value under 0.05 is
+  recomputed with :func:`verifier.stats.gof_test` at the runner's per-cell level, as the runner does);
+* ``pit``: randomized PIT of every emitted token against the target's conditional probs, KS.
+
+The decoder's family rejects under the runner's gate (Holm alpha/2 + Cauchy alpha/2 over all its
+cells, :func:`verifier.bench._battery.family_rejects`, equal to ``verifier.stats.adjust``'s
+decision).  The false-alarm rate over ``--runs`` runs gets a Clopper–Pearson interval
+(``scipy.stats.binomtest(...).proportion_ci(method="exact")``); the goal is a rate <= the suite's alpha.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from scipy import stats
+
+from verifier.bench._battery import TupleLaw, family_rejects, ks_uniform_pvalues, BatterySpec
+from verifier.bench._common import md_table
+from verifier.errors import ConfigError, invalid_argument
+
+__all__ = ["HELP", "SimulatedSet", "CalibrationResult", "suite_null_sets", "simulate_null_pvalues", "calibrate",
+           "register", "run", "render_markdown"]
+
+HELP = "Family-wise false-alarm rate of a suite's statistics over simulated null runs (Clopper-Pearson CI)."
+DEFAULT_RUNS = 2000
+DEFAULT_SUITE = "suites/ci.toml"
+CONFIDENCE = 0.95
+MC_RECHECK_BELOW = 0.05  # asymptotic p-values below this are recomputed the runner's way (Monte Carlo)
+_RUN_CHUNK = 250  # runs whose PIT values are materialised at once
+
+
+@dataclass
+class SimulatedSet:
+    """One sample set with its exact null law and the runner's cells."""
+
+    label: str
+    samples: int
+    tuple_law: TupleLaw
+    joint_outcome: np.ndarray  # (J,) index into tuple_law.outcomes of each joint (tokens, accepted) outcome
+    joint_accepted: np.ndarray  # (J,) accepted count of each joint outcome
+    joint_probs: np.ndarray  # (J,) null probs
+    count_cells: list  # (name, code over tuple outcomes, expected probs)
+    pit: bool
+    accepted_expected: np.ndarray | None
+    cells: tuple[str, ...]
+
+
+def suite_null_sets(suite_path: str, profile: str | None = None) -> tuple[Any, dict[str, list[SimulatedSet]]]:
+    """The ``pass`` decoders of a suite and their sample sets, with exact null laws.
+
+    Raises
+    ------
+    ConfigError
+        The suite cannot be loaded, or a ``pass`` decoder runs on a model pair that is not tabular
+        (its exact law is unknown; this benchmark simulates only exactly known laws).
+    """
+    from verifier.exact import TabularLM
+    from verifier.runner.run import _Context
+    from verifier.suite import load_suite
+    from verifier.bench._tabular import marginal_tokens, processed_tabular, tokens_and_accepted_law
+
+    suite = load_suite(suite_path, profile)
+    ctx = _Context(suite)
+    out: dict[str, list[SimulatedSet]] = {}
+    for spec in suite.decoders:
+        if spec.expect != "pass":
+            continue
+        sets = []
+        for plan in (p for p in ctx.plans if p.decoder.name == spec.name):
+            pair = ctx.pairs[plan.pair]
+            if not (isinstance(pair.target_model, TabularLM) and isinstance(pair.draft_model, TabularLM)):
+                raise ConfigError(f"{suite_path}: decoder {spec.name!r} runs on model pair {plan.pair!r}, which is not "
+                                  "tabular; allowed: tabular:NAME pairs (exact laws are needed to simulate)")
+            target = processed_tabular(pair.target_model, plan.sampling)
+            draft = processed_tabular(pair.draft_model, plan.sampling)
+            n_tok, k = plan.max_new_tokens, plan.num_draft_tokens
+            joint = tokens_and_accepted_law(target, draft, tuple(plan.prompt_ids), k, n_tok, "canonical")
+            tlaw = marginal_tokens(joint)
+            tl = TupleLaw(tlaw, lambda pre, t=target, pr=tuple(plan.prompt_ids): t.probs(pr + tuple(pre)), target.vocab_size)
+            keys = sorted(joint)
+            jt = spec.joint_tokens if "joint" in spec.tests and n_tok >= spec.joint_tokens else 0
+            bspec = BatterySpec(gof_positions=tuple(t for t in spec.gof_positions if t <= n_tok) if "gof" in spec.tests else (),
+                                joint_tokens=jt, pit="pit" in spec.tests)
+            cells = tl.cell_codes(bspec)
+            acc_expected = None
+            names = [c[0] for c in cells] + (["pit"] if bspec.pit else [])
+            if "accepted" in spec.tests and n_tok >= k + 1:
+                acc_expected = np.zeros(k + 1)
+                for (tokens, a), p in joint.items():
+                    acc_expected[min(a, k)] += float(p)
+                names.append("accepted")
+            sets.append(SimulatedSet(
+                label=f"{spec.name} | {plan.prompt} | {plan.sampling_name} | k={k}", samples=plan.samples, tuple_law=tl,
+                joint_outcome=np.array([tl.index[t] for t, _ in keys]), joint_accepted=np.array([a for _, a in keys]),
+                joint_probs=np.array([float(joint[key]) for key in keys]), count_cells=cells, pit=bspec.pit,
+                accepted_expected=acc_expected, cells=tuple(names)))
+        out[spec.name] = sets
+    return suite, out
+
+
+def _gof_pvalues_runner(counts: np.ndarray, expected: np.ndarray, cell_alpha: float, rng: np.random.Generator) -> np.ndarray:
+    from verifier.stats import gof_pvalues, gof_test
+    from verifier.stats.gof import ASYMPTOTIC_MIN_ALPHA
+
+    p = gof_pvalues(counts, expected)
+    if cell_alpha < ASYMPTOTIC_MIN_ALPHA:  # the runner's gof_test("auto") uses Monte Carlo p-values here
+        for i in np.flatnonzero(p < MC_RECHECK_BELOW):
+            p[i] = gof_test(counts[i], expected, alpha=cell_alpha, rng=rng, num_bootstrap=0).pvalue
+    return p
+
+
+def simulate_null_pvalues(sset: SimulatedSet, runs: int, rng: np.random.Generator, cell_alpha: float) -> np.ndarray:
+    """p-values of the set's cells over ``runs`` null runs, shape (runs, cells)."""
+    tl = sset.tuple_law
+    joint_counts = rng.multinomial(sset.samples, sset.joint_probs, size=runs)  # (R, J)
+    tuple_counts = np.zeros((runs, len(tl.outcomes)), dtype=np.int64)
+    np.add.at(tuple_counts.T, sset.joint_outcome, joint_counts.T)
+    cols = []
+    for _, code, expected in sset.count_cells:
+        cc = np.zeros((runs, expected.size), dtype=np.int64)
+        np.add.at(cc.T, code, tuple_counts.T)
+        cols.append(_gof_pvalues_runner(cc, expected, cell_alpha, rng))
+    if sset.pit:
+        pit = np.empty(runs)
+        for s in range(0, runs, _RUN_CHUNK):
+            block = tuple_counts[s:s + _RUN_CHUNK]
+            rows = [np.repeat(np.arange(len(tl.outcomes)), c) for c in block]  # each run's rows, by outcome
+            ids = np.stack(rows)  # (chunk, samples)
+            v = rng.random(ids.shape + (tl.num_tokens,))
+            u = tl.pit_lo[ids] + v * tl.pit_width[ids]
+            pit[s:s + _RUN_CHUNK] = ks_uniform_pvalues(u.reshape(len(block), -1))
+        cols.append(pit)
+    if sset.accepted_expected is not None:
+        k = sset.accepted_expected.size - 1
+        acc = np.zeros((runs, k + 1), dtype=np.int64)
+        np.add.at(acc.T, np.minimum(sset.joint_accepted, k), joint_counts.T)
+        cols.append(_gof_pvalues_runner(acc, sset.accepted_expected, cell_alpha, rng))
+    return np.column_stack(cols)
+
+
+@dataclass
+class CalibrationResult:
+    """False alarms of one ``pass`` decoder over simulated null runs."""
+
+    decoder: str
+    runs: int
+    false_alarms: int
+    alpha: float
+    ci_low: float
+    ci_high: float
+    num_cells: int
+    sets: list[str]
+    per_cell_rejections: dict[str, int]
+    seconds: float
+
+    @property
+    def rate(self) -> float:
+        return self.false_alarms / self.runs
+
+    def to_json(self) -> dict[str, Any]:
+        d = dict(self.__dict__)
+        d["rate"] = self.rate
+        return d
+
+
+def calibrate(suite_path: str = DEFAULT_SUITE, runs: int = DEFAULT_RUNS, seed: int = 0, profile: str | None = None,
+              alpha: float | None = None) -> list[CalibrationResult]:
+    """Simulate ``runs`` null runs of every ``pass`` decoder of the suite; count family-wise false alarms.
+
+    Parameters
+    ----------
+    suite_path : str, default "suites/ci.toml"
+    runs : int, default 2000
+    seed : int, default 0
+    profile : str, optional
+        Suite profile (default: the suite's own default).
+    alpha : float, optional
+        Family-wise level; default the suite's ``stats.alpha``.
+
+    Raises
+    ------
+    InvalidArgumentError
+        runs < 1 or alpha outside (0, 1).
+    ConfigError
+        See :func:`suite_null_sets`; also a suite whose correction is not ``gate``.
+    """
+    from verifier.runner.verdict import cell_level
+
+    if not (isinstance(runs, int) and runs >= 1):
+        raise invalid_argument("runs", runs, "an integer >= 1")
+    suite, sets_by_decoder = suite_null_sets(suite_path, profile)
+    if suite.stats.correction != "gate":
+        raise ConfigError(f"{suite_path}: stats.correction={suite.stats.correction!r}; allowed: 'gate' (FWER calibration)")
+    level = suite.stats.alpha if alpha is None else alpha
+    if not 0 < level < 1:
+        raise invalid_argument("alpha", alpha, "a number in (0, 1)")
+    results = []
+    for d, (name, sets) in enumerate(sets_by_decoder.items()):
+        t0 = time.perf_counter()
+        rng = np.random.default_rng([seed, d])
+        m = sum(len(s.cells) for s in sets)
+        cell_alpha = cell_level(level, m, "gate")
+        blocks = [simulate_null_pvalues(s, runs, rng, cell_alpha) for s in sets]
+        pv = np.column_stack(blocks)
+        rejected = family_rejects(pv, level)
+        holm_cell = pv <= level / (2 * m)
+        names = [f"{s.label} / {c}" for s in sets for c in s.cells]
+        k = int(rejected.sum())
+        ci = stats.binomtest(k, runs).proportion_ci(confidence_level=CONFIDENCE, method="exact")
+        results.append(CalibrationResult(name, runs, k, level, float(ci.low), float(ci.high), m, [s.label for s in sets],
+                                         {n: int(c) for n, c in zip(names, holm_cell.sum(axis=0)) if c},
+                                         time.perf_counter() - t0))
+    return results
+
+
+def render_markdown(results: list[CalibrationResult]) -> str:
+    rows = [[r.decoder, r.num_cells, r.runs, r.false_alarms, f"{r.rate:.2e}",
+             f"[{r.ci_low:.2e}, {r.ci_high:.2e}]", f"{r.alpha:g}",
+             "yes" if r.rate <= r.alpha else "**no**", "yes" if r.ci_high <= r.alpha else "not shown at this many runs"]
+            for r in results]
+    return md_table(["pass decoder", "cells", "null runs", "false alarms", "rate", f"{CONFIDENCE:.0%} Clopper-Pearson",
+                     "suite alpha", "rate <= alpha", "CI upper <= alpha"], rows) + "\n"
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--suite", default=DEFAULT_SUITE, metavar="PATH", help=f"Suite file. Default: {DEFAULT_SUITE}.")
+    parser.add_argument("--profile", default=None, help="Suite profile. Default: the suite's default_profile.")
+    parser.add_argument("--runs", type=int, default=DEFAULT_RUNS, metavar="N", help=f"Null runs. Default: {DEFAULT_RUNS}.")
+    parser.add_argument("--alpha", type=float, default=None, help="Family-wise alpha. Default: the suite's stats.alpha.")
+    parser.add_argument("--seed", type=int, default=0, help="Seed. Default: 0.")
+    parser.add_argument("--format", choices=("markdown", "json"), default="markdown", help="Output format. Default: markdown.")
+
+
+def run(args: argparse.Namespace) -> int:
+    t0 = time.perf_counter()
+    results = calibrate(args.suite, args.runs, args.seed, args.profile, args.alpha)
+    if args.format == "json":
+        print(json.dumps([r.to_json() for r in results], indent=1))
+    else:
+        print(render_markdown(results))
+        print(f"_{time.perf_counter() - t0:.0f} s_", file=sys.stderr)
+    return 0
