@@ -93,3 +93,15 @@ NOT_A_DECODER = 42
 BAD_IMPORT_PLUGIN = '''
 raise ImportError("plugin needs a GPU library that is not installed")
 '''
+
+# A verification kernel that emits an id outside the vocabulary in row 1.
+BAD_KERNEL_PLUGIN = '''
+import torch
+
+
+def verify(target_probs, draft_probs, draft_token_ids, generator):
+    out = torch.full((draft_token_ids.shape[0], draft_token_ids.shape[1] + 1), -1, dtype=torch.int64)
+    out[:, 0] = 0
+    out[1, 0] = target_probs.shape[-1] + 5
+    return out
+'''

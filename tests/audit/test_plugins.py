@@ -6,7 +6,7 @@ import sys
 import numpy as np
 import pytest
 
-from .plugin_sources import BAD_IMPORT_PLUGIN, BROKEN_PLUGIN, TINY_SPEC_PLUGIN
+from .plugin_sources import BAD_IMPORT_PLUGIN, BAD_KERNEL_PLUGIN, BROKEN_PLUGIN, TINY_SPEC_PLUGIN
 from verifier.audit.plugins import PluginLoadError, load_decoder, load_kernel, load_plugin
 from verifier.errors import EXIT_DECODER, EXIT_USAGE, DecoderError, DecoderOutputError
 from verifier.exact import step_law
@@ -79,6 +79,21 @@ def test_crashing_or_invalid_plugins_are_exit_code_3_with_the_first_bad_row(plug
     with pytest.raises(error) as info:
         load_decoder(spec, **options).generate([0], 4, 3, T1, 0)
     assert message in str(info.value) and info.value.exit_code == EXIT_DECODER
+
+
+def test_kernel_plugin_inside_the_reference_decoder_is_validated(tmp_path):
+    """A third-party kernel run in the reference decoding loop: invalid output is exit 3, first bad row shown."""
+    from verifier.audit.plugins import make_speculative_with_kernel
+    from verifier.exact import standard_tabular_pairs
+    from verifier.models.tabular import TabularCausalLM
+
+    (tmp_path / "bad_kernel.py").write_text(BAD_KERNEL_PLUGIN)
+    pair = standard_tabular_pairs()["bigram4_eos"]
+    decoder = make_speculative_with_kernel(TabularCausalLM(pair.target), TabularCausalLM(pair.draft), 2,
+                                           kernel=f"{tmp_path / 'bad_kernel.py'}:verify")
+    with pytest.raises(DecoderOutputError, match=r"invalid output in row 1: token id 9 at position 0 is outside 0..3") as info:
+        decoder.generate([0], 4, 3, T1, 0)
+    assert info.value.exit_code == EXIT_DECODER
 
 
 def test_cli_reports_invalid_plugin_output_as_exit_3(plugin_dir, capsys):

@@ -30,6 +30,7 @@ samples are split between workers.
 
 from __future__ import annotations
 
+import atexit
 import concurrent.futures as cf
 import multiprocessing as mp
 import os
@@ -48,6 +49,14 @@ CHUNKS_PER_WORKER = 4  # work items per worker per call: balances load without m
 
 _WORKER: dict[str, Any] = {}  # per-process state: loaded models and the round recorder
 _POOLS: dict[tuple, cf.ProcessPoolExecutor] = {}  # shared by decoders on the same models (k, weight, kernel travel per task)
+
+
+@atexit.register
+def _shutdown_pools() -> None:
+    """Stop worker processes before interpreter teardown (avoids noisy executor-thread errors at exit)."""
+    for pool in list(_POOLS.values()):
+        pool.shutdown(wait=True, cancel_futures=True)
+    _POOLS.clear()
 
 
 def sample_seed(seed: int, index: int) -> int:

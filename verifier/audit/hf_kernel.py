@@ -27,6 +27,7 @@ Facts read from the installed source (transformers 5.x):
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import inspect
 from fractions import Fraction
@@ -138,6 +139,14 @@ def _hf_chunk(args: tuple) -> torch.Tensor:
 
 
 _POOLS: dict[int, "object"] = {}  # process pools by size, shared by every HF kernel of this process
+
+
+@atexit.register
+def _shutdown_pools() -> None:
+    """Stop worker processes before interpreter teardown (avoids noisy executor-thread errors at exit)."""
+    for pool in list(_POOLS.values()):
+        pool.shutdown(wait=True, cancel_futures=True)
+    _POOLS.clear()
 MIN_ROWS_PER_WORKER = 2000  # below this the pickling and IPC cost more than the parallelism saves
 
 

@@ -46,6 +46,7 @@ __all__ = [
     "load_decoder",
     "load_kernel",
     "check_kernel_output",
+    "make_speculative_with_kernel",
 ]
 
 KERNEL_ARITY = 4  # (target_probs, draft_probs, draft_token_ids, generator)
@@ -384,3 +385,29 @@ def load_kernel(spec: str, /, **options: Any) -> PluginKernel:
     """
     kern = load_plugin(spec, "kernel", None, **options)
     return PluginKernel(kern, name=getattr(kern, "name", None) or spec)
+
+
+def make_speculative_with_kernel(target: Any, draft: Any, num_draft_tokens: int, kernel: str, **kernel_options: Any):
+    """Suite factory: the reference :class:`~verifier.decoders.speculative.SpeculativeDecoder` with a kernel plugin.
+
+    Puts any third-party verification kernel inside the reference decoding loop, so a suite can
+    test it end to end (cache rollback, bonus position, EOS) as well as at kernel level::
+
+        [[decoders]]
+        decoder = "verifier.audit.plugins:make_speculative_with_kernel"
+        options = { kernel = "my_kernels:verify" }
+
+    Parameters
+    ----------
+    target, draft : causal LM
+        Offered by the runner (and by ``specverify audit --target``).
+    num_draft_tokens : int
+    kernel : str
+        Kernel plugin spec (``"module:function"`` or ``"module:factory"``).
+    **kernel_options
+        Passed to the kernel factory.
+    """
+    from verifier.decoders.speculative import SpeculativeDecoder
+
+    guarded = load_kernel(kernel, **kernel_options)
+    return SpeculativeDecoder(target, draft, num_draft_tokens, kernel=guarded, name=f"speculative[kernel={kernel}]")
