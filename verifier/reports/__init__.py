@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
@@ -60,8 +61,8 @@ def _num(value: Any) -> str:
 
 def _md(value: Any) -> str:
     """Escape text for a Markdown table cell (pipes, newlines, HTML brackets)."""
-    text = str(value)
-    for a, b in (("&", "&amp;"), ("<", "&lt;"), ("|", "\\|"), ("\n", " "), ("`", "'")):
+    text = re.sub(r"<(?=[A-Za-z/!?])", "&lt;", str(value))  # no HTML tags; "<=" stays readable
+    for a, b in (("|", "\\|"), ("\n", " "), ("`", "'")):
         text = text.replace(a, b)
     return text
 
