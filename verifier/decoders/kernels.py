@@ -119,6 +119,7 @@ def _chain(
     count_rule: Callable | None = None,
     recover_rule: Callable | None = None,
     bonus_row: int | None = None,
+    keep_suffix: bool = False,
 ) -> torch.Tensor:
     """The reference chain verification with optional replacement rules (for mutants)."""
     batch, k, _ = draft_probs.shape
@@ -144,6 +145,8 @@ def _chain(
     cols = torch.arange(k + 1, device=ids.device)[None]
     emitted[:, :k] = torch.where(cols[:, :k] < num_accepted[:, None], ids, PADDING_TOKEN_ID)
     emitted[rows, num_accepted] = final_token
+    if keep_suffix:  # mutant: the unverified drafts after the rejected position are emitted too
+        emitted[:, :k] = torch.where(cols[:, :k] > num_accepted[:, None], ids, emitted[:, :k])
     return emitted
 
 
@@ -213,18 +216,15 @@ def full_p_fallback_kernel(target_probs, draft_probs, draft_token_ids, generator
 
 
 def greedy_acceptance_kernel(target_probs, draft_probs, draft_token_ids, generator):
-    """Mutant: the T=0 rule at T>0 -- accept iff the draft token is the target argmax; at the
-    rejected position emit the target argmax; bonus drawn from p.  Visible whenever p is not
-    one-hot (any T > 0); identical to the reference at T = 0.
+    """Mutant: the T=0 rule at T>0 -- accept iff the draft token is the target argmax, else draw
+    from p (exact rule ``greedy_acceptance``).  Visible whenever p is not one-hot (any T > 0);
+    identical to the reference at T = 0.
     """
     def accept(p, q, ids, u):
         return ids == p[:, :-1].argmax(dim=-1)
 
-    def recover(p, q):
-        return torch.zeros_like(p).scatter_(-1, p.argmax(dim=-1, keepdim=True), 1.0)
-
     args = _verify_chain_iv(target_probs, draft_probs, draft_token_ids, generator)
-    return _chain(*args, generator, accept_rule=accept, recover_rule=recover)
+    return _chain(*args, generator, accept_rule=accept, recover_rule=lambda p, q: p)
 
 
 def deterministic_acceptance_kernel(target_probs, draft_probs, draft_token_ids, generator):
@@ -265,11 +265,11 @@ def bonus_wrong_position_kernel(target_probs, draft_probs, draft_token_ids, gene
 
 
 def draft_suffix_kept_kernel(target_probs, draft_probs, draft_token_ids, generator):
-    """Mutant: counts accepted draft tokens instead of the accepted *prefix*
-    (``accepted.sum()`` for ``accepted.cumprod().sum()``), so a rejected draft token is kept when
-    a later one is accepted.  Needs k >= 2 and a rejection followed by an acceptance."""
+    """Mutant: after the recovered token, the unverified draft tokens after the rejected
+    position are emitted too (exact rule ``draft_suffix_kept``).  Needs k >= 2 and a rejection
+    before position k; visible from the token after the recovered one."""
     args = _verify_chain_iv(target_probs, draft_probs, draft_token_ids, generator)
-    return _chain(*args, generator, count_rule=lambda acc: acc.to(torch.int64).sum(dim=-1))
+    return _chain(*args, generator, keep_suffix=True)
 
 
 def batch_cross_talk_kernel(target_probs, draft_probs, draft_token_ids, generator):

@@ -116,16 +116,16 @@ _ENTRIES = [
                 "only after all k drafts are accepted, at emitted position k + 1 of a round (first round: position "
                 "k + 1), and only with a context-dependent target (bigram or richer); high draft acceptance helps",
                 _spec(K.bonus_wrong_position_kernel), K.bonus_wrong_position_kernel),
-    DecoderSpec("draft_suffix_kept", "Counts accepted drafts instead of the accepted prefix, so a rejected draft token is "
-                "kept when a later one is accepted.", "biased",
-                "k >= 2 and T > 0 with a rejection followed by an acceptance in one round (positions 1..k)",
+    DecoderSpec("draft_suffix_kept", "After the recovered token, the unverified draft tokens after the rejected position "
+                "are emitted too.", "biased",
+                "k >= 2 and T > 0 with a rejection before position k; visible from the token after the recovered one",
                 _spec(K.draft_suffix_kept_kernel), K.draft_suffix_kept_kernel),
     DecoderSpec("kv_not_rolled_back", "Rejected draft tokens stay visible in the KV caches after a rejection.", "biased",
                 "T > 0 with rejections, at tokens of the round after a rejection, and only with a target whose next "
                 "token depends on more than the last token (trigram table or a transformer): a bigram target reads "
                 "only the last token, which is always fed correctly", _cls(KVNotRolledBackDecoder)),
-    DecoderSpec("greedy_acceptance", "The T = 0 rule at T > 0: accept iff the draft is the target argmax; emit the target "
-                "argmax at the rejected position.", "biased", "any T > 0 where p is not one-hot (any k, first position)",
+    DecoderSpec("greedy_acceptance", "The T = 0 rule at T > 0: accept iff the draft is the target argmax, else draw "
+                "from p.", "biased", "any T > 0 where p is not one-hot (any k, first position)",
                 _spec(K.greedy_acceptance_kernel), K.greedy_acceptance_kernel),
     DecoderSpec("deterministic_acceptance", "Accept iff p(d) >= q(d) without a coin flip.", "biased",
                 "T > 0 where some draft token has 0 < p(d) < q(d) (any k, first position)",

@@ -48,6 +48,16 @@ def _one_hot_seen(token_ids: Sequence[int], batch: int, vocab: int, device) -> t
     return seen
 
 
+def _right_aligned(emitted: torch.Tensor, start: torch.Tensor, stop: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``emitted[i, start_i:stop_i]`` per row, right-aligned in a (batch, max width) tensor + visible mask."""
+    width = int((stop - start).max())
+    offs = torch.arange(width, device=emitted.device)[None] - width  # -width .. -1
+    src = stop[:, None] + offs
+    visible = src >= start[:, None]
+    tokens = emitted.gather(1, src.clamp(min=0))
+    return torch.where(visible, tokens, torch.zeros_like(tokens)), visible
+
+
 class _Output:
     """The (num_samples, max_new_tokens) result array and each row's write position."""
 
@@ -224,7 +234,7 @@ class SpeculativeDecoder:
         batch = st["target_pending"].shape[0]
         seen = st["seen"]  # (B, V) tokens in context, only with a repetition penalty
         ctx = [seen]  # ctx[j]: context mask after d_1..d_j
-        # 1. draft: feed the tokens it has not seen (1 or 2 per row), then propose d_1..d_k ~ q
+        # 1. draft: feed the emitted tokens it has not seen yet, then propose d_1..d_k ~ q
         logits = st["draft"].append(st["draft_pending"], st["draft_pending_visible"])[:, -1]
         drafts, qs = [], []
         for j in range(k):
@@ -236,23 +246,25 @@ class SpeculativeDecoder:
             if j < k - 1:
                 logits = st["draft"].append(token[:, None])[:, -1]
         draft_ids = torch.stack(drafts, dim=1)  # (B, k)
-        # 2. target: one pass over [x, d_1..d_k] gives p at the k draft positions and the bonus position
-        t_logits = st["target"].append(torch.cat([st["target_pending"][:, None], draft_ids], dim=1))
+        # 2. target: one pass over [pending, d_1..d_k] gives p at the k draft positions and the bonus position
+        t_logits = st["target"].append(torch.cat([st["target_pending"], draft_ids], dim=1),
+                                       torch.cat([st["target_pending_visible"], torch.ones_like(draft_ids, dtype=torch.bool)], dim=1))
         seen_stack = torch.stack(ctx, dim=1) if seen is not None else None
-        target_probs = self._target_probs(t_logits, sampling, seen_stack)
+        target_probs = self._target_probs(t_logits[:, -(k + 1):], sampling, seen_stack)
         # 3. verify: accepted prefix, then the recovered (residual) or bonus token
         emitted = self.kernel(target_probs, torch.stack(qs, dim=1), draft_ids, gen)
-        num_accepted = (emitted != PADDING_TOKEN_ID).sum(dim=1) - 1
-        # 4. roll back: hide the rejected suffix of both caches (target fed x, d_1..d_k; draft d_1..d_{k-1})
+        num_emitted = (emitted != PADDING_TOKEN_ID).sum(dim=1)
+        # 4. roll back: keep the fed drafts that agree with the emitted tokens (the accepted prefix),
+        #    hide the rejected suffix in both caches (target fed d_1..d_k, draft d_1..d_{k-1})
+        agree = (emitted[:, :k] == draft_ids).to(torch.int64).cumprod(dim=1).sum(dim=1)
+        retained = torch.minimum(agree, num_emitted - 1)  # the last emitted token is always fed next round
         if self.roll_back_caches:
-            st["target"].rollback(torch.arange(k + 1, device=dev)[None] <= num_accepted[:, None])
-            st["draft"].rollback(torch.arange(k - 1, device=dev)[None] < num_accepted[:, None])
-        # 5. next pending tokens: the last emitted one (never fed yet); the draft also lacks d_k if all accepted
-        last = emitted.gather(1, num_accepted[:, None])[:, 0]
-        st["target_pending"] = last
-        all_accepted = num_accepted == k
-        st["draft_pending"] = torch.stack([torch.where(all_accepted, draft_ids[:, -1], 0), last], dim=1)
-        st["draft_pending_visible"] = torch.stack([all_accepted, torch.ones_like(all_accepted)], dim=1)
+            st["target"].rollback(torch.arange(k, device=dev)[None] < retained[:, None])
+            st["draft"].rollback(torch.arange(k - 1, device=dev)[None] < retained[:, None])
+        # 5. pending: emitted tokens each cache has not seen (1 for the target; the draft also lacks d_k)
+        st["target_pending"], st["target_pending_visible"] = _right_aligned(emitted, retained, num_emitted)
+        st["draft_pending"], st["draft_pending_visible"] = _right_aligned(emitted, retained.clamp(max=k - 1), num_emitted)
+        st["retained"] = retained
         return emitted
 
     @torch.no_grad()
@@ -290,9 +302,8 @@ class SpeculativeDecoder:
         st["target"].prefill(prompt[:-1], num_samples)
         st["draft"].prefill(prompt[:-1], num_samples)
         last = torch.full((num_samples,), prompt[-1], dtype=torch.int64, device=dev)
-        st["target_pending"] = last
-        st["draft_pending"] = torch.stack([torch.zeros_like(last), last], dim=1)
-        st["draft_pending_visible"] = torch.stack([torch.zeros_like(last, dtype=torch.bool), torch.ones_like(last, dtype=torch.bool)], dim=1)
+        st["target_pending"] = st["draft_pending"] = last[:, None]
+        st["target_pending_visible"] = st["draft_pending_visible"] = torch.ones_like(last[:, None], dtype=torch.bool)
         st["seen"] = None
         if sampling.repetition_penalty is not None:
             st["seen"] = _one_hot_seen(prompt, num_samples, self.vocab_size, dev)
@@ -301,7 +312,8 @@ class SpeculativeDecoder:
         accepted_counts, first_round = [], None
         while rows.numel():
             emitted = self._round(st, sampling, gen)
-            num_accepted = (emitted != PADDING_TOKEN_ID).sum(dim=1) - 1
+            num_emitted = (emitted != PADDING_TOKEN_ID).sum(dim=1)
+            num_accepted = st["retained"]
             accepted_counts.append(num_accepted)
             if first_round is None:
                 first_round = num_accepted.clone()
@@ -309,13 +321,13 @@ class SpeculativeDecoder:
                 valid = emitted != PADDING_TOKEN_ID
                 r = torch.arange(rows.numel(), device=dev)[:, None].expand_as(emitted)[valid]
                 st["seen"][r, emitted[valid]] = True
-            done = out.write(rows, emitted, num_accepted + 1)
+            done = out.write(rows, emitted, num_emitted)
             keep = (~done).nonzero()[:, 0]
             if keep.numel() < rows.numel():
                 rows = rows[keep]
                 st["target"].select_rows(keep)
                 st["draft"].select_rows(keep)
-                for key in ("target_pending", "draft_pending", "draft_pending_visible", "seen"):
+                for key in ("target_pending", "target_pending_visible", "draft_pending", "draft_pending_visible", "seen"):
                     if st[key] is not None:
                         st[key] = st[key][keep]
         counts = torch.cat(accepted_counts).cpu().numpy().astype(np.int64)

@@ -58,10 +58,10 @@ MAX_POSITIONS = 512  # RoPE positions the configs declare
 
 TARGET_CONFIG = dict(hidden_size=128, intermediate_size=384, num_hidden_layers=2, num_attention_heads=4,
                      num_key_value_heads=4)
-DRAFT_CONFIG = dict(hidden_size=48, intermediate_size=96, num_hidden_layers=1, num_attention_heads=2,
-                    num_key_value_heads=2)
+DRAFT_CONFIG = dict(hidden_size=64, intermediate_size=192, num_hidden_layers=1, num_attention_heads=2,
+                    num_key_value_heads=2)  # tuned so that overlap_T1 sits in 0.5-0.85 (0.55 measured)
 TARGET_STEPS = 1200
-DRAFT_STEPS = 500
+DRAFT_STEPS = 1200
 BATCH_SIZE = 32
 LEARNING_RATE = 3e-3
 SEED = 20240521
