@@ -120,7 +120,9 @@ class SampleStore:
         try:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             tmp = path.with_name(f".tmp-{name}")
-            tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8")
+            # insertion order, not sorted: run.json's suite must keep the TOML table order, which
+            # fixes the order of sample sets and cells in resumed, regenerated and merged reports
+            tmp.write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
             os.replace(tmp, path)
         except OSError as exc:
             raise ReportWriteError(f"cannot write {str(path)!r}: {exc.strerror or exc}") from None
