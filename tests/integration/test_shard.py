@@ -2,9 +2,10 @@
 unsharded run (timestamps aside), and the torchrun launcher does both with 2 local processes.
 
 The suite (tests/integration/suites/shard.toml) runs the reference speculative decoder (expect
-pass) and the full-p-fallback mutant (expect detect) on the bigram4_eos tabular pair: 800 samples
-per set in 4 chunks of 200, family-wise alpha 1e-3, target MDE 0.25 TV.  These tests compare runs
-with each other -- same seeds, same samples -- so they hold whatever the verdicts are; the verdict
+pass) and the full-p-fallback mutant (expect detect) on the bigram4_eos tabular pair, two sampling
+configs (listed out of alphabetical order, so a report that loses the suite's order differs), 600
+samples per set in 3 chunks of 200, family-wise alpha 1e-3, target MDE 0.25 TV.  These tests compare
+runs with each other -- same seeds, same samples -- so they hold whatever the verdicts are; the verdict
 assertions only restate what the unsharded run itself reports.
 """
 
