@@ -559,4 +559,12 @@ def analyze_run(run_dir: str | Path, *, out_dir: str | Path | None = None,
         errors = {e["decoder"]: e for e in store.read_json(STOPPED_FILE)}
     info = {"run_id": run_file.get("run_id", Path(run_dir).name), "started_at": run_file.get("created_at"),
             "regenerated_at": _now(), "resumed": False}
+    previous = store.run_dir / "report.json"
+    if previous.is_file():  # keep the sampling time of the run that drew the samples
+        try:
+            sampled = json.loads(previous.read_text(encoding="utf-8"))["run"]["stage_seconds"].get("sampling")
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            sampled = None
+        if sampled is not None:
+            stage["sampling"] = sampled
     return _finish(ctx, store, errors, exact, stage, info, log, out_dir=Path(out_dir) if out_dir else None)
