@@ -97,3 +97,19 @@ def test_hf_speculative_sampling_kernel_passes_and_its_lossy_option_is_detected(
 def test_kernel_case_validation():
     with pytest.raises(ValueError, match="len"):
         KernelCase.from_rows("bad", [["1/2", "1/2"]], [["1/2", "1/2"]])
+
+
+def test_large_vocabulary_blind_check_flags_the_classic_causes():
+    """Above 16 tokens the check runs in float64: a draft one-hot on a zero-target token and a draft
+    equal to the target are flagged; a generic far-apart pair is not."""
+    rng = np.random.default_rng(0)
+    p = rng.dirichlet(np.full(64, 0.3))
+    q = rng.dirichlet(np.full(64, 0.3))
+    hot = np.zeros(64)
+    hot[7] = 1.0
+    p_zero = p.copy()
+    p_zero[7] = 0.0
+    p_zero /= p_zero.sum()
+    assert blind_cell_reasons(list(p), list(q), tolerance=1e-6) == []
+    assert blind_cell_reasons(list(p_zero), list(hot), tolerance=1e-6)[0].startswith("full_p_fallback is invisible")
+    assert "draft == target" in blind_cell_reasons(list(p), list(p), tolerance=1e-6)[0]

@@ -152,7 +152,7 @@ def _set_assistant(draft: torch.nn.Module, k: int) -> None:
     gc.assistant_confidence_threshold = 0.0
 
 
-def _run_samples(task: dict[str, Any]) -> tuple[np.ndarray, list[tuple[int, int]]]:
+def _run_samples(task: dict[str, Any]) -> tuple[np.ndarray, list[tuple[int, int]], list[int]]:
     """Generate the samples with indices ``task['indices']`` in this process (batch size 1 each)."""
     from verifier.audit.hf_kernel import patched_speculative_sampling
 
@@ -169,15 +169,18 @@ def _run_samples(task: dict[str, Any]) -> tuple[np.ndarray, list[tuple[int, int]
         kernel = load_kernel(task["inject_kernel"])
     prompt = torch.tensor([task["prompt_ids"]], dtype=torch.long, device=target.device)
     out = np.full((len(task["indices"]), task["max_new_tokens"]), PADDING_TOKEN_ID, dtype=np.int64)
+    first_round: list[int] = []  # accepted drafts in each row's first round (-1: no speculative round ran)
     with torch.inference_mode(), patched_speculative_sampling(kernel):
         for row, index in enumerate(task["indices"]):
+            before = len(rounds)
             torch.manual_seed(sample_seed(task["seed"], index))
             seq = target.generate(
                 input_ids=prompt, attention_mask=torch.ones_like(prompt), assistant_model=draft, generation_config=gen_cfg
             )
             new = seq[0, prompt.shape[1]:].cpu().numpy()
             out[row, : len(new)] = new[: task["max_new_tokens"]]
-    return out, list(rounds)
+            first_round.append(rounds[before][1] if len(rounds) > before and rounds[before][0] > 0 else -1)
+    return out, list(rounds), first_round
 
 
 class HFAssistedDecoder:
@@ -333,8 +336,9 @@ class HFAssistedDecoder:
         rounds = [r for p in parts for r in p[1]]
         drafted = np.array([r[0] for r in rounds], dtype=np.int64)
         accepted = np.array([r[1] for r in rounds], dtype=np.int64)
+        first = np.array([v for p in parts for v in p[2]], dtype=np.int64)
         self.last_stats = DecoderStats(
-            rounds=len(rounds), accepted_counts=accepted, num_draft_tokens=self.num_draft_tokens,
+            rounds=len(rounds), accepted_counts=accepted, num_draft_tokens=self.num_draft_tokens, first_round_accepted=first,
             extra={"drafted_counts": drafted, "full_rounds": int((drafted == self.num_draft_tokens).sum())},
         )
         return out

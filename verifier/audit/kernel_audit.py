@@ -48,6 +48,7 @@ __all__ = [
     "audit_kernel",
 ]
 
+EXACT_MAX_VOCAB = 16  # above this, blind_cell_reasons checks the two classic causes in float64 (exact laws get slow)
 DEFAULT_BATCH = 8192  # draws per kernel call: large enough to amortise Python overhead, small in memory
 GRID_DENOMINATOR = 10  # adversarial search over probs that are multiples of 1/10
 
@@ -105,15 +106,24 @@ class KernelCase:
         return to(self.target_probs), to(self.draft_probs)
 
 
+FLOAT_GRID = 2**32  # float probs are rounded to multiples of 1/2^32 (a shared denominator keeps Fraction arithmetic fast)
+
+
 def _fractions(values: Sequence, name: str) -> tuple[Fraction, ...]:
-    """Exact fractions of a probability vector; float vectors (e.g. softmax output) are renormalised exactly."""
+    """Exact fractions of a probability vector.
+
+    Float vectors (e.g. a model's softmax) are rounded to a common denominator ``FLOAT_GRID`` and the
+    rounding remainder is put on the largest entry, so the result sums to exactly 1 and is within
+    ``vocab / FLOAT_GRID`` of the input in total variation (about 1e-7 for a 384-token vocabulary).
+    """
     vals = list(values)
-    if vals and all(isinstance(v, float) or isinstance(v, np.floating) for v in vals):
-        fr = [Fraction(float(v)) for v in vals]
-        total = sum(fr)
-        if total <= 0 or any(v < 0 for v in fr):
-            raise invalid_argument(name, vals[:8], "non-negative probabilities with a positive sum")
-        return tuple(v / total for v in fr)
+    if vals and all(isinstance(v, (float, np.floating)) for v in vals):
+        arr = np.asarray(vals, dtype=np.float64)
+        if not np.all(np.isfinite(arr)) or np.any(arr < 0) or arr.sum() <= 0:
+            raise invalid_argument(name, vals[:8], "finite non-negative probabilities with a positive sum")
+        units = np.rint(arr / arr.sum() * FLOAT_GRID).astype(np.int64)
+        units[int(np.argmax(units))] += FLOAT_GRID - int(units.sum())
+        return tuple(Fraction(int(u), FLOAT_GRID) for u in units)
     return as_fraction_probs(vals, name=name)
 
 
@@ -131,8 +141,11 @@ def blind_cell_reasons(target_probs: Sequence, draft_probs: Sequence, rules: Seq
     target_probs, draft_probs : sequence, shape (vocab,)
         Processed probs of one position (numbers, strings or Fractions; must sum to 1).
     tolerance : float, default 0
-        A defect whose exact TV to the target is <= ``tolerance`` counts as invisible (use ~1e-9 for
-        float processed probs from a model; float vectors are renormalised exactly first).
+        A defect whose TV to the target is <= ``tolerance`` counts as invisible.  Float vectors (a
+        model's processed probs) are rounded to multiples of 2^-32, so use at least ``1e-6`` for them;
+        pass a suite's target minimum detectable effect to flag cells that are blind *at its budget*.
+        Above ``EXACT_MAX_VOCAB`` tokens (and without ``rules``), only the two classic causes are
+        checked, in float64: no rejection at all, and a residual equal to the target (full-p fallback).
     rules : sequence of str, optional
         Rule names from :data:`verifier.exact.RULES` to check; default every rule not declared exact
         that acts within one step (round-level defects such as ``bonus_wrong_position``,
@@ -148,6 +161,8 @@ def blind_cell_reasons(target_probs: Sequence, draft_probs: Sequence, rules: Seq
     >>> blind_cell_reasons(["1/2", "1/2", "0"], ["0", "0", "1"], rules=["full_p_fallback"])[0][:58]
     'full_p_fallback is invisible on this cell (exact TV 0): th'
     """
+    if len(target_probs) > EXACT_MAX_VOCAB and rules is None:
+        return _blind_float(np.asarray(target_probs, dtype=np.float64), np.asarray(draft_probs, dtype=np.float64), tolerance)
     p = _fractions(target_probs, "target_probs")
     q = _fractions(draft_probs, "draft_probs")
     if len(p) != len(q):
@@ -170,6 +185,23 @@ def blind_cell_reasons(target_probs: Sequence, draft_probs: Sequence, rules: Seq
         if _tv(step_law(p, q, rule).output_law, p) <= tol:
             reasons.append(f"{rule.name} is invisible on this cell (exact TV {'0' if tol == 0 else f'<= {tolerance:g}'}): {cause}")
     return reasons
+
+
+def _blind_float(p: np.ndarray, q: np.ndarray, tolerance: float) -> list[str]:
+    """Large-vocabulary path (float64): the two causes that blind a cell to rejection-path defects."""
+    if p.shape != q.shape:
+        raise invalid_argument("len(draft_probs)", len(q), f"len(target_probs)={len(p)}")
+    p, q = p / p.sum(), q / q.sum()
+    rejection = max(0.0, 1.0 - float(np.minimum(p, q).sum()))
+    if rejection <= tolerance:
+        return [f"every rejection-path defect (full_p_fallback, softmax_residual, ...) is invisible on this cell: the draft is "
+                f"rejected with prob {rejection:.3g} <= {tolerance:g} (draft == target)"]
+    plus = np.maximum(p - q, 0.0)
+    fallback_tv = rejection * 0.5 * float(np.abs(plus / plus.sum() - p).sum())  # TV(full-p-fallback law, target)
+    if fallback_tv <= tolerance:
+        return [f"full_p_fallback is invisible on this cell (TV {fallback_tv:.3g} <= {tolerance:g}): the residual is "
+                "(nearly) the target -- rejected draft mass sits on tokens the target (almost) never emits"]
+    return []
 
 
 def _step_local(rule) -> bool:

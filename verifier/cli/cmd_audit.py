@@ -73,6 +73,8 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="Default: 0")
     parser.add_argument("--vocab-size", type=int, default=None, help="vocabulary size when no --target gives it")
     parser.add_argument("--eos-token-id", type=int, default=None, help="EOS id when no --target gives it")
+    parser.add_argument("--blind-tolerance", type=float, default=0.01, metavar="TV",
+                        help="flag a prompt's first position as blind when full-p fallback moves it by <= TV. Default: 0.01")
     parser.add_argument("--export", metavar="FILE", help="also write the audited decoder's samples as JSONL")
     parser.add_argument("--json", metavar="FILE", help="write the verdict and every cell as JSON")
 
@@ -104,6 +106,22 @@ class _Recording:
         rows = self.inner.generate(prompt_ids, num_samples, max_new_tokens, sampling, seed)
         self.calls.append((list(prompt_ids), rows, int(seed)))
         return rows
+
+
+def _print_blind_cells(pair, prompts, sampling, tolerance: float) -> None:
+    """Flag prompts whose first position cannot reveal a rejection-path defect (blind cells)."""
+    import numpy as np
+
+    from verifier.audit.kernel_audit import blind_cell_reasons
+
+    if sampling.greedy:
+        return
+    for i, prompt in enumerate(prompts):
+        ids = np.asarray([prompt], dtype=np.int64)
+        p = pair.reference.next_probs(ids, sampling)[0]
+        q = pair.draft_reference.next_probs(ids, sampling)[0]
+        for reason in blind_cell_reasons(list(p), list(q), tolerance=tolerance):
+            print(f"blind cell: prompt {i} {list(prompt)[:8]} ({sampling.label()}), position 1: {reason}")
 
 
 def _settings(decoder) -> Any:
@@ -180,6 +198,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         decoder = _Recording(load_decoder(args.decoder, vocab_size=vocab, eos_token_id=eos, context=context, **dict(args.option)))
         num_samples = args.num_samples
+    if pair is not None:
+        _print_blind_cells(pair, prompts, sampling, args.blind_tolerance)
     if args.blackbox or args.blackbox_reference:
         from verifier.audit.blackbox import blackbox_audit
 
