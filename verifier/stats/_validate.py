@@ -27,8 +27,9 @@ def short(value: Any, limit: int = 8) -> Any:
     return out if flat.size <= limit else out + [f"... ({flat.size} values, shape {arr.shape})"]
 
 
-def check_probs(values: Any, name: str, *, ndim: int = 1, atol: float = PROBS_SUM_ATOL) -> np.ndarray:
-    """Return ``values`` as float64 probability vectors (last axis sums to 1), renormalised exactly.
+def check_probs(values: Any, name: str, *, ndim: int = 1, atol: float = PROBS_SUM_ATOL, renormalize: bool = True) -> np.ndarray:
+    """Return ``values`` as float64 probability vectors (last axis sums to 1), renormalised exactly
+    (``renormalize=False`` returns the input without the copy, for large per-row arrays).
 
     Raises
     ------
@@ -44,16 +45,16 @@ def check_probs(values: Any, name: str, *, ndim: int = 1, atol: float = PROBS_SU
         raise invalid_argument(f"{name}.ndim", arr.ndim, f"{ndim} (shape {arr.shape})")
     if arr.size == 0 or arr.shape[-1] == 0:
         raise invalid_argument(f"{name}.shape", arr.shape, "a non-empty vocabulary axis")
-    if not np.all(np.isfinite(arr)):
-        raise invalid_argument(name, short(arr), "finite values (no NaN or inf)")
-    if np.any(arr < 0):
-        raise invalid_argument(name, short(arr), "non-negative probabilities")
     sums = arr.sum(axis=-1)
+    if not np.all(np.isfinite(sums)):  # NaN or inf anywhere makes its row sum non-finite
+        raise invalid_argument(name, short(arr), "finite values (no NaN or inf)")
+    if arr.min() < 0:
+        raise invalid_argument(name, short(arr), "non-negative probabilities")
     bad = np.abs(sums - 1.0) > atol
     if np.any(bad):
         first = float(np.ravel(sums)[np.flatnonzero(np.ravel(bad))[0]])
         raise invalid_argument(name, short(arr), f"rows summing to 1 within {atol:g} (a row sums to {first!r})")
-    return arr / sums[..., None]
+    return arr / sums[..., None] if renormalize else arr
 
 
 def check_counts(values: Any, name: str, *, ndim: int = 1, allow_zero_total: bool = False) -> np.ndarray:

