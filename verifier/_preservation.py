@@ -155,6 +155,9 @@ class PreservationError(AssertionError):
         super().__init__(result.message())
         self.result = result
 
+    def __reduce__(self):  # picklable (multiprocessing, pytest-xdist): rebuild from the result
+        return (type(self), (self.result,))
+
 
 def _derived_seed(seed: int, prompt_index: int, stream: int) -> int:
     """Seed of one stream of one prompt: stream 0 feeds the decoder, stream 1 the PIT uniforms."""

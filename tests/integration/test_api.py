@@ -8,6 +8,7 @@ the effect it can see.
 
 from __future__ import annotations
 
+import pickle
 from fractions import Fraction
 
 import numpy as np
@@ -68,6 +69,7 @@ def test_full_p_fallback_is_detected_with_a_useful_message(monkeypatch):
                                     max_new_tokens=3, alpha=ALPHA)
     err = info.value
     assert isinstance(err, api.PreservationError)
+    assert str(pickle.loads(pickle.dumps(err))) == str(err)  # survives multiprocessing / xdist
     result = err.result
     assert result.verdict == "BIAS DETECTED" and result.seed == 0
     gof1 = next(c for c in result.cells if c.name == "prompt0/gof@1")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -123,3 +124,24 @@ def test_torchrun_two_local_processes_give_the_single_process_report(runs, tmp_p
     assert "(gloo)" in proc.stdout and "[rank 1] shard 1/2" in proc.stdout
     assert sorted(p.name for p in (run_dir / "shards").iterdir()) == ["rank-0-of-2", "rank-1-of-2"]
     assert _stable(_report(run_dir)) == _stable(single)
+
+
+def test_allow_partial_reports_on_the_samples_present(runs, tmp_path):
+    out = tmp_path / "partial"
+    main(["merge", str(runs / "shard0"), "--out", str(out), "--allow-partial"])
+    report = _report(out)
+    on_disk = sum(s["samples_on_disk"] for s in report["sample_sets"])
+    assert 0 < on_disk < sum(s["samples"] for s in report["sample_sets"])
+
+
+def test_conflicting_samples_for_one_chunk_are_refused(runs, tmp_path):
+    """Two folders holding different tokens for the same chunk come from different runs."""
+    forged = tmp_path / "forged"
+    shutil.copytree(runs / "shard0", forged)
+    path = sorted((forged / "samples").glob("*/chunk-*.npz"))[0]
+    with np.load(path) as z:
+        arrays = {k: z[k] for k in z.files}
+    arrays["tokens"] = np.where(arrays["tokens"] >= 0, (arrays["tokens"] + 1) % 3, arrays["tokens"])
+    np.savez(path, **arrays)
+    with pytest.raises(ConfigError, match="hold different samples for the same chunk"):
+        merge_runs([runs / "shard0", forged, runs / "shard1"], tmp_path / "m")
