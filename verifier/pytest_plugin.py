@@ -51,6 +51,7 @@ MAX_MESSAGE_CELLS = 12  # cells listed in a failing suite's assertion message
 _GOOD_VERDICTS = ("PASS",)  # check: no bias; suite: every expectation met (mutants detected)
 _RECORDS = pytest.StashKey[list]()
 _OPTIONS = pytest.StashKey["VerifierOptions"]()
+_PREVIOUS_SEED_ENV = pytest.StashKey["str | None"]()
 
 
 @dataclass(frozen=True)
@@ -208,8 +209,19 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[_OPTIONS] = VerifierOptions(profile=profile, seed=seed, report_dir=report_dir)
     config.stash[_RECORDS] = []
     if seed is not None:
-        # verifier.api reads it when a call passes seed=None, so plain calls reproduce too.
+        # verifier.api reads it when a call passes seed=None, so plain calls reproduce too;
+        # restored at unconfigure (an in-process pytest run must not leak it to its caller).
+        config.stash[_PREVIOUS_SEED_ENV] = os.environ.get(SEED_ENV_VAR)
         os.environ[SEED_ENV_VAR] = str(seed)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _PREVIOUS_SEED_ENV in config.stash:
+        previous = config.stash[_PREVIOUS_SEED_ENV]
+        if previous is None:
+            os.environ.pop(SEED_ENV_VAR, None)
+        else:
+            os.environ[SEED_ENV_VAR] = previous
 
 
 def pytest_report_header(config: pytest.Config) -> str | None:

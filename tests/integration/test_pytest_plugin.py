@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -79,7 +80,9 @@ def test_seed_option_reaches_plain_api_calls(pytester):
             assert os.environ["SPECVERIFY_SEED"] == "123"
         """
     )
+    before = os.environ.get("SPECVERIFY_SEED")
     pytester.runpytest(*PLUGIN, "--verifier-seed=123").assert_outcomes(passed=1)
+    assert os.environ.get("SPECVERIFY_SEED") == before  # restored when the run ends
 
 
 def test_no_summary_section_when_nothing_ran(pytester):
