@@ -39,7 +39,7 @@ def test_law_probs_encoding_matches_joint_counts():
 
 @pytest.mark.parametrize("rule, biased", [("canonical", False), ("full_p_fallback", True)])
 def test_joint_cell_passes_exact_rule_and_rejects_mutant(rule, biased):
-    # full_p_fallback on this pair: joint (0, 1) TV from the exact enumerator is > 0.05; n 20000 sees it
+    # full_p_fallback on this pair: exact TV of the 2-token law to the target is 0.17; n 20000 sees it
     law = n_token_law(PAIR.target, PAIR.draft, PAIR.prefix, 2, 2, rule)
     res = joint_test(_sample(law, 20_000, 2), target_law(PAIR.target, PAIR.prefix, 2), (0, 1), 4, alpha=ALPHA, rng=3)
     assert res.test == "joint" and res.rejected == biased
