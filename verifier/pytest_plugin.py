@@ -1,7 +1,7 @@
 """pytest plugin: run spec-verifier checks and suites inside any test suite.
 
-Registered under the ``pytest11`` entry point ``verifier = "verifier.pytest_plugin"``; before that
-(or to be explicit) load it with ``pytest -p verifier.pytest_plugin``.
+Registered under the ``pytest11`` entry point ``specverify = "verifier.pytest_plugin"`` (disable it
+with ``-p no:specverify``); without the entry point load it with ``pytest -p verifier.pytest_plugin``.
 
 Options (group "spec-verifier", also settable as ini keys without the leading dashes, e.g.
 ``verifier_profile = nightly`` in ``pytest.ini``)::
@@ -15,8 +15,9 @@ Fixtures
 ``verifier_options``
     The resolved options (:class:`VerifierOptions`).
 ``verifier_check``
-    :func:`verifier.api.assert_preserves_target` with the seed from ``--verifier-seed`` and the
-    outcome recorded for the end-of-run summary.
+    :func:`verifier.api.assert_preserves_target` with the seed from ``--verifier-seed``,
+    ``num_samples`` scaled by the profile's ``sample_scale`` (ci 1x, audit 4x, nightly 8x, as in
+    suites) and the outcome recorded for the end-of-run summary.
 ``verifier_suite``
     ``verifier_suite("suites/ci.toml")`` runs a suite TOML through ``specverify run`` with the
     profile, seed and report dir above and returns a :class:`SuiteOutcome`;
@@ -25,8 +26,9 @@ Fixtures
 At the end of the run a "spec-verifier" section lists every check and suite with its verdict.
 
 This module imports only the standard library and pytest at import time: torch, numpy and the
-harness itself are imported inside the fixtures, so a broken or missing torch can never make
-*loading* the plugin fail (a broken ``pytest11`` plugin breaks every pytest run on the machine).
+harness itself are imported inside the fixtures, so loading the plugin costs nothing and cannot
+fail on a broken torch (a broken ``pytest11`` plugin breaks every pytest run on the machine) --
+as long as ``verifier/__init__.py`` itself does not import torch eagerly.
 """
 
 from __future__ import annotations
@@ -252,8 +254,12 @@ def verifier_check(request: pytest.FixtureRequest, verifier_options: VerifierOpt
     records = request.config.stash[_RECORDS]
 
     def check(decoder, target, prompts, sampling, **kwargs):
-        from verifier import api  # lazy: imports torch
+        from verifier import api  # lazy: imports torch and numpy
 
+        from verifier.suite.schema import BUILTIN_PROFILES
+
+        scale = float(BUILTIN_PROFILES[verifier_options.profile].get("sample_scale", 1.0))
+        kwargs["num_samples"] = max(1, round(kwargs.get("num_samples", api.DEFAULT_NUM_SAMPLES) * scale))
         if verifier_options.seed is not None:
             kwargs["seed"] = verifier_options.seed
             kwargs.setdefault("reproduce_hint", _pytest_command(request.config, request.node.nodeid, verifier_options.seed))

@@ -15,6 +15,7 @@ import verifier.api  # noqa: F401,E402
 import verifier.pytest_plugin  # noqa: F401,E402
 import verifier.reports.plots  # noqa: F401,E402
 import verifier.runner  # noqa: F401,E402
+import verifier.suite.schema  # noqa: F401,E402
 
 pytest_plugins = ["pytester"]
 
@@ -155,24 +156,25 @@ DRAFT = TabularLM({(): ("0", "0", "1")}, vocab_size=3, context_len=0)
 
 def test_reference(verifier_check):
     result = verifier_check(AncestralDecoder(TabularCausalLM(TARGET)), TARGET, [[0]], SamplingConfig(),
-                            num_samples=400, max_new_tokens=2, name="ancestral")
-    assert result.seed == 5
+                            num_samples=100, max_new_tokens=2, name="ancestral")
+    assert result.seed == 5 and result.num_samples == 400  # audit profile: 4x the written budget
 
 def test_mutant(verifier_check):
     mutant = SpeculativeDecoder(TabularCausalLM(TARGET), TabularCausalLM(DRAFT), 1, kernel=full_p_fallback_kernel)
-    verifier_check(mutant, TARGET, [[0]], SamplingConfig(), num_samples=400, max_new_tokens=2, name="full-p-fallback")
+    verifier_check(mutant, TARGET, [[0]], SamplingConfig(), num_samples=100, max_new_tokens=2, name="full-p-fallback")
 '''
 
 
 def test_check_fixture_records_verdicts_in_the_summary(pytester):
-    """Full-p fallback with a one-hot draft (exact TV 0.21) at n=400, alpha 1e-3: detected (power > 0.999,
-    see test_api); the ancestral sampler passes.  The summary lists both; the failure names the seed."""
+    """Full-p fallback with a one-hot draft (exact TV 0.21) at n=100 x 4 (audit profile) = 400, alpha
+    1e-3: detected (power > 0.999, see test_api); the ancestral sampler passes.  The summary lists
+    both; the failure names the seed."""
     pytester.makepyfile(test_checks=_CHECK_TESTS)
-    result = pytester.runpytest(*PLUGIN, "--verifier-seed=5", "-p", "no:cacheprovider")
+    result = pytester.runpytest(*PLUGIN, "--verifier-seed=5", "--verifier-profile=audit", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines([
         "*= spec-verifier summary =*",
-        "profile=ci seed=5",
+        "profile=audit seed=5",
         "PASS*check ancestral*(test_checks.py::test_reference)*seed=5",
         "BIAS DETECTED*check full-p-fallback*(test_checks.py::test_mutant)*seed=5",
         "2 spec-verifier check(s)/suite(s), 1 not passing",
