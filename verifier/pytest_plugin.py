@@ -1,7 +1,9 @@
 """pytest plugin: run spec-verifier checks and suites inside any test suite.
 
-Registered under the ``pytest11`` entry point ``specverify = "verifier.pytest_plugin"`` (disable it
-with ``-p no:specverify``); without the entry point load it with ``pytest -p verifier.pytest_plugin``.
+Registered under the ``pytest11`` entry point named after the module,
+``"verifier.pytest_plugin" = "verifier.pytest_plugin"``, so ``pytest -p verifier.pytest_plugin`` (the
+way to load it without the entry point) stays harmless once it is installed, and
+``-p no:verifier.pytest_plugin`` disables it.
 
 Options (group "spec-verifier", also settable as ini keys without the leading dashes, e.g.
 ``verifier_profile = nightly`` in ``pytest.ini``)::

@@ -25,8 +25,9 @@ def _registered_entry_point() -> bool:
     return any(ep.value == "verifier.pytest_plugin" for ep in entry_points(group="pytest11"))
 
 
-# Loaded by its pytest11 entry point once pyproject registers it; `-p` on top of that would register
-# the module twice (pluggy refuses), so the flag is only passed while the entry point is absent.
+# Loaded by its pytest11 entry point once pyproject registers it.  Under any entry-point name other
+# than the module's own, `-p` on top of it would register the module twice (pluggy refuses), so the
+# flag is only passed while the entry point is absent.
 PLUGIN = () if _registered_entry_point() else ("-p", "verifier.pytest_plugin")
 
 
