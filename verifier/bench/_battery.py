@@ -160,7 +160,7 @@ def ks_uniform_pvalues(u: np.ndarray) -> np.ndarray:
     s = np.sort(u, axis=1)  # NaN sort last
     m = np.count_nonzero(~np.isnan(s), axis=1)
     i = np.arange(1, s.shape[1] + 1)[None, :]
-    with np.errstate(invalid="ignore"):
+    with np.errstate(invalid="ignore", divide="ignore"):  # rows with m = 0 (no emitted token) get p = 1 below
         d_plus = np.nanmax(np.where(i <= m[:, None], i / m[:, None] - s, -np.inf), axis=1)
         d_minus = np.nanmax(np.where(i <= m[:, None], s - (i - 1) / m[:, None], -np.inf), axis=1)
     d = np.maximum(d_plus, d_minus)

@@ -201,7 +201,18 @@ def _saddlepoint_power(pair: _Pair, n: int, level: float) -> float:
         # n so small that the single most extreme count vector already has null prob >= level:
         # the test randomises on it alone (exact, whatever the method)
         return min(1.0, math.exp(n * math.log(pair.p1[np.argmax(pair.s)])) * level / top0)
-    c = optimize.brentq(lambda c: _lr_tail(pair, n, c, 0.0) - level, lo + 1e-9 * abs(lo) + 1e-12, hi - 1e-12, xtol=1e-10)
+    def excess(c: float) -> float:
+        return min(max(_lr_tail(pair, n, c, 0.0), 0.0), 1.0) - level
+
+    a, b = lo + 1e-9 * abs(lo) + 1e-12, hi - 1e-12
+    if excess(a) < 0 or excess(b) > 0:  # the approximation misbehaves at an edge: bracket on a grid instead
+        grid = np.linspace(a, b, 401)
+        vals = np.array([excess(c) for c in grid])
+        cross = np.flatnonzero((vals[:-1] >= 0) & (vals[1:] < 0))
+        if not cross.size:
+            raise ArithmeticError(f"saddlepoint tail never crosses alpha at n={n}")
+        a, b = grid[cross[-1]], grid[cross[-1] + 1]
+    c = optimize.brentq(excess, a, b, xtol=1e-10)
     return min(max(_lr_tail(pair, n, c, 1.0), 0.0), 1.0)
 
 

@@ -42,7 +42,7 @@ from verifier.bench._common import fmt_n, fmt_ratio, md_table
 from verifier.bench._oracle import np_oracle_samples
 from verifier.errors import invalid_argument
 
-__all__ = ["HELP", "DetectRow", "GOAL_RATIO", "detect_rows", "register", "run", "render_markdown"]
+__all__ = ["HELP", "DetectRow", "GOAL_RATIO", "detect_rows", "detect_decoder_rows", "register", "run", "render_markdown"]
 
 HELP = "Samples to detect each mutant rule (median/p90 over seeds) vs the Neyman-Pearson oracle n."
 GOAL_RATIO = 1.5  # issue 7: median samples to detect <= 1.5 x the oracle n, for every mutant
@@ -168,30 +168,72 @@ def detect_rows(rules: Sequence[str] | None = None, cases: Sequence[str] | None 
             continue
         tl = TupleLaw(tlaw, lambda pre, c=case: c.target.probs(tuple(c.prefix) + tuple(pre)), case.target.vocab_size,
                       list(laws.values()))
-        from verifier.exact import total_variation
-
         for ri, (r, law) in enumerate(laws.items()):
-            oracle = np_oracle_samples(tlaw, law, alpha=alpha, power=power)
-            max_n = int(max(MIN_STREAM, math.ceil(max_factor * oracle.n)))
-            for bname, spec in batteries(case.num_tokens, alpha).items():
-                t0 = time.perf_counter()
-                fr = first_rejections(tl, tl.vector(law), spec, seeds=seeds, max_n=max_n, seed=seed + 1000 * ci + ri)
-                row = DetectRow(
-                    rule=r, declared=RULES[r].declared, case=cname, battery=bname,
-                    cells=" + ".join(fr.cells) + " | seq: " + " + ".join(fr.sequential_cells),
-                    num_draft_tokens=case.num_draft_tokens, num_tokens=case.num_tokens,
-                    tv=float(total_variation(law, tlaw)), oracle_n=oracle.n, oracle_method=oracle.method,
-                    fixed_median=fr.fixed_n_quantile(0.5), fixed_p90=fr.fixed_n_quantile(0.9),
-                    fixed_p99=fr.fixed_n_quantile(0.99), seq_median=fr.sequential_quantile(0.5),
-                    seq_p90=fr.sequential_quantile(0.9), seq_p99=fr.sequential_quantile(0.99),
-                    max_n=max_n, seeds=seeds, seconds=time.perf_counter() - t0,
-                )
-                rows.append(row)
-                if progress:
-                    progress(f"  {r:<26} {cname:<20} {bname:<8} oracle {oracle.n:>5}  fixed-n median "
-                             f"{fmt_n(row.fixed_median, max_n):>6} ({fmt_ratio(row.fixed_ratio)})  e-process "
-                             f"{fmt_n(row.seq_median, max_n):>6} ({fmt_ratio(row.seq_ratio)})  [{row.seconds:.1f}s]")
+            rows += _measure(tl, tlaw, law, batteries(case.num_tokens, alpha), rule=r, declared=RULES[r].declared,
+                             case=cname, num_draft_tokens=case.num_draft_tokens, num_tokens=case.num_tokens,
+                             seeds=seeds, alpha=alpha, power=power, max_factor=max_factor, seed=seed + 1000 * ci + ri,
+                             progress=progress)
     return rows
+
+
+def _measure(tl: TupleLaw, tlaw: dict, law: dict, specs: dict[str, BatterySpec], *, rule: str, declared: str, case: str,
+             num_draft_tokens: int, num_tokens: int, seeds: int, alpha: float, power: float, max_factor: float,
+             seed: int, progress) -> list[DetectRow]:
+    from verifier.exact import total_variation
+
+    oracle = np_oracle_samples(tlaw, law, alpha=alpha, power=power)
+    max_n = int(max(MIN_STREAM, math.ceil(max_factor * oracle.n)))
+    rows = []
+    for bname, spec in specs.items():
+        t0 = time.perf_counter()
+        fr = first_rejections(tl, tl.vector(law), spec, seeds=seeds, max_n=max_n, seed=seed)
+        row = DetectRow(
+            rule=rule, declared=declared, case=case, battery=bname,
+            cells=" + ".join(fr.cells) + " | seq: " + " + ".join(fr.sequential_cells),
+            num_draft_tokens=num_draft_tokens, num_tokens=num_tokens,
+            tv=float(total_variation(law, tlaw)), oracle_n=oracle.n, oracle_method=oracle.method,
+            fixed_median=fr.fixed_n_quantile(0.5), fixed_p90=fr.fixed_n_quantile(0.9),
+            fixed_p99=fr.fixed_n_quantile(0.99), seq_median=fr.sequential_quantile(0.5),
+            seq_p90=fr.sequential_quantile(0.9), seq_p99=fr.sequential_quantile(0.99),
+            max_n=max_n, seeds=seeds, seconds=time.perf_counter() - t0,
+        )
+        rows.append(row)
+        if progress:
+            progress(f"  {rule:<26} {case:<22} {bname:<8} oracle {oracle.n:>5}  fixed-n median "
+                     f"{fmt_n(row.fixed_median, max_n):>6} ({fmt_ratio(row.fixed_ratio)})  e-process "
+                     f"{fmt_n(row.seq_median, max_n):>6} ({fmt_ratio(row.seq_ratio)})  [{row.seconds:.1f}s]")
+    return rows
+
+
+def detect_decoder_rows(suite_path: str = "suites/ci.toml", *, seeds: int = DEFAULT_SEEDS, alpha: float = DEFAULT_ALPHA,
+                        power: float = DEFAULT_POWER, max_factor: float = DEFAULT_MAX_FACTOR, seed: int = 0,
+                        progress=None) -> tuple[list[DetectRow], list[tuple[str, str, str]]]:
+    """Decoder-level rows: each ``detect`` decoder of the suite on each of its tabular sample sets whose
+    exact law is known (:mod:`verifier.bench._decoder_laws`), with the suite's own cells as the battery
+    (``suite``; the ``accepted`` cell left out, see :mod:`verifier.bench._battery`).
+
+    Returns
+    -------
+    rows : list[DetectRow]
+        ``rule`` is the decoder name, ``case`` the sample set.
+    skipped : list of (decoder, sample set, reason)
+    """
+    from verifier.bench._decoder_laws import suite_decoder_cases
+
+    rows: list[DetectRow] = []
+    skipped = []
+    for i, c in enumerate(suite_decoder_cases(suite_path)):
+        if c.law is None:
+            skipped.append((c.decoder, c.set_label, c.note))
+            continue
+        tl = TupleLaw(c.target_law, lambda pre, t=c.target, pr=c.prefix: t.probs(pr + tuple(pre)), c.target.vocab_size, [c.law])
+        jt = c.joint_tokens if "joint" in c.tests and c.num_tokens >= c.joint_tokens else 0
+        spec = BatterySpec(gof_positions=tuple(t for t in c.gof_positions if t <= c.num_tokens) if "gof" in c.tests else (),
+                           joint_tokens=jt, pit="pit" in c.tests, alpha=alpha, tuple_e_process=True)
+        rows += _measure(tl, c.target_law, c.law, {"suite": spec}, rule=c.decoder, declared="decoder", case=c.set_label,
+                         num_draft_tokens=c.num_draft_tokens, num_tokens=c.num_tokens, seeds=seeds, alpha=alpha,
+                         power=power, max_factor=max_factor, seed=seed + 50_000 + i, progress=progress)
+    return rows, skipped
 
 
 def per_mutant_summary(rows: Sequence[DetectRow], battery: str) -> list[dict[str, Any]]:
