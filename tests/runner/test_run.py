@@ -184,3 +184,13 @@ def test_resume_of_a_finished_run_samples_nothing(tiny_run, tmp_path, capsys):
     assert main(["run", "--resume", str(copy), "--no-progress"]) == EXIT_OK
     assert sorted(p.stat().st_mtime_ns for p in copy.rglob("*.npz")) == mtimes
     assert "already on disk" in capsys.readouterr().out
+
+
+def test_expected_law_too_large_fails_before_sampling(write_suite, tmp_path, monkeypatch, capsys):
+    import verifier.runner.expected as expected
+
+    monkeypatch.setattr(expected, "MAX_PREFIXES", 2)  # bigram4_eos position 3 needs 3 * 3 prefixes
+    suite = write_suite(suite_text(EXACT_DECODER, defaults="gof_positions = [1, 3]"))
+    assert _run(suite, tmp_path / "run") == EXIT_USAGE
+    assert "the expected law of position" in capsys.readouterr().err
+    assert not (tmp_path / "run" / "samples").exists()

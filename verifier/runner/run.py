@@ -132,6 +132,7 @@ class _Context:
                 ids[(d.models, prompt)] = encode_prompt(suite.prompts[prompt], self.pairs[d.models])
         self.plans = plan_sample_sets(suite, ids)
         self._decoders: dict[tuple[str, int], Any] = {}
+        self.expected_cache: dict = {}  # expected laws, shared by decoders with the same (pair, prompt, sampling)
 
     def decoder(self, spec, num_draft_tokens: int) -> Any:
         """The decoder of ``spec`` for one k (built once)."""
@@ -290,8 +291,50 @@ def _load_set(store: SampleStore, plan: SampleSetPlan) -> tuple[np.ndarray, np.n
     return tokens, fra, acc, chunks
 
 
+def _position_plan(plan: SampleSetPlan) -> tuple[list[int], int]:
+    """(gof positions, joint_tokens or 0) of a sample set."""
+    spec = plan.decoder
+    positions = [t for t in spec.gof_positions if t <= plan.max_new_tokens] if "gof" in spec.tests else []
+    jt = spec.joint_tokens if "joint" in spec.tests and plan.max_new_tokens >= spec.joint_tokens else 0
+    return positions, jt
+
+
+def _laws(ctx: _Context, plan: SampleSetPlan) -> expected.PositionLaws | None:
+    positions, jt = _position_plan(plan)
+    if not (positions or jt):
+        return None
+    key = (plan.pair, plan.prompt_ids, plan.sampling, max(positions or [1]), jt)
+    if key not in ctx.expected_cache:
+        ctx.expected_cache[key] = expected.position_laws(ctx.pairs[plan.pair].reference, plan.prompt_ids,
+                                                         plan.sampling, max(positions or [1]), jt)
+    return ctx.expected_cache[key]
+
+
+def _accepted_law(ctx: _Context, plan: SampleSetPlan) -> np.ndarray | None:
+    k = plan.num_draft_tokens
+    if "accepted" not in plan.decoder.tests or plan.max_new_tokens < k + 1:
+        return None
+    key = ("accepted", plan.pair, plan.prompt_ids, plan.sampling, k)
+    if key not in ctx.expected_cache:
+        pair = ctx.pairs[plan.pair]
+        ctx.expected_cache[key] = expected.accepted_count_law(pair.reference, pair.draft_reference,
+                                                              plan.prompt_ids, plan.sampling, k)
+    return ctx.expected_cache[key]
+
+
+def _expected_preflight(ctx: _Context) -> None:
+    """Enumerate every expected law before sampling: a law too large to enumerate is a
+    ConfigError (exit 2) before any sample is drawn, not after."""
+    for plan in ctx.plans:
+        try:
+            _laws(ctx, plan)
+            _accepted_law(ctx, plan)
+        except ConfigError as exc:
+            raise ConfigError(f"decoders[{plan.decoder.name}] ({plan.label}): {exc}") from None
+
+
 def _set_cells(ctx: _Context, plan: SampleSetPlan, tokens: np.ndarray, fra: np.ndarray | None,
-               cache: dict, cell_alpha_of: Callable[[int], float]) -> list[analysis.CellResult]:
+               cell_alpha_of: Callable[[int], float]) -> list[analysis.CellResult]:
     suite, spec = ctx.suite, plan.decoder
     pair = ctx.pairs[plan.pair]
     vocab = pair.vocab_size
@@ -302,13 +345,9 @@ def _set_cells(ctx: _Context, plan: SampleSetPlan, tokens: np.ndarray, fra: np.n
     alpha = cell_alpha_of(0)
     tok_label = _token_labeler(pair, vocab)
     cells = []
-    positions = [t for t in spec.gof_positions if t <= plan.max_new_tokens] if "gof" in spec.tests else []
-    jt = spec.joint_tokens if "joint" in spec.tests and plan.max_new_tokens >= spec.joint_tokens else 0
+    positions, jt = _position_plan(plan)
     if positions or jt:
-        key = (plan.pair, plan.prompt_ids, plan.sampling, max(positions or [1]), jt)
-        if key not in cache:
-            cache[key] = expected.position_laws(pair.reference, plan.prompt_ids, plan.sampling, max(positions or [1]), jt)
-        laws = cache[key]
+        laws = _laws(ctx, plan)
         for t in positions:
             cells.append(analysis.gof_cell(f"{base}/gof@{t}", analysis.token_counts(tokens, t, vocab), laws.marginals[t],
                                            cell_alpha=alpha, power=power, rng=rng, label_fn=tok_label,
@@ -337,12 +376,10 @@ def _set_cells(ctx: _Context, plan: SampleSetPlan, tokens: np.ndarray, fra: np.n
         cells.append(analysis.pit_cell(f"{base}/pit", u_all, cell_alpha=alpha, power=power,
                                        violations=tuple(violations), **meta))
     k = plan.num_draft_tokens
-    if "accepted" in spec.tests and fra is not None and plan.max_new_tokens >= k + 1:
-        key = ("accepted", plan.pair, plan.prompt_ids, plan.sampling, k)
-        if key not in cache:
-            cache[key] = expected.accepted_count_law(pair.reference, pair.draft_reference, plan.prompt_ids, plan.sampling, k)
+    law = _accepted_law(ctx, plan) if fra is not None else None
+    if law is not None:
         counts = np.bincount(np.clip(fra, 0, k), minlength=k + 1)
-        cells.append(analysis.gof_cell(f"{base}/accepted", counts, cache[key], cell_alpha=alpha, power=power, rng=rng,
+        cells.append(analysis.gof_cell(f"{base}/accepted", counts, law, cell_alpha=alpha, power=power, rng=rng,
                                        label_fn=lambda j: f"{j} accepted", test="accepted", **meta))
     return cells
 
@@ -373,7 +410,6 @@ def _count_cells(plan: SampleSetPlan, has_fra: bool = True) -> int:
 
 def _statistics(ctx: _Context, store: SampleStore, errors: dict[str, dict]):
     suite = ctx.suite
-    cache: dict = {}
     verdicts: list[DecoderVerdict] = []
     sets_info: list[dict[str, Any]] = []
     for spec in suite.decoders:
@@ -394,7 +430,7 @@ def _statistics(ctx: _Context, store: SampleStore, errors: dict[str, dict]):
             sets_info.append(info)
             if spec.name in errors:
                 continue
-            cells.extend(_set_cells(ctx, p, tokens, fra, cache, lambda _i: level))
+            cells.extend(_set_cells(ctx, p, tokens, fra, lambda _i: level))
         verdicts.append(decide(spec.name, spec.expect, cells, alpha=suite.stats.alpha,
                                correction=suite.stats.correction, target_mde=suite.stats.target_mde,
                                error=errors.get(spec.name)))
@@ -508,6 +544,7 @@ def run_suite(suite: Suite, run_dir: str | Path, *, resume: bool = False, progre
         log(f"exact stage: rules contradict their declared status: {', '.join(exact['wrong_rules'])}; no sampling")
     t0 = time.perf_counter()
     ctx = _Context(suite)
+    _expected_preflight(ctx)
     stage["models"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     errors: dict[str, dict] = {}
