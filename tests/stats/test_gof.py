@@ -70,11 +70,19 @@ def test_monte_carlo_pvalue_agrees_with_asymptotic_in_the_bulk():
     assert mc.method == "monte-carlo" and abs(mc.pvalue - asym.pvalue) < 0.05
 
 
-def test_auto_uses_monte_carlo_for_tiny_alpha_and_resolves_it():
-    res = gof_test([260, 450, 290], [0.2, 0.5, 0.3], alpha=1e-5)
-    # B = min(20 / alpha, cap): no draw reaches the observed statistic, so p = 1 / (B + 1)
-    assert res.method == "monte-carlo" and res.num_resamples == MONTE_CARLO_MAX_DRAWS
-    assert res.pvalue <= 1e-4  # asymptotic p is 8.6e-6
+def test_auto_uses_monte_carlo_near_a_tiny_alpha_and_resolves_it():
+    # asymptotic p = 8.6e-6 is within a factor 100 of alpha = 5e-5: Monte Carlo with B = 20 / alpha
+    res = gof_test([260, 450, 290], [0.2, 0.5, 0.3], alpha=5e-5, rng=0)
+    assert res.method == "monte-carlo" and res.num_resamples == 400_000
+    assert res.pvalue <= 5e-5  # resolved below the cell's alpha (a cap at 1 / alpha could never reject)
+    assert MONTE_CARLO_MAX_DRAWS >= 20 / 2e-6
+
+
+def test_auto_keeps_asymptotic_far_from_a_tiny_alpha():
+    far_biased = gof_test([300, 400, 300], [0.2, 0.5, 0.3], alpha=1e-6)  # p ~ 1e-14
+    clean = gof_test([200, 500, 300], [0.2, 0.5, 0.3], alpha=1e-6)  # p = 1
+    assert far_biased.method == clean.method == "asymptotic"
+    assert far_biased.rejected and not clean.rejected
 
 
 def test_support_violation_is_a_hard_failure_whatever_the_pvalue():

@@ -38,9 +38,10 @@ __all__ = [
     "gof_pvalues",
 ]
 
-ASYMPTOTIC_MIN_ALPHA = 1e-4  # below this the chi-square tail approximation is not trusted: Monte Carlo
+ASYMPTOTIC_MIN_ALPHA = 1e-4  # below this the chi-square tail is trusted only far from alpha (TAIL_MARGIN)
+TAIL_MARGIN = 100.0  # "auto" at alpha < 1e-4: Monte Carlo iff alpha / 100 <= asymptotic p <= 100 alpha
 MONTE_CARLO_MIN_EXPECTED = 5.0  # "auto" also switches to Monte Carlo when a pooled expected count is below this
-MONTE_CARLO_MAX_DRAWS = 100_000  # cap on B = ceil(20 / alpha): p-value resolution 1e-5
+MONTE_CARLO_MAX_DRAWS = 10_000_000  # cap on B = ceil(20 / alpha): resolves cell alphas down to 2e-6
 MONTE_CARLO_STOP_EXCEEDANCES = 20  # Besag-Clifford: stop once this many draws reach the observed statistic
 _PVALUE_METHODS = ("auto", "asymptotic", "monte-carlo")
 
@@ -162,8 +163,12 @@ def gof_test(
     alpha : float, default 0.01
         Level of the cell (used for ``rejected``, Monte Carlo size and the MDE).
     pvalue_method : {"auto", "asymptotic", "monte-carlo"}, default "auto"
-        "auto" uses Monte Carlo when ``alpha < ASYMPTOTIC_MIN_ALPHA`` or a pooled expected count
-        is below ``MONTE_CARLO_MIN_EXPECTED`` (only possible with a lowered ``min_expected``).
+        "auto" uses Monte Carlo when a pooled expected count is below ``MONTE_CARLO_MIN_EXPECTED``
+        (only possible with a lowered ``min_expected``), or when ``alpha < ASYMPTOTIC_MIN_ALPHA``
+        and the asymptotic p-value lies within a factor ``TAIL_MARGIN`` (100) of alpha, where a
+        tail-approximation error could flip the decision.  Farther out the asymptotic p decides
+        (a factor-100 tail error is implausible with every pooled expected count >= 10), which
+        keeps clearly biased and clearly clean cells cheap at the tiny per-cell alphas of a gate.
     num_resamples : int or None
         Monte Carlo draws; default ``min(ceil(20 / alpha), MONTE_CARLO_MAX_DRAWS)`` (at least 1000).
         Sampling stops early once ``MONTE_CARLO_STOP_EXCEEDANCES`` draws reach the observed value.
@@ -236,12 +241,16 @@ def _gof(counts, probs, alpha, pvalue_method, num_resamples, rng, min_expected, 
     if df < 1 or n_support == 0:
         return CellTestResult(statistic=0.0, pvalue=1.0, method="untestable", df=max(df, 0), **common)
     statistic = float(_pearson(observed, pooling.expected_probs))
+    p_asymptotic = float(stats.chi2.sf(statistic, df))
     use_mc = pvalue_method == "monte-carlo" or (
         pvalue_method == "auto"
-        and (alpha < ASYMPTOTIC_MIN_ALPHA or n_support * pooling.expected_probs.min() < MONTE_CARLO_MIN_EXPECTED)
+        and (
+            n_support * pooling.expected_probs.min() < MONTE_CARLO_MIN_EXPECTED
+            or (alpha < ASYMPTOTIC_MIN_ALPHA and alpha / TAIL_MARGIN <= p_asymptotic <= alpha * TAIL_MARGIN)
+        )
     )
     if not use_mc:
-        return CellTestResult(statistic=statistic, pvalue=float(stats.chi2.sf(statistic, df)), method="asymptotic", df=df, **common)
+        return CellTestResult(statistic=statistic, pvalue=p_asymptotic, method="asymptotic", df=df, **common)
     draws = num_resamples or min(max(math.ceil(20 / alpha), 1000), MONTE_CARLO_MAX_DRAWS)
     pvalue, used = _monte_carlo_pvalue(statistic, n_support, pooling.expected_probs, draws, rng)
     return CellTestResult(statistic=statistic, pvalue=pvalue, method="monte-carlo", df=df, num_resamples=used, **common)
