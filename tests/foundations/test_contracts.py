@@ -56,3 +56,8 @@ def test_cli_help_lists_exit_codes():
 def test_cli_without_command_is_a_usage_error():
     out = subprocess.run([sys.executable, "-m", "verifier.cli"], capture_output=True, text=True)
     assert out.returncode == EXIT_USAGE
+
+
+def test_import_is_torch_free_until_used():
+    code = "import sys, verifier, verifier.pytest_plugin; assert 'torch' not in sys.modules; verifier.SamplingConfig; assert 'torch' in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True)
