@@ -272,7 +272,7 @@ class HFAssistedDecoder:
             "num_assistant_tokens_schedule": "constant",
             "assistant_confidence_threshold": 0.0,
             "assistant_ensemble_weight": self.assistant_ensemble_weight,
-            "disabled_processors": {"top_k": 0, "top_p": 1.0, "typical_p": 1.0, "min_p": None,
+            "processors_off_unless_requested": {"top_k": 0, "top_p": 1.0, "typical_p": 1.0, "min_p": None,
                                     "repetition_penalty": 1.0, "no_repeat_ngram_size": 0},
             "batch_size": 1,
             "num_workers": self.num_workers,
