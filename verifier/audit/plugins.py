@@ -136,9 +136,14 @@ def _build(spec: str, factory: Callable[..., Any], options: dict[str, Any], cont
     try:
         inspect.signature(factory).bind(**options)
     except TypeError as exc:
-        hint = (" -- it looks like a VerificationKernel (four positional arguments), not a Decoder factory"
-                if _is_kernel_function(factory) else "")
-        raise PluginLoadError(f"plugin {spec!r} does not accept options {sorted(options)}: {exc}{hint}") from None
+        if _is_kernel_function(factory):
+            hint = " -- it looks like a VerificationKernel (four positional arguments), not a Decoder factory"
+        elif "missing" in str(exc):
+            hint = (" -- give it with --option NAME=VALUE; `target`, `draft`, `vocab_size`, `eos_token_id` are offered "
+                    "when a model is known (specverify audit --target MODEL, or a suite's [models])")
+        else:
+            hint = ""
+        raise PluginLoadError(f"plugin {spec!r} cannot be built from options {sorted(options)}: {exc}{hint}") from None
     except ValueError:  # no introspectable signature (some builtins): just call it
         pass
     try:
