@@ -88,6 +88,10 @@ def suite_decoder_cases(suite_path: str, profile: str | None = None) -> list[Dec
             continue
         pair = ctx.pairs[plan.pair]
         if not (isinstance(pair.target_model, TabularLM) and isinstance(pair.draft_model, TabularLM)):
+            out.append(DecoderLawCase(spec.name, f"{plan.prompt} | {plan.sampling_name} | k={plan.num_draft_tokens}", {},
+                                      None, None, tuple(plan.prompt_ids), plan.num_draft_tokens, plan.max_new_tokens,
+                                      tuple(spec.tests), tuple(spec.gof_positions), spec.joint_tokens,
+                                      f"model pair {plan.pair!r} is a transformer: its exact law is not enumerable"))
             continue
         t_raw, d_raw = pair.target_model, pair.draft_model
         t, d = processed_tabular(t_raw, plan.sampling), processed_tabular(d_raw, plan.sampling)

@@ -35,7 +35,7 @@ from verifier.bench._battery import TupleLaw, family_rejects, ks_uniform_pvalues
 from verifier.bench._common import md_table
 from verifier.errors import ConfigError, invalid_argument
 
-__all__ = ["HELP", "SimulatedSet", "CalibrationResult", "suite_null_sets", "simulate_null_pvalues", "calibrate",
+__all__ = ["HELP", "SimulatedSet", "FloatSet", "CalibrationResult", "suite_null_sets", "simulate_null_pvalues", "calibrate",
            "register", "run", "render_markdown"]
 
 HELP = "Family-wise false-alarm rate of a suite's statistics over simulated null runs (Clopper-Pearson CI)."
@@ -62,14 +62,121 @@ class SimulatedSet:
     cells: tuple[str, ...]
 
 
-def suite_null_sets(suite_path: str, profile: str | None = None) -> tuple[Any, dict[str, list[SimulatedSet]]]:
-    """The ``pass`` decoders of a suite and their sample sets, with exact null laws.
+@dataclass
+class FloatSet:
+    """A sample set on a transformer pair: float64 laws of the first J tokens from the runner's own
+    prefix enumeration (:func:`verifier.runner.expected.position_laws`).
+
+    Null rows are drawn from the joint law of the first J tokens; their gof/joint cells and their
+    PIT values at positions 1..J follow from it exactly.  At positions J+1..max_new_tokens the
+    randomized PIT values of a correct decoder are iid Uniform(0, 1) whatever came before (that is
+    what makes the PIT valid), so they are drawn as such for every row not ended by position J
+    (exact when max_new_tokens <= J + 1; beyond, rows that end after J are counted as live -- the
+    number of u's, not their law, is then approximate).  The accepted count is drawn from its own
+    law, independently of the tokens (its dependence on them is not known without enumerating the
+    draft too).
+    """
+
+    label: str
+    samples: int
+    vocab: int
+    joint_tokens: int
+    joint: np.ndarray  # (V + 1) ** J, flattened, last index of each axis = ended
+    gof_positions: tuple[int, ...]
+    joint_cell: bool
+    pit: bool
+    pit_lo: np.ndarray  # (J, codes) mass ranked before the emitted token, NaN when ended
+    pit_width: np.ndarray  # (J, codes)
+    alive_after_j: np.ndarray  # (codes,) bool: row not ended within the first J tokens
+    extra_positions: int  # positions after J
+    accepted_expected: np.ndarray | None
+    cells: tuple[str, ...]
+
+
+def _float_set(label: str, plan, spec, pair) -> FloatSet:
+    from verifier.runner import expected
+
+    vocab, eos = pair.vocab_size, pair.eos_token_id
+    n_tok = plan.max_new_tokens
+    j = spec.joint_tokens if "joint" in spec.tests and n_tok >= spec.joint_tokens else 0
+    positions = tuple(t for t in spec.gof_positions if t <= n_tok) if "gof" in spec.tests else ()
+    depth = max([j, *positions, 1])
+    if positions and max(positions) > max(j, 1) or (not j and positions and max(positions) > 1):
+        raise ConfigError(f"{label}: gof positions {positions} beyond joint_tokens={j}; allowed for a transformer "
+                          "pair: gof positions <= joint_tokens (the simulation draws the first J tokens jointly)")
+    laws = expected.position_laws(pair.reference, tuple(plan.prompt_ids), plan.sampling, depth, depth if depth >= 2 else 0)
+    joint = laws.joint if depth >= 2 else laws.marginals[1]
+    joint = np.clip(joint, 0, None) / np.clip(joint, 0, None).sum()
+    base = vocab + 1
+    shape = (base,) * depth
+    cube = joint.reshape(shape)
+    codes = np.arange(joint.size)
+    digits = np.stack(np.unravel_index(codes, shape))  # (depth, codes)
+    lo = np.full((depth, joint.size), np.nan)
+    width = np.full((depth, joint.size), np.nan)
+    alive = np.ones(joint.size, dtype=bool)
+    for t in range(depth):
+        prefix_mass = cube.sum(axis=tuple(range(t + 1, depth))) if t + 1 < depth else cube  # law of tokens 1..t+1
+        flat = prefix_mass.reshape(-1, base)[:, :vocab]  # (prefixes, vocab): P(prefix, x)
+        tot = flat.sum(axis=1, keepdims=True)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            cond = flat / tot
+        order = np.argsort(-cond, axis=1, kind="stable")  # prob descending, ties by id
+        ranked = np.take_along_axis(cond, order, axis=1)
+        before = np.zeros_like(cond)
+        np.put_along_axis(before, order, np.cumsum(ranked, axis=1) - ranked, axis=1)
+        pre = np.ravel_multi_index(digits[:t], shape[:t]) if t else np.zeros(joint.size, dtype=np.int64)
+        x = digits[t]
+        live = alive & (x < vocab)
+        lo[t, live] = before[pre[live], x[live]]
+        width[t, live] = cond[pre[live], x[live]]
+        alive = live & ((x != eos) if eos is not None else True)
+    acc = None
+    names = [f"gof@{t}" for t in positions] + ([f"joint@1..{j}"] if j else []) + (["pit"] if "pit" in spec.tests else [])
+    if "accepted" in spec.tests and n_tok >= plan.num_draft_tokens + 1:
+        acc = expected.accepted_count_law(pair.reference, pair.draft_reference, tuple(plan.prompt_ids), plan.sampling,
+                                          plan.num_draft_tokens)
+        names.append("accepted")
+    return FloatSet(label, plan.samples, vocab, depth, joint, positions, bool(j), "pit" in spec.tests, lo, width, alive,
+                    n_tok - depth, acc, tuple(names))
+
+
+def _simulate_float(s: FloatSet, runs: int, rng: np.random.Generator, cell_alpha: float) -> np.ndarray:
+    base = s.vocab + 1
+    shape = (base,) * s.joint_tokens
+    cols: dict[str, list[np.ndarray]] = {c: [] for c in s.cells}
+    chunk = max(1, 2_000_000 // s.samples)
+    for start in range(0, runs, chunk):
+        r = min(chunk, runs - start)
+        codes = rng.choice(s.joint.size, size=(r, s.samples), p=s.joint)
+        digits = np.unravel_index(codes, shape)
+        for t in s.gof_positions:
+            marg = s.joint.reshape(shape).sum(axis=tuple(a for a in range(s.joint_tokens) if a != t - 1))
+            cols[f"gof@{t}"].append(_pooled_gof(digits[t - 1], marg, s.samples, cell_alpha, rng))
+        if s.joint_cell:
+            cols[f"joint@1..{s.joint_tokens}"].append(_pooled_gof(codes, s.joint, s.samples, cell_alpha, rng))
+        if s.pit:
+            u = s.pit_lo[:, codes] + rng.random((s.joint_tokens,) + codes.shape) * s.pit_width[:, codes]  # (J, r, n)
+            parts = [u.transpose(1, 2, 0).reshape(r, -1)]
+            if s.extra_positions:
+                extra = rng.random((r, s.samples, s.extra_positions))
+                extra[~s.alive_after_j[codes]] = np.nan
+                parts.append(extra.reshape(r, -1))
+            cols["pit"].append(ks_uniform_pvalues(np.concatenate(parts, axis=1)))
+        if s.accepted_expected is not None:
+            acc = rng.multinomial(s.samples, s.accepted_expected / s.accepted_expected.sum(), size=r)
+            cols["accepted"].append(_gof_pvalues_runner(acc, s.accepted_expected, cell_alpha, rng))
+    return np.column_stack([np.concatenate(cols[c]) for c in s.cells])
+
+
+def suite_null_sets(suite_path: str, profile: str | None = None) -> tuple[Any, dict[str, list]]:
+    """The ``pass`` decoders of a suite and their sample sets with null laws: exact
+    (:class:`SimulatedSet`) on tabular pairs, the runner's float64 laws (:class:`FloatSet`) otherwise.
 
     Raises
     ------
     ConfigError
-        The suite cannot be loaded, or a ``pass`` decoder runs on a model pair that is not tabular
-        (its exact law is unknown; this benchmark simulates only exactly known laws).
+        The suite cannot be loaded, or a transformer sample set has gof positions beyond its joint_tokens.
     """
     from verifier.exact import TabularLM
     from verifier.runner.run import _Context
@@ -86,8 +193,9 @@ def suite_null_sets(suite_path: str, profile: str | None = None) -> tuple[Any, d
         for plan in (p for p in ctx.plans if p.decoder.name == spec.name):
             pair = ctx.pairs[plan.pair]
             if not (isinstance(pair.target_model, TabularLM) and isinstance(pair.draft_model, TabularLM)):
-                raise ConfigError(f"{suite_path}: decoder {spec.name!r} runs on model pair {plan.pair!r}, which is not "
-                                  "tabular; allowed: tabular:NAME pairs (exact laws are needed to simulate)")
+                sets.append(_float_set(f"{spec.name} | {plan.prompt} | {plan.sampling_name} | k={plan.num_draft_tokens}",
+                                       plan, spec, pair))
+                continue
             target = processed_tabular(pair.target_model, plan.sampling)
             draft = processed_tabular(pair.draft_model, plan.sampling)
             n_tok, k = plan.max_new_tokens, plan.num_draft_tokens
@@ -120,14 +228,37 @@ def _gof_pvalues_runner(counts: np.ndarray, expected: np.ndarray, cell_alpha: fl
     from verifier.stats.gof import ASYMPTOTIC_MIN_ALPHA
 
     p = gof_pvalues(counts, expected)
-    if cell_alpha < ASYMPTOTIC_MIN_ALPHA:  # the runner's gof_test("auto") uses Monte Carlo p-values here
+    if cell_alpha < ASYMPTOTIC_MIN_ALPHA:  # gof_test("auto") may switch to Monte Carlo near such tiny alphas
         for i in np.flatnonzero(p < MC_RECHECK_BELOW):
             p[i] = gof_test(counts[i], expected, alpha=cell_alpha, rng=rng, num_bootstrap=0).pvalue
     return p
 
 
-def simulate_null_pvalues(sset: SimulatedSet, runs: int, rng: np.random.Generator, cell_alpha: float) -> np.ndarray:
+def _pooled_gof(codes: np.ndarray, expected: np.ndarray, n: int, cell_alpha: float, rng: np.random.Generator) -> np.ndarray:
+    """Per run (row of ``codes``, shape (runs, n), category ids) the runner's GOF p-value, pooling first
+    (data-blind, so pooling the counts before the test changes nothing) to keep big cells cheap."""
+    from verifier.stats import pool_categories
+
+    pooling = pool_categories(expected, n)
+    groups = pooling.groups[codes]
+    g = pooling.num_categories
+    runs = codes.shape[0]
+    pooled = np.bincount((groups + (np.arange(runs) * (g + 1))[:, None] + 1).ravel(), minlength=runs * (g + 1))
+    pooled = pooled.reshape(runs, g + 1)[:, 1:]  # column 0: group -1 (expected 0), never drawn under the null
+    p = _gof_pvalues_runner(pooled, pooling.expected_probs, 1.0, rng)  # cell_alpha 1: asymptotic here ...
+    from verifier.stats.gof import ASYMPTOTIC_MIN_ALPHA, gof_test
+
+    if cell_alpha < ASYMPTOTIC_MIN_ALPHA:  # ... and the runner's own call where it could differ
+        for i in np.flatnonzero(p < MC_RECHECK_BELOW):
+            counts = np.bincount(codes[i], minlength=expected.size)
+            p[i] = gof_test(counts, expected, alpha=cell_alpha, rng=rng, num_bootstrap=0).pvalue
+    return p
+
+
+def simulate_null_pvalues(sset, runs: int, rng: np.random.Generator, cell_alpha: float) -> np.ndarray:
     """p-values of the set's cells over ``runs`` null runs, shape (runs, cells)."""
+    if isinstance(sset, FloatSet):
+        return _simulate_float(sset, runs, rng, cell_alpha)
     tl = sset.tuple_law
     joint_counts = rng.multinomial(sset.samples, sset.joint_probs, size=runs)  # (R, J)
     tuple_counts = np.zeros((runs, len(tl.outcomes)), dtype=np.int64)

@@ -1,0 +1,75 @@
+"""The `specverify bench` commands of issue 7, on tiny settings (figures are not asserted: timing
+goals live in the benchmark output, never in unit tests)."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from verifier.bench import calibration, detect, gpu, throughput
+from verifier.cli import main
+from verifier.errors import InvalidArgumentError
+
+
+def test_detect_command_prints_rows_next_to_the_oracle(capsys):
+    code = main(["bench", "detect", "--rule", "greedy_acceptance", "--case", "seed_argmax_agree", "--seeds", "20",
+                 "--format", "json"])
+    assert code == 0
+    rows = json.loads(capsys.readouterr().out.split("\n_")[0])
+    assert [(r["rule"], r["case"], r["oracle_n"]) for r in rows] == [("greedy_acceptance", "seed_argmax_agree", 16)]
+    assert rows[0]["fixed_median"] is not None and rows[0]["fixed_median"] >= 1
+
+
+def test_detect_rejects_unknown_names():
+    with pytest.raises(InvalidArgumentError, match="rules"):
+        detect.detect_rows(["no_such_rule"])
+    assert main(["bench", "detect", "--case", "no_such_case", "--seeds", "1"]) == 2
+
+
+def test_calibration_counts_false_alarms_with_an_interval():
+    """A few null runs of suites/ci.toml's reference decoder at a loose alpha: the rate has a
+    Clopper-Pearson interval that contains it; at alpha 0.5 some run must raise an alarm (test the
+    tester: the counting can see a rejection)."""
+    res = calibration.calibrate("suites/ci.toml", runs=40, alpha=0.5)
+    by = {r.decoder: r for r in res}
+    assert "reference" in by  # the tabular reference (exact laws); a transformer pass decoder may follow
+    for r in res:
+        assert r.ci_low <= r.rate <= r.ci_high
+        assert r.false_alarms > 0
+    assert by["reference"].num_cells == 12
+    assert "reference" in calibration.render_markdown(res)
+
+
+def test_throughput_measure_runs_each_decoder(tmp_path):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    for name, hidden in (("t", 32), ("d", 16)):
+        torch.manual_seed(0)
+        cfg = LlamaConfig(vocab_size=64, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=1,
+                          num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=64, eos_token_id=2)
+        LlamaForCausalLM(cfg).save_pretrained(tmp_path / name, safe_serialization=True)
+    job = dict(target=str(tmp_path / "t"), draft=str(tmp_path / "d"), num_samples=8, max_new_tokens=6,
+               num_draft_tokens=2, device="cpu", dtype=None, seed=0)
+    for kind in ("plain", "speculative"):
+        res = throughput.measure({**job, "decoder": kind})
+        assert res["samples_per_s"] > 0 and res["peak_rss_mib"] > 0
+    assert 0 <= res["acceptance_rate"] <= 1
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal without CUDA")
+def test_gpu_refuses_without_cuda(capsys):
+    assert main(["bench", "gpu"]) == 2
+    assert "no CUDA device" in capsys.readouterr().err
+
+
+def test_gpu_models_have_the_stated_sizes():
+    target_params = sum(np.prod(s) for s in _shapes(gpu.TARGET_CONFIG))
+    assert 90e6 < target_params < 110e6
+
+
+def _shapes(cfg):
+    """Parameter shapes of a Llama config without building it (embeddings, layers, head)."""
+    h, i, v, n = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"], cfg["num_hidden_layers"]
+    per_layer = [(h, h)] * 4 + [(h, i)] * 3 + [(h,)] * 2
+    return [(v, h)] + per_layer * n + [(h,)] + ([] if cfg.get("tie_word_embeddings") else [(v, h)])
