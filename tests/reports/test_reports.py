@@ -44,9 +44,18 @@ def test_markdown_puts_the_verdict_first_then_failing_cells(report):
     md = render_markdown(report)
     first = md.splitlines()[0]
     assert first.startswith("# spec-verifier") and "**PASS** (exit 0)" in first
-    failing = md.index("## Failing cells (4)")
-    assert failing < md.index("All 8 cells")
+    failing = md.index("## Failing cells (0)")  # the biased sampler's 4 cells are expected detections
+    assert failing < md.index("as expected: 4 cells") < md.index("All 8 cells")
     assert md.index("biased-sampler/zero/t1/k=1/gof@1") > failing
+
+
+def test_markdown_lists_bias_in_a_pass_decoder_as_failing(report):
+    r = copy.deepcopy(report)
+    cell = next(c for c in r["cells"] if c["decoder"] == "exact-sampler")
+    cell["verdict"] = "BIAS"
+    md = render_markdown(r)
+    section = md[md.index("## Failing cells (1)"):md.index("as expected: 4 cells")]
+    assert cell["id"] in section
 
 
 def test_markdown_escapes_table_breaking_names(report):

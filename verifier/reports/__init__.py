@@ -83,22 +83,32 @@ def _env(autoescape: bool):
 
 
 def _failing(report: dict) -> list[dict]:
-    return [c for c in report.get("cells", []) if c.get("verdict") == "BIAS"]
+    """Cells whose verdict breaks their decoder's expectation: bias or underpowered where the
+    decoder is expected to ``pass``."""
+    expect = {d["decoder"]: d["expect"] for d in report.get("decoders", [])}
+    return [c for c in report.get("cells", [])
+            if expect.get(c.get("decoder")) == "pass" and c.get("verdict") in ("BIAS", "UNDERPOWERED")]
+
+
+def _detected(report: dict) -> list[dict]:
+    """Biased cells of ``detect`` decoders (mutants): the findings the suite expects."""
+    expect = {d["decoder"]: d["expect"] for d in report.get("decoders", [])}
+    return [c for c in report.get("cells", []) if expect.get(c.get("decoder")) == "detect" and c.get("verdict") == "BIAS"]
 
 
 def render_markdown(report: dict) -> str:
     """report.md: the verdict first, then the table of failing cells, then the rest."""
-    return _env(False).get_template("report.md.j2").render(r=report, failing=_failing(report))
+    return _env(False).get_template("report.md.j2").render(r=report, failing=_failing(report), detected=_detected(report))
 
 
 def render_html(report: dict) -> str:
     """report.html: one self-contained file (plots as base64 PNG), autoescaped."""
     from verifier.reports import plots
 
-    failing = _failing(report)
+    failing, detected = _failing(report), _detected(report)
     failing_plots = []
-    worst: dict[str, dict] = {}  # one figure per decoder: its most significant failing cell
-    for c in sorted(failing, key=lambda c: c.get("pvalue") or 0):
+    worst: dict[str, dict] = {}  # one figure per decoder: its most significant biased cell
+    for c in sorted([c for c in failing if c.get("verdict") == "BIAS"] + detected, key=lambda c: c.get("pvalue") or 0):
         worst.setdefault(c.get("decoder", ""), c)
     for c in list(worst.values())[:MAX_FAILING_PLOTS]:
         png = plots.failing_cell_bars(c)
@@ -113,7 +123,7 @@ def render_html(report: dict) -> str:
         "acceptance": plots.acceptance_lengths(report.get("sample_sets", [])),
     }
     return _env(True).get_template("report.html.j2").render(
-        r=report, failing=failing, failing_plots=failing_plots, plots=figs)
+        r=report, failing=failing, detected=detected, failing_plots=failing_plots, plots=figs)
 
 
 def render_junit(report: dict) -> str:
