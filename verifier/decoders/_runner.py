@@ -25,6 +25,11 @@ import torch
 
 from verifier.errors import invalid_argument
 
+try:  # transformers >= 4.56: caches made of layers; we replace torch.cat growth by an in-place buffer
+    from transformers.cache_utils import DynamicLayer as _DynamicLayer
+except ImportError:  # pragma: no cover - older transformers keep the plain (slower) cache
+    _DynamicLayer = None
+
 DUMMY_TOKEN_ID = 0  # fed in slots whose mask is 0; never visible to any query that matters
 COMPACT_HOLE_FRACTION = 0.5  # compact the cache when masked holes exceed this share of its columns
 
@@ -93,6 +98,7 @@ class CacheRunner:
                          position_ids=torch.arange(ids.shape[1], device=self.device)[None],
                          use_cache=True, **{self._cache_kwarg: None})
         self.cache = output_cache(out)
+        _use_buffered_layers(self.cache)
         if batch != 1:
             self.cache.batch_repeat_interleave(batch)
         self.mask = torch.ones(batch, ids.shape[1], dtype=torch.bool, device=self.device)
@@ -157,9 +163,59 @@ class CacheRunner:
             if layer.keys is None or layer.keys.numel() == 0:
                 continue
             idx = order[:, None, :, None].expand(-1, layer.keys.shape[1], -1, layer.keys.shape[-1])
-            layer.keys = layer.keys.gather(2, idx)
-            layer.values = layer.values.gather(2, idx)
+            keys, values = layer.keys.gather(2, idx), layer.values.gather(2, idx)
+            if hasattr(layer, "adopt"):
+                layer.adopt(keys, values)
+            else:
+                layer.keys, layer.values = keys, values
         self.mask = self.mask.gather(1, order)
+
+
+if _DynamicLayer is not None:
+
+    class _BufferedLayer(_DynamicLayer):
+        """A DynamicLayer whose keys/values are views into a buffer grown by doubling, so a forward
+        writes its new columns in place instead of ``torch.cat``-ing the whole cache (measured: the
+        cat was the largest single cost of batched decoding on CPU)."""
+
+        def adopt(self, keys: torch.Tensor, values: torch.Tensor) -> None:
+            self._kbuf, self._vbuf = keys, values
+            self.keys, self.values = keys, values
+
+        def update(self, key_states, value_states, *args, **kwargs):
+            n, m = self.keys.shape[-2], key_states.shape[-2]
+            if n + m > self._kbuf.shape[-2]:
+                cap = max(2 * (n + m), 32)
+                kbuf = key_states.new_empty(*key_states.shape[:2], cap, key_states.shape[-1])
+                vbuf = value_states.new_empty(*value_states.shape[:2], cap, value_states.shape[-1])
+                kbuf[..., :n, :] = self.keys
+                vbuf[..., :n, :] = self.values
+                self._kbuf, self._vbuf = kbuf, vbuf
+            self._kbuf[..., n:n + m, :] = key_states
+            self._vbuf[..., n:n + m, :] = value_states
+            self.keys, self.values = self._kbuf[..., :n + m, :], self._vbuf[..., :n + m, :]
+            return self.keys, self.values
+
+        def batch_select_indices(self, indices: torch.Tensor) -> None:
+            n = self.keys.shape[-2]  # one copy of the buffer, headroom included (no regrow next step)
+            self._kbuf, self._vbuf = self._kbuf.index_select(0, indices), self._vbuf.index_select(0, indices)
+            self.keys, self.values = self._kbuf[..., :n, :], self._vbuf[..., :n, :]
+
+        def batch_repeat_interleave(self, repeats: int) -> None:
+            self.adopt(self.keys.repeat_interleave(repeats, dim=0), self.values.repeat_interleave(repeats, dim=0))
+
+
+def _use_buffered_layers(cache) -> None:
+    """Swap plain DynamicLayers of a filled cache for :class:`_BufferedLayer` (same data)."""
+    layers = getattr(cache, "layers", None)
+    if _DynamicLayer is None or layers is None:
+        return
+    for i, layer in enumerate(layers):
+        if type(layer) is _DynamicLayer and layer.is_initialized and layer.keys is not None and layer.keys.numel():
+            new = _BufferedLayer.__new__(_BufferedLayer)
+            new.__dict__.update(layer.__dict__)
+            new.adopt(layer.keys, layer.values)
+            layers[i] = new
 
 
 def check_prompt(prompt_ids: Sequence[int], vocab_size: int, min_len: int) -> list[int]:

@@ -29,6 +29,7 @@ from verifier.sampling import SamplingConfig, processed_probs
 __all__ = ["AncestralDecoder", "SpeculativeDecoder", "MAX_NUM_DRAFT_TOKENS"]
 
 MAX_NUM_DRAFT_TOKENS = 32  # beyond this the verify pass costs more than it can save
+DROP_FRACTION = 0.125  # finished rows leave the batch once they are 1/8 of it (each drop copies the caches)
 _FROM_CONFIG = object()  # sentinel: take eos_token_id from the target's config
 
 
@@ -56,6 +57,14 @@ def _right_aligned(emitted: torch.Tensor, start: torch.Tensor, stop: torch.Tenso
     visible = src >= start[:, None]
     tokens = emitted.gather(1, src.clamp(min=0))
     return torch.where(visible, tokens, torch.zeros_like(tokens)), visible
+
+
+def _rows_to_keep(live: torch.Tensor) -> torch.Tensor | None:
+    """Indices of live rows when enough rows finished to be worth a cache copy, else None."""
+    dead = live.numel() - int(live.sum())
+    if dead == 0 or (dead < DROP_FRACTION * live.numel() and dead < live.numel()):
+        return None
+    return live.nonzero()[:, 0]
 
 
 class _Output:
@@ -135,6 +144,7 @@ class AncestralDecoder:
         runner = CacheRunner(self.target, self.device)
         runner.prefill(prompt[:-1], num_samples)
         rows = torch.arange(num_samples, device=self.device)
+        live = torch.ones(num_samples, dtype=torch.bool, device=self.device)
         pending = torch.full((num_samples,), prompt[-1], dtype=torch.int64, device=self.device)
         out = _Output(num_samples, max_new_tokens, self.eos_token_id, self.device)
         use_seen = sampling.repetition_penalty is not None
@@ -144,14 +154,14 @@ class AncestralDecoder:
             logits = runner.append(pending[:, None])[:, -1]
             probs = processed_probs(logits, sampling, seen)
             token = sample_from_probs(probs, torch.rand(rows.numel(), dtype=torch.float64, device=self.device, generator=gen))
-            steps += rows.numel()
-            done = out.write(rows, token[:, None], torch.ones_like(token))
+            steps += int(live.sum())
+            live = live & ~out.write(rows, token[:, None], live.to(torch.int64))
             if use_seen:
                 seen[torch.arange(rows.numel(), device=self.device), token] = True
-            keep = (~done).nonzero()[:, 0]
-            if keep.numel() < rows.numel():
+            keep = _rows_to_keep(live)
+            if keep is not None:
                 runner.select_rows(keep)
-                rows, token = rows[keep], token[keep]
+                rows, token, live = rows[keep], token[keep], live[keep]
                 seen = seen[keep] if use_seen else None
             pending = token
         self.last_stats = DecoderStats(rounds=steps, num_draft_tokens=0,
@@ -307,24 +317,25 @@ class SpeculativeDecoder:
         st["seen"] = None
         if sampling.repetition_penalty is not None:
             st["seen"] = _one_hot_seen(prompt, num_samples, self.vocab_size, dev)
-        rows = torch.arange(num_samples, device=dev)
+        rows = torch.arange(num_samples, device=dev)  # original index of each batch row
+        live = torch.ones(num_samples, dtype=torch.bool, device=dev)  # finished rows idle until dropped
         out = _Output(num_samples, max_new_tokens, self.eos_token_id, dev)
         accepted_counts, first_round = [], None
         while rows.numel():
             emitted = self._round(st, sampling, gen)
             num_emitted = (emitted != PADDING_TOKEN_ID).sum(dim=1)
             num_accepted = st["retained"]
-            accepted_counts.append(num_accepted)
+            accepted_counts.append(num_accepted[live])
             if first_round is None:
                 first_round = num_accepted.clone()
             if st["seen"] is not None:
                 valid = emitted != PADDING_TOKEN_ID
                 r = torch.arange(rows.numel(), device=dev)[:, None].expand_as(emitted)[valid]
                 st["seen"][r, emitted[valid]] = True
-            done = out.write(rows, emitted, num_emitted)
-            keep = (~done).nonzero()[:, 0]
-            if keep.numel() < rows.numel():
-                rows = rows[keep]
+            live = live & ~out.write(rows, emitted, torch.where(live, num_emitted, 0))
+            keep = _rows_to_keep(live)
+            if keep is not None:
+                rows, live = rows[keep], live[keep]
                 st["target"].select_rows(keep)
                 st["draft"].select_rows(keep)
                 for key in ("target_pending", "target_pending_visible", "draft_pending", "draft_pending_visible", "seen"):
