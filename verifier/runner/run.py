@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-import os
-import platform
 import sys
 import time
 import traceback
@@ -41,6 +39,7 @@ from verifier.errors import (
     ReportWriteError,
 )
 from verifier.runner import analysis, expected
+from verifier.runner.assemble import REPORT_SCHEMA_VERSION, build_report, environment
 from verifier.runner.models import LoadedPair, encode_prompt, load_pair
 from verifier.runner.plan import SampleSetPlan, build_decoder, decoder_identity, plan_sample_sets
 from verifier.runner.seeds import stream_seed
@@ -51,10 +50,8 @@ from verifier.validation import check_emitted_tokens
 
 __all__ = ["REPORT_SCHEMA_VERSION", "RunOutcome", "run_suite", "analyze_run", "new_run_dir", "load_run_suite"]
 
-REPORT_SCHEMA_VERSION = 1
 RUN_FILE = "run.json"
 STOPPED_FILE = "stopped.json"
-OVERALL = {0: "PASS", 1: "FAIL", 2: "ERROR", 3: "ERROR", 4: "UNDERPOWERED"}
 
 
 @dataclass
@@ -98,21 +95,6 @@ def load_run_suite(run_dir: str | Path) -> tuple[Suite, dict[str, Any]]:
     except (OSError, ValueError) as exc:
         raise ConfigError(f"{path}: unreadable run file: {exc}") from None
     return Suite.from_dict(info["suite"]), info
-
-
-def _environment(suite: Suite) -> dict[str, Any]:
-    import importlib.metadata as md
-
-    versions = {}
-    for pkg in ("spec-verifier", "numpy", "scipy", "statsmodels", "torch", "transformers"):
-        try:
-            versions[pkg] = md.version(pkg)
-        except md.PackageNotFoundError:
-            versions[pkg] = None
-    devices = sorted({p.device for p in suite.models.values()})
-    dtypes = sorted({p.dtype for p in suite.models.values()})
-    return {"python": platform.python_version(), "platform": platform.platform(), "versions": versions,
-            "devices": devices, "dtypes": dtypes, "cpu_count": os.cpu_count()}
 
 
 class _Context:
@@ -437,46 +419,6 @@ def _statistics(ctx: _Context, store: SampleStore, errors: dict[str, dict]):
     return verdicts, sets_info
 
 
-# --------------------------------------------------------------------------- report
-
-
-def _report(suite: Suite, env: dict, exact: dict, verdicts: list[DecoderVerdict], sets_info: list[dict],
-            errors: dict, code: int, run_info: dict) -> dict[str, Any]:
-    cells = [c.to_dict() for v in verdicts for c in v.cells]
-    return {
-        "schema_version": REPORT_SCHEMA_VERSION,
-        "tool": "spec-verifier",
-        "verdict": OVERALL.get(code, "ERROR"),
-        "exit_code": code,
-        "summary": _summary(verdicts, exact, code),
-        "suite": {"name": suite.name, "source": suite.source, "profile": suite.profile, "seed": suite.seed,
-                  "description": suite.description, "stats": _stats_dict(suite),
-                  "num_sample_sets": len(sets_info), "num_cells": len(cells)},
-        "environment": env,
-        "exact": exact,
-        "decoders": [v.to_dict() for v in verdicts],
-        "sample_sets": sets_info,
-        "cells": cells,
-        "stopped": list(errors.values()),
-        "run": run_info,  # the only volatile section: run id, timestamps, wall times
-    }
-
-
-def _summary(verdicts: list[DecoderVerdict], exact: dict, code: int) -> str:
-    parts = []
-    if exact.get("ran"):
-        parts.append("exact stage OK" if exact["ok"] else f"exact stage WRONG: {', '.join(exact['wrong_rules'])}")
-    for v in verdicts:
-        mark = "as expected" if v.expectation_met else f"EXPECTED {v.expect.upper()}"
-        parts.append(f"{v.decoder}: {v.verdict} ({mark})")
-    return "; ".join(parts) + f" -> exit {code}"
-
-
-def _stats_dict(suite: Suite) -> dict[str, Any]:
-    s = suite.stats
-    return {"alpha": s.alpha, "correction": s.correction, "target_mde": s.target_mde, "power": s.power}
-
-
 def _finish(ctx_or_suite, store: SampleStore, errors: dict, exact: dict, stage: dict, info: dict,
             log: Callable[[str], None], out_dir: Path | None = None) -> RunOutcome:
     from verifier.reports import write_reports
@@ -486,7 +428,7 @@ def _finish(ctx_or_suite, store: SampleStore, errors: dict, exact: dict, stage: 
     verdicts, sets_info = _statistics(ctx, store, errors)
     stage["statistics"] = time.perf_counter() - t0
     code = exit_code(verdicts, exact_ok=exact["ok"])
-    report = _report(ctx.suite, _environment(ctx.suite), exact, verdicts, sets_info, errors, code, info)
+    report = build_report(ctx.suite, environment(ctx.suite), exact, verdicts, sets_info, errors, code, info)
     t0 = time.perf_counter()
     target = Path(out_dir) if out_dir is not None else store.run_dir
     report["run"]["stage_seconds"] = stage
@@ -564,7 +506,7 @@ def run_suite(suite: Suite, run_dir: str | Path, *, resume: bool = False, progre
 def _exact_failed(ctx: _Context, exact: dict, stage: dict, info: dict, store: SampleStore) -> RunOutcome:
     from verifier.reports import write_reports
 
-    report = _report(ctx.suite, _environment(ctx.suite), exact, [], [], {}, EXIT_BIAS, info)
+    report = build_report(ctx.suite, environment(ctx.suite), exact, [], [], {}, EXIT_BIAS, info)
     report["run"]["stage_seconds"] = stage
     write_reports(report, store.run_dir)
     return RunOutcome(store.run_dir, report, EXIT_BIAS, stage)
