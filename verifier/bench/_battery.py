@@ -36,7 +36,8 @@ from scipy import stats
 from verifier.protocols import PADDING_TOKEN_ID
 from verifier.stats import e_process, gof_pvalues
 
-__all__ = ["BatterySpec", "TupleLaw", "FirstRejections", "first_rejections", "family_rejects", "ks_uniform_pvalues", "n_grid"]
+__all__ = ["BatterySpec", "TupleLaw", "FirstRejections", "first_rejections", "family_rejects", "ks_uniform_pvalues", "n_grid",
+           "binomial_cell_pvalues"]
 
 KS_EXACT_MAX = 10_000  # scipy.stats.kstest (method "auto") uses the exact Kolmogorov law up to here
 KS_EXACT_BELOW = 0.05  # above this (Stephens' approximation, abs. error < 1e-2) the exact p cannot change a decision
@@ -61,6 +62,11 @@ class BatterySpec:
         Family-wise level (the benchmark uses 0.01).
     tuple_e_process : bool
         Sequential battery only: add an e-process on the whole emitted tuple.
+    binomial : bool
+        Candidate cell (not in the runner): ``binom`` = every category of every count cell tested
+        alone with an exact two-sided binomial test (``2 min(P(X <= x), P(X >= x))``), Bonferroni
+        over all those categories.  Exact at any n -- no pooling threshold -- so it sees a token
+        that a mutant never (or always) emits long before the pooled chi-square can.
     """
 
     gof_positions: tuple[int, ...] = (1, 2)
@@ -68,11 +74,13 @@ class BatterySpec:
     pit: bool = True
     alpha: float = 0.01
     tuple_e_process: bool = False
+    binomial: bool = False
 
     def label(self) -> str:
         parts = [f"gof@{','.join(map(str, self.gof_positions))}"] if self.gof_positions else []
         parts += [f"joint@1..{self.joint_tokens}"] if self.joint_tokens else []
         parts += ["pit"] if self.pit else []
+        parts += ["binom"] if self.binomial else []
         return " + ".join(parts)
 
 
@@ -147,6 +155,27 @@ def family_rejects(pvalues: np.ndarray, alpha: float) -> np.ndarray:
     holm_any = p.min(axis=1) <= alpha / (2 * m)
     combined = stats.cauchy.sf(np.mean(np.tan((0.5 - p) * np.pi), axis=1))
     return holm_any | (combined <= alpha / 2)
+
+
+def binomial_cell_pvalues(count_cells: list, cell_counts: list[np.ndarray]) -> np.ndarray:
+    """The candidate ``binom`` cell: min over categories of exact two-sided binomial p-values, Bonferroni.
+
+    Parameters
+    ----------
+    count_cells : list of (name, code, expected)
+    cell_counts : list of np.ndarray, shape (runs, categories)
+        Counts of each count cell, same order.
+    """
+    pmin, total = None, 0
+    for (_, _, expected), counts in zip(count_cells, cell_counts):
+        keep = expected > 0
+        e, x = expected[keep], counts[:, keep]
+        n = x.sum(axis=1, keepdims=True)
+        two_sided = 2 * np.minimum(stats.binom.cdf(x, n, e), stats.binom.sf(x - 1, n, e))
+        cell_min = two_sided.min(axis=1)
+        pmin = cell_min if pmin is None else np.minimum(pmin, cell_min)
+        total += int(keep.sum())
+    return np.minimum(1.0, pmin * total)
 
 
 def ks_uniform_pvalues(u: np.ndarray) -> np.ndarray:
@@ -245,7 +274,7 @@ def first_rejections(tl: TupleLaw, alt: np.ndarray, spec: BatterySpec, *, seeds:
         Also run the e-process battery.
     """
     count_cells = tl.cell_codes(spec)
-    names = tuple(c[0] for c in count_cells) + (("pit",) if spec.pit else ())
+    names = tuple(c[0] for c in count_cells) + (("pit",) if spec.pit else ()) + (("binom",) if spec.binomial else ())
     m = len(names)
     rngs = [np.random.default_rng([seed, s]) for s in range(seeds)]
     ids = np.stack([r.choice(len(alt), size=max_n, p=alt) for r in rngs])  # (S, max_n)
@@ -265,12 +294,16 @@ def first_rejections(tl: TupleLaw, alt: np.ndarray, spec: BatterySpec, *, seeds:
         prev = n
         a = np.arange(seeds)
         pv = np.ones((a.size, m))
+        all_counts = []
         for j, (_, code, expected) in enumerate(count_cells):
             cell_counts = np.zeros((a.size, expected.size), dtype=np.int64)
             np.add.at(cell_counts.T, code, counts[a].T)
             pv[:, j] = gof_pvalues(cell_counts, expected)
+            all_counts.append(cell_counts)
         if spec.pit:
-            pv[:, -1] = ks_uniform_pvalues(u[a, :n].reshape(a.size, -1))
+            pv[:, len(count_cells)] = ks_uniform_pvalues(u[a, :n].reshape(a.size, -1))
+        if spec.binomial:
+            pv[:, -1] = binomial_cell_pvalues(count_cells, all_counts)
         rejected = family_rejects(pv, spec.alpha) | (first_violation[a] <= n)
         grid.append(n)
         power.append(float(rejected.mean()))

@@ -15,8 +15,10 @@ and fed to the harness's test battery (:mod:`verifier.bench._battery`) at family
   stopped at the first row where one crosses ``m / alpha`` (anytime-valid).
 
 Two batteries: ``default`` = the suite defaults (gof@1,2 + joint@1..2 + pit) and ``directed`` =
-every position of the compared window (gof@1..N + joint@1..N + pit; sequential adds an e-process
-on the whole N-token tuple).  Over ``--seeds`` streams (default 100) the median and 90th percentile
+every position of the compared window (gof@1..N + joint@1..N + pit) plus a candidate cell the
+runner does not have yet, ``binom`` (every category alone, exact two-sided binomial, Bonferroni:
+no pooling threshold, so a token a mutant never emits shows at small n); its sequential form adds
+an e-process on the whole N-token tuple.  Over ``--seeds`` streams (default 100) the median and 90th percentile
 are reported next to the oracle n: the smallest n at which the most powerful (likelihood-ratio)
 test of the target law against the rule's law reaches power 0.99 at alpha 0.01
 (:mod:`verifier.bench._oracle`, exact enumeration or saddlepoint).  Ratio = median / oracle n (the
@@ -96,13 +98,17 @@ class DetectRow:
 
 
 def batteries(num_tokens: int, alpha: float) -> dict[str, BatterySpec]:
-    """The two batteries measured on a case comparing ``num_tokens`` emitted tokens."""
+    """The two batteries measured on a case comparing ``num_tokens`` emitted tokens.
+
+    ``default``: the suite defaults (gof@1,2, joint@1..2, pit).  ``directed``: every position of the
+    compared window (gof@1..N, joint@1..N when N >= 2, pit), the candidate exact per-category
+    binomial cell (``binom``, :class:`verifier.bench._battery.BatterySpec`), and for the sequential
+    form an e-process on the whole N-token tuple as well.
+    """
     default = BatterySpec(gof_positions=(1, 2), joint_tokens=2, pit=True, alpha=alpha)
-    if num_tokens <= 2:
-        return {"default": default}
-    return {"default": default,
-            "directed": BatterySpec(gof_positions=tuple(range(1, num_tokens + 1)), joint_tokens=num_tokens, pit=True,
-                                    alpha=alpha, tuple_e_process=True)}
+    directed = BatterySpec(gof_positions=tuple(range(1, num_tokens + 1)), joint_tokens=num_tokens if num_tokens >= 2 else 0,
+                           pit=True, alpha=alpha, tuple_e_process=num_tokens >= 2, binomial=True)
+    return {"default": default, "directed": directed}
 
 
 def detect_rows(rules: Sequence[str] | None = None, cases: Sequence[str] | None = None, *, seeds: int = DEFAULT_SEEDS,
@@ -237,13 +243,12 @@ def detect_decoder_rows(suite_path: str = "suites/ci.toml", *, seeds: int = DEFA
 
 
 def per_mutant_summary(rows: Sequence[DetectRow], battery: str) -> list[dict[str, Any]]:
-    """Per rule: the worst case (largest fixed-n median / oracle) and the best case, for one battery
-    (cases without that battery -- single steps have only ``default`` -- count with ``default``)."""
+    """Per rule: the worst case (largest fixed-n median / oracle) and the best case, for one battery."""
     by_rule: dict[str, list[DetectRow]] = {}
     for row in rows:
         by_rule.setdefault(row.rule, [])
     for row in rows:
-        if row.battery == battery or (battery != "default" and row.num_tokens <= 2 and row.battery == "default"):
+        if row.battery == battery:
             by_rule[row.rule].append(row)
     out = []
     for rule, rs in by_rule.items():
