@@ -13,6 +13,11 @@ the runner's cells:
   recomputed with :func:`verifier.stats.gof_test` at the runner's per-cell level, as the runner does);
 * ``pit``: randomized PIT of every emitted token against the target's conditional probs, KS.
 
+On a transformer pair (e.g. the shipped models) the law of the first ``joint_tokens`` tokens comes
+from the runner's own float64 prefix enumeration instead, the PIT values after them are drawn iid
+Uniform(0, 1) (their law under the null) and the accepted count independently from its law
+(:class:`FloatSet`).
+
 The decoder's family rejects under the runner's gate (Holm alpha/2 + Cauchy alpha/2 over all its
 cells, :func:`verifier.bench._battery.family_rejects`, equal to ``verifier.stats.adjust``'s
 decision).  The false-alarm rate over ``--runs`` runs gets a Clopper–Pearson interval

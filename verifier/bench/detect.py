@@ -267,7 +267,7 @@ def render_markdown(rows: Sequence[DetectRow]) -> str:
         return "_no biased (rule, case) pair selected_\n"
     seeds = rows[0].seeds
     out = []
-    for battery in ("default", "directed"):
+    for battery in dict.fromkeys(r.battery for r in rows):  # batteries present, in order
         summary = per_mutant_summary(rows, battery)
         if not summary:
             continue
