@@ -191,3 +191,26 @@ def test_scorer_on_shipped_model_with_eos_padding(shipped):
     mask[torch.tensor(ctx)] = True
     expected = processed_probs(logits, sampling, mask).numpy()
     np.testing.assert_allclose(batch.probs[1, 3], expected, atol=1e-6)
+
+
+def test_tabular_cache_rollback_and_compaction_keep_the_trigram_context():
+    """Same check as on the shipped model, for TabularCache (its own column gather)."""
+    pair = standard_tabular_pairs()["trigram3"]
+    lm = TabularCausalLM(pair.target)
+    g = torch.Generator().manual_seed(1)
+    runner = CacheRunner(lm, torch.device("cpu"))
+    runner.prefill([0, 1], 2)
+    seqs = [[0, 1], [0, 1]]
+    for step in range(8):
+        tokens = torch.randint(0, 3, (2, 3), generator=g)
+        logits = runner.append(tokens)
+        for r in range(2):
+            full = seqs[r] + tokens[r].tolist()
+            expected = [float(f) for f in pair.target.probs(full)]
+            assert torch.softmax(logits[r, -1], -1).tolist() == pytest.approx(expected, abs=1e-12)
+        keep_n = torch.tensor([step % 2, 1])
+        runner.rollback(torch.arange(3)[None] < keep_n[:, None])
+        for r in range(2):
+            seqs[r] += tokens[r, : keep_n[r]].tolist()
+    assert runner.mask.shape[1] < 2 + 8 * 3  # compaction happened
+    assert runner.lengths.tolist() == [len(s) for s in seqs]

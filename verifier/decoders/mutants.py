@@ -41,7 +41,7 @@ class DecoderSpec:
         What its law is supposed to be.
     visible_when : str
         Sampling configs, k, batch and positions under which the law differs from the target's.
-    factory : callable (target, draft, num_draft_tokens) -> decoder
+    factory : callable (target, draft, num_draft_tokens, **options) -> decoder
     kernel : callable or None
         The kernel-level variant it plugs in, when the defect lives in the verify step.
     """
@@ -86,18 +86,18 @@ class KVNotRolledBackDecoder(SpeculativeDecoder):
 
 
 def _spec(kernel):
-    return lambda target, draft, k: SpeculativeDecoder(target, draft, k, kernel=kernel)
+    return lambda target, draft, k, **options: SpeculativeDecoder(target, draft, k, kernel=kernel, **options)
 
 
 def _cls(cls):
-    return lambda target, draft, k: cls(target, draft, k)
+    return lambda target, draft, k, **options: cls(target, draft, k, **options)
 
 
 _ENTRIES = [
     DecoderSpec("reference", "The reference speculative decoder (Leviathan Alg. 1 / Chen Alg. 2).", "exact",
                 "never (its law is the target's for every config, k and batch)", _spec(K.verify_chain), K.verify_chain),
     DecoderSpec("ancestral", "Plain target sampling (ignores the draft and k).", "exact",
-                "never", lambda target, draft, k: AncestralDecoder(target)),
+                "never", lambda target, draft, k, **options: AncestralDecoder(target, **options)),
     DecoderSpec("full_p_fallback", "The recovered token is drawn from the target row p instead of the residual max(0, p - q).",
                 "biased", "any config with T > 0 and any k, at the first emitted position already, whenever p != q "
                 "where both have mass; invisible when the draft is one-hot on a token with p = 0 or q == p",
@@ -151,7 +151,7 @@ def mutant_names() -> list[str]:
     return [name for name, spec in DECODER_REGISTRY.items() if spec.declared != "exact"]
 
 
-def make_decoder(name: str, target, draft, num_draft_tokens: int = 4):
+def make_decoder(name: str, target, draft, num_draft_tokens: int = 4, **options):
     """Build a registered decoder by name.
 
     Parameters
@@ -161,6 +161,8 @@ def make_decoder(name: str, target, draft, num_draft_tokens: int = 4):
     target, draft : causal LM
         As for :class:`~verifier.decoders.SpeculativeDecoder`.
     num_draft_tokens : int, default 4
+    **options
+        Passed to the decoder's constructor (e.g. ``eos_token_id``).
 
     Returns
     -------
@@ -171,10 +173,12 @@ def make_decoder(name: str, target, draft, num_draft_tokens: int = 4):
     ------
     InvalidArgumentError
         If ``name`` is not registered (the message lists the names) or ``num_draft_tokens`` is invalid.
+    TypeError
+        If ``options`` holds a keyword the decoder does not take.
     """
     spec = DECODER_REGISTRY.get(name)
     if spec is None:
         raise invalid_argument("name", name, f"one of {sorted(DECODER_REGISTRY)}")
-    decoder = spec.factory(target, draft, num_draft_tokens)
+    decoder = spec.factory(target, draft, num_draft_tokens, **options)
     decoder.name = name
     return decoder
