@@ -3,7 +3,6 @@ and a decoder from a file outside the package audited as PASS (correct) and BIAS
 
 import sys
 
-import numpy as np
 import pytest
 
 from .plugin_sources import BAD_IMPORT_PLUGIN, BAD_KERNEL_PLUGIN, BROKEN_PLUGIN, TINY_SPEC_PLUGIN

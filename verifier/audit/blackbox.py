@@ -21,7 +21,6 @@ returns ``2 * verifier.stats.samples_needed(...)``.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Sequence
 
