@@ -10,8 +10,9 @@ Generating samples and per-row probs is not timed (that is the decoder's and sco
 
 The DESIGN goal is statistics <= 5% of the time taken to sample the same tokens with the
 reference decoder; pass that time with ``--sampling-seconds`` (from ``specverify bench
-decoders``), or let ``--measure-sampling M`` time the reference decoder on the shipped models for
-M samples of one prompt and extrapolate linearly, to print the ratio.
+decoders``), or let ``--measure-sampling M`` measure it with ``verifier.bench.decoders``
+(reference speculative decoder, shipped models, batch M, T new tokens; N x prompts / samples-per-s),
+to print the ratio.
 """
 
 from __future__ import annotations
@@ -38,8 +39,8 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sampling-seconds", type=float, default=None, metavar="S",
                         help="Seconds the reference decoder takes to sample the same tokens (from 'specverify bench decoders'); prints the ratio.")
     parser.add_argument("--measure-sampling", type=int, default=0, metavar="M",
-                        help="Time the reference speculative decoder (shipped models, k=4, T=1) on M samples x T tokens "
-                             "of one prompt and extrapolate linearly to N samples x (C / T) prompts. Default: 0 (off).")
+                        help="Measure the reference speculative decoder's samples/s with 'bench decoders' code (shipped models, T=1) "
+                             "at batch M and T new tokens, and convert to the time for N samples x (C / T) prompts. Default: 0 (off).")
     parser.add_argument("--out", default=None, metavar="PATH", help="Also write the figures as JSON. Default: none.")
 
 
@@ -48,19 +49,14 @@ def _zipf(vocab: int, s: float = 1.1) -> np.ndarray:
     return w / w.sum()
 
 
-def _measure_sampling(num_samples: int, positions: int, seed: int) -> float:
-    """Seconds for the reference decoder (shipped target/draft, k = 4, T = 1) to emit ``num_samples x positions``."""
-    from verifier.decoders import make_decoder
-    from verifier.models import load_model, shipped_checkpoint
-    from verifier.sampling import SamplingConfig
+def _measure_sampling(batch: int, positions: int, seed: int) -> tuple[float, dict]:
+    """Speculative samples/s of the reference decoder from ``verifier.bench.decoders`` (shipped models,
+    its default k, T = 1) at batch ``batch`` and ``positions`` new tokens; returns (samples/s, its row)."""
+    from verifier.bench.decoders import bench_decoders
 
-    target, draft = load_model(shipped_checkpoint("target")), load_model(shipped_checkpoint("draft"))
-    decoder = make_decoder("reference", target, draft, num_draft_tokens=4)
-    sampling = SamplingConfig(temperature=1.0, top_k=None, top_p=None)
-    decoder.generate([1, 2, 3], 8, positions, sampling, seed)  # warm-up
-    t0 = time.perf_counter()
-    decoder.generate([1, 2, 3], num_samples, positions, sampling, seed)
-    return time.perf_counter() - t0
+    figures = bench_decoders(batches=(batch,), max_new_tokens=positions, repeats=1, seed=seed)
+    row = next(r for r in figures["rows"] if r["decoder"] == "speculative")
+    return float(row["samples_per_s"]), {"settings": figures["settings"], "row": row}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -125,12 +121,12 @@ def run(args: argparse.Namespace) -> int:
     figures = {"samples": args.samples, "cells": args.cells, "vocab": args.vocab, "positions": args.positions,
                "stats_seconds": total, "components": timers, "machine": machine_facts()}
     if args.measure_sampling and not args.sampling_seconds:
-        measured = _measure_sampling(args.measure_sampling, args.positions, args.seed)
+        rate, detail = _measure_sampling(args.measure_sampling, args.positions, args.seed)
         prompts = max(args.cells // args.positions, 1)
-        args.sampling_seconds = measured * (args.samples / args.measure_sampling) * prompts
-        figures.update(sampling_measured_seconds=measured, sampling_measured_samples=args.measure_sampling)
-        print(f"reference decoder: {args.measure_sampling} samples x {args.positions} tokens in {measured:.3f} s; "
-              f"extrapolated to {args.samples} samples x {prompts} prompts: {args.sampling_seconds:.1f} s")
+        args.sampling_seconds = args.samples * prompts / rate
+        figures.update(sampling_measured=detail)
+        print(f"reference speculative decoder (verifier.bench.decoders, k={detail['settings']['num_draft_tokens']}, batch {args.measure_sampling}, "
+              f"{args.positions} new tokens): {rate:.1f} samples/s -> {args.samples} samples x {prompts} prompts: {args.sampling_seconds:.1f} s")
     if args.sampling_seconds:
         ratio = total / args.sampling_seconds
         figures.update(sampling_seconds=args.sampling_seconds, ratio=ratio)
