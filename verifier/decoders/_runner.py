@@ -30,6 +30,7 @@ try:  # transformers >= 4.56: caches made of layers; we replace torch.cat growth
 except ImportError:  # pragma: no cover - older transformers keep the plain (slower) cache
     _DynamicLayer = None
 
+SELECT_HEADROOM = 32  # free KV columns kept when finished rows are dropped (a round of k + 1 <= 32 fits)
 DUMMY_TOKEN_ID = 0  # fed in slots whose mask is 0; never visible to any query that matters
 COMPACT_HOLE_FRACTION = 0.25  # compact the cache when masked holes exceed this share of its columns (measured best of 0.25/0.5)
 
@@ -199,8 +200,10 @@ if _DynamicLayer is not None:
             return self.keys, self.values
 
         def batch_select_indices(self, indices: torch.Tensor) -> None:
-            n = self.keys.shape[-2]  # one copy of the buffer, headroom included (no regrow next step)
-            self._kbuf, self._vbuf = self._kbuf.index_select(0, indices), self._vbuf.index_select(0, indices)
+            n = self.keys.shape[-2]  # one copy, with a little headroom (no regrow on the next step)
+            cap = min(self._kbuf.shape[-2], n + SELECT_HEADROOM)
+            self._kbuf = self._kbuf[..., :cap, :].index_select(0, indices)
+            self._vbuf = self._vbuf[..., :cap, :].index_select(0, indices)
             self.keys, self.values = self._kbuf[..., :n, :], self._vbuf[..., :n, :]
 
         def batch_repeat_interleave(self, repeats: int) -> None:
