@@ -16,7 +16,7 @@ import pytest
 from verifier.exact import marginal, n_token_law, standard_tabular_pairs, target_law, total_variation
 from verifier.stats import gof_test, law_probs, pit_chi2_test, pit_ks_test, randomized_pit, joint_test
 
-NUM_SAMPLES = 20_000  # PIT KS power against this bug at alpha .01 is ~1 here (p ~ 1e-9 measured)
+NUM_SAMPLES = 20_000  # measured at seed 800: mutant PIT KS p 4e-67, chi2 p 2e-146; canonical KS p 0.057, chi2 p 0.75; first-token p 0.57 / 0.49
 ALPHA = 0.01
 
 
