@@ -30,12 +30,14 @@ mutant
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol, Sequence, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, Sequence, runtime_checkable
 
 import numpy as np
-import torch
 
-from verifier.sampling import SamplingConfig
+if TYPE_CHECKING:  # annotations only: importing the protocols must not import torch
+    import torch
+
+    from verifier.sampling import SamplingConfig
 
 __all__ = ["PADDING_TOKEN_ID", "Decoder", "DecoderStats", "VerificationKernel"]
 
