@@ -171,7 +171,10 @@ class _HFKernel:
 
         pool = _POOLS.get(workers)
         if pool is None:
-            pool = _POOLS[workers] = cf.ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"))
+            method = "fork" if "fork" in mp.get_all_start_methods() else "spawn"  # fork: no re-import of torch/transformers
+            # one torch thread before any op: a forked child must never enter the parent's OpenMP pool (it would hang)
+            pool = _POOLS[workers] = cf.ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context(method),
+                                                             initializer=torch.set_num_threads, initargs=(1,))
         bounds = torch.linspace(0, batch, workers + 1).long().tolist()
         seeds = torch.randint(0, SEED_BOUND, (workers,), generator=generator).tolist()
         tasks = [(target_probs[a:b].cpu(), draft_probs[a:b].cpu(), draft_token_ids[a:b].cpu(), int(seed), self.assistant_ensemble_weight)
