@@ -113,3 +113,19 @@ def test_large_vocabulary_blind_check_flags_the_classic_causes():
     assert blind_cell_reasons(list(p), list(q), tolerance=1e-6) == []
     assert blind_cell_reasons(list(p_zero), list(hot), tolerance=1e-6)[0].startswith("full_p_fallback is invisible")
     assert "draft == target" in blind_cell_reasons(list(p), list(p), tolerance=1e-6)[0]
+
+
+def test_hf_kernel_worker_processes_are_reproducible():
+    """Rows split over 2 forked workers (one torch thread each): same seed, same emitted tokens."""
+    import torch
+
+    case = CASES["seed-3token"]
+    target, draft = case.tensors()
+    n = 4000  # 2 workers x MIN_ROWS_PER_WORKER
+    ids = torch.multinomial(draft, n, replacement=True, generator=torch.Generator().manual_seed(0)).T.contiguous()
+    args = (target.expand(n, 2, 3).contiguous(), draft.expand(n, 1, 3).contiguous(), ids)
+    kernel = make_hf_kernel(num_workers=2)
+    a = kernel(*args, torch.Generator().manual_seed(5))
+    b = kernel(*args, torch.Generator().manual_seed(5))
+    assert a.shape == (n, 2) and torch.equal(a, b)
+    assert torch.equal(a[:, 0][a[:, 1] >= 0], ids[:, 0][a[:, 1] >= 0])  # a two-token row starts with its accepted draft
