@@ -7,7 +7,7 @@ drawn iid from the rule's exact law (:func:`verifier.exact.n_token_law`) -- chea
 and fed to the harness's test battery (:mod:`verifier.bench._battery`) at family-wise alpha 0.01:
 
 * **fixed-n**: the runner's cells (gof@t, joint, randomized-PIT KS; gate = Holm + Cauchy) run
-  as one pre-registered test at each n (every n up to 40, then a 3% grid); its power curve
+  as one pre-registered test at each n (every n up to 40, then a 5% grid); its power curve
   ``power(n) = P(reject at n)`` over the seeds is the sample-size function, and "samples at which it
   rejects" has quantiles ``n_q = min{n : power(n) >= q}`` (median q = .5, p90 q = .9; no optional
   stopping: each n is a separate fixed-n test on a prefix of the seed's stream);
