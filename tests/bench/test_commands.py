@@ -17,7 +17,8 @@ def test_detect_command_prints_rows_next_to_the_oracle(capsys):
                  "--format", "json"])
     assert code == 0
     rows = json.loads(capsys.readouterr().out.split("\n_")[0])
-    assert [(r["rule"], r["case"], r["oracle_n"]) for r in rows] == [("greedy_acceptance", "seed_argmax_agree", 16)]
+    assert [(r["rule"], r["case"], r["battery"], r["oracle_n"]) for r in rows] == [
+        ("greedy_acceptance", "seed_argmax_agree", "default", 16), ("greedy_acceptance", "seed_argmax_agree", "directed", 16)]
     assert rows[0]["fixed_median"] is not None and rows[0]["fixed_median"] >= 1
 
 
