@@ -325,6 +325,13 @@ class SpeculativeDecoder:
             emitted = self._round(st, sampling, gen)
             num_emitted = (emitted != PADDING_TOKEN_ID).sum(dim=1)
             num_accepted = st["retained"]
+            if self.eos_token_id is not None:
+                # drafts after an accepted EOS are never emitted: count accepted drafts up to and
+                # including the EOS, as verifier.exact.accepted_count_law does
+                k = self.num_draft_tokens
+                pos = torch.arange(1, k + 1, device=dev)
+                first_eos = torch.where(emitted[:, :k] == self.eos_token_id, pos, k + 1).amin(dim=1)
+                num_accepted = torch.minimum(num_accepted, first_eos)
             accepted_counts.append(num_accepted[live])
             if first_round is None:
                 first_round = num_accepted.clone()
