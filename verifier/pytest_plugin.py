@@ -361,8 +361,11 @@ def _pytest_command(config: pytest.Config, nodeid: str, seed: int) -> str:
     was loaded that way rather than through its ``pytest11`` entry point)."""
     import sys
 
-    by_flag = config.pluginmanager.get_name(sys.modules[__name__]) == __name__
-    plugin = " -p verifier.pytest_plugin" if by_flag else ""
+    module = sys.modules[__name__]
+    # the entry point is named after the module, so the registered name cannot tell the two apart;
+    # plugins loaded through an installed distribution's pytest11 entry point are listed with it
+    by_entry_point = any(plugin is module for plugin, _ in config.pluginmanager.list_plugin_distinfo())
+    plugin = "" if by_entry_point else " -p verifier.pytest_plugin"
     return f"python -m pytest {shlex.quote(nodeid)}{plugin} --verifier-seed={seed}"
 
 
