@@ -125,6 +125,11 @@ def _is_kernel_function(obj: Any) -> bool:
     return len(required) == KERNEL_ARITY or (len(required) < KERNEL_ARITY <= len(positional))
 
 
+def options_shown(options: dict[str, Any]) -> str:
+    """The user's options as written (models offered by the harness are not repeated)."""
+    return repr({k: v for k, v in options.items() if isinstance(v, (str, int, float, bool, type(None), list, tuple, dict))})
+
+
 def _build(spec: str, factory: Callable[..., Any], options: dict[str, Any], context: dict[str, Callable[[], Any]] | None = None) -> Any:
     if context:
         try:
@@ -148,6 +153,8 @@ def _build(spec: str, factory: Callable[..., Any], options: dict[str, Any], cont
         pass
     try:
         return factory(**options)
+    except TypeError as exc:  # a factory forwarding **options to a constructor that does not take them
+        raise PluginLoadError(f"plugin {spec!r}: factory rejected options {options_shown(options)}: {exc}") from None
     except Exception as exc:
         raise DecoderError(f"plugin {spec!r} raised while being built: {type(exc).__name__}: {exc}") from exc
 

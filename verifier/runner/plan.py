@@ -8,16 +8,11 @@ test each) are statistics of a sample set: ``gof@t``, ``joint@1..J``, ``pit``, `
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
-import inspect
 import json
-import sys
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from verifier.errors import ConfigError, DecoderError
+from verifier.errors import ConfigError, VerifierError
 from verifier.runner.seeds import chunk_seed
 from verifier.runner.store import set_id_for
 from verifier.sampling import SamplingConfig
@@ -98,34 +93,6 @@ def plan_sample_sets(suite: Suite, prompt_ids: dict[tuple[str, str], tuple[int, 
     return plans
 
 
-def _import_attr(spec: str, where: str) -> Any:
-    module_part, attr = spec.rsplit(":", 1)
-    try:
-        if module_part.endswith(".py"):
-            path = Path(module_part)
-            mod_name = f"_specverify_plugin_{abs(hash(str(path.resolve())))}"
-            loader_spec = importlib.util.spec_from_file_location(mod_name, path)
-            if loader_spec is None or not path.is_file():
-                raise ConfigError(f"{where}={spec!r}: file {module_part!r} does not exist")
-            module = importlib.util.module_from_spec(loader_spec)
-            sys.modules[mod_name] = module
-            loader_spec.loader.exec_module(module)  # type: ignore[union-attr]
-        else:
-            module = importlib.import_module(module_part)
-    except ImportError as exc:
-        raise ConfigError(f"{where}={spec!r}: cannot import {module_part!r}: {exc}") from None
-    except ConfigError:
-        raise
-    except Exception as exc:  # the plugin's own code raised while being imported
-        raise DecoderError(f"{where}={spec!r}: importing the plugin raised {type(exc).__name__}: {exc}") from exc
-    obj: Any = module
-    for part in attr.split("."):
-        if not hasattr(obj, part):
-            raise ConfigError(f"{where}={spec!r}: {module_part!r} has no attribute {attr!r}")
-        obj = getattr(obj, part)
-    return obj
-
-
 def build_decoder(spec: DecoderSpec, pair: Any, num_draft_tokens: int, where: str) -> Any:
     """Construct the decoder of ``spec`` for one k.
 
@@ -148,21 +115,13 @@ def build_decoder(spec: DecoderSpec, pair: Any, num_draft_tokens: int, where: st
         "target_model": lambda: pair.target_model, "draft_model": lambda: pair.draft_model,
     }
     if ":" in spec.decoder:
-        factory = _import_attr(spec.decoder, where)
-        if hasattr(factory, "generate") and not inspect.isclass(factory):
-            decoder = factory
-        else:
-            try:
-                params = inspect.signature(factory).parameters
-            except (TypeError, ValueError):
-                params = {}
-            kwargs = {k: v() for k, v in context.items() if k in params and k not in spec.options}
-            try:
-                decoder = factory(**kwargs, **spec.options)
-            except TypeError as exc:
-                raise ConfigError(f"{where}={spec.decoder!r}: factory rejected options {spec.options!r}: {exc}") from None
-            except Exception as exc:
-                raise DecoderError(f"{where}={spec.decoder!r}: factory raised {type(exc).__name__}: {exc}") from exc
+        from verifier.audit.plugins import load_plugin  # one plugin loader for suites and `specverify audit`
+
+        try:
+            decoder = load_plugin(spec.decoder, "decoder", context, **spec.options)
+        except VerifierError as exc:
+            exc.args = (f"{where}: {exc}",)
+            raise
     else:
         try:
             from verifier.decoders import make_decoder
