@@ -116,6 +116,7 @@ def render(res: dict[str, Any], command: str) -> str:
         f"scipy {m.get('scipy')}; git {m.get('git_commit')}; CUDA: {'yes, ' + m.get('gpu', '') if m.get('cuda') else 'no'}. "
         f"{_load_note(res)}.", "",
     ]
+    out += ["## Summary", ""] + _summary(res) + [""]
     if "detect_rules" in res:
         doc = detect.__doc__.split("Method.", 1)[1].strip()
         out += ["## 1. Samples to detect vs the Neyman-Pearson oracle", "",
@@ -155,6 +156,42 @@ def render(res: dict[str, Any], command: str) -> str:
     if secs:
         out += ["Wall time of this report per part: " + ", ".join(f"{k} {v:.0f} s" for k, v in secs.items()) + ".", ""]
     return "\n".join(out)
+
+
+def _summary(res: dict[str, Any]) -> list[str]:
+    """Key figures, one bullet per benchmark (the sections below have the detail)."""
+    import statistics
+
+    lines = []
+    for key, what in (("detect_rules", "rule level"), ("detect_decoders", "decoder level (ci suite)")):
+        rows = res.get(key) or []
+        for battery in dict.fromkeys(r.battery for r in rows):
+            summ = detect.per_mutant_summary(rows, battery)
+            ok = [s["rule"] for s in summ if s["meets_goal_everywhere"]]
+            ratios = [r.fixed_ratio for r in rows if r.battery == battery]
+            lines.append(f"- Samples to detect, {what}, `{battery}` battery: {len(ok)} of {len(summ)} mutants at fixed-n "
+                         f"median <= {detect.GOAL_RATIO}x the Neyman-Pearson oracle on every case; median ratio over "
+                         f"{len(ratios)} (mutant, case) pairs {statistics.median(ratios):.2f}x; over the goal: "
+                         + (", ".join(s["rule"] for s in summ if not s["meets_goal_everywhere"]) or "none") + ".")
+    tp = res.get("throughput", {}).get("ratios", {})
+    if tp:
+        med = res["throughput"]["median"]
+        lines.append("- Throughput (shipped models, CPU): " + ", ".join(f"{k} {v['samples_per_s']:.1f} samples/s"
+                     for k, v in med.items()) + "; speculative / plain "
+                     + (f"{tp['speculative_vs_plain']:.2f}x (goal {throughput.GOAL_VS_PLAIN}x)" if "speculative_vs_plain" in tp else "n/a")
+                     + ", speculative / HF assisted "
+                     + (f"{tp['speculative_vs_hf_assisted']:.1f}x (goal {throughput.GOAL_VS_HF:.0f}x)" if "speculative_vs_hf_assisted" in tp else "n/a")
+                     + ".")
+    v = res.get("verdict")
+    if v is not None:
+        lines.append(f"- Time to verdict: `specverify run {v.suite}` {v.wall_seconds:.1f} s wall (goal <= "
+                     f"{time_to_verdict.GOAL_SECONDS:.0f} s), exit {v.exit_code}, every expectation met: "
+                     f"{'yes' if v.all_expectations_met else 'no'} ({len(v.decoders)} decoders).")
+    for c in res.get("calibration", []):
+        lines.append(f"- Calibration, `{c.decoder}`: {c.false_alarms} false alarms in {c.runs} null runs = {c.rate:.1e} "
+                     f"(95% CI {c.ci_low:.1e}-{c.ci_high:.1e}) vs suite alpha {c.alpha:g}.")
+    lines.append("- GPU: none lent to this task; `specverify bench gpu` is prepared (exits 2 without CUDA).")
+    return lines
 
 
 def _json_default(o: Any) -> Any:
