@@ -145,4 +145,13 @@ def decoder_identity(spec: DecoderSpec, decoder: Any, num_draft_tokens: int) -> 
         "name": spec.name, "decoder": spec.decoder, "options": spec.options,
         "class": f"{cls.__module__}.{cls.__qualname__}", "num_draft_tokens": num_draft_tokens,
         "reported_name": str(getattr(decoder, "name", "")),
+        "settings": _json_safe(getattr(decoder, "settings", None)),  # what an adapter forced (e.g. HF assisted generation)
     }
+
+
+def _json_safe(value: Any) -> Any:
+    try:
+        json.dumps(value)
+        return value
+    except (TypeError, ValueError):
+        return repr(value)

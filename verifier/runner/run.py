@@ -409,6 +409,8 @@ def _statistics(ctx: _Context, store: SampleStore, errors: dict[str, dict]):
                          "acceptance_rate": float(acc.mean() / k) if len(acc) else None,
                          "accepted_counts_hist": np.bincount(np.clip(acc, 0, k), minlength=k + 1).tolist() if len(acc) else [],
                          "first_round_accepted_reported": fra is not None})
+            first = store.read_chunk(p.set_id, 0) if chunks else None
+            info["decoder_identity"] = first.meta.get("decoder") if first is not None else None
             sets_info.append(info)
             if spec.name in errors:
                 continue
