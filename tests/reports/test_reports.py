@@ -109,3 +109,15 @@ def test_report_html_renders_in_headless_chromium(report, tmp_path):
     # non-blank: many distinct colours (text, tables, plots), not a uniform page
     assert pixels.std() > 0.05
     assert len(np.unique((pixels[::4, ::4] * 255).astype(np.uint8).reshape(-1, 3), axis=0)) > 50
+
+
+def test_support_violation_is_named_wherever_the_cell_is_listed(report):
+    """A support violation rejects a cell whatever its p-value; the reports must say why (raw p can be large)."""
+    r = copy.deepcopy(report)
+    cell = next(c for c in r["cells"] if c["decoder"] != "exact-sampler")
+    cell["support_violation"] = "emitted token 2 7 time(s) but its target prob is 0"
+    md = render_markdown(r)
+    detected = md[md.index("as expected: 4 cells"):md.index("All 8 cells")]
+    assert "support violation (counts as p = 0): emitted token 2 7 time(s)" in detected
+    assert md.count("support violation (counts as p = 0)") == 2  # the detected table and the all-cells table
+    assert render_html(r).count("support violation (counts as p = 0)") >= 2
