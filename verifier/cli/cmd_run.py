@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import copy
 import sys
+import time
 from pathlib import Path
 
 HELP = "Run a verification suite (TOML): exact stage, sampling, statistics, verdict and reports."
@@ -37,8 +38,38 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def _stage_line(stages: dict) -> str:
+    from verifier.cli import PROCESS_START
+
     total = sum(stages.values())
-    return "wall time per stage: " + ", ".join(f"{k} {v:.1f} s" for k, v in stages.items()) + f"; total {total:.1f} s"
+    return ("wall time per stage: " + ", ".join(f"{k} {v:.1f} s" for k, v in stages.items())
+            + f"; stages total {total:.1f} s; process total {time.perf_counter() - PROCESS_START:.1f} s (with start-up and imports)")
+
+
+def _comparable(raw: dict) -> dict:
+    """A suite's raw table without what `run` options may have overridden (seed, device, dtype)."""
+    out = copy.deepcopy(raw)
+    out.pop("seed", None)
+    for table in out.get("models", {}).values():
+        if isinstance(table, dict):
+            table.pop("device", None)
+            table.pop("dtype", None)
+    return out
+
+
+def _check_same_suite(path: str, stored, run_dir: str) -> None:
+    """Refuse ``run SUITE --resume RUN_DIR`` when SUITE is not the suite the run was started with:
+    the stored suite would silently be resumed in its place."""
+    from verifier.errors import ConfigError
+    from verifier.suite import load_suite
+
+    given = _comparable(load_suite(path).raw)
+    kept = _comparable(stored.raw)
+    if given != kept:
+        keys = sorted(k for k in set(given) | set(kept) if given.get(k) != kept.get(k))
+        raise ConfigError(
+            f"SUITE={path!r} differs from the suite stored in {str(Path(run_dir) / 'run.json')!r} "
+            f"(differing top-level keys: {keys}); allowed: the same suite, or no SUITE with --resume "
+            "(the stored suite is resumed); start a new run folder for a changed suite")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -55,6 +86,8 @@ def run(args: argparse.Namespace) -> int:
         suite, _ = load_run_suite(args.resume)
         if args.profile or args.seed is not None or args.device or args.dtype:
             raise ConfigError("--resume continues the stored suite; --profile, --seed, --device and --dtype cannot change it")
+        if args.suite:
+            _check_same_suite(args.suite, suite, args.resume)
         run_dir = Path(args.resume)
         print(f"resuming {run_dir} (suite {suite.name!r}, profile {suite.profile}, seed {suite.seed})")
     else:

@@ -122,6 +122,9 @@ def load_model(path_or_id: str | Path, device: str | torch.device = "cpu",
     kwargs = {"use_safetensors": True}
     if torch_dtype is not None:
         kwargs["dtype"] = torch_dtype
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # "Loading weights" bars would bury the harness's own progress output
     try:
         model = AutoModelForCausalLM.from_pretrained(str(path) if local else spec, **kwargs)
     except Exception as exc:  # transformers raises OSError/ValueError/KeyError/safetensors errors
