@@ -189,6 +189,39 @@ def _valid_shard(shard: Shard | None, plan: SampleSetPlan, index: int) -> bool:
             and shard.tokens.shape == (plan.chunk_rows(index), plan.max_new_tokens))
 
 
+# a chunk equal to an earlier chunk of its sample set (drawn with a different seed) is flagged when
+# the chance that an i.i.d. sampler repeats it is <= exp(-SEED_REUSE_NATS), whatever its law
+SEED_REUSE_NATS = 30.0  # about 1e-13
+
+
+def _check_seed_used(seen: dict[tuple[str, bytes], tuple[int, int]], plan: SampleSetPlan, index: int, seed: int,
+                     tokens: np.ndarray, decoder_name: str) -> None:
+    """Raise :class:`DecoderOutputError` when chunk ``index`` repeats an earlier chunk of its set.
+
+    Under any i.i.d. law the probability of drawing one given sequence of rows again is at most its
+    maximum-likelihood value ``exp(-n * H)`` (``H`` the empirical entropy of the rows in nats), so a
+    repeat of a sequence with ``n * H >= SEED_REUSE_NATS`` means the decoder ignored the seed (or
+    replays samples); greedy or near-constant chunks (small ``n * H``) are never flagged.
+    """
+    if tokens.shape[0] < 2:
+        return
+    import hashlib
+
+    key = (plan.set_id, hashlib.sha256(np.ascontiguousarray(tokens).tobytes()).digest())
+    earlier = seen.get(key)
+    if earlier is None:
+        seen[key] = (index, seed)
+        return
+    _, counts = np.unique(tokens, axis=0, return_counts=True)
+    freq = counts / counts.sum()
+    nats = float(-(counts * np.log(freq)).sum())
+    if nats >= SEED_REUSE_NATS and earlier[1] != seed:
+        raise DecoderOutputError(
+            f"{decoder_name} returned for chunk {index} (seed {seed}) exactly the {tokens.shape[0]} rows of chunk "
+            f"{earlier[0]} (seed {earlier[1]}) of {plan.label}: it ignores the seed or replays samples (an i.i.d. "
+            f"sampler repeats them with probability <= exp(-{nats:.0f})); allowed: independent samples for different seeds")
+
+
 def _sample(ctx: _Context, store: SampleStore, progress: bool, log: Callable[[str], None],
             select: Callable[[SampleSetPlan, int], bool] | None = None) -> dict[str, dict]:
     """Stage 3.  Returns ``{decoder name: error dict}`` for decoders that failed.
@@ -199,6 +232,7 @@ def _sample(ctx: _Context, store: SampleStore, progress: bool, log: Callable[[st
     from tqdm import tqdm
 
     errors: dict[str, dict] = ctx.preflight()
+    seen_chunks: dict[tuple[str, bytes], tuple[int, int]] = {}
     for spec in ctx.suite.decoders:
         if spec.name in errors:
             log(f"  {spec.name}: not sampled: {errors[spec.name]['message']}")
@@ -229,6 +263,7 @@ def _sample(ctx: _Context, store: SampleStore, progress: bool, log: Callable[[st
                     tokens = check_emitted_tokens(out, num_samples=rows, max_new_tokens=plan.max_new_tokens,
                                                   vocab_size=pair.vocab_size, eos_token_id=pair.eos_token_id,
                                                   decoder_name=spec.name)
+                    _check_seed_used(seen_chunks, plan, index, seed, tokens, spec.name)
                 except DecoderError as exc:
                     kept = sum(1 for i in range(plan.num_chunks) if store.chunk_path(plan.set_id, i).is_file())
                     errors[spec.name] = {

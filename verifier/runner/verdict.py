@@ -12,7 +12,7 @@ Correction (DESIGN.md "Statistical defaults"), applied separately to each decode
 
 Decoder verdict: ``BIAS DETECTED`` when any cell is rejected (or the combination test rejects), else
 ``UNDERPOWERED`` when a cell's minimum detectable effect (total variation) exceeds the suite's
-``target_mde``, else ``PASS``; ``ERROR`` when the decoder crashed or returned invalid output.
+``target_mde`` or when no cell was tested at all, else ``PASS``; ``ERROR`` when the decoder crashed or returned invalid output.
 Expectation ``pass`` is met by ``PASS``; ``detect`` by ``BIAS DETECTED`` (an invalid output of a
 ``detect`` decoder also counts as detected: the defect was found).
 """
@@ -117,6 +117,11 @@ def decide(decoder: str, expect: str, cells: list[CellResult], *, alpha: float, 
         reason = (f"{n_bias} of {len(cells)} cells rejected" if n_bias else "no single cell rejected") + (
             f"; combined p={combined:.3g} <= {level:g}" if fisher_rejects else "")
         met = expect == "detect"
+    elif not cells:
+        # nothing was tested (no sample set, or every requested test skipped): no evidence is not PASS
+        verdict = UNDERPOWERED
+        reason = "no cell was tested (no sample set, or every requested test was skipped for it): no evidence for PASS"
+        met = False
     elif any(c.verdict == CELL_UNDERPOWERED for c in cells):
         verdict = UNDERPOWERED
         worst = max((c for c in cells if c.verdict == CELL_UNDERPOWERED), key=lambda c: c.mde or 0)

@@ -318,6 +318,8 @@ def _parse_decoder_grid(r: _Reader, base: Mapping[str, Any]) -> dict[str, Any]:
     g["prompts"] = r.get_list("prompts", str, base.get("prompts"))
     g["sampling"] = r.get_list("sampling", str, base.get("sampling"))
     g["num_draft_tokens"] = r.get_list("num_draft_tokens", int, base.get("num_draft_tokens", [1]))
+    if not g["num_draft_tokens"]:
+        r._fail(r.path("num_draft_tokens"), g["num_draft_tokens"], "a non-empty list of integers >= 1")
     for k in g["num_draft_tokens"]:
         _positive(r, "num_draft_tokens", k)
     g["max_new_tokens"] = r.get("max_new_tokens", int, base.get("max_new_tokens", 4))
@@ -327,6 +329,8 @@ def _parse_decoder_grid(r: _Reader, base: Mapping[str, Any]) -> dict[str, Any]:
     g["chunk_size"] = r.get("chunk_size", int, base.get("chunk_size", 500))
     _positive(r, "chunk_size", g["chunk_size"])
     g["tests"] = r.get_list("tests", str, base.get("tests", list(TEST_NAMES)))
+    if not g["tests"]:
+        r._fail(r.path("tests"), g["tests"], "a non-empty list of " + " | ".join(map(repr, TEST_NAMES)))
     for t in g["tests"]:
         _check_choice(r, "tests", t, TEST_NAMES)
     g["gof_positions"] = r.get_list("gof_positions", int, base.get("gof_positions", [1, 2]))
