@@ -34,6 +34,7 @@ import gzip
 import io
 import json
 import math
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Sequence
@@ -208,16 +209,26 @@ def iter_jsonl_samples(path: str | Path, *, vocab_size: int | None = None, eos_t
     p = Path(path)
     if not p.is_file():
         raise SampleFileError(f"sample file {str(p)!r} does not exist; allowed: a .jsonl or .jsonl.gz file")
-    with _open_text(p, "r") as fh:
-        for number, text in enumerate(fh, start=1):
-            if not text.strip():
-                continue
-            where = f"{p.name} line {number}"
-            try:
-                obj = json.loads(text)
-            except json.JSONDecodeError as exc:
-                raise SampleFileError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from None
-            yield ImportedSample(line=number, **_parse_line(obj, where, vocab_size, eos_token_id))
+    number = 0
+    try:
+        with (gzip.open(p, "rb") if p.suffix == ".gz" else open(p, "rb")) as fh:
+            for number, raw in enumerate(fh, start=1):
+                try:
+                    text = raw.decode("utf-8")  # per line, so a bad byte is reported at its own line
+                except UnicodeDecodeError as exc:
+                    raise SampleFileError(f"{p.name} line {number}: unreadable (UnicodeDecodeError: {exc}); "
+                                          "allowed: UTF-8 JSON lines") from None
+                if not text.strip():
+                    continue
+                where = f"{p.name} line {number}"
+                try:
+                    obj = json.loads(text)
+                except json.JSONDecodeError as exc:
+                    raise SampleFileError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+                yield ImportedSample(line=number, **_parse_line(obj, where, vocab_size, eos_token_id))
+    except (OSError, EOFError, zlib.error) as exc:  # unreadable, not gzip, truncated gzip
+        raise SampleFileError(f"{p.name} line {number + 1}: unreadable ({type(exc).__name__}: {exc}); allowed: UTF-8 "
+                              "JSON lines, gzip-compressed when the name ends in .gz") from None
 
 
 def import_jsonl(path: str | Path, *, max_new_tokens: int | None = None, vocab_size: int | None = None,
