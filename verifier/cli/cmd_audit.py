@@ -130,9 +130,47 @@ def _settings(decoder) -> Any:
     return getattr(decoder, "settings", None)
 
 
+def _check_output_path(flag: str, path: str | None) -> None:
+    """Fail before any sampling when an output file cannot be created (exit 2, not a traceback at the end)."""
+    import os
+
+    from verifier.errors import ReportWriteError
+
+    if not path:
+        return
+    folder = Path(path).parent
+    if Path(path).is_dir():
+        why = "it is a folder"
+    elif not folder.is_dir() or not os.access(folder, os.W_OK):
+        why = f"{str(folder)!r} is not a writable folder"
+    else:
+        return
+    raise ReportWriteError(f"{flag}={path!r} cannot be written: {why}; allowed: a file path in an existing, writable folder")
+
+
+def _check_prompts(pair, prompts, name: str) -> None:
+    """Prompt ids must lie in the target's vocabulary and be as long as a tabular model's context."""
+    from verifier.exact.tabular import TabularLM
+
+    for prompt in prompts:
+        if not len(prompt):
+            raise invalid_argument(name, "", "at least 1 token id (the target is scored after the prompt)")
+        bad = [t for t in prompt if not 0 <= t < pair.vocab_size]
+        if bad:
+            raise invalid_argument(name, ",".join(map(str, prompt)), f"token ids in 0..{pair.vocab_size - 1} (id {bad[0]} is outside the vocabulary)")
+        for ref in (pair.reference, pair.draft_reference):
+            if isinstance(ref.model, TabularLM) and len(prompt) < ref.model.context_len:
+                raise invalid_argument(name, ",".join(map(str, prompt)), f"at least {ref.model.context_len} ids (the tabular context length)")
+
+
 def _write_json(path: str | None, payload: dict[str, Any]) -> None:
     if path:
-        Path(path).write_text(json.dumps(payload, indent=2, default=str) + "\n")
+        from verifier.errors import ReportWriteError
+
+        try:
+            Path(path).write_text(json.dumps(payload, indent=2, default=str) + "\n")
+        except OSError as exc:
+            raise ReportWriteError(f"--json={path!r} cannot be written: {exc.strerror or exc}") from None
 
 
 def _run_kernel(args) -> int:
@@ -164,6 +202,12 @@ def _run_kernel(args) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    _check_output_path("--json", args.json)
+    _check_output_path("--export", args.export)
+    if args.num_draft_tokens < 1:
+        raise invalid_argument("--num-draft-tokens", args.num_draft_tokens, "an integer >= 1")
+    if not args.blind_tolerance >= 0:
+        raise invalid_argument("--blind-tolerance", args.blind_tolerance, "a total variation >= 0")
     if args.kernel:
         return _run_kernel(args)
     from verifier.audit.plugins import load_decoder
@@ -199,6 +243,7 @@ def run(args: argparse.Namespace) -> int:
         decoder = _Recording(load_decoder(args.decoder, vocab_size=vocab, eos_token_id=eos, context=context, **dict(args.option)))
         num_samples = args.num_samples
     if pair is not None:
+        _check_prompts(pair, prompts, "--prompt-ids" if args.prompt_ids or not args.samples else f"prompt_token_ids in {args.samples}")
         _print_blind_cells(pair, prompts, sampling, args.blind_tolerance)
     if args.blackbox or args.blackbox_reference:
         from verifier.audit.blackbox import blackbox_audit
