@@ -20,6 +20,7 @@ import json
 import os
 import re
 import tempfile
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -111,7 +112,7 @@ class SampleStore:
                 meta = json.loads(str(z["meta"]))
                 fra = z["first_round_accepted"] if bool(z["has_first_round_accepted"]) else None
                 return Shard(z["tokens"], fra, z["accepted_counts"], meta)
-        except (OSError, ValueError, KeyError):
+        except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):  # truncated or corrupt shard
             return None
 
     def write_json(self, name: str, data: Any) -> Path:
