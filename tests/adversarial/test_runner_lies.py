@@ -148,3 +148,21 @@ def test_resume_with_a_changed_suite_is_refused(tmp_path, capsys):
     assert main(["run", str(changed), "--resume", str(run_dir), "--no-progress"]) == EXIT_USAGE
     err = capsys.readouterr().err
     assert "differs from the suite stored in" in err and "defaults" in err and "Traceback" not in err
+
+
+def test_replayed_chunk_in_another_order_is_caught():
+    """Shuffling a replayed chunk does not hide it: rows are compared as a multiset."""
+    from verifier.errors import DecoderOutputError
+    from verifier.runner.run import _check_seed_used
+
+    class Plan:
+        set_id, label = "s", "s"
+
+    rows = np.random.default_rng(0).integers(0, 3, size=(500, 3))
+    seen: dict = {}
+    _check_seed_used(seen, Plan, 0, 1, rows, "d")
+    with pytest.raises(DecoderOutputError, match="same 500 rows as for chunk 0"):
+        _check_seed_used(seen, Plan, 1, 2, rows[::-1].copy(), "d")
+    two = np.repeat([[0, 0, 0], [1, 1, 1]], 250, axis=0)  # 2 outcomes: a repeat of the counts is plausible
+    _check_seed_used(seen, Plan, 2, 3, two, "d")
+    _check_seed_used(seen, Plan, 3, 4, two[::-1].copy(), "d")  # no raise

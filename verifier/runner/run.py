@@ -189,37 +189,40 @@ def _valid_shard(shard: Shard | None, plan: SampleSetPlan, index: int) -> bool:
             and shard.tokens.shape == (plan.chunk_rows(index), plan.max_new_tokens))
 
 
-# a chunk equal to an earlier chunk of its sample set (drawn with a different seed) is flagged when
-# the chance that an i.i.d. sampler repeats it is <= exp(-SEED_REUSE_NATS), whatever its law
+# a chunk whose rows are, as a multiset, those of an earlier chunk of its sample set (drawn with a
+# different seed) is flagged when the chance that an i.i.d. sampler repeats them is <= exp(-SEED_REUSE_NATS)
 SEED_REUSE_NATS = 30.0  # about 1e-13
 
 
 def _check_seed_used(seen: dict[tuple[str, bytes], tuple[int, int]], plan: SampleSetPlan, index: int, seed: int,
                      tokens: np.ndarray, decoder_name: str) -> None:
-    """Raise :class:`DecoderOutputError` when chunk ``index`` repeats an earlier chunk of its set.
+    """Raise :class:`DecoderOutputError` when chunk ``index`` repeats an earlier chunk of its set
+    (the same rows in any order).
 
-    Under any i.i.d. law the probability of drawing one given sequence of rows again is at most its
-    maximum-likelihood value ``exp(-n * H)`` (``H`` the empirical entropy of the rows in nats), so a
-    repeat of a sequence with ``n * H >= SEED_REUSE_NATS`` means the decoder ignored the seed (or
-    replays samples); greedy or near-constant chunks (small ``n * H``) are never flagged.
+    Under any i.i.d. law the probability that ``n`` rows have exactly the row counts ``c`` is at
+    most the multinomial probability at the maximum-likelihood law ``c / n``:
+    ``n! / prod(c_i!) * prod((c_i / n) ** c_i)``.  A repeat whose bound is ``<= exp(-SEED_REUSE_NATS)``
+    means the decoder ignored the seed (or replays samples); greedy or near-constant chunks (bound
+    near 1) are never flagged.
     """
     if tokens.shape[0] < 2:
         return
     import hashlib
+    from math import lgamma
 
-    key = (plan.set_id, hashlib.sha256(np.ascontiguousarray(tokens).tobytes()).digest())
+    rows, counts = np.unique(tokens, axis=0, return_counts=True)  # sorted: the multiset of rows
+    key = (plan.set_id, hashlib.sha256(np.ascontiguousarray(rows).tobytes() + counts.astype(np.int64).tobytes()).digest())
     earlier = seen.get(key)
     if earlier is None:
         seen[key] = (index, seed)
         return
-    _, counts = np.unique(tokens, axis=0, return_counts=True)
-    freq = counts / counts.sum()
-    nats = float(-(counts * np.log(freq)).sum())
+    n = int(counts.sum())
+    nats = -(lgamma(n + 1) - sum(lgamma(int(c) + 1) for c in counts) + float((counts * np.log(counts / n)).sum()))
     if nats >= SEED_REUSE_NATS and earlier[1] != seed:
         raise DecoderOutputError(
-            f"{decoder_name} returned for chunk {index} (seed {seed}) exactly the {tokens.shape[0]} rows of chunk "
-            f"{earlier[0]} (seed {earlier[1]}) of {plan.label}: it ignores the seed or replays samples (an i.i.d. "
-            f"sampler repeats them with probability <= exp(-{nats:.0f})); allowed: independent samples for different seeds")
+            f"{decoder_name} returned for chunk {index} (seed {seed}) the same {n} rows as for chunk {earlier[0]} "
+            f"(seed {earlier[1]}) of {plan.label}: it ignores the seed or replays samples (an i.i.d. sampler "
+            f"repeats them with probability <= exp(-{nats:.0f})); allowed: independent samples for different seeds")
 
 
 def _sample(ctx: _Context, store: SampleStore, progress: bool, log: Callable[[str], None],
