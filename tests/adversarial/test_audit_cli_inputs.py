@@ -54,3 +54,14 @@ def test_empty_imported_prompt_is_a_usage_error(tmp_path, capsys):
     path.write_text(json.dumps({"prompt_id": "p0", "prompt_token_ids": [], "emitted_token_ids": [1, 2]}) + "\n")
     assert main(["audit", "--samples", str(path), "--target", "tabular:bigram4_eos", "--max-new-tokens", "2"]) == EXIT_USAGE
     assert "at least 1 token id" in capsys.readouterr().err
+
+
+def test_unknown_option_names_the_allowed_ones(tmp_path, capsys):
+    """A decoder factory with four parameters and an unknown --option was called 'a VerificationKernel'."""
+    path = tmp_path / "adv_four_param_plugin.py"
+    path.write_text(PLUGIN.replace("def make():", "def make(target=None, a=1, b=2, c=3):"))
+    code = main(["audit", "--decoder", f"{path}:make", "--target", "tabular:trigram3", "--option", "bogus=1"])
+    err = capsys.readouterr().err
+    assert code == EXIT_USAGE
+    assert "unexpected keyword argument 'bogus'" in err and "allowed options: ['target', 'a', 'b', 'c']" in err
+    assert "VerificationKernel" not in err

@@ -141,7 +141,10 @@ def _build(spec: str, factory: Callable[..., Any], options: dict[str, Any], cont
     try:
         inspect.signature(factory).bind(**options)
     except TypeError as exc:
-        if _is_kernel_function(factory):
+        if "unexpected keyword" in str(exc):
+            names = [n for n, p in inspect.signature(factory).parameters.items() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+            hint = f" -- allowed options: {names}"
+        elif _is_kernel_function(factory):
             hint = " -- it looks like a VerificationKernel (four positional arguments), not a Decoder factory"
         elif "missing" in str(exc):
             hint = (" -- give it with --option NAME=VALUE; `target`, `draft`, `vocab_size`, `eos_token_id` are offered "
