@@ -5,6 +5,7 @@ the report counts only valid chunks (and says so), a resume samples that chunk a
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from verifier.runner.store import SampleStore, Shard
 
@@ -17,3 +18,15 @@ def test_truncated_shard_reads_as_missing(tmp_path):
     assert store.read_chunk("set", 0) is None
     path.write_bytes(b"")
     assert store.read_chunk("set", 0) is None
+
+
+@pytest.mark.parametrize("text", ["{}", "[1]", '{"suite": 3}'])
+def test_run_json_without_a_suite_is_a_usage_error(tmp_path, capsys, text):
+    """`specverify report` on a folder whose run.json is JSON but not ours raised KeyError/TypeError."""
+    from verifier.cli import main
+    from verifier.errors import EXIT_USAGE
+
+    (tmp_path / "run.json").write_text(text)
+    assert main(["report", str(tmp_path)]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "not a run file of spec-verifier" in err and "Traceback" not in err

@@ -94,7 +94,11 @@ def load_run_suite(run_dir: str | Path) -> tuple[Suite, dict[str, Any]]:
         raise ConfigError(f"RUN_DIR={str(run_dir)!r} is not a run folder: {RUN_FILE} is missing") from None
     except (OSError, ValueError) as exc:
         raise ConfigError(f"{path}: unreadable run file: {exc}") from None
-    return Suite.from_dict(info["suite"]), info
+    stored = info.get("suite") if isinstance(info, dict) else None
+    if not isinstance(stored, dict) or not {"raw", "source", "base_dir"} <= set(stored):
+        raise ConfigError(f"{path}: not a run file of spec-verifier (no 'suite' object with raw, source, base_dir); "
+                          "allowed: the run.json that `specverify run` wrote")
+    return Suite.from_dict(stored), info
 
 
 class _Context:
