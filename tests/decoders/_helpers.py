@@ -6,30 +6,11 @@ from collections import Counter
 from fractions import Fraction
 
 import numpy as np
-import torch
 from scipy import stats
 
-from verifier.exact import TabularLM
-from verifier.sampling import SamplingConfig, processed_probs
+from verifier.models import processed_tabular  # noqa: F401  (re-exported for the tests)
 
 MIN_EXPECTED = 5  # pool categories (sorted by expected count, descending) until each bin expects >= 5
-
-
-def processed_tabular(lm: TabularLM, sampling: SamplingConfig) -> TabularLM:
-    """The table the decoders actually sample from under ``sampling``, as exact rationals.
-
-    Each row goes through :func:`verifier.sampling.processed_probs` on ``log(row)`` (float64); the
-    float64 entries are converted to Fractions exactly and renormalised, so the result differs from
-    the decoder's float64 probs by float64 rounding only.
-    """
-    table = {}
-    for ctx in lm.contexts:
-        row = torch.tensor([float(f) for f in lm.probs(ctx)], dtype=torch.float64)
-        logits = torch.where(row > 0, row.log(), torch.full_like(row, -float("inf")))
-        probs = [Fraction(float(v)) for v in processed_probs(logits, sampling).tolist()]
-        total = sum(probs)
-        table[ctx] = [v / total for v in probs]
-    return TabularLM(table, lm.vocab_size, lm.context_len, eos_token_id=lm.eos_token_id, name=f"{lm.name}|{sampling.label()}")
 
 
 def chisquare_vs_law(samples: np.ndarray, law: dict[tuple, Fraction]) -> tuple[float, float]:

@@ -12,27 +12,11 @@ from __future__ import annotations
 from collections import defaultdict
 from fractions import Fraction
 
-import torch
-
 from verifier.exact import TabularLM, get_rule, n_token_law
 from verifier.protocols import PADDING_TOKEN_ID
-from verifier.sampling import SamplingConfig, processed_probs
+from verifier.models.tabular import processed_tabular  # re-exported for the benchmarks
 
 __all__ = ["processed_tabular", "tokens_and_accepted_law", "marginal_tokens"]
-
-
-def processed_tabular(lm: TabularLM, sampling: SamplingConfig) -> TabularLM:
-    """The table a decoder samples from under ``sampling``, as Fractions (rows of
-    :func:`verifier.sampling.processed_probs` applied to ``log(row)``, renormalised exactly)."""
-    table = {}
-    for ctx in lm.contexts:
-        row = torch.tensor([float(f) for f in lm.probs(ctx)], dtype=torch.float64)
-        logits = torch.where(row > 0, row.log(), torch.full_like(row, -float("inf")))
-        probs = [Fraction(float(v)) for v in processed_probs(logits, sampling).tolist()]
-        total = sum(probs)
-        table[ctx] = [v / total for v in probs]
-    return TabularLM(table, lm.vocab_size, lm.context_len, eos_token_id=lm.eos_token_id,
-                     name=f"{lm.name}|{sampling.label()}")
 
 
 def tokens_and_accepted_law(target: TabularLM, draft: TabularLM, prefix: tuple[int, ...], num_draft_tokens: int,

@@ -4,9 +4,10 @@ See docs/ARCHITECTURE.md.  ``python -m verifier.models.train`` rebuilds the ship
 """
 
 from verifier.models.loading import SHIPPED_NAMES, load_model, load_tokenizer, resolve_dtype, shipped_checkpoint
-from verifier.models.tabular import TabularCache, TabularCausalLM
+from verifier.models.tabular import TabularCache, TabularCausalLM, processed_tabular
 
 __all__ = [
+    "processed_tabular",
     "SHIPPED_NAMES",
     "TabularCache",
     "TabularCausalLM",

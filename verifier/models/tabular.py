@@ -22,8 +22,9 @@ import torch
 
 from verifier.errors import invalid_argument
 from verifier.exact.tabular import TabularLM
+from verifier.sampling import SamplingConfig, processed_probs
 
-__all__ = ["TabularCausalLM", "TabularCache"]
+__all__ = ["TabularCausalLM", "TabularCache", "processed_tabular"]
 
 
 @dataclass
@@ -164,3 +165,44 @@ class TabularCausalLM(torch.nn.Module):
         logits = self.table_logits[row]
         new_cache = TabularCache(ids, mask) if use_cache else None
         return SimpleNamespace(logits=logits, cache=new_cache, past_key_values=new_cache)
+
+
+def processed_tabular(lm: TabularLM, sampling: SamplingConfig) -> TabularLM:
+    """The table a decoder actually samples from under ``sampling``, as exact rationals.
+
+    Each row goes through :func:`verifier.sampling.processed_probs` on ``log(row)`` (float64); the
+    float64 entries are converted to Fractions exactly and renormalised, so the result differs from
+    a decoder's float64 processed probs by float64 rounding only.  Feed it to ``verifier.exact``
+    (``target_law``, ``n_token_law``) to get the exact law of a decoder at T != 1 or with top-k/top-p.
+
+    Parameters
+    ----------
+    lm : TabularLM
+        The unprocessed table.
+    sampling : SamplingConfig
+        Must not set ``repetition_penalty`` (it depends on the whole context, not a table row).
+
+    Returns
+    -------
+    TabularLM
+        Same vocabulary, context length and EOS; name ``"<name>|<sampling label>"``.
+
+    Raises
+    ------
+    InvalidArgumentError
+        If ``sampling.repetition_penalty`` is set.
+    """
+    from fractions import Fraction
+
+    if sampling.repetition_penalty is not None:
+        raise invalid_argument("sampling.repetition_penalty", sampling.repetition_penalty,
+                               "None (a repetition penalty depends on the whole context, not one table row)")
+    table = {}
+    for ctx in lm.contexts:
+        row = torch.tensor([float(f) for f in lm.probs(ctx)], dtype=torch.float64)
+        logits = torch.where(row > 0, row.log(), torch.full_like(row, -float("inf")))
+        probs = [Fraction(float(v)) for v in processed_probs(logits, sampling).tolist()]
+        total = sum(probs)
+        table[ctx] = [v / total for v in probs]
+    return TabularLM(table, lm.vocab_size, lm.context_len, eos_token_id=lm.eos_token_id,
+                     name=f"{lm.name}|{sampling.label()}")
