@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from verifier.cli._summary import print_outcome
+
 HELP = "Combine shard run folders (specverify run --shard I/N) into one run: statistics, verdict, reports."
 
 DEFAULT_REPORT_DIR = "reports"  # like `specverify run`: <report-dir>/<suite>/<run id>/
@@ -36,10 +38,5 @@ def run(args: argparse.Namespace) -> int:
         suite, _ = load_run_suite(args.run_dirs[0])
         out = new_run_dir(args.report_dir, suite)
     outcome = merge_runs(args.run_dirs, out, allow_partial=args.allow_partial)
-    report = outcome.report
-    for d in report["decoders"]:
-        mark = "ok" if d["expectation_met"] else f"EXPECTED {d['expect'].upper()}"
-        print(f"  {d['decoder']:<28} expect {d['expect']:<6} -> {d['verdict']:<14} [{mark}] {d['reason']}")
-    print(f"verdict: {report['verdict']} (exit {outcome.exit_code})")
-    print(f"reports: {outcome.run_dir}/report.html, report.md, report.json, junit.xml")
+    print_outcome(outcome)
     return outcome.exit_code

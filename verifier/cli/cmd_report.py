@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from verifier.cli._summary import print_outcome
+
 HELP = "Regenerate report.json/.md/.html and junit.xml of a run folder from its stored samples (no resampling)."
 
 
@@ -16,10 +18,5 @@ def run(args: argparse.Namespace) -> int:
     from verifier.runner import analyze_run
 
     outcome = analyze_run(args.run_dir, out_dir=args.out)
-    report = outcome.report
-    for d in report["decoders"]:
-        mark = "ok" if d["expectation_met"] else f"EXPECTED {d['expect'].upper()}"
-        print(f"  {d['decoder']:<28} expect {d['expect']:<6} -> {d['verdict']:<14} [{mark}]")
-    print(f"verdict: {report['verdict']} (exit {outcome.exit_code})")
-    print(f"reports: {outcome.run_dir}/report.html, report.md, report.json, junit.xml")
+    print_outcome(outcome)
     return outcome.exit_code

@@ -8,6 +8,8 @@ import sys
 import time
 from pathlib import Path
 
+from verifier.cli._summary import print_outcome
+
 HELP = "Run a verification suite (TOML): exact stage, sampling, statistics, verdict and reports."
 
 DEFAULT_REPORT_DIR = "reports"  # runs go to <report-dir>/<suite name>/<run id>/
@@ -121,17 +123,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"when every shard is done: specverify merge {run_dir} ...")
         return 3 if done.errors else 0
     outcome = run_suite(suite, run_dir, resume=bool(args.resume), progress=not args.no_progress)
-    report = outcome.report
     print()
-    for d in report["decoders"]:
-        mark = "ok" if d["expectation_met"] else f"EXPECTED {d['expect'].upper()}"
-        print(f"  {d['decoder']:<28} expect {d['expect']:<6} -> {d['verdict']:<14} [{mark}] {d['reason']}")
-    if report["exact"].get("ran"):
-        ex = report["exact"]
-        print(f"  exact stage: {len(ex['findings'])} findings, " + ("every rule as declared" if ex["ok"] else f"WRONG: {', '.join(ex['wrong_rules'])}"))
-    for e in report.get("stopped", []):
-        print(f"  {e['decoder']} stopped at {e['set']}, chunk {e['chunk']}: {e['message']}")
-    print(f"verdict: {report['verdict']} (exit {outcome.exit_code})")
-    print(f"reports: {outcome.run_dir}/report.html, report.md, report.json, junit.xml")
+    print_outcome(outcome)
     print(_stage_line(outcome.stage_seconds))
     return outcome.exit_code
