@@ -65,10 +65,20 @@ def sample_from_probs(weights: torch.Tensor, uniforms: torch.Tensor) -> torch.Te
     """
     cdf = torch.cumsum(weights, dim=-1)
     x = uniforms * cdf[:, -1]
-    idx = (cdf <= x[:, None]).sum(dim=-1)  # first index whose cdf exceeds x; zero-weight tokens skipped
-    # x can round up to the row total: fall back to the last token with positive weight
-    last_positive = weights.shape[-1] - 1 - torch.argmax((weights.flip(-1) > 0).to(torch.int8), dim=-1)
-    return torch.minimum(idx, last_positive)
+    # first index whose cdf exceeds x (= number of cdf entries <= x; cdf is non-decreasing, so a
+    # binary search gives the same index as counting); zero-weight tokens are skipped
+    idx = torch.searchsorted(cdf, x[:, None], right=True)[:, 0]
+    # x can round up to the row total (idx = vocab, or past trailing zero weights): fall back to
+    # the last token with positive weight.  Only rows without x < total can need it (x < total
+    # puts idx at or before the last positive weight), so it runs on those rows only; they also
+    # catch NaN rows, which count no cdf entry <= NaN and so give token 0.
+    over = ~(x < cdf[:, -1])
+    if bool(over.any()):
+        w, c = weights[over], cdf[over]
+        count = (c <= x[over][:, None]).sum(dim=-1)
+        last_positive = w.shape[-1] - 1 - torch.argmax((w.flip(-1) > 0).to(torch.int8), dim=-1)
+        idx[over] = torch.minimum(count, last_positive)
+    return idx
 
 
 def residual_or_target(target_row: torch.Tensor, draft_row: torch.Tensor) -> torch.Tensor:
