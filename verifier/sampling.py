@@ -143,10 +143,11 @@ def processed_probs(
     x = torch.as_tensor(logits).to(torch.float64)
     if x.ndim == 0 or x.shape[-1] == 0:
         raise invalid_argument("logits.shape", tuple(x.shape), "(..., vocab) with vocab >= 1")
-    if torch.isnan(x).any() or torch.isposinf(x).any():
-        raise invalid_argument("logits", "<contains NaN or +inf>", "finite values or -inf")
-    if (x == -math.inf).all(dim=-1).any():
-        raise invalid_argument("logits", "<a row is all -inf>", "at least one finite logit per row")
+    if not math.isfinite(float(x.sum())):  # a finite sum means every logit is finite: one pass, no checks needed
+        if torch.isnan(x).any() or torch.isposinf(x).any():
+            raise invalid_argument("logits", "<contains NaN or +inf>", "finite values or -inf")
+        if (x == -math.inf).all(dim=-1).any():
+            raise invalid_argument("logits", "<a row is all -inf>", "at least one finite logit per row")
 
     if sampling.repetition_penalty is not None and sampling.repetition_penalty != 1.0:
         if context_token_mask is None:
@@ -161,7 +162,8 @@ def processed_probs(
         out = torch.zeros_like(x)
         return out.scatter_(-1, x.argmax(dim=-1, keepdim=True), 1.0)  # argmax: first max = lowest id
 
-    x = x / float(sampling.temperature)
+    if sampling.temperature != 1:  # x / 1.0 == x exactly: skip the copy
+        x = x / float(sampling.temperature)
     vocab = x.shape[-1]
     if sampling.top_k is not None and sampling.top_k < vocab:
         kth = torch.topk(x, sampling.top_k, dim=-1).values[..., -1:]
