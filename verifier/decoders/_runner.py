@@ -200,7 +200,19 @@ if _DynamicLayer is not None:
             return self.keys, self.values
 
         def batch_select_indices(self, indices: torch.Tensor) -> None:
-            n = self.keys.shape[-2]  # one copy, with a little headroom (no regrow on the next step)
+            n, m = self.keys.shape[-2], indices.numel()
+            moved = (indices != torch.arange(m, device=indices.device)).nonzero()[:, 0]
+            src = indices[moved]
+            if m <= self._kbuf.shape[0] and (src.numel() == 0 or int(src.min()) >= m):
+                # keep the first m rows, overwriting the moved ones from rows beyond m (never read
+                # after being written): copies only the moved rows, in place
+                for buf in (self._kbuf, self._vbuf):
+                    used = buf[..., :n, :]
+                    used[moved] = used[src]
+                self._kbuf, self._vbuf = self._kbuf[:m], self._vbuf[:m]
+                self.keys, self.values = self._kbuf[..., :n, :], self._vbuf[..., :n, :]
+                return
+            # any other selection: one copy, with a little headroom (no regrow on the next step)
             cap = min(self._kbuf.shape[-2], n + SELECT_HEADROOM)
             self._kbuf = self._kbuf[..., :cap, :].index_select(0, indices)
             self._vbuf = self._vbuf[..., :cap, :].index_select(0, indices)

@@ -60,11 +60,22 @@ def _right_aligned(emitted: torch.Tensor, start: torch.Tensor, stop: torch.Tenso
 
 
 def _rows_to_keep(live: torch.Tensor) -> torch.Tensor | None:
-    """Indices of live rows when enough rows finished to be worth a cache copy, else None."""
-    dead = live.numel() - int(live.sum())
+    """Batch positions of the live rows when enough rows finished to be worth dropping, else None.
+
+    Order (a swap-remove): the first ``num_live`` positions keep their row when it is live; each
+    finished row among them is replaced by one of the live rows beyond ``num_live``, in order.  A
+    cache then copies only the moved rows, in place (``_runner.CacheRunner.select_rows``), not
+    every live row.  Rows are independent samples and each round draws fresh uniforms, so which
+    batch position a row occupies does not change its law.
+    """
+    num_live = int(live.sum())
+    dead = live.numel() - num_live
     if dead == 0 or (dead < DROP_FRACTION * live.numel() and dead < live.numel()):
         return None
-    return live.nonzero()[:, 0]
+    keep = torch.arange(num_live, device=live.device)
+    holes = (~live[:num_live]).nonzero()[:, 0]
+    keep[holes] = live[num_live:].nonzero()[:, 0] + num_live  # as many live rows beyond num_live as holes before it
+    return keep
 
 
 class _Output:
