@@ -76,11 +76,16 @@ class CacheRunner:
         True where a cached column is visible to later queries.
     lengths : torch.Tensor, shape (batch,), int64
         Visible tokens per row (the next position id).
+
+    ``reserve_columns`` (optional) is the number of cache columns the caller expects to need: the
+    KV buffers are allocated that wide at the first growth instead of doubling their way there
+    (each doubling copies the whole cache).  Wider needs still grow by doubling.
     """
 
-    def __init__(self, model, device: torch.device) -> None:
+    def __init__(self, model, device: torch.device, reserve_columns: int = 0) -> None:
         self.model = model
         self.device = device
+        self.reserve_columns = int(reserve_columns)
         self.cache = None
         self._cache_kwarg = cache_kwarg(model)
         self.mask = torch.zeros(0, 0, dtype=torch.bool, device=device)
@@ -99,7 +104,7 @@ class CacheRunner:
                          position_ids=torch.arange(ids.shape[1], device=self.device)[None],
                          use_cache=True, **{self._cache_kwarg: None})
         self.cache = output_cache(out)
-        _use_buffered_layers(self.cache)
+        _use_buffered_layers(self.cache, self.reserve_columns)
         if batch != 1:
             self.cache.batch_repeat_interleave(batch)
         self.mask = torch.ones(batch, ids.shape[1], dtype=torch.bool, device=self.device)
@@ -121,7 +126,7 @@ class CacheRunner:
         out = self.model(input_ids=ids, attention_mask=full_mask.to(torch.int64), position_ids=position_ids,
                          use_cache=True, **{self._cache_kwarg: self.cache})
         if self.cache is None:  # first forward without a prefill (1-token prompt): cache created here
-            _use_buffered_layers(output_cache(out))
+            _use_buffered_layers(output_cache(out), self.reserve_columns)
         self.cache = output_cache(out)
         self.mask = full_mask
         self.lengths = self.lengths + steps[:, -1]
@@ -181,6 +186,8 @@ if _DynamicLayer is not None:
         writes its new columns in place instead of ``torch.cat``-ing the whole cache (measured: the
         cat was the largest single cost of batched decoding on CPU)."""
 
+        min_capacity = 32  # columns allocated at the first growth (CacheRunner's reserve_columns when larger)
+
         def adopt(self, keys: torch.Tensor, values: torch.Tensor) -> None:
             self._kbuf, self._vbuf = keys, values
             self.keys, self.values = keys, values
@@ -188,7 +195,7 @@ if _DynamicLayer is not None:
         def update(self, key_states, value_states, *args, **kwargs):
             n, m = self.keys.shape[-2], key_states.shape[-2]
             if n + m > self._kbuf.shape[-2]:
-                cap = max(2 * (n + m), 32)
+                cap = self.min_capacity if n + m <= self.min_capacity else 2 * (n + m)
                 kbuf = key_states.new_empty(*key_states.shape[:2], cap, key_states.shape[-1])
                 vbuf = value_states.new_empty(*value_states.shape[:2], cap, value_states.shape[-1])
                 kbuf[..., :n, :] = self.keys
@@ -222,7 +229,7 @@ if _DynamicLayer is not None:
             self.adopt(self.keys.repeat_interleave(repeats, dim=0), self.values.repeat_interleave(repeats, dim=0))
 
 
-def _use_buffered_layers(cache) -> None:
+def _use_buffered_layers(cache, min_capacity: int = 0) -> None:
     """Swap plain DynamicLayers of a filled cache for :class:`_BufferedLayer` (same data)."""
     layers = getattr(cache, "layers", None)
     if _DynamicLayer is None or layers is None:
@@ -232,6 +239,7 @@ def _use_buffered_layers(cache) -> None:
             new = _BufferedLayer.__new__(_BufferedLayer)
             new.__dict__.update(layer.__dict__)
             new.adopt(layer.keys, layer.values)
+            new.min_capacity = max(_BufferedLayer.min_capacity, int(min_capacity))
             layers[i] = new
 
 

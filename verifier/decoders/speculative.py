@@ -20,7 +20,8 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from verifier.decoders._runner import CacheRunner, check_prompt, model_device, model_eos_token_id, model_vocab_size
+from verifier.decoders._runner import (COMPACT_HOLE_FRACTION, CacheRunner, check_prompt, model_device, model_eos_token_id,
+                                       model_vocab_size)
 from verifier.decoders.kernels import sample_from_probs, verify_chain
 from verifier.errors import ModelLoadError, invalid_argument
 from verifier.protocols import PADDING_TOKEN_ID, DecoderStats
@@ -152,7 +153,7 @@ class AncestralDecoder:
         prompt = _generate_iv(prompt_ids, num_samples, max_new_tokens, sampling, seed, self.vocab_size, self.min_prompt_len)
         t0 = time.perf_counter()
         gen = torch.Generator(device=self.device).manual_seed(int(seed))
-        runner = CacheRunner(self.target, self.device)
+        runner = CacheRunner(self.target, self.device, reserve_columns=len(prompt) + max_new_tokens)  # one column a step
         runner.prefill(prompt[:-1], num_samples)
         rows = torch.arange(num_samples, device=self.device)
         live = torch.ones(num_samples, dtype=torch.bool, device=self.device)
@@ -319,7 +320,11 @@ class SpeculativeDecoder:
         t0 = time.perf_counter()
         dev = self.device
         gen = torch.Generator(device=dev).manual_seed(int(seed))
-        st = {"target": CacheRunner(self.target, dev), "draft": CacheRunner(self.draft, dev)}
+        # cache columns: visible tokens (prompt + emitted, up to k + 1 past max_new_tokens) plus the
+        # masked holes, at most COMPACT_HOLE_FRACTION of the columns after a rollback, plus one round
+        k = self.num_draft_tokens
+        reserve = int((len(prompt) + max_new_tokens + k + 1) / (1 - COMPACT_HOLE_FRACTION)) + k + 1
+        st = {"target": CacheRunner(self.target, dev, reserve), "draft": CacheRunner(self.draft, dev, reserve)}
         st["target"].prefill(prompt[:-1], num_samples)
         st["draft"].prefill(prompt[:-1], num_samples)
         last = torch.full((num_samples,), prompt[-1], dtype=torch.int64, device=dev)
@@ -339,7 +344,6 @@ class SpeculativeDecoder:
             if self.eos_token_id is not None:
                 # drafts after an accepted EOS are never emitted: count accepted drafts up to and
                 # including the EOS, as verifier.exact.accepted_count_law does
-                k = self.num_draft_tokens
                 pos = torch.arange(1, k + 1, device=dev)
                 first_eos = torch.where(emitted[:, :k] == self.eos_token_id, pos, k + 1).amin(dim=1)
                 num_accepted = torch.minimum(num_accepted, first_eos)
