@@ -53,9 +53,23 @@ def test_throughput_measure_runs_each_decoder(tmp_path):
     job = dict(target=str(tmp_path / "t"), draft=str(tmp_path / "d"), num_samples=8, max_new_tokens=6,
                num_draft_tokens=2, device="cpu", dtype=None, seed=0)
     for kind in ("plain", "speculative"):
-        res = throughput.measure({**job, "decoder": kind})
-        assert res["samples_per_s"] > 0 and res["peak_rss_mib"] > 0
+        res = throughput.measure({**job, "decoder": kind, "threads": 1})
+        assert res["samples_per_s"] > 0 and res["peak_rss_mib"] > 0 and res["torch_threads"] == 1
     assert 0 <= res["acceptance_rate"] <= 1
+    costs = throughput.measure({**job, "decoder": "costs"})
+    for key in ("target_1_batchN_s", "target_3_batchN_s", "draft_1_batchN_s", "draft_2_batchN_s",
+                "target_1_batch1_s", "target_3_batch1_s", "draft_1_batch1_s", "draft_2_batch1_s"):
+        assert costs[key] > 0, key
+    med = {"plain": {"samples_per_s": 10.0, "tokens_per_s": 60.0, "num_samples": 8, "peak_rss_mib": 1.0},
+           "speculative": {"samples_per_s": 5.0, "tokens_per_s": 30.0, "num_samples": 8, "acceptance_rate": 0.5,
+                           "peak_rss_mib": 1.0}}
+    arith = throughput._cost_arithmetic(costs, med, threads=1)
+    assert arith["emitted_per_round"] == 2.0
+    assert arith["bound_speculative_vs_plain"] == pytest.approx(
+        2.0 * costs["target_1_batchN_s"] / (costs["target_3_batchN_s"] + costs["draft_2_batchN_s"] + costs["draft_1_batchN_s"]))
+    res = {"settings": {**job, "threads": 1, "num_samples": 8, "hf_samples": 0, "repeats": 1}, "median": med,
+           "ratios": {"speculative_vs_plain": 0.5}, "costs": arith, "errors": []}
+    assert "forward passes alone cap speculative / plain" in throughput.render_markdown(res)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal without CUDA")
