@@ -57,12 +57,26 @@ def test_gof_size(law):
     probs, n = LAWS[law]
     rng = np.random.default_rng(100 + list(LAWS).index(law))
     counts = rng.multinomial(n, probs, size=RUNS)
-    asym = sum(gof_test(c, probs, alpha=ALPHA, num_bootstrap=0).pvalue <= ALPHA for c in counts)
-    assert gof_test(counts[0], probs, alpha=ALPHA).method == "asymptotic"
+    asym = sum(gof_test(c, probs, alpha=ALPHA, num_bootstrap=0, pvalue_method="asymptotic").pvalue <= ALPHA for c in counts)
+    assert gof_test(counts[0], probs, alpha=ALPHA, pvalue_method="asymptotic").method == "asymptotic"
     assert_size(asym, f"GOF asymptotic, {law}")
     assert np.count_nonzero(gof_pvalues(counts, probs) <= ALPHA) == asym
     mc = sum(gof_test(c, probs, alpha=ALPHA, pvalue_method="monte-carlo", num_resamples=999, rng=rng, num_bootstrap=0).pvalue <= ALPHA for c in counts[:RUNS])
     assert_size(mc, f"GOF Monte Carlo, {law}")
+
+
+@pytest.mark.parametrize("law, n", [("vocab3", 12), ("vocab8", 60)])
+def test_gof_small_sample_monte_carlo_size(law, n):
+    """Seed 150+n; the small-sample regime (finer pooling, Monte Carlo p-value) at n far below the
+    10-per-category rule.  Run i uses B = 1999 + i null draws, so each run has its own null sample
+    (the size is unconditional, as for a user who runs once)."""
+    probs, _ = LAWS[law]
+    rng = np.random.default_rng(150 + n)
+    counts = rng.multinomial(n, probs, size=RUNS)
+    res = [gof_test(c, probs, alpha=ALPHA, num_resamples=1999 + i, num_bootstrap=0) for i, c in enumerate(counts)]
+    assert all("small-sample monte-carlo" in r.method for r in res)  # alone, or min with the 10-floor test x 2
+    # discrete statistic at tiny n: the exact size may sit below alpha, never above it
+    assert_size(sum(r.pvalue <= ALPHA for r in res), f"GOF small-sample Monte Carlo, {law} n={n}", two_sided=False)
 
 
 @pytest.mark.parametrize("law", LAWS)

@@ -47,7 +47,7 @@ def test_pooling_is_data_blind_and_keeps_every_supported_token(probs, n):
 def test_statistic_equals_scipy_chisquare_on_pooled_counts():
     probs = np.array([0.4, 0.3, 0.2, 0.05, 0.03, 0.02])
     counts = np.array([41, 28, 22, 6, 2, 1])
-    res = gof_test(counts, probs)
+    res = gof_test(counts, probs, pvalue_method="asymptotic")
     # pooled at n=100: {0}, {1}, {2}, {3,4,5}
     assert res.pooled_categories == [[0], [1], [2], [3, 4, 5]] and res.df == 3
     ref = stats.chisquare([41, 28, 22, 9], 100 * np.array([0.4, 0.3, 0.2, 0.1]))
@@ -98,8 +98,10 @@ def test_verdicts_pass_and_underpowered():
     ok = gof_test([200, 500, 300], [0.2, 0.5, 0.3])
     assert ok.verdict(target_tv=0.2) == PASS
     assert ok.verdict(target_tv=0.01) == UNDERPOWERED  # MDE at n=1000 is ~0.08 TV
-    tiny = gof_test([2, 3, 1], [0.2, 0.5, 0.3])
+    tiny = gof_test([0, 1, 0], [0.2, 0.5, 0.3])
     assert tiny.method == "untestable" and tiny.verdict(target_tv=0.5) == UNDERPOWERED
+    small = gof_test([1, 0, 1], [0.2, 0.5, 0.3])  # n = 2: testable by Monte Carlo, but blind to TV 0.5
+    assert small.method == "small-sample monte-carlo" and small.verdict(target_tv=0.5) == UNDERPOWERED
 
 
 def test_effect_estimate_covers_the_true_tv():
@@ -116,7 +118,7 @@ def test_gof_pvalues_matches_gof_test():
     probs = np.array([0.5, 0.25, 0.15, 0.07, 0.03])
     counts = rng.multinomial(300, probs, size=5)
     vec = gof_pvalues(counts, probs)
-    assert vec == pytest.approx([gof_test(c, probs, num_bootstrap=0).pvalue for c in counts])
+    assert vec == pytest.approx([gof_test(c, probs, num_bootstrap=0, pvalue_method="asymptotic").pvalue for c in counts])
 
 
 def test_token_counts_skips_padding_and_checks_range():
@@ -149,3 +151,44 @@ def test_invalid_options():
         gof_test([1, 2], [0.5, 0.5], pvalue_method="exact")
     with pytest.raises(InvalidArgumentError, match="^rng="):
         gof_test([1, 2], [0.5, 0.5], rng="seed")
+
+
+def test_small_sample_regime_keeps_categories_the_10_floor_would_merge():
+    # n = 30: the 10-floor pools {0}, {1, 2, 3}; the small-sample regime keeps every token with
+    # expected count >= 1 apart and refers Pearson's statistic to its Monte Carlo null law
+    # (the 10-floor test keeps 2 categories here, so the cell is the min of both p-values, x 2)
+    probs = [0.5, 0.2, 0.2, 0.1]
+    res = gof_test([15, 6, 6, 3], probs, alpha=0.01)
+    assert "min of 2 poolings" in res.method and res.pvalue > 0.5
+    fine = gof_test([15, 6, 6, 3], probs, alpha=0.01, min_expected=30)  # 10-floor replaced by 30: one category
+    assert fine.method == "small-sample monte-carlo" and fine.num_categories == 4 and fine.min_expected == 1.0
+    assert fine.num_resamples == 2000
+    assert gof_test([15, 6, 6, 3], probs, pvalue_method="asymptotic").num_categories == 2
+    # same arguments, same p-value (the null sample is seeded by the law, n and B)
+    assert gof_test([15, 6, 6, 3], probs, alpha=0.01).pvalue == res.pvalue
+
+
+def test_small_sample_regime_sees_tokens_never_emitted():
+    """Test the tester at n = 40, alpha 0.001: a mutant that emits token 2 three times too often and
+    never tokens 3 and 4 (TV 0.2).  The 10-floor pooling merges {2, 3, 4} into one tail category
+    whose count matches its expectation exactly (p = 1); the small-sample regime keeps them apart
+    and rejects.  A sample from the target itself (seed 3) passes."""
+    probs = np.array([0.4, 0.3, 0.1, 0.1, 0.1])
+    biased = [16, 12, 12, 0, 0]
+    fine = gof_test(biased, probs, alpha=0.001)
+    coarse = gof_test(biased, probs, alpha=0.001, pvalue_method="asymptotic")
+    assert fine.method.startswith("small-sample monte-carlo") and fine.pvalue <= 0.001
+    assert coarse.num_categories == 3 and coarse.pvalue > 0.5
+    ok = np.random.default_rng(3).multinomial(40, probs)
+    assert gof_test(ok, probs, alpha=0.001).pvalue > 0.001
+
+
+def test_vectorised_auto_matches_gof_test_in_the_small_sample_regime():
+    probs = np.array([0.4, 0.3, 0.1, 0.1, 0.1])
+    counts = np.random.default_rng(5).multinomial(40, probs, size=50)
+    vec = gof_pvalues(counts, probs, pvalue_method="auto", alpha=0.001)
+    one = np.array([gof_test(c, probs, alpha=0.001, num_bootstrap=0).pvalue for c in counts])
+    # gof_test stops its Monte Carlo early (Besag-Clifford) only once 20 draws reached the observed
+    # value, i.e. at p >~ 20 / B; below that both use the same first B draws of one stream
+    small = vec < 2 * 20 / 2000
+    assert small.any() and np.allclose(vec[small], one[small])

@@ -325,7 +325,8 @@ def _tv_per_w(support_probs: tuple) -> float:
     return float(np.sqrt(np.max(ps * (1 - ps))))
 
 
-def min_detectable_effect(n, expected_probs, alpha: float = 0.01, power: float = DEFAULT_POWER) -> MinDetectableEffect:
+def min_detectable_effect(n, expected_probs, alpha: float = 0.01, power: float = DEFAULT_POWER, *,
+                          min_expected: float = MIN_EXPECTED_COUNT) -> MinDetectableEffect:
     """Minimum detectable effect of the pooled Pearson GOF test at ``n`` (noncentral chi-square).
 
     Parameters
@@ -336,6 +337,9 @@ def min_detectable_effect(n, expected_probs, alpha: float = 0.01, power: float =
         Target probs of the cell; pooled data-blind at ``n`` as the test does.
     alpha : float, default 0.01
     power : float, default 0.99
+    min_expected : float, default 10
+        Pooling floor of the test (:func:`verifier.stats.gof_test` uses 1 in its small-sample
+        Monte Carlo regime; the noncentral chi-square is then an approximation of its power).
 
     Returns
     -------
@@ -358,7 +362,7 @@ def min_detectable_effect(n, expected_probs, alpha: float = 0.01, power: float =
     probs = check_probs(expected_probs, "expected_probs")
     n = check_positive_int(n, "n")
     alpha, power = check_alpha(alpha), check_fraction(power, "power")
-    pooling = _pool(probs, n, MIN_EXPECTED_COUNT)
+    pooling = _pool(probs, n, float(min_expected))
     df = pooling.num_categories - 1
     if df < 1:
         return MinDetectableEffect(w=math.inf, tv=math.inf, n=n, alpha=alpha, power=power, df=max(df, 0))

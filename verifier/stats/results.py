@@ -66,8 +66,8 @@ class CellTestResult:
         Which test: ``"gof"``, ``"joint"``, ``"conditional"``, ``"accepted-count"``, ``"pit-ks"``,
         ``"pit-chi2"``, ``"two-sample-chi2"``, ``"two-sample-ks"``, ``"e-process"``.
     method : str
-        How the p-value was obtained (``"asymptotic"``, ``"monte-carlo"``, ``"permutation"``,
-        ``"exact"``, ``"anytime-valid"``).
+        How the p-value was obtained (``"asymptotic"``, ``"monte-carlo"``, ``"small-sample
+        monte-carlo"``, ``"permutation"``, ``"exact"``, ``"anytime-valid"``).
     n : int
         Observations used (after dropping padding).
     df : int or None
@@ -85,6 +85,8 @@ class CellTestResult:
     support_violations : tuple of SupportViolation
     num_resamples : int
         Monte Carlo or permutation draws used (0 for asymptotic p-values).
+    min_expected : float
+        Pooling floor the test used (10; 1 in :func:`verifier.stats.gof_test`'s small-sample regime).
     """
 
     statistic: float
@@ -100,6 +102,7 @@ class CellTestResult:
     mde: MinDetectableEffect | None = None
     support_violations: tuple = ()
     num_resamples: int = 0
+    min_expected: float = 10.0
 
     def __iter__(self):
         return iter((self.statistic, self.pvalue))
