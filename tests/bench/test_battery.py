@@ -83,13 +83,3 @@ def test_tokens_and_accepted_law_marginals(sampling):
         assert acc == accepted_count_law(t, d, pair.prefix, 2, rule)
 
 
-def test_binomial_cell_is_bonferroni_over_exact_one_sided_binomial_tests():
-    expected = np.array([0.5, 0.3, 0.2, 0.0])
-    counts = np.array([[30, 5, 15, 0], [20, 20, 10, 0], [50, 0, 0, 0]])
-    ours = __import__("verifier.bench._battery", fromlist=["x"]).binomial_cell_pvalues([("gof@1", None, expected)], [counts])
-    for row, got in zip(counts, ours):
-        n = int(row.sum())
-        per = [min(1.0, 2 * min(stats.binomtest(int(x), n, e, alternative="less").pvalue,
-                                stats.binomtest(int(x), n, e, alternative="greater").pvalue))
-               for x, e in zip(row[:3], expected[:3])]
-        assert np.isclose(got, min(1.0, 3 * min(per)))

@@ -21,15 +21,20 @@ class TableSampler:
 
     ``bias`` > 0 replaces the target row by ``(1 - bias) * target + bias * draft`` at every step:
     a decoder whose output law is at TV ``bias * TV(target, draft)`` from the target's.
+    ``sharpen`` != 1 raises every row to that power and renormalises (a temperature error:
+    ``sharpen = 1 / T_used`` for a target meant to run at T = 1).
     """
 
     def __init__(self, target_model: TabularLM, draft_model: TabularLM, bias: float = 0.0,
                  crash_after_calls: int | None = None, garbage: bool = False, sleep_s: float = 0.0,
-                 report_accepted: bool = False, num_draft_tokens: int = 1) -> None:
+                 report_accepted: bool = False, num_draft_tokens: int = 1, sharpen: float = 1.0) -> None:
         self.target, self.draft = target_model, draft_model
         self.table = target_model.float_table()
         mix = draft_model.float_table()
         self.table = (1 - bias) * self.table + bias * mix
+        if sharpen != 1.0:
+            powered = self.table ** sharpen
+            self.table = powered / powered.sum(axis=-1, keepdims=True)
         self.crash_after_calls = crash_after_calls
         self.garbage = garbage
         self.sleep_s = sleep_s

@@ -7,6 +7,10 @@ the runner's cells are computed exactly as :mod:`verifier.runner.analysis` does:
 ``gof@t``     Pearson chi-square of emitted token t (``vocab + 1`` categories, the last = ended)
               against its marginal, data-blind pooling (:func:`verifier.stats.gof_pvalues`).
 ``joint``     the same on the tuple of the first ``joint_tokens`` emitted tokens.
+              Both use :func:`verifier.stats.gof_test`'s ``"auto"`` p-values, small-sample
+              regime included (finer pooling + Monte Carlo), at the runner's per-cell level.
+``surprisal`` mean surprisal of the first ``min(joint_tokens, N)`` emitted tokens against the
+              entropy of their exact law (:mod:`verifier.stats.surprisal`).
 ``pit``       randomized PIT of every emitted token against the target's conditional probs,
               one-sample KS (exact Kolmogorov law up to 10,000 values, as ``scipy.stats.kstest``).
 gate          Holm at alpha/2 over the cells plus the Cauchy combination at alpha/2 (the
@@ -34,10 +38,11 @@ import numpy as np
 from scipy import stats
 
 from verifier.protocols import PADDING_TOKEN_ID
+from verifier.runner.verdict import cell_level
 from verifier.stats import e_process, gof_pvalues
+from verifier.stats.surprisal import surprisal_pvalues
 
-__all__ = ["BatterySpec", "TupleLaw", "FirstRejections", "first_rejections", "family_rejects", "ks_uniform_pvalues", "n_grid",
-           "binomial_cell_pvalues"]
+__all__ = ["BatterySpec", "TupleLaw", "FirstRejections", "first_rejections", "family_rejects", "ks_uniform_pvalues", "n_grid"]
 
 KS_EXACT_MAX = 10_000  # scipy.stats.kstest (method "auto") uses the exact Kolmogorov law up to here
 KS_EXACT_BELOW = 0.05  # above this (Stephens' approximation, abs. error < 1e-2) the exact p cannot change a decision
@@ -56,31 +61,28 @@ class BatterySpec:
         Positions t of the ``gof@t`` cells (suite default ``[1, 2]``), kept when ``t <= num_tokens``.
     joint_tokens : int
         J of the joint cell (suite default 2); 0 or ``J > num_tokens`` drops it.
+    surprisal : bool
+        Include the surprisal cell on the first ``min(joint_tokens, num_tokens)`` tokens.
     pit : bool
         Include the randomized-PIT KS cell.
     alpha : float
         Family-wise level (the benchmark uses 0.01).
     tuple_e_process : bool
         Sequential battery only: add an e-process on the whole emitted tuple.
-    binomial : bool
-        Candidate cell (not in the runner): ``binom`` = every category of every count cell tested
-        alone with an exact two-sided binomial test (``2 min(P(X <= x), P(X >= x))``), Bonferroni
-        over all those categories.  Exact at any n -- no pooling threshold -- so it sees a token
-        that a mutant never (or always) emits long before the pooled chi-square can.
     """
 
     gof_positions: tuple[int, ...] = (1, 2)
     joint_tokens: int = 2
+    surprisal: bool = True
     pit: bool = True
     alpha: float = 0.01
     tuple_e_process: bool = False
-    binomial: bool = False
 
     def label(self) -> str:
         parts = [f"gof@{','.join(map(str, self.gof_positions))}"] if self.gof_positions else []
         parts += [f"joint@1..{self.joint_tokens}"] if self.joint_tokens else []
+        parts += ["surprisal"] if self.surprisal else []
         parts += ["pit"] if self.pit else []
-        parts += ["binom"] if self.binomial else []
         return " + ".join(parts)
 
 
@@ -131,6 +133,14 @@ class TupleLaw:
             v[self.index[o]] = float(Fraction(p)) if not isinstance(p, float) else p
         return v / v.sum()
 
+    def window(self, tokens: int) -> tuple[np.ndarray, np.ndarray]:
+        """(category of each outcome (O,), law over categories) of the first ``tokens`` emitted tokens."""
+        base = self.vocab + 1
+        code = np.zeros(len(self.outcomes), dtype=np.int64)
+        for t in range(tokens):
+            code = code * base + self.categories[:, t]
+        return code, np.bincount(code, weights=self.target, minlength=base ** tokens)
+
     def cell_codes(self, spec: BatterySpec) -> list[tuple[str, np.ndarray, np.ndarray]]:
         """``(cell id, category of each outcome (O,), expected law over categories)`` per count cell."""
         cells = []
@@ -141,10 +151,7 @@ class TupleLaw:
                 cells.append((f"gof@{t}", code, np.bincount(code, weights=self.target, minlength=base)))
         j = spec.joint_tokens
         if j and j <= self.num_tokens:
-            code = np.zeros(len(self.outcomes), dtype=np.int64)
-            for t in range(j):
-                code = code * base + self.categories[:, t]
-            cells.append((f"joint@1..{j}", code, np.bincount(code, weights=self.target, minlength=base ** j)))
+            cells.append((f"joint@1..{j}",) + self.window(j))
         return cells
 
 
@@ -155,27 +162,6 @@ def family_rejects(pvalues: np.ndarray, alpha: float) -> np.ndarray:
     holm_any = p.min(axis=1) <= alpha / (2 * m)
     combined = stats.cauchy.sf(np.mean(np.tan((0.5 - p) * np.pi), axis=1))
     return holm_any | (combined <= alpha / 2)
-
-
-def binomial_cell_pvalues(count_cells: list, cell_counts: list[np.ndarray]) -> np.ndarray:
-    """The candidate ``binom`` cell: min over categories of exact two-sided binomial p-values, Bonferroni.
-
-    Parameters
-    ----------
-    count_cells : list of (name, code, expected)
-    cell_counts : list of np.ndarray, shape (runs, categories)
-        Counts of each count cell, same order.
-    """
-    pmin, total = None, 0
-    for (_, _, expected), counts in zip(count_cells, cell_counts):
-        keep = expected > 0
-        e, x = expected[keep], counts[:, keep]
-        n = x.sum(axis=1, keepdims=True)
-        two_sided = 2 * np.minimum(stats.binom.cdf(x, n, e), stats.binom.sf(x - 1, n, e))
-        cell_min = two_sided.min(axis=1)
-        pmin = cell_min if pmin is None else np.minimum(pmin, cell_min)
-        total += int(keep.sum())
-    return np.minimum(1.0, pmin * total)
 
 
 def ks_uniform_pvalues(u: np.ndarray) -> np.ndarray:
@@ -274,8 +260,12 @@ def first_rejections(tl: TupleLaw, alt: np.ndarray, spec: BatterySpec, *, seeds:
         Also run the e-process battery.
     """
     count_cells = tl.cell_codes(spec)
-    names = tuple(c[0] for c in count_cells) + (("pit",) if spec.pit else ()) + (("binom",) if spec.binomial else ())
+    sw = min(spec.joint_tokens or tl.num_tokens, tl.num_tokens)  # surprisal window (runner: min(joint_tokens, max_new_tokens))
+    s_code, s_law = tl.window(sw) if spec.surprisal else (None, None)
+    names = (tuple(c[0] for c in count_cells) + ((f"surprisal@1..{sw}",) if spec.surprisal else ())
+             + (("pit",) if spec.pit else ()))
     m = len(names)
+    level = cell_level(spec.alpha, m, "gate")  # the runner's per-cell level: Monte Carlo resolution
     rngs = [np.random.default_rng([seed, s]) for s in range(seeds)]
     ids = np.stack([r.choice(len(alt), size=max_n, p=alt) for r in rngs])  # (S, max_n)
     first_violation = np.where(tl.violation[ids].any(axis=1), np.argmax(tl.violation[ids], axis=1) + 1, np.inf)
@@ -294,16 +284,20 @@ def first_rejections(tl: TupleLaw, alt: np.ndarray, spec: BatterySpec, *, seeds:
         prev = n
         a = np.arange(seeds)
         pv = np.ones((a.size, m))
-        all_counts = []
         for j, (_, code, expected) in enumerate(count_cells):
             cell_counts = np.zeros((a.size, expected.size), dtype=np.int64)
             np.add.at(cell_counts.T, code, counts[a].T)
-            pv[:, j] = gof_pvalues(cell_counts, expected)
-            all_counts.append(cell_counts)
+            pv[:, j] = gof_pvalues(cell_counts, expected, pvalue_method="auto", alpha=level)
+        col = len(count_cells)
+        if spec.surprisal:
+            s_counts = np.zeros((a.size, s_law.size), dtype=np.int64)
+            np.add.at(s_counts.T, s_code, counts[a].T)
+            clean = ~(s_counts[:, s_law == 0] > 0).any(axis=1)  # rows with a violation are rejected below anyway
+            if clean.any():
+                pv[clean, col], _ = surprisal_pvalues(s_counts[clean], s_law, alpha=level)
+            col += 1
         if spec.pit:
-            pv[:, len(count_cells)] = ks_uniform_pvalues(u[a, :n].reshape(a.size, -1))
-        if spec.binomial:
-            pv[:, -1] = binomial_cell_pvalues(count_cells, all_counts)
+            pv[:, col] = ks_uniform_pvalues(u[a, :n].reshape(a.size, -1))
         rejected = family_rejects(pv, spec.alpha) | (first_violation[a] <= n)
         grid.append(n)
         power.append(float(rejected.mean()))

@@ -8,9 +8,13 @@ draws the sample set's ``samples`` rows from it (multinomial counts over the joi
 cells keep their dependence: tokens and accepted counts come from the same rows) and computes
 the runner's cells:
 
-* ``gof@t`` / ``joint@1..J`` / ``accepted``: pooled Pearson chi-square (asymptotic p-value; where the
-  runner would switch to Monte Carlo -- per-cell level below 1e-4 -- every p-value under 0.05 is
-  recomputed with :func:`verifier.stats.gof_test` at the runner's per-cell level, as the runner does);
+* ``gof@t`` / ``joint@1..J`` / ``accepted``: pooled Pearson chi-square with
+  :func:`verifier.stats.gof_test`'s ``"auto"`` p-values at the runner's per-cell level, small-sample
+  regime included (:func:`verifier.stats.gof.gof_pvalues_from_codes`; its Monte Carlo null
+  sample is the very one the runner draws for that law and n, so the rate is that of the suite as
+  it runs).  Where the runner's 10-floor test could also switch to Monte Carlo -- per-cell level
+  below 1e-4 -- every p-value under 0.05 is recomputed with :func:`verifier.stats.gof_test`;
+* ``surprisal@1..J``: summed surprisal of the first J tokens (:mod:`verifier.stats.surprisal`);
 * ``pit``: randomized PIT of every emitted token against the target's conditional probs, KS.
 
 On a transformer pair (e.g. the shipped models) the law of the first ``joint_tokens`` tokens comes
@@ -39,6 +43,7 @@ from scipy import stats
 from verifier.bench._battery import TupleLaw, family_rejects, ks_uniform_pvalues, BatterySpec
 from verifier.bench._common import md_table
 from verifier.errors import ConfigError, invalid_argument
+from verifier.stats.surprisal import surprisal_pvalues, surprisal_pvalues_from_totals, surprisal_scores
 
 __all__ = ["HELP", "SimulatedSet", "FloatSet", "CalibrationResult", "suite_null_sets", "simulate_null_pvalues", "calibrate",
            "register", "run", "render_markdown"]
@@ -62,6 +67,7 @@ class SimulatedSet:
     joint_accepted: np.ndarray  # (J,) accepted count of each joint outcome
     joint_probs: np.ndarray  # (J,) null probs
     count_cells: list  # (name, code over tuple outcomes, expected probs)
+    surprisal: tuple | None  # (window code over tuple outcomes, window law) of the surprisal cell
     pit: bool
     accepted_expected: np.ndarray | None
     cells: tuple[str, ...]
@@ -89,6 +95,7 @@ class FloatSet:
     joint: np.ndarray  # (V + 1) ** J, flattened, last index of each axis = ended
     gof_positions: tuple[int, ...]
     joint_cell: bool
+    surprisal: bool
     pit: bool
     pit_lo: np.ndarray  # (J, codes) mass ranked before the emitted token, NaN when ended
     pit_width: np.ndarray  # (J, codes)
@@ -105,7 +112,11 @@ def _float_set(label: str, plan, spec, pair) -> FloatSet:
     n_tok = plan.max_new_tokens
     j = spec.joint_tokens if "joint" in spec.tests and n_tok >= spec.joint_tokens else 0
     positions = tuple(t for t in spec.gof_positions if t <= n_tok) if "gof" in spec.tests else ()
-    depth = max([j, *positions, 1])
+    sw = min(spec.joint_tokens, n_tok) if "surprisal" in spec.tests else 0  # the runner's surprisal window
+    depth = max([j, sw, *positions, 1])
+    if sw and sw != depth:
+        raise ConfigError(f"{label}: surprisal window {sw} < depth {depth} of the simulated law; allowed for a transformer "
+                          "pair: gof positions <= joint_tokens")
     if positions and max(positions) > max(j, 1) or (not j and positions and max(positions) > 1):
         raise ConfigError(f"{label}: gof positions {positions} beyond joint_tokens={j}; allowed for a transformer "
                           "pair: gof positions <= joint_tokens (the simulation draws the first J tokens jointly)")
@@ -137,13 +148,14 @@ def _float_set(label: str, plan, spec, pair) -> FloatSet:
         width[t, live] = cond[pre[live], x[live]]
         alive = live & ((x != eos) if eos is not None else True)
     acc = None
-    names = [f"gof@{t}" for t in positions] + ([f"joint@1..{j}"] if j else []) + (["pit"] if "pit" in spec.tests else [])
+    names = ([f"gof@{t}" for t in positions] + ([f"joint@1..{j}"] if j else []) + ([f"surprisal@1..{sw}"] if sw else [])
+             + (["pit"] if "pit" in spec.tests else []))
     if "accepted" in spec.tests and n_tok >= plan.num_draft_tokens + 1:
         acc = expected.accepted_count_law(pair.reference, pair.draft_reference, tuple(plan.prompt_ids), plan.sampling,
                                           plan.num_draft_tokens)
         names.append("accepted")
-    return FloatSet(label, plan.samples, vocab, depth, joint, positions, bool(j), "pit" in spec.tests, lo, width, alive,
-                    n_tok - depth, acc, tuple(names))
+    return FloatSet(label, plan.samples, vocab, depth, joint, positions, bool(j), bool(sw), "pit" in spec.tests, lo, width,
+                    alive, n_tok - depth, acc, tuple(names))
 
 
 def _simulate_float(s: FloatSet, runs: int, rng: np.random.Generator, cell_alpha: float) -> np.ndarray:
@@ -157,9 +169,12 @@ def _simulate_float(s: FloatSet, runs: int, rng: np.random.Generator, cell_alpha
         digits = np.unravel_index(codes, shape)
         for t in s.gof_positions:
             marg = s.joint.reshape(shape).sum(axis=tuple(a for a in range(s.joint_tokens) if a != t - 1))
-            cols[f"gof@{t}"].append(_pooled_gof(digits[t - 1], marg, s.samples, cell_alpha, rng))
+            cols[f"gof@{t}"].append(_pooled_gof(digits[t - 1], marg, cell_alpha, rng))
         if s.joint_cell:
-            cols[f"joint@1..{s.joint_tokens}"].append(_pooled_gof(codes, s.joint, s.samples, cell_alpha, rng))
+            cols[f"joint@1..{s.joint_tokens}"].append(_pooled_gof(codes, s.joint, cell_alpha, rng))
+        if s.surprisal:
+            cols[f"surprisal@1..{s.joint_tokens}"].append(
+                surprisal_pvalues_from_totals(surprisal_scores(s.joint)[codes].sum(axis=1), s.samples, s.joint, alpha=cell_alpha)[0])
         if s.pit:
             u = s.pit_lo[:, codes] + rng.random((s.joint_tokens,) + codes.shape) * s.pit_width[:, codes]  # (J, r, n)
             parts = [u.transpose(1, 2, 0).reshape(r, -1)]
@@ -212,8 +227,9 @@ def suite_null_sets(suite_path: str, profile: str | None = None) -> tuple[Any, d
             bspec = BatterySpec(gof_positions=tuple(t for t in spec.gof_positions if t <= n_tok) if "gof" in spec.tests else (),
                                 joint_tokens=jt, pit="pit" in spec.tests)
             cells = tl.cell_codes(bspec)
+            sw = min(spec.joint_tokens, n_tok) if "surprisal" in spec.tests else 0
             acc_expected = None
-            names = [c[0] for c in cells] + (["pit"] if bspec.pit else [])
+            names = [c[0] for c in cells] + ([f"surprisal@1..{sw}"] if sw else []) + (["pit"] if bspec.pit else [])
             if "accepted" in spec.tests and n_tok >= k + 1:
                 acc_expected = np.zeros(k + 1)
                 for (tokens, a), p in joint.items():
@@ -222,42 +238,38 @@ def suite_null_sets(suite_path: str, profile: str | None = None) -> tuple[Any, d
             sets.append(SimulatedSet(
                 label=f"{spec.name} | {plan.prompt} | {plan.sampling_name} | k={k}", samples=plan.samples, tuple_law=tl,
                 joint_outcome=np.array([tl.index[t] for t, _ in keys]), joint_accepted=np.array([a for _, a in keys]),
-                joint_probs=np.array([float(joint[key]) for key in keys]), count_cells=cells, pit=bspec.pit,
+                joint_probs=np.array([float(joint[key]) for key in keys]), count_cells=cells,
+                surprisal=tl.window(sw) if sw else None, pit=bspec.pit,
                 accepted_expected=acc_expected, cells=tuple(names)))
         out[spec.name] = sets
     return suite, out
 
 
 def _gof_pvalues_runner(counts: np.ndarray, expected: np.ndarray, cell_alpha: float, rng: np.random.Generator) -> np.ndarray:
-    from verifier.stats import gof_pvalues, gof_test
-    from verifier.stats.gof import ASYMPTOTIC_MIN_ALPHA
+    from verifier.stats import gof_pvalues
 
-    p = gof_pvalues(counts, expected)
-    if cell_alpha < ASYMPTOTIC_MIN_ALPHA:  # gof_test("auto") may switch to Monte Carlo near such tiny alphas
-        for i in np.flatnonzero(p < MC_RECHECK_BELOW):
-            p[i] = gof_test(counts[i], expected, alpha=cell_alpha, rng=rng, num_bootstrap=0).pvalue
-    return p
+    return _recheck(gof_pvalues(counts, expected, pvalue_method="auto", alpha=cell_alpha), lambda i: counts[i], expected,
+                    cell_alpha, rng)
 
 
-def _pooled_gof(codes: np.ndarray, expected: np.ndarray, n: int, cell_alpha: float, rng: np.random.Generator) -> np.ndarray:
-    """Per run (row of ``codes``, shape (runs, n), category ids) the runner's GOF p-value, pooling first
-    (data-blind, so pooling the counts before the test changes nothing) to keep big cells cheap."""
-    from verifier.stats import pool_categories
-
-    pooling = pool_categories(expected, n)
-    groups = pooling.groups[codes]
-    g = pooling.num_categories
-    runs = codes.shape[0]
-    pooled = np.bincount((groups + (np.arange(runs) * (g + 1))[:, None] + 1).ravel(), minlength=runs * (g + 1))
-    pooled = pooled.reshape(runs, g + 1)[:, 1:]  # column 0: group -1 (expected 0), never drawn under the null
-    p = _gof_pvalues_runner(pooled, pooling.expected_probs, 1.0, rng)  # cell_alpha 1: asymptotic here ...
+def _recheck(p: np.ndarray, counts_of, expected: np.ndarray, cell_alpha: float, rng: np.random.Generator) -> np.ndarray:
+    """Where ``gof_test`` ("auto") could differ from the vectorised p-value -- its 10-floor test
+    switches to Monte Carlo near per-cell levels below 1e-4 -- recompute it the runner's way."""
     from verifier.stats.gof import ASYMPTOTIC_MIN_ALPHA, gof_test
 
-    if cell_alpha < ASYMPTOTIC_MIN_ALPHA:  # ... and the runner's own call where it could differ
+    if cell_alpha < ASYMPTOTIC_MIN_ALPHA:
         for i in np.flatnonzero(p < MC_RECHECK_BELOW):
-            counts = np.bincount(codes[i], minlength=expected.size)
-            p[i] = gof_test(counts, expected, alpha=cell_alpha, rng=rng, num_bootstrap=0).pvalue
+            p[i] = gof_test(counts_of(i), expected, alpha=cell_alpha, rng=rng, num_bootstrap=0).pvalue
     return p
+
+
+def _pooled_gof(codes: np.ndarray, expected: np.ndarray, cell_alpha: float, rng: np.random.Generator) -> np.ndarray:
+    """Per run (row of ``codes``, shape (runs, n), category ids) the runner's GOF p-value, counting
+    per pooled category only (data-blind pooling, so that changes nothing) to keep big cells cheap."""
+    from verifier.stats.gof import gof_pvalues_from_codes
+
+    p = gof_pvalues_from_codes(codes, expected, pvalue_method="auto", alpha=cell_alpha)
+    return _recheck(p, lambda i: np.bincount(codes[i], minlength=expected.size), expected, cell_alpha, rng)
 
 
 def simulate_null_pvalues(sset, runs: int, rng: np.random.Generator, cell_alpha: float) -> np.ndarray:
@@ -273,6 +285,11 @@ def simulate_null_pvalues(sset, runs: int, rng: np.random.Generator, cell_alpha:
         cc = np.zeros((runs, expected.size), dtype=np.int64)
         np.add.at(cc.T, code, tuple_counts.T)
         cols.append(_gof_pvalues_runner(cc, expected, cell_alpha, rng))
+    if sset.surprisal is not None:
+        code, law = sset.surprisal
+        sc = np.zeros((runs, law.size), dtype=np.int64)
+        np.add.at(sc.T, code, tuple_counts.T)
+        cols.append(surprisal_pvalues(sc, law, alpha=cell_alpha)[0])
     if sset.pit:
         pit = np.empty(runs)
         for s in range(0, runs, _RUN_CHUNK):

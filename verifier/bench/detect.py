@@ -14,12 +14,12 @@ and fed to the harness's test battery (:mod:`verifier.bench._battery`) at family
 * **sequential**: Dirichlet-multinomial e-processes on the count cells, union bound over cells,
   stopped at the first row where one crosses ``m / alpha`` (anytime-valid).
 
-Two batteries: ``default`` = the suite defaults (gof@1,2 + joint@1..2 + pit) and ``directed`` =
-every position of the compared window (gof@1..N + joint@1..N + pit) plus a candidate cell the
-runner does not have yet, ``binom`` (every category alone, exact two-sided binomial, Bonferroni:
-no pooling threshold, so a token a mutant never emits shows at small n); its sequential form adds
-an e-process on the whole N-token tuple.  Over ``--seeds`` streams (default 100) the median and 90th percentile
-are reported next to the oracle n: the smallest n at which the most powerful (likelihood-ratio)
+Two batteries: ``default`` = the suite defaults (gof@1,2 + joint@1..2 + surprisal@1..2 + pit) and
+``window`` = every position of the compared window, as ``suites/ci.toml`` configures its tabular sets
+(gof@1..N + joint@1..N + surprisal@1..N + pit); its sequential form adds an e-process on the whole
+N-token tuple.  Count cells use :func:`verifier.stats.gof_test`'s small-sample regime (finer pooling
+with Monte Carlo p-values) exactly as the runner does.  Over ``--seeds`` streams (default 100) the
+median and 90th percentile are reported next to the oracle n: the smallest n at which the most powerful (likelihood-ratio)
 test of the target law against the rule's law reaches power 0.99 at alpha 0.01
 (:mod:`verifier.bench._oracle`, exact enumeration or saddlepoint).  Ratio = median / oracle n (the
 issue's figure); ``n99 / oracle`` compares like with like (the battery's own power-0.99 n, from
@@ -100,15 +100,15 @@ class DetectRow:
 def batteries(num_tokens: int, alpha: float) -> dict[str, BatterySpec]:
     """The two batteries measured on a case comparing ``num_tokens`` emitted tokens.
 
-    ``default``: the suite defaults (gof@1,2, joint@1..2, pit).  ``directed``: every position of the
-    compared window (gof@1..N, joint@1..N when N >= 2, pit), the candidate exact per-category
-    binomial cell (``binom``, :class:`verifier.bench._battery.BatterySpec`), and for the sequential
-    form an e-process on the whole N-token tuple as well.
+    ``default``: the suite defaults (gof@1,2, joint@1..2, surprisal@1..2, pit).  ``window``: every
+    position of the compared window (gof@1..N, joint@1..N when N >= 2, surprisal@1..N, pit), as
+    ``suites/ci.toml`` sets its tabular sample sets, and for the sequential form an e-process on
+    the whole N-token tuple as well.
     """
-    default = BatterySpec(gof_positions=(1, 2), joint_tokens=2, pit=True, alpha=alpha)
-    directed = BatterySpec(gof_positions=tuple(range(1, num_tokens + 1)), joint_tokens=num_tokens if num_tokens >= 2 else 0,
-                           pit=True, alpha=alpha, tuple_e_process=num_tokens >= 2, binomial=True)
-    return {"default": default, "directed": directed}
+    default = BatterySpec(gof_positions=(1, 2), joint_tokens=2, surprisal=True, pit=True, alpha=alpha)
+    window = BatterySpec(gof_positions=tuple(range(1, num_tokens + 1)), joint_tokens=num_tokens if num_tokens >= 2 else 0,
+                         surprisal=True, pit=True, alpha=alpha, tuple_e_process=num_tokens >= 2)
+    return {"default": default, "window": window}
 
 
 def detect_rows(rules: Sequence[str] | None = None, cases: Sequence[str] | None = None, *, seeds: int = DEFAULT_SEEDS,
@@ -235,7 +235,8 @@ def detect_decoder_rows(suite_path: str = "suites/ci.toml", *, seeds: int = DEFA
         tl = TupleLaw(c.target_law, lambda pre, t=c.target, pr=c.prefix: t.probs(pr + tuple(pre)), c.target.vocab_size, [c.law])
         jt = c.joint_tokens if "joint" in c.tests and c.num_tokens >= c.joint_tokens else 0
         spec = BatterySpec(gof_positions=tuple(t for t in c.gof_positions if t <= c.num_tokens) if "gof" in c.tests else (),
-                           joint_tokens=jt, pit="pit" in c.tests, alpha=alpha, tuple_e_process=True)
+                           joint_tokens=jt, surprisal="surprisal" in c.tests, pit="pit" in c.tests, alpha=alpha,
+                           tuple_e_process=True)
         rows += _measure(tl, c.target_law, c.law, {"suite": spec}, rule=c.decoder, declared="decoder", case=c.set_label,
                          num_draft_tokens=c.num_draft_tokens, num_tokens=c.num_tokens, seeds=seeds, alpha=alpha,
                          power=power, max_factor=max_factor, seed=seed + 50_000 + i, progress=progress)

@@ -9,6 +9,13 @@ Cells of one sample set (decoder, prompt, sampling config, num_draft_tokens):
     support violation (p-value 0, whatever the counts).
 ``joint@1..J``
     The same test on the tuple of the first J emitted tokens (``joint_tokens``, default 2).
+    Below ~10 expected rows per category the test keeps categories down to an expected count
+    of 1 apart and takes a Monte Carlo p-value (``gof_test``'s small-sample regime).
+``surprisal@1..J``
+    Mean surprisal ``-log P`` of the first J emitted tokens against the entropy of their exact law
+    (:func:`verifier.stats.surprisal.surprisal_test`): one degree of freedom, the most powerful
+    test against a temperature (sharpening or flattening) error, Monte Carlo p-value.  Its
+    effect and MDE are in nats per row.
 ``pit``
     Randomized probability integral transform of every emitted token,
     ``u = F(x^-) + V * p(x)`` with tokens ordered by target prob descending and ``V`` from a
@@ -35,7 +42,7 @@ from scipy import stats as sps
 from verifier.protocols import PADDING_TOKEN_ID
 from verifier.stats.pooling import pool_categories
 
-__all__ = ["CellResult", "gof_cell", "pit_cell", "randomized_pit", "token_counts", "joint_counts"]
+__all__ = ["CellResult", "gof_cell", "surprisal_cell", "pit_cell", "randomized_pit", "token_counts", "joint_counts"]
 
 CI_LEVEL = 0.95  # confidence of the effect (TV) interval shown in reports
 ENDED = -1  # category index meaning "the row had already ended (EOS) before this position"
@@ -137,7 +144,7 @@ def gof_cell(cell_id: str, counts: np.ndarray, expected_probs: np.ndarray, *, ce
         v = res.support_violations[0]
         name = label_fn(v.token_id) if label_fn else str(v.token_id)
         violation = f"emitted {name} {v.count} time(s) but its target prob is 0"
-    pooling = pool_categories(expected_probs, n)
+    pooling = pool_categories(expected_probs, n, min_expected=res.min_expected)  # the test's own pooling
     observed = pooling.pool(counts).astype(np.float64)
     labels = []
     for g in range(pooling.num_categories):
@@ -153,6 +160,51 @@ def gof_cell(cell_id: str, counts: np.ndarray, expected_probs: np.ndarray, *, ce
         cell_alpha=cell_alpha, support_violation=violation,
         observed=observed.tolist(), expected=(pooling.expected_probs * n).tolist(), labels=labels,
         extra={"num_resamples": res.num_resamples}, **meta,
+    )
+
+
+def surprisal_cell(cell_id: str, counts: np.ndarray, expected_probs: np.ndarray, *, cell_alpha: float, power: float,
+                   label_fn=None, **meta: Any) -> CellResult:
+    """Surprisal test of the outcome counts of a cell against their exact law (module docstring).
+
+    Parameters
+    ----------
+    counts : np.ndarray, shape (categories,), int64
+        E.g. :func:`joint_counts` of the first J emitted tokens.
+    expected_probs : np.ndarray, shape (categories,), float64
+        Exact law of the same categories.
+    cell_alpha, power : float
+        Per-cell level (Monte Carlo resolution) and the power at which the MDE is stated.
+    label_fn : callable (category index) -> str, optional
+        Names a category in the support-violation message.
+
+    Returns
+    -------
+    CellResult
+        ``effect`` = mean surprisal minus entropy (nats per row; negative: too likely outputs)
+        with a 95% normal interval; ``mde`` in the same unit.
+    """
+    from verifier.stats.surprisal import surprisal_test
+
+    test = meta.pop("test", "surprisal")
+    counts = np.asarray(counts, dtype=np.int64)
+    expected_probs = np.clip(np.asarray(expected_probs, dtype=np.float64), 0.0, None)
+    expected_probs = expected_probs / expected_probs.sum()
+    n = int(counts.sum())
+    if n == 0:
+        return CellResult(cell_id, test=test, method="no samples", n=0, statistic=math.nan, pvalue=1.0, **meta)
+    res = surprisal_test(counts, expected_probs, alpha=cell_alpha, power=power, confidence=CI_LEVEL)
+    violation = None
+    if res.support_violations:
+        v = res.support_violations[0]
+        name = label_fn(v.token_id) if label_fn else str(v.token_id)
+        violation = f"emitted {name} {v.count} time(s) but its target prob is 0"
+    return CellResult(
+        cell_id, test=test, method=f"mean surprisal vs entropy {res.entropy:.4g} nats, {res.method} p-value", n=n,
+        statistic=float(res.statistic), pvalue=float(res.pvalue), effect=float(res.statistic),
+        effect_ci=(float(res.ci_low), float(res.ci_high)), effect_unit="nats", mde=float(res.mde),
+        cell_alpha=cell_alpha, support_violation=violation,
+        extra={"entropy": res.entropy, "varentropy": res.varentropy, "num_resamples": res.num_resamples}, **meta,
     )
 
 

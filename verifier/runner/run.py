@@ -316,10 +316,13 @@ def _load_set(store: SampleStore, plan: SampleSetPlan) -> tuple[np.ndarray, np.n
 
 
 def _position_plan(plan: SampleSetPlan) -> tuple[list[int], int]:
-    """(gof positions, joint_tokens or 0) of a sample set."""
+    """(gof positions, J) of a sample set: J is the window of the joint law (0: none), the first
+    ``min(joint_tokens, max_new_tokens)`` tokens; the joint cell needs ``J == joint_tokens``, the
+    surprisal cell takes any J >= 1."""
     spec = plan.decoder
     positions = [t for t in spec.gof_positions if t <= plan.max_new_tokens] if "gof" in spec.tests else []
-    jt = spec.joint_tokens if "joint" in spec.tests and plan.max_new_tokens >= spec.joint_tokens else 0
+    window = min(spec.joint_tokens, plan.max_new_tokens)
+    jt = window if ("joint" in spec.tests and window == spec.joint_tokens) or "surprisal" in spec.tests else 0
     return positions, jt
 
 
@@ -376,17 +379,21 @@ def _set_cells(ctx: _Context, plan: SampleSetPlan, tokens: np.ndarray, fra: np.n
             cells.append(analysis.gof_cell(f"{base}/gof@{t}", analysis.token_counts(tokens, t, vocab), laws.marginals[t],
                                            cell_alpha=alpha, power=power, rng=rng, label_fn=tok_label,
                                            test=f"gof@{t}", **meta))
-        if jt:
-            def tuple_label(c: int) -> str:
-                parts = []
-                for _ in range(jt):
-                    c, r = divmod(c, vocab + 1)
-                    parts.append(tok_label(r))
-                return "(" + ",".join(reversed(parts)) + ")"
+        def tuple_label(c: int) -> str:
+            parts = []
+            for _ in range(jt):
+                c, r = divmod(c, vocab + 1)
+                parts.append(tok_label(r))
+            return "(" + ",".join(reversed(parts)) + ")"
 
+        if jt == spec.joint_tokens and "joint" in spec.tests:
             cells.append(analysis.gof_cell(f"{base}/joint@1..{jt}", analysis.joint_counts(tokens, jt, vocab), laws.joint,
                                            cell_alpha=alpha, power=power, rng=rng, label_fn=tuple_label,
                                            test=f"joint@1..{jt}", **meta))
+        if jt and "surprisal" in spec.tests:
+            cells.append(analysis.surprisal_cell(f"{base}/surprisal@1..{jt}", analysis.joint_counts(tokens, jt, vocab),
+                                                 laws.joint, cell_alpha=alpha, power=power, label_fn=tuple_label,
+                                                 test=f"surprisal@1..{jt}", **meta))
     if "pit" in spec.tests:
         u_parts, violations = [], []
         vrng = np.random.default_rng(stream_seed(suite.seed, "pit|" + plan.key))  # independent of the decoder
@@ -427,7 +434,8 @@ def _token_labeler(pair: LoadedPair, vocab: int) -> Callable[[int], str]:
 def _count_cells(plan: SampleSetPlan, has_fra: bool = True) -> int:
     spec = plan.decoder
     n = len([t for t in spec.gof_positions if t <= plan.max_new_tokens]) if "gof" in spec.tests else 0
-    n += int("joint" in spec.tests and plan.max_new_tokens >= spec.joint_tokens) + int("pit" in spec.tests)
+    n += int("joint" in spec.tests and plan.max_new_tokens >= spec.joint_tokens)
+    n += int("surprisal" in spec.tests) + int("pit" in spec.tests)
     n += int("accepted" in spec.tests and has_fra and plan.max_new_tokens >= plan.num_draft_tokens + 1)
     return n
 

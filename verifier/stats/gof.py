@@ -41,7 +41,7 @@ from verifier.protocols import PADDING_TOKEN_ID
 from verifier.stats import montecarlo
 from verifier.stats._validate import check_alpha, check_counts, check_positive_int, check_probs, short
 from verifier.stats.effect import DEFAULT_BOOTSTRAP, DEFAULT_CONFIDENCE, _tv_estimate, as_generator
-from verifier.stats.pooling import MIN_EXPECTED_COUNT, _pool
+from verifier.stats.pooling import MIN_EXPECTED_COUNT, Pooling, _pool
 from verifier.stats.power import DEFAULT_POWER, min_detectable_effect
 from verifier.stats.results import CellTestResult, SupportViolation
 
@@ -53,6 +53,7 @@ __all__ = [
     "support_violations",
     "gof_test",
     "gof_pvalues",
+    "gof_pvalues_from_codes",
 ]
 
 ASYMPTOTIC_MIN_ALPHA = 1e-4  # below this the chi-square tail is trusted only far from alpha (TAIL_MARGIN)
@@ -151,8 +152,10 @@ def gof_pvalues(counts, expected_probs, *, min_expected: float = MIN_EXPECTED_CO
     pvalue_method : {"asymptotic", "auto"}, default "asymptotic"
         "auto" follows :func:`gof_test`'s small-sample regime (finer pooling, Monte Carlo p-value
         from one null sample shared by all rows -- each row's p-value has the same law as a
-        separate :func:`gof_test` call -- combined with the 10-floor test as there).  :func:`gof_test`'s other Monte Carlo trigger (alpha
-        below 1e-4 with the p-value near alpha) is not replicated.
+        separate :func:`gof_test` call -- combined with the 10-floor test as there).
+        :func:`gof_test`'s other Monte Carlo trigger (alpha below 1e-4 with the p-value near
+        alpha) is not replicated, nor its Besag–Clifford early stop (which only moves p-values
+        above ~20 / B).
     alpha : float, default 0.01
         Level the p-values must resolve ("auto" only: sets the Monte Carlo draws).
 
@@ -164,24 +167,55 @@ def gof_pvalues(counts, expected_probs, *, min_expected: float = MIN_EXPECTED_CO
     counts = check_counts(counts, "counts", ndim=2)
     if counts.shape[1] != probs.shape[0]:
         raise invalid_argument("counts.shape", counts.shape, f"(runs, {probs.shape[0]})")
-    if pvalue_method not in ("asymptotic", "auto"):
-        raise invalid_argument("pvalue_method", pvalue_method, "'asymptotic' | 'auto'")
     totals = counts.sum(axis=1)
     if np.any(totals != totals[0]) or totals[0] == 0:
         raise invalid_argument("counts", f"<row totals {np.unique(totals)[:4].tolist()}>", "rows with one common n >= 1")
-    n = int(totals[0])
-    pooling = _pool(probs, n, float(min_expected))
+    return _vector_pvalues(lambda pooling: pooling.pool(counts), probs, int(totals[0]), float(min_expected), pvalue_method, alpha)
+
+
+def gof_pvalues_from_codes(codes, expected_probs, *, pvalue_method: str = "auto", alpha: float = 0.01) -> np.ndarray:
+    """:func:`gof_pvalues` from the observations themselves: ``codes[r, i]`` is the category of
+    observation i of run r (every run has the same n).  Counts are formed per *pooled* category
+    only, so a cell with a huge category space (a joint law over 385^2 token pairs) stays cheap.
+
+    Parameters
+    ----------
+    codes : array_like, shape (runs, n), int, values in ``0..categories-1``
+    expected_probs : array_like, shape (categories,), float64
+    pvalue_method, alpha
+        As :func:`gof_pvalues`.
+    """
+    probs = check_probs(expected_probs, "expected_probs")
+    codes = np.asarray(codes)
+    if codes.ndim != 2 or codes.shape[1] == 0 or codes.dtype.kind not in "iu" or codes.min() < 0 or codes.max() >= probs.size:
+        raise invalid_argument("codes", short(codes), f"an int array of shape (runs, n >= 1), values in 0..{probs.size - 1}")
+    runs = codes.shape[0]
+
+    def pooled(pooling: Pooling) -> np.ndarray:
+        g = pooling.num_categories
+        groups = pooling.groups[codes] + 1  # 0 = outside the support (dropped, as Pooling.pool does)
+        flat = np.bincount((groups + (np.arange(runs) * (g + 1))[:, None]).ravel(), minlength=runs * (g + 1))
+        return flat.reshape(runs, g + 1)[:, 1:]
+
+    return _vector_pvalues(pooled, probs, codes.shape[1], MIN_EXPECTED_COUNT, pvalue_method, alpha)
+
+
+def _vector_pvalues(pooled_counts, probs: np.ndarray, n: int, min_expected: float, pvalue_method: str, alpha: float) -> np.ndarray:
+    """Shared body of the vectorised p-values; ``pooled_counts(pooling)`` gives (runs, pooled categories)."""
+    if pvalue_method not in ("asymptotic", "auto"):
+        raise invalid_argument("pvalue_method", pvalue_method, "'asymptotic' | 'auto'")
+    pooling = _pool(probs, n, min_expected)
     fine = _small_sample_pooling(probs, n, pooling, check_alpha(alpha)) if pvalue_method == "auto" else None
     both = fine is not None and pooling.num_categories >= 2
     if fine is not None:
         null = montecarlo.null_sample("pearson", fine.expected_probs, n, montecarlo.draws_for(alpha / 2 if both else alpha))
-        p_fine = montecarlo.upper_pvalues(_pearson(fine.pool(counts), fine.expected_probs), null)
+        p_fine = montecarlo.upper_pvalues(_pearson(pooled_counts(fine), fine.expected_probs), null)
         if not both:
             return p_fine
     if pooling.num_categories < 2:
-        return np.ones(counts.shape[0])
-    observed = pooling.pool(counts)
-    p = stats.chi2.sf(_pearson(observed, pooling.expected_probs), pooling.num_categories - 1)
+        observed = pooled_counts(pooling)
+        return np.ones(observed.shape[0])
+    p = stats.chi2.sf(_pearson(pooled_counts(pooling), pooling.expected_probs), pooling.num_categories - 1)
     return np.minimum(1.0, 2 * np.minimum(p, p_fine)) if both else p
 
 

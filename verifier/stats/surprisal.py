@@ -41,7 +41,8 @@ from verifier.stats import montecarlo
 from verifier.stats._validate import check_alpha, check_counts, check_fraction, check_positive_int, check_probs
 from verifier.stats.results import SupportViolation
 
-__all__ = ["SurprisalResult", "surprisal_test", "surprisal_pvalues", "surprisal_mde"]
+__all__ = ["SurprisalResult", "surprisal_test", "surprisal_pvalues", "surprisal_pvalues_from_totals", "surprisal_scores",
+           "surprisal_mde"]
 
 
 @dataclass(frozen=True)
@@ -136,15 +137,38 @@ def surprisal_pvalues(counts, expected_probs, *, alpha: float = 0.01, num_resamp
     n = int(c[0].sum()) if len(c) else 0
     if n == 0 or np.any(c.sum(axis=1) != n):
         raise invalid_argument("counts", "<row totals on the support differ or are 0>", "rows with one common n >= 1")
+    return surprisal_pvalues_from_totals(c @ s[support], n, probs, alpha=alpha, num_resamples=num_resamples)
+
+
+def surprisal_pvalues_from_totals(totals, n: int, expected_probs, *, alpha: float = 0.01,
+                                  num_resamples: int | None = None) -> tuple[np.ndarray, str]:
+    """:func:`surprisal_pvalues` from each run's summed surprisal ``sum_r -log P(o_r)`` over n rows
+    (for simulations whose outcome space is too large to hold counts per run).
+
+    Parameters
+    ----------
+    totals : array_like, shape (runs,), float64 (nats)
+    n : int
+        Rows per run.
+    expected_probs : array_like, shape (categories,), float64
+    """
+    probs = check_probs(expected_probs, "expected_probs")
+    n = check_positive_int(n, "n")
+    support, s, h, v = _scores(probs)
+    total = np.asarray(totals, dtype=np.float64)
     if v <= 1e-15:  # a point mass (or uniform law): every row has the same surprisal
-        return np.ones(len(c)), "untestable"
-    total = c @ s[support]
+        return np.ones(total.shape), "untestable"
     draws = num_resamples or montecarlo.draws_for(alpha)
     if draws * int(support.sum()) <= montecarlo.MAX_WORK:
         null = montecarlo.null_sample("linear", probs[support] / probs[support].sum(), n, draws, s[support])
         return montecarlo.two_sided_pvalues(total, null), "monte-carlo"
     z = (total / n - h) * math.sqrt(n / v)
     return 2 * stats.norm.sf(np.abs(z)), "normal"
+
+
+def surprisal_scores(expected_probs) -> np.ndarray:
+    """``-log P`` per category (nats), 0 where ``P = 0``; shape (categories,)."""
+    return _scores(check_probs(expected_probs, "expected_probs"))[1]
 
 
 def surprisal_test(counts, expected_probs, *, alpha: float = 0.01, power: float = 0.99,

@@ -59,7 +59,7 @@ __all__ = [
 ]
 
 SCHEMA_VERSION = 1  # bump when a key changes meaning; old files then fail with a clear message
-TEST_NAMES = ("gof", "joint", "pit", "accepted")  # per-sample-set statistics a decoder can ask for
+TEST_NAMES = ("gof", "joint", "surprisal", "pit", "accepted")  # per-sample-set statistics a decoder can ask for
 CORRECTIONS = ("gate", "audit")  # gate: Holm(alpha/2) + Fisher(alpha/2); audit: Benjamini-Hochberg
 EXPECTATIONS = ("pass", "detect")
 MAX_GOF_POSITION = 8  # expected marginals are enumerated over the target's prefix tree
