@@ -162,7 +162,7 @@ def test_small_sample_regime_keeps_categories_the_10_floor_would_merge():
     assert "min of 2 poolings" in res.method and res.pvalue > 0.5
     fine = gof_test([15, 6, 6, 3], probs, alpha=0.01, min_expected=30)  # 10-floor replaced by 30: one category
     assert fine.method == "small-sample monte-carlo" and fine.num_categories == 4 and fine.min_expected == 1.0
-    assert fine.num_resamples == 2000
+    assert fine.num_resamples <= 2000  # B = 20 / alpha, Besag-Clifford stop once 20 draws reach the statistic
     assert gof_test([15, 6, 6, 3], probs, pvalue_method="asymptotic").num_categories == 2
     # same arguments, same p-value (the null sample is seeded by the law, n and B)
     assert gof_test([15, 6, 6, 3], probs, alpha=0.01).pvalue == res.pvalue
@@ -188,7 +188,8 @@ def test_vectorised_auto_matches_gof_test_in_the_small_sample_regime():
     counts = np.random.default_rng(5).multinomial(40, probs, size=50)
     vec = gof_pvalues(counts, probs, pvalue_method="auto", alpha=0.001)
     one = np.array([gof_test(c, probs, alpha=0.001, num_bootstrap=0).pvalue for c in counts])
-    # gof_test stops its Monte Carlo early (Besag-Clifford) only once 20 draws reached the observed
-    # value, i.e. at p >~ 20 / B; below that both use the same first B draws of one stream
-    small = vec < 2 * 20 / 2000
-    assert small.any() and np.allclose(vec[small], one[small])
+    # gof_test stops its Monte Carlo early (Besag-Clifford) once 20 draws reached the observed value;
+    # both read the same stream, so the p-values differ by Monte Carlo noise only (relative standard
+    # error of a stopped estimate 1 / sqrt(20) = 22%) and the decisions at the cell's alpha agree
+    assert np.array_equal(vec <= 0.001, one <= 0.001)
+    assert np.all(np.abs(vec - one) <= 0.5 * np.maximum(vec, one) + 1e-3)

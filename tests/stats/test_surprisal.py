@@ -37,7 +37,7 @@ def test_statistic_entropy_and_varentropy_by_hand():
     assert res.entropy == pytest.approx(h)
     assert res.varentropy == pytest.approx(0.5 * math.log(2) ** 2 + 0.5 * math.log(4) ** 2 - h * h)
     assert res.statistic == pytest.approx((6 * math.log(2) + 4 * math.log(4)) / 10 - h)
-    assert res.method == "monte-carlo" and res.num_resamples == 2000
+    assert res.method == "monte-carlo" and 1000 <= res.num_resamples <= 2000  # Besag-Clifford early stop
 
 
 def test_uniform_law_is_untestable_and_support_violation_rejects():

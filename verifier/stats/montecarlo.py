@@ -59,21 +59,25 @@ class _Stream:
     def __init__(self, seed: int, kind: str, probs: np.ndarray, n: int, scores: np.ndarray | None) -> None:
         self.rng = np.random.default_rng(seed)
         self.kind, self.probs, self.n, self.scores = kind, probs, n, scores
-        self.chunk = max(1000, _CHUNK_ELEMENTS // probs.size)
+        self.max_chunk = max(1000, _CHUNK_ELEMENTS // probs.size)  # draws per chunk: 1000, doubling up to this
         self.parts: list[np.ndarray] = []
         self.total = 0
         self.sorted: dict[int, np.ndarray] = {}
 
     def part(self, i: int) -> np.ndarray:
         while len(self.parts) <= i:
-            counts = self.rng.multinomial(self.n, self.probs, size=self.chunk)
+            size = min(1000 << len(self.parts), self.max_chunk)  # a fixed schedule: the stream never depends on B
+            counts = self.rng.multinomial(self.n, self.probs, size=size)
             self.parts.append(_pearson(counts, self.probs, self.n) if self.kind == "pearson" else counts @ self.scores)
-            self.total += self.chunk
+            self.total += size
         return self.parts[i]
 
     def first(self, draws: int) -> np.ndarray:
-        need = -(-draws // self.chunk)
-        return np.concatenate([self.part(i) for i in range(need)])[:draws]
+        i = 0
+        while self.total < draws:
+            self.part(i)
+            i += 1
+        return np.concatenate(self.parts)[:draws]
 
 
 def _stream(kind: str, probs, n: int, scores=None) -> _Stream:
