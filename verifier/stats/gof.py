@@ -361,16 +361,20 @@ def _gof(counts, probs, alpha, pvalue_method, num_resamples, rng, min_expected, 
 
 
 def _monte_carlo_pvalue(statistic: float, n: int, probs: np.ndarray, draws: int, rng: np.random.Generator) -> tuple[float, int]:
-    """(1 + #{X2_b >= X2_obs}) / (1 + B), or Besag–Clifford h / L when stopped early."""
+    """(1 + #{X2_b >= X2_obs}) / (1 + B), or Besag–Clifford h / l when the h-th exceedance is draw
+    l <= B (h / l at the exceedance itself, not g / L at a chunk boundary: that one is not valid,
+    :func:`verifier.stats.montecarlo.sequential_pvalue`)."""
     max_chunk = max(100, 2_000_000 // len(probs))  # bounds temporary memory to ~16 MB
     size = 100  # chunks double from 100: under the null the early stop comes after ~40 draws
     done = exceed = 0
     tol = 1e-9 * max(statistic, 1.0)  # ties within float noise count as exceedances (conservative)
+    h = MONTE_CARLO_STOP_EXCEEDANCES
     while done < draws:
         size = min(size * 2 if done else size, max_chunk, draws - done)
         sim = _pearson(rng.multinomial(n, probs, size=size), probs)
-        exceed += int(np.count_nonzero(sim >= statistic - tol))
+        where = np.flatnonzero(sim >= statistic - tol)
+        if exceed + where.size >= h:
+            return h / (done + int(where[h - exceed - 1]) + 1), done + size
+        exceed += where.size
         done += size
-        if exceed >= MONTE_CARLO_STOP_EXCEEDANCES and done < draws:
-            return exceed / done, done
     return (1 + exceed) / (1 + done), done

@@ -131,33 +131,38 @@ def sequential_pvalue(observed: float, kind: str, probs: np.ndarray, n: int, dra
                       scores: np.ndarray | None = None, *, two_sided: bool = False) -> tuple[float, int]:
     """Monte Carlo p-value of one observed statistic with Besag–Clifford early stopping.
 
-    Draws come in chunks from the same stream as :func:`null_sample`.  Once ``STOP_EXCEEDANCES``
-    draws have reached the observed value (in the smaller tail when ``two_sided``) after L draws,
-    the p-value is ``h / L`` (doubled when two-sided) -- a valid sequential p-value (Besag &
-    Clifford 1991) -- and no more draws are simulated; otherwise all ``draws`` are used and the
-    p-value equals :func:`upper_pvalues` / :func:`two_sided_pvalues` on :func:`null_sample`.
+    Draws come in chunks from the same stream as :func:`null_sample`.  Besag & Clifford (1991):
+    when the ``h = STOP_EXCEEDANCES``-th draw reaching the observed value is draw ``l <= draws``,
+    the p-value is ``h / l`` and no more draws are simulated; otherwise it is
+    ``(1 + g) / (1 + draws)`` with g the draws reaching it (:func:`upper_pvalues` on
+    :func:`null_sample`).  Two-sided: each tail so, ``min(1, 2 min(p_upper, p_lower))``.  (The
+    stop must be at the h-th exceedance itself: ``g / L`` at a chunk boundary with ``g >= h`` is
+    not valid -- for a continuous statistic g after 1000 draws is uniform on 0..1000 under the
+    null, so ``P(g / 1000 <= a) > a`` for a just above h / 1000.)
 
     Returns
     -------
-    (pvalue, draws used)
+    (pvalue, draws simulated)
     """
     stream = _stream(kind, probs, n, scores)
     obs = float(observed)
     tol = float(_tol(np.asarray(obs)))
-    ge = le = used = 0
-    i = 0
-    while used < draws:
+    h = STOP_EXCEEDANCES
+    tails = [lambda v: v >= obs - tol] + ([lambda v: v <= obs + tol] if two_sided else [])
+    hits, stops = [0] * len(tails), [None] * len(tails)  # exceedances so far; l of the h-th one
+    used = i = 0
+    while used < draws and None in stops:
         part = stream.part(i)[: draws - used]
-        ge += int(np.count_nonzero(part >= obs - tol))
-        le += int(np.count_nonzero(part <= obs + tol))
+        for j, reaches in enumerate(tails):
+            if stops[j] is None:
+                where = np.flatnonzero(reaches(part))
+                if hits[j] + where.size >= h:
+                    stops[j] = used + int(where[h - hits[j] - 1]) + 1
+                hits[j] += where.size
         used += part.size
         i += 1
-        h = min(ge, le) if two_sided else ge
-        if h >= STOP_EXCEEDANCES and used < draws:
-            return min(1.0, (2.0 if two_sided else 1.0) * h / used), used
-    if two_sided:
-        return min(1.0, 2.0 * (1.0 + min(ge, le)) / (1.0 + draws)), draws
-    return (1.0 + ge) / (1.0 + draws), draws
+    ps = [h / l if l is not None else (1.0 + g) / (1.0 + draws) for l, g in zip(stops, hits)]
+    return (min(1.0, 2.0 * min(ps)) if two_sided else ps[0]), used
 
 
 def _tol(x: np.ndarray) -> np.ndarray:
