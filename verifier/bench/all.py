@@ -51,7 +51,7 @@ def _other_bench(name: str, args: list[str], timeout: float) -> dict[str, Any] |
 
 
 def run_all(*, seeds: int = detect.DEFAULT_SEEDS, calibration_runs: int = 10_000, suite: str = "suites/ci.toml",
-            throughput_samples: int = 1024, hf_samples: int = 16, repeats: int = 2, other_timeout: float = 600.0,
+            throughput_samples: int = 1024, hf_samples: int = 64, repeats: int = 3, other_timeout: float = 600.0,
             skip: tuple[str, ...] = ()) -> dict[str, Any]:
     """Run the benchmarks; returns every figure (``render`` turns it into the markdown)."""
     res: dict[str, Any] = {"started": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
@@ -210,7 +210,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--calibration-runs", type=int, default=10_000, metavar="N", help="Null runs. Default: 10000.")
     parser.add_argument("--suite", default="suites/ci.toml", metavar="PATH", help="Suite. Default: suites/ci.toml.")
     parser.add_argument("--throughput-samples", type=int, default=1024, metavar="N", help="Batched samples per call. Default: 1024.")
-    parser.add_argument("--hf-samples", type=int, default=16, metavar="N", help="HF assisted samples. Default: 16.")
+    parser.add_argument("--hf-samples", type=int, default=64, metavar="N", help="HF assisted samples. Default: 64.")
     parser.add_argument("--skip", action="append", default=[], metavar="PART",
                         choices=("detect", "throughput", "verdict", "calibration", "stats", "decoders"),
                         help="Leave a part out (repeatable).")

@@ -130,7 +130,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--loop-samples", type=int, default=16, metavar="N", help="Calls of the batch-1 loop. Default: 16")
     parser.add_argument("--device", default="cpu", help="Default: cpu")
     parser.add_argument("--dtype", default=None, help="e.g. bfloat16. Default: the checkpoint's")
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads. Default: torch's default")
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads. Default: 1 (as bench throughput: threads spin against other load on a shared machine).")
     parser.add_argument("--json", default=None, metavar="PATH", help="Also write the figures as JSON here.")
 
 

@@ -30,8 +30,9 @@ import math
 from collections import OrderedDict
 
 import numpy as np
+from scipy import special
 
-__all__ = ["MAX_WORK", "MIN_DRAWS", "STOP_EXCEEDANCES", "draws_for", "null_sample", "sequential_pvalue", "upper_pvalues",
+__all__ = ["MAX_WORK", "MIN_DRAWS", "STOP_EXCEEDANCES", "draws_for", "null_sample", "sequential_pvalue", "statistic", "upper_pvalues",
            "two_sided_pvalues"]
 
 MAX_WORK = 40_000_000  # draws x categories simulated per null sample (~2 s on one core)
@@ -48,9 +49,20 @@ def draws_for(alpha: float) -> int:
     return max(MIN_DRAWS, math.ceil(DRAWS_PER_ALPHA / alpha))
 
 
-def _pearson(counts: np.ndarray, probs: np.ndarray, n: int) -> np.ndarray:
+def statistic(kind: str, counts, probs: np.ndarray, scores: np.ndarray | None = None) -> np.ndarray:
+    """The statistic of count vectors (last axis = categories, every ``probs > 0``).
+
+    ``"pearson"``: ``sum (c - n p)^2 / (n p)``; ``"g"``: the likelihood-ratio statistic
+    ``2 sum c log(c / (n p))`` (Wilks' G; ``0 log 0 = 0``); ``"linear"``: ``counts @ scores``.
+    """
+    counts = np.asarray(counts)
+    if kind == "linear":
+        return counts @ scores
+    n = counts.sum(axis=-1, keepdims=True)
     expected = n * probs
-    return ((counts - expected) ** 2 / expected).sum(axis=-1)
+    if kind == "pearson":
+        return ((counts - expected) ** 2 / expected).sum(axis=-1)
+    return 2.0 * (special.xlogy(counts, counts) - special.xlogy(counts, expected)).sum(axis=-1)
 
 
 class _Stream:
@@ -68,7 +80,7 @@ class _Stream:
         while len(self.parts) <= i:
             size = min(1000 << len(self.parts), self.max_chunk)  # a fixed schedule: the stream never depends on B
             counts = self.rng.multinomial(self.n, self.probs, size=size)
-            self.parts.append(_pearson(counts, self.probs, self.n) if self.kind == "pearson" else counts @ self.scores)
+            self.parts.append(statistic(self.kind, counts, self.probs, self.scores))
             self.total += size
         return self.parts[i]
 
@@ -81,8 +93,9 @@ class _Stream:
 
 
 def _stream(kind: str, probs, n: int, scores=None) -> _Stream:
-    if kind not in ("pearson", "linear") or (kind == "linear") != (scores is not None):
-        raise ValueError(f"kind={kind!r} with scores={'given' if scores is not None else None}: allowed 'pearson' without scores, 'linear' with scores")
+    if kind not in ("pearson", "g", "linear") or (kind == "linear") != (scores is not None):
+        raise ValueError(f"kind={kind!r} with scores={'given' if scores is not None else None}: allowed 'pearson' or 'g' "
+                         "without scores, 'linear' with scores")
     probs = np.ascontiguousarray(probs, dtype=np.float64)
     scores = None if scores is None else np.ascontiguousarray(scores, dtype=np.float64)
     h = hashlib.blake2b(digest_size=16)
@@ -103,9 +116,8 @@ def null_sample(kind: str, probs: np.ndarray, n: int, draws: int, scores: np.nda
 
     Parameters
     ----------
-    kind : {"pearson", "linear"}
-        ``"pearson"``: ``sum (c - n p)^2 / (n p)`` over the categories (every ``p > 0``);
-        ``"linear"``: ``counts @ scores`` (e.g. summed surprisal).
+    kind : {"pearson", "g", "linear"}
+        See :func:`statistic` (e.g. ``"linear"`` with surprisal scores: summed surprisal).
     probs : np.ndarray, shape (categories,), float64
         The null law (positive entries, summing to 1).
     n : int
