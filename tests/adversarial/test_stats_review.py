@@ -82,3 +82,55 @@ def test_gof_monte_carlo_pvalue_stops_at_the_h_th_exceedance():
             sims.append(_pearson(rng.multinomial(50, probs, size=min(size, draws - sum(map(len, sims)))), probs))
             size *= 2
         assert p == pytest.approx(_reference_bc(np.concatenate(sims), statistic, draws, False), rel=1e-12)
+
+
+def test_surprisal_beyond_the_exact_simulation_budget_keeps_its_level(monkeypatch):
+    """Beyond MAX_WORK the surprisal test took a normal p-value; at small n on a peaked law (0.99 on
+    one outcome, the rest spread thin -- a joint law over 385^2 pairs at low temperature) the sum
+    of surprisals is far from normal: null rejection rate 0.0138 at alpha = 1e-3 (n = 50).  Exact
+    size here: the statistic depends only on the number r ~ Bin(50, 0.01) of rare outcomes."""
+    from verifier.stats.surprisal import surprisal_pvalues, surprisal_test
+
+    monkeypatch.setattr(montecarlo, "MAX_WORK", 10_000_000)  # 20_000 draws x 1000 categories no longer fit
+    k, n, alpha = 1000, 50, 1e-3
+    probs = np.full(k, 0.01 / (k - 1))
+    probs[0] = 0.99
+    size = 0.0
+    counts = []
+    for r in range(n + 1):
+        c = np.zeros(k, dtype=np.int64)
+        c[0], c[1] = n - r, r
+        counts.append(c)
+        res = surprisal_test(c, probs, alpha=alpha)
+        assert res.method != "normal"
+        if res.pvalue <= alpha:
+            size += sps.binom.pmf(r, n, 0.01)
+    assert size <= alpha, size
+    p_vec, method = surprisal_pvalues(np.array(counts), probs, alpha=alpha)
+    assert method != "normal"
+    assert sps.binom.pmf(np.arange(n + 1), n, 0.01)[p_vec <= alpha].sum() <= alpha
+
+
+P3 = [0.5, 0.3, 0.2]
+
+
+def _bad_surprisal_calls():
+    from verifier.stats.surprisal import surprisal_pvalues, surprisal_pvalues_from_totals
+
+    return [
+        ("alpha", lambda: surprisal_pvalues([[1, 2, 3]], P3, alpha=0)),  # ZeroDivisionError
+        ("alpha", lambda: surprisal_pvalues([[1, 2, 3]], P3, alpha=2)),  # accepted
+        ("num_resamples", lambda: surprisal_pvalues([[1, 2, 3]], P3, num_resamples=-5)),  # silently a wrong B
+        ("num_resamples", lambda: surprisal_pvalues([[1, 2, 3]], P3, num_resamples=100.5)),  # TypeError
+        ("alpha", lambda: surprisal_pvalues_from_totals([5.0], 3, P3, alpha=0)),
+        ("totals", lambda: surprisal_pvalues_from_totals([math.nan], 3, P3)),  # p = 2 / (B + 1): a rejection
+        ("totals", lambda: surprisal_pvalues_from_totals(["x"], 3, P3)),  # ValueError
+        ("totals", lambda: surprisal_pvalues_from_totals([[1.0, 2.0]], 3, P3)),  # 2-d accepted
+    ]
+
+
+@pytest.mark.parametrize("index", range(8))
+def test_surprisal_vector_functions_check_their_arguments(index):
+    name, call = _bad_surprisal_calls()[index]
+    with pytest.raises(InvalidArgumentError, match=name):
+        call()
