@@ -134,3 +134,38 @@ def test_surprisal_vector_functions_check_their_arguments(index):
     name, call = _bad_surprisal_calls()[index]
     with pytest.raises(InvalidArgumentError, match=name):
         call()
+
+
+def _bad_calls():
+    from verifier.stats.gof import gof_pvalues, gof_pvalues_from_codes, gof_test
+
+    p = np.array(P3)
+    return [
+        ("codes", lambda: gof_pvalues_from_codes(np.zeros((0, 5), dtype=np.int64), P3)),  # ValueError (min of empty)
+        ("min_expected", lambda: gof_test([1, 2, 3], P3, min_expected="x")),  # ValueError
+        ("min_expected", lambda: gof_test([1, 2, 3], P3, min_expected=math.nan)),  # silently untestable pooling
+        ("min_expected", lambda: gof_test([1, 2, 3], P3, min_expected=-1)),
+        ("min_expected", lambda: gof_pvalues([[1, 2, 3]], P3, min_expected=math.nan)),
+        ("min_expected", lambda: pool_categories(P3, 10, min_expected=math.inf)),
+        ("alpha", lambda: montecarlo.draws_for(0)),  # ZeroDivisionError
+        ("kind", lambda: montecarlo.null_sample("x", p, 3, 100)),  # ValueError
+        ("draws", lambda: montecarlo.null_sample("pearson", p, 3, 0)),  # ValueError (concatenate)
+        ("draws", lambda: montecarlo.null_sample("pearson", p, 3, -1)),
+        ("n", lambda: montecarlo.null_sample("pearson", p, 0, 100)),  # an all-NaN null sample
+        ("probs", lambda: montecarlo.null_sample("pearson", np.array([0.0, 1.0]), 3, 100)),  # all-NaN null sample
+        ("probs", lambda: montecarlo.null_sample("pearson", np.array([math.nan, 1.0]), 3, 100)),  # ValueError
+        ("scores", lambda: montecarlo.null_sample("linear", p, 3, 100, np.array([1.0]))),  # ValueError (matmul)
+        ("scores", lambda: montecarlo.null_sample("linear", p, 3, 100)),  # ValueError
+        ("observed", lambda: montecarlo.sequential_pvalue(math.nan, "pearson", p, 3, 100)),  # p = 1 / 101
+        ("draws", lambda: montecarlo.sequential_pvalue(1.0, "pearson", p, 3, 0)),
+        ("observed", lambda: montecarlo.upper_pvalues([math.nan], np.arange(10.0))),  # p = 1 / 11
+        ("observed", lambda: montecarlo.two_sided_pvalues([math.nan], np.arange(10.0))),
+        ("null_sorted", lambda: montecarlo.upper_pvalues([1.0], np.array([]))),
+    ]
+
+
+@pytest.mark.parametrize("index", range(20))
+def test_public_functions_raise_invalid_argument_naming_the_argument(index):
+    name, call = _bad_calls()[index]
+    with pytest.raises(InvalidArgumentError, match=name):
+        call()

@@ -6,13 +6,14 @@ and what is allowed; none of them uses ``assert``.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
 
 from verifier.errors import invalid_argument
 
-__all__ = ["PROBS_SUM_ATOL", "check_probs", "check_counts", "check_alpha", "check_fraction", "check_positive_int", "short"]
+__all__ = ["PROBS_SUM_ATOL", "check_probs", "check_counts", "check_alpha", "check_fraction", "check_positive_int", "check_min_expected", "short"]
 
 PROBS_SUM_ATOL = 1e-6  # float64 processed probs over a 150k vocabulary sum to 1 within ~1e-12; 1e-6 tolerates float32 upstream
 
@@ -106,3 +107,14 @@ def check_positive_int(value: Any, name: str, minimum: int = 1) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
         raise invalid_argument(name, value, f"an integer >= {minimum}")
     return int(value)
+
+
+def check_min_expected(value: Any, name: str = "min_expected") -> float:
+    """Return a pooling floor (expected count per pooled category) as a finite float > 0 or raise."""
+    try:
+        v = float(value) if not isinstance(value, bool) else math.nan
+    except (TypeError, ValueError):
+        v = math.nan
+    if not (math.isfinite(v) and v > 0):
+        raise invalid_argument(name, value, "a finite expected count > 0 (default 10)")
+    return v

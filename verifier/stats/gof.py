@@ -42,7 +42,7 @@ from scipy import stats
 from verifier.errors import invalid_argument
 from verifier.protocols import PADDING_TOKEN_ID
 from verifier.stats import montecarlo
-from verifier.stats._validate import check_alpha, check_counts, check_positive_int, check_probs, short
+from verifier.stats._validate import check_alpha, check_counts, check_min_expected, check_positive_int, check_probs, short
 from verifier.stats.effect import DEFAULT_BOOTSTRAP, DEFAULT_CONFIDENCE, _tv_estimate, as_generator
 from verifier.stats.pooling import MIN_EXPECTED_COUNT, Pooling, _pool
 from verifier.stats.power import DEFAULT_POWER, min_detectable_effect
@@ -174,7 +174,8 @@ def gof_pvalues(counts, expected_probs, *, min_expected: float = MIN_EXPECTED_CO
     totals = counts.sum(axis=1)
     if np.any(totals != totals[0]) or totals[0] == 0:
         raise invalid_argument("counts", f"<row totals {np.unique(totals)[:4].tolist()}>", "rows with one common n >= 1")
-    return _vector_pvalues(lambda pooling: pooling.pool(counts), probs, int(totals[0]), float(min_expected), pvalue_method, alpha)
+    return _vector_pvalues(lambda pooling: pooling.pool(counts), probs, int(totals[0]), check_min_expected(min_expected),
+                           pvalue_method, alpha)
 
 
 def gof_pvalues_from_codes(codes, expected_probs, *, pvalue_method: str = "auto", alpha: float = 0.01) -> np.ndarray:
@@ -191,8 +192,9 @@ def gof_pvalues_from_codes(codes, expected_probs, *, pvalue_method: str = "auto"
     """
     probs = check_probs(expected_probs, "expected_probs")
     codes = np.asarray(codes)
-    if codes.ndim != 2 or codes.shape[1] == 0 or codes.dtype.kind not in "iu" or codes.min() < 0 or codes.max() >= probs.size:
-        raise invalid_argument("codes", short(codes), f"an int array of shape (runs, n >= 1), values in 0..{probs.size - 1}")
+    if (codes.ndim != 2 or codes.size == 0 or codes.dtype.kind not in "iu" or codes.min() < 0
+            or codes.max() >= probs.size):
+        raise invalid_argument("codes", short(codes), f"an int array of shape (runs >= 1, n >= 1), values in 0..{probs.size - 1}")
     runs = codes.shape[0]
 
     def pooled(pooling: Pooling) -> np.ndarray:
@@ -305,7 +307,7 @@ def gof_test(
         num_resamples = check_positive_int(num_resamples, "num_resamples", minimum=10)
     if num_bootstrap != 0:
         num_bootstrap = check_positive_int(num_bootstrap, "num_bootstrap", minimum=10)
-    return _gof(counts, probs, alpha, pvalue_method, num_resamples, as_generator(rng), float(min_expected), power, confidence, num_bootstrap, test)
+    return _gof(counts, probs, alpha, pvalue_method, num_resamples, as_generator(rng), check_min_expected(min_expected), power, confidence, num_bootstrap, test)
 
 
 def _gof(counts, probs, alpha, pvalue_method, num_resamples, rng, min_expected, power, confidence, num_bootstrap, test) -> CellTestResult:

@@ -32,6 +32,9 @@ from collections import OrderedDict
 import numpy as np
 from scipy import special
 
+from verifier.errors import invalid_argument
+from verifier.stats._validate import check_alpha, check_positive_int, short
+
 __all__ = ["MAX_WORK", "MIN_DRAWS", "STOP_EXCEEDANCES", "draws_for", "null_sample", "sequential_pvalue", "statistic", "upper_pvalues",
            "two_sided_pvalues"]
 
@@ -46,7 +49,7 @@ _cache: OrderedDict[bytes, "_Stream"] = OrderedDict()
 
 def draws_for(alpha: float) -> int:
     """Null draws for a test at level ``alpha``: ``max(MIN_DRAWS, ceil(20 / alpha))``."""
-    return max(MIN_DRAWS, math.ceil(DRAWS_PER_ALPHA / alpha))
+    return max(MIN_DRAWS, math.ceil(DRAWS_PER_ALPHA / check_alpha(alpha)))
 
 
 def statistic(kind: str, counts, probs: np.ndarray, scores: np.ndarray | None = None) -> np.ndarray:
@@ -92,12 +95,41 @@ class _Stream:
         return np.concatenate(self.parts)[:draws]
 
 
+def _check_law(kind, probs, n, scores):
+    """Checked (probs, n, scores) of a null stream; InvalidArgumentError naming the argument."""
+    kinds = ("pearson", "g", "linear")
+    if kind not in kinds:
+        raise invalid_argument("kind", kind, " | ".join(map(repr, kinds)))
+    if (kind == "linear") != (scores is not None):
+        raise invalid_argument("scores", "None" if scores is None else "<given>", "given with kind 'linear' only")
+    try:
+        probs = np.ascontiguousarray(probs, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise invalid_argument("probs", probs, "a 1-d float array of positive probabilities summing to 1") from None
+    if probs.ndim != 1 or probs.size == 0 or not np.all(np.isfinite(probs)) or probs.min() < 0 or abs(probs.sum() - 1) > 1e-6 \
+            or (kind != "linear" and probs.min() <= 0):
+        raise invalid_argument("probs", short(probs), "a 1-d array of probabilities summing to 1, every one > 0"
+                               + (" (linear: >= 0)" if kind == "linear" else ""))
+    n = check_positive_int(n, "n")
+    if scores is not None:
+        try:
+            scores = np.ascontiguousarray(scores, dtype=np.float64)
+        except (TypeError, ValueError):
+            raise invalid_argument("scores", scores, f"a finite float array of shape {probs.shape}") from None
+        if scores.shape != probs.shape or not np.all(np.isfinite(scores)):
+            raise invalid_argument("scores", short(scores), f"a finite float array of shape {probs.shape}")
+    return probs, n, scores
+
+
+def _check_observed(observed) -> np.ndarray:
+    obs = np.asarray(observed, dtype=np.float64)
+    if not np.all(np.isfinite(obs)):
+        raise invalid_argument("observed", short(obs), "finite statistics (no NaN or inf)")
+    return obs
+
+
 def _stream(kind: str, probs, n: int, scores=None) -> _Stream:
-    if kind not in ("pearson", "g", "linear") or (kind == "linear") != (scores is not None):
-        raise ValueError(f"kind={kind!r} with scores={'given' if scores is not None else None}: allowed 'pearson' or 'g' "
-                         "without scores, 'linear' with scores")
-    probs = np.ascontiguousarray(probs, dtype=np.float64)
-    scores = None if scores is None else np.ascontiguousarray(scores, dtype=np.float64)
+    probs, n, scores = _check_law(kind, probs, n, scores)
     h = hashlib.blake2b(digest_size=16)
     for part in (kind.encode(), probs.tobytes(), np.int64(n).tobytes(), b"" if scores is None else scores.tobytes()):
         h.update(np.int64(len(part)).tobytes() + part)
@@ -133,6 +165,7 @@ def null_sample(kind: str, probs: np.ndarray, n: int, draws: int, scores: np.nda
     seeded by a hash of ``(kind, probs, n, scores)``: the same arguments always give the same array,
     and a larger B extends a smaller one.
     """
+    draws = check_positive_int(draws, "draws")
     stream = _stream(kind, probs, n, scores)
     if draws not in stream.sorted:
         stream.sorted[draws] = np.sort(stream.first(draws))
@@ -156,8 +189,9 @@ def sequential_pvalue(observed: float, kind: str, probs: np.ndarray, n: int, dra
     -------
     (pvalue, draws simulated)
     """
+    draws = check_positive_int(draws, "draws")
     stream = _stream(kind, probs, n, scores)
-    obs = float(observed)
+    obs = float(_check_observed(observed))
     tol = float(_tol(np.asarray(obs)))
     h = STOP_EXCEEDANCES
     tails = [lambda v: v >= obs - tol] + ([lambda v: v <= obs + tol] if two_sided else [])
@@ -183,14 +217,16 @@ def _tol(x: np.ndarray) -> np.ndarray:
 
 def upper_pvalues(observed, null_sorted: np.ndarray) -> np.ndarray:
     """``(1 + #{T_b >= T_obs}) / (1 + B)`` for each observed value (vectorised)."""
-    obs = np.asarray(observed, dtype=np.float64)
+    obs = _check_observed(observed)
+    if np.ndim(null_sorted) != 1 or np.size(null_sorted) == 0:
+        raise invalid_argument("null_sorted", short(null_sorted), "a non-empty sorted 1-d null sample (null_sample)")
     ge = null_sorted.size - np.searchsorted(null_sorted, obs - _tol(obs), side="left")
     return (1.0 + ge) / (1.0 + null_sorted.size)
 
 
 def two_sided_pvalues(observed, null_sorted: np.ndarray) -> np.ndarray:
     """Equal-tail two-sided Monte Carlo p-values, ``min(1, 2 min(p_upper, p_lower))``."""
-    obs = np.asarray(observed, dtype=np.float64)
+    obs = _check_observed(observed)
     le = np.searchsorted(null_sorted, obs + _tol(obs), side="right")
     lower = (1.0 + le) / (1.0 + null_sorted.size)
     return np.minimum(1.0, 2.0 * np.minimum(upper_pvalues(obs, null_sorted), lower))

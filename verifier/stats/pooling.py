@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from verifier.stats._validate import check_positive_int, check_probs
+from verifier.stats._validate import check_min_expected, check_positive_int, check_probs
 
 __all__ = ["MIN_EXPECTED_COUNT", "Pooling", "pool_categories"]
 
@@ -82,7 +82,7 @@ def pool_categories(expected_probs, n: int, min_expected: float = MIN_EXPECTED_C
     Raises
     ------
     InvalidArgumentError
-        If ``expected_probs`` is not a distribution or ``n < 1``.
+        If ``expected_probs`` is not a distribution, ``n < 1`` or ``min_expected`` not finite > 0.
 
     Examples
     --------
@@ -91,7 +91,7 @@ def pool_categories(expected_probs, n: int, min_expected: float = MIN_EXPECTED_C
     """
     probs = check_probs(expected_probs, "expected_probs")
     n = check_positive_int(n, "n")
-    return _pool(probs, n, float(min_expected))
+    return _pool(probs, n, check_min_expected(min_expected))
 
 
 def _pool(probs: np.ndarray, n: int, min_expected: float) -> Pooling:
