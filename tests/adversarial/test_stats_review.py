@@ -169,3 +169,21 @@ def test_public_functions_raise_invalid_argument_naming_the_argument(index):
     name, call = _bad_calls()[index]
     with pytest.raises(InvalidArgumentError, match=name):
         call()
+
+
+def test_null_stream_cache_is_bounded_in_bytes(monkeypatch):
+    """The cache held up to 64 streams of any length: a detected bias at a tiny cell alpha simulates
+    all B = 20 / alpha draws (2e7 at alpha 1e-6, 160 MB per stream, 10 GB for 64 laws)."""
+    monkeypatch.setattr(montecarlo, "_CACHE_BYTES", 2_000_000)
+    monkeypatch.setattr(montecarlo, "_cache", type(montecarlo._cache)())
+    first = montecarlo.null_sample("pearson", np.array([0.5, 0.3, 0.2]), 30, 50_000).copy()
+    for i in range(1, 8):
+        probs = np.array([0.5 + 1e-3 * i, 0.3 - 1e-3 * i, 0.2])
+        p, used = montecarlo.sequential_pvalue(1e9, "pearson", probs, 30, 100_000)  # never reached: all draws
+        assert used == 100_000 and p == pytest.approx(1 / 100_001)
+        held = sum(sum(a.nbytes for a in st.parts) + sum(a.nbytes for a in st.sorted.values())
+                   for st in montecarlo._cache.values())
+        assert held <= 2_000_000 + 2 * 8 * 130_000, held  # the budget + the stream in use
+    assert len(montecarlo._cache) < 8
+    again = montecarlo.null_sample("pearson", np.array([0.5, 0.3, 0.2]), 30, 50_000)  # evicted: rebuilt, same draws
+    assert np.array_equal(again, first)

@@ -44,6 +44,7 @@ DRAWS_PER_ALPHA = 20  # B = 20 / alpha resolves p-values down to alpha / 20 (Mon
 _CHUNK_ELEMENTS = 2_000_000  # counts simulated per chunk (16 MB of int64)
 STOP_EXCEEDANCES = 20  # Besag-Clifford early stop (sequential_pvalue)
 _CACHE_SIZE = 64
+_CACHE_BYTES = 256_000_000  # draws (and sorted copies) held over all cached streams; LRU streams beyond it are dropped
 _cache: OrderedDict[bytes, "_Stream"] = OrderedDict()
 
 
@@ -78,6 +79,10 @@ class _Stream:
         self.parts: list[np.ndarray] = []
         self.total = 0
         self.sorted: dict[int, np.ndarray] = {}
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in self.parts) + sum(a.nbytes for a in self.sorted.values())
 
     def part(self, i: int) -> np.ndarray:
         while len(self.parts) <= i:
@@ -138,9 +143,16 @@ def _stream(kind: str, probs, n: int, scores=None) -> _Stream:
         _cache.move_to_end(key)
         return _cache[key]
     stream = _cache[key] = _Stream(int.from_bytes(key[:8], "little"), kind, probs, n, scores)
-    if len(_cache) > _CACHE_SIZE:
-        _cache.popitem(last=False)
+    _trim_cache()
     return stream
+
+
+def _trim_cache() -> None:
+    """Drop least recently used streams beyond _CACHE_SIZE streams or _CACHE_BYTES (never the most
+    recent one).  A dropped stream is rebuilt from its seed on demand: the same draws."""
+    total = sum(st.nbytes for st in _cache.values())
+    while len(_cache) > 1 and (len(_cache) > _CACHE_SIZE or total > _CACHE_BYTES):
+        total -= _cache.popitem(last=False)[1].nbytes
 
 
 def null_sample(kind: str, probs: np.ndarray, n: int, draws: int, scores: np.ndarray | None = None) -> np.ndarray:
@@ -169,6 +181,7 @@ def null_sample(kind: str, probs: np.ndarray, n: int, draws: int, scores: np.nda
     stream = _stream(kind, probs, n, scores)
     if draws not in stream.sorted:
         stream.sorted[draws] = np.sort(stream.first(draws))
+        _trim_cache()
     return stream.sorted[draws]
 
 
@@ -207,6 +220,7 @@ def sequential_pvalue(observed: float, kind: str, probs: np.ndarray, n: int, dra
                 hits[j] += where.size
         used += part.size
         i += 1
+    _trim_cache()
     ps = [h / l if l is not None else (1.0 + g) / (1.0 + draws) for l, g in zip(stops, hits)]
     return (min(1.0, 2.0 * min(ps)) if two_sided else ps[0]), used
 
