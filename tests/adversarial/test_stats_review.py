@@ -187,3 +187,26 @@ def test_null_stream_cache_is_bounded_in_bytes(monkeypatch):
     assert len(montecarlo._cache) < 8
     again = montecarlo.null_sample("pearson", np.array([0.5, 0.3, 0.2]), 30, 50_000)  # evicted: rebuilt, same draws
     assert np.array_equal(again, first)
+
+
+def test_null_streams_are_reproducible_under_threads():
+    """Two threads growing one fresh stream both appended a 1000-draw chunk (the schedule is 1000,
+    2000, ...): the stream then differed from its seed's, so 'same args -> same p-value' failed."""
+    import threading
+
+    for trial in range(30):
+        probs = np.array([0.5, 0.3, 0.2 - 1e-4 * (trial + 1)])
+        probs /= probs.sum()
+        out = [None] * 8
+
+        def go(j, probs=probs, out=out):
+            out[j] = montecarlo.null_sample("pearson", probs, 30, 100_000).copy()
+
+        threads = [threading.Thread(target=go, args=(j,)) for j in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        key = next(k for k, st in montecarlo._cache.items() if st.probs.tobytes() == probs.tobytes())
+        ref = np.sort(montecarlo._Stream(int.from_bytes(key[:8], "little"), "pearson", probs, 30, None).first(100_000))
+        assert all(np.array_equal(o, ref) for o in out), trial

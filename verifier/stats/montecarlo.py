@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import threading
 from collections import OrderedDict
 
 import numpy as np
@@ -46,6 +47,7 @@ STOP_EXCEEDANCES = 20  # Besag-Clifford early stop (sequential_pvalue)
 _CACHE_SIZE = 64
 _CACHE_BYTES = 256_000_000  # draws (and sorted copies) held over all cached streams; LRU streams beyond it are dropped
 _cache: OrderedDict[bytes, "_Stream"] = OrderedDict()
+_cache_lock = threading.RLock()  # the cache and each stream's growth are thread-safe (the stream stays the seed's)
 
 
 def draws_for(alpha: float) -> int:
@@ -79,12 +81,19 @@ class _Stream:
         self.parts: list[np.ndarray] = []
         self.total = 0
         self.sorted: dict[int, np.ndarray] = {}
+        self.lock = threading.Lock()
 
     @property
     def nbytes(self) -> int:
-        return sum(a.nbytes for a in self.parts) + sum(a.nbytes for a in self.sorted.values())
+        return sum(a.nbytes for a in list(self.parts)) + sum(a.nbytes for a in list(self.sorted.values()))
 
     def part(self, i: int) -> np.ndarray:
+        if i < len(self.parts):
+            return self.parts[i]
+        with self.lock:
+            return self._grow(i)
+
+    def _grow(self, i: int) -> np.ndarray:
         while len(self.parts) <= i:
             size = min(1000 << len(self.parts), self.max_chunk)  # a fixed schedule: the stream never depends on B
             counts = self.rng.multinomial(self.n, self.probs, size=size)
@@ -93,11 +102,11 @@ class _Stream:
         return self.parts[i]
 
     def first(self, draws: int) -> np.ndarray:
-        i = 0
-        while self.total < draws:
-            self.part(i)
+        i = have = 0
+        while have < draws:
+            have += self.part(i).size
             i += 1
-        return np.concatenate(self.parts)[:draws]
+        return np.concatenate(self.parts[:i])[:draws]
 
 
 def _check_law(kind, probs, n, scores):
@@ -139,20 +148,22 @@ def _stream(kind: str, probs, n: int, scores=None) -> _Stream:
     for part in (kind.encode(), probs.tobytes(), np.int64(n).tobytes(), b"" if scores is None else scores.tobytes()):
         h.update(np.int64(len(part)).tobytes() + part)
     key = h.digest()
-    if key in _cache:
-        _cache.move_to_end(key)
-        return _cache[key]
-    stream = _cache[key] = _Stream(int.from_bytes(key[:8], "little"), kind, probs, n, scores)
-    _trim_cache()
-    return stream
+    with _cache_lock:
+        if key in _cache:
+            _cache.move_to_end(key)
+            return _cache[key]
+        stream = _cache[key] = _Stream(int.from_bytes(key[:8], "little"), kind, probs, n, scores)
+        _trim_cache()
+        return stream
 
 
 def _trim_cache() -> None:
     """Drop least recently used streams beyond _CACHE_SIZE streams or _CACHE_BYTES (never the most
     recent one).  A dropped stream is rebuilt from its seed on demand: the same draws."""
-    total = sum(st.nbytes for st in _cache.values())
-    while len(_cache) > 1 and (len(_cache) > _CACHE_SIZE or total > _CACHE_BYTES):
-        total -= _cache.popitem(last=False)[1].nbytes
+    with _cache_lock:
+        total = sum(st.nbytes for st in _cache.values())
+        while len(_cache) > 1 and (len(_cache) > _CACHE_SIZE or total > _CACHE_BYTES):
+            total -= _cache.popitem(last=False)[1].nbytes
 
 
 def null_sample(kind: str, probs: np.ndarray, n: int, draws: int, scores: np.ndarray | None = None) -> np.ndarray:
