@@ -62,7 +62,8 @@ class SurprisalResult:
     pvalue : float
         Two-sided; 0 when a support violation was observed.
     method : str
-        ``"monte-carlo"`` or ``"normal"``.
+        ``"monte-carlo"``, ``"monte-carlo (binned scores)"`` (beyond MAX_WORK, module docstring),
+        ``"normal"`` (not even 2 bins fit), ``"untestable"`` or ``"support violation"``.
     n : int
         Rows (observations) in the cell.
     alpha : float
@@ -155,7 +156,7 @@ def surprisal_pvalues(counts, expected_probs, *, alpha: float = 0.01, num_resamp
     Returns
     -------
     pvalues : np.ndarray, shape (runs,)
-    method : {"monte-carlo", "normal", "untestable"}
+    method : {"monte-carlo", "monte-carlo (binned scores)", "normal", "untestable"}
     """
     probs = check_probs(expected_probs, "expected_probs")
     counts = check_counts(counts, "counts", ndim=2)
