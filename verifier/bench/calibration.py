@@ -43,7 +43,7 @@ from scipy import stats
 from verifier.bench._battery import TupleLaw, family_rejects, ks_uniform_pvalues, BatterySpec
 from verifier.bench._common import md_table
 from verifier.errors import ConfigError, invalid_argument
-from verifier.stats.surprisal import surprisal_pvalues, surprisal_pvalues_from_totals, surprisal_scores
+from verifier.stats.surprisal import surprisal_pvalues, surprisal_pvalues_from_codes
 
 __all__ = ["HELP", "SimulatedSet", "FloatSet", "CalibrationResult", "suite_null_sets", "simulate_null_pvalues", "calibrate",
            "register", "run", "render_markdown"]
@@ -173,8 +173,7 @@ def _simulate_float(s: FloatSet, runs: int, rng: np.random.Generator, cell_alpha
         if s.joint_cell:
             cols[f"joint@1..{s.joint_tokens}"].append(_pooled_gof(codes, s.joint, cell_alpha, rng))
         if s.surprisal:
-            cols[f"surprisal@1..{s.joint_tokens}"].append(
-                surprisal_pvalues_from_totals(surprisal_scores(s.joint)[codes].sum(axis=1), s.samples, s.joint, alpha=cell_alpha)[0])
+            cols[f"surprisal@1..{s.joint_tokens}"].append(surprisal_pvalues_from_codes(codes, s.joint, alpha=cell_alpha)[0])
         if s.pit:
             u = s.pit_lo[:, codes] + rng.random((s.joint_tokens,) + codes.shape) * s.pit_width[:, codes]  # (J, r, n)
             parts = [u.transpose(1, 2, 0).reshape(r, -1)]

@@ -47,7 +47,8 @@ from verifier.stats import montecarlo
 from verifier.stats._validate import check_alpha, check_counts, check_fraction, check_positive_int, check_probs, short
 from verifier.stats.results import SupportViolation
 
-__all__ = ["SurprisalResult", "surprisal_test", "surprisal_pvalues", "surprisal_pvalues_from_totals", "surprisal_scores",
+__all__ = ["SurprisalResult", "surprisal_test", "surprisal_pvalues", "surprisal_pvalues_from_codes", "surprisal_pvalues_from_totals",
+           "surprisal_scores",
            "surprisal_mde"]
 
 
@@ -170,14 +171,41 @@ def surprisal_pvalues(counts, expected_probs, *, alpha: float = 0.01, num_resamp
     n = int(c[0].sum()) if len(c) else 0
     if n == 0 or np.any(c.sum(axis=1) != n):
         raise invalid_argument("counts", "<row totals on the support differ or are 0>", "rows with one common n >= 1")
+    return _pvalues_of(lambda scores: c @ scores[support], probs, n, alpha, num_resamples)
+
+
+def surprisal_pvalues_from_codes(codes, expected_probs, *, alpha: float = 0.01,
+                                 num_resamples: int | None = None) -> tuple[np.ndarray, str]:
+    """:func:`surprisal_pvalues` from the observations themselves: ``codes[r, i]`` is the category of
+    observation i of run r (all in the support; every run has the same n).  Same scores, null
+    sample and p-values as :func:`surprisal_pvalues` on the corresponding counts, without forming
+    a (runs, categories) table -- for simulations over huge outcome spaces.
+    """
+    probs = check_probs(expected_probs, "expected_probs")
+    codes = np.asarray(codes)
+    if (codes.ndim != 2 or codes.shape[0] == 0 or codes.shape[1] == 0 or codes.dtype.kind not in "iu"
+            or codes.min() < 0 or codes.max() >= probs.size or np.any(probs[codes] == 0)):
+        raise invalid_argument("codes", short(codes), f"an int array of shape (runs >= 1, n >= 1) of categories in "
+                               f"0..{probs.size - 1} with expected prob > 0")
+    alpha = check_alpha(alpha)
+    if num_resamples is not None:
+        num_resamples = check_positive_int(num_resamples, "num_resamples", minimum=10)
+    return _pvalues_of(lambda scores: scores[codes].sum(axis=1), probs, codes.shape[1], alpha, num_resamples)
+
+
+def _pvalues_of(totals_of, probs: np.ndarray, n: int, alpha: float, num_resamples: int | None) -> tuple[np.ndarray, str]:
+    """Shared body: ``totals_of(scores over all categories)`` gives each run's summed score."""
+    support, s, h, v = _scores(probs)
     draws = num_resamples or montecarlo.draws_for(alpha)
     exact = s[support]
     scores = _binned_scores(probs[support], exact, draws) if v > 1e-15 else None
     if scores is None or scores is exact:  # exact scores fit (or untestable / normal): as from the totals
-        return surprisal_pvalues_from_totals(c @ s[support], n, probs, alpha=alpha, num_resamples=num_resamples)
+        return surprisal_pvalues_from_totals(totals_of(s), n, probs, alpha=alpha, num_resamples=num_resamples)
+    full = np.zeros_like(s)
+    full[support] = scores
     law, values, which = _mc_law(probs[support] / probs[support].sum(), scores)
     null = montecarlo.null_sample("linear", law, n, draws, values)
-    return montecarlo.two_sided_pvalues(c @ scores, null), "monte-carlo (binned scores)"
+    return montecarlo.two_sided_pvalues(totals_of(full), null), "monte-carlo (binned scores)"
 
 
 def surprisal_pvalues_from_totals(totals, n: int, expected_probs, *, alpha: float = 0.01,
