@@ -166,3 +166,13 @@ def test_replayed_chunk_in_another_order_is_caught():
     two = np.repeat([[0, 0, 0], [1, 1, 1]], 250, axis=0)  # 2 outcomes: a repeat of the counts is plausible
     _check_seed_used(seen, Plan, 2, 3, two, "d")
     _check_seed_used(seen, Plan, 3, 4, two[::-1].copy(), "d")  # no raise
+
+
+def test_pass_reason_claims_a_tv_only_for_cells_that_state_one():
+    """A pass decoder whose cells are all surprisal (nats) must not be told "every cell sees TV <= 0.1"."""
+    from verifier.runner.analysis import CellResult
+
+    cell = CellResult("d/s/surprisal@1..2", decoder="d", set_id="s", test="surprisal@1..2", method="mc", n=500,
+                      statistic=0.01, pvalue=0.6, effect=0.01, effect_unit="nats", mde=0.2)
+    v = decide("d", "pass", [cell], alpha=1e-3, correction="gate", target_mde=0.1)
+    assert v.verdict == "PASS" and "TV <= " not in v.reason and "no cell states a TV" in v.reason

@@ -129,7 +129,15 @@ def decide(decoder: str, expect: str, cells: list[CellResult], *, alpha: float, 
         met = False
     else:
         verdict = PASS
-        reason = f"no cell rejected at {method}; every cell sees TV <= {target_mde:g}"
+        tv_cells = sum(c.effect_unit == "tv" for c in cells)
+        if tv_cells == len(cells):
+            reason = f"no cell rejected at {method}; every cell sees TV <= {target_mde:g}"
+        elif tv_cells:
+            reason = (f"no cell rejected at {method}; every chi-square cell sees TV <= {target_mde:g} "
+                      f"({len(cells) - tv_cells} other cell(s) state their MDE in their own unit)")
+        else:  # only surprisal / PIT cells: none states a TV, so none can claim one
+            reason = (f"no cell rejected at {method}; no cell states a TV minimum detectable effect "
+                      "(surprisal / PIT cells only: see each cell's MDE in nats / KS distance)")
         met = expect == "pass"
     return DecoderVerdict(decoder, expect, verdict, met, method, combined, reason, error, cells)
 
