@@ -25,7 +25,7 @@ from verifier.bench._common import load_average, machine_facts, md_table
 
 __all__ = ["HELP", "run_all", "register", "run"]
 
-HELP = "Run every issue-7 benchmark in one run and write the markdown report (--out reports/benchmarks.md)."
+HELP = "Run every benchmark (detect, throughput, time to verdict, calibration, GPU) in one run and write the markdown report (--out reports/benchmarks.md)."
 DEFAULT_OUT = "reports/benchmarks.md"
 OTHER_BENCHES = (("stats", ["--samples", "100000"]), ("decoders", ["--repeats", "2"]))  # other engineers' benchmarks, run as they ship
 
