@@ -107,6 +107,12 @@ def joint_counts(tokens: np.ndarray, joint_tokens: int, vocab: int) -> np.ndarra
     return np.bincount(codes, minlength=(vocab + 1) ** joint_tokens).astype(np.int64)
 
 
+def _count_cell_inputs(counts, expected_probs) -> tuple[np.ndarray, np.ndarray]:
+    """(int64 counts, expected probs clipped at 0 and renormalised) of a count cell (float64 laws may carry -0 / 1e-17 noise)."""
+    probs = np.clip(np.asarray(expected_probs, dtype=np.float64), 0.0, None)
+    return np.asarray(counts, dtype=np.int64), probs / probs.sum()
+
+
 def gof_cell(cell_id: str, counts: np.ndarray, expected_probs: np.ndarray, *, cell_alpha: float,
              power: float, rng: np.random.Generator, label_fn=None, **meta: Any) -> CellResult:
     """Pooled Pearson chi-square GOF of ``counts`` against ``expected_probs`` (:func:`verifier.stats.gof_test`).
@@ -132,9 +138,7 @@ def gof_cell(cell_id: str, counts: np.ndarray, expected_probs: np.ndarray, *, ce
     from verifier.stats.gof import gof_test
 
     test = meta.pop("test", "gof")
-    counts = np.asarray(counts, dtype=np.int64)
-    expected_probs = np.clip(np.asarray(expected_probs, dtype=np.float64), 0.0, None)
-    expected_probs = expected_probs / expected_probs.sum()
+    counts, expected_probs = _count_cell_inputs(counts, expected_probs)
     n = int(counts.sum())
     if n == 0:
         return CellResult(cell_id, test=test, method="no samples", n=0, statistic=math.nan, pvalue=1.0, **meta)
@@ -187,9 +191,7 @@ def surprisal_cell(cell_id: str, counts: np.ndarray, expected_probs: np.ndarray,
     from verifier.stats.surprisal import surprisal_test
 
     test = meta.pop("test", "surprisal")
-    counts = np.asarray(counts, dtype=np.int64)
-    expected_probs = np.clip(np.asarray(expected_probs, dtype=np.float64), 0.0, None)
-    expected_probs = expected_probs / expected_probs.sum()
+    counts, expected_probs = _count_cell_inputs(counts, expected_probs)
     n = int(counts.sum())
     if n == 0:
         return CellResult(cell_id, test=test, method="no samples", n=0, statistic=math.nan, pvalue=1.0, **meta)
