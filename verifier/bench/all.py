@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import json
-import os
 import subprocess
 import sys
 import time
@@ -21,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from verifier.bench import calibration, detect, throughput, time_to_verdict
-from verifier.bench._common import load_average, machine_facts, md_table
+from verifier.bench._common import load_average, machine_facts
 
 __all__ = ["HELP", "run_all", "register", "run"]
 

@@ -40,8 +40,6 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any, Sequence
 
-import numpy as np
-
 from verifier.bench._battery import BatterySpec, TupleLaw, first_rejections
 from verifier.bench._common import fmt_n, fmt_ratio, md_table
 from verifier.bench._oracle import np_oracle_samples

@@ -126,9 +126,7 @@ def _counts_probs_iv(counts, expected_probs, *, allow_zero_total: bool = False):
 
 def _pearson(observed: np.ndarray, probs: np.ndarray) -> np.ndarray:
     """Pearson's X2 over the last axis: ``sum((O - n p)^2 / (n p))``; observed shape (..., K)."""
-    n = observed.sum(axis=-1, keepdims=True)
-    expected = n * probs
-    return ((observed - expected) ** 2 / expected).sum(axis=-1)
+    return montecarlo.statistic("pearson", observed, probs)
 
 
 def _small_sample_pooling(probs: np.ndarray, n: int, pooling, alpha: float):

@@ -48,7 +48,6 @@ from verifier.stats._validate import check_alpha, check_counts, check_fraction, 
 from verifier.stats.results import SupportViolation
 
 __all__ = ["SurprisalResult", "surprisal_test", "surprisal_pvalues", "surprisal_pvalues_from_codes", "surprisal_pvalues_from_totals",
-           "surprisal_scores",
            "surprisal_mde"]
 
 
@@ -240,11 +239,6 @@ def surprisal_pvalues_from_totals(totals, n: int, expected_probs, *, alpha: floa
         return montecarlo.two_sided_pvalues(total, null), "monte-carlo"
     z = (total / n - h) * math.sqrt(n / v)
     return 2 * stats.norm.sf(np.abs(z)), "normal"
-
-
-def surprisal_scores(expected_probs) -> np.ndarray:
-    """``-log P`` per category (nats), 0 where ``P = 0``; shape (categories,)."""
-    return _scores(check_probs(expected_probs, "expected_probs"))[1]
 
 
 def surprisal_test(counts, expected_probs, *, alpha: float = 0.01, power: float = 0.99,
