@@ -57,6 +57,7 @@ __all__ = [
     "gof_test",
     "gof_pvalues",
     "gof_pvalues_from_codes",
+    "gof_mde",
 ]
 
 ASYMPTOTIC_MIN_ALPHA = 1e-4  # below this the chi-square tail is trusted only far from alpha (TAIL_MARGIN)
@@ -136,6 +137,61 @@ def _small_sample_pooling(probs: np.ndarray, n: int, pooling, alpha: float):
     if fine.num_categories > pooling.num_categories and draws * fine.num_categories <= montecarlo.MAX_WORK:
         return fine
     return None
+
+
+def _mde(n, probs, sub_alpha, power, min_expected, has_fine: bool, both: bool):
+    """The cell's MDE: the 10-floor test's, or the finer one's when that is smaller (or alone)."""
+    mde = min_detectable_effect(n, probs, sub_alpha, power, min_expected=min_expected)
+    if has_fine:
+        mde_fine = min_detectable_effect(n, probs, sub_alpha, power, min_expected=SMALL_SAMPLE_MIN_EXPECTED)
+        mde = mde_fine if (mde_fine.tv < mde.tv or not both) else mde
+    return mde
+
+
+def gof_mde(n, expected_probs, *, alpha: float = 0.01, power: float = DEFAULT_POWER,
+            min_expected: float = MIN_EXPECTED_COUNT, pvalue_method: str = "auto"):
+    """Minimum detectable effect of :func:`gof_test` at ``n`` rows, as the test itself states it.
+
+    The same choice as the test makes (the small-sample regime depends on n and the law, never
+    on the counts), so a planner can ask "which n makes this cell see TV <= x" before sampling.
+
+    Parameters
+    ----------
+    n : int
+        Rows in the cell (>= 1).
+    expected_probs : array_like, shape (categories,), float64
+        Exact law of the cell under the null.
+    alpha : float, default 0.01
+        Level of the cell (e.g. its Holm step).
+    power : float, default 0.99
+    min_expected : float, default 10
+    pvalue_method : {"auto", "asymptotic", "monte-carlo"}, default "auto"
+
+    Returns
+    -------
+    MinDetectableEffect
+        Unpacks as ``(tv, w)``; ``tv = inf`` when n is too small to form two pooled categories.
+
+    Raises
+    ------
+    InvalidArgumentError
+        Bad probs, n < 1, alpha or power outside (0, 1).
+
+    Examples
+    --------
+    >>> round(gof_mde(1259, [0.2, 0.5, 0.3], alpha=0.01).tv, 3)
+    0.074
+    """
+    probs = check_probs(expected_probs, "expected_probs")
+    n = check_positive_int(n, "n")
+    alpha = check_alpha(alpha)
+    if pvalue_method not in _PVALUE_METHODS:
+        raise invalid_argument("pvalue_method", pvalue_method, " | ".join(repr(m) for m in _PVALUE_METHODS))
+    min_expected = check_min_expected(min_expected)
+    pooling = _pool(probs, n, min_expected)
+    fine = _small_sample_pooling(probs, n, pooling, alpha) if pvalue_method == "auto" else None
+    both = fine is not None and pooling.num_categories >= 2
+    return _mde(n, probs, alpha / 2 if both else alpha, power, min_expected, fine is not None, both)
 
 
 def gof_pvalues(counts, expected_probs, *, min_expected: float = MIN_EXPECTED_COUNT, pvalue_method: str = "asymptotic",
@@ -322,10 +378,7 @@ def _gof(counts, probs, alpha, pvalue_method, num_resamples, rng, min_expected, 
     effect = _tv_estimate(
         np.append(observed, n - n_support), np.append(pooling.expected_probs, 0.0), confidence, num_bootstrap, rng
     ) if num_bootstrap else None
-    mde = min_detectable_effect(n, probs, sub_alpha, power, min_expected=min_expected)
-    if fine is not None:
-        mde_fine = min_detectable_effect(n, probs, sub_alpha, power, min_expected=SMALL_SAMPLE_MIN_EXPECTED)
-        mde = mde_fine if (mde_fine.tv < mde.tv or not both) else mde
+    mde = _mde(n, probs, sub_alpha, power, min_expected, fine is not None, both)
     common = dict(test=test, n=n, alpha=alpha, effect=effect, mde=mde, support_violations=violations)
     if fine is not None:
         draws = num_resamples or montecarlo.draws_for(sub_alpha)

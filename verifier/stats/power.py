@@ -46,6 +46,7 @@ __all__ = [
     "gof_power",
     "samples_needed",
     "min_detectable_effect",
+    "samples_for_mde",
     "tv_per_w",
 ]
 
@@ -379,3 +380,60 @@ def _noncentrality(alpha: float, power: float, df: int) -> float:
     while stats.ncx2.sf(crit, df, hi) < power:
         hi *= 2
     return float(optimize.brentq(lambda lam: stats.ncx2.sf(crit, df, lam) - power, 0.0, hi, xtol=1e-10))
+
+
+MAX_PLANNED_SAMPLES = 10**9  # samples_for_mde gives up above this (no cell of a real suite needs more)
+
+
+def samples_for_mde(mde_at, target: float, *, n_min: int = 1, n_max: int = MAX_PLANNED_SAMPLES) -> int | None:
+    """Smallest n (found by doubling then bisection) whose minimum detectable effect is <= ``target``.
+
+    Parameters
+    ----------
+    mde_at : callable (n: int) -> float
+        The cell's MDE at n rows, in the unit of ``target`` (e.g.
+        ``lambda n: gof_mde(n, probs, alpha=a, power=pw).tv`` in total variation, or
+        :func:`verifier.stats.surprisal.surprisal_mde` in nats).  Assumed non-increasing in n up
+        to pooling steps; the n returned always satisfies ``mde_at(n) <= target``.
+    target : float
+        Largest acceptable MDE (> 0).
+    n_min : int, default 1
+        Start of the search (e.g. the budget already planned).
+    n_max : int, default 10**9
+        Give up above this.
+
+    Returns
+    -------
+    int or None
+        None when even ``n_max`` rows cannot reach ``target``.
+
+    Raises
+    ------
+    InvalidArgumentError
+        ``target`` not a finite number > 0, or ``n_min`` < 1.
+
+    Examples
+    --------
+    >>> samples_for_mde(lambda n: 1 / math.sqrt(n), 0.1)
+    100
+    """
+    if not isinstance(target, (int, float)) or not math.isfinite(target) or target <= 0:
+        raise invalid_argument("target", target, "a finite MDE > 0")
+    n_min = check_positive_int(n_min, "n_min")
+    if mde_at(n_min) <= target:
+        return n_min
+    lo, hi = n_min, n_min
+    while mde_at(hi) > target:  # invariant: mde_at(lo) > target
+        lo, hi = hi, hi * 2
+        if hi > n_max:
+            if mde_at(n_max) > target:
+                return None
+            hi = n_max
+            break
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if mde_at(mid) <= target:
+            hi = mid
+        else:
+            lo = mid
+    return hi
