@@ -14,7 +14,9 @@ What goes wrong is reported by exit code, as the CLI contract says:
 * the spec is malformed, the module or attribute does not exist, or the object does not implement
   the protocol -> :class:`PluginLoadError` (a :class:`~verifier.errors.ConfigError`, exit 2);
 * the plugin raises (while being imported, built, or called) -> :class:`~verifier.errors.DecoderError`
-  (exit 3) naming the plugin and the exception;
+  (exit 3) naming the plugin and the exception -- any ``BaseException``, ``SystemExit`` included
+  (a plugin calling ``sys.exit(0)`` must not end the run as a success); only ``KeyboardInterrupt``
+  passes through, so Ctrl-C still stops the job;
 * the plugin returns the wrong shape or dtype, out-of-range ids, tokens after EOS -> 
   :class:`~verifier.errors.DecoderOutputError` (exit 3) showing the first bad row
   (:func:`verifier.validation.check_emitted_tokens`).
@@ -85,7 +87,10 @@ def _import_module(module_part: str, spec: str):
         sys.modules[name] = module
         try:
             mod_spec.loader.exec_module(module)
-        except Exception as exc:  # the plugin's own code failed
+        except KeyboardInterrupt:
+            del sys.modules[name]
+            raise
+        except BaseException as exc:  # the plugin's own code failed (SystemExit included)
             del sys.modules[name]
             raise DecoderError(f"plugin {spec!r} raised while being imported: {type(exc).__name__}: {exc}") from exc
         return module
@@ -98,7 +103,9 @@ def _import_module(module_part: str, spec: str):
                 "allowed: an importable module or a path to a .py file"
             ) from None
         raise DecoderError(f"plugin {spec!r} raised while being imported: {type(exc).__name__}: {exc}") from exc
-    except Exception as exc:
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # SystemExit included
         raise DecoderError(f"plugin {spec!r} raised while being imported: {type(exc).__name__}: {exc}") from exc
 
 
@@ -158,7 +165,9 @@ def _build(spec: str, factory: Callable[..., Any], options: dict[str, Any], cont
         return factory(**options)
     except TypeError as exc:  # a factory forwarding **options to a constructor that does not take them
         raise PluginLoadError(f"plugin {spec!r}: factory rejected options {options_shown(options)}: {exc}") from None
-    except Exception as exc:
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # SystemExit included
         raise DecoderError(f"plugin {spec!r} raised while being built: {type(exc).__name__}: {exc}") from exc
 
 
@@ -280,7 +289,9 @@ class PluginDecoder:
         """
         try:
             out = self.inner.generate(list(prompt_ids), num_samples, max_new_tokens, sampling, seed)
-        except Exception as exc:
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # SystemExit included
             raise DecoderError(
                 f"{self.name} raised in generate(prompt_ids={list(prompt_ids)[:8]}, num_samples={num_samples}, "
                 f"max_new_tokens={max_new_tokens}, sampling={sampling.label()}, seed={seed}): {type(exc).__name__}: {exc}"
@@ -355,7 +366,9 @@ class PluginKernel:
     def __call__(self, target_probs: torch.Tensor, draft_probs: torch.Tensor, draft_token_ids: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
         try:
             out = self.inner(target_probs, draft_probs, draft_token_ids, generator)
-        except Exception as exc:
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # SystemExit included
             raise DecoderError(
                 f"kernel {self.name} raised on target_probs{tuple(target_probs.shape)}, draft_probs{tuple(draft_probs.shape)}: "
                 f"{type(exc).__name__}: {exc}"

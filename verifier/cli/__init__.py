@@ -11,6 +11,11 @@ imports (torch, transformers) inside ``run`` so ``specverify --help`` stays fast
 
 Exit codes: 0 every expectation met, 1 bias detected (or a mutant undetected), 2 usage or
 configuration error, 3 the decoder under test crashed or returned invalid output, 4 underpowered.
+
+From the command line (``main()`` without ``argv``), the commands that run plugin code (``run``,
+``audit``, ``report``, ``merge``) execute in a child process whose exit counts only with the
+verdict file it writes last (:mod:`verifier.cli._isolate`): plugin code that ends the process
+(``os._exit(0)``) gives exit 3, never 0.  ``main(argv)`` with an explicit list runs in-process.
 """
 
 from __future__ import annotations
@@ -54,15 +59,25 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``specverify`` console script; returns the exit code."""
+    import os
+
+    from verifier.cli import _isolate
+
     parser = build_parser()
     args = parser.parse_args(argv)  # argparse exits with code 2 on usage errors
     if not getattr(args, "_run", None):
         parser.print_help()
         return EXIT_USAGE
+    if argv is None and args.command in _isolate.ISOLATED_COMMANDS and not os.environ.get(_isolate.VERDICT_ENV):
+        return _isolate.run_in_child(sys.argv[1:], args.command)
+    code = _dispatch(args)
+    _isolate.write_verdict(code)  # the last act of a child job process (no-op in-process)
+    return code
+
+
+def _dispatch(args: argparse.Namespace) -> int:
     try:
         return int(args._run(args))
     except VerifierError as exc:
@@ -75,6 +90,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(devnull, sys.stdout.fileno())
         return 0
     except KeyboardInterrupt:
+        import os
+        import signal
+
+        from verifier.cli._isolate import VERDICT_ENV
+
+        if os.environ.get(VERDICT_ENV):  # a child job process: a second Ctrl-C must not become a traceback
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
         print(f"specverify {args.command}: interrupted; samples written so far are kept on disk", file=sys.stderr)
         return 130
 

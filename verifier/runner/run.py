@@ -263,9 +263,9 @@ def _sample(ctx: _Context, store: SampleStore, progress: bool, log: Callable[[st
                     decoder = ctx.decoder(spec, plan.num_draft_tokens)
                     try:
                         out = decoder.generate(list(plan.prompt_ids), rows, plan.max_new_tokens, plan.sampling, seed)
-                    except DecoderError:
+                    except (DecoderError, KeyboardInterrupt):
                         raise
-                    except Exception as exc:
+                    except BaseException as exc:  # SystemExit from plugin code too: a crash, never a clean exit
                         raise DecoderError(f"{spec.name} raised {type(exc).__name__}: {exc}{_where(exc)}") from exc
                     tokens = check_emitted_tokens(out, num_samples=rows, max_new_tokens=plan.max_new_tokens,
                                                   vocab_size=pair.vocab_size, eos_token_id=pair.eos_token_id,

@@ -1,0 +1,133 @@
+"""Run a job command in a child process whose exit counts only with the verdict file it writes.
+
+Plugin code (a decoder, kernel or model factory) runs inside ``specverify run``/``audit``/
+``report``/``merge``.  If it ends the process itself -- ``os._exit(0)``, ``sys.exit()`` from a
+thread or an ``atexit`` hook, a segfault, the OOM killer -- a CI gate must not read the exit
+status as a result.  So the dispatcher re-runs the same command line in a child process
+(``python -m verifier.cli ...``) with :data:`VERDICT_ENV` naming a file; the child's
+:func:`verifier.cli.main` writes ``{"exit_code": N}`` there as the very last thing before it
+returns.  The parent returns that code unchanged (0-4, 130), and exit code 3 with a message naming
+the likely cause when the child ended without writing it.
+
+Argument parsing (``--help``, usage errors) happens in the parent first, so those stay cheap and
+never start a child.  Ctrl-C reaches the child from the terminal (same process group); a SIGINT
+or SIGTERM sent to the parent alone is forwarded to the child.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Sequence
+
+from verifier.errors import EXIT_DECODER
+
+__all__ = ["VERDICT_ENV", "ISOLATED_COMMANDS", "run_in_child", "write_verdict"]
+
+VERDICT_ENV = "SPECVERIFY_VERDICT_FILE"  # set in the child: where main() writes its exit code last
+ISOLATED_COMMANDS = frozenset({"run", "audit", "report", "merge"})  # commands that execute plugin code
+EXIT_INTERRUPTED = 130  # as the in-process KeyboardInterrupt path returns
+FORWARD_DELAY_S = 1.0  # a terminal Ctrl-C reaches the child directly; forward only if it is still running then
+POLL_S = 0.2
+
+
+def write_verdict(exit_code: int) -> None:
+    """In the child: record ``exit_code`` in the verdict file (atomic), if the parent asked for one."""
+    path = os.environ.get(VERDICT_ENV)
+    if not path:
+        return
+    tmp = f"{path}.tmp"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump({"exit_code": int(exit_code), "pid": os.getpid()}, fh)
+    os.replace(tmp, path)
+
+
+def _read_verdict(path: Path) -> int | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return int(data["exit_code"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _child_env(verdict: Path) -> dict[str, str]:
+    import verifier
+
+    root = str(Path(verifier.__file__).resolve().parent.parent)  # the very package the parent runs
+    env = dict(os.environ)
+    env[VERDICT_ENV] = str(verdict)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+    return env
+
+
+def _missing_verdict(command: str, rc: int) -> str:
+    head = f"specverify {command}: error: the job process ended"
+    if rc < 0:
+        try:
+            name = signal.Signals(-rc).name
+        except ValueError:
+            name = f"signal {-rc}"
+        cause = (f" killed by {name} without writing its verdict"
+                 + (" (SIGKILL: most likely out of memory)" if name == "SIGKILL" else "")
+                 + "; plugin code (decoder, kernel or model factory) or the machine ended it")
+    elif rc == 0:
+        cause = (" with exit status 0 without writing its verdict: plugin code (decoder, kernel or model factory) "
+                 "most likely called os._exit() or exited from a thread or atexit hook; this is no result")
+    else:
+        cause = (f" with exit status {rc} without writing its verdict (see the traceback above; plugin code that "
+                 "called os._exit() or crashed the interpreter also ends it this way)")
+    return f"{head}{cause}; exit {EXIT_DECODER} (decoder error). Samples written so far are kept on disk."
+
+
+def run_in_child(argv: Sequence[str], command: str) -> int:
+    """Run ``python -m verifier.cli *argv`` and return its verdict's exit code (3 when it wrote none)."""
+    folder = Path(tempfile.mkdtemp(prefix="specverify-"))
+    verdict = folder / "verdict.json"
+    cmd = [sys.executable, *subprocess._args_from_interpreter_flags(), "-m", "verifier.cli", *argv]
+    proc = subprocess.Popen(cmd, env=_child_env(verdict))
+    state = {"interrupted": False, "forward_at": None}
+
+    def on_sigint(signum, frame):  # noqa: ARG001 - signal handler signature
+        state["interrupted"] = True
+        if state["forward_at"] is None:
+            state["forward_at"] = time.monotonic() + FORWARD_DELAY_S
+
+    def on_sigterm(signum, frame):  # noqa: ARG001
+        state["interrupted"] = True
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+
+    old_int = signal.signal(signal.SIGINT, on_sigint)
+    old_term = signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        while True:
+            try:
+                rc = proc.wait(timeout=POLL_S)
+                break
+            except subprocess.TimeoutExpired:
+                if state["forward_at"] is not None and time.monotonic() >= state["forward_at"]:
+                    state["forward_at"] = float("inf")  # once
+                    proc.send_signal(signal.SIGINT)
+    finally:
+        signal.signal(signal.SIGINT, old_int)
+        signal.signal(signal.SIGTERM, old_term)
+    code = _read_verdict(verdict)
+    try:
+        for p in folder.iterdir():
+            p.unlink()
+        folder.rmdir()
+    except OSError:
+        pass
+    if code is not None:
+        return code
+    if state["interrupted"]:
+        print(f"specverify {command}: interrupted; samples written so far are kept on disk", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    print(_missing_verdict(command, rc), file=sys.stderr)
+    return EXIT_DECODER
