@@ -11,7 +11,7 @@ import numpy as np
 from verifier.errors import DecoderOutputError
 from verifier.protocols import PADDING_TOKEN_ID
 
-__all__ = ["check_emitted_tokens"]
+__all__ = ["check_emitted_tokens", "check_decoder_stats"]
 
 
 def check_emitted_tokens(
@@ -82,3 +82,69 @@ def check_emitted_tokens(
             why = f"padding -1 at position {col} with no EOS before it"
         raise DecoderOutputError(f"{decoder_name} returned invalid output in row {row}: {why}; row {row} = {arr[row].tolist()}")
     return arr
+
+
+def check_decoder_stats(first_round_accepted, accepted_counts, *, num_draft_tokens: int,
+                        decoder_name: str = "decoder") -> tuple[np.ndarray | None, np.ndarray]:
+    """Validate the accepted-draft figures a decoder reports (``last_stats``) and return them as int64.
+
+    A round accepts between 0 and ``num_draft_tokens`` drafts; a value outside that range (or not an
+    integer) is invalid output, never clipped into range and counted as a finding.
+
+    Parameters
+    ----------
+    first_round_accepted : array-like, shape (num_samples,), or None
+        Accepted drafts in each row's first round; None when the decoder does not report it.
+    accepted_counts : array-like, shape (num_rounds_total,), or None
+        Accepted drafts in each round; None or empty when not reported.
+    num_draft_tokens : int
+        k of the call.
+    decoder_name : str
+        Named in the error message.
+
+    Returns
+    -------
+    (np.ndarray or None, np.ndarray)
+        ``first_round_accepted`` (int64 or None) and ``accepted_counts`` (int64, possibly empty).
+
+    Raises
+    ------
+    DecoderOutputError
+        A non-integer or out-of-range value; the message shows the first bad entry.
+
+    Examples
+    --------
+    >>> check_decoder_stats([0, 2], [2, 1], num_draft_tokens=2)[0].tolist()
+    [0, 2]
+    """
+    out = []
+    for name, values in (("first_round_accepted", first_round_accepted), ("accepted_counts", accepted_counts)):
+        if values is None:
+            out.append(None)
+            continue
+        if hasattr(values, "detach") and hasattr(values, "cpu"):
+            values = values.detach().cpu().numpy()
+        arr = np.asarray(values).reshape(-1)
+        if arr.dtype.kind not in "iub":  # floats must hold whole numbers; anything else is invalid
+            try:
+                f = arr.astype(np.float64)
+            except (TypeError, ValueError):
+                raise DecoderOutputError(f"{decoder_name} reported last_stats.{name} of dtype {arr.dtype}; "
+                                         f"allowed: integers in 0..{num_draft_tokens}") from None
+            whole = np.isfinite(f) & (f == np.round(f))
+            if not whole.all():
+                i = int(np.flatnonzero(~whole)[0])
+                raise DecoderOutputError(f"{decoder_name} reported last_stats.{name} in row {i}: {arr[i]!r}; "
+                                         f"allowed: integers in 0..{num_draft_tokens}")
+            arr = f
+        arr = arr.astype(np.int64)
+        bad = np.flatnonzero((arr < 0) | (arr > num_draft_tokens))
+        if bad.size:
+            i = int(bad[0])
+            raise DecoderOutputError(
+                f"{decoder_name} reported impossible last_stats.{name} in row {i}: {int(arr[i])} accepted drafts with "
+                f"num_draft_tokens={num_draft_tokens}; allowed: integers in 0..{num_draft_tokens} "
+                f"(row {i} = {int(arr[i])}; {bad.size} of {arr.size} entries out of range)")
+        out.append(arr)
+    fra, counts = out
+    return fra, (counts if counts is not None else np.zeros(0, dtype=np.int64))

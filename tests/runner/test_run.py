@@ -198,7 +198,8 @@ def test_expected_law_too_large_fails_before_sampling(write_suite, tmp_path, mon
 
 def test_surprisal_cell_catches_a_temperature_error_and_reports_nats(write_suite, tmp_path):
     """Family-wise alpha 1e-3, seed 11, 300 rows of max_new_tokens = 1 (the surprisal window is
-    min(joint_tokens, max_new_tokens) = 1; no joint cell).  A sampler at T = 1/1.5 instead of 1
+    min(joint_tokens, max_new_tokens) = 1; no joint test: a joint window longer than the rows is a
+    config error).  A sampler at T = 1/1.5 instead of 1
     (rows of bigram4_eos raised to the power 1.5) emits too likely tokens: the surprisal cell
     rejects it; the exact sampler passes.  Values in nats, the entropy of the exact law in extra."""
     decoders = EXACT_DECODER + """
@@ -209,7 +210,7 @@ expect = "detect"
 options = { sharpen = 1.5 }
 """
     text = suite_text(decoders).replace("max_new_tokens = 3", "max_new_tokens = 1").replace("samples = 600", "samples = 300")
-    suite = write_suite(text.replace('tests = ["gof", "joint", "pit"]', 'tests = ["gof", "joint", "surprisal"]'))
+    suite = write_suite(text.replace('tests = ["gof", "joint", "pit"]', 'tests = ["gof", "surprisal"]'))
     assert _run(suite, tmp_path / "run") == EXIT_OK
     report = _report(tmp_path / "run")
     cells = {c["id"].split("/")[0] + "/" + c["test"]: c for c in report["cells"]}

@@ -49,6 +49,9 @@ __all__ = [
     "load_kernel",
     "check_kernel_output",
     "make_speculative_with_kernel",
+    "resolve_plugin_spec",
+    "plugin_source",
+    "file_sha256",
 ]
 
 KERNEL_ARITY = 4  # (target_probs, draft_probs, draft_token_ids, generator)
@@ -72,9 +75,12 @@ def _split_spec(spec: str) -> tuple[str, str]:
 
 
 def _import_module(module_part: str, spec: str):
-    is_path = module_part.endswith(".py") or "/" in module_part or "\\" in module_part
+    is_path = _is_path(module_part)
     if is_path:
         path = Path(module_part).expanduser().resolve()
+        if path.suffix != ".py":
+            raise PluginLoadError(f"plugin spec={spec!r}: {str(path)!r} is not a Python source file; "
+                                  "allowed: a path ending in .py, or an importable package.module")
         if not path.is_file():
             raise PluginLoadError(f"plugin spec={spec!r}: file {str(path)!r} does not exist; allowed: an existing .py file")
         # A stable, unique module name per file so two plugins called `plugin.py` do not collide.
@@ -107,6 +113,60 @@ def _import_module(module_part: str, spec: str):
         raise
     except BaseException as exc:  # SystemExit included
         raise DecoderError(f"plugin {spec!r} raised while being imported: {type(exc).__name__}: {exc}") from exc
+
+
+def _is_path(module_part: str) -> bool:
+    return module_part.endswith(".py") or "/" in module_part or "\\" in module_part
+
+
+def resolve_plugin_spec(spec: str, base_dir: str | Path) -> str:
+    """``spec`` with a relative ``file.py`` part made absolute against ``base_dir``.
+
+    A suite's ``decoder = "plug.py:make"`` means the ``plug.py`` beside the suite file, never one
+    in the working directory (which would run whatever file the cwd happens to hold).
+
+    >>> resolve_plugin_spec("plug.py:make", "/suites")
+    '/suites/plug.py:make'
+    >>> resolve_plugin_spec("pkg.mod:make", "/suites")
+    'pkg.mod:make'
+    """
+    if not isinstance(spec, str) or ":" not in spec:
+        return spec
+    module_part, attr = spec.rsplit(":", 1)
+    if not _is_path(module_part):
+        return spec
+    path = Path(module_part).expanduser()
+    if not path.is_absolute():
+        path = Path(base_dir) / path
+    return f"{path}:{attr}"
+
+
+def plugin_source(spec: str) -> Path | None:
+    """The Python file a plugin spec runs: the ``file.py`` itself, or the module's origin.
+
+    Returns None when it cannot be found without running plugin code that fails (the build then
+    reports that failure).  Call after the suite's ``python_path`` is on ``sys.path``.
+    """
+    try:
+        module_part, _ = _split_spec(spec)
+    except PluginLoadError:
+        return None
+    if _is_path(module_part):
+        path = Path(module_part).expanduser().resolve()
+        return path if path.is_file() else None
+    try:
+        found = importlib.util.find_spec(module_part)
+    except KeyboardInterrupt:
+        raise
+    except BaseException:  # a parent package that fails to import: the build reports it
+        return None
+    origin = getattr(found, "origin", None)
+    return Path(origin) if origin and Path(origin).is_file() else None
+
+
+def file_sha256(path: str | Path) -> str:
+    """Hex SHA-256 of a file's bytes."""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 def _resolve(spec: str) -> Any:

@@ -79,6 +79,32 @@ def _check_local(path: Path) -> None:
         found = sorted(p.name for p in path.iterdir())
         raise ModelLoadError(f"checkpoint {str(path)!r} has no model.safetensors (found {found}); expected {_EXPECTED} "
                              "-- weights are loaded from safetensors only")
+    index = path / "model.safetensors.index.json"
+    if index.is_file() and not (path / "model.safetensors").is_file():
+        _check_index(path, index)
+
+
+def _check_index(path: Path, index: Path) -> None:
+    """Every weight file a sharded checkpoint's index names must be a ``.safetensors`` file inside
+    the folder: an index pointing at ``pytorch_model.bin`` would be read with ``torch.load`` (pickle)."""
+    import json
+
+    try:
+        weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+        files = sorted(set(weight_map.values()))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise ModelLoadError(f"checkpoint {str(path)!r}: {index.name} is unreadable or has no weight_map ({exc}); "
+                             f"expected {_EXPECTED}") from None
+    root = path.resolve()
+    for name in files:
+        target = (path / str(name)).resolve()
+        if not isinstance(name, str) or not name.endswith(".safetensors") or root not in target.parents:
+            raise ModelLoadError(f"checkpoint {str(path)!r}: {index.name} maps weights to {name!r}; allowed: "
+                                 ".safetensors files inside the checkpoint folder -- weights are loaded from "
+                                 "safetensors only (no pickle-based .bin/.pt files)")
+        if not target.is_file():
+            raise ModelLoadError(f"checkpoint {str(path)!r}: {index.name} names {name!r}, which is missing; "
+                                 f"expected {_EXPECTED}")
 
 
 def load_model(path_or_id: str | Path, device: str | torch.device = "cpu",

@@ -24,6 +24,19 @@ DPI = 80  # small PNGs keep report.html self-contained and light
 MAX_BARS = 24  # categories drawn per failing cell (the rest are summed into "other")
 
 
+def _plain_text(fn):
+    """Run a figure builder with mathtext off: names and labels ('$x^$') are drawn as typed, never
+    parsed as TeX (a '$...$' decoder name made matplotlib raise after sampling and statistics)."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        with matplotlib.rc_context({"text.parse_math": False, "text.usetex": False}):
+            return fn(*args, **kwargs)
+
+    return wrapper
+
+
 def _png(fig) -> str:
     buf = io.BytesIO()
     fig.tight_layout()
@@ -32,6 +45,7 @@ def _png(fig) -> str:
     return base64.b64encode(buf.getvalue()).decode("ascii")
 
 
+@_plain_text
 def failing_cell_bars(cell: dict[str, Any]) -> str | None:
     """Observed vs expected counts of one chi-square cell (pooled categories)."""
     obs, exp, labels = cell.get("observed"), cell.get("expected"), cell.get("labels")
@@ -55,6 +69,7 @@ def failing_cell_bars(cell: dict[str, Any]) -> str | None:
     return _png(fig)
 
 
+@_plain_text
 def pit_figure(cells: list[dict[str, Any]]) -> str | None:
     """Randomized-PIT histogram per decoder (summed over its PIT cells, as density) and a QQ plot
     of every PIT cell against Uniform(0, 1), coloured by decoder -- one figure for the report."""
@@ -86,6 +101,7 @@ def pit_figure(cells: list[dict[str, Any]]) -> str | None:
     return _png(fig)
 
 
+@_plain_text
 def ranked_pvalues(cells: list[dict[str, Any]], level: float) -> str | None:
     """Adjusted p-values of all cells, ranked, log scale, with the rejection level."""
     rows = [c for c in cells if isinstance(c.get("adjusted_pvalue"), (int, float))]
@@ -107,6 +123,7 @@ def ranked_pvalues(cells: list[dict[str, Any]], level: float) -> str | None:
     return _png(fig)
 
 
+@_plain_text
 def acceptance_lengths(sample_sets: list[dict[str, Any]]) -> str | None:
     """Distribution of accepted drafts per round, per decoder, one panel per k."""
     by_k: dict[int, dict[str, np.ndarray]] = {}

@@ -93,14 +93,15 @@ def plan_sample_sets(suite: Suite, prompt_ids: dict[tuple[str, str], tuple[int, 
     return plans
 
 
-def build_decoder(spec: DecoderSpec, pair: Any, num_draft_tokens: int, where: str) -> Any:
+def build_decoder(spec: DecoderSpec, pair: Any, num_draft_tokens: int, where: str, base_dir: str | None = None) -> Any:
     """Construct the decoder of ``spec`` for one k.
 
     A plugin ``module:factory`` (or ``path/to/file.py:factory``) is called with the suite's
     ``options`` plus whichever of ``target``, ``draft`` (decoder-ready torch models),
     ``target_model``, ``draft_model`` (as loaded: ``TabularLM`` or torch), ``num_draft_tokens``,
     ``vocab_size``, ``eos_token_id`` its signature names; a registered name goes to
-    ``verifier.decoders.make_decoder``.
+    ``verifier.decoders.make_decoder``.  A relative ``file.py`` resolves against ``base_dir`` (the
+    suite file's folder), not the working directory.
 
     Raises
     ------
@@ -115,10 +116,10 @@ def build_decoder(spec: DecoderSpec, pair: Any, num_draft_tokens: int, where: st
         "target_model": lambda: pair.target_model, "draft_model": lambda: pair.draft_model,
     }
     if ":" in spec.decoder:
-        from verifier.audit.plugins import load_plugin  # one plugin loader for suites and `specverify audit`
+        from verifier.audit.plugins import load_plugin, resolve_plugin_spec  # one loader for suites and audit
 
         try:
-            decoder = load_plugin(spec.decoder, "decoder", context, **spec.options)
+            decoder = load_plugin(resolve_plugin_spec(spec.decoder, base_dir or "."), "decoder", context, **spec.options)
         except VerifierError as exc:
             exc.args = (f"{where}: {exc}",)
             raise

@@ -38,7 +38,7 @@ from verifier.errors import (
     DecoderOutputError,
     ReportWriteError,
 )
-from verifier.runner import analysis, expected
+from verifier.runner import analysis, expected, guards
 from verifier.runner.assemble import REPORT_SCHEMA_VERSION, build_report, environment
 from verifier.runner.models import LoadedPair, encode_prompt, load_pair
 from verifier.runner.plan import SampleSetPlan, build_decoder, decoder_identity, plan_sample_sets
@@ -46,7 +46,7 @@ from verifier.runner.seeds import stream_seed
 from verifier.runner.store import SampleStore, Shard
 from verifier.runner.verdict import DecoderVerdict, cell_level, decide, exit_code
 from verifier.suite.schema import Suite
-from verifier.validation import check_emitted_tokens
+from verifier.validation import check_decoder_stats, check_emitted_tokens
 
 __all__ = ["REPORT_SCHEMA_VERSION", "RunOutcome", "run_suite", "analyze_run", "new_run_dir", "load_run_suite"]
 
@@ -110,7 +110,10 @@ class _Context:
             if p not in sys.path:
                 sys.path.insert(0, p)
         self.suite = suite
+        guards.check_sizes(suite)  # before any model is loaded or chunk planned
         used = sorted({d.models for d in suite.decoders})
+        for name in used:
+            guards.check_device(suite.models[name].device, f"{suite.source}: models.{name}.device")
         self.pairs: dict[str, LoadedPair] = {name: load_pair(suite.models[name], suite.base_dir) for name in used}
         ids = {}
         for d in suite.decoders:
@@ -124,7 +127,8 @@ class _Context:
         """The decoder of ``spec`` for one k (built once)."""
         key = (spec.name, num_draft_tokens)
         if key not in self._decoders:
-            self._decoders[key] = build_decoder(spec, self.pairs[spec.models], num_draft_tokens, f"decoders[{spec.name}]")
+            self._decoders[key] = build_decoder(spec, self.pairs[spec.models], num_draft_tokens, f"decoders[{spec.name}]",
+                                                base_dir=self.suite.base_dir)
         return self._decoders[key]
 
     def preflight(self) -> dict[str, dict]:
@@ -271,6 +275,13 @@ def _sample(ctx: _Context, store: SampleStore, progress: bool, log: Callable[[st
                                                   vocab_size=pair.vocab_size, eos_token_id=pair.eos_token_id,
                                                   decoder_name=spec.name)
                     _check_seed_used(seen_chunks, plan, index, seed, tokens, spec.name)
+                    stats = getattr(decoder, "last_stats", None)
+                    fra = getattr(stats, "first_round_accepted", None) if stats is not None else None
+                    if fra is not None and np.asarray(fra).shape != (rows,):
+                        fra = None  # a decoder reporting a malformed figure just loses the `accepted` cell
+                    counts = getattr(stats, "accepted_counts", None) if stats is not None else None
+                    fra, counts = check_decoder_stats(fra, counts, num_draft_tokens=plan.num_draft_tokens,
+                                                      decoder_name=spec.name)
                 except DecoderError as exc:
                     kept = sum(1 for i in range(plan.num_chunks) if store.chunk_path(plan.set_id, i).is_file())
                     errors[spec.name] = {
@@ -281,11 +292,6 @@ def _sample(ctx: _Context, store: SampleStore, progress: bool, log: Callable[[st
                     }
                     log(f"  {spec.name}: stopped at {plan.label}, chunk {index} (seed {seed}): {exc}")
                     break
-                stats = getattr(decoder, "last_stats", None)
-                fra = getattr(stats, "first_round_accepted", None) if stats is not None else None
-                if fra is not None and np.asarray(fra).shape != (rows,):
-                    fra = None  # a decoder reporting a malformed figure just loses the `accepted` cell
-                counts = np.asarray(getattr(stats, "accepted_counts", []) if stats is not None else [], dtype=np.int64)
                 meta = {"set_key": plan.key, "set_id": plan.set_id, "chunk": index, "seed": seed,
                         "num_samples": rows, "suite_seed": ctx.suite.seed,
                         "decoder": decoder_identity(spec, decoder, plan.num_draft_tokens)}
@@ -528,6 +534,7 @@ def run_suite(suite: Suite, run_dir: str | Path, *, resume: bool = False, progre
     stage: dict[str, float] = {}
     started = _now()
     if not resume:
+        guards.check_fresh_run_dir(run_dir, RUN_FILE)
         store.write_json(RUN_FILE, {"schema_version": REPORT_SCHEMA_VERSION, "suite": suite.to_dict(),
                                     "created_at": started, "run_id": Path(run_dir).name})
     t0 = time.perf_counter()
@@ -538,6 +545,7 @@ def run_suite(suite: Suite, run_dir: str | Path, *, resume: bool = False, progre
         log(f"exact stage: rules contradict their declared status: {', '.join(exact['wrong_rules'])}; no sampling")
     t0 = time.perf_counter()
     ctx = _Context(suite)
+    record_plugins(store, suite, check=resume)
     _expected_preflight(ctx)
     stage["models"] = time.perf_counter() - t0
     t0 = time.perf_counter()
@@ -553,6 +561,22 @@ def run_suite(suite: Suite, run_dir: str | Path, *, resume: bool = False, progre
     if not exact["ok"]:
         return _exact_failed(ctx, exact, stage, info, store)
     return _finish(ctx, store, errors, exact, stage, info, log)
+
+
+def record_plugins(store: SampleStore, suite: Suite, *, check: bool) -> None:
+    """Record each plugin file's SHA-256 in ``run.json``; with ``check``, first refuse a changed one.
+
+    Raises
+    ------
+    ConfigError
+        ``check`` and a plugin file recorded in ``run.json`` has changed (exit 2).
+    """
+    current = guards.plugin_hashes(suite)
+    info = store.read_json(RUN_FILE)
+    if check or "plugins" in info:
+        guards.check_plugins_unchanged(info.get("plugins"), current, store.run_dir)
+    if info.get("plugins") != current:
+        store.write_json(RUN_FILE, {**info, "plugins": {**(info.get("plugins") or {}), **current}})
 
 
 def _exact_failed(ctx: _Context, exact: dict, stage: dict, info: dict, store: SampleStore) -> RunOutcome:

@@ -437,6 +437,10 @@ def parse_suite(data: Mapping[str, Any], *, source: str = "<suite>", base_dir: P
         grid["models"] = grid["models"] or (next(iter(models)) if models else None)
         if grid["models"] not in models:
             d._fail(d.path("models"), grid["models"], f"a model pair defined under [models]: {sorted(models)}")
+        if "joint" in grid["tests"] and grid["joint_tokens"] > grid["max_new_tokens"]:
+            d._fail(d.path("joint_tokens"), grid["joint_tokens"],
+                    f"at most max_new_tokens={grid['max_new_tokens']} (the joint cell tests the first joint_tokens "
+                    "tokens of each row); lower joint_tokens, raise max_new_tokens, or drop 'joint' from tests")
         grid["prompts"] = grid["prompts"] or list(prompts)
         grid["sampling"] = grid["sampling"] or list(sampling)
         for key, table in (("prompts", prompts), ("sampling", sampling)):
@@ -479,8 +483,11 @@ def parse_suite(data: Mapping[str, Any], *, source: str = "<suite>", base_dir: P
             correction=pr.get("correction", str, None),
             target_mde=pr.get("target_mde", _NUMBER, None),
         )
-        if prof.sample_scale <= 0:
-            pr._fail(pr.path("sample_scale"), prof.sample_scale, "a number > 0")
+        if not (math.isfinite(prof.sample_scale) and prof.sample_scale > 0):
+            pr._fail(pr.path("sample_scale"), prof.sample_scale, "a finite number > 0")
+        for key, val, hi_ok in (("alpha", prof.alpha, False), ("target_mde", prof.target_mde, True)):
+            if val is not None and not (math.isfinite(val) and (0 < val < 1 or (hi_ok and val == 1))):
+                pr._fail(pr.path(key), val, "a number in (0, 1]" if hi_ok else "a number in (0, 1)")
         if prof.correction is not None:
             _check_choice(pr, "correction", prof.correction, CORRECTIONS)
         pr.done()

@@ -1,0 +1,152 @@
+"""Checks a run must pass before its first sample: nothing overwritten, nothing mixed, nothing too big.
+
+* :func:`check_fresh_run_dir` -- ``run SUITE --run-dir DIR`` on a folder that already holds a run
+  would replace its samples (another seed rewrites every chunk): refused, naming ``--resume``.
+* :func:`plugin_hashes` / :func:`check_plugins_unchanged` -- the SHA-256 of every plugin decoder's
+  source file is recorded in ``run.json``; a resume (or another shard into the same folder) whose
+  plugin file changed would mix samples of two programs in one sample set: refused.
+* :func:`check_sizes` -- the emitted tokens of a sample set are held in memory for the statistics
+  (and a chunk's while sampling): sizes beyond the machine's available memory are a
+  :class:`~verifier.errors.ConfigError` naming the key and the limit, not a machine that swaps
+  until it dies, nor a ``MemoryError`` blamed on the decoder.
+* :func:`check_device` -- a model device that does not exist here (``cuda`` on a CPU-only
+  machine) is refused before anything runs, instead of being ignored while the report says cuda.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from verifier.errors import ConfigError
+
+__all__ = ["check_fresh_run_dir", "plugin_hashes", "check_plugins_unchanged", "check_sizes", "check_device",
+           "available_memory", "TOKEN_BYTES", "CHUNK_COPIES", "SET_COPIES", "MEMORY_SHARE"]
+
+TOKEN_BYTES = 8  # emitted tokens are int64
+CHUNK_COPIES = 4  # a chunk lives as the decoder's buffers, its returned array, the validated copy and the shard
+SET_COPIES = 3  # statistics hold every sample set of a decoder at once, plus the concatenated copy and counts
+MEMORY_SHARE = 0.8  # of the memory available when the run starts (models, torch and the OS need the rest)
+
+
+def check_fresh_run_dir(run_dir: str | Path, run_file: str) -> None:
+    """Raise :class:`ConfigError` when ``run_dir`` already holds a run (its ``run_file`` or samples)."""
+    run_dir = Path(run_dir)
+    has_samples = (run_dir / "samples").is_dir() and any((run_dir / "samples").rglob("chunk-*.npz"))
+    if (run_dir / run_file).is_file() or has_samples:
+        raise ConfigError(
+            f"--run-dir={str(run_dir)!r} already holds a run; a new run would overwrite its samples. "
+            f"Allowed: `specverify run --resume {run_dir}` to continue that run, `specverify report {run_dir}` to "
+            "report on it again, or a --run-dir that does not exist yet")
+
+
+def plugin_hashes(suite: Any) -> dict[str, dict[str, Any]]:
+    """``{decoder name: {"spec", "path", "sha256"}}`` for every plugin decoder of ``suite``.
+
+    File plugins resolve against the suite's folder; module plugins are looked up on ``sys.path``
+    (call after the suite's ``python_path`` is added).  ``path``/``sha256`` are None when the
+    source cannot be found (the decoder build then reports why).
+    """
+    from verifier.audit.plugins import file_sha256, plugin_source, resolve_plugin_spec
+
+    out: dict[str, dict[str, Any]] = {}
+    for d in suite.decoders:
+        if ":" not in d.decoder:
+            continue
+        spec = resolve_plugin_spec(d.decoder, suite.base_dir)
+        path = plugin_source(spec)
+        out[d.name] = {"spec": d.decoder, "path": str(path) if path else None,
+                       "sha256": file_sha256(path) if path else None}
+    return out
+
+
+def check_plugins_unchanged(stored: dict[str, dict[str, Any]] | None, current: dict[str, dict[str, Any]],
+                            run_dir: str | Path) -> None:
+    """Raise :class:`ConfigError` when a plugin file recorded in ``run.json`` has changed."""
+    for name, was in (stored or {}).items():
+        now = current.get(name)
+        if not was.get("sha256") or now is None:
+            continue
+        if now.get("sha256") != was["sha256"]:
+            raise ConfigError(
+                f"decoders[{name}]: plugin file {was.get('path')!r} changed since {str(run_dir)!r} was started "
+                f"(sha256 {was['sha256'][:12]}... then, {str(now.get('sha256'))[:12]}... now); its new samples would "
+                "mix with the old ones in one sample set. Allowed: restore that file, or start a new run folder")
+
+
+def available_memory() -> int | None:
+    """Bytes of memory available to a new allocation (``MemAvailable``), or None if unknown."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return int(os.sysconf("SC_AVPHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2**30:.3g} GiB"
+
+
+def check_sizes(suite: Any, available: int | None = None) -> None:
+    """Refuse sample budgets whose emitted tokens cannot fit in memory.
+
+    Per decoder: ``sample sets x samples x max_new_tokens x 8 B x SET_COPIES`` (the statistics) and
+    ``min(chunk_size, samples) x max_new_tokens x 8 B x CHUNK_COPIES`` (one chunk while sampling),
+    each against ``MEMORY_SHARE`` of the available memory.
+
+    Raises
+    ------
+    ConfigError
+        Naming the decoder, the keys (``samples``, ``max_new_tokens``, ``chunk_size``), the memory
+        needed and the limit.
+    """
+    available = available_memory() if available is None else available
+    if available is None:
+        return
+    limit = MEMORY_SHARE * available
+    for d in suite.decoders:
+        sets = len(d.prompts) * len(d.sampling) * len(d.num_draft_tokens)
+        row = d.max_new_tokens * TOKEN_BYTES
+        need = sets * d.samples * row * SET_COPIES
+        where = f"{suite.source}: decoders[{d.name}] (profile {suite.profile})"
+        if need > limit:
+            most = max(0, int(limit // (sets * row * SET_COPIES)))
+            raise ConfigError(
+                f"{where}: samples={d.samples} x max_new_tokens={d.max_new_tokens} over {sets} sample set(s) needs "
+                f"about {_gib(need)} of memory for the statistics; the limit is {_gib(limit)} "
+                f"({MEMORY_SHARE:.0%} of the {_gib(available)} available). Allowed: samples <= {most} at this "
+                "max_new_tokens (or a smaller max_new_tokens, or shards on more machines: run --shard I/N)")
+        chunk = min(d.chunk_size, d.samples) * row * CHUNK_COPIES
+        if chunk > limit:
+            most = max(0, int(limit // (row * CHUNK_COPIES)))
+            raise ConfigError(
+                f"{where}: chunk_size={d.chunk_size} x max_new_tokens={d.max_new_tokens} needs about {_gib(chunk)} "
+                f"of memory per chunk; the limit is {_gib(limit)} ({MEMORY_SHARE:.0%} of the {_gib(available)} "
+                f"available). Allowed: chunk_size <= {most} at this max_new_tokens")
+
+
+def check_device(device: str, where: str) -> None:
+    """Raise :class:`ConfigError` when torch ``device`` is malformed or absent on this machine."""
+    import torch
+
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError, ValueError) as exc:
+        raise ConfigError(f"{where}={device!r} is not a torch device ({exc}); allowed: cpu, cuda, cuda:N, mps") from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ConfigError(f"{where}={device!r}: CUDA is not available on this machine "
+                              "(torch.cuda.is_available() is False); allowed: 'cpu' here, or run on a GPU machine")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise ConfigError(f"{where}={device!r}: this machine has {torch.cuda.device_count()} CUDA device(s); "
+                              f"allowed: cuda:0..cuda:{torch.cuda.device_count() - 1}")
+    elif dev.type == "mps":
+        if not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+            raise ConfigError(f"{where}={device!r}: MPS is not available on this machine; allowed: 'cpu'")
