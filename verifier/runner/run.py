@@ -446,7 +446,25 @@ def _count_cells(plan: SampleSetPlan, has_fra: bool = True) -> int:
     return n
 
 
-def _statistics(ctx: _Context, store: SampleStore, errors: dict[str, dict]):
+def _missing_chunks(store: SampleStore, plan: SampleSetPlan) -> list[str]:
+    return [store.chunk_path(plan.set_id, i).name for i in range(plan.num_chunks)
+            if not _valid_shard(store.read_chunk(plan.set_id, i), plan, i)]
+
+
+def _check_missing(store: SampleStore, plan: SampleSetPlan, on_disk: int, allow_partial: bool) -> None:
+    """Missing or unreadable samples of a decoder that did not stop are an error unless ``allow_partial``."""
+    if allow_partial or on_disk >= plan.samples:
+        return
+    files = _missing_chunks(store, plan)
+    shown = ", ".join(files[:5]) + (f" and {len(files) - 5} more" if len(files) > 5 else "")
+    raise ConfigError(
+        f"{plan.samples - on_disk} of {plan.samples} samples of sample set {plan.label!r} are missing or unreadable "
+        f"({shown} in {str(store.samples_dir / plan.set_id)!r}); allowed: `specverify run --resume {store.run_dir}` "
+        "to sample them again, or --allow-partial to report on the samples present (the report then says how "
+        "many are missing)")
+
+
+def _statistics(ctx: _Context, store: SampleStore, errors: dict[str, dict], allow_partial: bool = False):
     suite = ctx.suite
     verdicts: list[DecoderVerdict] = []
     sets_info: list[dict[str, Any]] = []
@@ -465,10 +483,14 @@ def _statistics(ctx: _Context, store: SampleStore, errors: dict[str, dict]):
                          "acceptance_rate": float(acc.mean() / k) if len(acc) else None,
                          "accepted_counts_hist": np.bincount(np.clip(acc, 0, k), minlength=k + 1).tolist() if len(acc) else [],
                          "first_round_accepted_reported": fra is not None})
-            first = store.read_chunk(p.set_id, 0) if chunks else None
+            info["samples_missing"] = int(p.samples - len(tokens))
+            if spec.name not in errors:
+                _check_missing(store, p, len(tokens), allow_partial)
+            first = next((sh for sh in (store.read_chunk(p.set_id, i) for i in range(p.num_chunks))
+                          if sh is not None), None) if chunks else None
             info["decoder_identity"] = first.meta.get("decoder") if first is not None else None
             sets_info.append(info)
-            if spec.name in errors:
+            if spec.name in errors or not len(tokens):  # no sample, no cell (the report says what is missing)
                 continue
             cells.extend(_set_cells(ctx, p, tokens, fra, lambda _i: level))
         verdicts.append(decide(spec.name, spec.expect, cells, alpha=suite.stats.alpha,
@@ -478,15 +500,19 @@ def _statistics(ctx: _Context, store: SampleStore, errors: dict[str, dict]):
 
 
 def _finish(ctx_or_suite, store: SampleStore, errors: dict, exact: dict, stage: dict, info: dict,
-            log: Callable[[str], None], out_dir: Path | None = None) -> RunOutcome:
+            log: Callable[[str], None], out_dir: Path | None = None, allow_partial: bool = False) -> RunOutcome:
     from verifier.reports import write_reports
 
     ctx = ctx_or_suite
     t0 = time.perf_counter()
-    verdicts, sets_info = _statistics(ctx, store, errors)
+    verdicts, sets_info = _statistics(ctx, store, errors, allow_partial)
     stage["statistics"] = time.perf_counter() - t0
     code = exit_code(verdicts, exact_ok=exact["ok"])
     report = build_report(ctx.suite, environment(ctx.suite), exact, verdicts, sets_info, errors, code, info)
+    report["samples_planned"] = sum(s["samples"] for s in sets_info)
+    report["samples_missing"] = sum(s["samples_missing"] for s in sets_info)
+    if report["samples_missing"]:
+        log(f"partial report: {report['samples_missing']} of {report['samples_planned']} samples are missing")
     t0 = time.perf_counter()
     target = Path(out_dir) if out_dir is not None else store.run_dir
     report["run"]["stage_seconds"] = stage
@@ -589,13 +615,17 @@ def _exact_failed(ctx: _Context, exact: dict, stage: dict, info: dict, store: Sa
 
 
 def analyze_run(run_dir: str | Path, *, out_dir: str | Path | None = None,
-                log: Callable[[str], None] = print) -> RunOutcome:
+                log: Callable[[str], None] = print, allow_partial: bool = False) -> RunOutcome:
     """Recompute statistics, verdict and reports from a run folder's shards, without sampling.
+
+    ``allow_partial`` reports on the samples present when shards are missing or unreadable (the
+    report then gives ``samples_missing`` per sample set and in total); without it that is an error.
 
     Raises
     ------
     ConfigError
-        ``run_dir`` is not a run folder.
+        ``run_dir`` is not a run folder, or (without ``allow_partial``) samples of a decoder that did
+        not stop are missing or unreadable -- the message names the chunk files.
     ReportWriteError
         The output folder cannot be written (the samples are untouched).
     """
@@ -622,4 +652,5 @@ def analyze_run(run_dir: str | Path, *, out_dir: str | Path | None = None,
             sampled = None
         if sampled is not None:
             stage["sampling"] = sampled
-    return _finish(ctx, store, errors, exact, stage, info, log, out_dir=Path(out_dir) if out_dir else None)
+    return _finish(ctx, store, errors, exact, stage, info, log, out_dir=Path(out_dir) if out_dir else None,
+                   allow_partial=allow_partial)

@@ -180,8 +180,9 @@ def merge_runs(run_dirs: Sequence[str | Path], out_dir: str | Path, *, allow_par
         The merged run folder; receives ``run.json``, every shard's samples, ``report.json``,
         ``report.md``, ``report.html`` and ``junit.xml``.
     allow_partial : bool, default False
-        Report on whatever samples exist even when shards are missing (their cells have fewer
-        samples and may be UNDERPOWERED).
+        Report on whatever samples exist even when shards are missing or chunk files unreadable
+        (their cells have fewer samples and may be UNDERPOWERED; the report says how many samples
+        are missing).  Without it, either is a ConfigError.
 
     Returns
     -------
@@ -241,7 +242,7 @@ def merge_runs(run_dirs: Sequence[str | Path], out_dir: str | Path, *, allow_par
     if first_stop:
         out_store.write_json(_run.STOPPED_FILE, list(first_stop.values()))
     log(f"merged {len(dirs)} run folder(s) into {out} ({copied} chunk files copied)")
-    return _run.analyze_run(out, log=log)
+    return _run.analyze_run(out, log=log, allow_partial=allow_partial)
 
 
 def _same_shard(a: Path, b: Path) -> bool:
