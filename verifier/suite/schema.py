@@ -9,7 +9,8 @@ correction ``gate`` or ``audit``, target minimum detectable effect) and named pr
 
 Strictness: an unknown key is a :class:`~verifier.errors.ConfigError` naming the key path and the
 allowed keys; a value of the wrong type names the key, the value and the allowed type.  Relative
-model paths and ``python_path`` entries are resolved against the suite file's folder.
+model paths, ``file.py:factory`` decoder plugins and ``python_path`` entries are resolved against the
+suite file's folder.
 
 Schema (version 1)::
 
