@@ -6,12 +6,14 @@ never EOS), honest about its seed; ``mode`` injects one misbehaviour:
 * ``exit_factory``: ``SystemExit(0)`` from the factory;
 * ``exit_generate``: ``sys.exit(0)`` from ``generate``;
 * ``os_exit``: ``os._exit(0)`` from ``generate`` (the process ends at once, no cleanup);
+* ``sleep``: ``generate`` sleeps 120 s (a long job to interrupt);
 * ``fra=<int>``: reports ``first_round_accepted`` equal to that value in every row;
 * ``counts=<int>``: reports one round with that many accepted drafts per row.
 """
 
 import os
 import sys
+import time
 
 import numpy as np
 
@@ -30,6 +32,8 @@ class Uniform:
             sys.exit(0)
         if self.mode == "os_exit":
             os._exit(0)
+        if self.mode == "sleep":
+            time.sleep(120)
         out = np.random.default_rng(seed).integers(0, 3, size=(num_samples, max_new_tokens)).astype(np.int64)
         fra = np.zeros(num_samples, np.int64)
         counts = np.zeros(num_samples, np.int64)

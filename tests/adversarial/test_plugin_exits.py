@@ -148,3 +148,35 @@ def test_exit_codes_pass_through_the_child_process(tmp_path):
     assert bad.returncode == EXIT_USAGE and "does not exist" in bad.stderr and "Traceback" not in bad.stderr
     helped = cli("run", "--help")
     assert helped.returncode == 0 and "--resume" in helped.stdout
+    usage = cli("run", str(suite), "--threads", "many")
+    assert usage.returncode == EXIT_USAGE and "invalid int value" in usage.stderr
+
+
+@pytest.mark.parametrize("whole_group", [True, False])
+def test_ctrl_c_still_stops_the_job(tmp_path, whole_group):
+    """Ctrl-C in a terminal signals the whole process group; a CI runner may signal only the parent
+    (forwarded to the child).  Either way: exit 130 and the interrupted message, within seconds."""
+    import signal
+    import time
+
+    suite = write_suite(tmp_path / "s", options='{ mode = "sleep" }')
+    run_dir = tmp_path / "run"
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.Popen([sys.executable, "-m", "verifier.cli", "run", str(suite), "--run-dir", str(run_dir),
+                             "--no-progress"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 240
+        while not (run_dir / "run.json").is_file() and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.2)
+        time.sleep(3)  # into generate()
+        if whole_group:
+            os.killpg(proc.pid, signal.SIGINT)
+        else:
+            proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, err[-2000:]
+    assert "interrupted" in err and "Traceback" not in err

@@ -35,15 +35,22 @@ from verifier.errors import EXIT_USAGE, VerifierError
 __all__ = ["main", "build_parser"]
 
 
-def _command_modules():
+def _command_names() -> dict[str, str]:
+    """Sub-command name -> module name, without importing any command module."""
     import verifier.cli as pkg
 
-    for info in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda m: m.name):
-        if info.name.startswith("cmd_"):
-            yield info.name[len("cmd_"):].replace("_", "-"), importlib.import_module(f"verifier.cli.{info.name}")
+    return {info.name[len("cmd_"):].replace("_", "-"): info.name
+            for info in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda m: m.name) if info.name.startswith("cmd_")}
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _command_modules(only: str | None = None):
+    for name, module in _command_names().items():
+        if only is None or name == only:
+            yield name, importlib.import_module(f"verifier.cli.{module}")
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The ``specverify`` parser; ``only`` registers just that sub-command (imports one module)."""
     parser = argparse.ArgumentParser(
         prog="specverify",
         description="Prove or refute, with exact enumeration and statistical evidence, that a "
@@ -52,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
         "2 usage/config error; 3 decoder under test crashed or returned invalid output; 4 underpowered.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name, module in _command_modules():
+    for name, module in _command_modules(only):
         p = sub.add_parser(name, help=module.HELP, description=module.HELP)
         module.register(p)
         p.set_defaults(_run=module.run)
@@ -65,13 +72,20 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from verifier.cli import _isolate
 
-    parser = build_parser()
-    args = parser.parse_args(argv)  # argparse exits with code 2 on usage errors
+    words = list(sys.argv[1:] if argv is None else argv)
+    command = next((w for w in words if not w.startswith("-")), None)
+    if argv is None and command in _isolate.ISOLATED_COMMANDS and not os.environ.get(_isolate.VERDICT_ENV):
+        return _isolate.run_in_child(words, command)  # the child parses (usage errors, --help) and runs
+    parser = build_parser(command if command in _command_names() else None)
+    try:
+        args = parser.parse_args(argv)  # argparse exits with code 2 on usage errors, 0 after --help
+    except SystemExit as exc:
+        _isolate.write_verdict(exc.code if isinstance(exc.code, int) else (0 if exc.code is None else EXIT_USAGE))
+        raise
     if not getattr(args, "_run", None):
         parser.print_help()
+        _isolate.write_verdict(EXIT_USAGE)
         return EXIT_USAGE
-    if argv is None and args.command in _isolate.ISOLATED_COMMANDS and not os.environ.get(_isolate.VERDICT_ENV):
-        return _isolate.run_in_child(sys.argv[1:], args.command)
     code = _dispatch(args)
     _isolate.write_verdict(code)  # the last act of a child job process (no-op in-process)
     return code
