@@ -69,3 +69,15 @@ def test_merge_with_an_unreadable_shard_is_refused_unless_partial(tmp_path, caps
     assert "100 of 200 samples" in err and "--allow-partial" in err
     assert main(["merge", *map(str, dirs), "--out", str(tmp_path / "merged2"), "--allow-partial"]) == 0
     assert json.loads((tmp_path / "merged2" / "report.json").read_text())["samples_missing"] == 100
+
+
+def test_merge_of_shards_sampled_with_different_plugin_files_is_refused(tmp_path, capsys):
+    suite = write_suite(tmp_path / "s")
+    dirs = [tmp_path / f"shard{i}" for i in range(2)]
+    assert main(["run", str(suite), "--run-dir", str(dirs[0]), "--shard", "0/2", "--no-progress"]) == 0
+    plug = tmp_path / "s" / "plug.py"
+    plug.write_text(plug.read_text() + "\n# edited between shards\n")
+    assert main(["run", str(suite), "--run-dir", str(dirs[1]), "--shard", "1/2", "--no-progress"]) == 0
+    capsys.readouterr()
+    assert main(["merge", *map(str, dirs), "--out", str(tmp_path / "merged")]) == EXIT_USAGE
+    assert "another plugin file" in capsys.readouterr().err

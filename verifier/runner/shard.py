@@ -209,6 +209,7 @@ def merge_runs(run_dirs: Sequence[str | Path], out_dir: str | Path, *, allow_par
         if suite.to_dict() != first.to_dict():
             raise ConfigError(f"{d} holds a different suite, profile or seed than {first_dir}; "
                               "merge only shards of one `specverify run SUITE --profile P --seed S`")
+    _check_same_plugins(dirs, _run.RUN_FILE)
     _check_complete(dirs, allow_partial)
     out_store = SampleStore(out)
     if not (out / _run.RUN_FILE).is_file():
@@ -243,6 +244,19 @@ def merge_runs(run_dirs: Sequence[str | Path], out_dir: str | Path, *, allow_par
         out_store.write_json(_run.STOPPED_FILE, list(first_stop.values()))
     log(f"merged {len(dirs)} run folder(s) into {out} ({copied} chunk files copied)")
     return _run.analyze_run(out, log=log, allow_partial=allow_partial)
+
+
+def _check_same_plugins(dirs: list[Path], run_file: str) -> None:
+    """Shards sampled with different plugin files (sha256 in each run.json) must not be merged."""
+    from verifier.runner.guards import check_plugins_unchanged
+
+    first = json.loads((dirs[0] / run_file).read_text(encoding="utf-8")).get("plugins")
+    for d in dirs[1:]:
+        other = json.loads((d / run_file).read_text(encoding="utf-8")).get("plugins") or {}
+        try:
+            check_plugins_unchanged(first, other, dirs[0])
+        except ConfigError as exc:
+            raise ConfigError(f"{d} was sampled with another plugin file than {dirs[0]}: {exc}") from None
 
 
 def _same_shard(a: Path, b: Path) -> bool:
