@@ -67,20 +67,20 @@ def _child_env(verdict: Path) -> dict[str, str]:
 
 
 def _missing_verdict(command: str, rc: int) -> str:
-    head = f"specverify {command}: error: the job process ended"
+    head = f"specverify {command}: error: the job process"
     if rc < 0:
         try:
             name = signal.Signals(-rc).name
         except ValueError:
             name = f"signal {-rc}"
-        cause = (f" killed by {name} without writing its verdict"
+        cause = (f" was killed by {name} before writing its verdict"
                  + (" (SIGKILL: most likely out of memory)" if name == "SIGKILL" else "")
                  + "; plugin code (decoder, kernel or model factory) or the machine ended it")
     elif rc == 0:
-        cause = (" with exit status 0 without writing its verdict: plugin code (decoder, kernel or model factory) "
+        cause = (" ended with exit status 0 without writing its verdict: plugin code (decoder, kernel or model factory) "
                  "most likely called os._exit() or exited from a thread or atexit hook; this is no result")
     else:
-        cause = (f" with exit status {rc} without writing its verdict (see the traceback above; plugin code that "
+        cause = (f" ended with exit status {rc} without writing its verdict (see the traceback above; plugin code that "
                  "called os._exit() or crashed the interpreter also ends it this way)")
     return f"{head}{cause}; exit {EXIT_DECODER} (decoder error). Samples written so far are kept on disk."
 
