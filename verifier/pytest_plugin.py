@@ -310,12 +310,12 @@ def _suite_argv(suite: Path, opts: VerifierOptions, extra: list[str]) -> list[st
 
 
 def _run_suite(suite: Path, opts: VerifierOptions, extra: list[str]) -> SuiteOutcome:
-    from verifier.cli import main  # lazy: the run sub-command imports torch
+    from verifier.cli._isolate import run_in_child  # a job process: plugin code cannot end pytest with 0
 
     argv = _suite_argv(suite, opts, extra)
     before = set(opts.report_dir.glob("**/report.json")) if opts.report_dir.exists() else set()
     try:
-        code = int(main(argv))
+        code = int(run_in_child(argv, "run"))
     except SystemExit as exc:  # argparse usage errors
         code = int(exc.code or 0)
     after = set(opts.report_dir.glob("**/report.json")) if opts.report_dir.exists() else set()

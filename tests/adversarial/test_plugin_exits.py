@@ -180,3 +180,18 @@ def test_ctrl_c_still_stops_the_job(tmp_path, whole_group):
             os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode == 130, err[-2000:]
     assert "interrupted" in err and "Traceback" not in err
+
+
+def test_pytest_verifier_suite_fixture_survives_os_exit(tmp_path):
+    """The pytest plugin ran suites in the pytest process: a decoder calling os._exit(0) ended the
+    whole pytest run with status 0 (a green CI).  Now the suite runs in a job process: exit 3."""
+    suite = write_suite(tmp_path / "s", options='{ mode = "os_exit" }')
+    (tmp_path / "test_gate.py").write_text(
+        "def test_gate(verifier_suite):\n"
+        f"    outcome = verifier_suite({str(suite)!r})\n"
+        "    assert outcome.exit_code == 3, outcome.exit_code\n")
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "verifier.pytest_plugin", "-p", "no:cacheprovider",
+                           "--verifier-report-dir", str(tmp_path / "out"), str(tmp_path / "test_gate.py")],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and "1 passed" in done.stdout, done.stdout[-2000:] + done.stderr[-2000:]

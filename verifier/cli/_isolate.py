@@ -103,8 +103,11 @@ def run_in_child(argv: Sequence[str], command: str) -> int:
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
 
-    old_int = signal.signal(signal.SIGINT, on_sigint)
-    old_term = signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        old_int = signal.signal(signal.SIGINT, on_sigint)
+        old_term = signal.signal(signal.SIGTERM, on_sigterm)
+    except ValueError:  # not the main thread: signals stay with whoever owns them
+        old_int = old_term = None
     try:
         while True:
             try:
@@ -115,8 +118,9 @@ def run_in_child(argv: Sequence[str], command: str) -> int:
                     state["forward_at"] = float("inf")  # once
                     proc.send_signal(signal.SIGINT)
     finally:
-        signal.signal(signal.SIGINT, old_int)
-        signal.signal(signal.SIGTERM, old_term)
+        if old_int is not None:
+            signal.signal(signal.SIGINT, old_int)
+            signal.signal(signal.SIGTERM, old_term)
     code = _read_verdict(verdict)
     try:
         for p in folder.iterdir():
