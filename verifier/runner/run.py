@@ -552,7 +552,9 @@ def run_suite(suite: Suite, run_dir: str | Path, *, resume: bool = False, progre
     Raises
     ------
     ConfigError, ModelLoadError
-        Bad suite content found while loading models or prompts (exit 2).
+        Bad suite content found while loading models or prompts (exit 2); without ``resume``, a
+        ``run_dir`` that already holds a run; sizes beyond available memory; a device absent here;
+        on ``resume``, a plugin file changed since the run started (:mod:`verifier.runner.guards`).
     ReportWriteError
         ``run_dir`` cannot be written (samples already written are kept).
     """
