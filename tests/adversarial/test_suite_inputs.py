@@ -8,8 +8,6 @@ bigram4_eos tabular pair and 200 samples; the plugin is tests/adversarial/_plug.
 from __future__ import annotations
 
 import json
-import math
-import shutil
 from pathlib import Path
 
 import pytest

@@ -9,6 +9,8 @@
   (and a chunk's while sampling): sizes beyond the machine's available memory are a
   :class:`~verifier.errors.ConfigError` naming the key and the limit, not a machine that swaps
   until it dies, nor a ``MemoryError`` blamed on the decoder.
+* :func:`check_missing` -- (after sampling, in ``report``/``merge``) missing or unreadable chunk
+  files of a decoder that did not stop are an error unless ``--allow-partial``.
 * :func:`check_device` -- a model device that does not exist here (``cuda`` on a CPU-only
   machine) is refused before anything runs, instead of being ignored while the report says cuda.
 """
@@ -17,12 +19,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from verifier.errors import ConfigError
 
-__all__ = ["check_fresh_run_dir", "plugin_hashes", "check_plugins_unchanged", "check_sizes", "check_device",
-           "available_memory", "TOKEN_BYTES", "CHUNK_COPIES", "SET_COPIES", "MEMORY_SHARE"]
+__all__ = ["check_fresh_run_dir", "plugin_hashes", "check_plugins_unchanged", "record_plugins", "check_missing",
+           "check_sizes", "check_device", "available_memory", "TOKEN_BYTES", "CHUNK_COPIES", "SET_COPIES", "MEMORY_SHARE"]
 
 TOKEN_BYTES = 8  # emitted tokens are int64
 CHUNK_COPIES = 4  # a chunk lives as the decoder's buffers, its returned array, the validated copy and the shard
@@ -73,6 +75,37 @@ def check_plugins_unchanged(stored: dict[str, dict[str, Any]] | None, current: d
                 f"decoders[{name}]: plugin file {was.get('path')!r} changed since {str(run_dir)!r} was started "
                 f"(sha256 {was['sha256'][:12]}... then, {str(now.get('sha256'))[:12]}... now); its new samples would "
                 "mix with the old ones in one sample set. Allowed: restore that file, or start a new run folder")
+
+
+def record_plugins(store: Any, suite: Any, run_file: str, *, check: bool) -> None:
+    """Record each plugin file's SHA-256 in ``run_file``; with ``check`` (resume, shards), first
+    refuse a plugin file that changed since it was recorded.
+
+    Raises
+    ------
+    ConfigError
+        A plugin file recorded in ``run_file`` has changed (exit 2).
+    """
+    current = plugin_hashes(suite)
+    info = store.read_json(run_file)
+    if check or "plugins" in info:
+        check_plugins_unchanged(info.get("plugins"), current, store.run_dir)
+    if info.get("plugins") != current:
+        store.write_json(run_file, {**info, "plugins": {**(info.get("plugins") or {}), **current}})
+
+
+def check_missing(store: Any, plan: Any, on_disk: int, allow_partial: bool, valid: Callable[[int], bool]) -> None:
+    """Raise :class:`ConfigError` naming the chunk files when a sample set has fewer than its planned
+    samples on disk, unless ``allow_partial``; ``valid(i)`` says whether chunk ``i`` is usable."""
+    if allow_partial or on_disk >= plan.samples:
+        return
+    files = [store.chunk_path(plan.set_id, i).name for i in range(plan.num_chunks) if not valid(i)]
+    shown = ", ".join(files[:5]) + (f" and {len(files) - 5} more" if len(files) > 5 else "")
+    raise ConfigError(
+        f"{plan.samples - on_disk} of {plan.samples} samples of sample set {plan.label!r} are missing or unreadable "
+        f"({shown} in {str(store.samples_dir / plan.set_id)!r}); allowed: `specverify run --resume {store.run_dir}` "
+        "to sample them again, or --allow-partial to report on the samples present (the report then says how "
+        "many are missing)")
 
 
 def available_memory() -> int | None:

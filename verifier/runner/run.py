@@ -446,24 +446,6 @@ def _count_cells(plan: SampleSetPlan, has_fra: bool = True) -> int:
     return n
 
 
-def _missing_chunks(store: SampleStore, plan: SampleSetPlan) -> list[str]:
-    return [store.chunk_path(plan.set_id, i).name for i in range(plan.num_chunks)
-            if not _valid_shard(store.read_chunk(plan.set_id, i), plan, i)]
-
-
-def _check_missing(store: SampleStore, plan: SampleSetPlan, on_disk: int, allow_partial: bool) -> None:
-    """Missing or unreadable samples of a decoder that did not stop are an error unless ``allow_partial``."""
-    if allow_partial or on_disk >= plan.samples:
-        return
-    files = _missing_chunks(store, plan)
-    shown = ", ".join(files[:5]) + (f" and {len(files) - 5} more" if len(files) > 5 else "")
-    raise ConfigError(
-        f"{plan.samples - on_disk} of {plan.samples} samples of sample set {plan.label!r} are missing or unreadable "
-        f"({shown} in {str(store.samples_dir / plan.set_id)!r}); allowed: `specverify run --resume {store.run_dir}` "
-        "to sample them again, or --allow-partial to report on the samples present (the report then says how "
-        "many are missing)")
-
-
 def _statistics(ctx: _Context, store: SampleStore, errors: dict[str, dict], allow_partial: bool = False):
     suite = ctx.suite
     verdicts: list[DecoderVerdict] = []
@@ -485,7 +467,8 @@ def _statistics(ctx: _Context, store: SampleStore, errors: dict[str, dict], allo
                          "first_round_accepted_reported": fra is not None})
             info["samples_missing"] = int(p.samples - len(tokens))
             if spec.name not in errors:
-                _check_missing(store, p, len(tokens), allow_partial)
+                guards.check_missing(store, p, len(tokens), allow_partial,
+                                     valid=lambda i, p=p: _valid_shard(store.read_chunk(p.set_id, i), p, i))
             first = next((sh for sh in (store.read_chunk(p.set_id, i) for i in range(p.num_chunks))
                           if sh is not None), None) if chunks else None
             info["decoder_identity"] = first.meta.get("decoder") if first is not None else None
@@ -573,7 +556,7 @@ def run_suite(suite: Suite, run_dir: str | Path, *, resume: bool = False, progre
         log(f"exact stage: rules contradict their declared status: {', '.join(exact['wrong_rules'])}; no sampling")
     t0 = time.perf_counter()
     ctx = _Context(suite)
-    record_plugins(store, suite, check=resume)
+    guards.record_plugins(store, suite, RUN_FILE, check=resume)
     _expected_preflight(ctx)
     stage["models"] = time.perf_counter() - t0
     t0 = time.perf_counter()
@@ -589,22 +572,6 @@ def run_suite(suite: Suite, run_dir: str | Path, *, resume: bool = False, progre
     if not exact["ok"]:
         return _exact_failed(ctx, exact, stage, info, store)
     return _finish(ctx, store, errors, exact, stage, info, log)
-
-
-def record_plugins(store: SampleStore, suite: Suite, *, check: bool) -> None:
-    """Record each plugin file's SHA-256 in ``run.json``; with ``check``, first refuse a changed one.
-
-    Raises
-    ------
-    ConfigError
-        ``check`` and a plugin file recorded in ``run.json`` has changed (exit 2).
-    """
-    current = guards.plugin_hashes(suite)
-    info = store.read_json(RUN_FILE)
-    if check or "plugins" in info:
-        guards.check_plugins_unchanged(info.get("plugins"), current, store.run_dir)
-    if info.get("plugins") != current:
-        store.write_json(RUN_FILE, {**info, "plugins": {**(info.get("plugins") or {}), **current}})
 
 
 def _exact_failed(ctx: _Context, exact: dict, stage: dict, info: dict, store: SampleStore) -> RunOutcome:

@@ -122,6 +122,7 @@ def run_shard(suite, run_dir: str | Path, shard: ShardSpec, *, progress: bool = 
     ReportWriteError
         ``run_dir`` cannot be written.
     """
+    from verifier.runner import guards
     from verifier.runner import run as _run
     from verifier.runner.store import SampleStore
 
@@ -138,7 +139,7 @@ def run_shard(suite, run_dir: str | Path, shard: ShardSpec, *, progress: bool = 
     else:
         store.write_json(_run.RUN_FILE, run_file)
     ctx = _run._Context(suite)
-    _run.record_plugins(store, suite, check=True)  # every shard sharing a folder must run the same plugin files
+    guards.record_plugins(store, suite, _run.RUN_FILE, check=True)  # every shard sharing a folder must run the same plugin files
     items = _work_items(ctx.plans)
     position = {(p.set_id, i): j for j, (p, i) in enumerate(items)}
     mine = [(p, i) for j, (p, i) in enumerate(items) if shard.owns(j)]
