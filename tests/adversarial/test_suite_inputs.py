@@ -143,3 +143,13 @@ def test_samples_beyond_memory_with_small_chunks_fail_fast(tmp_path, capsys):
     suite = write_suite(tmp_path / "s", extra="samples = 1_000_000_000_000")
     assert run(suite, tmp_path / "run") == EXIT_USAGE
     assert "samples" in capsys.readouterr().err
+
+
+def test_a_failing_figure_is_left_out_not_the_report(capsys):
+    """Malformed cell data (ragged PIT histograms) made a plot raise inside write_reports."""
+    from verifier.reports import plots
+
+    cells = [{"effect_unit": "ks", "observed": [1, 2, 3], "decoder": "d"},
+             {"effect_unit": "ks", "observed": [1, 2], "decoder": "d"}]
+    assert plots.pit_figure(cells) is None
+    assert "pit_figure left out" in capsys.readouterr().err

@@ -26,13 +26,20 @@ MAX_BARS = 24  # categories drawn per failing cell (the rest are summed into "ot
 
 def _plain_text(fn):
     """Run a figure builder with mathtext off: names and labels ('$x^$') are drawn as typed, never
-    parsed as TeX (a '$...$' decoder name made matplotlib raise after sampling and statistics)."""
+    parsed as TeX (a '$...$' decoder name made matplotlib raise after sampling and statistics).
+    A figure that still fails is left out (a warning on stderr): a plot never costs the report."""
     import functools
+    import sys
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        with matplotlib.rc_context({"text.parse_math": False, "text.usetex": False}):
-            return fn(*args, **kwargs)
+        try:
+            with matplotlib.rc_context({"text.parse_math": False, "text.usetex": False}):
+                return fn(*args, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - decoration only; the verdict and tables are written anyway
+            plt.close("all")
+            print(f"warning: figure {fn.__name__} left out of report.html: {type(exc).__name__}: {exc}", file=sys.stderr)
+            return None
 
     return wrapper
 
