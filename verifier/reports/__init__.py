@@ -82,6 +82,12 @@ def _env(autoescape: bool):
     return env
 
 
+def _far_below() -> float:
+    from verifier.runner.acceptance import FAR_BELOW_FRACTION
+
+    return FAR_BELOW_FRACTION
+
+
 def _failing(report: dict) -> list[dict]:
     """Cells whose verdict breaks their decoder's expectation: bias or underpowered where the
     decoder is expected to ``pass``."""
@@ -98,7 +104,8 @@ def _detected(report: dict) -> list[dict]:
 
 def render_markdown(report: dict) -> str:
     """report.md: the verdict first, then the table of failing cells, then the rest."""
-    return _env(False).get_template("report.md.j2").render(r=report, failing=_failing(report), detected=_detected(report))
+    return _env(False).get_template("report.md.j2").render(r=report, failing=_failing(report), detected=_detected(report),
+                                                           far_below=_far_below())
 
 
 def render_html(report: dict) -> str:
@@ -123,7 +130,7 @@ def render_html(report: dict) -> str:
         "acceptance": plots.acceptance_lengths(report.get("sample_sets", [])),
     }
     return _env(True).get_template("report.html.j2").render(
-        r=report, failing=failing, detected=detected, failing_plots=failing_plots, plots=figs)
+        r=report, failing=failing, detected=detected, failing_plots=failing_plots, plots=figs, far_below=_far_below())
 
 
 def render_junit(report: dict) -> str:

@@ -165,10 +165,10 @@ def _efficiency_note(a: AcceptanceAudit, confidence: float) -> str:
                 f"{a.passes_ratio:.1f}x more target passes per token (far = the {confidence:.0%} upper bound of mean "
                 f"accepted drafts is below {FAR_BELOW_FRACTION:.0%} of the canonical rule's)")
     if hi < a.canonical_mean_accepted:
-        return f"{observed} {canon}: about {a.passes_ratio:.2f}x the target passes per token (below canonical)"
+        return f"{observed} {canon}: about {a.passes_ratio:.2f}x the target passes per token (below the canonical figure)"
     if lo > a.canonical_mean_accepted:
         return (f"{observed} {canon}: about {1 / a.passes_ratio:.2f}x the canonical tokens per target pass "
-                "(above the canonical rule's: block verification can do that, and so can a biased rule)")
+                "(above the canonical figure)")
     return f"{observed} {canon}: consistent with the canonical rule's efficiency"
 
 
