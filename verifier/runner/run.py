@@ -12,7 +12,8 @@ Stages, in order (each one's wall time is recorded and printed at the end):
    says where it stopped.
 4. **statistics** -- cells per sample set (:mod:`verifier.runner.analysis`) against expected laws
    from the target's processed probs; correction and verdict per decoder
-   (:mod:`verifier.runner.verdict`).
+   (:mod:`verifier.runner.verdict`); beside it, never inside it, the acceptance audit and -- where
+   declared -- acceptance rule conformance (:mod:`verifier.runner.acceptance`).
 5. **reports** -- report.json / report.md / report.html / junit.xml (:mod:`verifier.reports`).
 
 :func:`analyze_run` repeats stages 2, 4 and 5 from stored shards (``specverify report RUN_DIR``).
@@ -284,7 +285,7 @@ def _sample(ctx: _Context, store: SampleStore, progress: bool, log: Callable[[st
                 stats = getattr(decoder, "last_stats", None)
                 fra = getattr(stats, "first_round_accepted", None) if stats is not None else None
                 if fra is not None and np.asarray(fra).shape != (rows,):
-                    fra = None  # a decoder reporting a malformed figure just loses the `accepted` cell
+                    fra = None  # a decoder reporting a malformed figure is audited as "not reported"
                 counts = np.asarray(getattr(stats, "accepted_counts", []) if stats is not None else [], dtype=np.int64)
                 meta = {"set_key": plan.key, "set_id": plan.set_id, "chunk": index, "seed": seed,
                         "num_samples": rows, "suite_seed": ctx.suite.seed,
