@@ -172,6 +172,8 @@ acceptance = "canonical"
     assert d["reference"]["verdict"] == "PASS" and d["reference"]["expectation_met"]
     assert d["reference"]["acceptance_conformance"]["verdict"] == "CONFORMS"
     assert "acceptance rule conformance: NONCONFORMING" in out
+    assert "acceptance rule conformance **NONCONFORMING**" in (tmp_path / "run" / "report.md").read_text()
+    assert 'failure message="acceptance rule conformance: NONCONFORMING"' in (tmp_path / "run" / "junit.xml").read_text()
 
 
 def test_acceptance_key_is_strict(write_suite):

@@ -161,6 +161,15 @@ def render_junit(report: dict) -> str:
                 ET.SubElement(tc, "failure", message=msg).text = c.get("support_violation") or d.get("reason", "")
             else:
                 ET.SubElement(tc, "system-out").text = msg
+        conf = d.get("acceptance_conformance")
+        if conf:  # declared acceptance = "canonical": one testcase, apart from the bias cells
+            tc = ET.SubElement(suite_el, "testcase", classname=f"{report['suite']['name']}.{name}",
+                               name=f"{name}/acceptance-rule-conformance")
+            if conf["verdict"] == "NONCONFORMING" and d["expect"] == "pass":
+                f += 1
+                ET.SubElement(tc, "failure", message="acceptance rule conformance: NONCONFORMING").text = conf["reason"]
+            else:
+                ET.SubElement(tc, "system-out").text = f"{conf['verdict']}: {conf['reason']}"
         if d.get("error"):
             e += 1
             tc = ET.SubElement(suite_el, "testcase", classname=f"{report['suite']['name']}.{name}", name=f"{name}/generate")
@@ -168,10 +177,10 @@ def render_junit(report: dict) -> str:
                 ET.SubElement(tc, "system-out").text = d["error"].get("message", "")
             else:
                 ET.SubElement(tc, "error", message=d["error"].get("type", "DecoderError")).text = d["error"].get("message", "")
-        suite_el.set("tests", str(len(cases) + (1 if d.get("error") else 0)))
+        suite_el.set("tests", str(len(cases) + (1 if d.get("error") else 0) + (1 if conf else 0)))
         suite_el.set("failures", str(f))
         suite_el.set("errors", str(e if d.get("error") and not d["expectation_met"] else 0))
-        total += len(cases) + (1 if d.get("error") else 0)
+        total += len(cases) + (1 if d.get("error") else 0) + (1 if conf else 0)
         failures += f
         errors += int(suite_el.get("errors"))
     exact = report.get("exact", {})
