@@ -172,15 +172,16 @@ def _efficiency_note(a: AcceptanceAudit, confidence: float) -> str:
     return f"{observed} {canon}: consistent with the canonical rule's efficiency"
 
 
-def conformance(cell: Any | None, alpha: float, audit_notes: list[str]) -> dict[str, Any]:
-    """Verdict of the declared ``acceptance = "canonical"`` check from its accepted-count cell.
+def conformance(cells: list[Any], alpha: float, audit_notes: list[str]) -> dict[str, Any]:
+    """Verdict of the declared ``acceptance = "canonical"`` check from its accepted-count cells.
 
     Parameters
     ----------
-    cell : CellResult or None
-        The chi-square cell of the first-round accepted counts against the canonical law
-        (:func:`verifier.runner.analysis.gof_cell`, test ``acceptance conformance``), None when
-        no sample set could be tested (no stats reported, or max_new_tokens < k + 1).
+    cells : list of CellResult
+        One per testable sample set: the chi-square of the first-round accepted counts against
+        the canonical law (:func:`verifier.runner.analysis.gof_cell`, test ``acceptance
+        conformance``); empty when no set could be tested (no stats reported, or
+        max_new_tokens < k + 1).  Their ``adjusted_pvalue`` (Bonferroni) and ``verdict`` are set.
     alpha : float
         The suite's alpha: the level of this single test (Bonferroni over several sets).
     audit_notes : list of str
@@ -191,7 +192,6 @@ def conformance(cell: Any | None, alpha: float, audit_notes: list[str]) -> dict[
     dict
         ``verdict`` (CONFORMS / NONCONFORMING / NOT TESTED), ``reason``, ``cells`` (the cell ids).
     """
-    cells = cell if isinstance(cell, list) else ([cell] if cell is not None else [])
     tested = [c for c in cells if c.n > 0]
     if not tested:
         why = "; ".join(sorted(set(audit_notes))) or "no sample set reported first-round accepted counts"
