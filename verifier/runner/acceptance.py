@@ -113,14 +113,16 @@ def acceptance_audit(set_id: str, label: str, decoder: str, num_draft_tokens: in
     AcceptanceAudit
     """
     k = int(num_draft_tokens)
-    audit = AcceptanceAudit(set_id, label, decoder, k, reported=first_round_accepted is not None and len(first_round_accepted) > 0)
+    reported = first_round_accepted is not None and len(first_round_accepted) > 0
+    audit = AcceptanceAudit(set_id, label, decoder, k, reported=reported)
     if all_accepted is not None and len(all_accepted):
         audit.all_rounds_mean_accepted = float(np.mean(all_accepted))
     canon = None
     if canonical_law is not None:
         canon = np.clip(np.asarray(canonical_law, dtype=np.float64), 0, None)
         canon = canon / canon.sum()
-        audit.canonical_source = "exact first-round accepted-count law of the canonical rule (enumerated target/draft processed probs)"
+        audit.canonical_source = ("exact first-round accepted-count law of the canonical rule "
+                                  "(enumerated target/draft processed probs)")
         audit.canonical_mean_accepted = float(np.dot(np.arange(k + 1), canon))
         audit.canonical_tokens_per_round = audit.canonical_mean_accepted + 1
     if not audit.reported:
