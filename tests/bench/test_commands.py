@@ -38,7 +38,9 @@ def test_calibration_counts_false_alarms_with_an_interval():
     for r in res:
         assert r.ci_low <= r.rate <= r.ci_high
         assert r.false_alarms > 0
-    assert by["reference"].num_cells == 14  # 2 sample sets x (gof@1..3, joint@1..3, surprisal@1..3, pit, accepted)
+    # 2 sample sets x (gof@1..3, joint@1..3, surprisal@1..3, pit, accepted): the reference declares acceptance = "canonical"
+    assert by["reference"].num_cells == 14
+    assert by["fresh_target_match"].num_cells == 12  # no accepted cell: acceptance is no bias finding (issue 12)
     assert "reference" in calibration.render_markdown(res)
 
 

@@ -12,6 +12,7 @@ from verifier.exact.rules import DECLARED_STATUSES, SOFTMAX_DIGITS, TYPICAL_DELT
 EXPECTED_RULES = {
     "canonical": "exact",
     "fresh_target_match": "exact",
+    "block_verification": "exact",
     "full_p_fallback": "biased",
     "greedy_draft": "biased",
     "softmax_residual": "biased",

@@ -66,7 +66,7 @@ def test_a_rule_that_lies_about_being_exact_is_caught():
 
 
 def test_json_of_a_finding_round_trips(findings):
-    data = json.loads(json.dumps(findings[len(standard_cases()) * 2].to_json()))
+    data = json.loads(json.dumps(next(f for f in findings if f.rule == "full_p_fallback").to_json()))
     assert data["rule"] == "full_p_fallback" and F(data["tv"]) > 0
     assert sum(F(o["prob"]) for o in data["output_law"]) == 1
 
@@ -79,7 +79,7 @@ def test_cli_lists_every_rule_with_the_right_verdict(capsys):
         assert ("exact" if rule.declared == "exact" else "biased") in line.split()[2]
         assert " yes " in line
     assert "full_p_fallback: p=(" in out and "TV=" in out
-    assert "OK: 11/11" in out
+    assert f"OK: {len(RULES)}/{len(RULES)}" in out
 
 
 def test_cli_json_and_rule_selection(capsys):

@@ -5,11 +5,18 @@ rationals, the same at every draw; draft tokens are drawn from the draft rows wi
 independent of the kernel's.  Positions are independent, so for a correct kernel
 
 * the token emitted at position ``j`` (among draws that reach ``j``) follows ``target_probs[j]``;
-* the accepted count ``m`` follows ``P(m) = a_0 ... a_{m-1} (1 - a_m)`` (``a_k := 0``), with
-  ``a_j = sum(min(p_j, q_j))`` the acceptance prob of position ``j`` from :func:`verifier.exact.step_law`.
+* under the canonical rule the accepted count ``m`` follows ``P(m) = a_0 ... a_{m-1} (1 - a_m)``
+  (``a_k := 0``), with ``a_j = sum(min(p_j, q_j))`` the acceptance prob of position ``j`` from
+  :func:`verifier.exact.step_law`.
 
-Each of these is one cell with a pooled Pearson goodness-of-fit test (:func:`verifier.stats.gof_test`,
-:func:`verifier.stats.accepted_count_test`); :func:`verifier.stats.adjust` over the cells gives the verdict.  Expected laws come from the exact enumerator, never from the kernel under test.
+Each emitted position is one cell with a pooled Pearson goodness-of-fit test
+(:func:`verifier.stats.gof_test`); :func:`verifier.stats.adjust` over them gives the bias verdict.
+The accepted count is *not* a bias cell -- a lossless kernel may verify by another rule
+(``fresh_target_match``, ...) -- but an acceptance audit beside the verdict
+(:func:`verifier.runner.acceptance.acceptance_audit`: observed vs canonical acceptance, a loud note
+when far below); only with ``acceptance="canonical"`` declared is its law tested
+(:func:`verifier.stats.accepted_count_test`), as acceptance rule conformance.  Expected laws come
+from the exact enumerator, never from the kernel under test.
 
 Cases are chosen to *maximise* the bias a defect would cause (:func:`adversarial_case` searches
 rational (target, draft) pairs for the largest exact total variation between a rule's output law
@@ -354,10 +361,21 @@ class KernelAuditResult:
     cells: list[KernelCell]
     adjustment: Adjustment
     blind: list[str] = field(default_factory=list)
+    acceptance: dict = field(default_factory=dict)  # verifier.runner.acceptance.AcceptanceAudit.to_dict()
+    conformance: KernelCell | None = None  # only with acceptance="canonical" declared
 
     @property
     def verdict(self) -> str:
+        """The bias verdict: about the emitted tokens only."""
         return BIAS_DETECTED if self.adjustment.family_rejected else PASS
+
+    @property
+    def conforms(self) -> bool | None:
+        """Acceptance rule conformance (None when not declared): the accepted-count law is the canonical one."""
+        if self.conformance is None:
+            return None
+        r = self.conformance.result
+        return not (r.support_violations or r.pvalue <= self.alpha)
 
     def summary(self) -> str:
         i = int(np.argmin(self.adjustment.adjusted_pvalues))
@@ -366,6 +384,7 @@ class KernelAuditResult:
 
 
 def _kernel_cells(case: KernelCase, emitted: np.ndarray, alpha: float) -> list[KernelCell]:
+    """The bias cells: the emitted token at each position among draws that reach it."""
     cells = []
     for j, p in enumerate(case.target_probs):
         expected = np.array([float(v) for v in p])
@@ -374,15 +393,25 @@ def _kernel_cells(case: KernelCase, emitted: np.ndarray, alpha: float) -> list[K
             continue
         role = "bonus/recovered" if j == case.num_draft_tokens else "accepted/recovered"
         cells.append(KernelCell(f"position {j} token ({role})", gof_test(counts, expected, alpha=alpha), expected, counts))
-    accepted = (emitted != PADDING_TOKEN_ID).sum(axis=1) - 1
-    law = case.accepted_count_law()
-    cells.append(KernelCell("accepted count", accepted_count_test(accepted, law, alpha=alpha), np.array([float(v) for v in law]),
-                            np.bincount(accepted, minlength=case.num_draft_tokens + 1)))
     return cells
 
 
+def _acceptance(case: KernelCase, emitted: np.ndarray, label: str, alpha: float, declared: str) -> tuple[dict, KernelCell | None]:
+    """Acceptance audit of the draws (and the conformance cell when ``declared == "canonical"``)."""
+    from verifier.runner.acceptance import acceptance_audit
+
+    accepted = (emitted != PADDING_TOKEN_ID).sum(axis=1) - 1
+    law = np.array([float(v) for v in case.accepted_count_law()])
+    audit = acceptance_audit(case.name, f"{label} on {case.name}", label, case.num_draft_tokens, accepted, None, law).to_dict()
+    cell = None
+    if declared == "canonical":
+        cell = KernelCell("accepted count (acceptance rule conformance)", accepted_count_test(accepted, law, alpha=alpha), law,
+                          np.bincount(accepted, minlength=case.num_draft_tokens + 1))
+    return audit, cell
+
+
 def audit_kernel(kernel: VerificationKernel, case: KernelCase, *, num_draws: int = 200_000, seed: int = 0, alpha: float = 1e-3,
-                 batch_size: int = DEFAULT_BATCH, name: str | None = None) -> KernelAuditResult:
+                 batch_size: int = DEFAULT_BATCH, name: str | None = None, acceptance: str = "any") -> KernelAuditResult:
     """Audit a verification kernel on one synthetic case: PASS or BIAS DETECTED.
 
     Parameters
@@ -397,6 +426,9 @@ def audit_kernel(kernel: VerificationKernel, case: KernelCase, *, num_draws: int
         Family-wise error rate over the case's cells (Holm + Cauchy combination, cells share draws).
     batch_size : int, default 8192
     name : str, optional
+    acceptance : {"any", "canonical"}, default "any"
+        ``"canonical"`` declares the min(1, p/q) rule: the accepted-count law is then tested
+        (``conformance``), apart from the bias verdict.
 
     Returns
     -------
@@ -411,10 +443,13 @@ def audit_kernel(kernel: VerificationKernel, case: KernelCase, *, num_draws: int
     """
     if not 0 < alpha < 1:
         raise invalid_argument("alpha", alpha, "a number in (0, 1)")
+    if acceptance not in ("any", "canonical"):
+        raise invalid_argument("acceptance", acceptance, "'any' or 'canonical'")
     emitted = draw_kernel_samples(kernel, case, num_draws, seed, batch_size=batch_size)
     cells = _kernel_cells(case, emitted, alpha)
     adjustment = adjust([c.result for c in cells], alpha=alpha, mode="gate", dependent=True)
     blind = [f"position {j}: {r}" for j, (p, q) in enumerate(zip(case.target_probs, case.draft_probs)) for r in blind_cell_reasons(p, q)]
     label = name or getattr(kernel, "name", None) or getattr(kernel, "__name__", type(kernel).__name__)
+    audit, conformance = _acceptance(case, emitted, label, alpha, acceptance)
     return KernelAuditResult(kernel=label, case=case, num_draws=num_draws, seed=seed, alpha=alpha, cells=cells,
-                             adjustment=adjustment, blind=blind)
+                             adjustment=adjustment, blind=blind, acceptance=audit, conformance=conformance)

@@ -2,13 +2,16 @@
 
 Method.  For every ``pass`` decoder of the suite (default ``suites/ci.toml``) and each of its
 sample sets on a tabular model pair, the joint law of (first ``max_new_tokens`` emitted tokens,
-drafts accepted in the first round) of the canonical rule on the *processed* tables is enumerated
-exactly (:mod:`verifier.bench._tabular`) -- a correct decoder samples exactly this.  Each null run
+drafts accepted in the first round) of the decoder's rule on the *processed* tables is enumerated
+exactly (:mod:`verifier.bench._tabular`; the canonical rule, or the registered lossless rule of
+``fresh_target_match`` / ``block_verification``) -- a correct decoder samples exactly this.  Each null run
 draws the sample set's ``samples`` rows from it (multinomial counts over the joint outcomes, so the
 cells keep their dependence: tokens and accepted counts come from the same rows) and computes
 the runner's cells:
 
-* ``gof@t`` / ``joint@1..J`` / ``accepted``: pooled Pearson chi-square with
+* ``gof@t`` / ``joint@1..J`` / ``accepted`` (only where a decoder declares ``acceptance =
+  "canonical"``: acceptance rule conformance, the runner's own family of one at the suite's alpha --
+  counted here in the decoder's family, which is conservative): pooled Pearson chi-square with
   :func:`verifier.stats.gof_test`'s ``"auto"`` p-values at the runner's per-cell level, small-sample
   regime included (:func:`verifier.stats.gof.gof_pvalues_from_codes`; its Monte Carlo null
   sample is the very one the runner draws for that law and n, so the rate is that of the suite as
@@ -150,7 +153,7 @@ def _float_set(label: str, plan, spec, pair) -> FloatSet:
     acc = None
     names = ([f"gof@{t}" for t in positions] + ([f"joint@1..{j}"] if j else []) + ([f"surprisal@1..{sw}"] if sw else [])
              + (["pit"] if "pit" in spec.tests else []))
-    if "accepted" in spec.tests and n_tok >= plan.num_draft_tokens + 1:
+    if _conformance_cell(spec) and n_tok >= plan.num_draft_tokens + 1:
         acc = expected.accepted_count_law(pair.reference, pair.draft_reference, tuple(plan.prompt_ids), plan.sampling,
                                           plan.num_draft_tokens)
         names.append("accepted")
@@ -188,6 +191,21 @@ def _simulate_float(s: FloatSet, runs: int, rng: np.random.Generator, cell_alpha
     return np.column_stack([np.concatenate(cols[c]) for c in s.cells])
 
 
+def _conformance_cell(spec) -> bool:
+    """The runner's cells include the accepted-count law only as acceptance rule conformance, where
+    the decoder declares ``acceptance = "canonical"`` (:mod:`verifier.runner.acceptance`)."""
+    return "accepted" in spec.tests and getattr(spec, "acceptance", "any") == "canonical"
+
+
+def _null_rule(spec) -> str:
+    """The exact rule a ``pass`` decoder samples by: its own for a registered lossless decoder
+    (``fresh_target_match``, ``block_verification``: same token law, other accepted counts), else canonical."""
+    from verifier.exact import RULES
+
+    rule = RULES.get(spec.decoder)
+    return spec.decoder if rule is not None and rule.declared == "exact" and spec.acceptance != "canonical" else "canonical"
+
+
 def suite_null_sets(suite_path: str, profile: str | None = None) -> tuple[Any, dict[str, list]]:
     """The ``pass`` decoders of a suite and their sample sets with null laws: exact
     (:class:`SimulatedSet`) on tabular pairs, the runner's float64 laws (:class:`FloatSet`) otherwise.
@@ -218,7 +236,7 @@ def suite_null_sets(suite_path: str, profile: str | None = None) -> tuple[Any, d
             target = processed_tabular(pair.target_model, plan.sampling)
             draft = processed_tabular(pair.draft_model, plan.sampling)
             n_tok, k = plan.max_new_tokens, plan.num_draft_tokens
-            joint = tokens_and_accepted_law(target, draft, tuple(plan.prompt_ids), k, n_tok, "canonical")
+            joint = tokens_and_accepted_law(target, draft, tuple(plan.prompt_ids), k, n_tok, _null_rule(spec))
             tlaw = marginal_tokens(joint)
             tl = TupleLaw(tlaw, lambda pre, t=target, pr=tuple(plan.prompt_ids): t.probs(pr + tuple(pre)), target.vocab_size)
             keys = sorted(joint)
@@ -229,7 +247,7 @@ def suite_null_sets(suite_path: str, profile: str | None = None) -> tuple[Any, d
             sw = min(spec.joint_tokens, n_tok) if "surprisal" in spec.tests else 0
             acc_expected = None
             names = [c[0] for c in cells] + ([f"surprisal@1..{sw}"] if sw else []) + (["pit"] if bspec.pit else [])
-            if "accepted" in spec.tests and n_tok >= k + 1:
+            if _conformance_cell(spec) and n_tok >= k + 1:
                 acc_expected = np.zeros(k + 1)
                 for (tokens, a), p in joint.items():
                     acc_expected[min(a, k)] += float(p)
@@ -333,7 +351,7 @@ class CalibrationResult:
 
 
 def calibrate(suite_path: str = DEFAULT_SUITE, runs: int = DEFAULT_RUNS, seed: int = 0, profile: str | None = None,
-              alpha: float | None = None) -> list[CalibrationResult]:
+              alpha: float | None = None, decoders: list[str] | None = None) -> list[CalibrationResult]:
     """Simulate ``runs`` null runs of every ``pass`` decoder of the suite; count family-wise false alarms.
 
     Parameters
@@ -345,11 +363,13 @@ def calibrate(suite_path: str = DEFAULT_SUITE, runs: int = DEFAULT_RUNS, seed: i
         Suite profile (default: the suite's own default).
     alpha : float, optional
         Family-wise level; default the suite's ``stats.alpha``.
+    decoders : list of str, optional
+        Only these ``pass`` decoders (each keeps the random stream it has in a full run).
 
     Raises
     ------
     InvalidArgumentError
-        runs < 1 or alpha outside (0, 1).
+        runs < 1, alpha outside (0, 1), or a name in ``decoders`` that is no ``pass`` decoder of the suite.
     ConfigError
         See :func:`suite_null_sets`; also a suite whose correction is not ``gate``.
     """
@@ -363,8 +383,13 @@ def calibrate(suite_path: str = DEFAULT_SUITE, runs: int = DEFAULT_RUNS, seed: i
     level = suite.stats.alpha if alpha is None else alpha
     if not 0 < level < 1:
         raise invalid_argument("alpha", alpha, "a number in (0, 1)")
+    unknown = sorted(set(decoders or ()) - set(sets_by_decoder))
+    if unknown:
+        raise invalid_argument("decoders", unknown[0], f"a pass decoder of the suite: {sorted(sets_by_decoder)}")
     results = []
     for d, (name, sets) in enumerate(sets_by_decoder.items()):
+        if decoders and name not in decoders:
+            continue
         t0 = time.perf_counter()
         rng = np.random.default_rng([seed, d])
         m = sum(len(s.cells) for s in sets)
@@ -397,12 +422,14 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--runs", type=int, default=DEFAULT_RUNS, metavar="N", help=f"Null runs. Default: {DEFAULT_RUNS}.")
     parser.add_argument("--alpha", type=float, default=None, help="Family-wise alpha. Default: the suite's stats.alpha.")
     parser.add_argument("--seed", type=int, default=0, help="Seed. Default: 0.")
+    parser.add_argument("--decoder", action="append", default=None, metavar="NAME",
+                        help="Only this pass decoder (repeatable; same random stream as in a full run). Default: all.")
     parser.add_argument("--format", choices=("markdown", "json"), default="markdown", help="Output format. Default: markdown.")
 
 
 def run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
-    results = calibrate(args.suite, args.runs, args.seed, args.profile, args.alpha)
+    results = calibrate(args.suite, args.runs, args.seed, args.profile, args.alpha, args.decoder)
     if args.format == "json":
         print(json.dumps([r.to_json() for r in results], indent=1))
     else:

@@ -5,6 +5,26 @@ from __future__ import annotations
 from typing import Any
 
 
+def acceptance_lines(decoder: dict[str, Any]) -> list[str]:
+    """Lines about acceptance beside a decoder's verdict: conformance when declared, every loud
+    (far below canonical) note, else, for a ``pass`` decoder, the efficiency figure of its least
+    efficient sample set."""
+    lines = []
+    conf = decoder.get("acceptance_conformance")
+    if conf:
+        lines.append(f"acceptance rule conformance: {conf['verdict']}: {conf['reason']}")
+    audits = decoder.get("acceptance") or []
+    loud = [a for a in audits if a.get("far_below")]
+    if loud:
+        lines += [f"acceptance ({a['label']}): {a['note']}" for a in loud]
+    elif audits and decoder.get("expect") == "pass":  # a mutant's efficiency is beside the point unless loud
+        known = [a for a in audits if a.get("passes_ratio")]
+        a = max(known, key=lambda a: a["passes_ratio"]) if known else audits[0]
+        where = f" ({a['label']}, the least efficient of {len(audits)} sets)" if len(audits) > 1 else ""
+        lines.append(f"acceptance{where}: {a['note']}")
+    return lines
+
+
 def print_outcome(outcome: Any) -> None:
     """Print one line per decoder, the exact stage, where decoders stopped, the verdict and the report paths.
 
@@ -14,6 +34,8 @@ def print_outcome(outcome: Any) -> None:
     for d in report["decoders"]:
         mark = "ok" if d["expectation_met"] else f"EXPECTED {d['expect'].upper()}"
         print(f"  {d['decoder']:<28} expect {d['expect']:<6} -> {d['verdict']:<14} [{mark}] {d['reason']}")
+        for line in acceptance_lines(d):
+            print(f"  {'':<28} {line}")
     exact = report.get("exact", {})
     if exact.get("ran"):
         verdict = "every rule as declared" if exact["ok"] else f"WRONG: {', '.join(exact['wrong_rules'])}"

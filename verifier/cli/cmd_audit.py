@@ -73,6 +73,10 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="Default: 0")
     parser.add_argument("--vocab-size", type=int, default=None, help="vocabulary size when no --target gives it")
     parser.add_argument("--eos-token-id", type=int, default=None, help="EOS id when no --target gives it")
+    parser.add_argument("--acceptance", choices=("any", "canonical"), default="any",
+                        help="kernel mode: 'canonical' declares the min(1, p/q) rule, so its accepted-count law is tested "
+                             "(acceptance rule conformance, exit 1 on a mismatch); 'any' only reports acceptance beside "
+                             "the bias verdict. Default: any")
     parser.add_argument("--blind-tolerance", type=float, default=0.01, metavar="TV",
                         help="flag a prompt's first position as blind when full-p fallback moves it by <= TV. Default: 0.01")
     parser.add_argument("--export", metavar="FILE", help="also write the audited decoder's samples as JSONL")
@@ -189,16 +193,24 @@ def _run_kernel(args) -> int:
     results = []
     for c in cases:
         start = time.perf_counter()
-        results.append(audit_kernel(kernel, c, num_draws=args.num_draws, seed=args.seed, alpha=args.alpha))
+        results.append(audit_kernel(kernel, c, num_draws=args.num_draws, seed=args.seed, alpha=args.alpha,
+                                    acceptance=args.acceptance))
         seconds = time.perf_counter() - start
-        print(f"{results[-1].summary()} [{seconds:.1f} s, {args.num_draws / seconds:,.0f} draws/s]")
+        r = results[-1]
+        print(f"{r.summary()} [{seconds:.1f} s, {args.num_draws / seconds:,.0f} draws/s]")
+        print(f"  acceptance: {r.acceptance['note']}")  # beside the verdict, never part of it
+        if r.conforms is not None:
+            print(f"  acceptance rule conformance (declared canonical): {'CONFORMS' if r.conforms else 'NONCONFORMING'} "
+                  f"(p={r.conformance.result.pvalue:.3g}, alpha={r.alpha:g}; not distribution bias)")
     for r in results:
         for reason in r.blind:
             print(f"  blind cell ({r.case.name}) {reason}")
     _write_json(args.json, {"mode": "kernel", "kernel": args.kernel, "results": [
         {"case": r.case.name, "verdict": r.verdict, "num_draws": r.num_draws, "blind": r.blind,
-         "cells": [{"name": c.name, "statistic": c.result.statistic, "pvalue": c.result.pvalue} for c in r.cells]} for r in results]})
-    return EXIT_BIAS if any(r.verdict != "PASS" for r in results) else EXIT_OK
+         "cells": [{"name": c.name, "statistic": c.result.statistic, "pvalue": c.result.pvalue} for c in r.cells],
+         "acceptance": r.acceptance, "acceptance_conformance": None if r.conforms is None else
+         {"verdict": "CONFORMS" if r.conforms else "NONCONFORMING", "pvalue": r.conformance.result.pvalue}} for r in results]})
+    return EXIT_BIAS if any(r.verdict != "PASS" or r.conforms is False for r in results) else EXIT_OK
 
 
 def run(args: argparse.Namespace) -> int:

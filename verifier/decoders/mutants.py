@@ -18,6 +18,7 @@ import torch
 
 from verifier.decoders import kernels as K
 from verifier.decoders.kernels import sample_from_probs
+from verifier.decoders.lossless import block_verification_kernel, fresh_target_match_kernel
 from verifier.decoders.speculative import AncestralDecoder, SpeculativeDecoder
 from verifier.errors import invalid_argument
 from verifier.sampling import SamplingConfig, processed_probs
@@ -98,6 +99,16 @@ _ENTRIES = [
                 "never (its law is the target's for every config, k and batch)", _spec(K.verify_chain), K.verify_chain),
     DecoderSpec("ancestral", "Plain target sampling (ignores the draft and k).", "exact",
                 "never", lambda target, draft, k, **options: AncestralDecoder(target, **options)),
+    DecoderSpec("fresh_target_match", "Lossless, non-canonical: accept a draft iff it equals a fresh target sample; on "
+                "mismatch emit that sample (as several production engines do).", "exact",
+                "never (its law is the target's); it accepts fewer drafts than the canonical rule (sum q*p instead of "
+                "sum min(p, q) per position), which the acceptance audit reports", _spec(fresh_target_match_kernel),
+                fresh_target_match_kernel),
+    DecoderSpec("block_verification", "Lossless, non-canonical: Sun et al. 2024 block verification (the draft block is "
+                "verified jointly).", "exact",
+                "never (its law is the target's); it accepts at least as many drafts as the canonical rule in "
+                "expectation, which the acceptance audit reports", _spec(block_verification_kernel),
+                block_verification_kernel),
     DecoderSpec("full_p_fallback", "The recovered token is drawn from the target row p instead of the residual max(0, p - q).",
                 "biased", "any config with T > 0 and any k, at the first emitted position already, whenever p != q "
                 "where both have mass; invisible when the draft is one-hot on a token with p = 0 or q == p",

@@ -41,6 +41,9 @@ def _round_outcomes(target: TabularLM, draft: TabularLM, prefix: tuple[int, ...]
     first, because the draft token at position i depends only on the tokens before it).  Emitted
     tuples are not yet cut at EOS or at a length limit; outcomes may repeat.
     """
+    if rule.round_outcomes is not None:  # a round-level rule (block verification) enumerates itself
+        yield from rule.round_outcomes(target, draft, prefix, k, rule)
+        return
     eos = target.eos_token_id
 
     def verify(accepted: tuple[int, ...], prob: Fraction, uniform_bound: Fraction):

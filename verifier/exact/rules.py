@@ -27,7 +27,8 @@ References
 ----------
 Leviathan, Kalman, Matias (2023), "Fast Inference from Transformers via Speculative Decoding",
 Algorithm 1 and Appendix A.1.  Chen et al. (2023), "Accelerating Large Language Model Decoding with
-Speculative Sampling", Algorithm 2.  Cai et al. (2024), "Medusa", section 2.3.1 (typical acceptance).
+Speculative Sampling", Algorithm 2.  Sun et al. (2024), "Block Verification Accelerates Speculative
+Decoding", arXiv:2403.10444, Algorithm 2 (``block_verification``).  Cai et al. (2024), "Medusa", section 2.3.1 (typical acceptance).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from fractions import Fraction
 from typing import Callable, Sequence
 
 from verifier.errors import invalid_argument
+from verifier.exact.block import block_round_outcomes
 
 __all__ = [
     "Rule",
@@ -88,6 +90,12 @@ class Rule:
         After the recovered token, also emit the draft tokens proposed after the rejected position.
     shared_uniform : bool, default False
         One uniform U for every position of a round instead of a fresh one per position.
+    round_outcomes : callable or None, default None
+        A round-level rule (one whose decision at a position depends on later positions, e.g.
+        block verification, :mod:`verifier.exact.block`): ``(target, draft, prefix, k, rule) ->``
+        iterator of ``(emitted tokens, accepted drafts, probability)`` replacing the per-position
+        enumerator for whole rounds.  The per-position hooks then describe the rule at ``k = 1``
+        (what :func:`verifier.exact.step_law` and the kernel audit use).
     """
 
     name: str
@@ -99,6 +107,7 @@ class Rule:
     bonus_offset: int = 0
     keep_suffix: bool = False
     shared_uniform: bool = False
+    round_outcomes: Callable | None = None
 
     def __post_init__(self) -> None:
         assert self.declared in DECLARED_STATUSES, self.declared
@@ -247,6 +256,9 @@ RULES: dict[str, Rule] = {
         _rule("canonical", "exact", "draft x ~ q, accept with min(1, p(x)/q(x)), recovered token ~ residual, bonus ~ p at k+1"),
         _rule("fresh_target_match", "exact", "accept iff x equals a fresh target sample y ~ p; on mismatch emit y (correct but unusual)",
               acceptance=_fresh_target_sample, recover=_fresh_sample_given_mismatch),
+        _rule("block_verification", "exact", "Sun et al. 2024 block verification: the draft block is verified jointly "
+              "(keep the last position whose coin accepts a running weight); accepts at least as much as token-wise",
+              round_outcomes=block_round_outcomes),
         _rule("full_p_fallback", "biased", "recovered token resampled from the full target p instead of the residual",
               recover=_full_target),
         _rule("greedy_draft", "biased", "draft token is argmax q while the acceptance ratio uses the softmax q",

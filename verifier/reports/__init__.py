@@ -82,6 +82,12 @@ def _env(autoescape: bool):
     return env
 
 
+def _far_below() -> float:
+    from verifier.runner.acceptance import FAR_BELOW_FRACTION
+
+    return FAR_BELOW_FRACTION
+
+
 def _failing(report: dict) -> list[dict]:
     """Cells whose verdict breaks their decoder's expectation: bias or underpowered where the
     decoder is expected to ``pass``."""
@@ -98,7 +104,8 @@ def _detected(report: dict) -> list[dict]:
 
 def render_markdown(report: dict) -> str:
     """report.md: the verdict first, then the table of failing cells, then the rest."""
-    return _env(False).get_template("report.md.j2").render(r=report, failing=_failing(report), detected=_detected(report))
+    return _env(False).get_template("report.md.j2").render(r=report, failing=_failing(report), detected=_detected(report),
+                                                           far_below=_far_below())
 
 
 def render_html(report: dict) -> str:
@@ -123,7 +130,7 @@ def render_html(report: dict) -> str:
         "acceptance": plots.acceptance_lengths(report.get("sample_sets", [])),
     }
     return _env(True).get_template("report.html.j2").render(
-        r=report, failing=failing, detected=detected, failing_plots=failing_plots, plots=figs)
+        r=report, failing=failing, detected=detected, failing_plots=failing_plots, plots=figs, far_below=_far_below())
 
 
 def render_junit(report: dict) -> str:
@@ -154,6 +161,15 @@ def render_junit(report: dict) -> str:
                 ET.SubElement(tc, "failure", message=msg).text = c.get("support_violation") or d.get("reason", "")
             else:
                 ET.SubElement(tc, "system-out").text = msg
+        conf = d.get("acceptance_conformance")
+        if conf:  # declared acceptance = "canonical": one testcase, apart from the bias cells
+            tc = ET.SubElement(suite_el, "testcase", classname=f"{report['suite']['name']}.{name}",
+                               name=f"{name}/acceptance-rule-conformance")
+            if conf["verdict"] == "NONCONFORMING" and d["expect"] == "pass":
+                f += 1
+                ET.SubElement(tc, "failure", message="acceptance rule conformance: NONCONFORMING").text = conf["reason"]
+            else:
+                ET.SubElement(tc, "system-out").text = f"{conf['verdict']}: {conf['reason']}"
         if d.get("error"):
             e += 1
             tc = ET.SubElement(suite_el, "testcase", classname=f"{report['suite']['name']}.{name}", name=f"{name}/generate")
@@ -161,10 +177,10 @@ def render_junit(report: dict) -> str:
                 ET.SubElement(tc, "system-out").text = d["error"].get("message", "")
             else:
                 ET.SubElement(tc, "error", message=d["error"].get("type", "DecoderError")).text = d["error"].get("message", "")
-        suite_el.set("tests", str(len(cases) + (1 if d.get("error") else 0)))
+        suite_el.set("tests", str(len(cases) + (1 if d.get("error") else 0) + (1 if conf else 0)))
         suite_el.set("failures", str(f))
         suite_el.set("errors", str(e if d.get("error") and not d["expectation_met"] else 0))
-        total += len(cases) + (1 if d.get("error") else 0)
+        total += len(cases) + (1 if d.get("error") else 0) + (1 if conf else 0)
         failures += f
         errors += int(suite_el.get("errors"))
     exact = report.get("exact", {})

@@ -22,7 +22,9 @@ Cells of one sample set (decoder, prompt, sampling config, num_draft_tokens):
     generator independent of the decoder's; under the null the u's are iid Uniform(0, 1):
     one-sample Kolmogorov-Smirnov test (scipy).  Its effect and MDE are KS distances.
 ``accepted``
-    The first round's accepted-draft count against its exact law (when the decoder reports it).
+    Not a bias cell: the test name asks for the acceptance audit (:mod:`verifier.runner.acceptance`),
+    reported beside the verdict; only a decoder declaring ``acceptance = "canonical"`` gets its
+    first-round accepted-count law tested, as acceptance rule conformance.
 
 Every cell carries its n, statistic, p-value, effect estimate (total variation between observed
 and expected on the pooled categories, with a 95% bootstrap interval) and its minimum detectable

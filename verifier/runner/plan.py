@@ -3,7 +3,7 @@
 A *sample set* is one (decoder, model pair, prompt, sampling config, num_draft_tokens) unit; its
 ``samples`` rows are drawn in chunks of ``chunk_size``, chunk ``i`` with seed
 :func:`verifier.runner.seeds.chunk_seed` ``(suite seed, set key, i)``.  The cells (one hypothesis
-test each) are statistics of a sample set: ``gof@t``, ``joint@1..J``, ``pit``, ``accepted``.
+test each) are statistics of a sample set: ``gof@t``, ``joint@1..J``, ``surprisal@1..J``, ``pit`` (``accepted`` asks for the acceptance audit, no bias cell).
 """
 
 from __future__ import annotations

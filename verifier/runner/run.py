@@ -12,7 +12,8 @@ Stages, in order (each one's wall time is recorded and printed at the end):
    says where it stopped.
 4. **statistics** -- cells per sample set (:mod:`verifier.runner.analysis`) against expected laws
    from the target's processed probs; correction and verdict per decoder
-   (:mod:`verifier.runner.verdict`).
+   (:mod:`verifier.runner.verdict`); beside it, never inside it, the acceptance audit and -- where
+   declared -- acceptance rule conformance (:mod:`verifier.runner.acceptance`).
 5. **reports** -- report.json / report.md / report.html / junit.xml (:mod:`verifier.reports`).
 
 :func:`analyze_run` repeats stages 2, 4 and 5 from stored shards (``specverify report RUN_DIR``).
@@ -38,7 +39,7 @@ from verifier.errors import (
     DecoderOutputError,
     ReportWriteError,
 )
-from verifier.runner import analysis, expected, guards
+from verifier.runner import acceptance, analysis, expected, guards
 from verifier.runner.assemble import REPORT_SCHEMA_VERSION, build_report, environment
 from verifier.runner.models import LoadedPair, encode_prompt, load_pair
 from verifier.runner.plan import SampleSetPlan, build_decoder, decoder_identity, plan_sample_sets
@@ -278,7 +279,7 @@ def _sample(ctx: _Context, store: SampleStore, progress: bool, log: Callable[[st
                     stats = getattr(decoder, "last_stats", None)
                     fra = getattr(stats, "first_round_accepted", None) if stats is not None else None
                     if fra is not None and np.asarray(fra).shape != (rows,):
-                        fra = None  # a decoder reporting a malformed figure just loses the `accepted` cell
+                        fra = None  # a malformed figure is audited as "not reported"
                     counts = getattr(stats, "accepted_counts", None) if stats is not None else None
                     fra, counts = check_decoder_stats(fra, counts, num_draft_tokens=plan.num_draft_tokens,
                                                       decoder_name=spec.name)
@@ -344,14 +345,22 @@ def _laws(ctx: _Context, plan: SampleSetPlan) -> expected.PositionLaws | None:
 
 
 def _accepted_law(ctx: _Context, plan: SampleSetPlan) -> np.ndarray | None:
+    """The canonical rule's first-round accepted-count law (for the acceptance audit and, where
+    declared, acceptance rule conformance); None when not requested or -- unless the decoder
+    declares ``acceptance = "canonical"`` -- too large to enumerate (the audit then says so)."""
     k = plan.num_draft_tokens
     if "accepted" not in plan.decoder.tests or plan.max_new_tokens < k + 1:
         return None
     key = ("accepted", plan.pair, plan.prompt_ids, plan.sampling, k)
     if key not in ctx.expected_cache:
         pair = ctx.pairs[plan.pair]
-        ctx.expected_cache[key] = expected.accepted_count_law(pair.reference, pair.draft_reference,
-                                                              plan.prompt_ids, plan.sampling, k)
+        try:
+            ctx.expected_cache[key] = expected.accepted_count_law(pair.reference, pair.draft_reference,
+                                                                  plan.prompt_ids, plan.sampling, k)
+        except ConfigError:
+            if plan.decoder.acceptance == "canonical":
+                raise
+            ctx.expected_cache[key] = None
     return ctx.expected_cache[key]
 
 
@@ -366,7 +375,7 @@ def _expected_preflight(ctx: _Context) -> None:
             raise ConfigError(f"decoders[{plan.decoder.name}] ({plan.label}): {exc}") from None
 
 
-def _set_cells(ctx: _Context, plan: SampleSetPlan, tokens: np.ndarray, fra: np.ndarray | None,
+def _set_cells(ctx: _Context, plan: SampleSetPlan, tokens: np.ndarray,
                cell_alpha_of: Callable[[int], float]) -> list[analysis.CellResult]:
     suite, spec = ctx.suite, plan.decoder
     pair = ctx.pairs[plan.pair]
@@ -412,13 +421,28 @@ def _set_cells(ctx: _Context, plan: SampleSetPlan, tokens: np.ndarray, fra: np.n
         u_all = np.concatenate(u_parts) if u_parts else np.zeros(0)
         cells.append(analysis.pit_cell(f"{base}/pit", u_all, cell_alpha=alpha, power=power,
                                        violations=tuple(violations), **meta))
-    k = plan.num_draft_tokens
-    law = _accepted_law(ctx, plan) if fra is not None else None
-    if law is not None:
-        counts = np.bincount(np.clip(fra, 0, k), minlength=k + 1)
-        cells.append(analysis.gof_cell(f"{base}/accepted", counts, law, cell_alpha=alpha, power=power, rng=rng,
-                                       label_fn=lambda j: f"{j} accepted", test="accepted", **meta))
-    return cells
+    return cells  # the accepted-draft count is no bias cell: see _acceptance (verifier.runner.acceptance)
+
+
+def _acceptance(ctx: _Context, plan: SampleSetPlan, fra: np.ndarray | None, acc: np.ndarray):
+    """(acceptance audit dict, conformance cell or None, why untested) of one sample set."""
+    spec, k = plan.decoder, plan.num_draft_tokens
+    if "accepted" not in spec.tests:
+        return None, None, "the suite does not ask for the `accepted` test"
+    law = _accepted_law(ctx, plan)
+    audit = acceptance.acceptance_audit(plan.set_id, plan.label, spec.name, k, fra, acc, law)
+    if spec.acceptance != "canonical":
+        return audit.to_dict(), None, ""
+    if law is None or fra is None:
+        why = "max_new_tokens < k + 1" if plan.max_new_tokens < k + 1 else "the decoder reports no first_round_accepted"
+        return audit.to_dict(), None, why
+    rng = np.random.default_rng(stream_seed(ctx.suite.seed, "conformance|" + plan.key))
+    counts = np.bincount(np.clip(fra, 0, k), minlength=k + 1)
+    cell = analysis.gof_cell(f"{spec.name}/{plan.prompt}/{plan.sampling_name}/k={k}/acceptance-conformance", counts, law,
+                             cell_alpha=ctx.suite.stats.alpha, power=ctx.suite.stats.power, rng=rng,
+                             label_fn=lambda j: f"{j} accepted", test="acceptance conformance",
+                             decoder=spec.name, set_id=plan.set_id)
+    return audit.to_dict(), cell, ""
 
 
 def _token_labeler(pair: LoadedPair, vocab: int) -> Callable[[int], str]:
@@ -437,12 +461,12 @@ def _token_labeler(pair: LoadedPair, vocab: int) -> Callable[[int], str]:
     return label
 
 
-def _count_cells(plan: SampleSetPlan, has_fra: bool = True) -> int:
+def _count_cells(plan: SampleSetPlan) -> int:
+    """Bias cells of a sample set (never depends on whether the decoder reports last_stats)."""
     spec = plan.decoder
     n = len([t for t in spec.gof_positions if t <= plan.max_new_tokens]) if "gof" in spec.tests else 0
     n += int("joint" in spec.tests and plan.max_new_tokens >= spec.joint_tokens)
     n += int("surprisal" in spec.tests) + int("pit" in spec.tests)
-    n += int("accepted" in spec.tests and has_fra and plan.max_new_tokens >= plan.num_draft_tokens + 1)
     return n
 
 
@@ -453,9 +477,10 @@ def _statistics(ctx: _Context, store: SampleStore, errors: dict[str, dict], allo
     for spec in suite.decoders:
         plans = [p for p in ctx.plans if p.decoder.name == spec.name]
         loaded = {p.set_id: _load_set(store, p) for p in plans}
-        m = sum(_count_cells(p, loaded[p.set_id][1] is not None) for p in plans)
+        m = sum(_count_cells(p) for p in plans)
         level = cell_level(suite.stats.alpha, m, suite.stats.correction)
         cells: list[analysis.CellResult] = []
+        audits, conformance_cells, untested = [], [], []
         for p in plans:
             tokens, fra, acc, chunks = loaded[p.set_id]
             info = p.describe()
@@ -475,10 +500,21 @@ def _statistics(ctx: _Context, store: SampleStore, errors: dict[str, dict], allo
             sets_info.append(info)
             if spec.name in errors or not len(tokens):  # no sample, no cell (the report says what is missing)
                 continue
-            cells.extend(_set_cells(ctx, p, tokens, fra, lambda _i: level))
-        verdicts.append(decide(spec.name, spec.expect, cells, alpha=suite.stats.alpha,
-                               correction=suite.stats.correction, target_mde=suite.stats.target_mde,
-                               error=errors.get(spec.name)))
+            cells.extend(_set_cells(ctx, p, tokens, lambda _i: level))
+            audit, cell, why = _acceptance(ctx, p, fra, acc)
+            audits += [audit] if audit else []
+            conformance_cells += [cell] if cell is not None else []
+            untested += [why] if why else []
+        verdict = decide(spec.name, spec.expect, cells, alpha=suite.stats.alpha,
+                         correction=suite.stats.correction, target_mde=suite.stats.target_mde,
+                         error=errors.get(spec.name))
+        verdict.acceptance = audits
+        if spec.acceptance == "canonical" and spec.name not in errors:
+            verdict.conformance = acceptance.conformance(conformance_cells, suite.stats.alpha, untested)
+            verdict.conformance["cell_results"] = [c.to_dict() for c in conformance_cells]
+            if verdict.conformance["verdict"] == acceptance.NONCONFORMING and spec.expect == "pass":
+                verdict.expectation_met = False  # declared, so a mismatch fails the run -- as conformance, not as bias
+        verdicts.append(verdict)
     return verdicts, sets_info
 
 

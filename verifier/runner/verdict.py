@@ -53,6 +53,10 @@ class DecoderVerdict:
     reason: str = ""
     error: dict[str, Any] | None = None
     cells: list[CellResult] = field(default_factory=list)
+    # beside the verdict, never part of it (verifier.runner.acceptance): per-set acceptance audit
+    # dicts, and the acceptance rule conformance check where the suite declares acceptance = "canonical"
+    acceptance: list[dict[str, Any]] = field(default_factory=list)
+    conformance: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -61,6 +65,7 @@ class DecoderVerdict:
             "combined_pvalue": self.combined_pvalue, "reason": self.reason, "error": self.error,
             "num_cells": len(self.cells),
             "failing_cells": [c.id for c in self.cells if c.verdict == CELL_BIAS],
+            "acceptance": self.acceptance, "acceptance_conformance": self.conformance,
         }
 
 

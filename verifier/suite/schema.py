@@ -27,7 +27,9 @@ Schema (version 1)::
     [sampling.NAME]  temperature = 1.0, top_k, top_p, repetition_penalty
     [defaults]       any per-decoder grid key below
     [[decoders]]     name, decoder, expect, options, models, prompts, sampling, num_draft_tokens,
-                     max_new_tokens, samples, chunk_size, tests, gof_positions, joint_tokens
+                     max_new_tokens, samples, chunk_size, tests, gof_positions, joint_tokens,
+                     acceptance = "any" | "canonical" (declare the canonical min(1, p/q) rule: its
+                     first-round accepted-count law is then checked as acceptance rule conformance)
     [stats]          alpha = 1e-3, correction = "gate", target_mde = 0.1, power = 0.99
     [profiles.NAME]  sample_scale = 1.0, alpha, correction, target_mde
 """
@@ -63,6 +65,7 @@ SCHEMA_VERSION = 1  # bump when a key changes meaning; old files then fail with 
 TEST_NAMES = ("gof", "joint", "surprisal", "pit", "accepted")  # per-sample-set statistics a decoder can ask for
 CORRECTIONS = ("gate", "audit")  # gate: Holm(alpha/2) + Fisher(alpha/2); audit: Benjamini-Hochberg
 EXPECTATIONS = ("pass", "detect")
+ACCEPTANCE_RULES = ("any", "canonical")  # "canonical": the accepted-count law is checked (acceptance rule conformance)
 MAX_GOF_POSITION = 8  # expected marginals are enumerated over the target's prefix tree
 
 # Built-in profiles; a suite may redefine any of them or add its own.
@@ -122,6 +125,7 @@ class DecoderSpec:
     tests: tuple[str, ...]
     gof_positions: tuple[int, ...]
     joint_tokens: int = 2
+    acceptance: str = "any"  # "canonical": the decoder declares the min(1, p/q) rule (verifier.runner.acceptance)
 
     @property
     def is_plugin(self) -> bool:
@@ -341,6 +345,8 @@ def _parse_decoder_grid(r: _Reader, base: Mapping[str, Any]) -> dict[str, Any]:
     g["joint_tokens"] = r.get("joint_tokens", int, base.get("joint_tokens", 2))
     if not 2 <= g["joint_tokens"] <= MAX_GOF_POSITION:
         r._fail(r.path("joint_tokens"), g["joint_tokens"], f"an integer in 2..{MAX_GOF_POSITION}")
+    g["acceptance"] = r.get("acceptance", str, base.get("acceptance", "any"), " | ".join(map(repr, ACCEPTANCE_RULES)))
+    _check_choice(r, "acceptance", g["acceptance"], ACCEPTANCE_RULES)
     return g
 
 

@@ -1,0 +1,215 @@
+"""Acceptance audit: how many drafts a decoder accepts, next to what the canonical rule would.
+
+The bias verdict (:mod:`verifier.runner.verdict`) is about the output law only: lossless
+decoders may verify drafts by other rules (``fresh_target_match``, block verification, ...) and
+accept more or fewer drafts than the canonical ``min(1, p/q)`` rule while emitting exactly the
+target's law.  So the first round's accepted-draft count is not a bias cell.  It is reported
+here, per sample set, as an **efficiency figure**:
+
+* observed acceptance per draft position ``j`` -- the share of first rounds with ``>= j`` drafts
+  accepted among those with ``>= j - 1`` (conditional on reaching position j; an accepted EOS
+  ends the round) -- with a Clopper-Pearson interval;
+* mean accepted drafts per round and mean emitted tokens per round (accepted + 1: the recovered
+  or bonus token), with a t interval;
+* the same figures of the canonical rule on the same target/draft processed probs, exactly from
+  the enumerated first-round accepted-count law (:func:`verifier.runner.expected.accepted_count_law`;
+  position 1 alone is ``sum min(p, q)`` at the prompt);
+* the ratio of target passes per emitted token, canonical tokens per round over observed.
+
+A decoder whose acceptance is **far below canonical** gets a loud note (a performance bug, not a
+bias): far means the upper end of the observed mean accepted drafts per round's interval is
+below :data:`FAR_BELOW_FRACTION` of the canonical mean.  The audit never changes the bias
+verdict, and a decoder that reports no ``last_stats`` just gets "not reported".
+
+Only when a suite declares ``acceptance = "canonical"`` for a decoder does the accepted-count law
+enter its expectation, as **acceptance rule conformance** (:func:`conformance`): a chi-square
+goodness-of-fit of the observed counts against the canonical law at the suite's alpha, reported
+in its own field, never as distribution bias.
+
+The canonical figures use the suite's draft model processed with the suite's sampling config; a
+decoder whose draft path processes its logits differently (still lossless if it samples the q it
+hands over) has another canonical figure than the one shown.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from scipy import stats as sps
+
+__all__ = ["FAR_BELOW_FRACTION", "CONFIDENCE", "AcceptanceAudit", "acceptance_audit", "conformance",
+           "CONFORMS", "NONCONFORMING", "NOT_TESTED"]
+
+FAR_BELOW_FRACTION = 0.5  # "far below canonical": the observed mean accepted drafts is < half the canonical's (upper CI end)
+CONFIDENCE = 0.99  # confidence of every interval in the audit
+CONFORMS, NONCONFORMING, NOT_TESTED = "CONFORMS", "NONCONFORMING", "NOT TESTED"
+
+
+@dataclass
+class AcceptanceAudit:
+    """Acceptance figures of one sample set (JSON-ready via :meth:`to_dict`)."""
+
+    set_id: str
+    label: str
+    decoder: str
+    num_draft_tokens: int
+    reported: bool
+    rounds: int = 0  # first rounds observed (= rows with a reported first_round_accepted)
+    positions: list[dict[str, Any]] = field(default_factory=list)
+    mean_accepted: float | None = None
+    mean_accepted_ci: tuple[float, float] | None = None
+    canonical_mean_accepted: float | None = None
+    tokens_per_round: float | None = None
+    canonical_tokens_per_round: float | None = None
+    passes_ratio: float | None = None  # target passes per token, observed / canonical
+    all_rounds_mean_accepted: float | None = None
+    canonical_source: str | None = None
+    far_below: bool = False
+    note: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dict(self.__dict__)
+        d["mean_accepted_ci"] = list(self.mean_accepted_ci) if self.mean_accepted_ci else None
+        return d
+
+
+def _mean_ci(values: np.ndarray, confidence: float) -> tuple[float, float]:
+    n = values.size
+    mean = float(values.mean())
+    if n < 2:
+        return (mean, mean)
+    sd = float(values.std(ddof=1))
+    half = float(sps.t.ppf(0.5 + confidence / 2, n - 1)) * sd / math.sqrt(n)
+    return (mean - half, mean + half)
+
+
+def acceptance_audit(set_id: str, label: str, decoder: str, num_draft_tokens: int, first_round_accepted: np.ndarray | None,
+                     all_accepted: np.ndarray | None, canonical_law: np.ndarray | None, *,
+                     confidence: float = CONFIDENCE) -> AcceptanceAudit:
+    """Observed vs canonical acceptance of one sample set.
+
+    Parameters
+    ----------
+    set_id, label, decoder : str
+        Identify the sample set in the report.
+    num_draft_tokens : int
+        k.
+    first_round_accepted : np.ndarray of int, shape (rows,), or None
+        Drafts accepted in each row's first round (``DecoderStats.first_round_accepted``); None
+        when the decoder does not report it.  Values outside 0..k are clipped into range (their
+        validity is the sampling stage's business).
+    all_accepted : np.ndarray of int, shape (rounds,), or None
+        Accepted drafts of every round (``DecoderStats.accepted_counts``), shown for information.
+    canonical_law : np.ndarray, shape (k + 1,), or None
+        The canonical rule's first-round accepted-count law on the same target/draft processed
+        probs; None when it could not be enumerated.
+    confidence : float, default 0.99
+
+    Returns
+    -------
+    AcceptanceAudit
+    """
+    k = int(num_draft_tokens)
+    reported = first_round_accepted is not None and len(first_round_accepted) > 0
+    audit = AcceptanceAudit(set_id, label, decoder, k, reported=reported)
+    if all_accepted is not None and len(all_accepted):
+        audit.all_rounds_mean_accepted = float(np.mean(all_accepted))
+    canon = None
+    if canonical_law is not None:
+        canon = np.clip(np.asarray(canonical_law, dtype=np.float64), 0, None)
+        canon = canon / canon.sum()
+        audit.canonical_source = ("exact first-round accepted-count law of the canonical rule "
+                                  "(enumerated target/draft processed probs)")
+        audit.canonical_mean_accepted = float(np.dot(np.arange(k + 1), canon))
+        audit.canonical_tokens_per_round = audit.canonical_mean_accepted + 1
+    if not audit.reported:
+        audit.note = ("not reported: the decoder gives no last_stats.first_round_accepted, so its acceptance is not "
+                      "audited (the bias verdict never needs it)")
+        return audit
+    fra = np.clip(np.asarray(first_round_accepted, dtype=np.int64), 0, k)
+    n = fra.size
+    audit.rounds = n
+    counts = np.bincount(fra, minlength=k + 1)
+    at_least = counts[::-1].cumsum()[::-1]  # at_least[j] = rounds with >= j drafts accepted
+    canon_at_least = canon[::-1].cumsum()[::-1] if canon is not None else None
+    for j in range(1, k + 1):
+        reached, accepted = int(at_least[j - 1]), int(at_least[j])
+        row: dict[str, Any] = {"position": j, "reached": reached, "accepted": accepted, "observed": None, "ci": None,
+                               "canonical": None}
+        if reached:
+            ci = sps.binomtest(accepted, reached).proportion_ci(confidence_level=confidence, method="exact")
+            row["observed"], row["ci"] = accepted / reached, [float(ci.low), float(ci.high)]
+        if canon_at_least is not None and canon_at_least[j - 1] > 0:
+            row["canonical"] = float(canon_at_least[j] / canon_at_least[j - 1])
+        audit.positions.append(row)
+    audit.mean_accepted = float(fra.mean())
+    audit.mean_accepted_ci = _mean_ci(fra.astype(np.float64), confidence)
+    audit.tokens_per_round = audit.mean_accepted + 1
+    audit.note = _efficiency_note(audit, confidence)
+    return audit
+
+
+def _efficiency_note(a: AcceptanceAudit, confidence: float) -> str:
+    k = a.num_draft_tokens
+    observed = f"accepts {a.mean_accepted / k:.0%} of drafts ({a.mean_accepted:.2f} of k={k} per first round, " \
+               f"{confidence:.0%} CI [{a.mean_accepted_ci[0]:.2f}, {a.mean_accepted_ci[1]:.2f}])"
+    if a.canonical_mean_accepted is None:
+        return f"{observed}; the canonical figure is not known here (its law could not be enumerated)"
+    a.passes_ratio = a.canonical_tokens_per_round / a.tokens_per_round
+    canon = f"where the canonical rule accepts {a.canonical_mean_accepted / k:.0%} ({a.canonical_mean_accepted:.2f})"
+    lo, hi = a.mean_accepted_ci
+    if hi < FAR_BELOW_FRACTION * a.canonical_mean_accepted:
+        a.far_below = True
+        return (f"ACCEPTANCE FAR BELOW CANONICAL (a performance bug, not a bias): {observed} {canon}: about "
+                f"{a.passes_ratio:.1f}x more target passes per token (far = the {confidence:.0%} upper bound of mean "
+                f"accepted drafts is below {FAR_BELOW_FRACTION:.0%} of the canonical rule's)")
+    if hi < a.canonical_mean_accepted:
+        return f"{observed} {canon}: about {a.passes_ratio:.2f}x the target passes per token (below the canonical figure)"
+    if lo > a.canonical_mean_accepted:
+        return (f"{observed} {canon}: about {1 / a.passes_ratio:.2f}x the canonical tokens per target pass "
+                "(above the canonical figure)")
+    return f"{observed} {canon}: consistent with the canonical rule's efficiency"
+
+
+def conformance(cells: list[Any], alpha: float, audit_notes: list[str]) -> dict[str, Any]:
+    """Verdict of the declared ``acceptance = "canonical"`` check from its accepted-count cells.
+
+    Parameters
+    ----------
+    cells : list of CellResult
+        One per testable sample set: the chi-square of the first-round accepted counts against
+        the canonical law (:func:`verifier.runner.analysis.gof_cell`, test ``acceptance
+        conformance``); empty when no set could be tested (no stats reported, or
+        max_new_tokens < k + 1).  Their ``adjusted_pvalue`` (Bonferroni) and ``verdict`` are set.
+    alpha : float
+        The suite's alpha: the level of this single test (Bonferroni over several sets).
+    audit_notes : list of str
+        Why sets were not tested, shown when nothing was.
+
+    Returns
+    -------
+    dict
+        ``verdict`` (CONFORMS / NONCONFORMING / NOT TESTED), ``reason``, ``cells`` (the cell ids).
+    """
+    tested = [c for c in cells if c.n > 0]
+    if not tested:
+        why = "; ".join(sorted(set(audit_notes))) or "no sample set reported first-round accepted counts"
+        return {"verdict": NOT_TESTED, "reason": f"acceptance = \"canonical\" declared but not testable: {why}", "cells": []}
+    level = alpha / len(tested)
+    bad = [c for c in tested if c.support_violation or c.pvalue <= level]
+    for c in tested:
+        c.adjusted_pvalue = min(1.0, c.pvalue * len(tested))
+        c.verdict = "NONCONFORMING" if c in bad else "CONFORMS"
+    if bad:
+        worst = min(bad, key=lambda c: 0.0 if c.support_violation else c.pvalue)
+        why = worst.support_violation or f"p={worst.pvalue:.3g} <= {level:.3g}"
+        return {"verdict": NONCONFORMING, "cells": [c.id for c in tested],
+                "reason": (f"acceptance rule conformance FAILED (declared acceptance = \"canonical\"): the first-round "
+                           f"accepted-count law differs from the canonical min(1, p/q) rule's in {len(bad)} of {len(tested)} "
+                           f"set(s); worst {worst.id}: {why}.  This is not distribution bias")}
+    return {"verdict": CONFORMS, "cells": [c.id for c in tested],
+            "reason": f"the first-round accepted-count law matches the canonical rule's in {len(tested)} set(s) "
+                      f"(Bonferroni at alpha={alpha:g})"}
