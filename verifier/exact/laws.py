@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from fractions import Fraction
-from typing import Iterator, Mapping, Sequence
+from typing import Callable, Iterator, Mapping, Sequence
 
 from verifier.errors import invalid_argument
 from verifier.exact.rules import Rule, get_rule
@@ -110,13 +110,17 @@ def _round_law(target, draft, prefix, k, rule, max_new_tokens) -> Law:
 
 
 def _n_token_law(target, draft, prefix, k, num_tokens, rule) -> Law:
-    eos = target.eos_token_id
+    return _rounds_law(lambda ctx, limit: _round_law(target, draft, ctx, k, rule, limit), prefix, num_tokens, target.eos_token_id)
+
+
+def _rounds_law(round_law: Callable[[tuple[int, ...], int], Law], prefix, num_tokens: int, eos: int | None) -> Law:
+    """N-token law of repeated rounds; ``round_law(context, max_new_tokens)`` is one round's law (chain or tree)."""
     law: Law = defaultdict(Fraction)
     frontier: Law = {(): Fraction(1)}  # emitted so far -> probability, not finished yet
     while frontier:  # one round per iteration; every round emits >= 1 token
         next_frontier: Law = defaultdict(Fraction)
         for emitted, prob in frontier.items():
-            for new, pr in _round_law(target, draft, prefix + emitted, k, rule, num_tokens - len(emitted)).items():
+            for new, pr in round_law(prefix + emitted, num_tokens - len(emitted)).items():
                 seq = emitted + new
                 if len(seq) == num_tokens or seq[-1] == eos:
                     law[_pad(seq, num_tokens)] += prob * pr
