@@ -39,7 +39,7 @@ if TYPE_CHECKING:  # annotations only: importing the protocols must not import t
 
     from verifier.sampling import SamplingConfig
 
-__all__ = ["PADDING_TOKEN_ID", "Decoder", "DecoderStats", "VerificationKernel"]
+__all__ = ["PADDING_TOKEN_ID", "Decoder", "DecoderStats", "TreeVerificationKernel", "VerificationKernel"]
 
 PADDING_TOKEN_ID = -1  # fills emitted-token arrays after EOS and after a round's last emitted token
 
@@ -121,6 +121,46 @@ class VerificationKernel(Protocol):
         self,
         target_probs: torch.Tensor,
         draft_probs: torch.Tensor,
+        draft_token_ids: torch.Tensor,
+        generator: torch.Generator,
+    ) -> torch.Tensor: ...
+
+
+@runtime_checkable
+class TreeVerificationKernel(Protocol):
+    """The verify step of tree (multi-draft) speculative sampling as a pure function.
+
+    Node 0 is the root (the last emitted token, no draft token); nodes ``1 .. num_nodes - 1`` are
+    draft tokens.  Nodes are in topological order (``parent_ids[i] < i``) and the children of a
+    node are verified in index order.
+
+    Parameters
+    ----------
+    target_probs : torch.Tensor, shape (batch, num_nodes, vocab), float64
+        Processed target probs after the path to each node: node i's row verifies i's children and
+        is where the recovered or bonus token is drawn when i is the last accepted node.
+    draft_probs : torch.Tensor, shape (batch, num_nodes, vocab), float64
+        Processed draft probs after the path to each node: the law node i's children were drawn
+        from (before any without-replacement update).  Rows of leaves are unused.
+    parent_ids : torch.Tensor, shape (num_nodes,), int64
+        ``parent_ids[0] == -1``; ``0 <= parent_ids[i] < i`` otherwise.  One static tree per call.
+    draft_token_ids : torch.Tensor, shape (batch, num_nodes), int64
+        Token of each node; column 0 (the root) is ignored.
+    generator : torch.Generator
+        The only source of randomness.
+
+    Returns
+    -------
+    torch.Tensor, shape (batch, max_depth + 1), int64
+        Emitted tokens: the accepted path's tokens, then the recovered or bonus token, then
+        :data:`PADDING_TOKEN_ID`.  ``max_depth`` is the number of draft tokens on the longest path.
+    """
+
+    def __call__(
+        self,
+        target_probs: torch.Tensor,
+        draft_probs: torch.Tensor,
+        parent_ids: torch.Tensor,
         draft_token_ids: torch.Tensor,
         generator: torch.Generator,
     ) -> torch.Tensor: ...
