@@ -24,12 +24,18 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-examples", type=int, default=None, metavar="N",
                         help="Hypothesis examples per counterexample search (derandomized). Default: 300.")
     parser.add_argument("--no-search", action="store_true", help="skip the counterexample search.")
+    parser.add_argument("--tree", action="store_true",
+                        help="tree / multi-draft rules (verifier.exact.tree_rules) on the tree cases instead of the chain rules.")
 
 
 def run(args: argparse.Namespace) -> int:
     from verifier.exact import RULES, get_rule, rule_verdicts, run_exact_stage
     from verifier.exact.counterexample import SEARCH_MAX_EXAMPLES, find_counterexample
 
+    if args.tree:
+        from verifier.exact.tree_counterexample import find_tree_counterexample as find_counterexample  # noqa: F811
+        from verifier.exact.tree_rules import TREE_RULES as RULES, get_tree_rule as get_rule  # noqa: F811
+        from verifier.exact.tree_stage import run_tree_exact_stage as run_exact_stage  # noqa: F811
     names = list(RULES) if not args.rules else [get_rule(r.replace("-", "_") if r.replace("-", "_") in RULES else r).name for r in args.rules]
     findings = run_exact_stage(names)
     verdicts = rule_verdicts(findings)
@@ -59,14 +65,13 @@ def _as_json(verdicts, findings, counterexamples, ok, budget, no_search) -> dict
 
 
 def _print_table(verdicts, findings, counterexamples, ok, budget, no_search) -> None:
-    from verifier.exact import RULES
-
-    head = f"{'rule':<26}{'declared':<10}{'verdict':<9}{'match':<7}{'max TV':>10}  {'worst case':<20}{'min n':>9}"
+    w = max([26] + [len(n) + 2 for n in verdicts])
+    head = f"{'rule':<{w}}{'declared':<10}{'verdict':<9}{'match':<7}{'max TV':>10}  {'worst case':<20}{'min n':>9}"
     print(head)
     print("-" * len(head))
     for name, v in verdicts.items():
         n = "-" if v.min_samples_needed is None else str(v.min_samples_needed)
-        print(f"{name:<26}{v.declared:<10}{v.verdict:<9}{'yes' if v.matches_declared else 'NO':<7}"
+        print(f"{name:<{w}}{v.declared:<10}{v.verdict:<9}{'yes' if v.matches_declared else 'NO':<7}"
               f"{float(v.max_tv):>10.4f}  {v.worst_case or '-':<20}{n:>9}")
     cases = list(dict.fromkeys(f.case for f in findings))
     print("\nExact TV to the target per case (k, N = draft tokens, compared tokens; n = samples needed at alpha 0.01, power 0.99):")
@@ -74,13 +79,14 @@ def _print_table(verdicts, findings, counterexamples, ok, budget, no_search) -> 
     for case in cases:
         row = [f for f in findings if f.case == case]
         cells = "  ".join(f"{f.rule}={_tv(f)}" for f in row if f.verdict == "biased")
-        print(f"  {case:<{width}}k={row[0].num_draft_tokens} N={row[0].num_tokens}  {cells or 'every rule exact'}")
+        shape = f"tree={row[0].tree}" if getattr(row[0], "tree", "") else f"k={row[0].num_draft_tokens}"
+        print(f"  {case:<{width}}{shape} N={row[0].num_tokens}  {cells or 'every rule exact'}")
     print(f"\nMinimal counterexamples (hypothesis.find, {budget} examples, derandomized):" if not no_search else "\nCounterexample search skipped.")
     for name, cx in counterexamples.items():
         if no_search:
             break
         if cx is None:
-            print(f"  {name}: none found" + (" (expected: declared exact)" if RULES[name].declared == "exact" else ""))
+            print(f"  {name}: none found" + (" (expected: declared exact)" if verdicts[name].declared == "exact" else ""))
         else:
             print(f"  {name}: {cx.describe()}")
     print(f"\n{'OK' if ok else 'FAIL'}: {sum(v.matches_declared for v in verdicts.values())}/{len(verdicts)} rules match their declared status")
