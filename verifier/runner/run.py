@@ -167,6 +167,10 @@ def _exact_stage(suite: Suite) -> dict[str, Any]:
             raise ConfigError(f"{suite.source}: exact.cases contains {unknown[0]!r}; allowed: {sorted(by_name)}")
         cases = [by_name[c] for c in suite.exact["cases"]]
     findings = run_exact_stage(suite.exact["rules"] or None, cases)
+    if suite.exact.get("trees"):  # opt-in: tree / multi-draft rules (verifier.exact.tree_stage)
+        from verifier.exact.tree_stage import run_tree_exact_stage
+
+        findings += run_tree_exact_stage()
     rows = []
     for f in findings:
         rows.append({

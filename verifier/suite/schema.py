@@ -20,7 +20,7 @@ Schema (version 1)::
     default_profile = "ci"
     python_path = ["plugins"]          # prepended to sys.path for module:factory plugins
 
-    [exact]          enabled = true, rules = [] (all), cases = [] (standard)
+    [exact]          enabled = true, rules = [] (all), cases = [] (standard), trees = false (also the tree rules)
     [models.NAME]    target = "shipped:target" | "tabular:PAIR" | "module:factory" | "path/to/ckpt"
                      draft = ..., device = "cpu", dtype = "float32"
     [prompts.NAME]   text = "def " | ids = [1, 2]
@@ -376,6 +376,7 @@ def parse_suite(data: Mapping[str, Any], *, source: str = "<suite>", base_dir: P
         "enabled": ex.get("enabled", bool, True),
         "rules": list(ex.get_list("rules", str, [])),
         "cases": list(ex.get_list("cases", str, [])),
+        "trees": ex.get("trees", bool, False),  # also every tree rule on the standard tree cases (~7 s)
     }
     ex.done()
 
