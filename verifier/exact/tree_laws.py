@@ -189,8 +189,17 @@ def _tree_round_law(target, draft, prefix, shape, rule, max_new_tokens) -> Law:
 
 
 def _tree_n_token_law(target, draft, prefix, shape, num_tokens, rule) -> Law:
-    return _rounds_law(lambda ctx, limit: _tree_round_law(target, draft, ctx, shape, rule, limit), prefix, num_tokens,
-                       target.eos_token_id)
+    # a round's law depends on the context only through its last context_len tokens: cache by that tail
+    tail = max(target.context_len, draft.context_len)
+    cache: dict = {}
+
+    def one_round(ctx, limit):
+        key = (ctx[len(ctx) - tail:] if tail else (), limit)
+        if key not in cache:
+            cache[key] = _tree_round_law(target, draft, ctx, shape, rule, limit)
+        return cache[key]
+
+    return _rounds_law(one_round, prefix, num_tokens, target.eos_token_id)
 
 
 def _tree_iv(target, draft, prefix, tree, rule, fn) -> tuple[TreeRule, tuple[int, ...], TreeShape]:
