@@ -139,3 +139,18 @@ def test_tree_shapes_round_trip_and_errors():
         get_tree_rule("no_such_rule")
     with pytest.raises(InvalidArgumentError, match="num_tokens"):
         tree_n_token_law(PAIRS["unigram3"].target, PAIRS["unigram3"].draft, (), "2", 0)
+
+
+def test_docstring_examples_of_the_tree_modules():
+    import doctest
+
+    import verifier.decoders.tree_kernels
+    import verifier.exact.tree_counterexample
+    import verifier.exact.tree_laws
+    import verifier.exact.tree_shape
+    import verifier.exact.tree_stage
+
+    for module in (verifier.exact.tree_shape, verifier.exact.tree_laws, verifier.exact.tree_stage,
+                   verifier.exact.tree_counterexample, verifier.decoders.tree_kernels):
+        result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
+        assert result.attempted > 0 and result.failed == 0, module.__name__
