@@ -48,7 +48,7 @@ def test_lossless_rules_exact_on_more_shapes(rule, tree):
 
 
 @pytest.mark.parametrize("pair_name", list(PAIRS))
-@pytest.mark.parametrize("k", [1, 2, 3])
+@pytest.mark.parametrize("k", [1, 3])
 def test_chain_is_the_special_case_of_mss_and_rrs(pair_name, k):
     pair = PAIRS[pair_name]
     chain = round_law(pair.target, pair.draft, pair.prefix, k)
