@@ -84,6 +84,8 @@ def _draw_children(q: torch.Tensor, k: int, proposal: str, gen: torch.Generator)
             raise invalid_argument("case", "<draft law with fewer than width positive tokens>",
                                    f"draft rows with >= {k} positive tokens for {k} children drawn without replacement")
         return torch.multinomial(q, k, replacement=False, generator=gen)
+    if k > q.shape[1]:
+        raise invalid_argument("case.tree", f"<a node with {k} children>", f"at most vocab_size={q.shape[1]} top-k children per node")
     order = np.argsort(-q.numpy(), axis=1, kind="stable")  # top-k, ties to the lower id
     return torch.from_numpy(np.ascontiguousarray(order[:, :k]))
 
