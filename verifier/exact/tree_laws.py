@@ -21,13 +21,13 @@ Glossary: see :mod:`verifier.protocols`; the rules in :mod:`verifier.exact.tree_
 from __future__ import annotations
 
 import itertools
-from types import SimpleNamespace
 from collections import defaultdict
 from fractions import Fraction
+from types import SimpleNamespace
 from typing import Iterator, Sequence
 
 from verifier.exact.laws import Law, _cut, _models_iv, _positive_int_iv, _rounds_law
-from verifier.exact.rules import _exceeds_typical_threshold, TYPICAL_DELTA, TYPICAL_EPSILON
+from verifier.exact.rules import TYPICAL_DELTA, TYPICAL_EPSILON, _exceeds_typical_threshold
 from verifier.exact.tabular import TabularLM
 from verifier.exact.tree_rules import TreeRule, get_tree_rule, top_k_order
 from verifier.exact.tree_shape import TreeShape, parse_tree
