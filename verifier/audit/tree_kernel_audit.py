@@ -12,14 +12,15 @@ Cells (each a pooled Pearson GOF test, :func:`verifier.stats.gof_test`):
 * ``first N tokens`` against :func:`~verifier.exact.target_law` -- the lossless claim, independent
   of how many drafts a rule accepts (any lossless tree rule passes, any biased one fails);
   sequences outside the target's support are one extra category with expected 0 (a hard failure);
-* with ``rule``: ``first-round accepted count`` against
-  :func:`~verifier.exact.tree_laws.tree_accepted_count_law` -- does the kernel accept as often as
-  the rule it claims to implement (skipped on EOS cases, where the kernel cannot know EOS).
+* with ``rule`` (a declared rule), *acceptance rule conformance* apart from the bias verdict, as
+  :mod:`verifier.audit.kernel_audit` does for ``acceptance="canonical"``: the first-round accepted
+  count against :func:`~verifier.exact.tree_laws.tree_accepted_count_law` -- does the kernel accept
+  as often as the rule it claims (a lossless kernel with another rule is not biased for that);
+  skipped on EOS cases, where the kernel cannot know EOS.
 
 ``expected="rule"`` compares the first N tokens with the rule's own exact N-token law instead (to
-check that a lossy or mutant kernel implements what its rule says).  The cells share draws:
-:func:`verifier.stats.adjust` in gate mode with ``dependent=True`` gives the verdict, as in
-:mod:`verifier.audit.kernel_audit`.
+check that a lossy or mutant kernel implements what its rule says).  The verdict is
+:func:`verifier.stats.adjust` in gate mode with ``dependent=True`` over the bias cells.
 """
 
 from __future__ import annotations
@@ -198,10 +199,20 @@ class TreeKernelAuditResult:
     alpha: float
     cells: list[KernelCell]
     adjustment: Adjustment
+    conformance: KernelCell | None = None  # accepted count vs the declared rule (not a bias cell)
 
     @property
     def verdict(self) -> str:
+        """The bias verdict: about the emitted tokens only."""
         return BIAS_DETECTED if self.adjustment.family_rejected else PASS
+
+    @property
+    def conforms(self) -> bool | None:
+        """Acceptance rule conformance (None without a declared rule or on an EOS case)."""
+        if self.conformance is None:
+            return None
+        r = self.conformance.result
+        return not (r.support_violations or r.pvalue <= self.alpha)
 
     def summary(self) -> str:
         i = int(np.argmin(self.adjustment.adjusted_pvalues))
@@ -225,7 +236,8 @@ def audit_tree_kernel(kernel: Callable, case: TreeCase, *, proposal: str | None 
         How the driver drafts the children; default: ``rule``'s proposal, else "iid".
     rule : str, optional
         The tree rule the kernel claims to implement (:data:`~verifier.exact.tree_rules.TREE_RULES`):
-        adds the accepted-count cell (no EOS in the case) and sets the default proposal.
+        adds the acceptance-conformance check (``conformance``, ``conforms``; no EOS in the case) and
+        sets the default proposal.
     expected : {"target", "rule"}, default "target"
         Law of the first N tokens: the target's (the lossless claim) or ``rule``'s exact law.
     num_draws : int, default 50000
@@ -266,10 +278,13 @@ def audit_tree_kernel(kernel: Callable, case: TreeCase, *, proposal: str | None 
     probs = np.array([float(law[o]) for o in outcomes] + [0.0])
     label = "target" if expected == "target" else f"rule {rule_obj.name}"
     cells = [KernelCell(f"first {case.num_tokens} tokens ({label} law)", gof_test(counts, probs, alpha=alpha), probs, counts)]
+    conformance = None
     if rule_obj is not None and case.target.eos_token_id is None:
         acc_law = tree_accepted_count_law(case.target, case.draft, case.prefix, case.tree, rule_obj)
-        cells.append(KernelCell(f"first-round accepted count ({rule_obj.name})", accepted_count_test(accepted, acc_law, alpha=alpha),
-                                np.array([float(v) for v in acc_law]), np.bincount(accepted, minlength=len(acc_law))))
+        conformance = KernelCell(f"first-round accepted count (acceptance rule conformance, {rule_obj.name})",
+                                 accepted_count_test(accepted, acc_law, alpha=alpha), np.array([float(v) for v in acc_law]),
+                                 np.bincount(accepted, minlength=len(acc_law)))
     adjustment = adjust([c.result for c in cells], alpha=alpha, mode="gate", dependent=True)
     label = name or getattr(kernel, "__name__", type(kernel).__name__)
-    return TreeKernelAuditResult(label, case, proposal, rule_obj.name if rule_obj else None, expected, num_draws, seed, alpha, cells, adjustment)
+    return TreeKernelAuditResult(label, case, proposal, rule_obj.name if rule_obj else None, expected, num_draws, seed, alpha, cells,
+                                 adjustment, conformance)

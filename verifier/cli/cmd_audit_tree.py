@@ -5,8 +5,9 @@ reference kernels and the tree mutants) or a plugin ``module:attr`` implementing
 :class:`verifier.protocols.TreeVerificationKernel` (a kernel function of five positional
 arguments, or a factory taking ``--option`` values).  It is driven on synthetic tabular cases
 (:func:`verifier.audit.tree_kernel_audit.standard_tree_kernel_cases`) whose expected laws come
-from the exact tree enumerator.  Exit 0 when every case passes, 1 when bias is detected on a case,
-2 on a usage error, 3 when the kernel crashes or returns invalid output.
+from the exact tree enumerator.  Exit 0 when every case passes, 1 when bias is detected on a case
+(or, with ``--rule``, the acceptance does not conform to it), 2 on a usage error, 3 when the kernel
+crashes or returns invalid output.
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--proposal", choices=("iid", "without_replacement", "top_k"), default=None,
                         help="how the children are drafted. Default: the rule's (built-in kernels: their own), else iid")
     parser.add_argument("--rule", metavar="NAME", default=None,
-                        help="tree rule the kernel claims to implement: adds the accepted-count cell. Default: none")
+                        help="tree rule the kernel claims to implement: also checks acceptance rule conformance (accepted-count law; "
+                             "exit 1 on a mismatch, reported apart from bias). Default: none")
     parser.add_argument("--expected", choices=("target", "rule"), default="target",
                         help="law of the first N tokens: the target's (lossless claim) or --rule's. Default: target")
     parser.add_argument("--case", action="append", default=[], metavar="NAME",
@@ -79,11 +81,17 @@ def run(args: argparse.Namespace) -> int:
         print(r.summary())
         for cell, p_adj in zip(r.cells, r.adjustment.adjusted_pvalues):
             print(f"  {cell.name}: statistic={cell.result.statistic:.4g} p={cell.result.pvalue:.3g} p_adj={p_adj:.3g}")
+        if r.conforms is not None:
+            print(f"  acceptance rule conformance (declared {r.rule}): {'CONFORMS' if r.conforms else 'NONCONFORMING'} "
+                  f"(p={r.conformance.result.pvalue:.3g}, alpha={r.alpha:g}; not distribution bias)")
     if args.json:
         with open(args.json, "w") as fh:
             json.dump({"mode": "tree-kernel", "kernel": args.kernel, "results": [
                 {"case": r.case.name, "proposal": r.proposal, "rule": r.rule, "expected": r.expected, "verdict": r.verdict,
                  "num_draws": r.num_draws, "seed": r.seed, "alpha": r.alpha,
                  "cells": [{"name": c.name, "statistic": c.result.statistic, "pvalue": c.result.pvalue, "p_adj": float(p)}
-                           for c, p in zip(r.cells, r.adjustment.adjusted_pvalues)]} for r in results]}, fh, indent=2)
-    return EXIT_BIAS if any(r.verdict != "PASS" for r in results) else EXIT_OK
+                           for c, p in zip(r.cells, r.adjustment.adjusted_pvalues)],
+                 "acceptance_conformance": None if r.conforms is None else
+                 {"verdict": "CONFORMS" if r.conforms else "NONCONFORMING", "pvalue": r.conformance.result.pvalue}} for r in results]},
+                fh, indent=2)
+    return EXIT_BIAS if any(r.verdict != "PASS" or r.conforms is False for r in results) else EXIT_OK
