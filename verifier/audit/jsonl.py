@@ -349,9 +349,11 @@ class ReplayDecoder:
     """Imported samples replayed through the :class:`~verifier.protocols.Decoder` protocol.
 
     Lets samples produced elsewhere flow through the same audit, runner and reports as a live
-    decoder.  ``generate`` returns the first ``num_samples`` stored rows of the group whose prompt
-    tokens equal ``prompt_ids`` and whose sampling config equals ``sampling`` (the seed is ignored:
-    the randomness was spent when the samples were produced).
+    decoder.  ``generate`` returns the next ``num_samples`` unread stored rows of the group whose
+    prompt tokens equal ``prompt_ids`` and whose sampling config equals ``sampling``: the runner asks
+    in chunks with distinct seeds, and each new seed gets the rows after the previous chunk's (a
+    seed asked again gets the same rows again).  The randomness was spent when the samples were
+    produced, so the seed only names the chunk.
 
     Parameters
     ----------
@@ -369,6 +371,7 @@ class ReplayDecoder:
             raise SampleFileError(f"prompt_id={missing[0]!r} has no prompt_token_ids; replaying needs them on at least one line")
         self._by_prompt = {(g.prompt_token_ids, g.sampling): g for g in groups.values()}
         self.vocab_size, self.eos_token_id, self.name = vocab_size, eos_token_id, name
+        self._offsets: dict[tuple, dict[int, tuple[int, int]]] = {}  # (prompt, sampling) -> seed -> (first row, rows)
 
     def generate(self, prompt_ids: Sequence[int], num_samples: int, max_new_tokens: int, sampling: SamplingConfig, seed: int) -> np.ndarray:
         """Return stored rows (shape ``(num_samples, max_new_tokens)``, int64).
@@ -384,10 +387,14 @@ class ReplayDecoder:
         if group is None:
             raise SampleFileError(f"no imported samples for prompt_token_ids={list(key[0])} with sampling {sampling.label()}; "
                                   f"available: {[(list(k[0]), k[1].label()) for k in self._by_prompt]}")
-        if group.num_samples < num_samples or group.emitted.shape[1] < max_new_tokens:
+        served = self._offsets.setdefault(key, {})
+        if seed not in served:
+            served[seed] = max((o + n for o, n in served.values()), default=0), num_samples
+        start = served[seed][0]
+        if group.num_samples < start + num_samples or group.emitted.shape[1] < max_new_tokens:
             raise SampleFileError(f"prompt_id={group.prompt_id!r} has {group.num_samples} samples x {group.emitted.shape[1]} tokens; "
-                                  f"asked for {num_samples} x {max_new_tokens}")
-        return group.emitted[:num_samples, :max_new_tokens].copy()
+                                  f"asked for rows {start}..{start + num_samples - 1} x {max_new_tokens} tokens")
+        return group.emitted[start:start + num_samples, :max_new_tokens].copy()
 
 
 @dataclass(frozen=True)

@@ -1,14 +1,21 @@
 """``specverify audit``: audit a third-party decoder, kernel or sample file without changing its code.
 
-Modes (exactly one of ``--decoder``, ``--kernel``, ``--samples``):
+Modes (exactly one of ``--decoder``, ``--kernel``, ``--samples``, ``--resume``):
 
-* ``--decoder module:factory`` (known-p): the decoder's samples are tested against the target's
-  processed probs (:func:`verifier.api.check_preserves_target`).  Add ``--blackbox`` to compare
-  with plain sampling of ``--target`` instead, or ``--blackbox-reference module:factory`` to compare
-  with another plugin (e.g. the same engine with speculation off) -- two-sample tests.
-* ``--kernel module:factory``: kernel-level audit on synthetic cases (standard + adversarial).
-* ``--samples FILE.jsonl``: imported samples (schema in :mod:`verifier.audit.jsonl`), known-p
-  against ``--target`` or black-box against ``--blackbox-reference``.
+* ``--decoder SPEC --target MODEL`` (known-p): an audit suite is built in memory
+  (:mod:`verifier.audit.suite_builder`: the suite runner's cells -- gof at every enumerable
+  position, joint, surprisal, pit, accepted) with n planned from ``--target-tv``, and run by the
+  suite runner (chunked ``generate`` calls with distinct seeds, shards on disk, reports, exit codes
+  0 / 1 / 2 / 3 / 4).  ``--sequential`` stops early (:mod:`verifier.audit.run_audit`).
+  ``SPEC`` is a plugin ``module:factory`` / ``path/to/file.py:factory`` or a registered decoder
+  name (``reference``, a mutant of the bug zoo).  ``--save-suite FILE`` writes the suite as TOML.
+* ``--resume RUN_DIR``: continue an interrupted audit run.
+* ``--blackbox`` / ``--blackbox-reference SPEC``: two-sample tests against plain sampling of the
+  target or another plugin (:func:`verifier.audit.blackbox_audit`; no known target law).
+* ``--kernel SPEC``: kernel-level audit on synthetic cases (standard + adversarial).
+* ``--samples FILE.jsonl``: imported samples, known-p against ``--target`` through the same runner
+  (replayed by :class:`verifier.audit.jsonl.ReplayDecoder` in one chunk per prompt), or black-box
+  against ``--blackbox-reference``.
 
 ``--export FILE.jsonl`` writes the audited decoder's samples in the import format.
 """
@@ -23,6 +30,7 @@ from typing import Any
 from verifier.errors import EXIT_BIAS, EXIT_OK, EXIT_USAGE, invalid_argument
 
 HELP = "Audit a third-party decoder (module:factory), verification kernel, or imported JSONL samples."
+DEFAULT_REPORT_DIR = "reports"
 
 
 def _option(text: str) -> tuple[str, Any]:
@@ -46,25 +54,45 @@ def _ids(text: str) -> list[int]:
 
 
 def register(parser: argparse.ArgumentParser) -> None:
+    from verifier.audit.suite_builder import DEFAULT_CHUNK_SIZE, DEFAULT_TARGET_TV
+
     mode = parser.add_mutually_exclusive_group(required=True)
-    mode.add_argument("--decoder", metavar="SPEC", help="decoder plugin: package.module:factory or path/to/file.py:factory")
+    mode.add_argument("--decoder", metavar="SPEC",
+                      help="decoder: package.module:factory, path/to/file.py:factory, or a registered name (reference, full_p_fallback, ...)")
     mode.add_argument("--kernel", metavar="SPEC", help="verification-kernel plugin (the kernel function or a factory)")
     mode.add_argument("--samples", metavar="FILE", help="imported samples, .jsonl or .jsonl.gz (streamed)")
+    mode.add_argument("--resume", metavar="RUN_DIR", help="continue an interrupted audit run (its stored suite and plan)")
     parser.add_argument("--option", action="append", type=_option, default=[], metavar="KEY=VALUE",
                         help="option passed to the plugin factory (repeatable; VALUE is JSON if it parses)")
     parser.add_argument("--target", metavar="MODEL", help="target model: checkpoint folder, shipped:target or tabular:NAME")
     parser.add_argument("--draft", metavar="MODEL", help="draft model offered to factories that take `draft` (default: the target's pair)")
     parser.add_argument("--blackbox", action="store_true", help="two-sample mode: compare with plain sampling of --target")
     parser.add_argument("--blackbox-reference", metavar="SPEC", help="two-sample mode: compare with this plugin decoder")
+    parser.add_argument("--prompt", action="append", default=[], metavar="TEXT",
+                        help="prompt text, tokenized with the target's tokenizer (repeatable; one set of cells per prompt)")
     parser.add_argument("--prompt-ids", action="append", type=_ids, default=[], metavar="IDS",
-                        help="prompt token ids, comma-separated (repeatable; one set of cells per prompt)")
+                        help="prompt token ids, comma-separated (repeatable). Default: tabular:NAME -> the pair's standard "
+                             "context; shipped models -> the text 'def '; other checkpoints -> the text 'The'")
     parser.add_argument("--temperature", type=float, default=1.0, help="Default: 1.0")
     parser.add_argument("--top-k", type=int, default=None)
     parser.add_argument("--top-p", type=float, default=None)
     parser.add_argument("--repetition-penalty", type=float, default=None)
     parser.add_argument("--num-draft-tokens", type=int, default=4, metavar="K", help="offered to factories as num_draft_tokens. Default: 4")
-    parser.add_argument("--num-samples", type=int, default=2000, metavar="N", help="samples per prompt (per arm in black-box mode). Default: 2000")
-    parser.add_argument("--max-new-tokens", type=int, default=4, metavar="T", help="Default: 4")
+    parser.add_argument("--target-tv", type=float, default=DEFAULT_TARGET_TV, metavar="TV",
+                        help="smallest bias to rule out, as a total variation distance between the decoder's and the "
+                             "target's law of the first token, of each later position and of the first J tokens "
+                             "(J <= 3); n is planned so every such cell detects it with power 0.99 at its "
+                             f"per-cell alpha. Default: {DEFAULT_TARGET_TV}")
+    parser.add_argument("--num-samples", type=int, default=None, metavar="N",
+                        help="samples per prompt (per arm in black-box mode). Default: planned from --target-tv "
+                             "(known-p), 2000 (black-box); fewer than planned -> UNDERPOWERED with the n needed")
+    parser.add_argument("--sequential", action="store_true",
+                        help="sample chunk by chunk and stop as soon as an anytime-valid e-process detects bias "
+                             "or every cell is powered (alpha split half/half between e-processes and the fixed-n tests)")
+    parser.add_argument("--chunk-size", type=int, default=DEFAULT_CHUNK_SIZE, metavar="N",
+                        help=f"rows per generate() call, each chunk with its own seed. Default: {DEFAULT_CHUNK_SIZE}")
+    parser.add_argument("--max-new-tokens", type=int, default=None, metavar="T",
+                        help="Default: K + 1 (the first round with its bonus token); 4 in black-box mode")
     parser.add_argument("--num-draws", type=int, default=200_000, metavar="N", help="kernel mode: draws per case. Default: 200000")
     parser.add_argument("--case", action="append", default=[], metavar="NAME",
                         help="kernel mode: run only these cases (seed-3token, chain-k4, one-hot-blind, adversarial[full_p_fallback]; "
@@ -78,7 +106,18 @@ def register(parser: argparse.ArgumentParser) -> None:
                              "(acceptance rule conformance, exit 1 on a mismatch); 'any' only reports acceptance beside "
                              "the bias verdict. Default: any")
     parser.add_argument("--blind-tolerance", type=float, default=0.01, metavar="TV",
-                        help="flag a prompt's first position as blind when full-p fallback moves it by <= TV. Default: 0.01")
+                        help="flag a prompt's first position as blind to a rule when the rule moves it by <= TV. Default: 0.01")
+    parser.add_argument("--blind-rules", default=None, metavar="RULES",
+                        help="comma-separated rules of verifier.exact to check for blind cells, or 'all'. Default: the "
+                             "decoder's own rule when --decoder names a registered mutant, else none (one summary line)")
+    parser.add_argument("--report-dir", metavar="DIR", default=DEFAULT_REPORT_DIR,
+                        help=f"reports go to DIR/<name>/<run id>/. Default: {DEFAULT_REPORT_DIR}")
+    parser.add_argument("--run-dir", metavar="DIR", default=None, help="exact run folder to create (instead of --report-dir/...)")
+    parser.add_argument("--save-suite", metavar="FILE", default=None,
+                        help="also write the audit as a suite TOML that `specverify run FILE` reruns (same seed, same samples)")
+    parser.add_argument("--device", default="cpu", help="device of the models. Default: cpu")
+    parser.add_argument("--dtype", default="float32", choices=("float32", "float64", "bfloat16", "float16"), help="Default: float32")
+    parser.add_argument("--no-progress", action="store_true", help="do not show progress bars")
     parser.add_argument("--export", metavar="FILE", help="also write the audited decoder's samples as JSONL")
     parser.add_argument("--json", metavar="FILE", help="write the verdict and every cell as JSON")
 
@@ -89,43 +128,17 @@ def _sampling(args):
     return SamplingConfig(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, repetition_penalty=args.repetition_penalty)
 
 
+def _draft_spec(args) -> str:
+    return args.draft or (args.target.replace("target", "draft") if args.target.startswith("shipped:") else args.target)
+
+
 def _pair(args):
     if not args.target:
         return None
     from verifier.runner.models import load_pair
     from verifier.suite.schema import ModelPair
 
-    draft = args.draft or (args.target.replace("target", "draft") if args.target.startswith("shipped:") else args.target)
-    return load_pair(ModelPair(name="audit", target=args.target, draft=draft))
-
-
-class _Recording:
-    """Keeps every batch the audited decoder returned, so ``--export`` writes exactly the audited samples."""
-
-    def __init__(self, decoder) -> None:
-        self.inner, self.calls = decoder, []
-        self.name, self.vocab_size, self.eos_token_id = decoder.name, decoder.vocab_size, decoder.eos_token_id
-
-    def generate(self, prompt_ids, num_samples, max_new_tokens, sampling, seed):
-        rows = self.inner.generate(prompt_ids, num_samples, max_new_tokens, sampling, seed)
-        self.calls.append((list(prompt_ids), rows, int(seed)))
-        return rows
-
-
-def _print_blind_cells(pair, prompts, sampling, tolerance: float) -> None:
-    """Flag prompts whose first position cannot reveal a rejection-path defect (blind cells)."""
-    import numpy as np
-
-    from verifier.audit.kernel_audit import blind_cell_reasons
-
-    if sampling.greedy:
-        return
-    for i, prompt in enumerate(prompts):
-        ids = np.asarray([prompt], dtype=np.int64)
-        p = pair.reference.next_probs(ids, sampling)[0]
-        q = pair.draft_reference.next_probs(ids, sampling)[0]
-        for reason in blind_cell_reasons(list(p), list(q), tolerance=tolerance):
-            print(f"blind cell: prompt {i} {list(prompt)[:8]} ({sampling.label()}), position 1: {reason}")
+    return load_pair(ModelPair(name="audit", target=args.target, draft=_draft_spec(args), device=args.device, dtype=args.dtype))
 
 
 def _settings(decoder) -> Any:
@@ -213,90 +226,270 @@ def _run_kernel(args) -> int:
     return EXIT_BIAS if any(r.verdict != "PASS" or r.conforms is False for r in results) else EXIT_OK
 
 
+
+
+def _blind_notes(pair, prompts, sampling, tolerance: float, rules_arg: str | None, decoder: str | None) -> list[str]:
+    """Blind-cell notes for the rules relevant to the decoder under test only.
+
+    Relevant: ``--blind-rules`` (or ``all``), else the decoder's own rule when ``--decoder`` names a
+    registered mutant whose rule is in :data:`verifier.exact.RULES`.  Otherwise one summary line per
+    prompt counts the zoo's rules its first position cannot reveal (the harness's own mutants are
+    not the decoder under test).
+    """
+    import numpy as np
+
+    from verifier.audit.kernel_audit import blind_cell_reasons
+    from verifier.exact import RULES
+
+    if sampling.greedy:
+        return []
+    if rules_arg == "all":
+        rules = None
+    elif rules_arg:
+        rules = [r.strip() for r in rules_arg.split(",") if r.strip()]
+        unknown = [r for r in rules if r not in RULES]
+        if unknown:
+            raise invalid_argument("--blind-rules", rules_arg, "'all' or comma-separated rules of: " + ", ".join(sorted(RULES)))
+    elif decoder in RULES and RULES[decoder].declared != "exact":
+        rules = [decoder]
+    else:
+        rules = []
+    notes = []
+    for i, prompt in enumerate(prompts):
+        ids = np.asarray([prompt], dtype=np.int64)
+        p = pair.reference.next_probs(ids, sampling)[0]
+        q = pair.draft_reference.next_probs(ids, sampling)[0]
+        if rules == []:
+            count = len(blind_cell_reasons(list(p), list(q), tolerance=tolerance))
+            if count:
+                notes.append(f"note: position 1 of prompt {i} cannot reveal {count} of the rule zoo's defects at TV > "
+                             f"{tolerance:g} (list them: --blind-rules all); later positions and other prompts may")
+            continue
+        for reason in blind_cell_reasons(list(p), list(q), rules=rules, tolerance=tolerance):
+            notes.append(f"blind cell: prompt {i} {list(prompt)[:8]} ({sampling.label()}), position 1: {reason}")
+    return notes
+
+
+def _run_blackbox(args, decoder, pair, prompts, sampling, vocab, eos, context, num_samples) -> int:
+    from verifier.audit.blackbox import blackbox_audit
+    from verifier.audit.plugins import load_decoder
+
+    if args.blackbox_reference:
+        reference = load_decoder(args.blackbox_reference, vocab_size=vocab, eos_token_id=eos, context=context)
+    elif pair is not None:
+        from verifier.decoders.speculative import AncestralDecoder
+
+        reference = AncestralDecoder(pair.target)
+    else:
+        raise invalid_argument("--blackbox", True, "with --target (plain sampling of it is the reference) or --blackbox-reference SPEC")
+    max_new_tokens = args.max_new_tokens or 4
+    result = blackbox_audit(decoder, reference, prompts, sampling, num_samples=num_samples, max_new_tokens=max_new_tokens,
+                            vocab_size=decoder.vocab_size, alpha=args.alpha, seed=args.seed, eos_token_id=decoder.eos_token_id)
+    print(result.summary())
+    payload = {"mode": "blackbox", "verdict": result.verdict, "cells": [
+        {"prompt": c.prompt_index, "name": c.name, "statistic": c.result.statistic, "pvalue": c.result.pvalue}
+        for c in result.cells]}
+    payload.update(decoder=decoder.name, sampling=sampling.to_dict(), num_samples=num_samples, seed=args.seed, alpha=args.alpha,
+                   settings=_settings(decoder))
+    _write_json(args.json, payload)
+    return EXIT_OK if result.verdict == "PASS" else EXIT_BIAS if result.verdict == "BIAS DETECTED" else 4
+
+
+def _absolute_specs(raw: dict, base: Path) -> dict:
+    """A saved suite must not depend on the working directory: file plugins and checkpoint paths absolute."""
+    import copy
+
+    raw = copy.deepcopy(raw)
+    for d in raw.get("decoders", []):
+        spec = d["decoder"]
+        if ":" in spec and spec.rsplit(":", 1)[0].endswith(".py"):
+            path, attr = spec.rsplit(":", 1)
+            d["decoder"] = f"{(base / path).resolve()}:{attr}"
+    for m in raw.get("models", {}).values():
+        for role in ("target", "draft"):
+            spec = m[role]
+            if not spec.startswith(("tabular:", "shipped:")) and (base / spec).exists():
+                m[role] = str((base / spec).resolve())
+    return raw
+
+
+def _print_summary(outcome, plan: dict) -> None:
+    from verifier.cli._summary import print_outcome
+
+    report = outcome.report
+    d = report["decoders"][0] if report["decoders"] else {}
+    verdict = d.get("verdict", report["verdict"])
+    alpha = report["suite"]["stats"]["alpha"] if not plan.get("sequential") else plan["family_alpha"]
+    print()
+    print_outcome(outcome.outcome)
+    seq = outcome.sequential
+    if seq is not None:
+        stop = (f"stopped at n = {seq['samples']} of {seq['planned_samples']}: e-process of {seq['crossed']['cell']} crossed"
+                if seq["crossed"] else f"no e-process crossed; sampled the planned n = {seq['samples']}")
+        print(f"sequential: {stop}")
+    if verdict == "PASS":
+        print(f"PASS: no bias >= {plan['target_tv']:g} (total variation, in the law of the first token, of each position "
+              f"and of the first {plan['joint_tokens']} tokens) at family-wise alpha {alpha:g}, power 0.99")
+    elif verdict == "UNDERPOWERED":
+        need = plan["n_needed"]
+        worst = sorted(((v or 0, k) for k, v in plan["needed"].items()), reverse=True)[:3]
+        print(f"UNDERPOWERED: n = {plan['num_samples']} per prompt cannot see TV {plan['target_tv']:g}; n needed: "
+              f"{need if need is not None else '> 1e8'} (" + ", ".join(f"{k} {v}" for v, k in worst) + ")"
+              f" -- rerun with --num-samples {need}" if need else "")
+
+
+def _run_known_p(args, sampling) -> int:
+    from verifier.audit.run_audit import PLAN_FILE, plan_record, run_audit
+    from verifier.audit.suite_builder import AuditSpec, plan_audit, suite_toml
+    from verifier.runner import load_run_suite, new_run_dir
+
+    if args.resume:
+        suite, _info = load_run_suite(args.resume)
+        try:
+            plan = json.loads((Path(args.resume) / PLAN_FILE).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            raise invalid_argument("--resume", args.resume, f"a run folder of `specverify audit` (with {PLAN_FILE})") from None
+        print(f"resuming audit {args.resume} (seed {suite.seed}, n = {plan['num_samples']} per prompt)")
+        run_dir = Path(args.resume)
+        seq = bool(plan.get("sequential"))
+    else:
+        if not args.target:
+            raise invalid_argument("--target", None, "a target model for known-p mode (or use --blackbox-reference SPEC)")
+        pair = _pair(args)
+        prompts = [("ids", tuple(p)) for p in args.prompt_ids] + [("text", t) for t in args.prompt]
+        if args.prompt_ids:
+            _check_prompts(pair, args.prompt_ids, "--prompt-ids")
+        seq = bool(args.sequential)
+        spec = AuditSpec(decoder=args.decoder, target=args.target, draft=_draft_spec(args), prompts=tuple(prompts),
+                         sampling=sampling, num_draft_tokens=args.num_draft_tokens, max_new_tokens=args.max_new_tokens,
+                         num_samples=args.num_samples, target_tv=args.target_tv,
+                         alpha=args.alpha / 2 if seq else args.alpha, seed=args.seed, options=dict(args.option),
+                         chunk_size=args.chunk_size, device=args.device, dtype=args.dtype)
+        audit_plan = plan_audit(spec, pair=pair)
+        for line in _blind_notes(pair, audit_plan.prompts, sampling, args.blind_tolerance, args.blind_rules, args.decoder):
+            print(line)
+        print(audit_plan.describe())
+        for note in audit_plan.notes:
+            print(f"note: {note}")
+        plan = plan_record(audit_plan, seq, args.alpha)
+        suite = audit_plan.suite
+        if args.save_suite:
+            from verifier.errors import ReportWriteError
+
+            header = [f"specverify audit as a suite: `specverify run {args.save_suite}` draws the same samples (seed {args.seed})",
+                      audit_plan.describe().replace("\n", "\n# ")]
+            try:
+                Path(args.save_suite).write_text(suite_toml(_absolute_specs(audit_plan.raw, Path.cwd()), header), encoding="utf-8")
+            except OSError as exc:
+                raise ReportWriteError(f"--save-suite={args.save_suite!r} cannot be written: {exc.strerror or exc}") from None
+            print(f"suite written to {args.save_suite}")
+        run_dir = Path(args.run_dir) if args.run_dir else new_run_dir(args.report_dir, suite)
+        print(f"audit run -> {run_dir}")
+    outcome = run_audit(suite, run_dir, plan, resume=bool(args.resume), sequential=seq, progress=not args.no_progress)
+    _print_summary(outcome, plan)
+    report = outcome.report
+    d = report["decoders"][0] if report["decoders"] else {}
+    _write_json(args.json, {"mode": "known-p", "verdict": d.get("verdict", report["verdict"]), "exit_code": outcome.exit_code,
+                            "plan": plan, "run_dir": str(outcome.outcome.run_dir), "reason": d.get("reason", ""),
+                            "cells": report["cells"], "sequential": outcome.sequential, "seed": suite.seed})
+    if args.export:
+        _export(args.export, outcome.outcome.run_dir, suite)
+    return outcome.exit_code
+
+
+def _export(path: str, run_dir: Path, suite) -> None:
+    """Write every stored sample of the run, in chunk order, as JSONL (one prompt_id per prompt)."""
+    from verifier.audit.jsonl import export_jsonl
+    from verifier.runner.store import SampleStore
+
+    store = SampleStore(run_dir)
+    total, first = 0, True
+    for set_dir in sorted(p for p in store.samples_dir.iterdir() if p.is_dir()):
+        i = 0
+        while (shard := store.read_chunk(set_dir.name, i)) is not None:
+            prompt = shard.meta.get("set_key", "").split("|prompt=", 1)[-1].split("|", 1)[0]
+            ids = json.loads(prompt) if prompt.startswith("[") else None
+            sampling = None
+            from verifier.sampling import SamplingConfig
+
+            key = shard.meta.get("set_key", "")
+            if "|sampling=" in key:
+                sampling = SamplingConfig(**json.loads(key.split("|sampling=", 1)[1].split("|", 1)[0]))
+            export_jsonl(path, shard.tokens, prompt_id=set_dir.name, prompt_token_ids=ids,
+                         sampling=sampling, seed=int(shard.meta.get("seed", 0)), decoder=shard.meta.get("decoder", {}).get("name", ""),
+                         append=not first)
+            first, total, i = False, total + len(shard.tokens), i + 1
+    print(f"exported {total} samples to {path}")
+
+
+def _replay_suite_decoder(args, pair, sampling, vocab, eos):
+    """--samples in known-p mode: the imported rows, replayed through the runner (one chunk per prompt)."""
+    from verifier.audit.jsonl import ReplayDecoder, compare_target_logprobs, import_jsonl
+
+    groups = import_jsonl(args.samples, max_new_tokens=args.max_new_tokens, vocab_size=vocab, eos_token_id=eos)
+    decoder = ReplayDecoder(groups, vocab_size=vocab, eos_token_id=eos, name=f"imported:{Path(args.samples).name}")
+    prompts = args.prompt_ids or [list(g.prompt_token_ids) for g in groups.values() if g.sampling == sampling]
+    counts = [g.num_samples for g in groups.values() if g.sampling == sampling]
+    if pair is not None:
+        for g in groups.values():
+            if g.target_logprobs is not None:
+                print(compare_target_logprobs(g, pair.reference).summary())
+    return decoder, prompts, (min(counts) if counts else (args.num_samples or 2000)), groups
+
+
 def run(args: argparse.Namespace) -> int:
     _check_output_path("--json", args.json)
     _check_output_path("--export", args.export)
+    _check_output_path("--save-suite", args.save_suite)
     if args.num_draft_tokens < 1:
         raise invalid_argument("--num-draft-tokens", args.num_draft_tokens, "an integer >= 1")
     if not args.blind_tolerance >= 0:
         raise invalid_argument("--blind-tolerance", args.blind_tolerance, "a total variation >= 0")
     if args.kernel:
         return _run_kernel(args)
+    sampling = _sampling(args)
+    if args.resume or (args.decoder and not (args.blackbox or args.blackbox_reference)):
+        return _run_known_p(args, sampling)
     from verifier.audit.plugins import load_decoder
 
-    sampling = _sampling(args)
     pair = _pair(args)
     vocab = args.vocab_size if args.vocab_size is not None else (pair.vocab_size if pair else None)
     eos = args.eos_token_id if args.eos_token_id is not None else (pair.eos_token_id if pair else None)
-    prompts = args.prompt_ids or [[0]]
     context = {}
     if pair is not None:
         context = {"target": lambda: pair.target, "draft": lambda: pair.draft, "vocab_size": lambda: pair.vocab_size,
                    "eos_token_id": lambda: pair.eos_token_id}
     context["num_draft_tokens"] = lambda: args.num_draft_tokens
     if args.samples:
-        from verifier.audit.jsonl import ReplayDecoder, import_jsonl
-
         if vocab is None:
             raise invalid_argument("--vocab-size", None, "an integer (or --target) to validate imported token ids")
-        groups = import_jsonl(args.samples, max_new_tokens=args.max_new_tokens, vocab_size=vocab, eos_token_id=eos)
-        decoder = ReplayDecoder(groups, vocab_size=vocab, eos_token_id=eos, name=f"imported:{Path(args.samples).name}")
-        if not args.prompt_ids:
-            prompts = [list(g.prompt_token_ids) for g in groups.values() if g.sampling == sampling]
-        counts = [g.num_samples for g in groups.values() if g.sampling == sampling]
-        num_samples = min(counts) if counts else args.num_samples
+        decoder, prompts, num_samples, _groups = _replay_suite_decoder(args, pair, sampling, vocab, eos)
         if pair is not None:
-            from verifier.audit.jsonl import compare_target_logprobs
-
-            for g in groups.values():
-                if g.target_logprobs is not None:
-                    print(compare_target_logprobs(g, pair.reference).summary())
+            _check_prompts(pair, prompts, "--prompt-ids" if args.prompt_ids else f"prompt_token_ids in {args.samples}")
+        if not (args.blackbox or args.blackbox_reference):
+            return _run_replay(args, decoder, prompts, num_samples, sampling)
     else:
-        decoder = _Recording(load_decoder(args.decoder, vocab_size=vocab, eos_token_id=eos, context=context, **dict(args.option)))
-        num_samples = args.num_samples
-    if pair is not None:
-        _check_prompts(pair, prompts, "--prompt-ids" if args.prompt_ids or not args.samples else f"prompt_token_ids in {args.samples}")
-        _print_blind_cells(pair, prompts, sampling, args.blind_tolerance)
-    if args.blackbox or args.blackbox_reference:
-        from verifier.audit.blackbox import blackbox_audit
+        decoder = load_decoder(args.decoder, vocab_size=vocab, eos_token_id=eos, context=context, **dict(args.option))
+        num_samples = args.num_samples or 2000
+        prompts = args.prompt_ids or [[0]]
+        if pair is not None:
+            _check_prompts(pair, prompts, "--prompt-ids")
+    return _run_blackbox(args, decoder, pair, prompts, sampling, vocab, eos, context, num_samples)
 
-        if args.blackbox_reference:
-            reference = load_decoder(args.blackbox_reference, vocab_size=vocab, eos_token_id=eos, context=context)
-        elif pair is not None:
-            from verifier.decoders.speculative import AncestralDecoder
 
-            reference = AncestralDecoder(pair.target)
-        else:
-            raise invalid_argument("--blackbox", True, "with --target (plain sampling of it is the reference) or --blackbox-reference SPEC")
-        result = blackbox_audit(decoder, reference, prompts, sampling, num_samples=num_samples, max_new_tokens=args.max_new_tokens,
-                                vocab_size=decoder.vocab_size, alpha=args.alpha, seed=args.seed, eos_token_id=decoder.eos_token_id)
-        print(result.summary())
-        payload = {"mode": "blackbox", "verdict": result.verdict, "cells": [
-            {"prompt": c.prompt_index, "name": c.name, "statistic": c.result.statistic, "pvalue": c.result.pvalue}
-            for c in result.cells]}
-    else:
-        if pair is None:
-            raise invalid_argument("--target", None, "a target model for known-p mode (or use --blackbox-reference SPEC)")
-        from verifier.api import check_preserves_target
+def _run_replay(args, decoder, prompts, num_samples, sampling) -> int:
+    """Known-p audit of imported samples: the replay decoder lent to the runner (chunk = all rows of a prompt)."""
+    from verifier.audit._live import lending
 
-        target = pair.target_model
-        result = check_preserves_target(decoder, target, prompts, sampling, num_samples=num_samples,
-                                        max_new_tokens=args.max_new_tokens, alpha=args.alpha, seed=args.seed)
-        print(result.message())
-        payload = {"mode": "known-p", "verdict": result.verdict, "combined_pvalue": result.combined_pvalue, "cells": [
-            {"name": c.name, "test": c.test, "n": c.n, "statistic": c.statistic, "pvalue": c.pvalue,
-             "adjusted_pvalue": c.adjusted_pvalue, "effect": c.effect} for c in result.cells]}
-    payload.update(decoder=decoder.name, sampling=sampling.to_dict(), num_samples=num_samples, seed=args.seed, alpha=args.alpha,
-                   settings=_settings(decoder))
-    _write_json(args.json, payload)
-    if args.export and isinstance(decoder, _Recording):
-        from verifier.audit.jsonl import export_jsonl
-
-        for i, (prompt, rows, seed) in enumerate(decoder.calls):
-            export_jsonl(args.export, rows, prompt_id=f"p{i}", prompt_token_ids=prompt, sampling=sampling, seed=seed,
-                         decoder=decoder.name, append=i > 0)
-        print(f"exported {sum(len(c[1]) for c in decoder.calls)} samples to {args.export}")
-    return EXIT_OK if result.verdict == "PASS" else EXIT_BIAS if result.verdict == "BIAS DETECTED" else 4
+    if not args.target:
+        raise invalid_argument("--target", None, "a target model for known-p mode (or use --blackbox-reference SPEC)")
+    with lending(imported=decoder) as specs:
+        ns = argparse.Namespace(**vars(args))
+        ns.decoder, ns.prompt_ids, ns.prompt, ns.resume = specs["imported"], [list(p) for p in prompts], [], None
+        ns.num_samples, ns.chunk_size, ns.sequential, ns.save_suite = num_samples, num_samples, False, None
+        if ns.max_new_tokens is None:
+            ns.max_new_tokens = 4
+        return _run_known_p(ns, sampling)
 
 
 __all__ = ["HELP", "register", "run", "EXIT_USAGE"]

@@ -1,0 +1,375 @@
+"""The suite behind ``specverify audit``: one decoder, one model pair, n planned from the effect to rule out.
+
+``specverify audit``, :func:`verifier.api.check_preserves_target` and the pytest fixtures do not
+have statistics of their own: they describe the audit as a suite (the same schema as
+``suites/*.toml``) and run it through :func:`verifier.runner.run_suite`.  This module builds that
+suite.
+
+Cells (the suite runner's, per prompt): ``gof@t`` at every position whose exact marginal law can be
+enumerated (all of them on tabular targets; positions 1-2 at vocab 384), ``joint@1..J`` (the law of
+the first J tokens; J = min(3, max_new_tokens) where ``(vocab + 1) ** J`` categories fit),
+``surprisal@1..J``, ``pit`` over every emitted token, and ``accepted`` (the first-round accepted-count
+law, when the decoder reports ``last_stats``).
+
+Planning by effect
+------------------
+``target_tv`` is a total variation distance between the decoder's law and the target's processed law
+of one TV cell: the first-token law, each later position's marginal law and the first-J-token law.
+The rows per sample set are the smallest n at which *every* TV cell's minimum detectable effect
+(:func:`verifier.stats.gof.gof_mde`, at power ``power`` and the per-cell level the verdict uses,
+:func:`verifier.runner.verdict.cell_level`) is <= ``target_tv``
+(:func:`verifier.stats.power.samples_for_mde`), computed on the exact expected laws
+(:mod:`verifier.runner.expected`).  A PASS then states "no bias >= target_tv (TV) at alpha"; a
+budget below that n is reported UNDERPOWERED with the n needed.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from verifier.errors import ConfigError, invalid_argument
+from verifier.sampling import SamplingConfig
+
+__all__ = ["AuditSpec", "AuditPlan", "plan_audit", "suite_toml", "DEFAULT_TARGET_TV", "DEFAULT_CHUNK_SIZE",
+           "default_prompt"]
+
+DEFAULT_TARGET_TV = 0.05  # total variation the audit must be able to see in every TV cell (first token, first J tokens)
+DEFAULT_CHUNK_SIZE = 500  # rows per generate() call; every chunk has its own seed (a seed-ignoring decoder repeats chunks)
+MAX_JOINT_TOKENS = 3  # the joint cell covers at most the first 3 tokens (64 categories at vocab 3, 148k at vocab 384 -> J=2)
+MAX_PLANNED_SAMPLES = 200_000  # default budget cap: beyond it the audit samples this many and reports UNDERPOWERED
+SHIPPED_PROMPT = "def "  # the shipped models' corpus is Python-like code; "def " is the ci suite's prompt
+GENERIC_PROMPT = "The"  # a checkpoint with a tokenizer: any text works
+
+
+@dataclass(frozen=True)
+class AuditSpec:
+    """What to audit (the CLI flags, or the API arguments).
+
+    ``prompts``: each ``("ids", (int, ...))`` or ``("text", str)``; empty -> :func:`default_prompt`.
+    ``num_samples`` None -> planned from ``target_tv``.  ``max_new_tokens`` None -> k + 1 (the first
+    round including its bonus token).  ``gof_positions`` None -> every enumerable position.
+    """
+
+    decoder: str
+    target: str
+    draft: str | None = None
+    prompts: tuple = ()
+    sampling: SamplingConfig = SamplingConfig()
+    num_draft_tokens: int = 4
+    max_new_tokens: int | None = None
+    num_samples: int | None = None
+    target_tv: float = DEFAULT_TARGET_TV
+    alpha: float = 1e-3
+    power: float = 0.99
+    seed: int = 0
+    options: dict = field(default_factory=dict)
+    chunk_size: int = DEFAULT_CHUNK_SIZE
+    tests: tuple = ("gof", "joint", "surprisal", "pit", "accepted")
+    gof_positions: tuple | None = None
+    name: str = "audit"
+    device: str = "cpu"
+    dtype: str = "float32"
+    max_planned_samples: int = MAX_PLANNED_SAMPLES
+    description: str = ""
+
+
+@dataclass
+class AuditPlan:
+    """The suite and the power calculation behind it.
+
+    Attributes
+    ----------
+    raw : dict
+        The suite as TOML data (``parse_suite`` input; :func:`suite_toml` writes it).
+    suite : verifier.suite.Suite
+    prompts : list of tuple of int
+        Encoded prompts, in suite order.
+    gof_positions : list of int
+    joint_tokens : int
+        J of ``joint@1..J`` (0: no joint cell).
+    cell_alpha : float
+        Per-cell level of the verdict (strictest Holm step) the plan was made at.
+    needed : dict
+        ``"<prompt>/<cell>" -> n`` every TV cell needs for ``target_tv`` (None: unreachable).
+    num_samples : int
+        Rows per sample set that will be drawn.
+    n_needed : int or None
+        max(needed): rows for every TV cell to be powered (None: some cell never reaches it).
+    """
+
+    raw: dict
+    suite: Any
+    prompts: list
+    gof_positions: list
+    joint_tokens: int
+    cell_alpha: float
+    needed: dict
+    num_samples: int
+    n_needed: int | None
+    target_tv: float
+    notes: list = field(default_factory=list)
+
+    @property
+    def powered(self) -> bool:
+        return self.n_needed is not None and self.num_samples >= self.n_needed
+
+    def describe(self) -> str:
+        """Two lines for the console: cells and the power plan."""
+        cells = [f"gof@{t}" for t in self.gof_positions]
+        if self.joint_tokens:
+            cells += [f"joint@1..{self.joint_tokens}", f"surprisal@1..{self.joint_tokens}"]
+        need = "unreachable" if self.n_needed is None else f"{self.n_needed}"
+        return (f"cells per prompt: {', '.join(cells)}, pit, accepted (if the decoder reports last_stats); "
+                f"per-cell alpha {self.cell_alpha:.3g}\n"
+                f"plan: TV {self.target_tv:g} in every TV cell (first token, each position, first {self.joint_tokens} tokens) "
+                f"needs n = {need} per prompt; sampling n = {self.num_samples}")
+
+
+def _draft_for(target: str) -> str:
+    return target.replace("shipped:target", "shipped:draft") if target.startswith("shipped:") else target
+
+
+def default_prompt(target: str, pair: Any) -> tuple[str, Any]:
+    """A prompt valid for every shipped and tabular target: ``("ids", ...)`` or ``("text", ...)``.
+
+    tabular:NAME -> the pair's standard prefix (a context the table defines); shipped -> "def "
+    (the ci suite's prompt; token 0 is the shipped EOS); another checkpoint with a tokenizer -> "The";
+    any other model -> one non-EOS token repeated to the context length.
+    """
+    if target.startswith("tabular:"):
+        from verifier.exact import standard_tabular_pairs
+
+        name = target.split(":", 1)[1]
+        pairs = standard_tabular_pairs()
+        if name in pairs:
+            return "ids", tuple(int(t) for t in pairs[name].prefix)
+    if pair.tokenizer is not None:
+        return "text", SHIPPED_PROMPT if target.startswith("shipped:") else GENERIC_PROMPT
+    ctx = max(getattr(pair.target_model, "context_len", 1), 1)
+    token = next(t for t in range(pair.vocab_size) if t != pair.eos_token_id)
+    return "ids", (token,) * ctx
+
+
+def _suite_raw(spec: AuditSpec, prompts: list[tuple[str, Any]], positions: list[int], joint: int,
+               num_samples: int, max_new_tokens: int, description: str) -> dict:
+    decoder: dict[str, Any] = {"name": spec.name if spec.name != "audit" else "decoder", "decoder": spec.decoder,
+                               "expect": "pass"}
+    if spec.options:
+        decoder["options"] = dict(spec.options)
+    return {
+        "schema_version": 1,
+        "name": spec.name,
+        "description": description,
+        "seed": int(spec.seed),
+        "default_profile": "ci",
+        "exact": {"enabled": False},
+        "models": {"audit": {"target": spec.target, "draft": spec.draft or _draft_for(spec.target),
+                             "device": spec.device, "dtype": spec.dtype}},
+        "prompts": {f"p{i}": ({"ids": list(v)} if kind == "ids" else {"text": v}) for i, (kind, v) in enumerate(prompts)},
+        "sampling": {"s": _sampling_dict(spec.sampling)},
+        "defaults": {"models": "audit", "num_draft_tokens": [int(spec.num_draft_tokens)],
+                     "max_new_tokens": int(max_new_tokens), "samples": int(num_samples),
+                     "chunk_size": int(spec.chunk_size), "tests": [t for t in spec.tests if t != "joint" or joint >= 2],
+                     "gof_positions": list(positions), "joint_tokens": max(joint, 2)},
+        "decoders": [decoder],
+        "stats": {"alpha": float(spec.alpha), "correction": "gate", "target_mde": float(spec.target_tv),
+                  "power": float(spec.power)},
+    }
+
+
+def _sampling_dict(s: SamplingConfig) -> dict[str, Any]:
+    out: dict[str, Any] = {"temperature": float(s.temperature)}
+    if s.top_k is not None:
+        out["top_k"] = int(s.top_k)
+    if s.top_p is not None:
+        out["top_p"] = float(s.top_p)
+    if s.repetition_penalty is not None:
+        out["repetition_penalty"] = float(s.repetition_penalty)
+    return out
+
+
+def _check_spec(spec: AuditSpec) -> int:
+    if not (isinstance(spec.target_tv, (int, float)) and 0 < spec.target_tv <= 1):
+        raise invalid_argument("--target-tv", spec.target_tv, "a total variation in (0, 1]")
+    if not 0 < spec.alpha < 1:
+        raise invalid_argument("--alpha", spec.alpha, "a number in (0, 1)")
+    if spec.num_draft_tokens < 1:
+        raise invalid_argument("--num-draft-tokens", spec.num_draft_tokens, "an integer >= 1")
+    if spec.num_samples is not None and spec.num_samples < 1:
+        raise invalid_argument("--num-samples", spec.num_samples, "an integer >= 1")
+    if spec.chunk_size < 1:
+        raise invalid_argument("--chunk-size", spec.chunk_size, "an integer >= 1")
+    t = spec.max_new_tokens if spec.max_new_tokens is not None else spec.num_draft_tokens + 1
+    if t < 1:
+        raise invalid_argument("--max-new-tokens", spec.max_new_tokens, "an integer >= 1")
+    return t
+
+
+def _laws(pair, prompts, sampling, positions: int, joint: int):
+    """Expected laws at the deepest enumerable (positions, J), shrinking on a size error."""
+    from verifier.runner import expected
+
+    while True:
+        try:
+            return positions, joint, [expected.position_laws(pair.reference, p, sampling, positions,
+                                                             joint if joint >= 2 else 0) for p in prompts]
+        except ConfigError as exc:
+            if "joint_tokens" in str(exc) and joint >= 2:
+                joint -= 1
+            elif positions > 1:
+                positions -= 1
+                joint = min(joint, positions)
+            else:
+                raise
+
+
+def plan_audit(spec: AuditSpec, *, base_dir: str | Path = ".", pair: Any = None) -> AuditPlan:
+    """Build the audit suite and plan its sample size.
+
+    Parameters
+    ----------
+    spec : AuditSpec
+    base_dir : path, default "."
+        Folder against which relative model paths resolve.
+    pair : LoadedPair, optional
+        Already loaded model pair (the API passes the live target).
+
+    Returns
+    -------
+    AuditPlan
+
+    Raises
+    ------
+    InvalidArgumentError, ConfigError, ModelLoadError
+        Bad arguments, a prompt that does not fit the target, a model that does not load.
+    """
+    from verifier.runner.expected import MAX_PREFIXES, accepted_count_law
+    from verifier.runner.models import encode_prompt, load_pair
+    from verifier.runner.verdict import cell_level
+    from verifier.stats.gof import gof_mde
+    from verifier.stats.power import samples_for_mde
+    from verifier.suite.schema import MAX_GOF_POSITION, ModelPair, Prompt, parse_suite
+
+    max_new_tokens = _check_spec(spec)
+    if pair is None:
+        pair = load_pair(ModelPair("audit", spec.target, spec.draft or _draft_for(spec.target), spec.device, spec.dtype),
+                         base_dir)
+    prompt_specs = list(spec.prompts) or [default_prompt(spec.target, pair)]
+    prompts = [encode_prompt(Prompt(f"p{i}", v if k == "text" else None, tuple(v) if k == "ids" else None), pair)
+               for i, (k, v) in enumerate(prompt_specs)]
+    notes = []
+    if spec.gof_positions is not None:
+        positions = max(spec.gof_positions)
+    else:
+        # every position whose law is enumerable: guess from the first position's support, then shrink on error
+        support = max(int(np.count_nonzero(pair.reference.next_probs(np.asarray([p]), spec.sampling)[0])) for p in prompts)
+        depth = 1
+        while depth < min(max_new_tokens, MAX_GOF_POSITION) and support ** depth <= MAX_PREFIXES:
+            depth += 1
+        positions = depth
+    joint = min(MAX_JOINT_TOKENS, max_new_tokens, positions) if "joint" in spec.tests or "surprisal" in spec.tests else 0
+    while joint >= 2 and (pair.vocab_size + 1) ** joint > 2_000_000:
+        joint -= 1
+    positions, joint, laws = _laws(pair, prompts, spec.sampling, positions, joint)
+    gof_positions = sorted(spec.gof_positions) if spec.gof_positions is not None else list(range(1, positions + 1))
+    k = spec.num_draft_tokens
+    with_accepted = "accepted" in spec.tests and max_new_tokens >= k + 1
+    per_prompt = (len(gof_positions) * ("gof" in spec.tests) + int("joint" in spec.tests and joint >= 2)
+                  + int("surprisal" in spec.tests and joint >= 1) + int("pit" in spec.tests) + int(with_accepted))
+    level = cell_level(spec.alpha, per_prompt * len(prompts), "gate")
+
+    needed: dict[str, int | None] = {}
+
+    def plan_cell(label: str, law: np.ndarray) -> None:
+        if np.count_nonzero(law) < 2:  # one possible outcome: any deviation is a support violation, no n to plan
+            return
+        needed[label] = samples_for_mde(lambda n: gof_mde(n, law, alpha=level, power=spec.power).tv, spec.target_tv,
+                                        n_max=10 ** 8)
+
+    for i, (prompt, law) in enumerate(zip(prompts, laws)):
+        if "gof" in spec.tests:
+            for t in gof_positions:
+                plan_cell(f"p{i}/gof@{t}", law.marginals[t])
+        if "joint" in spec.tests and law.joint is not None:
+            plan_cell(f"p{i}/joint@1..{joint}", law.joint)
+        if with_accepted:
+            plan_cell(f"p{i}/accepted", accepted_count_law(pair.reference, pair.draft_reference, prompt, spec.sampling, k))
+    reachable = [v for v in needed.values() if v is not None]
+    n_needed = max(reachable) if reachable and len(reachable) == len(needed) else (None if needed else 1)
+    if spec.num_samples is not None:
+        num_samples = int(spec.num_samples)
+    elif n_needed is None or n_needed > spec.max_planned_samples:
+        num_samples = int(spec.max_planned_samples)
+        notes.append(f"TV {spec.target_tv:g} needs n = {n_needed or '> 1e8'} per prompt, above the default budget "
+                     f"{spec.max_planned_samples}; sampling {num_samples} (expect UNDERPOWERED; raise --target-tv or give --num-samples)")
+    else:
+        num_samples = int(n_needed)
+    description = spec.description or (
+        f"audit of {spec.decoder} against {spec.target} ({spec.sampling.label()}, k={k}): n planned so that every TV cell "
+        f"sees TV >= {spec.target_tv:g} at power {spec.power:g}, per-cell alpha {level:.3g}")
+    raw = _suite_raw(spec, [("ids", p) for p in prompts] if not spec.prompts else prompt_specs, gof_positions, joint,
+                     num_samples, max_new_tokens, description)
+    suite = parse_suite(raw, source=f"<audit {spec.decoder}>", base_dir=Path(base_dir))
+    return AuditPlan(raw=raw, suite=suite, prompts=prompts, gof_positions=gof_positions, joint_tokens=joint,
+                     cell_alpha=level, needed=needed, num_samples=num_samples, n_needed=n_needed,
+                     target_tv=spec.target_tv, notes=notes)
+
+
+# --------------------------------------------------------------------------- TOML out
+
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        if not math.isfinite(v):
+            raise invalid_argument("value", v, "a finite number")
+        return repr(v)
+    if isinstance(v, str):
+        return '"' + v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{ " + ", ".join(f"{_toml_key(k)} = {_toml_value(x)}" for k, x in v.items()) + " }"
+    raise invalid_argument("value", v, "a TOML scalar, list or table")
+
+
+def _toml_key(k: str) -> str:
+    import re
+
+    return k if re.fullmatch(r"[A-Za-z0-9_-]+", k) else _toml_value(k)
+
+
+def suite_toml(raw: dict, header: Sequence[str] = ()) -> str:
+    """The suite ``raw`` as TOML text that ``specverify run`` reads back to the same suite.
+
+    Top-level scalars first, then ``[table]`` s (one level of sub-tables, e.g. ``[models.audit]``),
+    then ``[[decoders]]``.
+    """
+    lines = [f"# {h}" for h in header]
+    tables, arrays = [], []
+    for key, value in raw.items():
+        if isinstance(value, dict):
+            tables.append((key, value))
+        elif isinstance(value, list) and value and all(isinstance(x, dict) for x in value):
+            arrays.append((key, value))
+        else:
+            lines.append(f"{_toml_key(key)} = {_toml_value(value)}")
+    for key, table in tables:
+        flat = {k: v for k, v in table.items() if not isinstance(v, dict)}
+        subs = {k: v for k, v in table.items() if isinstance(v, dict)}
+        if flat or not subs:
+            lines += ["", f"[{key}]"] + [f"{_toml_key(k)} = {_toml_value(v)}" for k, v in flat.items()]
+        for sub, body in subs.items():
+            lines += ["", f"[{key}.{_toml_key(sub)}]"] + [f"{_toml_key(k)} = {_toml_value(v)}" for k, v in body.items()]
+    for key, items in arrays:
+        for item in items:
+            lines += ["", f"[[{key}]]"] + [f"{_toml_key(k)} = {_toml_value(v)}" for k, v in item.items()]
+    return "\n".join(lines) + "\n"
