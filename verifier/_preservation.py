@@ -179,71 +179,27 @@ class _PendingCell:
 
 def _check(decoder, scorer, prompts, sampling, n, max_new_tokens, alpha, seed, seed_from_env,
            num_gof_positions, min_effect, name, *, reproduce_hint):
+    command = reproduce_hint or _reproduce_command(seed, seed_from_env)
+    if not sampling.greedy:  # every statistical check goes through the suite runner
+        from verifier._preservation_run import check_through_runner
+
+        return check_through_runner(decoder, scorer.model, prompts, sampling, num_samples=n, max_new_tokens=max_new_tokens,
+                                    alpha=alpha, seed=seed, num_gof_positions=num_gof_positions, min_effect=min_effect,
+                                    name=name, reproduce=command)
     from verifier.validation import check_emitted_tokens
 
     pending: list[_PendingCell] = []
-    for i, prompt in enumerate(prompts):
+    for i, prompt in enumerate(prompts):  # temperature 0: exact match against the target's greedy continuation
         emitted = decoder.generate(list(prompt), n, max_new_tokens, sampling, _derived_seed(seed, i, 0))
         emitted = check_emitted_tokens(emitted, num_samples=n, max_new_tokens=max_new_tokens,
                                        vocab_size=scorer.vocab_size, eos_token_id=scorer.eos_token_id,
                                        decoder_name=name)
-        if sampling.greedy:
-            pending.append(_greedy_pending(i, prompt, emitted, scorer, sampling))
-        else:
-            pending.extend(_prompt_pending(i, prompt, emitted, scorer, sampling, num_gof_positions,
-                                           _derived_seed(seed, i, 1)))
-    cells = _run_tests(pending, alpha)
-    verdict, reason = _verdict(cells, alpha, min_effect)
-    command = reproduce_hint or _reproduce_command(seed, seed_from_env)
-    combined = cells[1] if cells else math.nan
-    return PreservationResult(verdict=verdict, cells=tuple(cells[0]), alpha=alpha, combined_pvalue=combined,
+        pending.append(_greedy_pending(i, prompt, emitted, scorer, sampling))
+    cells = _greedy_cells(pending)
+    verdict, reason = _verdict(cells)
+    return PreservationResult(verdict=verdict, cells=tuple(cells), alpha=alpha, combined_pvalue=math.nan,
                               seed=seed, num_samples=n, max_new_tokens=max_new_tokens, decoder_name=name,
                               reproduce=command, reason=reason)
-
-
-def _prompt_pending(i, prompt, emitted, scorer, sampling, num_gof_positions, pit_seed) -> list[_PendingCell]:
-    """Cells of one prompt: gof@1, gof@t|greedy along the target's greedy prefix, and pit."""
-    from verifier.stats.pit import randomized_pit
-
-    n, steps = emitted.shape
-    vocab = scorer.vocab_size
-    rng = np.random.default_rng(pit_seed)  # independent of the decoder's generator
-    u_parts, violations = [], {}
-    greedy_prefix: list[int] = []  # target's greedy continuation, grown one token per gof cell
-    expected_at: dict[int, np.ndarray] = {}  # position t (0-based) -> law of the greedy prefix
-    for rows, probs, valid in scorer.teacher_forced(prompt, emitted, sampling):  # probs: (rows, steps, vocab)
-        tokens = emitted[rows]
-        u, bad = randomized_pit(tokens[valid], probs[valid], rng)
-        u_parts.append(u)
-        for v in bad:
-            violations[v.token_id] = violations.get(v.token_id, 0) + v.count
-        for t in range(min(num_gof_positions, steps)):
-            if t in expected_at:
-                continue
-            if t > 0 and (t - 1 not in expected_at or greedy_prefix[-1:] == [scorer.eos_token_id]):
-                break
-            prefix = greedy_prefix[:t]
-            match = np.all(tokens[:, :t] == np.asarray(prefix, dtype=np.int64), axis=1) if t else np.ones(len(tokens), bool)
-            if match.any():
-                expected_at[t] = probs[np.argmax(match), t]
-                greedy_prefix.append(int(np.argmax(expected_at[t])))  # ties: lowest id, as processed_probs
-    out = []
-    for t in range(min(num_gof_positions, steps)):
-        if t > 0 and greedy_prefix[t - 1:t] == [scorer.eos_token_id]:
-            break  # the target's greedy continuation ended: no later position to test along it
-        label = f"prompt{i}/gof@{t + 1}" + ("|greedy" if t else "")
-        if t not in expected_at:
-            out.append(_PendingCell(label, i, "gof", detail="no row continued the target's greedy prefix"))
-            continue
-        match = np.all(emitted[:, :t] == np.asarray(greedy_prefix[:t], dtype=np.int64), axis=1)
-        tokens_t = emitted[match, t]
-        counts = np.bincount(tokens_t[tokens_t >= 0], minlength=vocab).astype(np.int64)
-        detail = f"prefix {greedy_prefix[:t]}" if t else ""
-        out.append(_PendingCell(label, i, "gof", counts=counts, expected=expected_at[t], detail=detail))
-    bad = tuple(sorted(violations.items()))
-    out.append(_PendingCell(f"prompt{i}/pit", i, "pit-ks", u=np.concatenate(u_parts) if u_parts else np.zeros(0),
-                            violations=bad))
-    return out
 
 
 def _greedy_pending(i, prompt, emitted, scorer, sampling) -> _PendingCell:
@@ -264,63 +220,22 @@ def _greedy_pending(i, prompt, emitted, scorer, sampling) -> _PendingCell:
     return cell
 
 
-def _run_tests(pending: list[_PendingCell], alpha: float):
-    """Test every cell at the strictest Holm level, then correct: returns (cells, combined p)."""
-    from verifier.stats.gof import gof_test
-    from verifier.stats.multiple import adjust
-    from verifier.stats.pit import pit_ks_test
-
-    if not pending:
-        return [], math.nan
-    cell_alpha = alpha / (2 * len(pending))
-    tested = []  # (pending, statistic, pvalue, n, effect, effect_tv, mde_tv, violation_text)
-    for k, cell in enumerate(pending):
-        if cell.test == "greedy":
-            mismatch = bool(cell.counts[0])
-            tested.append((cell, float(mismatch), 0.0 if mismatch else 1.0, 0, "", None, None, ""))
-        elif cell.test == "gof" and cell.counts is not None and cell.counts.sum() > 0:
-            res = gof_test(cell.counts, cell.expected, alpha=cell_alpha, rng=np.random.default_rng(k))
-            viol = "; ".join(str(v) for v in res.support_violations)
-            effect = str(res.effect) if res.effect is not None else ""
-            tv = None if res.effect is None else float(res.effect.estimate)
-            mde = None if res.mde is None else float(res.mde.tv)
-            pval = 0.0 if res.support_violations else float(res.pvalue)
-            tested.append((cell, float(res.statistic), pval, res.n, effect, tv, mde, viol))
-        elif cell.test == "pit-ks" and cell.u is not None and cell.u.size > 1:
-            res = pit_ks_test(cell.u, alpha=cell_alpha)
-            viol = "; ".join(f"token {t} emitted {c} time(s) but its target prob is 0" for t, c in cell.violations)
-            pval = 0.0 if cell.violations else float(res.pvalue)
-            tested.append((cell, float(res.statistic), pval, res.n, f"KS distance {res.statistic:.4f}", None, None, viol))
-        else:  # nothing to test (no matching rows, or every token a support violation)
-            viol = "; ".join(f"token {t} emitted {c} time(s) but its target prob is 0" for t, c in cell.violations)
-            tested.append((cell, math.nan, 0.0 if viol else 1.0, 0, "", None, math.inf if cell.test == "gof" else None, viol))
-    adj = adjust([t[2] for t in tested], alpha=alpha, mode="gate", dependent=True)
+def _greedy_cells(pending: list[_PendingCell]) -> list[PreservationCell]:
+    """One exact-match cell per prompt: rejected iff some row left the target's greedy continuation."""
     cells = []
-    for (cell, stat, pval, n, effect, tv, mde, viol), rejected, adjusted in zip(tested, adj.rejected, adj.adjusted_pvalues):
-        hard = bool(viol) or (cell.test == "greedy" and pval == 0.0)
-        detail = "; ".join(x for x in (viol, cell.detail) if x)
-        cells.append(PreservationCell(name=cell.name, prompt_index=cell.prompt_index, test=cell.test, n=int(n),
-                                      statistic=stat, pvalue=pval, adjusted_pvalue=float(adjusted),
-                                      rejected=bool(rejected) or hard, effect=effect, effect_tv=tv, mde_tv=mde,
-                                      detail=detail))
-    return cells, float(adj.combined_pvalue)
+    for cell in pending:
+        mismatch = bool(cell.counts[0])
+        cells.append(PreservationCell(name=cell.name, prompt_index=cell.prompt_index, test="greedy", n=0,
+                                      statistic=float(mismatch), pvalue=0.0 if mismatch else 1.0,
+                                      adjusted_pvalue=0.0 if mismatch else 1.0, rejected=mismatch, detail=cell.detail))
+    return cells
 
 
-def _verdict(cells_and_p, alpha: float, min_effect: float | None) -> tuple[str, str]:
-    cells, combined = cells_and_p
+def _verdict(cells: list[PreservationCell]) -> tuple[str, str]:
     rejected = [c for c in cells if c.rejected]
-    if rejected or combined <= alpha / 2:
-        why = f"{len(rejected)} of {len(cells)} cells rejected" if rejected else "no single cell rejected"
-        if combined <= alpha / 2:
-            why += f"; Cauchy combined p={combined:.3g} <= alpha/2={alpha / 2:g}"
-        return "BIAS DETECTED", why
-    if min_effect is not None:
-        weak = [c for c in cells if c.test == "gof" and c.mde_tv is not None and c.mde_tv > min_effect]
-        if weak:
-            worst = max(weak, key=lambda c: c.mde_tv)
-            return "UNDERPOWERED", (f"cell {worst.name} (n={worst.n}) only sees TV >= {worst.mde_tv:.3g} > "
-                                   f"min_effect={min_effect:g}; raise num_samples (see min_num_samples)")
-    return "PASS", f"no cell rejected at Holm(alpha/2) + Cauchy(alpha/2), alpha={alpha:g}"
+    if rejected:
+        return "BIAS DETECTED", f"{len(rejected)} of {len(cells)} prompts left the target's greedy continuation"
+    return "PASS", "every row equals the target's greedy continuation (temperature 0: exact match, no statistics)"
 
 
 def _reproduce_command(seed: int, seed_from_env: bool) -> str:
@@ -341,6 +256,7 @@ class _Scorer:
     def __init__(self, target) -> None:
         from verifier.exact.tabular import TabularLM
 
+        self.model = target  # as given: what the suite runner is lent as the target
         if isinstance(target, TabularLM):
             from verifier.models.tabular import TabularCausalLM
 

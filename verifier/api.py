@@ -4,29 +4,30 @@
 >>> verifier.assert_preserves_target(my_decoder, target_model, prompts=[[1, 2]],   # doctest: +SKIP
 ...                                  sampling=verifier.SamplingConfig(temperature=0.7))
 
-The check is built directly on the decoders' :class:`~verifier.decoders.TargetScorer` and on
-:mod:`verifier.stats`, not on the suite runner, so it needs no suite file and no run folder.
+The check has no statistics of its own: it lends the decoder and the target to the suite runner
+(:mod:`verifier.audit._live`), builds an audit suite (:func:`verifier.audit.suite_builder.plan_audit`)
+and runs it with :func:`verifier.runner.run_suite` in a temporary run folder -- the very cells,
+corrections and verdicts of ``specverify run`` and ``specverify audit``.
 
-Cells of one prompt (each gets one hypothesis test)
----------------------------------------------------
-``gof@1``
-    Pearson chi-square (:func:`verifier.stats.gof.gof_test`, data-blind pooling, Monte Carlo
-    p-values at small alpha) of the first emitted token against the prompt's processed target
-    probs.  An emitted token with target prob 0 is a support violation: bias, whatever the p-value.
-``gof@t|greedy``, ``t = 2 .. num_gof_positions``
-    The same test at position ``t`` among the rows whose first ``t - 1`` emitted tokens equal the
-    target's greedy continuation (chosen from the target alone, never from the data, so the
-    prefix is fixed and its next-token law is known).
+Cells of one prompt (each gets one hypothesis test; see :mod:`verifier.runner.analysis`)
+--------------------------------------------------------------------------------------
+``gof@t``
+    Chi-square of emitted token ``t`` against its exact marginal target law (enumerated from the
+    target's processed probs over ``vocab + 1`` categories, the last one "row already ended"), at
+    every position ``t <= num_gof_positions`` whose law can be enumerated (default: all of them up
+    to ``max_new_tokens``; positions 1-2 at vocab 384).  An emitted token with target prob 0 is a
+    support violation: bias, whatever the p-value.
+``joint@1..J``, ``surprisal@1..J``
+    The law of the first J tokens (J <= 3, where ``(vocab + 1) ** J`` categories fit): chi-square,
+    and the mean surprisal against the entropy.
 ``pit``
     Randomized probability integral transform of every emitted token against its teacher-forced
-    target probs (:func:`verifier.stats.pit.randomized_pit`), tested for Uniform(0, 1) with the
-    one-sample KS test.  Catches bias at any position (bonus token, cache rollback, EOS).
+    target probs, tested for Uniform(0, 1) (one-sample KS).
 At ``temperature == 0`` there is one cell per prompt, ``greedy``: every row must equal the
 target's greedy continuation token for token (exact match, no statistics).
 
-Verdict: the CI gate of DESIGN.md -- Holm at ``alpha / 2`` over all cells (statsmodels
-``multipletests``) plus Fisher's combination at ``alpha / 2`` (scipy ``combine_pvalues``), so the
-family-wise false-alarm rate is <= ``alpha``.
+Verdict: the suite runner's CI gate -- Holm at ``alpha / 2`` over all cells plus a Cauchy
+combination at ``alpha / 2`` (the cells share samples), so the family-wise false-alarm rate is <= ``alpha``.
 """
 
 from __future__ import annotations
@@ -87,7 +88,7 @@ def min_num_samples(target_probs, sampled_probs, *, alpha: float = DEFAULT_ALPHA
     power : float, default 0.99
         Probability of detecting the bias.
     num_cells : int, default 1
-        Cells the check will run (``len(prompts) * (num_gof_positions + 1)`` for
+        Cells the check will run (``len(prompts) * (gof positions + 3)`` for
         :func:`assert_preserves_target`); more cells mean a stricter per-cell level.
 
     Returns
@@ -174,7 +175,7 @@ def _cell_alpha(alpha: float, num_cells: int) -> float:
 
 def assert_preserves_target(decoder, target, prompts, sampling: SamplingConfig, *,
                             num_samples: int = DEFAULT_NUM_SAMPLES, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
-                            alpha: float = DEFAULT_ALPHA, seed: int | None = None, num_gof_positions: int = 2,
+                            alpha: float = DEFAULT_ALPHA, seed: int | None = None, num_gof_positions: int | None = None,
                             min_effect: float | None = None, name: str | None = None,
                             reproduce_hint: str | None = None) -> PreservationResult:
     """Assert that ``decoder`` samples from ``target``'s processed distribution.
@@ -207,8 +208,9 @@ def assert_preserves_target(decoder, target, prompts, sampling: SamplingConfig, 
     seed : int or None, default None
         Root seed (>= 0) of the decoder seeds and of the PIT uniforms; ``None`` reads the
         ``SPECVERIFY_SEED`` environment variable (set by ``pytest --verifier-seed``), else 0.
-    num_gof_positions : int, default 2
-        Positions with a known-p chi-square cell: 1, then 2.. along the target's greedy prefix.
+    num_gof_positions : int or None, default None
+        Positions 1..num_gof_positions get a ``gof@t`` cell; None: every position up to
+        ``max_new_tokens`` whose exact marginal law can be enumerated.
     min_effect : float or None, default None
         If set, the check also fails (``UNDERPOWERED``) when a chi-square cell's minimum detectable
         total variation at its n, Holm level and power 0.99 is above ``min_effect``.
@@ -249,9 +251,9 @@ def assert_preserves_target(decoder, target, prompts, sampling: SamplingConfig, 
     >>> from verifier.models import TabularCausalLM
     >>> target = TabularLM({(): ["1/5", "1/2", "3/10"]}, vocab_size=3, context_len=0)
     >>> result = assert_preserves_target(AncestralDecoder(TabularCausalLM(target)), target, [[0]],
-    ...                                  SamplingConfig(), num_samples=1000, max_new_tokens=2, seed=0)
+    ...                                  SamplingConfig(), num_samples=1000, max_new_tokens=2, seed=1)
     >>> result.verdict, [cell.name for cell in result.cells]
-    ('PASS', ['prompt0/gof@1', 'prompt0/gof@2|greedy', 'prompt0/pit'])
+    ('PASS', ['prompt0/gof@1', 'prompt0/gof@2', 'prompt0/joint@1..2', 'prompt0/surprisal@1..2', 'prompt0/pit'])
     """
     result = check_preserves_target(decoder, target, prompts, sampling, num_samples=num_samples,
                                     max_new_tokens=max_new_tokens, alpha=alpha, seed=seed,
@@ -264,7 +266,7 @@ def assert_preserves_target(decoder, target, prompts, sampling: SamplingConfig, 
 
 def check_preserves_target(decoder, target, prompts, sampling: SamplingConfig, *,
                            num_samples: int = DEFAULT_NUM_SAMPLES, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
-                           alpha: float = DEFAULT_ALPHA, seed: int | None = None, num_gof_positions: int = 2,
+                           alpha: float = DEFAULT_ALPHA, seed: int | None = None, num_gof_positions: int | None = None,
                            min_effect: float | None = None, name: str | None = None,
                            reproduce_hint: str | None = None) -> PreservationResult:
     """Like :func:`assert_preserves_target` but returns the :class:`PreservationResult` whatever
@@ -289,7 +291,7 @@ def _check_iv(decoder, target, prompts, sampling, num_samples, max_new_tokens, a
             raise invalid_argument(f"prompts[{i}]", prompt, "a non-empty sequence of token ids >= 0 (prompts is a list of such lists)")
         clean.append(tuple(int(t) for t in prompt))
     for arg, value, lo in (("num_samples", num_samples, 1), ("max_new_tokens", max_new_tokens, 1),
-                           ("num_gof_positions", num_gof_positions, 1)):
+                           ("num_gof_positions", 1 if num_gof_positions is None else num_gof_positions, 1)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < lo:
             raise invalid_argument(arg, value, f"an integer >= {lo}")
     if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not (0 < alpha < 1):
@@ -311,6 +313,6 @@ def _check_iv(decoder, target, prompts, sampling, num_samples, max_new_tokens, a
         if max(prompt) >= scorer.vocab_size:
             raise invalid_argument(f"prompts[{i}]", list(prompt), f"token ids in 0..{scorer.vocab_size - 1} (the target's vocabulary)")
     return (decoder, scorer, clean, sampling, int(num_samples), int(max_new_tokens), float(alpha), int(seed),
-            seed_from_env, int(num_gof_positions), min_effect, name)
+            seed_from_env, None if num_gof_positions is None else int(num_gof_positions), min_effect, name)
 
 

@@ -48,20 +48,20 @@ def test_reference_speculative_decoder_passes(sampling):
     result = api.assert_preserves_target(decoder, BIGRAM_TARGET, [[0], [2]], sampling,
                                          num_samples=1500, max_new_tokens=4, alpha=ALPHA, seed=SEED)
     assert result.verdict == "PASS" and result.passed
-    assert [c.name for c in result.cells] == ["prompt0/gof@1", "prompt0/gof@2|greedy", "prompt0/pit",
-                                              "prompt1/gof@1", "prompt1/gof@2|greedy", "prompt1/pit"]
-    assert result.cells[2].n == 1500 * 4  # the PIT cell sees every emitted token
+    per_prompt = ["gof@1", "gof@2", "gof@3", "gof@4", "joint@1..3", "surprisal@1..3", "pit"]  # the suite runner's cells
+    assert [c.name for c in result.cells] == [f"prompt{i}/{c}" for i in (0, 1) for c in per_prompt]
+    assert next(c for c in result.cells if c.name == "prompt0/pit").n == 1500 * 4  # the PIT cell sees every emitted token
     verdict, combined = result
     assert verdict == "PASS" and combined > ALPHA / 2
 
 
 def test_full_p_fallback_is_detected_with_a_useful_message(monkeypatch):
     """Full-p fallback on p=(.2,.5,.3), q one-hot on token 2: exact TV 0.21.  n is what the power
-    function says detects it with power 0.999 at the gate's per-cell level (3 cells)."""
+    function says detects it with power 0.999 at the gate's per-cell level (6 cells: gof@1..3, joint, surprisal, pit)."""
     monkeypatch.delenv(api.SEED_ENV_VAR, raising=False)
     law, tv = _fallback_law()
     assert tv == Fraction(21, 100)
-    n = api.min_num_samples([float(Fraction(v)) for v in TARGET_P], law, alpha=ALPHA, power=0.999, num_cells=3)
+    n = api.min_num_samples([float(Fraction(v)) for v in TARGET_P], law, alpha=ALPHA, power=0.999, num_cells=6)
     mutant = SpeculativeDecoder(TabularCausalLM(UNIGRAM_TARGET), TabularCausalLM(UNIGRAM_DRAFT), 1,
                                 kernel=full_p_fallback_kernel, name="full-p-fallback")
     with pytest.raises(AssertionError) as info:
@@ -168,16 +168,25 @@ def test_power_helpers_reproduce_the_design_reference_numbers():
         api.min_detectable_effect(100, p, num_cells=0)
 
 
-def test_eos_ends_the_greedy_prefix_and_padding_is_not_tested():
-    """Target whose most likely first token is EOS (3/5): no gof@2 cell along the greedy prefix; the
-    PIT cell sees exactly the emitted (non-padding) tokens; the ancestral sampler passes."""
+def test_eos_rows_and_padding_are_not_tested():
+    """Target whose most likely first token is EOS (3/5): later positions have an "ended" category in
+    their exact law; the PIT cell sees exactly the emitted (non-padding) tokens; the ancestral sampler passes."""
     eos_first = TabularLM({(0,): ("1/5", "1/5", "3/5"), (1,): ("1/2", "1/4", "1/4"), (2,): ("1/3", "1/3", "1/3")},
                           vocab_size=3, context_len=1, eos_token_id=2)
-    decoder = AncestralDecoder(TabularCausalLM(eos_first))
-    result = api.assert_preserves_target(decoder, eos_first, [[0]], SamplingConfig(), num_samples=500,
-                                         max_new_tokens=3, seed=SEED)
-    assert [c.name for c in result.cells] == ["prompt0/gof@1", "prompt0/pit"]
-    from verifier._preservation import _derived_seed  # the decoder seed the check used
+    inner = AncestralDecoder(TabularCausalLM(eos_first))
+    calls = []
 
-    emitted = decoder.generate([0], 500, 3, SamplingConfig(), _derived_seed(SEED, 0, 0))
-    assert result.cells[1].n == int((emitted >= 0).sum()) < 500 * 3
+    class Recording:
+        name = "ancestral"
+
+        def generate(self, prompt_ids, num_samples, max_new_tokens, sampling, seed):
+            calls.append(inner.generate(prompt_ids, num_samples, max_new_tokens, sampling, seed))
+            return calls[-1]
+
+    result = api.assert_preserves_target(Recording(), eos_first, [[0]], SamplingConfig(), num_samples=500,
+                                         max_new_tokens=3, seed=SEED)
+    assert [c.name for c in result.cells] == ["prompt0/gof@1", "prompt0/gof@2", "prompt0/gof@3", "prompt0/joint@1..3",
+                                              "prompt0/surprisal@1..3", "prompt0/pit"]
+    emitted = np.concatenate(calls)
+    assert len(calls) == 1 and len(emitted) == 500  # one chunk of 500 rows (chunk size 500)
+    assert result.cells[-1].n == int((emitted >= 0).sum()) < 500 * 3

@@ -76,6 +76,7 @@ class AuditSpec:
     dtype: str = "float32"
     max_planned_samples: int = MAX_PLANNED_SAMPLES
     description: str = ""
+    plan_n: bool = True  # False: skip the power calculation (n given, no target TV to plan for)
 
 
 @dataclass
@@ -291,7 +292,7 @@ def plan_audit(spec: AuditSpec, *, base_dir: str | Path = ".", pair: Any = None)
         needed[label] = samples_for_mde(lambda n: gof_mde(n, law, alpha=level, power=spec.power).tv, spec.target_tv,
                                         n_max=10 ** 8)
 
-    for i, (prompt, law) in enumerate(zip(prompts, laws)):
+    for i, (prompt, law) in enumerate(zip(prompts, laws) if spec.plan_n else ()):
         if "gof" in spec.tests:
             for t in gof_positions:
                 plan_cell(f"p{i}/gof@{t}", law.marginals[t])
