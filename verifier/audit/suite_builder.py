@@ -138,7 +138,8 @@ def _draft_for(target: str) -> str:
 def default_prompt(target: str, pair: Any) -> tuple[str, Any]:
     """A prompt valid for every shipped and tabular target: ``("ids", ...)`` or ``("text", ...)``.
 
-    tabular:NAME -> the pair's standard prefix (a context the table defines); shipped -> "def "
+    tabular:NAME -> the pair's standard prefix (a context the table defines; for an empty one, as for
+    other models without a tokenizer, one non-EOS token repeated to the context length); shipped -> "def "
     (the ci suite's prompt; token 0 is the shipped EOS); another checkpoint with a tokenizer -> "The";
     any other model -> one non-EOS token repeated to the context length.
     """
@@ -147,7 +148,7 @@ def default_prompt(target: str, pair: Any) -> tuple[str, Any]:
 
         name = target.split(":", 1)[1]
         pairs = standard_tabular_pairs()
-        if name in pairs:
+        if name in pairs and pairs[name].prefix:  # unigram3's context is empty: a prompt needs >= 1 token
             return "ids", tuple(int(t) for t in pairs[name].prefix)
     if pair.tokenizer is not None:
         return "text", SHIPPED_PROMPT if target.startswith("shipped:") else GENERIC_PROMPT
