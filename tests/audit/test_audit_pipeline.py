@@ -82,13 +82,13 @@ def test_temperature_scaled_decoders_exact_tvs():
 @pytest.mark.slow
 @pytest.mark.parametrize("scale", [0.9, 1.05, 1.1])
 def test_temperature_scaled_decoders_never_get_a_false_pass_at_defaults(tmp_path, scale):
-    """Audit defaults on trigram3 (k = 4, 5 tokens, TV 0.05 planned, seed 0).  A PASS claims "no bias >=
-    0.05 in the first-3-token law": it may only be printed when the exact TV is below that.  The
-    T x 1.1 decoder (exact 4-token TV 0.039) used to PASS at exit 0; it must not (issue miss 1)."""
+    """Audit defaults (TV 0.05 planned, seed 0) on trigram3 with k = 2, 3 tokens.  A PASS claims "no
+    bias >= 0.05 in the first-3-token law": it may only be printed when the exact TV is below that.
+    The T x 1.1 decoder (exact 3-token TV 0.034) got PASS, exit 0, from the old audit in this very
+    setting (n = 2000, cells gof@1, gof@2|greedy, pit); it must not (issue miss 1)."""
     from verifier.sampling import SamplingConfig
 
-    code, res = _audit(tmp_path, "--decoder", f"{PLUGINS}:make_temperature_scaled", "--option", f"scale={scale}",
-                       "--target", "tabular:trigram3", "--no-progress")
+    code, res = _audit(tmp_path, "--decoder", f"{PLUGINS}:make_temperature_scaled", "--option", f"scale={scale}", *FAST)
     tv3 = exact_tv(_trigram3().reference, (0, 1), SamplingConfig(), scale, 3)
     assert res["verdict"] in ("PASS", "BIAS DETECTED", "UNDERPOWERED")
     if res["verdict"] == "PASS":
@@ -108,15 +108,18 @@ def test_temperature_x1_1_is_detected_at_the_n_planned_for_tv_0_03(tmp_path):
 
 
 @pytest.mark.slow
-def test_stale_repetition_penalty_is_detected_at_defaults(tmp_path):
-    """Penalty state updated once per round (issue miss 2): on trigram3 with repetition_penalty 3 its
-    3-token TV is about 0.054 (200k-sample estimate, +-0.002), above the planned 0.05; the old audit
-    (gof@1, gof@2|greedy, pit at n = 2000) had no joint cell to see it."""
+@pytest.mark.parametrize("penalty", ["1.6", "3"])
+def test_stale_repetition_penalty_is_detected_at_defaults(tmp_path, penalty):
+    """Penalty state updated once per round (issue miss 2), trigram3, audit defaults, seed 0.  At
+    repetition_penalty 3 its 3-token TV is about 0.054 (200k-sample estimate, +-0.002), above the planned
+    0.05 (power >= 0.99).  At 1.6 the old audit (gof@1, gof@2|greedy, pit, n = 2000) printed PASS; the
+    planned n (7753) with the joint and later-position cells detects it at this seed (no power claim:
+    its TV is below 0.05)."""
     code, res = _audit(tmp_path, "--decoder", f"{PLUGINS}:make_stale_penalty", "--target", "tabular:trigram3",
-                       "--repetition-penalty", "3", "--no-progress")
+                       "--repetition-penalty", penalty, "--no-progress")
     assert code == EXIT_BIAS
     rejected = {c["test"] for c in res["cells"] if c["verdict"] == "BIAS"}
-    assert "joint@1..3" in rejected and "gof@1" not in rejected  # the first token is unaffected: only later positions
+    assert "gof@1" not in rejected  # the first token is unaffected: only later positions see the stale state
 
 
 def test_seed_ignoring_decoder_is_seen_through_chunked_calls(tmp_path, capsys):

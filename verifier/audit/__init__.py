@@ -20,8 +20,11 @@ sample files           :func:`import_jsonl` / :func:`iter_jsonl_samples` (stream
                        :func:`export_jsonl`, :class:`ReplayDecoder`, :func:`compare_target_logprobs`
 =====================  ======================================================================
 
-Command line: ``specverify audit --decoder module:factory --target MODEL ...`` (known-p),
+Command line: ``specverify audit --decoder SPEC --target MODEL ...`` (known-p) builds an audit suite
+(:mod:`verifier.audit.suite_builder`: the runner's cells, n planned from ``--target-tv``) and runs it
+through :func:`verifier.runner.run_suite` (:mod:`verifier.audit.run_audit`, also ``--sequential``);
 ``--blackbox`` / ``--blackbox-reference SPEC`` (two-sample), ``--kernel SPEC``, ``--samples FILE``.
+:func:`verifier.api.assert_preserves_target` and the pytest fixtures run the same suites.
 
 The two plug-in protocols (:mod:`verifier.protocols`)
 ----------------------------------------------------
@@ -32,7 +35,55 @@ continuation of ``prompt_ids``; EOS is emitted, then ``-1`` padding.  ``sampling
 decoder must honour; the same ``seed`` must give the same array.  Optional attributes: ``name``,
 ``vocab_size`` and ``eos_token_id`` (used to validate the output; otherwise taken from the target),
 ``last_stats`` (:class:`~verifier.protocols.DecoderStats`).  A factory may ask for ``target``,
-``draft`` (loaded models), ``num_draft_tokens``, ``vocab_size``, ``eos_token_id`` by naming them.
+``draft``, ``num_draft_tokens``, ``vocab_size``, ``eos_token_id`` by naming them.  ``target`` and
+``draft`` are callables: ``model(input_ids)`` with int64 ``input_ids`` of shape ``(batch, seq)`` returns
+an object whose ``.logits`` has shape ``(batch, seq, vocab)`` (a Hugging Face causal LM, or a tabular
+model wrapped as one).  :func:`verifier.sampling.processed_probs` ``(logits, sampling)`` is the float64
+distribution to sample -- the harness tests against exactly that law.
+
+A correct speculative decoder in one factory (``examples/plugins/speculative_correct.py`` is the
+batched version; ``speculative_buggy.py`` differs in one line and is BIAS DETECTED)::
+
+    import numpy as np, torch
+    from verifier.sampling import processed_probs
+
+    class Speculative:
+        def __init__(self, target, draft, k, eos):
+            self.target, self.draft, self.k, self.eos = target, draft, k, eos
+
+        def law(self, model, ids, sampling, last=1):       # next-token laws after the `last` prefixes
+            with torch.no_grad():
+                return processed_probs(model(torch.tensor([ids])).logits[0, -last:], sampling).numpy()
+
+        def generate(self, prompt_ids, num_samples, max_new_tokens, sampling, seed):
+            rng, out = np.random.default_rng(seed), np.full((num_samples, max_new_tokens), -1)
+            for row in range(num_samples):
+                ids = list(prompt_ids)
+                while len(ids) - len(prompt_ids) < max_new_tokens and self.eos not in ids[len(prompt_ids):]:
+                    drafts, qs = [], []
+                    for _ in range(self.k):                  # draft k tokens from q
+                        qs.append(self.law(self.draft, ids + drafts, sampling)[0])
+                        drafts.append(rng.choice(len(qs[-1]), p=qs[-1]))
+                    ps = self.law(self.target, ids + drafts, sampling, self.k + 1)   # one target pass
+                    for p, q, x in zip(ps, qs, drafts):
+                        if rng.random() >= min(1, p[x] / q[x]):               # rejected:
+                            r = np.maximum(p - q, 0)                          # residual max(0, p - q)
+                            ids.append(rng.choice(len(r), p=r / r.sum()))
+                            break
+                        ids.append(x)                                         # accepted
+                        if x == self.eos:
+                            break
+                    else:
+                        ids.append(rng.choice(len(ps[-1]), p=ps[-1]))         # bonus token
+                new = ids[len(prompt_ids):][:max_new_tokens]
+                new = new[: new.index(self.eos) + 1] if self.eos in new else new
+                out[row, : len(new)] = new
+            return out
+
+    def make(target, draft, num_draft_tokens, eos_token_id):
+        return Speculative(target, draft, num_draft_tokens, eos_token_id)
+
+(The buggy twin: ``r = p`` instead of ``np.maximum(p - q, 0)`` -- the full-p fallback.)
 
 **VerificationKernel** -- a callable ``(target_probs [B, k+1, V] float64, draft_probs [B, k, V]
 float64, draft_token_ids [B, k] int64, generator) -> emitted [B, k+1] int64``: accepted drafts,
