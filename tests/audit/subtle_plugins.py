@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 
-import numpy as np
-
 from verifier.decoders.speculative import SpeculativeDecoder
 from verifier.sampling import processed_probs
 
@@ -72,4 +70,3 @@ def exact_tv(target_ref, prompt, sampling, scale: float, num_tokens: int) -> flo
 
 __all__ = ["TemperatureScaled", "StalePenalty", "SeedIgnoring", "make_temperature_scaled", "make_stale_penalty",
            "make_seed_ignoring", "exact_tv"]
-_ = np

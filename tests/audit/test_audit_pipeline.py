@@ -222,3 +222,32 @@ def test_example_plugins_pass_and_fail(tmp_path, name, expected):
     full-p fallback moves the first token by TV >= 0.07 (exact stage), far above its MDE at this n."""
     code, res = _audit(tmp_path, "--decoder", str(ROOT / "examples" / "plugins" / name) + ":make", *FAST, "--target-tv", "0.1")
     assert code == expected, res["reason"]
+
+
+def test_the_docstring_plugin_runs_and_passes(tmp_path):
+    """The speculative decoder printed in verifier.audit's docstring is runnable as written (bigram4_eos,
+    k = 2, 3 tokens, TV 0.15 planned, seed 0)."""
+    import textwrap
+
+    import verifier.audit as audit
+
+    block = audit.__doc__.split("is BIAS DETECTED)::\n", 1)[1].split("\n(The buggy twin", 1)[0]
+    path = tmp_path / "doc_plugin.py"
+    path.write_text(textwrap.dedent(block))
+    code, res = _audit(tmp_path, "--decoder", f"{path}:make", "--target", "tabular:bigram4_eos", "--num-draft-tokens", "2",
+                       "--max-new-tokens", "3", "--target-tv", "0.15", "--no-progress")
+    assert code == EXIT_OK, res["reason"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("decoder, sampling, expected", [
+    ("reference", ["--temperature", "0.7", "--top-k", "2"], EXIT_OK),
+    ("draft_raw_q", ["--temperature", "0.7", "--top-k", "2"], EXIT_BIAS),  # visible only under processing
+    ("bonus_wrong_position", [], EXIT_BIAS),  # position k + 1 = 3 after all drafts accepted
+])
+def test_audit_gives_the_ci_suite_verdicts(tmp_path, decoder, sampling, expected):
+    """A subset of suites/ci.toml audited alone with its settings (trigram3, k = 2, 3 tokens) at TV 0.1
+    planned (seed 0): the reference PASSes, the mutants are DETECTED, as in the ci suite.  The full set
+    (every ci decoder, both configs, shipped pair, TV 0.05) is `specverify bench audit-zoo --parity`."""
+    code, res = _audit(tmp_path, "--decoder", decoder, *FAST, *sampling, "--target-tv", "0.1")
+    assert code == expected, res["reason"]

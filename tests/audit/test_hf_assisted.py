@@ -24,7 +24,7 @@ K = 1
 MAX_NEW_TOKENS = 2  # > k, so the first round drafts k tokens
 CANDIDATE_PROMPTS = ([0], [3, 4], [1, 2], [5])
 ALPHA = 1e-3
-NUM_CELLS = 3  # gof@1, gof@2|greedy, pit (verifier.api)
+NUM_CELLS = 5  # gof@1, gof@2, joint@1..2, surprisal@1..2, pit (verifier.api runs the suite runner's cells)
 T1 = SamplingConfig()
 
 

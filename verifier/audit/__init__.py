@@ -147,7 +147,12 @@ from verifier.audit.kernel_audit import (
 )
 from verifier.audit.plugins import PluginDecoder, PluginKernel, PluginLoadError, load_decoder, load_kernel, load_plugin
 
+from verifier.audit.run_audit import run_audit
+from verifier.audit.suite_builder import AuditPlan, AuditSpec, plan_audit
+
 __all__ = [
+    "AuditPlan",
+    "AuditSpec",
     "BlackBoxResult",
     "HFAssistedDecoder",
     "KernelAuditResult",
@@ -176,5 +181,7 @@ __all__ = [
     "make_hf_assisted_decoder",
     "make_hf_kernel",
     "patched_speculative_sampling",
+    "plan_audit",
+    "run_audit",
     "standard_kernel_cases",
 ]
