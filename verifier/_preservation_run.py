@@ -12,11 +12,14 @@ import math
 import tempfile
 from typing import Any
 
+import numpy as np
+
 from verifier._preservation import PreservationCell, PreservationResult
 
 __all__ = ["check_through_runner", "cell_family"]
 
 API_TESTS = ("gof", "joint", "surprisal", "pit")  # no `accepted`: the API is not given the decoder's draft
+UNKNOWN_NUM_DRAFT_TOKENS = 64  # a decoder without .num_draft_tokens: the bound its reported accepted counts must respect
 
 
 def cell_family(test: str) -> str:
@@ -68,10 +71,13 @@ def check_through_runner(decoder, target_model, prompts, sampling, *, num_sample
     from verifier.errors import DecoderError, DecoderOutputError
     from verifier.runner import run_suite
 
+    # k only bounds the decoder's reported accepted counts (no acceptance audit here: the draft is not given)
+    k = getattr(decoder, "num_draft_tokens", None)
+    k = int(k) if isinstance(k, (int, np.integer)) and not isinstance(k, bool) and k >= 1 else UNKNOWN_NUM_DRAFT_TOKENS
     with lending(decoder=decoder, target=target_model) as specs, tempfile.TemporaryDirectory(prefix="specverify-api-") as tmp:
         positions = None if num_gof_positions is None else tuple(range(1, min(num_gof_positions, max_new_tokens) + 1))
         spec = AuditSpec(decoder=specs["decoder"], target=specs["target"], draft=specs["target"],
-                         prompts=tuple(("ids", tuple(p)) for p in prompts), sampling=sampling, num_draft_tokens=1,
+                         prompts=tuple(("ids", tuple(p)) for p in prompts), sampling=sampling, num_draft_tokens=k,
                          max_new_tokens=max_new_tokens, num_samples=num_samples,
                          target_tv=1.0 if min_effect is None else float(min_effect), alpha=alpha, seed=seed,
                          chunk_size=chunk_size or DEFAULT_CHUNK_SIZE, tests=API_TESTS, gof_positions=positions,

@@ -83,6 +83,11 @@ def run_audit(suite: Any, run_dir: str | Path, plan: dict, *, resume: bool = Fal
     from verifier.runner import run_suite
     from verifier.runner.store import SampleStore
 
+    from verifier.runner import guards
+    from verifier.runner.run import RUN_FILE
+
+    if not resume:
+        guards.check_fresh_run_dir(run_dir, RUN_FILE)  # before audit.json: never overwrite another run's plan
     store = SampleStore(run_dir)
     store.write_json(PLAN_FILE, plan)
     if not sequential:
@@ -119,7 +124,7 @@ def _monitors(ctx: Any, alpha: float) -> list[tuple[Any, str, Any, Callable[[np.
 def _run_sequential(suite: Any, store: Any, plan: dict, *, resume: bool, progress: bool,
                     log: Callable[[str], None]) -> AuditOutcome:
     from verifier.reports import write_reports
-    from verifier.runner import analyze_run
+    from verifier.runner import analyze_run, guards
     from verifier.runner import run as runner
     from verifier.runner.assemble import REPORT_SCHEMA_VERSION
     from verifier.suite.schema import parse_suite
@@ -128,6 +133,7 @@ def _run_sequential(suite: Any, store: Any, plan: dict, *, resume: bool, progres
         store.write_json(runner.RUN_FILE, {"schema_version": REPORT_SCHEMA_VERSION, "suite": suite.to_dict(),
                                            "created_at": runner._now(), "run_id": store.run_dir.name})
     ctx = runner._Context(suite)
+    guards.record_plugins(store, suite, runner.RUN_FILE, check=resume)  # a resume refuses a changed plugin file
     runner._expected_preflight(ctx)
     monitors = _monitors(ctx, plan["family_alpha"] / 2)
     chunks = max(p.num_chunks for p in ctx.plans)
@@ -153,8 +159,7 @@ def _run_sequential(suite: Any, store: Any, plan: dict, *, resume: bool, progres
     for d in raw.get("decoders", []):
         d.pop("samples", None)
     stopped_suite = parse_suite(raw, source=suite.source, base_dir=suite.base_dir).with_profile(suite.profile)
-    store.write_json(runner.RUN_FILE, {"schema_version": REPORT_SCHEMA_VERSION, "suite": stopped_suite.to_dict(),
-                                       "created_at": runner._now(), "run_id": store.run_dir.name,
+    store.write_json(runner.RUN_FILE, {**store.read_json(runner.RUN_FILE), "suite": stopped_suite.to_dict(),
                                        "planned_samples": ctx.plans[0].samples})
     info = {"planned_samples": int(ctx.plans[0].samples), "samples": int(rows), "chunks": upto,
             "monitored_cells": len(monitors), "alpha_e_process": plan["family_alpha"] / 2,

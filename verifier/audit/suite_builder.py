@@ -8,8 +8,8 @@ suite.
 Cells (the suite runner's, per prompt): ``gof@t`` at every position whose exact marginal law can be
 enumerated (all of them on tabular targets; positions 1-2 at vocab 384), ``joint@1..J`` (the law of
 the first J tokens; J = min(3, max_new_tokens) where ``(vocab + 1) ** J`` categories fit),
-``surprisal@1..J``, ``pit`` over every emitted token, and ``accepted`` (the first-round accepted-count
-law, when the decoder reports ``last_stats``).
+``surprisal@1..J`` and ``pit`` over every emitted token; beside the verdict, the runner's acceptance
+audit (observed acceptance against the canonical rule, when the decoder reports ``last_stats``).
 
 Planning by effect
 ------------------
@@ -77,6 +77,7 @@ class AuditSpec:
     max_planned_samples: int = MAX_PLANNED_SAMPLES
     description: str = ""
     plan_n: bool = True  # False: skip the power calculation (n given, no target TV to plan for)
+    acceptance: str = "any"  # "canonical": the decoder declares min(1, p/q); its accepted-count law is checked
 
 
 @dataclass
@@ -125,7 +126,7 @@ class AuditPlan:
         if self.joint_tokens:
             cells += [f"joint@1..{self.joint_tokens}", f"surprisal@1..{self.joint_tokens}"]
         need = "unreachable" if self.n_needed is None else f"{self.n_needed}"
-        return (f"cells per prompt: {', '.join(cells)}, pit, accepted (if the decoder reports last_stats); "
+        return (f"cells per prompt: {', '.join(cells)}, pit (and the acceptance audit beside the verdict); "
                 f"per-cell alpha {self.cell_alpha:.3g}\n"
                 f"plan: TV {self.target_tv:g} in every TV cell (first token, each position, first {self.joint_tokens} tokens) "
                 f"needs n = {need} per prompt; sampling n = {self.num_samples}")
@@ -161,6 +162,8 @@ def _suite_raw(spec: AuditSpec, prompts: list[tuple[str, Any]], positions: list[
                num_samples: int, max_new_tokens: int, description: str) -> dict:
     decoder: dict[str, Any] = {"name": spec.name if spec.name != "audit" else "decoder", "decoder": spec.decoder,
                                "expect": "pass"}
+    if spec.acceptance != "any":
+        decoder["acceptance"] = spec.acceptance
     if spec.options:
         decoder["options"] = dict(spec.options)
     return {
@@ -250,7 +253,7 @@ def plan_audit(spec: AuditSpec, *, base_dir: str | Path = ".", pair: Any = None)
     InvalidArgumentError, ConfigError, ModelLoadError
         Bad arguments, a prompt that does not fit the target, a model that does not load.
     """
-    from verifier.runner.expected import MAX_PREFIXES, accepted_count_law
+    from verifier.runner.expected import MAX_PREFIXES
     from verifier.runner.models import encode_prompt, load_pair
     from verifier.runner.verdict import cell_level
     from verifier.stats.gof import gof_mde
@@ -280,9 +283,10 @@ def plan_audit(spec: AuditSpec, *, base_dir: str | Path = ".", pair: Any = None)
     positions, joint, laws = _laws(pair, prompts, spec.sampling, positions, joint)
     gof_positions = sorted(spec.gof_positions) if spec.gof_positions is not None else list(range(1, positions + 1))
     k = spec.num_draft_tokens
-    with_accepted = "accepted" in spec.tests and max_new_tokens >= k + 1
+    # the bias cells the verdict corrects over (as verifier.runner.run._count_cells); `accepted` is the
+    # acceptance audit beside the verdict, never a bias cell, so it is neither counted nor planned
     per_prompt = (len(gof_positions) * ("gof" in spec.tests) + int("joint" in spec.tests and joint >= 2)
-                  + int("surprisal" in spec.tests and joint >= 1) + int("pit" in spec.tests) + int(with_accepted))
+                  + int("surprisal" in spec.tests and joint >= 1) + int("pit" in spec.tests))
     level = cell_level(spec.alpha, per_prompt * len(prompts), "gate")
 
     needed: dict[str, int | None] = {}
@@ -299,8 +303,6 @@ def plan_audit(spec: AuditSpec, *, base_dir: str | Path = ".", pair: Any = None)
                 plan_cell(f"p{i}/gof@{t}", law.marginals[t])
         if "joint" in spec.tests and law.joint is not None:
             plan_cell(f"p{i}/joint@1..{joint}", law.joint)
-        if with_accepted:
-            plan_cell(f"p{i}/accepted", accepted_count_law(pair.reference, pair.draft_reference, prompt, spec.sampling, k))
     reachable = [v for v in needed.values() if v is not None]
     n_needed = max(reachable) if reachable and len(reachable) == len(needed) else (None if needed else 1)
     if spec.num_samples is not None:

@@ -102,7 +102,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--vocab-size", type=int, default=None, help="vocabulary size when no --target gives it")
     parser.add_argument("--eos-token-id", type=int, default=None, help="EOS id when no --target gives it")
     parser.add_argument("--acceptance", choices=("any", "canonical"), default="any",
-                        help="kernel mode: 'canonical' declares the min(1, p/q) rule, so its accepted-count law is tested "
+                        help="'canonical' declares the min(1, p/q) rule, so its accepted-count law is tested "
                              "(acceptance rule conformance, exit 1 on a mismatch); 'any' only reports acceptance beside "
                              "the bias verdict. Default: any")
     parser.add_argument("--blind-tolerance", type=float, default=0.01, metavar="TV",
@@ -364,7 +364,7 @@ def _run_known_p(args, sampling) -> int:
                          sampling=sampling, num_draft_tokens=args.num_draft_tokens, max_new_tokens=args.max_new_tokens,
                          num_samples=args.num_samples, target_tv=args.target_tv,
                          alpha=args.alpha / 2 if seq else args.alpha, seed=args.seed, options=dict(args.option),
-                         chunk_size=args.chunk_size, device=args.device, dtype=args.dtype)
+                         chunk_size=args.chunk_size, device=args.device, dtype=args.dtype, acceptance=args.acceptance)
         audit_plan = plan_audit(spec, pair=pair)
         for line in _blind_notes(pair, audit_plan.prompts, sampling, args.blind_tolerance, args.blind_rules, args.decoder):
             print(line)
