@@ -50,9 +50,11 @@ def _ci_decoders():
     return [(d.name, d.decoder, d.expect, d.models) for d in suite.decoders]
 
 
-def parity(tmp: Path, seed: int = 0) -> list[dict]:
+def parity(tmp: Path, seed: int = 0, only: set | None = None) -> list[dict]:
     rows = []
     for name, decoder, expect, models in _ci_decoders():
+        if only and name not in only:
+            continue
         if models == "shipped":
             configs, target, prompts = [T1], "shipped:target", (("text", "def "),)
         else:
@@ -109,12 +111,13 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seeds", type=int, default=2, help="seeds per mutant for --sequential. Default: 2")
     parser.add_argument("--parity", action="store_true", help="audit every ci-suite decoder and compare verdicts")
     parser.add_argument("--sequential", action="store_true", help="rows drawn by --sequential vs the fixed plan")
+    parser.add_argument("--only", default="", metavar="NAMES", help="comma-separated ci decoder names (parity). Default: all")
 
 
 def run(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="audit-zoo-") as tmp:
         if args.parity:
-            rows = parity(Path(tmp))
+            rows = parity(Path(tmp), only={n for n in args.only.split(",") if n})
             print(_markdown(rows))
             print(f"same verdict as the ci suite: {sum(r['same'] for r in rows)} of {len(rows)} decoders")
         if args.sequential:
