@@ -333,9 +333,9 @@ def _print_summary(outcome, plan: dict) -> None:
     elif verdict == "UNDERPOWERED":
         need = plan["n_needed"]
         worst = sorted(((v or 0, k) for k, v in plan["needed"].items()), reverse=True)[:3]
-        print(f"UNDERPOWERED: n = {plan['num_samples']} per prompt cannot see TV {plan['target_tv']:g}; n needed: "
-              f"{need if need is not None else '> 1e8'} (" + ", ".join(f"{k} {v}" for v, k in worst) + ")"
-              f" -- rerun with --num-samples {need}" if need else "")
+        line = (f"UNDERPOWERED: n = {plan['num_samples']} per prompt cannot see TV {plan['target_tv']:g}; n needed: "
+                f"{need if need is not None else '> 1e8'} (" + ", ".join(f"{k} {v}" for v, k in worst) + ")")
+        print(line + (f" -- rerun with --num-samples {need}" if need else " -- raise --target-tv"))
 
 
 def _run_known_p(args, sampling) -> int:
@@ -471,10 +471,30 @@ def run(args: argparse.Namespace) -> int:
     else:
         decoder = load_decoder(args.decoder, vocab_size=vocab, eos_token_id=eos, context=context, **dict(args.option))
         num_samples = args.num_samples or 2000
-        prompts = args.prompt_ids or [[0]]
+        prompts = _blackbox_prompts(args, pair)
         if pair is not None:
             _check_prompts(pair, prompts, "--prompt-ids")
     return _run_blackbox(args, decoder, pair, prompts, sampling, vocab, eos, context, num_samples)
+
+
+def _blackbox_prompts(args, pair) -> list[list[int]]:
+    """--prompt-ids, then --prompt TEXT (target tokenizer); default: the known-p audit's default prompt."""
+    from verifier.audit.suite_builder import default_prompt
+    from verifier.runner.models import encode_prompt
+    from verifier.suite.schema import Prompt
+
+    prompts = [list(p) for p in args.prompt_ids]
+    if pair is None:
+        if args.prompt:
+            raise invalid_argument("--prompt", args.prompt[0], "with --target (its tokenizer encodes the text), or --prompt-ids")
+        return prompts or [[0]]
+    texts = list(args.prompt)
+    if not prompts and not texts:
+        kind, value = default_prompt(args.target, pair)
+        if kind == "ids":
+            return [list(value)]
+        texts = [value]
+    return prompts + [list(encode_prompt(Prompt(f"prompt{i}", t, None), pair)) for i, t in enumerate(texts)]
 
 
 def _run_replay(args, decoder, prompts, num_samples, sampling) -> int:
