@@ -41,9 +41,9 @@ def plugin(tmp_path):
     (["--prompt-ids", "0,1", "--json", "/nonexistent-dir/out.json"], "--json='/nonexistent-dir/out.json' cannot be written"),
     (["--prompt-ids", "0,1", "--export", "/nonexistent-dir/out.jsonl"], "--export='/nonexistent-dir/out.jsonl' cannot be written"),
 ])
-def test_bad_audit_inputs_are_usage_errors(plugin, capsys, extra, message):
+def test_bad_audit_inputs_are_usage_errors(plugin, capsys, extra, message, tmp_path):
     code = main(["audit", "--decoder", plugin, "--target", "tabular:trigram3", "--num-samples", "20",
-                 "--max-new-tokens", "2", *extra])
+                 "--max-new-tokens", "2", "--report-dir", str(tmp_path), *extra])
     err = capsys.readouterr().err
     assert code == EXIT_USAGE, err
     assert message in err and "Traceback" not in err
@@ -60,7 +60,8 @@ def test_unknown_option_names_the_allowed_ones(tmp_path, capsys):
     """A decoder factory with four parameters and an unknown --option was called 'a VerificationKernel'."""
     path = tmp_path / "adv_four_param_plugin.py"
     path.write_text(PLUGIN.replace("def make():", "def make(target=None, a=1, b=2, c=3):"))
-    code = main(["audit", "--decoder", f"{path}:make", "--target", "tabular:trigram3", "--option", "bogus=1"])
+    code = main(["audit", "--decoder", f"{path}:make", "--target", "tabular:trigram3", "--option", "bogus=1",
+                 "--report-dir", str(tmp_path)])
     err = capsys.readouterr().err
     assert code == EXIT_USAGE
     assert "unexpected keyword argument 'bogus'" in err and "allowed options: ['target', 'a', 'b', 'c']" in err
