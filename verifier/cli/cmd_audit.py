@@ -7,6 +7,10 @@ Modes (exactly one of ``--decoder``, ``--kernel``, ``--samples``):
   with plain sampling of ``--target`` instead, or ``--blackbox-reference module:factory`` to compare
   with another plugin (e.g. the same engine with speculation off) -- two-sample tests.
 * ``--kernel module:factory``: kernel-level audit on synthetic cases (standard + adversarial).
+* ``--engine NAME``: the same, for an outside engine's kernel registered in :mod:`verifier.engines`
+  (``--engine-arg KEY=VALUE`` are its options; ``specverify engines`` lists names and options).
+  ``--report-dir DIR`` writes report.json + report.md (:mod:`verifier.audit.kernel_report`); then the
+  exit code is the report's verdict on the emitted-token law (0 PASS, 1 BIAS DETECTED, 4 UNDERPOWERED).
 * ``--samples FILE.jsonl``: imported samples (schema in :mod:`verifier.audit.jsonl`), known-p
   against ``--target`` or black-box against ``--blackbox-reference``.
 
@@ -50,6 +54,12 @@ def register(parser: argparse.ArgumentParser) -> None:
     mode.add_argument("--decoder", metavar="SPEC", help="decoder plugin: package.module:factory or path/to/file.py:factory")
     mode.add_argument("--kernel", metavar="SPEC", help="verification-kernel plugin (the kernel function or a factory)")
     mode.add_argument("--samples", metavar="FILE", help="imported samples, .jsonl or .jsonl.gz (streamed)")
+    mode.add_argument("--engine", metavar="NAME", help="outside engine's verification kernel (see `specverify engines`)")
+    parser.add_argument("--engine-arg", action="append", type=_option, default=[], metavar="KEY=VALUE",
+                        help="engine option (repeatable; VALUE is JSON if it parses), e.g. block_verification=true")
+    parser.add_argument("--report-dir", metavar="DIR", help="kernel/engine mode: write report.json and report.md here")
+    parser.add_argument("--target-tv", type=float, default=0.03, metavar="TV",
+                        help="kernel/engine mode with --report-dir: a cell that cannot see TV is UNDERPOWERED. Default: 0.03")
     parser.add_argument("--option", action="append", type=_option, default=[], metavar="KEY=VALUE",
                         help="option passed to the plugin factory (repeatable; VALUE is JSON if it parses)")
     parser.add_argument("--target", metavar="MODEL", help="target model: checkpoint folder, shipped:target or tabular:NAME")
@@ -181,7 +191,18 @@ def _run_kernel(args) -> int:
     from verifier.audit.kernel_audit import adversarial_case, audit_kernel, standard_kernel_cases
     from verifier.audit.plugins import load_kernel
 
-    kernel = load_kernel(args.kernel, **dict(args.option))
+    engine = None
+    if args.engine:
+        from verifier.audit.plugins import PluginKernel
+        from verifier.engines import get_engine
+
+        engine = get_engine(args.engine)
+        if engine.kind != "kernel":
+            raise invalid_argument("--engine", args.engine, "an engine of kind 'kernel' (see `specverify engines`)")
+        inner = engine.make(**dict(args.option + args.engine_arg))
+        kernel = PluginKernel(inner, name=getattr(inner, "name", args.engine))
+    else:
+        kernel = load_kernel(args.kernel, **dict(args.option + args.engine_arg))
     cases = standard_kernel_cases() + [adversarial_case("full_p_fallback", seed=args.seed)[0]]
     if args.case:
         unknown = sorted(set(args.case) - {c.name for c in cases})
@@ -190,12 +211,13 @@ def _run_kernel(args) -> int:
         cases = [c for c in cases if c.name in args.case]
     import time
 
-    results = []
+    results, times = [], []
     for c in cases:
         start = time.perf_counter()
         results.append(audit_kernel(kernel, c, num_draws=args.num_draws, seed=args.seed, alpha=args.alpha,
                                     acceptance=args.acceptance))
         seconds = time.perf_counter() - start
+        times.append(seconds)
         r = results[-1]
         print(f"{r.summary()} [{seconds:.1f} s, {args.num_draws / seconds:,.0f} draws/s]")
         print(f"  acceptance: {r.acceptance['note']}")  # beside the verdict, never part of it
@@ -210,17 +232,43 @@ def _run_kernel(args) -> int:
          "cells": [{"name": c.name, "statistic": c.result.statistic, "pvalue": c.result.pvalue} for c in r.cells],
          "acceptance": r.acceptance, "acceptance_conformance": None if r.conforms is None else
          {"verdict": "CONFORMS" if r.conforms else "NONCONFORMING", "pvalue": r.conformance.result.pvalue}} for r in results]})
+    if args.report_dir:
+        return _write_kernel_report(args, kernel, engine, results, times)
     return EXIT_BIAS if any(r.verdict != "PASS" or r.conforms is False for r in results) else EXIT_OK
+
+
+def _write_kernel_report(args, kernel, engine, results, times) -> int:
+    import shlex
+    import sys
+
+    from verifier.audit.kernel_report import kernel_audit_report, write_kernel_report
+
+    inner = getattr(kernel, "inner", kernel)
+    described = None
+    if engine is not None:
+        from verifier.engines._source import file_sha256
+
+        described = {**engine.describe(), "install_record": engine.install_record(),
+                     "source_sha256": {f: file_sha256(engine.install_dir() / "src" / f) for f in engine.source_files()}}
+    report = kernel_audit_report(results, kernel=args.engine or args.kernel, settings=getattr(inner, "settings", None), engine=described,
+                                 target_tv=args.target_tv, acceptance_rule=getattr(inner, "acceptance_rule", "canonical"),
+                                 command="specverify " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:2] == ["audit"] else None,
+                                 seconds=times)
+    out = write_kernel_report(report, args.report_dir)
+    print(f"report: {out}/report.md -- {report['verdict']} (emitted-token law, target TV {args.target_tv:g})")
+    return {"PASS": EXIT_OK, "BIAS DETECTED": EXIT_BIAS}.get(report["verdict"], 4)
 
 
 def run(args: argparse.Namespace) -> int:
     _check_output_path("--json", args.json)
     _check_output_path("--export", args.export)
+    if (args.engine_arg and not (args.engine or args.kernel)) or (args.report_dir and not (args.engine or args.kernel)):
+        raise invalid_argument("--engine-arg/--report-dir", args.engine_arg or args.report_dir, "with --engine NAME or --kernel SPEC")
     if args.num_draft_tokens < 1:
         raise invalid_argument("--num-draft-tokens", args.num_draft_tokens, "an integer >= 1")
     if not args.blind_tolerance >= 0:
         raise invalid_argument("--blind-tolerance", args.blind_tolerance, "a total variation >= 0")
-    if args.kernel:
+    if args.kernel or args.engine:
         return _run_kernel(args)
     from verifier.audit.plugins import load_decoder
 
