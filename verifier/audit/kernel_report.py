@@ -67,7 +67,7 @@ def _num(x: Any) -> Any:
 
 def _case_report(r, target_tv: float, rule: str) -> dict[str, Any]:
     emitted = [c for c in r.cells if c.name.startswith("position")]
-    accepted = next(c for c in r.cells if c.name == "accepted count")
+    accepted = next((c for c in r.cells if c.name == "accepted count"), None)
     adj = adjust([c.result for c in emitted], alpha=r.alpha, mode="gate", dependent=True)
     cells = []
     for c, p_adj, rej in zip(emitted, adj.adjusted_pvalues, adj.rejected):
@@ -85,6 +85,16 @@ def _case_report(r, target_tv: float, rule: str) -> dict[str, Any]:
         verdict = UNDERPOWERED
     else:
         verdict = PASS
+    acceptance = _acceptance(r, accepted, rule) if accepted is not None else None
+    mdes = [c["mde_tv"] for c in cells if isinstance(c["mde_tv"], float)]
+    return {"case": r.case.name, "purpose": r.case.purpose, "num_draft_tokens": r.case.num_draft_tokens, "num_draws": r.num_draws,
+            "seed": r.seed, "alpha": r.alpha, "verdict": verdict, "emitted_family": {"method": adj.method, "combined_pvalue": _num(adj.combined_pvalue)},
+            "smallest_mde_tv": min(mdes) if mdes else None, "largest_mde_tv": max(mdes) if mdes else None,
+            "cells": cells, "acceptance": acceptance, "blind": list(r.blind)}
+
+
+def _acceptance(r, accepted, rule: str) -> dict[str, Any]:
+    """Observed accepted-count law vs the canonical law and the claimed rule's law (not part of the verdict)."""
     n = int(accepted.counts.sum())
     observed = (accepted.counts / max(n, 1)).tolist()
     acceptance = {"observed": observed, "mean_accepted": float(np.dot(np.arange(len(observed)), observed)),
@@ -94,11 +104,7 @@ def _case_report(r, target_tv: float, rule: str) -> dict[str, Any]:
         law = rule_accepted_count_law(rule, r.case)
         acceptance["rule_law"] = [float(v) for v in law]
         acceptance["vs_rule_pvalue"] = _num(accepted_count_test(_expand(accepted.counts), law, alpha=r.alpha).pvalue)
-    mdes = [c["mde_tv"] for c in cells if isinstance(c["mde_tv"], float)]
-    return {"case": r.case.name, "purpose": r.case.purpose, "num_draft_tokens": r.case.num_draft_tokens, "num_draws": r.num_draws,
-            "seed": r.seed, "alpha": r.alpha, "verdict": verdict, "emitted_family": {"method": adj.method, "combined_pvalue": _num(adj.combined_pvalue)},
-            "smallest_mde_tv": min(mdes) if mdes else None, "largest_mde_tv": max(mdes) if mdes else None,
-            "cells": cells, "acceptance": acceptance, "blind": list(r.blind)}
+    return acceptance
 
 
 def _expand(counts: np.ndarray) -> np.ndarray:
@@ -174,12 +180,13 @@ def render_kernel_markdown(report: dict[str, Any]) -> str:
             ci = cell["tv_ci"] or [None, None]
             lines.append(f"| {cell['name']} | {cell['n']} | {_fmt(cell['pvalue'])} | {_fmt(cell['adjusted_pvalue'])} | {_fmt(cell['mde_tv'])} | "
                          f"{_fmt(cell['tv_estimate'])} [{_fmt(ci[0])}, {_fmt(ci[1])}] | {cell['verdict']} |")
-        a = c["acceptance"]
-        text = (f"Acceptance (not part of the verdict): accepted-count law observed {[round(v, 4) for v in a['observed']]}, "
-                f"canonical {[round(v, 4) for v in a['canonical_law']]} (p = {_fmt(a['vs_canonical_pvalue'])})")
+        a = c["acceptance"] or {}
+        text = "" if not a else ( (f"Acceptance (not part of the verdict): accepted-count law observed {[round(v, 4) for v in a['observed']]}, "
+                f"canonical {[round(v, 4) for v in a['canonical_law']]} (p = {_fmt(a['vs_canonical_pvalue'])})"))
         if "rule_law" in a:
             text += f", {a['rule']} {[round(v, 4) for v in a['rule_law']]} (p = {_fmt(a['vs_rule_pvalue'])})"
-        lines += ["", f"{text}; mean accepted {a['mean_accepted']:.4f}."]
+        if a:
+            lines += ["", f"{text}; mean accepted {a['mean_accepted']:.4f}."]
         if c["blind"]:
             lines += ["", "Blind cells (defects this case cannot show, whatever n):", ""] + [f"- {b}" for b in c["blind"]]
     return "\n".join(lines) + "\n"

@@ -159,6 +159,11 @@ class Engine:
 
     # -- what subclasses implement --------------------------------------------------------------
     @classmethod
+    def source_files(cls) -> list[str]:
+        """The engine's files driven, relative to ``install_dir() / "src"`` (hashed into reports)."""
+        return []
+
+    @classmethod
     def make(cls, **options: Any) -> Callable[..., Any]:
         """Build the kernel (``kind="kernel"``) or decoder; imports the engine.
 
