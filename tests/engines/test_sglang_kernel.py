@@ -70,3 +70,33 @@ def test_bad_option_is_a_usage_error(engine):
     with pytest.raises(PluginLoadError, match="allowed options: \\['block_verification'\\]") as info:
         load_kernel("verifier.engines.sglang_kernel:kernel", tree=True)
     assert info.value.exit_code == 2
+
+
+@pytest.mark.parametrize("block_verification", [False, True])
+def test_float32_inverse_cdf_can_emit_the_last_id_with_target_prob_zero(engine, block_verification):
+    """Engine defect, exact reproduction (sglang 0.5.23; see reports/audits/sglang-kernel-0.5.23/FINDINGS.md).
+
+    The final sampling normalises with ``norm_sum`` summed by ``tl.sum`` (pass 1) but searches the
+    float32 ``tl.cumsum`` (pass 2) for ``cumsum > coin * norm_sum``; when the scan ends below the
+    product no token matches and ``final_token`` keeps its initial value ``VOCAB_SIZE - 1``.  Here
+    the bonus row sums to 0.99999994 (pairwise) but scans to 0.9999999, and the largest float32 uniform
+    below 1 (prob 2**-24 per draw) emits id 4, whose target prob is 0 (e.g. a padded vocabulary id).
+    Not visible to sampling at any feasible n (order 1e-7 per token); this pins the mechanism."""
+    row = [0.42543891072273254, 0.1673983782529831, 0.06283946335315704, 0.34432318806648254, 0.0]
+    p = torch.tensor([[row, row]], dtype=torch.float32)
+    kernel = make_engine("sglang-kernel", block_verification=block_verification)
+    draft = torch.tensor([[0]])  # accepted: u * q < p with q == p
+    assert _call_with_uniforms(kernel, p, p[:, :1], draft, uniform=0.0, uniform_final=1 - 2**-24).tolist() == [[0, 4]]
+    assert _call_with_uniforms(kernel, p, p[:, :1], draft, uniform=0.0, uniform_final=1 - 2**-22).tolist() == [[0, 3]]
+
+
+def _call_with_uniforms(kernel, target, draft_probs, draft_ids, *, uniform, uniform_final):
+    """Run the SGLang function the adapter wraps with chosen uniforms (the adapter draws them from a generator)."""
+    batch, k = draft_ids.shape
+    predicts = torch.full((batch * (k + 1),), -1, dtype=torch.int32)
+    accept_num = torch.zeros(batch, dtype=torch.int32)
+    kernel.function(predicts, torch.full((batch, k + 1), -1, dtype=torch.int32), accept_num,
+                    torch.cat([torch.zeros(batch, 1, dtype=torch.int64), draft_ids], 1), torch.arange(batch * (k + 1)).view(batch, k + 1),
+                    None, None, torch.full((batch, k), uniform), torch.full((batch,), uniform_final), target.contiguous(),
+                    draft_probs.contiguous(), 1.0, 1.0, True, block_verification=kernel.block_verification)
+    return predicts.view(batch, k + 1).to(torch.int64)
