@@ -78,3 +78,21 @@ def test_engines_command_lists_every_engine_installed_or_not(tmp_path, monkeypat
     rows = json.loads(capsys.readouterr().out)["engines"]
     assert [r["name"] for r in rows] == ["sglang-kernel"] and rows[0]["installed"] is False
     assert rows[0]["options"]["block_verification"] == {"default": False, "allowed": [False, True], "help": rows[0]["options"]["block_verification"]["help"]}
+
+
+def test_a_missing_engine_fails_its_tests_under_ci_and_skips_them_outside(tmp_path):
+    """The contract .ci/run relies on: with CI set, an engine test cannot pass by skipping."""
+    import os
+    from pathlib import Path
+
+    test = "tests/engines/test_lmdeploy_sampler.py::test_bad_option_is_a_usage_error"
+    root = Path(__file__).resolve().parents[2]
+    for ci, expected in (("true", "1 error"), (None, "1 skipped")):  # a fixture that fails counts as an error: exit 1
+        env = {k: v for k, v in os.environ.items() if k != "CI"}
+        env["SPECVERIFY_ENGINES_DIR"] = str(tmp_path)
+        if ci:
+            env["CI"] = ci
+        proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", test], cwd=root, env=env,
+                              capture_output=True, text=True)
+        assert expected in proc.stdout and proc.returncode == (1 if ci else 0), proc.stdout[-2000:]
+        assert "bash ci/engines/lmdeploy-sampler.sh" in proc.stdout
