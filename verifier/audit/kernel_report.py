@@ -67,7 +67,6 @@ def _num(x: Any) -> Any:
 
 def _case_report(r, target_tv: float, rule: str) -> dict[str, Any]:
     emitted = [c for c in r.cells if c.name.startswith("position")]
-    accepted = next((c for c in r.cells if c.name == "accepted count"), None)
     adj = adjust([c.result for c in emitted], alpha=r.alpha, mode="gate", dependent=True)
     cells = []
     for c, p_adj, rej in zip(emitted, adj.adjusted_pvalues, adj.rejected):
@@ -85,7 +84,8 @@ def _case_report(r, target_tv: float, rule: str) -> dict[str, Any]:
         verdict = UNDERPOWERED
     else:
         verdict = PASS
-    acceptance = _acceptance(r, accepted, rule) if accepted is not None else None
+    counts = _accepted_histogram(r)
+    acceptance = _acceptance(r, counts, rule) if counts is not None else None
     mdes = [c["mde_tv"] for c in cells if isinstance(c["mde_tv"], float)]
     return {"case": r.case.name, "purpose": r.case.purpose, "num_draft_tokens": r.case.num_draft_tokens, "num_draws": r.num_draws,
             "seed": r.seed, "alpha": r.alpha, "verdict": verdict, "emitted_family": {"method": adj.method, "combined_pvalue": _num(adj.combined_pvalue)},
@@ -93,17 +93,33 @@ def _case_report(r, target_tv: float, rule: str) -> dict[str, Any]:
             "cells": cells, "acceptance": acceptance, "blind": list(r.blind)}
 
 
-def _acceptance(r, accepted, rule: str) -> dict[str, Any]:
+def _accepted_histogram(r) -> np.ndarray | None:
+    """Rounds with m = 0..k accepted drafts, from whichever form the audit result keeps them in."""
+    for cell in [getattr(r, "conformance", None)] + [c for c in r.cells if c.name.startswith("accepted count")]:
+        if cell is not None:
+            return np.asarray(cell.counts, dtype=np.int64)
+    audit = getattr(r, "acceptance", None) or {}
+    if audit.get("rounds") and audit.get("positions"):  # verifier.runner.acceptance: rounds reaching / accepting each position
+        at_least = [int(audit["rounds"])] + [int(row["accepted"]) for row in audit["positions"]] + [0]
+        return np.array([at_least[m] - at_least[m + 1] for m in range(len(at_least) - 1)], dtype=np.int64)
+    return None
+
+
+def _acceptance(r, counts: np.ndarray, rule: str) -> dict[str, Any]:
     """Observed accepted-count law vs the canonical law and the claimed rule's law (not part of the verdict)."""
-    n = int(accepted.counts.sum())
-    observed = (accepted.counts / max(n, 1)).tolist()
+    n = int(counts.sum())
+    observed = (counts / max(n, 1)).tolist()
+    canonical = r.case.accepted_count_law()
     acceptance = {"observed": observed, "mean_accepted": float(np.dot(np.arange(len(observed)), observed)),
-                  "canonical_law": [float(v) for v in r.case.accepted_count_law()],
-                  "vs_canonical_pvalue": _num(accepted.result.pvalue), "rule": rule}
+                  "canonical_law": [float(v) for v in canonical],
+                  "vs_canonical_pvalue": _num(accepted_count_test(_expand(counts), canonical, alpha=r.alpha).pvalue), "rule": rule}
     if rule != "canonical":
         law = rule_accepted_count_law(rule, r.case)
         acceptance["rule_law"] = [float(v) for v in law]
-        acceptance["vs_rule_pvalue"] = _num(accepted_count_test(_expand(accepted.counts), law, alpha=r.alpha).pvalue)
+        acceptance["vs_rule_pvalue"] = _num(accepted_count_test(_expand(counts), law, alpha=r.alpha).pvalue)
+    note = (getattr(r, "acceptance", None) or {}).get("note")
+    if note:
+        acceptance["note"] = note
     return acceptance
 
 
