@@ -433,7 +433,7 @@ def _support_check(counts, probs, n, violations, alpha, power, confidence, num_b
     return CellTestResult(
         statistic=float(outside), pvalue=0.0 if outside else 1.0, test=test,
         method="support check (single-outcome law: statistic = rows off it)", n=n, alpha=alpha, df=0,
-        pooled_categories=[[int(only)]], num_categories=1, min_expected=0.0,
+        pooled_categories=[[int(only)]], num_categories=1, min_expected=SMALL_SAMPLE_MIN_EXPECTED,
         effect=binomial_tv_estimate(outside, n, confidence) if num_bootstrap else None,
         mde=support_check_mde(n, power, alpha), support_violations=violations)
 
