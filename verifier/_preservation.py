@@ -288,11 +288,11 @@ def _run_tests(pending: list[_PendingCell], alpha: float):
             tested.append((cell, float(res.statistic), pval, res.n, effect, tv, mde, viol))
         elif cell.test == "pit-ks" and cell.u is not None and cell.u.size > 1:
             res = pit_ks_test(cell.u, alpha=cell_alpha)
-            viol = "; ".join(f"token {t} emitted {c} time(s) but its target prob is 0" for t, c in cell.violations)
+            viol = "; ".join(f"token {t} emitted {c} time{'s' if c != 1 else ''} at target prob 0" for t, c in cell.violations)
             pval = 0.0 if cell.violations else float(res.pvalue)
             tested.append((cell, float(res.statistic), pval, res.n, f"KS distance {res.statistic:.4f}", None, None, viol))
         else:  # nothing to test (no matching rows, or every token a support violation)
-            viol = "; ".join(f"token {t} emitted {c} time(s) but its target prob is 0" for t, c in cell.violations)
+            viol = "; ".join(f"token {t} emitted {c} time{'s' if c != 1 else ''} at target prob 0" for t, c in cell.violations)
             tested.append((cell, math.nan, 0.0 if viol else 1.0, 0, "", None, math.inf if cell.test == "gof" else None, viol))
     adj = adjust([t[2] for t in tested], alpha=alpha, mode="gate", dependent=True)
     cells = []

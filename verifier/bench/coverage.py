@@ -44,6 +44,12 @@ LEVELS = (0.95, 0.99)  # the level in reports (runner.analysis.CI_LEVEL) and gof
 BOOTSTRAP_RESAMPLES = 1000  # of the replaced interval, as it ran in the cells
 ZIPF_VOCAB = 32_768
 SEED = 20261201
+INTERVAL_NOTE = (
+    "with probability >= confidence, |T - tau| <= D / 2 <= (E D + t) / 2 for the plug-in T, the true pooled TV tau "
+    "and D = ||p_hat - p||_1 (triangle inequality; McDiarmid, t = sqrt(2 ln(1/delta) / n)); E D <= "
+    "min(sum sqrt(p0) + sqrt(2 K tau), sqrt(K - 1)) / sqrt(n) over the K categories, so inverting in tau gives an interval "
+    "valid at every n, whatever the law. The point estimate is T minus its estimated bias (closed-form bootstrap bias), "
+    "clipped into the interval.")
 
 
 @dataclass
