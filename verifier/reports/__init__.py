@@ -71,7 +71,7 @@ def _cell_stat(cell: dict) -> str:
 def _cell_mde(cell: dict) -> str:
     """MDE, plus the rows per sample set that reach the suite's target when the cell is underpowered."""
     text = _num(cell.get("mde"))
-    if cell.get("n_needed") is not None:
+    if cell.get("n_needed") is not None and cell.get("verdict") == "UNDERPOWERED":
         text += f" (needs n >= {cell['n_needed']}; has {cell.get('n')})"
     return text
 

@@ -69,6 +69,9 @@ class DecoderVerdict:
             "num_cells": len(self.cells),
             "failing_cells": [c.id for c in self.cells if c.verdict == CELL_BIAS],
             "acceptance": self.acceptance, "acceptance_conformance": self.conformance,
+            "underpowered_cells": [c.id for c in self.cells if c.verdict == CELL_UNDERPOWERED],
+            # the largest rows per sample set an underpowered cell needs to reach target_mde (None: none / unreachable)
+            "n_needed": max((c.n_needed for c in self.cells if c.verdict == CELL_UNDERPOWERED and c.n_needed), default=None),
         }
 
 
@@ -165,8 +168,8 @@ def underpowered_reason(cells: list[CellResult], target_mde: float) -> str:
     needed = [c.n_needed for c in weak if c.n_needed is not None]
     if len(needed) == len(weak) and needed:
         most = max(weak, key=lambda c: c.n_needed)
-        reason += (f"; every cell reaches it at n >= {most.n_needed} rows per sample set (cell {most.id}, now "
-                   f"{most.n}): raise `samples` of that decoder (at this profile's sample_scale)")
+        reason += (f"; the largest n needed is n >= {most.n_needed} rows per sample set (cell {most.id}, now "
+                   f"{most.n}): raise `samples` of this decoder (rows = samples x the profile's sample_scale)")
     elif needed:
         reason += f"; {len(needed)} cell(s) reach it with more rows (see n_needed per cell), {len(weak) - len(needed)} cannot"
     else:
