@@ -18,8 +18,8 @@ the event ``D <= E D + t`` has probability >= confidence.  ``E D`` is bounded wi
 
 ``S0 = sum_i sqrt(p0_i)``: a test inversion whose end points solve quadratics in ``sqrt(tau)``.  The
 interval is conservative (measured coverage 100% at the nominal 95% and 99%:
-``specverify bench coverage``, reports/benchmarks.md); it is about twice as wide as a bootstrap
-interval, which is the price of never reporting bias that is not there.
+``specverify bench coverage``, reports/benchmarks.md); its width, about 0.08 TV at n = 10,000 on the
+shipped 384-token law, is the price of never reporting bias that is not there.
 
 Point estimate.  ``T`` minus its bias estimated at ``p_hat`` (the bootstrap bias correction
 ``2 T - E*[T*]``, with ``E*|p_hat*_i - p0_i|`` taken in closed form from the normal approximation

@@ -65,7 +65,8 @@ def two_sample_chi2_test(counts_a, counts_b, *, alpha: float = 0.01, num_permuta
     rng : None, int or numpy.random.Generator
     min_expected : float, default 5
     num_bootstrap : int, default 1000
-        Resamples of the TV interval; 0 skips the effect estimate (``effect=None``).
+        0 skips the effect estimate (``effect=None``); any other value computes it
+        (:func:`verifier.stats.effect.two_sample_tv_estimate`, analytic: no resampling).
 
     Returns
     -------
