@@ -260,7 +260,7 @@ def _greedy_pending(i, prompt, emitted, scorer, sampling) -> _PendingCell:
             first_bad = (f"row {row} position {t + 1}: emitted {int(emitted[row, t])}, target greedy "
                          f"{int(np.argmax(probs[r, t]))}; row {row} = {emitted[row].tolist()}")
     cell = _PendingCell(f"prompt{i}/greedy", i, "greedy", detail=first_bad or "")
-    cell.counts = np.array([int(first_bad is not None)])
+    cell.counts = np.array([int(first_bad is not None), len(emitted)])  # (any mismatch, rows checked)
     return cell
 
 
@@ -276,8 +276,12 @@ def _run_tests(pending: list[_PendingCell], alpha: float):
     tested = []  # (pending, statistic, pvalue, n, effect, effect_tv, mde_tv, violation_text)
     for k, cell in enumerate(pending):
         if cell.test == "greedy":
-            mismatch = bool(cell.counts[0])
-            tested.append((cell, float(mismatch), 0.0 if mismatch else 1.0, 0, "", None, None, ""))
+            from verifier.stats.power import support_check_mde
+
+            mismatch, rows = bool(cell.counts[0]), int(cell.counts[1])
+            # a single-outcome law: no false alarms; a mismatch rate TV is seen w.p. 1 - (1 - TV)^rows
+            mde = support_check_mde(rows).tv if rows else math.inf
+            tested.append((cell, float(mismatch), 0.0 if mismatch else 1.0, rows, "", None, mde, ""))
         elif cell.test == "gof" and cell.counts is not None and cell.counts.sum() > 0:
             res = gof_test(cell.counts, cell.expected, alpha=cell_alpha, rng=np.random.default_rng(k))
             viol = "; ".join(str(v) for v in res.support_violations)
@@ -288,11 +292,11 @@ def _run_tests(pending: list[_PendingCell], alpha: float):
             tested.append((cell, float(res.statistic), pval, res.n, effect, tv, mde, viol))
         elif cell.test == "pit-ks" and cell.u is not None and cell.u.size > 1:
             res = pit_ks_test(cell.u, alpha=cell_alpha)
-            viol = "; ".join(f"token {t} emitted {c} time(s) but its target prob is 0" for t, c in cell.violations)
+            viol = "; ".join(f"token {t} emitted {c} time{'s' if c != 1 else ''} at target prob 0" for t, c in cell.violations)
             pval = 0.0 if cell.violations else float(res.pvalue)
             tested.append((cell, float(res.statistic), pval, res.n, f"KS distance {res.statistic:.4f}", None, None, viol))
         else:  # nothing to test (no matching rows, or every token a support violation)
-            viol = "; ".join(f"token {t} emitted {c} time(s) but its target prob is 0" for t, c in cell.violations)
+            viol = "; ".join(f"token {t} emitted {c} time{'s' if c != 1 else ''} at target prob 0" for t, c in cell.violations)
             tested.append((cell, math.nan, 0.0 if viol else 1.0, 0, "", None, math.inf if cell.test == "gof" else None, viol))
     adj = adjust([t[2] for t in tested], alpha=alpha, mode="gate", dependent=True)
     cells = []
