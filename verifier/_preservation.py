@@ -216,18 +216,24 @@ def _greedy_pending(i, prompt, emitted, scorer, sampling) -> _PendingCell:
             first_bad = (f"row {row} position {t + 1}: emitted {int(emitted[row, t])}, target greedy "
                          f"{int(np.argmax(probs[r, t]))}; row {row} = {emitted[row].tolist()}")
     cell = _PendingCell(f"prompt{i}/greedy", i, "greedy", detail=first_bad or "")
-    cell.counts = np.array([int(first_bad is not None)])
+    cell.counts = np.array([int(first_bad is not None), len(emitted)])  # (any mismatch, rows checked)
     return cell
 
 
 def _greedy_cells(pending: list[_PendingCell]) -> list[PreservationCell]:
-    """One exact-match cell per prompt: rejected iff some row left the target's greedy continuation."""
+    """One exact-match cell per prompt: rejected iff some row left the target's greedy continuation.
+
+    A single-outcome law: no false alarms; a mismatch rate TV is seen with probability
+    1 - (1 - TV)^rows, so the cell states that MDE (:func:`verifier.stats.power.support_check_mde`)."""
+    from verifier.stats.power import support_check_mde
+
     cells = []
     for cell in pending:
-        mismatch = bool(cell.counts[0])
-        cells.append(PreservationCell(name=cell.name, prompt_index=cell.prompt_index, test="greedy", n=0,
+        mismatch, rows = bool(cell.counts[0]), int(cell.counts[1])
+        cells.append(PreservationCell(name=cell.name, prompt_index=cell.prompt_index, test="greedy", n=rows,
                                       statistic=float(mismatch), pvalue=0.0 if mismatch else 1.0,
-                                      adjusted_pvalue=0.0 if mismatch else 1.0, rejected=mismatch, detail=cell.detail))
+                                      adjusted_pvalue=0.0 if mismatch else 1.0, rejected=mismatch,
+                                      mde_tv=support_check_mde(rows).tv if rows else math.inf, detail=cell.detail))
     return cells
 
 

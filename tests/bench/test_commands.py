@@ -90,3 +90,17 @@ def _shapes(cfg):
     h, i, v, n = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"], cfg["num_hidden_layers"]
     per_layer = [(h, h)] * 4 + [(h, i)] * 3 + [(h,)] * 2
     return [(v, h)] + per_layer * n + [(h,)] + ([] if cfg.get("tie_word_embeddings") else [(v, h)])
+
+
+def test_coverage_command_measures_the_effect_interval(capsys):
+    """`specverify bench coverage` on a small setting: every row reports coverage with its interval;
+    the replaced bootstrap interval is run next to it (seeded; figures in reports/benchmarks.md)."""
+    from verifier.bench import coverage
+
+    code = main(["bench", "coverage", "--laws", "zipf-32k", "--sizes", "2000", "--replicates", "30",
+                 "--bootstrap-replicates", "5", "--format", "json"])
+    rows = json.loads(capsys.readouterr().out)
+    assert code == 0 and [r["scenario"] for r in rows] == ["null", "mix 0.05", "mix 0.2", "T 0.8"]
+    assert all(r["vocab"] == coverage.ZIPF_VOCAB and r["replicates"] == 30 and r["bootstrap_replicates"] == 5 for r in rows)
+    assert rows[0]["true_tv"] < 1e-12 and all(r["meets_goal"] for r in rows)
+    assert main(["bench", "coverage", "--replicates", "0"]) == 2

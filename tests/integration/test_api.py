@@ -88,6 +88,10 @@ def test_greedy_is_checked_by_exact_match():
     reference = SpeculativeDecoder(TabularCausalLM(BIGRAM_TARGET), TabularCausalLM(BIGRAM_DRAFT), 2)
     api.assert_preserves_target(reference, BIGRAM_TARGET, [[1]], SamplingConfig(temperature=0.0),
                                 num_samples=8, max_new_tokens=5, seed=SEED)
+    # issue 12: the greedy cell states its rows and MDE 1 - (1 - power)^(1/n) (was n = 0, no MDE)
+    (cell,) = api.check_preserves_target(reference, BIGRAM_TARGET, [[1]], SamplingConfig(temperature=0.0),
+                                         num_samples=8, max_new_tokens=5, seed=SEED).cells
+    assert cell.n == 8 and cell.mde_tv == pytest.approx(1 - 0.01 ** (1 / 8))
 
     class OneWrongToken:
         name = "one-wrong-token"

@@ -112,12 +112,18 @@ def test_report_html_renders_in_headless_chromium(report, tmp_path):
 
 
 def test_support_violation_is_named_wherever_the_cell_is_listed(report):
-    """A support violation rejects a cell whatever its p-value; the reports must say why (raw p can be large)."""
+    """A support violation rejects a cell whatever its p-value; the reports show it as its reason, never as a
+    p-value (issue 12: it was shown as "p = 0.9" with verdict BIAS)."""
     r = copy.deepcopy(report)
     cell = next(c for c in r["cells"] if c["decoder"] != "exact-sampler")
-    cell["support_violation"] = "emitted token 2 7 time(s) but its target prob is 0"
+    cell["support_violation"] = "token 2 emitted 7 times at target prob 0"
+    cell["pvalue"], cell["statistic"] = 0.0, 0.0
     md = render_markdown(r)
     detected = md[md.index("as expected: 4 cells"):md.index("All 8 cells")]
-    assert "support violation (counts as p = 0): emitted token 2 7 time(s)" in detected
-    assert md.count("support violation (counts as p = 0)") == 2  # the detected table and the all-cells table
-    assert render_html(r).count("support violation (counts as p = 0)") >= 2
+    row = next(line for line in detected.splitlines() if line.startswith(f"| {cell['id']}"))
+    assert "| support violation | support violation |" in row and "token 2 emitted 7 times at target prob 0" in row
+    assert md.count("support violation: token 2 emitted 7 times at target prob 0") == 2  # detected + all-cells tables
+    html = render_html(r)
+    assert html.count("support violation: token 2 emitted 7 times at target prob 0") >= 2
+    junit = render_junit(r)
+    assert "support violation: token 2 emitted 7 times at target prob 0" in junit and "p=0 " not in junit.split(cell["id"])[1][:300]

@@ -35,7 +35,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
-from verifier.errors import ConfigError, DecoderError, DecoderOutputError
+from verifier.errors import ConfigError, DecoderError, DecoderOutputError, VerifierError
 from verifier.protocols import PADDING_TOKEN_ID, DecoderStats
 from verifier.sampling import SamplingConfig
 from verifier.validation import check_emitted_tokens
@@ -226,6 +226,8 @@ def _build(spec: str, factory: Callable[..., Any], options: dict[str, Any], cont
     except TypeError as exc:  # a factory forwarding **options to a constructor that does not take them
         raise PluginLoadError(f"plugin {spec!r}: factory rejected options {options_shown(options)}: {exc}") from None
     except KeyboardInterrupt:
+        raise
+    except VerifierError:  # the factory's own usage error (bad option value, engine not installed): keep its exit code
         raise
     except BaseException as exc:  # SystemExit included
         raise DecoderError(f"plugin {spec!r} raised while being built: {type(exc).__name__}: {exc}") from exc

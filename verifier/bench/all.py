@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from verifier.bench import calibration, detect, throughput, time_to_verdict
+from verifier.bench import calibration, coverage, detect, throughput, time_to_verdict
 from verifier.bench._common import load_average, machine_facts
 
 __all__ = ["HELP", "run_all", "register", "run"]
@@ -78,6 +78,11 @@ def run_all(*, seeds: int = detect.DEFAULT_SEEDS, calibration_runs: int = 10_000
         _log("== calibration")
         res["calibration"] = calibration.calibrate(suite, runs=calibration_runs)
         res["seconds"]["calibration"] = time.perf_counter() - t
+    if "coverage" not in skip:
+        t = time.perf_counter()
+        _log("== effect interval coverage")
+        res["coverage"] = coverage.run_coverage()
+        res["seconds"]["coverage"] = time.perf_counter() - t
     res["others"] = {}
     for name, args in OTHER_BENCHES:
         if name in skip:
@@ -147,6 +152,8 @@ def render(res: dict[str, Any], command: str) -> str:
             "The prepared script `specverify bench gpu` (verifier/bench/gpu.py) measures plain and speculative decoding "
             "on CUDA in bfloat16 with random-init Llama models (target ~100M, draft ~10M parameters) at batch "
             "1, 4, 16, 64, 256, 1024, 4096, with peak CUDA memory; without CUDA it exits 2 and runs nothing.", ""]
+    if res.get("coverage"):
+        out += coverage_section(res["coverage"])
     if res.get("others"):
         out += ["## Appendix: other engineers' benchmarks, same run", ""]
         for name, o in res["others"].items():
@@ -155,6 +162,15 @@ def render(res: dict[str, Any], command: str) -> str:
     if secs:
         out += ["Wall time of this report per part: " + ", ".join(f"{k} {v:.0f} s" for k, v in secs.items()) + ".", ""]
     return "\n".join(out)
+
+
+def coverage_section(rows: list) -> list[str]:
+    """Section 6 of reports/benchmarks.md: coverage of the TV effect interval (``specverify bench coverage``)."""
+    return ["## 6. Effect-size interval coverage", "",
+            f"Command: `specverify bench coverage` ({rows[0].replicates} replicates per row).", "",
+            "Method. " + coverage.__doc__.split("Method.", 1)[1].strip(), "",
+            "The interval (verifier/stats/effect.py): " + coverage.INTERVAL_NOTE, "",
+            coverage.render_markdown(rows), ""]
 
 
 def _summary(res: dict[str, Any]) -> list[str]:
@@ -211,7 +227,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--throughput-samples", type=int, default=1024, metavar="N", help="Batched samples per call. Default: 1024.")
     parser.add_argument("--hf-samples", type=int, default=64, metavar="N", help="HF assisted samples. Default: 64.")
     parser.add_argument("--skip", action="append", default=[], metavar="PART",
-                        choices=("detect", "throughput", "verdict", "calibration", "stats", "decoders"),
+                        choices=("detect", "throughput", "verdict", "calibration", "coverage", "stats", "decoders"),
                         help="Leave a part out (repeatable).")
 
 

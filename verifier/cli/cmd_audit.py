@@ -13,6 +13,10 @@ Modes (exactly one of ``--decoder``, ``--kernel``, ``--samples``, ``--resume``):
 * ``--blackbox`` / ``--blackbox-reference SPEC``: two-sample tests against plain sampling of the
   target or another plugin (:func:`verifier.audit.blackbox_audit`; no known target law).
 * ``--kernel SPEC``: kernel-level audit on synthetic cases (standard + adversarial).
+* ``--engine NAME``: the same, for an outside engine's kernel registered in :mod:`verifier.engines`
+  (``--engine-arg KEY=VALUE`` are its options; ``specverify engines`` lists names and options).
+  ``--report-dir DIR`` writes report.json + report.md (:mod:`verifier.audit.kernel_report`); then the
+  exit code is the report's verdict on the emitted-token law (0 PASS, 1 BIAS DETECTED, 4 UNDERPOWERED).
 * ``--samples FILE.jsonl``: imported samples, known-p against ``--target`` through the same runner
   (replayed by :class:`verifier.audit.jsonl.ReplayDecoder` in one chunk per prompt), or black-box
   against ``--blackbox-reference``.
@@ -31,6 +35,7 @@ from verifier.errors import EXIT_BIAS, EXIT_OK, EXIT_USAGE, invalid_argument
 
 HELP = "Audit a third-party decoder (module:factory), verification kernel, or imported JSONL samples."
 DEFAULT_REPORT_DIR = "reports"
+KERNEL_TARGET_TV = 0.03  # kernel/engine reports: a cell that cannot see this TV is UNDERPOWERED
 
 
 def _option(text: str) -> tuple[str, Any]:
@@ -62,6 +67,9 @@ def register(parser: argparse.ArgumentParser) -> None:
     mode.add_argument("--kernel", metavar="SPEC", help="verification-kernel plugin (the kernel function or a factory)")
     mode.add_argument("--samples", metavar="FILE", help="imported samples, .jsonl or .jsonl.gz (streamed)")
     mode.add_argument("--resume", metavar="RUN_DIR", help="continue an interrupted audit run (its stored suite and plan)")
+    mode.add_argument("--engine", metavar="NAME", help="outside engine's verification kernel (see `specverify engines`)")
+    parser.add_argument("--engine-arg", action="append", type=_option, default=[], metavar="KEY=VALUE",
+                        help="engine option (repeatable; VALUE is JSON if it parses), e.g. block_verification=true")
     parser.add_argument("--option", action="append", type=_option, default=[], metavar="KEY=VALUE",
                         help="option passed to the plugin factory (repeatable; VALUE is JSON if it parses)")
     parser.add_argument("--target", metavar="MODEL", help="target model: checkpoint folder, shipped:target or tabular:NAME")
@@ -78,11 +86,12 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--top-p", type=float, default=None)
     parser.add_argument("--repetition-penalty", type=float, default=None)
     parser.add_argument("--num-draft-tokens", type=int, default=4, metavar="K", help="offered to factories as num_draft_tokens. Default: 4")
-    parser.add_argument("--target-tv", type=float, default=DEFAULT_TARGET_TV, metavar="TV",
+    parser.add_argument("--target-tv", type=float, default=None, metavar="TV",
                         help="smallest bias to rule out, as a total variation distance between the decoder's and the "
                              "target's law of the first token, of each later position and of the first J tokens "
                              "(J <= 3); n is planned so every such cell detects it with power 0.99 at its "
-                             f"per-cell alpha. Default: {DEFAULT_TARGET_TV}")
+                             f"per-cell alpha. Default: {DEFAULT_TARGET_TV} (kernel/engine mode with --report-dir: a cell "
+                             f"that cannot see TV is UNDERPOWERED; default there {KERNEL_TARGET_TV})")
     parser.add_argument("--num-samples", type=int, default=None, metavar="N",
                         help="samples per prompt (per arm in black-box mode). Default: planned from --target-tv "
                              "(known-p), 2000 (black-box); fewer than planned -> UNDERPOWERED with the n needed")
@@ -110,8 +119,9 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--blind-rules", default=None, metavar="RULES",
                         help="comma-separated rules of verifier.exact to check for blind cells, or 'all'. Default: the "
                              "decoder's own rule when --decoder names a registered mutant, else none (one summary line)")
-    parser.add_argument("--report-dir", metavar="DIR", default=DEFAULT_REPORT_DIR,
-                        help=f"reports go to DIR/<name>/<run id>/. Default: {DEFAULT_REPORT_DIR}")
+    parser.add_argument("--report-dir", metavar="DIR", default=None,
+                        help=f"known-p: reports go to DIR/<name>/<run id>/ (default {DEFAULT_REPORT_DIR}); kernel/engine "
+                             "mode: write report.json and report.md here (default: none)")
     parser.add_argument("--run-dir", metavar="DIR", default=None, help="exact run folder to create (instead of --report-dir/...)")
     parser.add_argument("--save-suite", metavar="FILE", default=None,
                         help="also write the audit as a suite TOML that `specverify run FILE` reruns (same seed, same samples)")
@@ -194,7 +204,18 @@ def _run_kernel(args) -> int:
     from verifier.audit.kernel_audit import adversarial_case, audit_kernel, standard_kernel_cases
     from verifier.audit.plugins import load_kernel
 
-    kernel = load_kernel(args.kernel, **dict(args.option))
+    engine = None
+    if args.engine:
+        from verifier.audit.plugins import PluginKernel
+        from verifier.engines import get_engine
+
+        engine = get_engine(args.engine)
+        if engine.kind != "kernel":
+            raise invalid_argument("--engine", args.engine, "an engine of kind 'kernel' (see `specverify engines`)")
+        inner = engine.make(**dict(args.option + args.engine_arg))
+        kernel = PluginKernel(inner, name=getattr(inner, "name", args.engine))
+    else:
+        kernel = load_kernel(args.kernel, **dict(args.option + args.engine_arg))
     cases = standard_kernel_cases() + [adversarial_case("full_p_fallback", seed=args.seed)[0]]
     if args.case:
         unknown = sorted(set(args.case) - {c.name for c in cases})
@@ -203,12 +224,13 @@ def _run_kernel(args) -> int:
         cases = [c for c in cases if c.name in args.case]
     import time
 
-    results = []
+    results, times = [], []
     for c in cases:
         start = time.perf_counter()
         results.append(audit_kernel(kernel, c, num_draws=args.num_draws, seed=args.seed, alpha=args.alpha,
                                     acceptance=args.acceptance))
         seconds = time.perf_counter() - start
+        times.append(seconds)
         r = results[-1]
         print(f"{r.summary()} [{seconds:.1f} s, {args.num_draws / seconds:,.0f} draws/s]")
         print(f"  acceptance: {r.acceptance['note']}")  # beside the verdict, never part of it
@@ -223,6 +245,8 @@ def _run_kernel(args) -> int:
          "cells": [{"name": c.name, "statistic": c.result.statistic, "pvalue": c.result.pvalue} for c in r.cells],
          "acceptance": r.acceptance, "acceptance_conformance": None if r.conforms is None else
          {"verdict": "CONFORMS" if r.conforms else "NONCONFORMING", "pvalue": r.conformance.result.pvalue}} for r in results]})
+    if args.report_dir:
+        return _write_kernel_report(args, kernel, engine, results, times)
     return EXIT_BIAS if any(r.verdict != "PASS" or r.conforms is False for r in results) else EXIT_OK
 
 
@@ -340,7 +364,7 @@ def _print_summary(outcome, plan: dict) -> None:
 
 def _run_known_p(args, sampling) -> int:
     from verifier.audit.run_audit import PLAN_FILE, plan_record, run_audit
-    from verifier.audit.suite_builder import AuditSpec, plan_audit, suite_toml
+    from verifier.audit.suite_builder import DEFAULT_TARGET_TV, AuditSpec, plan_audit, suite_toml
     from verifier.runner import load_run_suite, new_run_dir
 
     if args.resume:
@@ -362,7 +386,8 @@ def _run_known_p(args, sampling) -> int:
         seq = bool(args.sequential)
         spec = AuditSpec(decoder=args.decoder, target=args.target, draft=_draft_spec(args), prompts=tuple(prompts),
                          sampling=sampling, num_draft_tokens=args.num_draft_tokens, max_new_tokens=args.max_new_tokens,
-                         num_samples=args.num_samples, target_tv=args.target_tv,
+                         num_samples=args.num_samples,
+                         target_tv=DEFAULT_TARGET_TV if args.target_tv is None else args.target_tv,
                          alpha=args.alpha / 2 if seq else args.alpha, seed=args.seed, options=dict(args.option),
                          chunk_size=args.chunk_size, device=args.device, dtype=args.dtype, acceptance=args.acceptance)
         audit_plan = plan_audit(spec, pair=pair)
@@ -383,7 +408,7 @@ def _run_known_p(args, sampling) -> int:
             except OSError as exc:
                 raise ReportWriteError(f"--save-suite={args.save_suite!r} cannot be written: {exc.strerror or exc}") from None
             print(f"suite written to {args.save_suite}")
-        run_dir = Path(args.run_dir) if args.run_dir else new_run_dir(args.report_dir, suite)
+        run_dir = Path(args.run_dir) if args.run_dir else new_run_dir(args.report_dir or DEFAULT_REPORT_DIR, suite)
         print(f"audit run -> {run_dir}")
     outcome = run_audit(suite, run_dir, plan, resume=bool(args.resume), sequential=seq, progress=not args.no_progress)
     _print_summary(outcome, plan)
@@ -437,15 +462,41 @@ def _replay_suite_decoder(args, pair, sampling, vocab, eos):
     return decoder, prompts, (min(counts) if counts else (args.num_samples or 2000)), groups
 
 
+def _write_kernel_report(args, kernel, engine, results, times) -> int:
+    import shlex
+    import sys
+
+    from verifier.audit.kernel_report import kernel_audit_report, write_kernel_report
+
+    inner = getattr(kernel, "inner", kernel)
+    described = None
+    if engine is not None:
+        from verifier.engines._source import file_sha256
+
+        described = {**engine.describe(), "install_record": engine.install_record(),
+                     "source_sha256": {f: file_sha256(engine.install_dir() / "src" / f) for f in engine.source_files()}}
+    report = kernel_audit_report(results, kernel=args.engine or args.kernel, settings=getattr(inner, "settings", None), engine=described,
+                                 target_tv=args.target_tv, acceptance_rule=getattr(inner, "acceptance_rule", "canonical"),
+                                 command="specverify " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:2] == ["audit"] else None,
+                                 seconds=times)
+    out = write_kernel_report(report, args.report_dir)
+    print(f"report: {out}/report.md -- {report['verdict']} (emitted-token law, target TV {args.target_tv:g})")
+    return {"PASS": EXIT_OK, "BIAS DETECTED": EXIT_BIAS}.get(report["verdict"], 4)
+
+
 def run(args: argparse.Namespace) -> int:
     _check_output_path("--json", args.json)
     _check_output_path("--export", args.export)
     _check_output_path("--save-suite", args.save_suite)
+    if args.engine_arg and not (args.engine or args.kernel):
+        raise invalid_argument("--engine-arg", args.engine_arg, "with --engine NAME or --kernel SPEC")
     if args.num_draft_tokens < 1:
         raise invalid_argument("--num-draft-tokens", args.num_draft_tokens, "an integer >= 1")
     if not args.blind_tolerance >= 0:
         raise invalid_argument("--blind-tolerance", args.blind_tolerance, "a total variation >= 0")
-    if args.kernel:
+    if args.kernel or args.engine:
+        if args.target_tv is None:
+            args.target_tv = KERNEL_TARGET_TV
         return _run_kernel(args)
     sampling = _sampling(args)
     if args.resume or (args.decoder and not (args.blackbox or args.blackbox_reference)):

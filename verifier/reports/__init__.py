@@ -59,6 +59,23 @@ def _num(value: Any) -> str:
         return str(value)
 
 
+def _cell_p(cell: dict, key: str = "pvalue") -> str:
+    """A cell's p-value (``key``) as shown: a support violation is shown as such, never as a number."""
+    return "support violation" if cell.get("support_violation") else _num(cell.get(key))
+
+
+def _cell_stat(cell: dict) -> str:
+    return "" if cell.get("support_violation") else _num(cell.get("statistic"))
+
+
+def _cell_mde(cell: dict) -> str:
+    """MDE, plus the rows per sample set that reach the suite's target when the cell is underpowered."""
+    text = _num(cell.get("mde"))
+    if cell.get("n_needed") is not None and cell.get("verdict") == "UNDERPOWERED":
+        text += f" (needs n >= {cell['n_needed']}; has {cell.get('n')})"
+    return text
+
+
 def _md(value: Any) -> str:
     """Escape text for a Markdown table cell (pipes, newlines, HTML brackets)."""
     text = re.sub(r"<(?=[A-Za-z/!?])", "&lt;", str(value))  # no HTML tags; "<=" stays readable
@@ -79,6 +96,9 @@ def _env(autoescape: bool):
     )
     env.filters["num"] = _num
     env.filters["md"] = _md
+    env.filters["pval"] = _cell_p
+    env.filters["statv"] = _cell_stat
+    env.filters["mdev"] = _cell_mde
     return env
 
 
@@ -152,13 +172,17 @@ def render_junit(report: dict) -> str:
         f = e = 0
         for c in cases:
             tc = ET.SubElement(suite_el, "testcase", classname=f"{report['suite']['name']}.{name}", name=c["id"])
-            msg = f"verdict={c.get('verdict')} p={_num(c.get('pvalue'))} adjusted={_num(c.get('adjusted_pvalue'))} " \
-                  f"effect={_num(c.get('effect'))} {c.get('effect_unit', '')} mde={_num(c.get('mde'))}"
+            msg = (f"verdict={c.get('verdict')} support violation: {c['support_violation']}" if c.get("support_violation")
+                   else f"verdict={c.get('verdict')} p={_num(c.get('pvalue'))} adjusted={_num(c.get('adjusted_pvalue'))}") + \
+                f" effect={_num(c.get('effect'))} {c.get('effect_unit', '')} mde={_cell_mde(c)}"
             bad = (d["expect"] == "pass" and c.get("verdict") in ("BIAS", "UNDERPOWERED")) or (
                 d["expect"] == "detect" and not d["expectation_met"])
             if bad:
                 f += 1
-                ET.SubElement(tc, "failure", message=msg).text = c.get("support_violation") or d.get("reason", "")
+                text = c.get("support_violation") or (
+                    f"n = {c.get('n')} rows can only see TV >= {_num(c.get('mde'))}; needs n >= {c['n_needed']} rows"
+                    if c.get("verdict") == "UNDERPOWERED" and c.get("n_needed") is not None else d.get("reason", ""))
+                ET.SubElement(tc, "failure", message=msg).text = text
             else:
                 ET.SubElement(tc, "system-out").text = msg
         conf = d.get("acceptance_conformance")

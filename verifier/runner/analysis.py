@@ -27,9 +27,13 @@ Cells of one sample set (decoder, prompt, sampling config, num_draft_tokens):
     first-round accepted-count law tested, as acceptance rule conformance.
 
 Every cell carries its n, statistic, p-value, effect estimate (total variation between observed
-and expected on the pooled categories, with a 95% bootstrap interval) and its minimum detectable
-effect at the per-cell level of the family-wise correction and the suite's power
-(:func:`verifier.stats.power.min_detectable_effect`).
+and expected on the pooled categories, bias-corrected, with a 95% interval whose coverage is
+finite-sample valid: :mod:`verifier.stats.effect`) and its minimum detectable effect at the
+per-cell level of the family-wise correction and the suite's power
+(:func:`verifier.stats.gof.gof_mde`); a chi-square cell whose MDE exceeds the suite's
+``target_mde`` also carries ``n_needed``, the rows per sample set that would reach it
+(:func:`verifier.stats.power.samples_for_mde`).  A cell with a support violation has p-value 0
+(the null cannot produce it) and shows the violation as its reason (``support_violation``).
 """
 
 from __future__ import annotations
@@ -44,7 +48,7 @@ from scipy import stats as sps
 from verifier.protocols import PADDING_TOKEN_ID
 from verifier.stats.pooling import pool_categories
 
-__all__ = ["CellResult", "gof_cell", "surprisal_cell", "pit_cell", "randomized_pit", "token_counts", "joint_counts"]
+__all__ = ["CellResult", "violation_text", "n_needed_for", "gof_cell", "surprisal_cell", "pit_cell", "randomized_pit", "token_counts", "joint_counts"]
 
 CI_LEVEL = 0.95  # confidence of the effect (TV) interval shown in reports
 ENDED = -1  # category index meaning "the row had already ended (EOS) before this position"
@@ -69,6 +73,7 @@ class CellResult:
     mde: float | None = None  # minimum detectable effect, same unit as `effect`
     mde_w: float | None = None  # Cohen's w of the MDE (chi-square cells)
     cell_alpha: float | None = None
+    n_needed: int | None = None  # rows per sample set that would bring `mde` down to the suite's target_mde
     support_violation: str | None = None
     adjusted_pvalue: float | None = None
     verdict: str = ""
@@ -115,8 +120,31 @@ def _count_cell_inputs(counts, expected_probs) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray(counts, dtype=np.int64), probs / probs.sum()
 
 
+def violation_text(violations: tuple, label_fn=None) -> str | None:
+    """The reason a support violation is reported with: ``"token 'x' emitted 23 times at target prob 0"``
+    (the most frequent violating token first, then how many others)."""
+    if not violations:
+        return None
+    v = max(violations, key=lambda v: v.count)
+    name = label_fn(v.token_id) if label_fn else str(v.token_id)
+    text = f"token {name} emitted {v.count} time{'s' if v.count != 1 else ''} at target prob 0"
+    more = len(violations) - 1
+    return text + (f" (and {more} other token{'s' if more != 1 else ''} at target prob 0)" if more else "")
+
+
+def n_needed_for(expected_probs: np.ndarray, n: int, *, cell_alpha: float, power: float, target_mde: float) -> int | None:
+    """Smallest number of rows at which :func:`verifier.stats.gof.gof_mde` of this cell is <= ``target_mde``
+    (None when no n up to :data:`verifier.stats.power.MAX_PLANNED_SAMPLES` reaches it)."""
+    from verifier.stats.gof import gof_mde
+    from verifier.stats.power import samples_for_mde
+
+    return samples_for_mde(lambda m: gof_mde(m, expected_probs, alpha=cell_alpha, power=power).tv, target_mde,
+                           n_min=max(n, 1))
+
+
 def gof_cell(cell_id: str, counts: np.ndarray, expected_probs: np.ndarray, *, cell_alpha: float,
-             power: float, rng: np.random.Generator, label_fn=None, **meta: Any) -> CellResult:
+             power: float, rng: np.random.Generator, label_fn=None, target_mde: float | None = None,
+             **meta: Any) -> CellResult:
     """Pooled Pearson chi-square GOF of ``counts`` against ``expected_probs`` (:func:`verifier.stats.gof_test`).
 
     Parameters
@@ -130,12 +158,18 @@ def gof_cell(cell_id: str, counts: np.ndarray, expected_probs: np.ndarray, *, ce
     power : float
         Power at which the MDE is stated (suite ``stats.power``, default 0.99).
     rng : np.random.Generator
-        For Monte Carlo p-values and the bootstrap interval of the effect.
+        For Monte Carlo p-values.
+    label_fn : callable (category index) -> str, optional
+        Names a category in the support-violation message and the labels.
+    target_mde : float, optional
+        The suite's target MDE (TV); when the cell's MDE exceeds it, ``n_needed`` is set.
 
     Returns
     -------
     CellResult
-        ``support_violation`` set when a category with expected prob 0 was observed.
+        ``support_violation`` (its reason, :func:`violation_text`) and ``pvalue = 0`` when a
+        category with expected prob 0 was observed.  A single-outcome expected law is a support
+        check (:func:`verifier.stats.gof_test`).
     """
     from verifier.stats.gof import gof_test
 
@@ -145,11 +179,11 @@ def gof_cell(cell_id: str, counts: np.ndarray, expected_probs: np.ndarray, *, ce
     if n == 0:
         return CellResult(cell_id, test=test, method="no samples", n=0, statistic=math.nan, pvalue=1.0, **meta)
     res = gof_test(counts, expected_probs, alpha=cell_alpha, rng=rng, power=power, confidence=CI_LEVEL, test=test)
-    violation = None
-    if res.support_violations:
-        v = res.support_violations[0]
-        name = label_fn(v.token_id) if label_fn else str(v.token_id)
-        violation = f"emitted {name} {v.count} time(s) but its target prob is 0"
+    violation = violation_text(res.support_violations, label_fn)
+    mde = float(res.mde.tv) if res.mde else None
+    n_needed = None
+    if target_mde is not None and mde is not None and mde > target_mde and not violation:
+        n_needed = n_needed_for(expected_probs, n, cell_alpha=cell_alpha, power=power, target_mde=target_mde)
     pooling = pool_categories(expected_probs, n, min_expected=res.min_expected)  # the test's own pooling
     observed = pooling.pool(counts).astype(np.float64)
     labels = []
@@ -158,14 +192,17 @@ def gof_cell(cell_id: str, counts: np.ndarray, expected_probs: np.ndarray, *, ce
         names = [label_fn(int(m)) if label_fn else str(int(m)) for m in members[:3]]
         labels.append(", ".join(names) + (f" +{len(members) - 3}" if len(members) > 3 else ""))
     eff = res.effect
+    method = (res.method if res.method.startswith("support check")
+              else f"pearson chi-square, data-blind pooling, {res.method} p-value")
     return CellResult(
-        cell_id, test=test, method=f"pearson chi-square, data-blind pooling, {res.method} p-value", n=n,
-        statistic=float(res.statistic), pvalue=float(res.pvalue), df=res.df,
+        cell_id, test=test, method=("support violation; " if violation else "") + method, n=n,
+        statistic=float(res.statistic), pvalue=0.0 if violation else float(res.pvalue), df=res.df,
         effect=eff.estimate if eff else None, effect_ci=(eff.ci_low, eff.ci_high) if eff else None,
-        mde=float(res.mde.tv) if res.mde else None, mde_w=float(res.mde.w) if res.mde else None,
-        cell_alpha=cell_alpha, support_violation=violation,
+        mde=mde, mde_w=float(res.mde.w) if res.mde and math.isfinite(res.mde.w) else None,
+        cell_alpha=cell_alpha, n_needed=n_needed, support_violation=violation,
         observed=observed.tolist(), expected=(pooling.expected_probs * n).tolist(), labels=labels,
-        extra={"num_resamples": res.num_resamples}, **meta,
+        extra={"num_resamples": res.num_resamples, "effect_method": eff.method if eff else None,
+               "effect_plug_in": eff.plug_in if eff else None}, **meta,
     )
 
 
@@ -198,14 +235,11 @@ def surprisal_cell(cell_id: str, counts: np.ndarray, expected_probs: np.ndarray,
     if n == 0:
         return CellResult(cell_id, test=test, method="no samples", n=0, statistic=math.nan, pvalue=1.0, **meta)
     res = surprisal_test(counts, expected_probs, alpha=cell_alpha, power=power, confidence=CI_LEVEL)
-    violation = None
-    if res.support_violations:
-        v = res.support_violations[0]
-        name = label_fn(v.token_id) if label_fn else str(v.token_id)
-        violation = f"emitted {name} {v.count} time(s) but its target prob is 0"
+    violation = violation_text(res.support_violations, label_fn)
     return CellResult(
-        cell_id, test=test, method=f"mean surprisal vs entropy {res.entropy:.4g} nats, {res.method} p-value", n=n,
-        statistic=float(res.statistic), pvalue=float(res.pvalue), effect=float(res.statistic),
+        cell_id, test=test, method=("support violation; " if violation and "support violation" not in res.method else "")
+        + f"mean surprisal vs entropy {res.entropy:.4g} nats, {res.method} p-value", n=n,
+        statistic=float(res.statistic), pvalue=0.0 if violation else float(res.pvalue), effect=float(res.statistic),
         effect_ci=(float(res.ci_low), float(res.ci_high)), effect_unit="nats", mde=float(res.mde),
         cell_alpha=cell_alpha, support_violation=violation,
         extra={"entropy": res.entropy, "varentropy": res.varentropy, "num_resamples": res.num_resamples}, **meta,
@@ -234,6 +268,16 @@ def randomized_pit(tokens: np.ndarray, probs: np.ndarray, rng: np.random.Generat
     return _pit(tokens, probs, rng)
 
 
+def _merge_violations(violations: tuple) -> tuple:
+    """One :class:`~verifier.stats.results.SupportViolation` per token (the PIT collects them per batch)."""
+    from verifier.stats.results import SupportViolation
+
+    total: dict[int, int] = {}
+    for v in violations:
+        total[v.token_id] = total.get(v.token_id, 0) + v.count
+    return tuple(SupportViolation(t, c) for t, c in total.items())
+
+
 def pit_cell(cell_id: str, u: np.ndarray, *, cell_alpha: float, power: float, violations: tuple = (),
              **meta: Any) -> CellResult:
     """One-sample KS test of randomized-PIT values against Uniform(0, 1).
@@ -253,12 +297,13 @@ def pit_cell(cell_id: str, u: np.ndarray, *, cell_alpha: float, power: float, vi
     half = float(sps.kstwobign.isf(1 - CI_LEVEL)) / math.sqrt(n)  # DKW-type band for the KS distance
     d = float(res.statistic)
     hist, _ = np.histogram(u, bins=20, range=(0.0, 1.0))
+    violation = violation_text(_merge_violations(violations))
     return CellResult(
-        cell_id, test="pit", method=f"randomized PIT, Kolmogorov-Smirnov vs Uniform(0,1), {res.method} p-value", n=n,
-        statistic=d, pvalue=float(res.pvalue), effect=d, effect_ci=(max(0.0, d - half), min(1.0, d + half)),
+        cell_id, test="pit", method=("support violation; " if violation else "")
+        + f"randomized PIT, Kolmogorov-Smirnov vs Uniform(0,1), {res.method} p-value", n=n,
+        statistic=d, pvalue=0.0 if violation else float(res.pvalue), effect=d, effect_ci=(max(0.0, d - half), min(1.0, d + half)),
         effect_unit="ks", mde=min(mde, 1.0), cell_alpha=cell_alpha,
-        support_violation=(f"emitted token {violations[0].token_id} {violations[0].count} time(s) but its "
-                           "target prob is 0") if violations else None,
+        support_violation=violation,
         observed=hist.astype(float).tolist(), expected=[n / 20.0] * 20,
         extra={"quantiles": np.quantile(u, np.linspace(0, 1, 101)).round(6).tolist()}, **meta,
     )

@@ -39,7 +39,7 @@ from verifier.errors import (
     DecoderOutputError,
     ReportWriteError,
 )
-from verifier.runner import acceptance, analysis, expected, guards
+from verifier.runner import acceptance, analysis, expected, greedy, guards
 from verifier.runner.assemble import REPORT_SCHEMA_VERSION, build_report, environment
 from verifier.runner.models import LoadedPair, encode_prompt, load_pair
 from verifier.runner.plan import SampleSetPlan, build_decoder, decoder_identity, plan_sample_sets
@@ -390,6 +390,10 @@ def _set_cells(ctx: _Context, plan: SampleSetPlan, tokens: np.ndarray,
     power = suite.stats.power
     alpha = cell_alpha_of(0)
     tok_label = _token_labeler(pair, vocab)
+    if plan.sampling.greedy:  # T = 0: the greedy contract replaces the distribution tests (verifier.runner.greedy)
+        expected_row = greedy.greedy_output(pair.reference, plan.prompt_ids, plan.sampling, plan.max_new_tokens)
+        return [greedy.greedy_cell(f"{base}/greedy", tokens, expected_row, power=power, cell_alpha=alpha,
+                                   label_fn=tok_label, **meta)]
     cells = []
     positions, jt = _position_plan(plan)
     if positions or jt:
@@ -397,7 +401,7 @@ def _set_cells(ctx: _Context, plan: SampleSetPlan, tokens: np.ndarray,
         for t in positions:
             cells.append(analysis.gof_cell(f"{base}/gof@{t}", analysis.token_counts(tokens, t, vocab), laws.marginals[t],
                                            cell_alpha=alpha, power=power, rng=rng, label_fn=tok_label,
-                                           test=f"gof@{t}", **meta))
+                                           target_mde=suite.stats.target_mde, test=f"gof@{t}", **meta))
         def tuple_label(c: int) -> str:
             parts = []
             for _ in range(jt):
@@ -408,7 +412,7 @@ def _set_cells(ctx: _Context, plan: SampleSetPlan, tokens: np.ndarray,
         if jt == spec.joint_tokens and "joint" in spec.tests:
             cells.append(analysis.gof_cell(f"{base}/joint@1..{jt}", analysis.joint_counts(tokens, jt, vocab), laws.joint,
                                            cell_alpha=alpha, power=power, rng=rng, label_fn=tuple_label,
-                                           test=f"joint@1..{jt}", **meta))
+                                           target_mde=suite.stats.target_mde, test=f"joint@1..{jt}", **meta))
         if jt and "surprisal" in spec.tests:
             cells.append(analysis.surprisal_cell(f"{base}/surprisal@1..{jt}", analysis.joint_counts(tokens, jt, vocab),
                                                  laws.joint, cell_alpha=alpha, power=power, label_fn=tuple_label,
@@ -468,6 +472,8 @@ def _token_labeler(pair: LoadedPair, vocab: int) -> Callable[[int], str]:
 def _count_cells(plan: SampleSetPlan) -> int:
     """Bias cells of a sample set (never depends on whether the decoder reports last_stats)."""
     spec = plan.decoder
+    if plan.sampling.greedy:
+        return 1  # the greedy cell
     n = len([t for t in spec.gof_positions if t <= plan.max_new_tokens]) if "gof" in spec.tests else 0
     n += int("joint" in spec.tests and plan.max_new_tokens >= spec.joint_tokens)
     n += int("surprisal" in spec.tests) + int("pit" in spec.tests)

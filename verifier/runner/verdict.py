@@ -12,7 +12,9 @@ Correction (DESIGN.md "Statistical defaults"), applied separately to each decode
 
 Decoder verdict: ``BIAS DETECTED`` when any cell is rejected (or the combination test rejects), else
 ``UNDERPOWERED`` when a cell's minimum detectable effect (total variation) exceeds the suite's
-``target_mde`` or when no cell was tested at all, else ``PASS``; ``ERROR`` when the decoder crashed or returned invalid output.
+``target_mde`` (the reason names the rows per sample set that would reach it) or when no cell
+was tested at all, else ``PASS``; a support violation (a token at target prob 0, or at T = 0 a row
+off the greedy output) is BIAS and the reason quotes it; ``ERROR`` when the decoder crashed or returned invalid output.
 Expectation ``pass`` is met by ``PASS``; ``detect`` by ``BIAS DETECTED`` (an invalid output of a
 ``detect`` decoder also counts as detected: the defect was found).
 """
@@ -27,7 +29,8 @@ import numpy as np
 from verifier.errors import EXIT_BIAS, EXIT_DECODER, EXIT_OK, EXIT_UNDERPOWERED
 from verifier.runner.analysis import CellResult
 
-__all__ = ["PASS", "BIAS", "UNDERPOWERED", "ERROR", "DecoderVerdict", "decide", "cell_level", "exit_code"]
+__all__ = ["PASS", "BIAS", "UNDERPOWERED", "ERROR", "DecoderVerdict", "decide", "cell_level", "exit_code",
+           "underpowered_reason"]
 
 PASS, BIAS, UNDERPOWERED, ERROR = "PASS", "BIAS DETECTED", "UNDERPOWERED", "ERROR"
 CELL_PASS, CELL_BIAS, CELL_UNDERPOWERED = "PASS", "BIAS", "UNDERPOWERED"
@@ -66,6 +69,9 @@ class DecoderVerdict:
             "num_cells": len(self.cells),
             "failing_cells": [c.id for c in self.cells if c.verdict == CELL_BIAS],
             "acceptance": self.acceptance, "acceptance_conformance": self.conformance,
+            "underpowered_cells": [c.id for c in self.cells if c.verdict == CELL_UNDERPOWERED],
+            # the largest rows per sample set an underpowered cell needs to reach target_mde (None: none / unreachable)
+            "n_needed": max((c.n_needed for c in self.cells if c.verdict == CELL_UNDERPOWERED and c.n_needed), default=None),
         }
 
 
@@ -121,6 +127,10 @@ def decide(decoder: str, expect: str, cells: list[CellResult], *, alpha: float, 
         verdict = BIAS
         reason = (f"{n_bias} of {len(cells)} cells rejected" if n_bias else "no single cell rejected") + (
             f"; combined p={combined:.3g} <= {level:g}" if fisher_rejects else "")
+        violated = [c for c in cells if c.support_violation]
+        if violated:  # shown as its reason, never as a p-value
+            reason += f"; support violation in {violated[0].id}: {violated[0].support_violation}" + (
+                f" (and in {len(violated) - 1} other cell(s))" if len(violated) > 1 else "")
         met = expect == "detect"
     elif not cells:
         # nothing was tested (no sample set, or every requested test skipped): no evidence is not PASS
@@ -129,8 +139,7 @@ def decide(decoder: str, expect: str, cells: list[CellResult], *, alpha: float, 
         met = False
     elif any(c.verdict == CELL_UNDERPOWERED for c in cells):
         verdict = UNDERPOWERED
-        worst = max((c for c in cells if c.verdict == CELL_UNDERPOWERED), key=lambda c: c.mde or 0)
-        reason = f"cell {worst.id} can only see TV >= {worst.mde:.3g} > target_mde {target_mde:g}"
+        reason = underpowered_reason(cells, target_mde)
         met = False
     else:
         verdict = PASS
@@ -145,6 +154,27 @@ def decide(decoder: str, expect: str, cells: list[CellResult], *, alpha: float, 
                       "(surprisal / PIT cells only: see each cell's MDE in nats / KS distance)")
         met = expect == "pass"
     return DecoderVerdict(decoder, expect, verdict, met, method, combined, reason, error, cells)
+
+
+def underpowered_reason(cells: list[CellResult], target_mde: float) -> str:
+    """What an UNDERPOWERED verdict tells the user to do: the worst cell's MDE and the rows per
+    sample set that would bring every underpowered cell to ``target_mde`` (``CellResult.n_needed``)."""
+    weak = [c for c in cells if c.verdict == CELL_UNDERPOWERED]
+    worst = max(weak, key=lambda c: c.mde or 0)
+    if worst.n == 0:
+        return f"cell {worst.id} has no samples: no evidence for PASS"
+    reason = (f"{len(weak)} of {len(cells)} cells underpowered; cell {worst.id} can only see TV >= {worst.mde:.3g} "
+              f"> target_mde {target_mde:g} at n = {worst.n}")
+    needed = [c.n_needed for c in weak if c.n_needed is not None]
+    if len(needed) == len(weak) and needed:
+        most = max(weak, key=lambda c: c.n_needed)
+        reason += (f"; the largest n needed is n >= {most.n_needed} rows per sample set (cell {most.id}, now "
+                   f"{most.n}): raise `samples` of this decoder (rows = samples x the profile's sample_scale)")
+    elif needed:
+        reason += f"; {len(needed)} cell(s) reach it with more rows (see n_needed per cell), {len(weak) - len(needed)} cannot"
+    else:
+        reason += "; no n up to 1e9 rows reaches it"
+    return reason
 
 
 def exit_code(verdicts: list[DecoderVerdict], exact_ok: bool = True) -> int:

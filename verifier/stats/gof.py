@@ -43,9 +43,9 @@ from verifier.errors import invalid_argument
 from verifier.protocols import PADDING_TOKEN_ID
 from verifier.stats import montecarlo
 from verifier.stats._validate import check_alpha, check_counts, check_min_expected, check_positive_int, check_probs, short
-from verifier.stats.effect import DEFAULT_BOOTSTRAP, DEFAULT_CONFIDENCE, _tv_estimate, as_generator
+from verifier.stats.effect import DEFAULT_BOOTSTRAP, DEFAULT_CONFIDENCE, _tv_estimate, as_generator, binomial_tv_estimate
 from verifier.stats.pooling import MIN_EXPECTED_COUNT, Pooling, _pool
-from verifier.stats.power import DEFAULT_POWER, min_detectable_effect
+from verifier.stats.power import DEFAULT_POWER, min_detectable_effect, support_check_mde
 from verifier.stats.results import CellTestResult, SupportViolation
 
 __all__ = [
@@ -110,7 +110,7 @@ def support_violations(counts, expected_probs) -> tuple[SupportViolation, ...]:
     Examples
     --------
     >>> [str(v) for v in support_violations([5, 0, 1], [0.5, 0.5, 0.0])]
-    ['token 2 emitted 1 time(s) but its target prob is 0']
+    ['token 2 emitted 1 time at target prob 0']
     """
     counts, probs = _counts_probs_iv(counts, expected_probs, allow_zero_total=True)
     bad = np.flatnonzero((probs == 0) & (counts > 0))
@@ -188,6 +188,8 @@ def gof_mde(n, expected_probs, *, alpha: float = 0.01, power: float = DEFAULT_PO
     if pvalue_method not in _PVALUE_METHODS:
         raise invalid_argument("pvalue_method", pvalue_method, " | ".join(repr(m) for m in _PVALUE_METHODS))
     min_expected = check_min_expected(min_expected)
+    if np.count_nonzero(probs > 0) == 1:  # single-outcome law: gof_test's support check
+        return support_check_mde(n, power, alpha)
     pooling = _pool(probs, n, min_expected)
     fine = _small_sample_pooling(probs, n, pooling, alpha) if pvalue_method == "auto" else None
     both = fine is not None and pooling.num_categories >= 2
@@ -322,8 +324,9 @@ def gof_test(
     confidence : float, default 0.99
         Level of the TV confidence interval.
     num_bootstrap : int, default 1000
-        Bootstrap resamples of the TV interval; 0 skips the effect estimate (``effect=None``),
-        e.g. in calibration simulations.
+        0 skips the effect estimate (``effect=None``), e.g. in calibration simulations; any
+        other value computes it (the interval is analytic, :mod:`verifier.stats.effect`: the
+        value is no longer a resample count).
     test : str, default "gof"
         Label stored in the result (the joint/conditional helpers pass their own).
 
@@ -334,6 +337,9 @@ def gof_test(
         outside the support count as one extra category with expected 0) and ``mde`` the
         minimum detectable effect.  With fewer than two pooled categories (n too small) the cell
         is untestable: ``pvalue = 1``, ``method = "untestable"``, ``mde.tv = inf`` (UNDERPOWERED).
+        A single-outcome law (greedy decoding, top-k = 1) is a support check instead: ``pvalue``
+        0 when a row left the one outcome (a support violation) else 1, ``statistic`` = rows off
+        it, ``mde.tv = 1 - (1 - power)^(1/n)`` (:func:`verifier.stats.power.support_check_mde`).
 
     Raises
     ------
@@ -367,6 +373,8 @@ def gof_test(
 def _gof(counts, probs, alpha, pvalue_method, num_resamples, rng, min_expected, power, confidence, num_bootstrap, test) -> CellTestResult:
     n = int(counts.sum())
     violations = tuple(SupportViolation(int(t), int(counts[t])) for t in np.flatnonzero((probs == 0) & (counts > 0)))
+    if np.count_nonzero(probs > 0) == 1:
+        return _support_check(counts, probs, n, violations, alpha, power, confidence, num_bootstrap, test)
     n_support = n - sum(v.count for v in violations)
     pooling = _pool(probs, max(n_support, 1), min_expected)
     # small-sample regime (module docstring); a support violation already decides the cell
@@ -376,7 +384,7 @@ def _gof(counts, probs, alpha, pvalue_method, num_resamples, rng, min_expected, 
     observed = pooling.pool(counts)
     # effect: pooled categories + one "outside the support" category
     effect = _tv_estimate(
-        np.append(observed, n - n_support), np.append(pooling.expected_probs, 0.0), confidence, num_bootstrap, rng
+        np.append(observed, n - n_support), np.append(pooling.expected_probs, 0.0), confidence
     ) if num_bootstrap else None
     mde = _mde(n, probs, sub_alpha, power, min_expected, fine is not None, both)
     common = dict(test=test, n=n, alpha=alpha, effect=effect, mde=mde, support_violations=violations)
@@ -415,6 +423,19 @@ def _gof(counts, probs, alpha, pvalue_method, num_resamples, rng, min_expected, 
         return CellTestResult(statistic=statistic, pvalue=combined, df=df, num_resamples=used,
                               method=f"{method} (min of 2 poolings x 2; small-sample monte-carlo p {small['pvalue']:.3g})", **common)
     return CellTestResult(statistic=statistic, pvalue=pvalue, method=method, df=df, num_resamples=used, **common)
+
+
+def _support_check(counts, probs, n, violations, alpha, power, confidence, num_bootstrap, test) -> CellTestResult:
+    """A single-outcome law (greedy, top-k = 1): any emitted token off the one outcome is a support
+    violation; p = 0 with one, else 1 (no false alarms); MDE ``1 - (1 - power)^(1/n)``."""
+    (only,) = np.flatnonzero(probs > 0)
+    outside = n - int(counts[only])
+    return CellTestResult(
+        statistic=float(outside), pvalue=0.0 if outside else 1.0, test=test,
+        method="support check (single-outcome law: statistic = rows off it)", n=n, alpha=alpha, df=0,
+        pooled_categories=[[int(only)]], num_categories=1, min_expected=SMALL_SAMPLE_MIN_EXPECTED,
+        effect=binomial_tv_estimate(outside, n, confidence) if num_bootstrap else None,
+        mde=support_check_mde(n, power, alpha), support_violations=violations)
 
 
 def _monte_carlo_pvalue(statistic: float, n: int, probs: np.ndarray, draws: int, rng: np.random.Generator) -> tuple[float, int]:

@@ -47,6 +47,7 @@ __all__ = [
     "samples_needed",
     "min_detectable_effect",
     "samples_for_mde",
+    "support_check_mde",
     "tv_per_w",
 ]
 
@@ -380,6 +381,37 @@ def _noncentrality(alpha: float, power: float, df: int) -> float:
     while stats.ncx2.sf(crit, df, hi) < power:
         hi *= 2
     return float(optimize.brentq(lambda lam: stats.ncx2.sf(crit, df, lam) - power, 0.0, hi, xtol=1e-10))
+
+
+def support_check_mde(n, power: float = DEFAULT_POWER, alpha: float = 0.01) -> MinDetectableEffect:
+    """Minimum detectable effect against a single-outcome law (greedy decoding, top-k = 1).
+
+    Under such a law every deviation is a support violation, which the cell sees with
+    probability ``1 - (1 - TV)^n`` and never under the null (false-alarm rate 0, whatever alpha).
+    So the MDE at ``power`` is ``TV = 1 - (1 - power)^(1 / n)``.
+
+    Parameters
+    ----------
+    n : int
+        Rows (>= 1).
+    power : float, default 0.99
+    alpha : float, default 0.01
+        Recorded only (the check has no false alarms).
+
+    Returns
+    -------
+    MinDetectableEffect
+        ``tv`` as above, ``w = nan`` (Cohen's w is undefined on a one-point law), ``df = 0``.
+
+    Examples
+    --------
+    >>> round(support_check_mde(459).tv, 4)
+    0.01
+    """
+    n = check_positive_int(n, "n")
+    power = check_fraction(power, "power")
+    tv = -math.expm1(math.log1p(-power) / n)
+    return MinDetectableEffect(w=math.nan, tv=tv, n=n, alpha=check_alpha(alpha), power=power, df=0)
 
 
 MAX_PLANNED_SAMPLES = 10**9  # samples_for_mde gives up above this (no cell of a real suite needs more)

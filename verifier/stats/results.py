@@ -28,7 +28,7 @@ class SupportViolation:
     count: int
 
     def __str__(self) -> str:
-        return f"token {self.token_id} emitted {self.count} time(s) but its target prob is 0"
+        return f"token {self.token_id} emitted {self.count} time{'s' if self.count != 1 else ''} at target prob 0"
 
 
 @dataclass(frozen=True)
@@ -36,9 +36,12 @@ class TVEstimate:
     """Total-variation distance between the empirical and expected law, with a confidence interval.
 
     Unpacks as ``(estimate, (ci_low, ci_high))``.  Computed on the pooled categories of the test
-    (differences inside a pooled category are invisible to it).  ``method`` says how the interval
-    was obtained (``"bootstrap"``: multinomial bootstrap, basic lower bound and percentile upper
-    bound; see :mod:`verifier.stats.effect`).
+    (differences inside a pooled category are invisible to it, so ``ci_low`` is also a lower
+    bound for the TV over all tokens).  ``method`` says how the interval was obtained
+    (``"mcdiarmid test inversion"``: finite-sample valid, coverage measured by
+    ``specverify bench coverage``; ``"clopper-pearson"`` for a single-outcome law; see
+    :mod:`verifier.stats.effect`).  ``estimate`` is bias-corrected; ``plug_in`` is the raw
+    ``TV(observed frequencies, expected)``, which is biased upwards.
     """
 
     estimate: float
@@ -46,6 +49,7 @@ class TVEstimate:
     ci_high: float
     confidence: float
     method: str
+    plug_in: float | None = None
 
     def __iter__(self):
         return iter((self.estimate, (self.ci_low, self.ci_high)))
@@ -134,14 +138,18 @@ class CellTestResult:
         return PASS
 
     def summary(self) -> str:
-        """One line for logs and reports."""
-        parts = [f"{self.test} [{self.method}] n={self.n}", f"stat={self.statistic:.4g}", f"p={self.pvalue:.3g}"]
-        if self.df is not None:
-            parts.append(f"df={self.df}")
+        """One line for logs and reports; a support violation is shown as its reason, not as a p-value."""
+        parts = [f"{self.test} [{self.method}] n={self.n}"]
+        if self.support_violations:
+            more = len(self.support_violations) - 3
+            parts.append("SUPPORT VIOLATION: " + "; ".join(str(v) for v in self.support_violations[:3])
+                         + (f"; {more} more token(s)" if more > 0 else ""))
+        else:
+            parts += [f"stat={self.statistic:.4g}", f"p={self.pvalue:.3g}"]
+            if self.df is not None:
+                parts.append(f"df={self.df}")
         if self.effect is not None:
             parts.append(str(self.effect))
         if self.mde is not None:
-            parts.append(f"MDE TV {self.mde.tv:.4f} / w {self.mde.w:.4f}")
-        if self.support_violations:
-            parts.append("SUPPORT VIOLATION: " + "; ".join(str(v) for v in self.support_violations[:3]))
+            parts.append(f"MDE TV {self.mde.tv:.4f}" + (f" / w {self.mde.w:.4f}" if math.isfinite(self.mde.w) else ""))
         return " ".join(parts)

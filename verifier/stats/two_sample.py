@@ -28,7 +28,7 @@ from scipy import stats
 
 from verifier.errors import invalid_argument
 from verifier.stats._validate import check_alpha, check_counts, check_positive_int
-from verifier.stats.effect import DEFAULT_CONFIDENCE, as_generator
+from verifier.stats.effect import DEFAULT_CONFIDENCE, _two_sample_tv as _two_sample_tv_interval, as_generator
 from verifier.stats.pit import check_continuous
 from verifier.stats.pooling import _pool
 from verifier.stats.results import CellTestResult, TVEstimate
@@ -65,7 +65,8 @@ def two_sample_chi2_test(counts_a, counts_b, *, alpha: float = 0.01, num_permuta
     rng : None, int or numpy.random.Generator
     min_expected : float, default 5
     num_bootstrap : int, default 1000
-        Resamples of the TV interval; 0 skips the effect estimate (``effect=None``).
+        0 skips the effect estimate (``effect=None``); any other value computes it
+        (:func:`verifier.stats.effect.two_sample_tv_estimate`, analytic: no resampling).
 
     Returns
     -------
@@ -116,11 +117,10 @@ def two_sample_chi2_test(counts_a, counts_b, *, alpha: float = 0.01, num_permuta
 
 
 def _two_sample_tv(pa: np.ndarray, pb: np.ndarray, gen: np.random.Generator, num_resamples: int = 1000, confidence: float = DEFAULT_CONFIDENCE) -> TVEstimate:
-    fa, fb = pa / pa.sum(), pb / pb.sum()
-    est = 0.5 * float(np.abs(fa - fb).sum())
-    boot = 0.5 * np.abs(gen.multinomial(int(pa.sum()), fa, size=num_resamples) / pa.sum() - gen.multinomial(int(pb.sum()), fb, size=num_resamples) / pb.sum()).sum(1)
-    q_hi = float(np.quantile(boot, (1 + confidence) / 2))
-    return TVEstimate(estimate=est, ci_low=max(0.0, 2 * est - q_hi), ci_high=min(1.0, max(q_hi, est)), confidence=confidence, method="bootstrap")
+    """TV between the two arms on the pooled categories (:func:`verifier.stats.effect.two_sample_tv_estimate`).
+    The pooling comes from the combined counts; the interval treats it as fixed (``gen`` and
+    ``num_resamples`` are unused: kept for callers)."""
+    return _two_sample_tv_interval(pa, pb, confidence)
 
 
 def two_sample_ks_test(values_a, values_b, *, alpha: float = 0.01) -> CellTestResult:

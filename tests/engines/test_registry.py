@@ -1,0 +1,98 @@
+"""The engine registry, ``specverify engines``, and the errors for a missing engine or a bad option.
+
+These need no engine installed: a missing engine is simulated by pointing SPECVERIFY_ENGINES_DIR at
+an empty folder."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from verifier.cli import main
+from verifier.engines import ENGINE_REGISTRY, Engine, EngineNotInstalledError, engine_names, get_engine, make_engine, register_engine
+from verifier.errors import EXIT_USAGE, InvalidArgumentError
+
+KERNEL_ENGINES = ["lmdeploy-sampler", "sglang-kernel"]
+
+
+def test_listing_engines_imports_no_engine_and_no_torch():
+    code = ("import sys, verifier.engines as e; names = e.engine_names(); "
+            "assert not {'torch', 'triton', 'numpy'} & set(sys.modules), sorted(sys.modules); "
+            "assert not [m for m in sys.modules if m.startswith('_specverify_engine')]; print(','.join(names))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert set(KERNEL_ENGINES) <= set(out.strip().split(","))
+
+
+def test_builtin_engines_describe_themselves():
+    assert set(KERNEL_ENGINES) <= set(engine_names())
+    for name in KERNEL_ENGINES:
+        e = get_engine(name)
+        assert e.name == name and e.kind == "kernel" and e.version and e.entry_point
+        assert e.install_script() == f"bash ci/engines/{name}.sh"
+
+
+def test_register_engine_refuses_a_second_class_under_one_name():
+    @register_engine("test-dummy-engine")
+    class Dummy(Engine):
+        pass
+
+    try:
+        with pytest.raises(ValueError, match="already registered"):
+            register_engine("test-dummy-engine")(type("Other", (Engine,), {}))
+    finally:
+        ENGINE_REGISTRY.pop("test-dummy-engine")
+
+
+def test_unknown_engine_names_the_registered_ones():
+    with pytest.raises(InvalidArgumentError, match="lmdeploy-sampler"):
+        get_engine("no-such-engine")
+
+
+@pytest.mark.parametrize("name", KERNEL_ENGINES)
+def test_missing_engine_names_the_install_command(name, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("SPECVERIFY_ENGINES_DIR", str(tmp_path))
+    with pytest.raises(EngineNotInstalledError, match=f"bash ci/engines/{name}.sh") as info:
+        make_engine(name)
+    assert info.value.exit_code == EXIT_USAGE
+    module = get_engine(name).__module__
+    for argv in (["audit", "--engine", name, "--num-draws", "10"], ["audit", "--kernel", f"{module}:kernel", "--num-draws", "10"]):
+        assert main(argv) == EXIT_USAGE
+        err = capsys.readouterr().err
+        assert "EngineNotInstalledError" in err and f"bash ci/engines/{name}.sh" in err and "Traceback" not in err
+
+
+def test_unknown_engine_option_is_a_usage_error_naming_the_allowed_ones(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("SPECVERIFY_ENGINES_DIR", str(tmp_path))  # options are checked before the engine is looked for
+    assert main(["audit", "--engine", "sglang-kernel", "--engine-arg", "block_verfication=true"]) == EXIT_USAGE
+    assert "one of ['block_verification']" in capsys.readouterr().err
+
+
+def test_engines_command_lists_every_engine_installed_or_not(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("SPECVERIFY_ENGINES_DIR", str(tmp_path))
+    assert main(["engines"]) == 0
+    out = capsys.readouterr().out
+    for name in KERNEL_ENGINES:
+        assert f"{name}  [kernel]" in out and f"install: bash ci/engines/{name}.sh" in out
+    assert main(["engines", "--format", "json", "sglang-kernel"]) == 0
+    rows = json.loads(capsys.readouterr().out)["engines"]
+    assert [r["name"] for r in rows] == ["sglang-kernel"] and rows[0]["installed"] is False
+    assert rows[0]["options"]["block_verification"] == {"default": False, "allowed": [False, True], "help": rows[0]["options"]["block_verification"]["help"]}
+
+
+def test_a_missing_engine_fails_its_tests_under_ci_and_skips_them_outside(tmp_path):
+    """The contract .ci/run relies on: with CI set, an engine test cannot pass by skipping."""
+    import os
+    from pathlib import Path
+
+    test = "tests/engines/test_lmdeploy_sampler.py::test_bad_option_is_a_usage_error"
+    root = Path(__file__).resolve().parents[2]
+    for ci, expected in (("true", "1 error"), (None, "1 skipped")):  # a fixture that fails counts as an error: exit 1
+        env = {k: v for k, v in os.environ.items() if k != "CI"}
+        env["SPECVERIFY_ENGINES_DIR"] = str(tmp_path)
+        if ci:
+            env["CI"] = ci
+        proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", test], cwd=root, env=env,
+                              capture_output=True, text=True)
+        assert expected in proc.stdout and proc.returncode == (1 if ci else 0), proc.stdout[-2000:]
+        assert "bash ci/engines/lmdeploy-sampler.sh" in proc.stdout

@@ -1,0 +1,39 @@
+"""``specverify engines``: list the outside engines the harness can audit, installed or not.
+
+For each registered engine (:mod:`verifier.engines`): name, kind, package and version, whether it
+is installed (and how long its install took), the engine entry point driven, its ``--engine-arg``
+options, and the command that installs it.  Nothing is imported from the engines themselves.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from verifier.errors import EXIT_OK
+
+HELP = "List outside speculative-decoding engines (installed or not), versions, options and install commands."
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("name", nargs="*", metavar="NAME", help="only these engines. Default: all")
+    parser.add_argument("--format", choices=("table", "json"), default="table", help="Default: table")
+
+
+def run(args: argparse.Namespace) -> int:
+    from verifier.engines import engine_names, engines_dir, get_engine
+
+    rows = [get_engine(n).describe() for n in (args.name or engine_names())]
+    if args.format == "json":
+        print(json.dumps({"engines_dir": str(engines_dir()), "engines": rows}, indent=2))
+        return EXIT_OK
+    print(f"engines folder: {engines_dir()} (set SPECVERIFY_ENGINES_DIR to move it)")
+    for r in rows:
+        state = f"installed ({r['install_seconds']} s install)" if r["installed"] else f"NOT installed -- install: {r['install']}"
+        print(f"\n{r['name']}  [{r['kind']}]  {r['package']}=={r['version']}  {state}")
+        print(f"  drives: {r['entry_point']}")
+        for name, o in r["options"].items():
+            allowed = "|".join(json.dumps(a) for a in o["allowed"]) if o["allowed"] else "any"
+            print(f"  --engine-arg {name}={json.dumps(o['default'])}  ({allowed}) {o['help']}")
+        print(f"  audit: specverify audit --engine {r['name']} --report-dir reports/audits/{r['name']}-{r['version']}")
+    return EXIT_OK
