@@ -345,8 +345,25 @@ class KernelCell:
         return iter(self.result)
 
 
+class _KernelVerdict:
+    """Verdict properties shared by chain and tree kernel audits (needs ``adjustment``, ``alpha``, ``conformance``)."""
+
+    @property
+    def verdict(self) -> str:
+        """The bias verdict: about the emitted tokens only."""
+        return BIAS_DETECTED if self.adjustment.family_rejected else PASS
+
+    @property
+    def conforms(self) -> bool | None:
+        """Acceptance rule conformance (None when no rule is declared): the accepted-count law is the declared rule's."""
+        if self.conformance is None:
+            return None
+        r = self.conformance.result
+        return not (r.support_violations or r.pvalue <= self.alpha)
+
+
 @dataclass
-class KernelAuditResult:
+class KernelAuditResult(_KernelVerdict):
     """Verdict of :func:`audit_kernel` on one case (``PASS`` or ``BIAS DETECTED``).
 
     The cells share draws, so the family is judged with :func:`verifier.stats.adjust` in gate mode
@@ -363,19 +380,6 @@ class KernelAuditResult:
     blind: list[str] = field(default_factory=list)
     acceptance: dict = field(default_factory=dict)  # verifier.runner.acceptance.AcceptanceAudit.to_dict()
     conformance: KernelCell | None = None  # only with acceptance="canonical" declared
-
-    @property
-    def verdict(self) -> str:
-        """The bias verdict: about the emitted tokens only."""
-        return BIAS_DETECTED if self.adjustment.family_rejected else PASS
-
-    @property
-    def conforms(self) -> bool | None:
-        """Acceptance rule conformance (None when not declared): the accepted-count law is the canonical one."""
-        if self.conformance is None:
-            return None
-        r = self.conformance.result
-        return not (r.support_violations or r.pvalue <= self.alpha)
 
     def summary(self) -> str:
         i = int(np.argmin(self.adjustment.adjusted_pvalues))

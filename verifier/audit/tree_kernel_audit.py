@@ -31,7 +31,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from verifier.audit.kernel_audit import DEFAULT_BATCH, KernelCell
+from verifier.audit.kernel_audit import DEFAULT_BATCH, KernelCell, _KernelVerdict
 from verifier.audit.plugins import check_kernel_output
 from verifier.errors import DecoderError, invalid_argument
 from verifier.exact.cases import standard_tabular_pairs
@@ -41,7 +41,7 @@ from verifier.exact.tree_rules import PROPOSALS, get_tree_rule
 from verifier.exact.tree_shape import bfs_nodes, parse_tree, tree_depth
 from verifier.exact.tree_stage import TreeCase
 from verifier.protocols import PADDING_TOKEN_ID
-from verifier.stats import BIAS_DETECTED, PASS, Adjustment, accepted_count_test, adjust, gof_test
+from verifier.stats import Adjustment, accepted_count_test, adjust, gof_test
 
 __all__ = ["TreeKernelAuditResult", "standard_tree_kernel_cases", "draw_tree_rounds", "audit_tree_kernel"]
 
@@ -186,7 +186,7 @@ def _rounds(kernel, case: TreeCase, b: int, proposal: str, draft_gen, kernel_gen
 
 
 @dataclass
-class TreeKernelAuditResult:
+class TreeKernelAuditResult(_KernelVerdict):
     """Verdict of :func:`audit_tree_kernel` on one case (``PASS`` or ``BIAS DETECTED``)."""
 
     kernel: str
@@ -200,19 +200,6 @@ class TreeKernelAuditResult:
     cells: list[KernelCell]
     adjustment: Adjustment
     conformance: KernelCell | None = None  # accepted count vs the declared rule (not a bias cell)
-
-    @property
-    def verdict(self) -> str:
-        """The bias verdict: about the emitted tokens only."""
-        return BIAS_DETECTED if self.adjustment.family_rejected else PASS
-
-    @property
-    def conforms(self) -> bool | None:
-        """Acceptance rule conformance (None without a declared rule or on an EOS case)."""
-        if self.conformance is None:
-            return None
-        r = self.conformance.result
-        return not (r.support_violations or r.pvalue <= self.alpha)
 
     def summary(self) -> str:
         i = int(np.argmin(self.adjustment.adjusted_pvalues))
