@@ -85,7 +85,7 @@ def check_emitted_tokens(
 
 
 def check_decoder_stats(first_round_accepted, accepted_counts, *, num_draft_tokens: int,
-                        decoder_name: str = "decoder") -> tuple[np.ndarray | None, np.ndarray]:
+                        decoder_name: str = "decoder", num_samples: int | None = None) -> tuple[np.ndarray | None, np.ndarray]:
     """Validate the accepted-draft figures a decoder reports (``last_stats``) and return them as int64.
 
     A round accepts between 0 and ``num_draft_tokens`` drafts; a value outside that range (or not an
@@ -101,6 +101,8 @@ def check_decoder_stats(first_round_accepted, accepted_counts, *, num_draft_toke
         k of the call.
     decoder_name : str
         Named in the error message.
+    num_samples : int, optional
+        Rows of the call: ``first_round_accepted`` must then have shape ``(num_samples,)``.
 
     Returns
     -------
@@ -110,7 +112,9 @@ def check_decoder_stats(first_round_accepted, accepted_counts, *, num_draft_toke
     Raises
     ------
     DecoderOutputError
-        A non-integer or out-of-range value; the message shows the first bad entry.
+        A non-integer or out-of-range value (the message shows the first bad entry), an
+        ``accepted_counts`` that is not 1-D, or a ``first_round_accepted`` whose shape is not
+        ``(num_samples,)`` (expected and received shape named).
 
     Examples
     --------
@@ -124,7 +128,13 @@ def check_decoder_stats(first_round_accepted, accepted_counts, *, num_draft_toke
             continue
         if hasattr(values, "detach") and hasattr(values, "cpu"):
             values = values.detach().cpu().numpy()
-        arr = np.asarray(values).reshape(-1)
+        arr = np.asarray(values)
+        expected_shape = (num_samples,) if name == "first_round_accepted" and num_samples is not None else None
+        if (expected_shape is not None and arr.shape != expected_shape) or arr.ndim != 1:
+            want = f"shape {expected_shape}" if expected_shape is not None else "a 1-D array"
+            raise DecoderOutputError(f"{decoder_name} reported last_stats.{name} of shape {arr.shape}; allowed: {want} "
+                                     f"(one entry per {'row' if name == 'first_round_accepted' else 'round'}), integers in "
+                                     f"0..{num_draft_tokens}")
         if arr.dtype.kind not in "iub":  # floats must hold whole numbers; anything else is invalid
             try:
                 f = arr.astype(np.float64)

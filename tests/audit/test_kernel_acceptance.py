@@ -17,13 +17,17 @@ from verifier.decoders.lossless import block_verification_kernel, fresh_target_m
 
 CASES = standard_kernel_cases() + [adversarial_case("full_p_fallback", seed=0)[0]]
 DRAWS = 50_000
+TARGET_TV = 0.15  # every cell sees TV .15 at DRAWS (chain-k4's rarely reached last position: MDE .14); the others see .02
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 @pytest.mark.parametrize("kernel", [fresh_target_match_kernel, block_verification_kernel], ids=lambda k: k.__name__)
 def test_lossless_kernels_pass_on_every_standard_case(kernel, case):
-    result = audit_kernel(kernel, case, num_draws=DRAWS, seed=0, alpha=1e-3)
-    assert result.verdict == "PASS", result.summary()
+    result = audit_kernel(kernel, case, num_draws=DRAWS, seed=0, alpha=1e-3, target_tv=TARGET_TV)
+    # fresh_target_match accepts so little that chain-k4's position 4 is reached by ~11 of 50000 draws
+    # (MDE .93): never bias, but no PASS either -- that cell cannot see TV .15
+    starved = kernel is fresh_target_match_kernel and case.name == "chain-k4"
+    assert result.verdict == ("UNDERPOWERED" if starved else "PASS"), result.summary()
     assert all("accepted count" not in c.name for c in result.cells)  # acceptance is no bias cell
     assert result.conforms is None and result.acceptance["reported"]
 

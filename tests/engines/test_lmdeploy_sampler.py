@@ -35,7 +35,8 @@ def test_canonical_path_passes_and_could_see_full_p_fallback(engine, case_name):
     p0, q0 = case.target_probs[0], case.draft_probs[0]
     fallback = [float(v) for v in step_law(p0, q0, "full_p_fallback").output_law]
     assert N >= samples_needed([float(v) for v in p0], fallback, alpha=ALPHA / (case.num_draft_tokens + 2))
-    result = audit_kernel(make_engine("lmdeploy-sampler"), case, num_draws=N, seed=1, alpha=ALPHA)
+    result = audit_kernel(make_engine("lmdeploy-sampler"), case, num_draws=N, seed=1, alpha=ALPHA,
+                          target_tv=0.1)  # every cell sees TV .1 at N (chain-k4's rarely reached last position: MDE ~.07)
     assert result.verdict == "PASS", result.summary()
 
 

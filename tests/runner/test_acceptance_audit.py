@@ -50,3 +50,12 @@ def test_no_stats_is_reported_as_not_reported():
 def test_conformance_without_cells_is_not_tested():
     res = conformance([], 1e-3, ["the decoder reports no first_round_accepted"])
     assert res["verdict"] == "NOT TESTED" and "no first_round_accepted" in res["reason"]
+
+
+def test_acceptance_above_the_coupling_bound_is_implausible_never_a_speed_up():
+    # every first round accepts both drafts: P(draft 1 accepted) = 1 > sum min(p, q) = 0.7 (exact, trigram3)
+    a = acceptance_audit("s", "set", "d", 2, _rows([0, 0, 1000]), None, LAW)
+    assert a.above_bound and a.note.startswith("ACCEPTANCE ABOVE THE COUPLING BOUND")
+    assert "speed-up is claimed" in a.note and "x the canonical tokens" not in a.note
+    ok = acceptance_audit("s", "set", "d", 2, _rows([300, 350, 350]), None, LAW)
+    assert not ok.above_bound

@@ -28,12 +28,13 @@ MUTANT_CASE = {  # mutant -> case where its exact TV is largest among the kernel
     "child_of_rejected": "trigram3/2;2,2",  # TV .096 (context-free pairs hide it)
 }
 DRAWS, ALPHA = 10_000, 1e-3
+TARGET_TV = 0.06  # the first-3-token cell sees TV .04 at 10000 draws, .06 at 5000 (power .99, alpha 1e-3)
 
 
 @pytest.mark.parametrize("case", list(CASES))
 @pytest.mark.parametrize("name", REFERENCES)
 def test_reference_tree_kernels_pass(name, case):
-    result = audit_tree_kernel(TREE_KERNELS[name], CASES[case], rule=name, num_draws=DRAWS, seed=11, alpha=ALPHA)
+    result = audit_tree_kernel(TREE_KERNELS[name], CASES[case], rule=name, num_draws=DRAWS, seed=11, alpha=ALPHA, target_tv=TARGET_TV)
     assert result.verdict == "PASS", result.summary()
     assert len(result.cells) == 1 and result.conforms is True  # bias: 3-token target law; conformance: accepted count
 
@@ -41,21 +42,21 @@ def test_reference_tree_kernels_pass(name, case):
 @pytest.mark.parametrize("name", list(MUTANT_CASE))
 def test_every_tree_mutant_kernel_is_detected(name):
     result = audit_tree_kernel(TREE_KERNELS[name], CASES[MUTANT_CASE[name]], proposal=TREE_RULES[name].proposal,
-                               num_draws=DRAWS, seed=12, alpha=ALPHA)
+                               num_draws=DRAWS, seed=12, alpha=ALPHA, target_tv=TARGET_TV)
     assert result.verdict == "BIAS DETECTED", result.summary()
 
 
 @pytest.mark.parametrize("name", list(MUTANT_CASE))  # reference kernels: their rule's law is the target law (tested above)
 def test_kernel_law_is_its_rules_exact_law(name):
     case = CASES["trigram3/2;2,2"]
-    result = audit_tree_kernel(TREE_KERNELS[name], case, rule=name, expected="rule", num_draws=5_000, seed=13, alpha=ALPHA)
+    result = audit_tree_kernel(TREE_KERNELS[name], case, rule=name, expected="rule", num_draws=5_000, seed=13, alpha=ALPHA, target_tv=TARGET_TV)
     assert result.verdict == "PASS" and result.conforms is True, result.summary()
 
 
 def test_nonconforming_acceptance_is_reported_apart_from_bias():
     """The top-k target-only kernel is lossless but does not accept as i.i.d. MSS does: PASS, NONCONFORMING."""
     result = audit_tree_kernel(TREE_KERNELS["topk_target_only"], CASES["trigram3/2;2,2"], proposal="top_k", rule="iid_multi_draft",
-                               num_draws=DRAWS, seed=14, alpha=ALPHA)
+                               num_draws=DRAWS, seed=14, alpha=ALPHA, target_tv=TARGET_TV)
     assert (result.verdict, result.conforms) == ("PASS", False), result.summary()
 
 
@@ -79,7 +80,8 @@ def test_kernel_input_checks():
 
 def test_cli_audit_tree_exit_codes(capsys):
     common = ["--num-draws", "3000", "--case", "unigram3/3"]
-    assert main(["audit-tree", "--kernel", "iid_multi_draft", *common]) == 0
+    assert main(["audit-tree", "--kernel", "iid_multi_draft", *common]) == 4  # 3000 draws cannot see TV .03 (MDE ~.07)
+    assert main(["audit-tree", "--kernel", "iid_multi_draft", *common, "--target-tv", "0.1"]) == 0
     assert main(["audit-tree", "--kernel", "residual_not_updated", *common]) == 1
     assert main(["audit-tree", "--kernel", "no_such_kernel"]) == 2
     assert "BIAS DETECTED" in capsys.readouterr().out

@@ -41,7 +41,7 @@ from verifier.exact.rules import RULES, get_rule
 from verifier.exact.step import step_law
 from verifier.exact.tabular import as_fraction_probs
 from verifier.protocols import PADDING_TOKEN_ID, VerificationKernel
-from verifier.stats import BIAS_DETECTED, PASS, Adjustment, CellTestResult, accepted_count_test, adjust, gof_test, token_counts
+from verifier.stats import BIAS_DETECTED, PASS, UNDERPOWERED, Adjustment, CellTestResult, accepted_count_test, adjust, gof_test, token_counts
 
 __all__ = [
     "KernelCase",
@@ -56,6 +56,7 @@ __all__ = [
 
 EXACT_MAX_VOCAB = 16  # above this, blind_cell_reasons checks the two classic causes in float64 (exact laws get slow)
 DEFAULT_BATCH = 8192  # draws per kernel call: large enough to amortise Python overhead, small in memory
+KERNEL_TARGET_TV = 0.03  # a kernel-audit case whose cells cannot see this TV is UNDERPOWERED, never PASS
 GRID_DENOMINATOR = 10  # adversarial search over probs that are multiples of 1/10
 
 
@@ -346,12 +347,52 @@ class KernelCell:
 
 
 class _KernelVerdict:
-    """Verdict properties shared by chain and tree kernel audits (needs ``adjustment``, ``alpha``, ``conformance``)."""
+    """Verdict properties shared by chain and tree kernel audits (needs ``adjustment``, ``alpha``, ``conformance``, ``target_tv``)."""
 
     @property
     def verdict(self) -> str:
-        """The bias verdict: about the emitted tokens only."""
-        return BIAS_DETECTED if self.adjustment.family_rejected else PASS
+        """The bias verdict, about the emitted tokens only: ``BIAS DETECTED``, ``UNDERPOWERED`` or ``PASS``.
+
+        ``UNDERPOWERED`` when the family is not rejected but some cell's minimum detectable TV (at
+        power .99 and the cell's level) exceeds ``target_tv``: such a case cannot claim PASS.
+        """
+        if self.adjustment.family_rejected or any(c.result.support_violations for c in self.cells):
+            return BIAS_DETECTED
+        return UNDERPOWERED if self.underpowered_cells() else PASS
+
+    def underpowered_cells(self) -> list:
+        """Cells whose minimum detectable TV exceeds ``target_tv`` (they cannot see it)."""
+        return [c for c in self.cells if c.result.underpowered(self.target_tv)]
+
+    def draws_needed(self) -> int | None:
+        """Draws the case needs so every cell sees ``target_tv`` (None when even 1e9 rows cannot; 0 when powered).
+
+        Per cell: :func:`verifier.stats.power.samples_for_mde` of :func:`verifier.stats.gof.gof_mde` at the
+        cell's level, scaled by the share of draws that reach the cell.
+        """
+        from verifier.stats.gof import gof_mde
+        from verifier.stats.power import samples_for_mde
+
+        need = 0
+        for c in self.underpowered_cells():
+            n = max(1, int(c.result.n))
+            probs = np.asarray(c.expected_probs, dtype=np.float64)
+            cell_n = samples_for_mde(lambda m: gof_mde(m, probs, alpha=self.alpha).tv, self.target_tv, n_min=n)
+            if cell_n is None:
+                return None
+            need = max(need, int(np.ceil(cell_n * self.num_draws / n)))
+        return need
+
+    def power_note(self) -> str:
+        """One line on an UNDERPOWERED case: the largest MDE and the draws needed (empty otherwise)."""
+        weak = self.underpowered_cells()
+        if self.verdict != UNDERPOWERED or not weak:
+            return ""
+        worst = max(weak, key=lambda c: c.result.mde.tv)
+        need = self.draws_needed()
+        return (f"UNDERPOWERED: cell {worst.name} can only see TV >= {worst.result.mde.tv:.3g} > target TV {self.target_tv:g} "
+                f"at n = {self.num_draws} draws; " + (f"n needed: {need} draws (--num-draws {need})" if need else
+                                                      "no feasible n (<= 1e9) reaches it"))
 
     @property
     def conforms(self) -> bool | None:
@@ -380,6 +421,7 @@ class KernelAuditResult(_KernelVerdict):
     blind: list[str] = field(default_factory=list)
     acceptance: dict = field(default_factory=dict)  # verifier.runner.acceptance.AcceptanceAudit.to_dict()
     conformance: KernelCell | None = None  # only with acceptance="canonical" declared
+    target_tv: float = KERNEL_TARGET_TV  # a cell that cannot see this TV makes the case UNDERPOWERED
 
     def summary(self) -> str:
         i = int(np.argmin(self.adjustment.adjusted_pvalues))
@@ -415,8 +457,9 @@ def _acceptance(case: KernelCase, emitted: np.ndarray, label: str, alpha: float,
 
 
 def audit_kernel(kernel: VerificationKernel, case: KernelCase, *, num_draws: int = 200_000, seed: int = 0, alpha: float = 1e-3,
-                 batch_size: int = DEFAULT_BATCH, name: str | None = None, acceptance: str = "any") -> KernelAuditResult:
-    """Audit a verification kernel on one synthetic case: PASS or BIAS DETECTED.
+                 batch_size: int = DEFAULT_BATCH, name: str | None = None, acceptance: str = "any",
+                 target_tv: float = KERNEL_TARGET_TV) -> KernelAuditResult:
+    """Audit a verification kernel on one synthetic case: PASS, BIAS DETECTED or UNDERPOWERED.
 
     Parameters
     ----------
@@ -433,6 +476,9 @@ def audit_kernel(kernel: VerificationKernel, case: KernelCase, *, num_draws: int
     acceptance : {"any", "canonical"}, default "any"
         ``"canonical"`` declares the min(1, p/q) rule: the accepted-count law is then tested
         (``conformance``), apart from the bias verdict.
+    target_tv : float, default 0.03
+        Smallest bias (total variation) the case must be able to see: a case not rejected whose cells'
+        minimum detectable TV exceeds it is ``UNDERPOWERED`` (never PASS).
 
     Returns
     -------
@@ -447,6 +493,8 @@ def audit_kernel(kernel: VerificationKernel, case: KernelCase, *, num_draws: int
     """
     if not 0 < alpha < 1:
         raise invalid_argument("alpha", alpha, "a number in (0, 1)")
+    if not 0 < target_tv < 1:
+        raise invalid_argument("target_tv", target_tv, "a total variation in (0, 1)")
     if acceptance not in ("any", "canonical"):
         raise invalid_argument("acceptance", acceptance, "'any' or 'canonical'")
     emitted = draw_kernel_samples(kernel, case, num_draws, seed, batch_size=batch_size)
@@ -456,4 +504,4 @@ def audit_kernel(kernel: VerificationKernel, case: KernelCase, *, num_draws: int
     label = name or getattr(kernel, "name", None) or getattr(kernel, "__name__", type(kernel).__name__)
     audit, conformance = _acceptance(case, emitted, label, alpha, acceptance)
     return KernelAuditResult(kernel=label, case=case, num_draws=num_draws, seed=seed, alpha=alpha, cells=cells,
-                             adjustment=adjustment, blind=blind, acceptance=audit, conformance=conformance)
+                             adjustment=adjustment, blind=blind, acceptance=audit, conformance=conformance, target_tv=target_tv)

@@ -31,7 +31,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from verifier.audit.kernel_audit import DEFAULT_BATCH, KernelCell, _KernelVerdict
+from verifier.audit.kernel_audit import DEFAULT_BATCH, KERNEL_TARGET_TV, KernelCell, _KernelVerdict
 from verifier.audit.plugins import check_kernel_output
 from verifier.errors import DecoderError, invalid_argument
 from verifier.exact.cases import standard_tabular_pairs
@@ -200,18 +200,26 @@ class TreeKernelAuditResult(_KernelVerdict):
     cells: list[KernelCell]
     adjustment: Adjustment
     conformance: KernelCell | None = None  # accepted count vs the declared rule (not a bias cell)
+    target_tv: float = KERNEL_TARGET_TV  # a cell that cannot see this TV makes the case UNDERPOWERED
+
+    def _effect(self, i: int) -> str:
+        """The worst cell's TV estimate with its interval, only when the cell could see ``target_tv``."""
+        res = self.cells[i].result
+        if res.effect is None or res.underpowered(self.target_tv):
+            return ""
+        return f", TV estimate {res.effect.estimate:.3g} [{res.effect.ci_low:.3g}, {res.effect.ci_high:.3g}]"
 
     def summary(self) -> str:
         i = int(np.argmin(self.adjustment.adjusted_pvalues))
         return (f"{self.kernel} on {self.case.name} ({self.proposal} children): {self.verdict} (n={self.num_draws}, seed={self.seed}, "
                 f"alpha={self.alpha:g}, {self.adjustment.method}; worst cell {self.cells[i].name}: "
-                f"p_adj={self.adjustment.adjusted_pvalues[i]:.3g}, TV~{self.cells[i].result.effect.estimate if self.cells[i].result.effect else float('nan'):.3g})")
+                f"p_adj={self.adjustment.adjusted_pvalues[i]:.3g}{self._effect(i)})")
 
 
 def audit_tree_kernel(kernel: Callable, case: TreeCase, *, proposal: str | None = None, rule: str | None = None, expected: str = "target",
                       num_draws: int = 50_000, seed: int = 0, alpha: float = 1e-3, batch_size: int = DEFAULT_BATCH,
-                      name: str | None = None) -> TreeKernelAuditResult:
-    """Audit a tree verification kernel on one synthetic tree case: PASS or BIAS DETECTED.
+                      name: str | None = None, target_tv: float = KERNEL_TARGET_TV) -> TreeKernelAuditResult:
+    """Audit a tree verification kernel on one synthetic tree case: PASS, BIAS DETECTED or UNDERPOWERED.
 
     Parameters
     ----------
@@ -234,6 +242,9 @@ def audit_tree_kernel(kernel: Callable, case: TreeCase, *, proposal: str | None 
         Family-wise false-alarm rate over the cells (Holm + Cauchy combination; cells share draws).
     batch_size : int, default 8192
     name : str, optional
+    target_tv : float, default 0.03
+        Smallest bias (total variation) the case must see: not rejected with a cell whose minimum
+        detectable TV exceeds it is ``UNDERPOWERED``, never PASS.
 
     Returns
     -------
@@ -274,4 +285,4 @@ def audit_tree_kernel(kernel: Callable, case: TreeCase, *, proposal: str | None 
     adjustment = adjust([c.result for c in cells], alpha=alpha, mode="gate", dependent=True)
     label = name or getattr(kernel, "__name__", type(kernel).__name__)
     return TreeKernelAuditResult(label, case, proposal, rule_obj.name if rule_obj else None, expected, num_draws, seed, alpha, cells,
-                                 adjustment, conformance)
+                                 adjustment, conformance, target_tv)

@@ -31,11 +31,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-from verifier.errors import EXIT_BIAS, EXIT_OK, EXIT_USAGE, invalid_argument
+from verifier.errors import EXIT_BIAS, EXIT_OK, EXIT_UNDERPOWERED, EXIT_USAGE, invalid_argument
 
 HELP = "Audit a third-party decoder (module:factory), verification kernel, or imported JSONL samples."
 DEFAULT_REPORT_DIR = "reports"
-KERNEL_TARGET_TV = 0.03  # kernel/engine reports: a cell that cannot see this TV is UNDERPOWERED
+from verifier.audit.kernel_audit import KERNEL_TARGET_TV  # noqa: E402  kernel/engine mode: a cell that cannot see this TV is UNDERPOWERED
 
 
 def _option(text: str) -> tuple[str, Any]:
@@ -90,8 +90,8 @@ def register(parser: argparse.ArgumentParser) -> None:
                         help="smallest bias to rule out, as a total variation distance between the decoder's and the "
                              "target's law of the first token, of each later position and of the first J tokens "
                              "(J <= 3); n is planned so every such cell detects it with power 0.99 at its "
-                             f"per-cell alpha. Default: {DEFAULT_TARGET_TV} (kernel/engine mode with --report-dir: a cell "
-                             f"that cannot see TV is UNDERPOWERED; default there {KERNEL_TARGET_TV})")
+                             f"per-cell alpha. Default: {DEFAULT_TARGET_TV} (kernel/engine mode: a case whose cells "
+                             f"cannot see TV is UNDERPOWERED; default there {KERNEL_TARGET_TV})")
     parser.add_argument("--num-samples", type=int, default=None, metavar="N",
                         help="samples per prompt (per arm in black-box mode). Default: planned from --target-tv "
                              "(known-p), 2000 (black-box); fewer than planned -> UNDERPOWERED with the n needed")
@@ -228,11 +228,13 @@ def _run_kernel(args) -> int:
     for c in cases:
         start = time.perf_counter()
         results.append(audit_kernel(kernel, c, num_draws=args.num_draws, seed=args.seed, alpha=args.alpha,
-                                    acceptance=args.acceptance))
+                                    acceptance=args.acceptance, target_tv=args.target_tv))
         seconds = time.perf_counter() - start
         times.append(seconds)
         r = results[-1]
         print(f"{r.summary()} [{seconds:.1f} s, {args.num_draws / seconds:,.0f} draws/s]")
+        if r.power_note():
+            print(f"  {r.power_note()}")
         print(f"  acceptance: {r.acceptance['note']}")  # beside the verdict, never part of it
         if r.conforms is not None:
             print(f"  acceptance rule conformance (declared canonical): {'CONFORMS' if r.conforms else 'NONCONFORMING'} "
@@ -247,9 +249,14 @@ def _run_kernel(args) -> int:
          {"verdict": "CONFORMS" if r.conforms else "NONCONFORMING", "pvalue": r.conformance.result.pvalue}} for r in results]})
     if args.report_dir:
         return _write_kernel_report(args, kernel, engine, results, times)
-    return EXIT_BIAS if any(r.verdict != "PASS" or r.conforms is False for r in results) else EXIT_OK
+    return _kernel_exit(results)
 
 
+def _kernel_exit(results) -> int:
+    """1 on any bias or nonconformance, else 4 when any case is UNDERPOWERED, else 0."""
+    if any(r.verdict == "BIAS DETECTED" or r.conforms is False for r in results):
+        return EXIT_BIAS
+    return EXIT_UNDERPOWERED if any(r.verdict == "UNDERPOWERED" for r in results) else EXIT_OK
 
 
 def _blind_notes(pair, prompts, sampling, tolerance: float, rules_arg: str | None, decoder: str | None) -> list[str]:

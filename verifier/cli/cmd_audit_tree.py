@@ -7,7 +7,8 @@ arguments, or a factory taking ``--option`` values).  It is driven on synthetic 
 (:func:`verifier.audit.tree_kernel_audit.standard_tree_kernel_cases`) whose expected laws come
 from the exact tree enumerator.  Exit 0 when every case passes, 1 when bias is detected on a case
 (or, with ``--rule``, the acceptance does not conform to it), 2 on a usage error, 3 when the kernel
-crashes or returns invalid output.
+crashes or returns invalid output, 4 when a case's cells cannot see ``--target-tv`` (UNDERPOWERED,
+with the draws needed).
 """
 
 from __future__ import annotations
@@ -38,6 +39,11 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--case", action="append", default=[], metavar="NAME",
                         help="run only these cases (unigram3/3, trigram3/2;2,2; repeatable). Default: all")
     parser.add_argument("--num-draws", type=int, default=50_000, metavar="N", help="rows per case. Default: 50000")
+    from verifier.audit.kernel_audit import KERNEL_TARGET_TV
+
+    parser.add_argument("--target-tv", type=float, default=KERNEL_TARGET_TV, metavar="TV",
+                        help="smallest bias (total variation of the first N tokens' law) a case must see; a case that "
+                             f"cannot is UNDERPOWERED (exit 4). Default: {KERNEL_TARGET_TV}")
     parser.add_argument("--alpha", type=float, default=1e-3, help="family-wise false-alarm rate per case. Default: 0.001")
     parser.add_argument("--seed", type=int, default=0, help="Default: 0")
     parser.add_argument("--json", metavar="FILE", help="write the verdict and every cell as JSON")
@@ -76,9 +82,11 @@ def run(args: argparse.Namespace) -> int:
         cases = [by_name[c] for c in args.case]
     proposal = args.proposal or (TREE_RULES[builtin].proposal if builtin and not args.rule else None)
     results = [audit_tree_kernel(kernel, c, proposal=proposal, rule=args.rule, expected=args.expected, num_draws=args.num_draws,
-                                 seed=args.seed, alpha=args.alpha, name=args.kernel) for c in cases]
+                                 seed=args.seed, alpha=args.alpha, name=args.kernel, target_tv=args.target_tv) for c in cases]
     for r in results:
         print(r.summary())
+        if r.power_note():
+            print(f"  {r.power_note()}")
         for cell, p_adj in zip(r.cells, r.adjustment.adjusted_pvalues):
             print(f"  {cell.name}: statistic={cell.result.statistic:.4g} p={cell.result.pvalue:.3g} p_adj={p_adj:.3g}")
         if r.conforms is not None:
@@ -88,10 +96,13 @@ def run(args: argparse.Namespace) -> int:
         with open(args.json, "w") as fh:
             json.dump({"mode": "tree-kernel", "kernel": args.kernel, "results": [
                 {"case": r.case.name, "proposal": r.proposal, "rule": r.rule, "expected": r.expected, "verdict": r.verdict,
+                 "target_tv": r.target_tv, "draws_needed": r.draws_needed() if r.verdict == "UNDERPOWERED" else None,
                  "num_draws": r.num_draws, "seed": r.seed, "alpha": r.alpha,
                  "cells": [{"name": c.name, "statistic": c.result.statistic, "pvalue": c.result.pvalue, "p_adj": float(p)}
                            for c, p in zip(r.cells, r.adjustment.adjusted_pvalues)],
                  "acceptance_conformance": None if r.conforms is None else
                  {"verdict": "CONFORMS" if r.conforms else "NONCONFORMING", "pvalue": r.conformance.result.pvalue}} for r in results]},
                 fh, indent=2)
-    return EXIT_BIAS if any(r.verdict != "PASS" or r.conforms is False for r in results) else EXIT_OK
+    from verifier.cli.cmd_audit import _kernel_exit
+
+    return _kernel_exit(results)

@@ -16,7 +16,10 @@ here, per sample set, as an **efficiency figure**:
   position 1 alone is ``sum min(p, q)`` at the prompt);
 * the ratio of target passes per emitted token, canonical tokens per round over observed.
 
-A decoder whose acceptance is **far below canonical** gets a loud note (a performance bug, not a
+A first-position acceptance whose 99% lower bound is above ``sum min(p, q)`` (the coupling bound,
+which the canonical rule attains and no lossless decoder drafting from the suite's draft exceeds)
+gets the loud note "ACCEPTANCE ABOVE THE COUPLING BOUND" (fabricated stats or another draft),
+never a speed-up.  A decoder whose acceptance is **far below canonical** gets a loud note (a performance bug, not a
 bias): far means the upper end of the observed mean accepted drafts per round's interval is
 below :data:`FAR_BELOW_FRACTION` of the canonical mean.  The audit never changes the bias
 verdict, and a decoder that reports no ``last_stats`` just gets "not reported".
@@ -68,6 +71,7 @@ class AcceptanceAudit:
     all_rounds_mean_accepted: float | None = None
     canonical_source: str | None = None
     far_below: bool = False
+    above_bound: bool = False  # position-1 acceptance significantly above sum min(p, q) (the coupling bound)
     note: str = ""
 
     def to_dict(self) -> dict[str, Any]:
@@ -161,6 +165,14 @@ def _efficiency_note(a: AcceptanceAudit, confidence: float) -> str:
     a.passes_ratio = a.canonical_tokens_per_round / a.tokens_per_round
     canon = f"where the canonical rule accepts {a.canonical_mean_accepted / k:.0%} ({a.canonical_mean_accepted:.2f})"
     lo, hi = a.mean_accepted_ci
+    first = a.positions[0] if a.positions else {}
+    if first.get("ci") is not None and first.get("canonical") is not None and first["ci"][0] > first["canonical"]:
+        a.above_bound = True  # P(draft 1 accepted) <= TV coupling bound sum min(p, q) for any lossless decoder
+        return (f"ACCEPTANCE ABOVE THE COUPLING BOUND: implausible for a lossless decoder drafting from this draft model "
+                f"(fabricated stats, or another draft/processing): {observed}; draft 1 accepted in {first['observed']:.0%} of "
+                f"first rounds ({confidence:.0%} CI [{first['ci'][0]:.3f}, {first['ci'][1]:.3f}]) but no lossless decoder "
+                f"drafting from this draft can exceed sum min(p, q) = {first['canonical']:.3f} (not a bias verdict; no "
+                "speed-up is claimed)")
     if hi < FAR_BELOW_FRACTION * a.canonical_mean_accepted:
         a.far_below = True
         return (f"ACCEPTANCE FAR BELOW CANONICAL (a performance bug, not a bias): {observed} {canon}: about "

@@ -282,11 +282,9 @@ def _sample(ctx: _Context, store: SampleStore, progress: bool, log: Callable[[st
                     _check_seed_used(seen_chunks, plan, index, seed, tokens, spec.name)
                     stats = getattr(decoder, "last_stats", None)
                     fra = getattr(stats, "first_round_accepted", None) if stats is not None else None
-                    if fra is not None and np.asarray(fra).shape != (rows,):
-                        fra = None  # a malformed figure is audited as "not reported"
                     counts = getattr(stats, "accepted_counts", None) if stats is not None else None
                     fra, counts = check_decoder_stats(fra, counts, num_draft_tokens=plan.num_draft_tokens,
-                                                      decoder_name=spec.name)
+                                                      decoder_name=spec.name, num_samples=rows)
                 except DecoderError as exc:
                     kept = sum(1 for i in range(plan.num_chunks) if store.chunk_path(plan.set_id, i).is_file())
                     errors[spec.name] = {

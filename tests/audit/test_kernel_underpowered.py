@@ -1,0 +1,32 @@
+"""Kernel and tree-kernel audits at tiny n are UNDERPOWERED (exit 4 with the draws needed), never PASS.
+
+Regression for breakit items 2 and 3: at n = 20 (10) draws every cell's minimum detectable TV (power
+.99, alpha 1e-3) is far above the kernel target TV 0.03, so no PASS may be claimed.
+"""
+
+from verifier.audit.kernel_audit import audit_kernel, standard_kernel_cases
+from verifier.audit.tree_kernel_audit import audit_tree_kernel, standard_tree_kernel_cases
+from verifier.cli import main
+from verifier.decoders.kernels import full_p_fallback_kernel
+from verifier.decoders.tree_kernels import TREE_KERNELS
+
+
+def test_kernel_audit_tiny_n_is_underpowered():
+    r = audit_kernel(full_p_fallback_kernel, standard_kernel_cases()[0], num_draws=20, seed=0, alpha=1e-3)
+    assert r.verdict == "UNDERPOWERED"
+    assert r.draws_needed() > 20 and "n needed" in r.power_note()
+
+
+def test_kernel_audit_cli_tiny_n_exits_4(capsys):
+    rc = main(["audit", "--kernel", "verifier.decoders.kernels:full_p_fallback_kernel", "--num-draws", "20", "--case", "seed-3token"])
+    out = capsys.readouterr().out
+    assert rc == 4 and "PASS" not in out and "UNDERPOWERED" in out
+
+
+def test_tree_kernel_audit_tiny_n_is_underpowered_without_tv_claim(capsys):
+    case = standard_tree_kernel_cases()[0]
+    r = audit_tree_kernel(TREE_KERNELS["residual_not_updated"], case, num_draws=10, seed=0, alpha=1e-3)
+    assert r.verdict == "UNDERPOWERED" and "TV~" not in r.summary()
+    rc = main(["audit-tree", "--kernel", "residual_not_updated", "--num-draws", "10", "--case", case.name])
+    out = capsys.readouterr().out
+    assert rc == 4 and "PASS" not in out and "TV~" not in out
