@@ -27,7 +27,8 @@ class TableSampler:
 
     def __init__(self, target_model: TabularLM, draft_model: TabularLM, bias: float = 0.0,
                  crash_after_calls: int | None = None, garbage: bool = False, sleep_s: float = 0.0,
-                 report_accepted: bool = False, num_draft_tokens: int = 1, sharpen: float = 1.0) -> None:
+                 report_accepted: bool = False, num_draft_tokens: int = 1, sharpen: float = 1.0,
+                 stats_rows: int | None = None) -> None:
         self.target, self.draft = target_model, draft_model
         self.table = target_model.float_table()
         mix = draft_model.float_table()
@@ -41,6 +42,7 @@ class TableSampler:
         self.calls = 0
         self.k = num_draft_tokens
         self.report_accepted = report_accepted
+        self.stats_rows = stats_rows  # report_accepted with arrays of this length (a malformed figure) instead of num_samples
         self.last_stats = None
         self.name = "table-sampler"
 
@@ -70,8 +72,9 @@ class TableSampler:
             with np.errstate(invalid="ignore"):
                 return bad.astype(np.int64)
         if self.report_accepted:  # a plain sampler "accepts" nothing: a wrong accepted-count law
-            self.last_stats = DecoderStats(rounds=num_samples, accepted_counts=np.zeros(num_samples, np.int64),
-                                           num_draft_tokens=self.k, first_round_accepted=np.zeros(num_samples, np.int64))
+            rows = num_samples if self.stats_rows is None else self.stats_rows
+            self.last_stats = DecoderStats(rounds=num_samples, accepted_counts=np.zeros(rows, np.int64),
+                                           num_draft_tokens=self.k, first_round_accepted=np.zeros(rows, np.int64))
         return out
 
 
