@@ -515,7 +515,7 @@ def _statistics(ctx: _Context, store: SampleStore, errors: dict[str, dict], allo
             untested += [why] if why else []
         verdict = decide(spec.name, spec.expect, cells, alpha=suite.stats.alpha,
                          correction=suite.stats.correction, target_mde=suite.stats.target_mde,
-                         error=errors.get(spec.name))
+                         error=errors.get(spec.name), max_new_tokens=max((p.max_new_tokens for p in plans), default=None))
         verdict.acceptance = audits
         if spec.acceptance == "canonical" and spec.name not in errors:
             verdict.conformance = acceptance.conformance(conformance_cells, suite.stats.alpha, untested)

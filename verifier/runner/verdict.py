@@ -13,7 +13,8 @@ Correction (DESIGN.md "Statistical defaults"), applied separately to each decode
 Decoder verdict: ``BIAS DETECTED`` when any cell is rejected (or the combination test rejects), else
 ``UNDERPOWERED`` when a cell's minimum detectable effect (total variation) exceeds the suite's
 ``target_mde`` (the reason names the rows per sample set that would reach it) or when no cell
-was tested at all, else ``PASS``; a support violation (a token at target prob 0, or at T = 0 a row
+was tested at all, or when no cell states a TV minimum detectable effect (PIT / surprisal cells
+only), else ``PASS`` with a reason naming the positions a TV cell covered and those only PIT checked; a support violation (a token at target prob 0, or at T = 0 a row
 off the greedy output) is BIAS and the reason quotes it; ``ERROR`` when the decoder crashed or returned invalid output.
 Expectation ``pass`` is met by ``PASS``; ``detect`` by ``BIAS DETECTED`` (an invalid output of a
 ``detect`` decoder also counts as detected: the defect was found).
@@ -28,6 +29,7 @@ import numpy as np
 
 from verifier.errors import EXIT_BIAS, EXIT_DECODER, EXIT_OK, EXIT_UNDERPOWERED
 from verifier.runner.analysis import CellResult
+from verifier.runner.coverage import NO_TV_CELL_REASON, has_tv_cell, pass_reason
 
 __all__ = ["PASS", "BIAS", "UNDERPOWERED", "ERROR", "DecoderVerdict", "decide", "cell_level", "exit_code",
            "underpowered_reason"]
@@ -76,7 +78,7 @@ class DecoderVerdict:
 
 
 def decide(decoder: str, expect: str, cells: list[CellResult], *, alpha: float, correction: str,
-           target_mde: float, error: dict[str, Any] | None = None) -> DecoderVerdict:
+           target_mde: float, error: dict[str, Any] | None = None, max_new_tokens: int | None = None) -> DecoderVerdict:
     """Correct the cells' p-values, set each cell's verdict, and return the decoder verdict.
 
     Parameters
@@ -90,6 +92,9 @@ def decide(decoder: str, expect: str, cells: list[CellResult], *, alpha: float, 
         Largest acceptable minimum detectable effect (total variation) of a chi-square cell.
     error : dict, optional
         Set when the decoder crashed or returned invalid output.
+    max_new_tokens : int, optional
+        Emitted positions per row; the PASS reason then names the positions no TV cell covers
+        (:func:`verifier.runner.coverage.pass_reason`).
     """
     from verifier.stats.multiple import adjust
 
@@ -141,17 +146,13 @@ def decide(decoder: str, expect: str, cells: list[CellResult], *, alpha: float, 
         verdict = UNDERPOWERED
         reason = underpowered_reason(cells, target_mde)
         met = False
+    elif not has_tv_cell(cells):  # PIT / surprisal only: no cell states a TV, so no PASS can claim one
+        verdict = UNDERPOWERED
+        reason = NO_TV_CELL_REASON
+        met = False
     else:
         verdict = PASS
-        tv_cells = sum(c.effect_unit == "tv" for c in cells)
-        if tv_cells == len(cells):
-            reason = f"no cell rejected at {method}; every cell sees TV <= {target_mde:g}"
-        elif tv_cells:
-            reason = (f"no cell rejected at {method}; every chi-square cell sees TV <= {target_mde:g} "
-                      f"({len(cells) - tv_cells} other cell(s) state their MDE in their own unit)")
-        else:  # only surprisal / PIT cells: none states a TV, so none can claim one
-            reason = (f"no cell rejected at {method}; no cell states a TV minimum detectable effect "
-                      "(surprisal / PIT cells only: see each cell's MDE in nats / KS distance)")
+        reason = pass_reason(cells, method, target_mde, max_new_tokens)
         met = expect == "pass"
     return DecoderVerdict(decoder, expect, verdict, met, method, combined, reason, error, cells)
 
