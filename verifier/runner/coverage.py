@@ -86,7 +86,7 @@ def pass_reason(cells: Sequence[Any], method: str, target_mde: float, max_new_to
     later = (sorted(set(range(1, max_new_tokens + 1)) - covered) if max_new_tokens else None)
     if later == []:
         return text
-    where = f"tokens {_ranges(later)}" if later else "later tokens"
+    where = f"token{'s' if len(later) > 1 else ''} {_ranges(later)}" if later else "later tokens"
     if pit:
         mde = max(c.mde for c in pit)
         return text + f"; {where} checked only by randomized PIT (KS MDE {mde:.2g})"
