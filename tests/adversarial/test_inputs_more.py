@@ -177,6 +177,15 @@ def test_dtype_on_tabular_models_is_refused(tmp_path, capsys):
     assert "--dtype='bfloat16'" in capsys.readouterr().err
 
 
+def test_audit_half_dtype_on_tabular_models_is_refused(plugin, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for extra in ([], ["--blackbox-reference", "reference"]):
+        code = main(["audit", "--decoder", plugin, "--target", "tabular:trigram3", "--prompt-ids", "0,1",
+                     "--num-samples", "20", "--max-new-tokens", "2", "--dtype", "float16", *extra])
+        err = capsys.readouterr().err
+        assert code == EXIT_USAGE and "--dtype='float16'" in err, err
+
+
 # 16 -- huge numbers in an (otherwise correct) error message
 def test_huge_sample_count_is_printed_compactly():
     data = suite(default_profile="x", profiles={"x": {"sample_scale": 1e300}})

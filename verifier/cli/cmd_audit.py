@@ -185,9 +185,13 @@ def _check_output_path(flag: str, path: str | None) -> None:
 
 
 def _check_model_flags(args, pair) -> None:
-    """--vocab-size / --eos-token-id given together with a --target must agree with the target."""
+    """--vocab-size / --eos-token-id given together with a --target must agree with the target; no
+    half-precision --dtype for tabular models."""
     if pair is None:
         return
+    if args.dtype in ("float16", "bfloat16") and all(s.startswith("tabular:") for s in (args.target, _draft_spec(args))):
+        raise invalid_argument("--dtype", args.dtype, "float32 or float64 for tabular models (they compute in "
+                               "float64 and would silently ignore a half-precision dtype)")
     if args.vocab_size is not None and args.vocab_size != pair.vocab_size:
         raise invalid_argument("--vocab-size", args.vocab_size, f"the target's value {pair.vocab_size} (--target "
                                f"{args.target!r} defines it; omit the flag or make it agree)")

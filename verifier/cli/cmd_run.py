@@ -108,9 +108,9 @@ def run(args: argparse.Namespace) -> int:
                 if args.device:
                     table["device"] = args.device
                 if args.dtype:
-                    if args.dtype != "float32" and all(str(table.get(r, "")).startswith("tabular:") for r in ("target", "draft")):
+                    if args.dtype in ("float16", "bfloat16") and all(str(table.get(r, "")).startswith("tabular:") for r in ("target", "draft")):
                         raise ConfigError(f"--dtype={args.dtype!r} is invalid for the tabular models of this suite; "
-                                          "allowed: float32 or no --dtype (tabular models compute exactly in float64)")
+                                          "allowed: float32, float64 or no --dtype (tabular models compute in float64)")
                     table["dtype"] = args.dtype
             suite = parse_suite(raw, source=suite.source, base_dir=suite.base_dir).with_profile(suite.profile)
         if args.shard and not args.run_dir:
