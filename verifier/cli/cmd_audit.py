@@ -170,9 +170,38 @@ def _check_output_path(flag: str, path: str | None) -> None:
         why = "it is a folder"
     elif not folder.is_dir() or not os.access(folder, os.W_OK):
         why = f"{str(folder)!r} is not a writable folder"
-    else:
-        return
+    else:  # os.access says yes for root even where creating fails (/proc): try to create it
+        existed = Path(path).exists()
+        try:
+            with open(path, "a", encoding="utf-8"):
+                pass
+        except OSError as exc:
+            why = exc.strerror or str(exc)
+        else:
+            if not existed:
+                Path(path).unlink(missing_ok=True)
+            return
     raise ReportWriteError(f"{flag}={path!r} cannot be written: {why}; allowed: a file path in an existing, writable folder")
+
+
+def _check_model_flags(args, pair) -> None:
+    """--vocab-size / --eos-token-id given together with a --target must agree with the target; no
+    half-precision --dtype for tabular models."""
+    if pair is None:
+        return
+    if args.dtype in ("float16", "bfloat16") and all(s.startswith("tabular:") for s in (args.target, _draft_spec(args))):
+        raise invalid_argument("--dtype", args.dtype, "float32 or float64 for tabular models (they compute in "
+                               "float64 and would silently ignore a half-precision dtype)")
+    if args.vocab_size is not None and args.vocab_size != pair.vocab_size:
+        raise invalid_argument("--vocab-size", args.vocab_size, f"the target's value {pair.vocab_size} (--target "
+                               f"{args.target!r} defines it; omit the flag or make it agree)")
+    eos = args.eos_token_id
+    if eos is not None and pair.eos_token_id is not None and eos != pair.eos_token_id:
+        raise invalid_argument("--eos-token-id", eos, f"the target's value {pair.eos_token_id} (--target "
+                               f"{args.target!r} defines it; omit the flag or make it agree)")
+    if eos is not None and not 0 <= eos < pair.vocab_size:
+        raise invalid_argument("--eos-token-id", eos, f"a token id in 0..{pair.vocab_size - 1} (the target's "
+                               "vocabulary)")
 
 
 def _check_prompts(pair, prompts, name: str) -> None:
@@ -387,6 +416,7 @@ def _run_known_p(args, sampling) -> int:
         if not args.target:
             raise invalid_argument("--target", None, "a target model for known-p mode (or use --blackbox-reference SPEC)")
         pair = _pair(args)
+        _check_model_flags(args, pair)
         prompts = [("ids", tuple(p)) for p in args.prompt_ids] + [("text", t) for t in args.prompt]
         if args.prompt_ids:
             _check_prompts(pair, args.prompt_ids, "--prompt-ids")
@@ -511,6 +541,7 @@ def run(args: argparse.Namespace) -> int:
     from verifier.audit.plugins import load_decoder
 
     pair = _pair(args)
+    _check_model_flags(args, pair)
     vocab = args.vocab_size if args.vocab_size is not None else (pair.vocab_size if pair else None)
     eos = args.eos_token_id if args.eos_token_id is not None else (pair.eos_token_id if pair else None)
     context = {}

@@ -30,6 +30,15 @@ def run(args: argparse.Namespace) -> int:
     from verifier.runner import load_run_suite, new_run_dir
     from verifier.runner.shard import merge_runs
 
+    seen: dict = {}
+    for d in args.run_dirs:
+        key = Path(d).resolve()
+        if key in seen:
+            from verifier.errors import invalid_argument
+
+            raise invalid_argument("RUN_DIR", d, f"each run folder once ({d!r} is the same folder as {seen[key]!r}; "
+                                   "merging it twice would count its samples twice)")
+        seen[key] = d
     if args.out:
         out = Path(args.out)
     elif len(args.run_dirs) == 1:

@@ -108,8 +108,14 @@ def run(args: argparse.Namespace) -> int:
                 if args.device:
                     table["device"] = args.device
                 if args.dtype:
+                    if args.dtype in ("float16", "bfloat16") and all(str(table.get(r, "")).startswith("tabular:") for r in ("target", "draft")):
+                        raise ConfigError(f"--dtype={args.dtype!r} is invalid for the tabular models of this suite; "
+                                          "allowed: float32, float64 or no --dtype (tabular models compute in float64)")
                     table["dtype"] = args.dtype
             suite = parse_suite(raw, source=suite.source, base_dir=suite.base_dir).with_profile(suite.profile)
+        if args.shard and not args.run_dir:
+            raise ConfigError(f"--shard={args.shard!r} needs --run-dir DIR (every shard of a run writes into the "
+                              "same folder; `specverify merge` reads it); allowed: --shard I/N with --run-dir DIR")
         run_dir = Path(args.run_dir) if args.run_dir else new_run_dir(args.report_dir, suite)
         print(f"suite {suite.name!r} ({suite.source}), profile {suite.profile}, seed {suite.seed} -> {run_dir}")
     if args.shard:

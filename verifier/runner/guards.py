@@ -127,6 +127,11 @@ def _gib(n: float) -> str:
     return f"{n / 2**30:.3g} GiB"
 
 
+def _count(n: float) -> str:
+    """A count as digits up to 10**12, beyond that compactly (``6e+299``), not hundreds of digits."""
+    return str(int(n)) if abs(n) < 10**12 else f"{float(n):.3g}"
+
+
 def check_sizes(suite: Any, available: int | None = None) -> None:
     """Refuse sample budgets whose emitted tokens cannot fit in memory.
 
@@ -152,7 +157,7 @@ def check_sizes(suite: Any, available: int | None = None) -> None:
         if need > limit:
             most = max(0, int(limit // (sets * row * SET_COPIES)))
             raise ConfigError(
-                f"{where}: samples={d.samples} x max_new_tokens={d.max_new_tokens} over {sets} sample set(s) needs "
+                f"{where}: samples={_count(d.samples)} x max_new_tokens={_count(d.max_new_tokens)} over {sets} sample set(s) needs "
                 f"about {_gib(need)} of memory for the statistics; the limit is {_gib(limit)} "
                 f"({MEMORY_SHARE:.0%} of the {_gib(available)} available). Allowed: samples <= {most} at this "
                 "max_new_tokens (or a smaller max_new_tokens, or shards on more machines: run --shard I/N)")
@@ -160,7 +165,7 @@ def check_sizes(suite: Any, available: int | None = None) -> None:
         if chunk > limit:
             most = max(0, int(limit // (row * CHUNK_COPIES)))
             raise ConfigError(
-                f"{where}: chunk_size={d.chunk_size} x max_new_tokens={d.max_new_tokens} needs about {_gib(chunk)} "
+                f"{where}: chunk_size={_count(d.chunk_size)} x max_new_tokens={_count(d.max_new_tokens)} needs about {_gib(chunk)} "
                 f"of memory per chunk; the limit is {_gib(limit)} ({MEMORY_SHARE:.0%} of the {_gib(available)} "
                 f"available). Allowed: chunk_size <= {most} at this max_new_tokens")
 

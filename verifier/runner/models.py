@@ -196,7 +196,12 @@ def _resolve_one(spec: str, role: str, base_dir: Path, where: str) -> tuple[Any,
         except (ImportError, AttributeError) as exc:
             raise ConfigError(f"{where}={spec!r} cannot be imported: {exc}") from None
         if callable(obj) and not isinstance(obj, (TabularLM, torch.nn.Module)):
-            obj = obj()
+            try:
+                obj = obj()
+            except Exception as exc:  # the user's factory: report it as a config error, not a traceback
+                raise ConfigError(f"{where}={spec!r} failed when called with no arguments "
+                                  f"({type(exc).__name__}: {exc}); allowed: a TabularLM, a torch causal LM, "
+                                  "or a factory that takes no arguments and returns one") from None
         if not isinstance(obj, (TabularLM, torch.nn.Module)):
             raise ConfigError(f"{where}={spec!r} gave {type(obj).__name__}; allowed: a TabularLM or a torch causal LM")
         return obj, None

@@ -306,6 +306,9 @@ class _Reader:
             )
 
 
+_HALF = ("float16", "bfloat16")  # dtypes a tabular pair cannot honour (it computes in float64)
+
+
 def _check_choice(r: _Reader, key: str, value: Any, choices: tuple) -> None:
     if value not in choices:
         r._fail(r.path(key), value, " | ".join(map(repr, choices)))
@@ -347,7 +350,19 @@ def _parse_decoder_grid(r: _Reader, base: Mapping[str, Any]) -> dict[str, Any]:
         r._fail(r.path("joint_tokens"), g["joint_tokens"], f"an integer in 2..{MAX_GOF_POSITION}")
     g["acceptance"] = r.get("acceptance", str, base.get("acceptance", "any"), " | ".join(map(repr, ACCEPTANCE_RULES)))
     _check_choice(r, "acceptance", g["acceptance"], ACCEPTANCE_RULES)
+    for key in ("prompts", "sampling", "num_draft_tokens", "tests", "gof_positions"):
+        _no_duplicates(r, key, g[key])
     return g
+
+
+def _no_duplicates(r: _Reader, key: str, values: Any) -> None:
+    """A repeated grid entry would count the same samples twice as evidence: refuse it."""
+    seen: set = set()
+    for v in values or ():
+        if v in seen:
+            r._fail(r.path(key), list(values), f"each entry at most once ({v!r} is repeated; a repeat would "
+                    "count the same samples twice)")
+        seen.add(v)
 
 
 def parse_suite(data: Mapping[str, Any], *, source: str = "<suite>", base_dir: Path | str = ".") -> Suite:
@@ -361,8 +376,9 @@ def parse_suite(data: Mapping[str, Any], *, source: str = "<suite>", base_dir: P
     if version != SCHEMA_VERSION:
         top._fail("schema_version", version, f"{SCHEMA_VERSION} (this spec-verifier reads schema version {SCHEMA_VERSION})")
     name = top.get("name", str)
-    if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
-        top._fail("name", name, "letters, digits, '_', '-', '.' (it names the report folder)")
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", name) or set(name) == {"."}:
+        top._fail("name", name, "a plain folder name: letters, digits, '_', '-', '.', not '.' or '..' "
+                  "(it names the report folder)")
     seed = top.get("seed", int, 0)
     if seed < 0:
         top._fail("seed", seed, "an integer >= 0")
@@ -392,6 +408,9 @@ def parse_suite(data: Mapping[str, Any], *, source: str = "<suite>", base_dir: P
             dtype=m.get("dtype", str, "float32"),
         )
         _check_choice(m, "dtype", pair.dtype, ("float32", "float64", "bfloat16", "float16"))
+        if pair.dtype in _HALF and pair.target.startswith("tabular:") and pair.draft.startswith("tabular:"):
+            m._fail(m.path("dtype"), pair.dtype, "'float32' (the default), 'float64' or no dtype key: tabular "
+                    "models compute in float64 and would silently ignore a half-precision dtype")
         m.done()
         models[mname] = pair
 
