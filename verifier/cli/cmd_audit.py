@@ -67,7 +67,8 @@ def register(parser: argparse.ArgumentParser) -> None:
     mode.add_argument("--kernel", metavar="SPEC", help="verification-kernel plugin (the kernel function or a factory)")
     mode.add_argument("--samples", metavar="FILE", help="imported samples, .jsonl or .jsonl.gz (streamed)")
     mode.add_argument("--resume", metavar="RUN_DIR", help="continue an interrupted audit run (its stored suite and plan)")
-    mode.add_argument("--engine", metavar="NAME", help="outside engine's verification kernel (see `specverify engines`)")
+    mode.add_argument("--engine", metavar="NAME", help="outside engine: its verification kernel (kernel audit) or its whole "
+                      "speculative decoder (known-p audit); see `specverify engines`")
     parser.add_argument("--engine-arg", action="append", type=_option, default=[], metavar="KEY=VALUE",
                         help="engine option (repeatable; VALUE is JSON if it parses), e.g. block_verification=true")
     parser.add_argument("--option", action="append", type=_option, default=[], metavar="KEY=VALUE",
@@ -434,6 +435,8 @@ def _run_known_p(args, sampling) -> int:
         for note in audit_plan.notes:
             print(f"note: {note}")
         plan = plan_record(audit_plan, seq, args.alpha)
+        if getattr(args, "engine_described", None):
+            plan["engine"] = args.engine_described
         suite = audit_plan.suite
         if args.save_suite:
             from verifier.errors import ReportWriteError
@@ -531,6 +534,8 @@ def run(args: argparse.Namespace) -> int:
         raise invalid_argument("--num-draft-tokens", args.num_draft_tokens, "an integer >= 1")
     if not args.blind_tolerance >= 0:
         raise invalid_argument("--blind-tolerance", args.blind_tolerance, "a total variation >= 0")
+    if args.engine and _route_decoder_engine(args):
+        return _run_known_p(args, _sampling(args))
     if args.kernel or args.engine:
         if args.target_tv is None:
             args.target_tv = KERNEL_TARGET_TV
@@ -564,6 +569,31 @@ def run(args: argparse.Namespace) -> int:
         if pair is not None:
             _check_prompts(pair, prompts, "--prompt-ids")
     return _run_blackbox(args, decoder, pair, prompts, sampling, vocab, eos, context, num_samples)
+
+
+def _route_decoder_engine(args) -> bool:
+    """``--engine NAME`` of kind "decoder": rewrite to ``--decoder verifier.engines.<module>:decoder``.
+
+    The engine options are checked (exit 2 before anything starts), the target defaults to
+    ``shipped:target`` and the engine converts the same checkpoints the harness scores
+    (``target_model`` / ``draft_model`` options).  Returns False for a kernel engine.
+    """
+    from verifier.engines import get_engine
+
+    engine = get_engine(args.engine)
+    if engine.kind != "decoder":
+        return False
+    if args.option:
+        raise invalid_argument("--option", dict(args.option), "--engine-arg KEY=VALUE with --engine (the engine's options)")
+    options = engine.resolve_options(dict(args.engine_arg))
+    engine.require_installed()
+    args.target = args.target or "shipped:target"
+    options.setdefault("target_model", args.target)
+    options.setdefault("draft_model", _draft_spec(args))
+    args.engine_described = engine.describe()
+    args.decoder, args.option, args.engine_arg, args.engine = engine.decoder_spec(), list(options.items()), [], None
+    print(f"engine {engine.name} ({engine.package}=={engine.version}): {engine.entry_point}")
+    return True
 
 
 def _blackbox_prompts(args, pair) -> list[list[int]]:

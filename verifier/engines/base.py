@@ -8,7 +8,11 @@ through the engine's own, unmodified code.  Two kinds exist:
     (``target_probs [B, k+1, V], draft_probs [B, k, V], draft_token_ids [B, k], generator ->
     emitted [B, k+1]``, -1 padded) so :func:`verifier.audit.kernel_audit.audit_kernel` drives it.
 ``kind = "decoder"``
-    The engine's whole speculative generation loop as a :class:`verifier.protocols.Decoder`.
+    The engine's whole speculative generation loop as a :class:`verifier.protocols.Decoder`
+    (:class:`verifier.engines.decoder.EngineDecoder`): the engine runs in its own venv
+    (``install_dir() / "venv"``) behind a worker process (:mod:`verifier.engines.bridge`), and the
+    adapter module has a plugin factory ``decoder(**options)``, so ``--engine NAME --engine-arg k=v``
+    is ``--decoder verifier.engines.<module>:decoder --option k=v`` with the engine described.
 
 An adapter module imports nothing heavy at module level: the engine is located and imported only
 when :meth:`Engine.make` is called, so ``specverify engines`` lists every engine, installed or not.
@@ -120,6 +124,16 @@ class Engine:
     def install_dir(cls) -> Path:
         """``engines_dir() / <package>-<version>``."""
         return engines_dir() / f"{cls.package}-{cls.version}"
+
+    @classmethod
+    def python(cls) -> Path:
+        """The interpreter of the engine's own venv (``install_dir() / "venv/bin/python"``; decoder-kind engines)."""
+        return cls.install_dir() / "venv" / "bin" / "python"
+
+    @classmethod
+    def decoder_spec(cls) -> str:
+        """Plugin spec of a decoder-kind engine's factory: ``verifier.engines.<module>:decoder``."""
+        return f"{cls.__module__}:decoder"
 
     @classmethod
     def install_record(cls) -> dict[str, Any] | None:

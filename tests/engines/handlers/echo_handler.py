@@ -1,0 +1,27 @@
+"""A real worker handler for the bridge tests: runs in a worker process, imports only numpy."""
+import os
+
+import numpy as np
+
+
+class Handler:
+    def __init__(self, vocab_size: int, fail_init: bool = False):
+        if fail_init:
+            raise ValueError("model file is corrupt")
+        self.vocab_size = vocab_size
+        print("engine banner printed to stdout")  # must not corrupt the protocol
+
+    def generate(self, prompt_ids, max_new_tokens, sampling, seeds):
+        rng = np.random.default_rng(int(seeds[0]))
+        tokens = rng.integers(0, self.vocab_size, size=(len(seeds), max_new_tokens))
+        return {"tokens": tokens, "accepted_counts": np.full(len(seeds), 1), "drafted": 2 * len(seeds), "accepted": len(seeds),
+                "extra": {"temperature": sampling["temperature"], "seeds": seeds.tolist()}}
+
+    def target_logits(self, prompt_ids):
+        return {"logits": np.log(np.full(self.vocab_size, 1.0 / self.vocab_size))}
+
+    def crash(self):
+        return {"x": 1 / 0}
+
+    def die(self):
+        os._exit(7)

@@ -1,0 +1,77 @@
+"""The engine bridge: a real worker process (this interpreter as the 'engine venv') behind EngineDecoder."""
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from verifier.engines.base import Engine
+from verifier.engines.bridge import EngineWorker, hashed_seeds
+from verifier.engines.decoder import EngineDecoder, checkpoint_dir
+from verifier.errors import DecoderError, InvalidArgumentError
+from verifier.sampling import SamplingConfig
+
+HANDLER = Path(__file__).parent / "handlers" / "echo_handler.py"
+
+
+class _Echo(Engine):
+    name = "echo"
+    kind = "decoder"
+    package = "echo"
+    version = "0"
+
+    @classmethod
+    def python(cls):
+        return Path(sys.executable)
+
+
+def _decoder(**kw):
+    return EngineDecoder(_Echo, HANDLER, init={"vocab_size": 7, **kw}, num_draft_tokens=2, vocab_size=7, eos_token_id=None,
+                         supported={"temperature", "top_k"})
+
+
+def test_generate_roundtrip_stats_and_hashed_seeds():
+    dec = _decoder()
+    try:
+        out = dec.generate([1, 2], 5, 3, SamplingConfig(temperature=0.7), seed=11)
+        assert out.shape == (5, 3) and out.dtype == np.int64 and out.max() < 7
+        assert dec.last_stats.rounds == 5 and dec.last_stats.extra["engine_drafted"] == 10
+        assert dec.last_stats.extra["temperature"] == 0.7
+        seeds = dec.last_stats.extra["seeds"]
+        assert len(set(seeds)) == 5 and np.all(np.diff(seeds) != 1)  # hashed, not consecutive
+        assert np.array_equal(out, dec.generate([1, 2], 5, 3, SamplingConfig(temperature=0.7), seed=11))
+        assert dec.target_logits([1]).shape == (7,)
+    finally:
+        dec.close()
+
+
+def test_unsupported_sampling_is_refused_before_the_engine_starts():
+    dec = _decoder()
+    with pytest.raises(InvalidArgumentError, match="top-p.*cannot express top_p"):
+        dec.generate([1], 2, 2, SamplingConfig(top_p=0.9), seed=0)
+    assert dec._worker is None
+
+
+def test_engine_exception_and_death_are_decoder_errors_with_engine_traceback():
+    worker = EngineWorker(sys.executable, HANDLER, name="echo", init={"vocab_size": 3})
+    with pytest.raises(DecoderError, match=r"(?s)ZeroDivisionError.*engine traceback:.*echo_handler.py"):
+        worker.call("crash")
+    assert worker.call("target_logits", prompt_ids=np.array([1]))["logits"].shape == (3,)  # still serving
+    with pytest.raises(DecoderError, match="(?s)worker died during 'die' \\(exit status 7\\).*banner"):
+        worker.call("die")
+    with pytest.raises(DecoderError, match="ValueError: model file is corrupt"):
+        EngineWorker(sys.executable, HANDLER, name="echo", init={"vocab_size": 3, "fail_init": True})
+    with pytest.raises(DecoderError, match="does not exist"):
+        EngineWorker("/nonexistent/python", HANDLER, name="echo")
+
+
+def test_hashed_seeds_and_checkpoint_dir():
+    s = hashed_seeds(5, 1000)
+    assert s.min() >= 1 and s.max() < 2**31 and len(set(s.tolist())) == 1000
+    assert np.array_equal(s[:10], hashed_seeds(5, 10))
+    assert (checkpoint_dir("shipped:target") / "config.json").is_file()
+    with pytest.raises(InvalidArgumentError, match="tabular"):
+        checkpoint_dir("tabular:trigram3")
+    with pytest.raises(InvalidArgumentError, match="config.json"):
+        checkpoint_dir("/tmp")

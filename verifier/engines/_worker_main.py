@@ -1,0 +1,69 @@
+"""Worker process entry point, run with an *engine's* Python: ``python _worker_main.py HANDLER_FILE``.
+
+Runs inside the engine's own virtual environment (engines pin conflicting torch versions), so it
+imports neither ``verifier`` nor anything but the standard library, numpy and -- through the
+handler file -- the engine.  ``HANDLER_FILE`` is a Python file (``verifier/engines/workers/*.py``)
+defining ``class Handler`` whose ``__init__(**init)`` loads the engine and models and whose public
+methods take keyword arguments and return a dict (JSON-able values and top-level numpy arrays).
+
+Protocol (see :mod:`verifier.engines._wire`): the first message is ``{"method": "__init__", ...}``,
+then one request -> one reply until stdin closes.  A raised exception is sent back as
+``{"__error__": {"type", "message", "traceback"}}`` and the worker keeps serving.  The protocol
+uses private duplicates of fds 0/1; fd 1 is pointed at stderr so an engine's prints cannot corrupt
+the replies.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+import traceback
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # for _wire, without importing the verifier package
+import _wire  # noqa: E402
+
+
+def _load_handler(path: str):
+    spec = importlib.util.spec_from_file_location(f"specverify_worker_{Path(path).stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.Handler
+
+
+def main() -> int:
+    proto_in = os.fdopen(os.dup(0), "rb")
+    proto_out = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)  # engine prints go to stderr
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    sys.stdout = sys.stderr
+    handler = None
+    while True:
+        request = _wire.read_message(proto_in)
+        if request is None:
+            return 0
+        method = request.pop("method", None)
+        try:
+            if method == "__init__":
+                handler = _load_handler(sys.argv[1])(**request)
+                reply = {"ok": True}
+            elif handler is None:
+                raise RuntimeError("the worker got a request before __init__")
+            elif not isinstance(method, str) or method.startswith("_") or not callable(getattr(handler, method, None)):
+                raise AttributeError(f"the engine worker has no method {method!r}")
+            else:
+                reply = getattr(handler, method)(**request)
+        except BaseException as exc:  # noqa: BLE001  every failure goes back to the harness, which maps it to exit 3
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            reply = {_wire.ERROR_KEY: {"type": type(exc).__name__, "message": str(exc),
+                                       "traceback": "".join(traceback.format_exception(
+                                           type(exc), exc, exc.__traceback__.tb_next))}}  # the engine's frames, not this loop's
+        sys.stderr.flush()
+        _wire.write_message(proto_out, reply)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

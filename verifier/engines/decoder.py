@@ -1,0 +1,179 @@
+"""A decoder-kind engine as a :class:`verifier.protocols.Decoder`, on top of an :class:`EngineWorker`.
+
+Each decoder-kind adapter module (``verifier/engines/<engine>.py``) defines a registered
+:class:`~verifier.engines.base.Engine` subclass with ``kind = "decoder"`` and a module-level plugin
+factory ``decoder(**options)`` returning an :class:`EngineDecoder` (or a subclass).  ``specverify
+audit --engine NAME --engine-arg k=v`` runs exactly ``--decoder verifier.engines.<module>:decoder
+--option k=v`` through the known-p audit pipeline, with the engine's description in the report.
+
+The worker's ``Handler.generate`` contract (``verifier/engines/workers/<engine>.py``)::
+
+    generate(prompt_ids: int64[P], max_new_tokens: int, sampling: dict, seeds: int64[n])
+        -> {"tokens": int64[n, max_new_tokens] (-1 after EOS),
+            optional "accepted_counts": int64[num_rounds]  (per round, in order; k = bonus emitted),
+            optional "first_round_accepted": int64[n],
+            optional "rounds": int, "drafted": int, "accepted": int  (as the engine reports them),
+            optional "extra": dict}
+
+and, where the engine exposes its target logits, ``target_logits(prompt_ids) -> {"logits": float[V]}``
+(the numeric floor: the engine's target law vs the Hugging Face reference).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from verifier.engines.bridge import EngineWorker, hashed_seeds
+from verifier.errors import DecoderOutputError, invalid_argument
+from verifier.protocols import DecoderStats
+
+__all__ = ["EngineDecoder", "checkpoint_dir", "sampling_fields"]
+
+SAMPLING_FIELDS = ("temperature", "top_k", "top_p", "repetition_penalty")
+
+
+def checkpoint_dir(spec: str, argument: str = "--target") -> Path:
+    """The Hugging Face checkpoint folder behind a model spec an engine converts from.
+
+    Parameters
+    ----------
+    spec : str
+        ``"shipped:target"``, ``"shipped:draft"`` or a local checkpoint folder.
+    argument : str
+        The flag or option named in the error.
+
+    Raises
+    ------
+    InvalidArgumentError
+        (exit 2) a tabular model (engines load checkpoints only) or a folder without ``config.json``.
+    """
+    from verifier.models.loading import shipped_checkpoint
+
+    if spec.startswith("shipped:"):
+        return shipped_checkpoint(spec.split(":", 1)[1])
+    if spec.startswith("tabular:"):
+        raise invalid_argument(argument, spec, "a Hugging Face checkpoint folder or shipped:target/shipped:draft "
+                               "(outside engines load checkpoints, not the harness's tabular models)")
+    path = Path(spec).expanduser()
+    if not (path / "config.json").is_file():
+        raise invalid_argument(argument, spec, "a Hugging Face checkpoint folder (with config.json) or shipped:target/shipped:draft")
+    return path.resolve()
+
+
+def sampling_fields(sampling: Any) -> dict[str, Any]:
+    """The :class:`~verifier.sampling.SamplingConfig` fields as a plain dict (None: not set)."""
+    return {f: getattr(sampling, f, None) for f in SAMPLING_FIELDS}
+
+
+class EngineDecoder:
+    """Decoder protocol over an engine worker.
+
+    Parameters
+    ----------
+    engine : type
+        The registered :class:`~verifier.engines.base.Engine` subclass (name, venv, version).
+    handler_file : path
+        The worker's handler (``verifier/engines/workers/<engine>.py``).
+    init : dict
+        ``Handler.__init__`` keyword arguments (checkpoint paths, k, engine options).
+    num_draft_tokens : int
+        k (``num_draft_tokens``), reported in :class:`~verifier.protocols.DecoderStats`.
+    vocab_size : int
+        Valid emitted ids are ``0 .. vocab_size - 1``.
+    eos_token_id : int or None
+    supported : set of str, default all four sampling fields
+        The :class:`SamplingConfig` fields the engine can express; a set field outside it is refused.
+    greedy_ok : bool, default True
+        Whether temperature 0 (greedy) is expressible.
+    env : dict, optional
+        Extra environment of the worker.
+    """
+
+    def __init__(self, engine: type, handler_file: str | Path, *, init: dict[str, Any], num_draft_tokens: int,
+                 vocab_size: int, eos_token_id: int | None, supported: set[str] | None = None, greedy_ok: bool = True,
+                 env: dict[str, str] | None = None) -> None:
+        self.engine = engine
+        self.name = engine.name
+        self.num_draft_tokens = int(num_draft_tokens)
+        self.vocab_size = int(vocab_size)
+        self.eos_token_id = eos_token_id
+        self.supported = set(SAMPLING_FIELDS if supported is None else supported)
+        self.greedy_ok = greedy_ok
+        self.settings = {"engine": engine.name, "version": engine.version, **{k: v for k, v in init.items() if not isinstance(v, np.ndarray)}}
+        self.last_stats: DecoderStats | None = None
+        self._worker_args = (engine.python(), handler_file, init, env)
+        self._worker: EngineWorker | None = None
+
+    @property
+    def worker(self) -> EngineWorker:
+        """The worker process, started on first use (engine start-up happens here)."""
+        if self._worker is None:
+            python, handler, init, env = self._worker_args
+            self._worker = EngineWorker(python, handler, name=self.name, init=init, env=env)
+        return self._worker
+
+    def check_sampling(self, sampling: Any) -> dict[str, Any]:
+        """The sampling fields to send, or :class:`InvalidArgumentError` (exit 2) for one the engine cannot express."""
+        fields = sampling_fields(sampling)
+        for name, value in fields.items():
+            if value is not None and name not in self.supported and not (name == "temperature" and value == 1.0):
+                raise invalid_argument(name.replace("_", "-"), value, f"not set: engine {self.name!r} cannot express "
+                                       f"{name} (it supports {', '.join(sorted(self.supported)) or 'no sampling options'})")
+        if fields["temperature"] == 0 and not self.greedy_ok:
+            raise invalid_argument("temperature", 0, f"> 0: engine {self.name!r} has no greedy mode on its speculative path")
+        return fields
+
+    def generate(self, prompt_ids: Sequence[int], num_samples: int, max_new_tokens: int, sampling: Any, seed: int) -> np.ndarray:
+        """Emitted tokens, int64 of shape (num_samples, max_new_tokens), -1 after EOS; see :class:`verifier.protocols.Decoder`.
+
+        Every sample gets its own seed, hashed from ``seed`` (:func:`verifier.engines.bridge.hashed_seeds`).
+
+        Raises
+        ------
+        InvalidArgumentError
+            (exit 2) a sampling setting the engine cannot express.
+        DecoderError
+            (exit 3) the engine raised or its worker died.
+        DecoderOutputError
+            (exit 3) the reply has the wrong shape.
+        """
+        fields = self.check_sampling(sampling)
+        reply = self.worker.call("generate", prompt_ids=np.asarray(list(prompt_ids), dtype=np.int64), max_new_tokens=int(max_new_tokens),
+                                 sampling=fields, seeds=hashed_seeds(seed, num_samples))
+        tokens = np.asarray(reply.get("tokens"))
+        if tokens.shape != (num_samples, max_new_tokens):
+            raise DecoderOutputError(f"engine {self.name!r} returned tokens of shape {tokens.shape}; expected "
+                                     f"({num_samples}, {max_new_tokens})")
+        counts = reply.get("accepted_counts")
+        first = reply.get("first_round_accepted")
+        extra = dict(reply.get("extra") or {})
+        for key in ("drafted", "accepted"):
+            if key in reply:
+                extra[f"engine_{key}"] = reply[key]
+        self.last_stats = DecoderStats(
+            rounds=int(reply.get("rounds", 0 if counts is None else len(counts))),
+            accepted_counts=np.zeros(0, dtype=np.int64) if counts is None else np.asarray(counts, dtype=np.int64),
+            num_draft_tokens=self.num_draft_tokens,
+            first_round_accepted=None if first is None else np.asarray(first, dtype=np.int64),
+            extra=extra)
+        return tokens.astype(np.int64, copy=False)
+
+    def target_logits(self, prompt_ids: Sequence[int]) -> np.ndarray:
+        """The engine's own target logits after ``prompt_ids``, float64 of shape (vocab,).
+
+        Raises
+        ------
+        DecoderError
+            (exit 3) the engine raised or does not expose logits (its worker has no ``target_logits``).
+        """
+        reply = self.worker.call("target_logits", prompt_ids=np.asarray(list(prompt_ids), dtype=np.int64))
+        return np.asarray(reply["logits"], dtype=np.float64)
+
+    def close(self) -> None:
+        """Stop the worker process (idempotent)."""
+        if self._worker is not None:
+            self._worker.close()
+            self._worker = None
