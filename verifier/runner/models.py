@@ -34,7 +34,7 @@ from verifier.protocols import PADDING_TOKEN_ID
 from verifier.sampling import SamplingConfig, processed_probs
 from verifier.suite.schema import ModelPair, Prompt
 
-__all__ = ["ReferenceModel", "LoadedPair", "load_pair", "encode_prompt"]
+__all__ = ["ReferenceModel", "LoadedPair", "load_pair", "encode_prompt", "check_context_fits"]
 
 _PY_SPEC = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 ROW_BATCH = 256  # rows per forward pass of a torch model
@@ -298,3 +298,25 @@ def encode_prompt(prompt: Prompt, pair: LoadedPair) -> tuple[int, ...]:
     return ids
 
 
+def check_context_fits(pair: LoadedPair, ids: tuple[int, ...], max_new_tokens: int, num_draft_tokens: int, where: str) -> None:
+    """Refuse a prompt + ``max_new_tokens`` (+ one round's ``num_draft_tokens``) longer than a model's context.
+
+    A transformer with ``config.max_position_embeddings`` positions cannot score longer rows; without
+    this check such a suite runs for minutes and then fails inside the model (or silently extrapolates).
+
+    Raises
+    ------
+    ConfigError
+        (exit 2) naming ``max_new_tokens``, its value and the largest value that fits.
+    """
+    for role, model in (("target", pair.target_model), ("draft", pair.draft_model)):
+        limit = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+        if not isinstance(limit, int) or isinstance(model, TabularLM):
+            continue
+        need = len(ids) + max_new_tokens + num_draft_tokens
+        if need > limit:
+            fits = limit - len(ids) - num_draft_tokens
+            raise ConfigError(f"{where}: max_new_tokens={max_new_tokens} is too long: the {len(ids)}-token prompt plus "
+                              f"{max_new_tokens} new tokens plus {num_draft_tokens} draft tokens need {need} positions, but "
+                              f"the {role} model of pair {pair.spec.name!r} has max_position_embeddings={limit}; allowed: "
+                              f"max_new_tokens <= {max(fits, 0)}")

@@ -41,7 +41,7 @@ from verifier.errors import (
 )
 from verifier.runner import acceptance, analysis, expected, greedy, guards
 from verifier.runner.assemble import REPORT_SCHEMA_VERSION, build_report, environment
-from verifier.runner.models import LoadedPair, encode_prompt, load_pair
+from verifier.runner.models import LoadedPair, check_context_fits, encode_prompt, load_pair
 from verifier.runner.plan import SampleSetPlan, build_decoder, decoder_identity, plan_sample_sets
 from verifier.runner.seeds import stream_seed
 from verifier.runner.store import SampleStore, Shard
@@ -120,6 +120,8 @@ class _Context:
         for d in suite.decoders:
             for prompt in d.prompts:
                 ids[(d.models, prompt)] = encode_prompt(suite.prompts[prompt], self.pairs[d.models])
+                check_context_fits(self.pairs[d.models], ids[(d.models, prompt)], d.max_new_tokens, max(d.num_draft_tokens),
+                                   f"decoders[{d.name}] with prompts.{prompt}")
         self.plans = plan_sample_sets(suite, ids)
         self._decoders: dict[tuple[str, int], Any] = {}
         self.expected_cache: dict = {}  # expected laws, shared by decoders with the same (pair, prompt, sampling)
