@@ -24,8 +24,9 @@ import torch
 from verifier.audit.kernel_audit import audit_kernel, standard_kernel_cases
 from verifier.cli import main
 from verifier.engines import make_engine
-from verifier.errors import InvalidArgumentError
+from verifier.errors import DecoderError, InvalidArgumentError
 from verifier.models.loading import shipped_checkpoint
+from verifier.sampling import SamplingConfig
 
 ALPHA = 1e-3
 CASES = {c.name: c for c in standard_kernel_cases()}
@@ -62,13 +63,19 @@ def test_bad_engine_option_is_a_usage_error(engine, capsys):
         make_engine("vllm", num_draft_tokens=0)
 
 
-def test_corrupt_model_file_is_exit_3(engine, tmp_path, capsys):
+def test_corrupt_model_file_is_exit_3(engine, tmp_path):
+    """The engine itself fails to load a checkpoint (the harness never reads this copy): DecoderError, exit 3,
+    with vLLM's own traceback.  (Through the CLI the harness loads --target first and refuses it with exit 2.)"""
     bad = tmp_path / "target"
     shutil.copytree(shipped_checkpoint("target"), bad)
     (bad / "model.safetensors").write_bytes(b"\x00" * 64)
-    code = main(["audit", "--engine", "vllm", "--target", str(bad), "--draft", "shipped:draft", "--num-draft-tokens", "1",
-                 "--num-samples", "10", "--max-new-tokens", "2", "--no-progress", "--run-dir", str(tmp_path / "run")])
-    assert code == 3, capsys.readouterr()
+    dec = make_engine("vllm", target_model=str(bad), num_draft_tokens=1)
+    try:
+        with pytest.raises(DecoderError) as info:
+            dec.generate([272, 70, 221], 2, SamplingConfig(temperature=1.0), seed=0)
+        assert info.value.exit_code == 3 and "engine traceback" in str(info.value)
+    finally:
+        dec.close()
 
 
 def test_rejection_sample_passes_and_reproduces(sampler):
