@@ -72,7 +72,7 @@ def test_corrupt_model_file_is_exit_3(engine, tmp_path):
     dec = make_engine("vllm", target_model=str(bad), num_draft_tokens=1)
     try:
         with pytest.raises(DecoderError) as info:
-            dec.generate([272, 70, 221], 2, SamplingConfig(temperature=1.0), seed=0)
+            dec.generate([272, 70, 221], 2, 2, SamplingConfig(temperature=1.0), seed=0)
         assert info.value.exit_code == 3 and "engine traceback" in str(info.value)
     finally:
         dec.close()
