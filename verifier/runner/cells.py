@@ -100,25 +100,36 @@ def set_cells(ctx: SuiteContext, plan: SampleSetPlan, tokens: np.ndarray,
     positions, jt = position_plan(plan)
     if positions or jt:
         laws = expected_laws(ctx, plan)
-        for t in positions:
-            cells.append(analysis.gof_cell(f"{base}/gof@{t}", analysis.token_counts(tokens, t, vocab), laws.marginals[t],
-                                           cell_alpha=alpha, power=power, rng=rng, label_fn=tok_label,
-                                           target_mde=suite.stats.target_mde, test=f"gof@{t}", **meta))
-        def tuple_label(c: int) -> str:
-            parts = []
-            for _ in range(jt):
-                c, r = divmod(c, vocab + 1)
-                parts.append(tok_label(r))
-            return "(" + ",".join(reversed(parts)) + ")"
+        note = laws.note()
 
+        def label(c: int) -> str:
+            return "<other prefix>" if c == vocab + 1 else tok_label(c)
+
+        def noted(cell, pooled: bool):
+            if pooled and note:
+                cell.method += f"; {note}"
+            return cell
+
+        for t in positions:
+            law = laws.marginals[t]
+            counts = np.bincount(laws.marginal_codes(tokens, t), minlength=len(law)).astype(np.int64)
+            cells.append(noted(analysis.gof_cell(f"{base}/gof@{t}", counts, law, cell_alpha=alpha, power=power, rng=rng,
+                                                 label_fn=label, target_mde=suite.stats.target_mde, test=f"gof@{t}",
+                                                 **meta), laws.pooled(t)))
+
+        def tuple_label(c: int) -> str:
+            return laws.joint_label(c, tok_label)
+
+        pooled_joint = laws.joint_keys is not None
         if jt == spec.joint_tokens and "joint" in spec.tests:
-            cells.append(analysis.gof_cell(f"{base}/joint@1..{jt}", analysis.joint_counts(tokens, jt, vocab), laws.joint,
-                                           cell_alpha=alpha, power=power, rng=rng, label_fn=tuple_label,
-                                           target_mde=suite.stats.target_mde, test=f"joint@1..{jt}", **meta))
+            cells.append(noted(analysis.gof_cell(f"{base}/joint@1..{jt}", laws.joint_counts(tokens), laws.joint,
+                                                 cell_alpha=alpha, power=power, rng=rng, label_fn=tuple_label,
+                                                 target_mde=suite.stats.target_mde, test=f"joint@1..{jt}", **meta),
+                               pooled_joint))
         if jt and "surprisal" in spec.tests:
-            cells.append(analysis.surprisal_cell(f"{base}/surprisal@1..{jt}", analysis.joint_counts(tokens, jt, vocab),
-                                                 laws.joint, cell_alpha=alpha, power=power, label_fn=tuple_label,
-                                                 test=f"surprisal@1..{jt}", **meta))
+            cells.append(noted(analysis.surprisal_cell(f"{base}/surprisal@1..{jt}", laws.joint_counts(tokens),
+                                                       laws.joint, cell_alpha=alpha, power=power, label_fn=tuple_label,
+                                                       test=f"surprisal@1..{jt}", **meta), pooled_joint))
     if "pit" in spec.tests:
         u_parts, violations = [], []
         vrng = np.random.default_rng(stream_seed(suite.seed, "pit|" + plan.key))  # independent of the decoder
@@ -197,16 +208,9 @@ def tv_cells(ctx: SuiteContext) -> list[tuple[SampleSetPlan, str, np.ndarray, Ca
         laws = expected_laws(ctx, p)
         if laws is None:
             continue
-        vocab = ctx.pairs[p.pair].vocab_size
         positions, jt = position_plan(p)
         for t in positions:
-            out.append((p, f"{p.prompt}/gof@{t}", laws.marginals[t],
-                        lambda tok, t=t, v=vocab: np.where(tok[:, t - 1] < 0, v, tok[:, t - 1])))
+            out.append((p, f"{p.prompt}/gof@{t}", laws.marginals[t], lambda tok, t=t, laws=laws: laws.marginal_codes(tok, t)))
         if laws.joint is not None and jt >= 2:
-            def codes(tok, jt=jt, v=vocab):
-                c = np.zeros(len(tok), dtype=np.int64)
-                for j in range(jt):
-                    c = c * (v + 1) + np.where(tok[:, j] < 0, v, tok[:, j])
-                return c
-            out.append((p, f"{p.prompt}/joint@1..{jt}", laws.joint, codes))
+            out.append((p, f"{p.prompt}/joint@1..{jt}", laws.joint, laws.joint_codes))
     return out

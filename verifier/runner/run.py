@@ -38,6 +38,8 @@ from verifier.errors import (
     DecoderError,
     DecoderOutputError,
     ReportWriteError,
+    ResourceError,
+    is_out_of_memory,
 )
 from verifier.runner import acceptance, analysis, guards
 from verifier.runner.assemble import REPORT_SCHEMA_VERSION, build_report, environment
@@ -225,9 +227,15 @@ def _sample(ctx: SuiteContext, store: SampleStore, progress: bool, log: Callable
                     decoder = ctx.decoder(spec, plan.num_draft_tokens)
                     try:
                         out = decoder.generate(list(plan.prompt_ids), rows, plan.max_new_tokens, plan.sampling, seed)
-                    except (DecoderError, KeyboardInterrupt):
+                    except (DecoderError, ResourceError, KeyboardInterrupt):
                         raise
                     except BaseException as exc:  # SystemExit from plugin code too: a crash, never a clean exit
+                        if is_out_of_memory(exc):  # the machine, not the decoder (exit 2, shards so far kept)
+                            raise ResourceError(
+                                f"decoders[{spec.name}]: generate(num_samples={rows}) for {plan.label} ran out of memory "
+                                f"({type(exc).__name__}: {exc}); allowed: a smaller chunk_size (now "
+                                f"{spec.chunk_size}; rows per generate call) or a machine with more memory; resume "
+                                f"with `specverify run --resume {store.run_dir}`") from exc
                         raise DecoderError(f"{spec.name} raised {type(exc).__name__}: {exc}{_where(exc)}") from exc
                     tokens = check_emitted_tokens(out, num_samples=rows, max_new_tokens=plan.max_new_tokens,
                                                   vocab_size=pair.vocab_size, eos_token_id=pair.eos_token_id,
