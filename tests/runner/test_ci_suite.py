@@ -70,15 +70,21 @@ GOLDEN = Path(__file__).resolve().parent / "data" / "ci_cells_golden.json"
 
 
 def assert_matches_golden(report: dict) -> None:
-    """Verdicts equal and every cell's p-value equal (exact / asymptotic) or within Monte Carlo error
-    to the ci run of main before issue 17 (tests/runner/data/ci_cells_golden.json, written from
-    ``specverify run suites/ci.toml`` at commit 20a4b8c): scale work must not move a result."""
+    """Verdicts equal and every cell's p-value equal to the ci run of main before issue 17
+    (tests/runner/data/ci_cells_golden.json, written from ``specverify run suites/ci.toml`` at commit
+    20a4b8c): scale work must not move a result.  Tabular cells are bit-identical; the shipped
+    transformer's float32 output layer now runs on the scored positions only (``logits_to_keep``),
+    which moves its probs by float32 rounding: asymptotic p-values by < 1e-4 relative, Monte Carlo
+    ones (a stream keyed by the law's bytes) within Monte Carlo error."""
     golden = json.loads(GOLDEN.read_text())
     assert {d["decoder"]: d["verdict"] for d in report["decoders"]} == golden["decoders"]
     cells = {c["id"]: c for c in report["cells"]}
     assert set(cells) == set(golden["cells"])
     for cid, want in golden["cells"].items():
         got = cells[cid]["pvalue"]
-        tol = 1e-9 if "monte-carlo" not in want["method"] else 4 * (want["pvalue"] * (1 - want["pvalue"]) / 1000) ** 0.5 + 1e-3
-        assert abs(got - want["pvalue"]) <= tol + 1e-9 * abs(want["pvalue"]), (cid, got, want)
+        if "monte-carlo" in want["method"]:
+            tol = 4 * (want["pvalue"] * (1 - want["pvalue"]) / 1000) ** 0.5 + 1e-3
+        else:
+            tol = (1e-4 if "@shipped/" in cid else 1e-12) * abs(want["pvalue"])
+        assert abs(got - want["pvalue"]) <= tol, (cid, got, want)
 
