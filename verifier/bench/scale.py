@@ -6,7 +6,7 @@ with the default cells (gof@1, gof@2, joint@1..2, surprisal@1..2, pit, accepted)
 speculative decoder, k = 2, 3 new tokens, T = 1, on a pair of **random-init Hugging Face Llama
 checkpoints of tiny compute** (target hidden 64, 2 layers; draft hidden 64, 1 layer; no download:
 built here with ``transformers.LlamaConfig`` and saved under ``--work-dir``), and records the
-runner's ``stage_seconds``, the child's wall time, its peak RSS (``wait4``), exit code and verdict.
+runner's ``stage_seconds``, the child's wall time, its CPU time and peak RSS (``wait4``), exit code and verdict.
 Random weights make both models near-uniform over V: the worst case for the statistics (no mass
 concentrates on a few prefixes), not a measure of acceptance rates.
 
@@ -127,7 +127,8 @@ def measure(vocab: int, samples: int, work_dir: Path, *, device: str = "cpu", dt
     output = log.read_text(encoding="utf-8", errors="replace")
     peak_kib = usage.ru_maxrss
     row: dict[str, Any] = {"vocab": vocab, "samples": samples, "wall_s": round(wall, 1), "exit_code": code,
-                           "timed_out": timed_out, "peak_rss_gib": round(peak_kib / 2**20, 2), "device": device}
+                           "timed_out": timed_out, "peak_rss_gib": round(peak_kib / 2**20, 2), "device": device,
+                           "cpu_s": round(usage.ru_utime + usage.ru_stime, 1)}  # CPU time: wall on a shared machine overstates
     report = point / "run" / "report.json"
     if report.is_file():
         rep = json.loads(report.read_text(encoding="utf-8"))
@@ -151,11 +152,11 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def _markdown(rows: list[dict[str, Any]]) -> str:
-    lines = ["| V | n | wall s | models s | sampling s | statistics s | reports s | peak RSS GiB | exit | verdict |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| V | n | wall s | CPU s | models s | sampling s | statistics s | reports s | peak RSS GiB | exit | verdict |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         st = r.get("stage_seconds", {})
-        lines.append(f"| {r['vocab']:,} | {r['samples']:,} | {r['wall_s']}{' (timeout)' if r['timed_out'] else ''} | "
+        lines.append(f"| {r['vocab']:,} | {r['samples']:,} | {r['wall_s']}{' (timeout)' if r['timed_out'] else ''} | {r.get('cpu_s', '-')} | "
                      f"{st.get('models', '-')} | {st.get('sampling', '-')} | {st.get('statistics', '-')} | "
                      f"{st.get('reports', '-')} | {r['peak_rss_gib']} | {r['exit_code']} | {r.get('verdict', '-')} |")
     return "\n".join(lines)
