@@ -113,8 +113,9 @@ def measure(vocab: int, samples: int, work_dir: Path, *, device: str = "cpu", dt
     t0 = time.perf_counter()
     log = point / "run.log"
     with open(log, "w", encoding="utf-8") as fh:
-        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT)
-        timer = threading.Timer(timeout, proc.kill)
+        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+        # the run isolates itself in a grandchild (verifier.cli._isolate): end the whole group on timeout
+        timer = threading.Timer(timeout, lambda: os.killpg(proc.pid, 9))
         timer.start()
         try:
             _, status, usage = os.wait4(proc.pid, 0)  # this child's own peak RSS, not the max over all children
