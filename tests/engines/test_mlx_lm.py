@@ -1,0 +1,120 @@
+"""MLX-LM 0.32.2 ``speculative_generate_step``, the real engine in its own venv, as a decoder.
+
+Known behaviour (read from the source, checked here): verification is token matching -- a draft is
+accepted iff it equals the target's own sample at that position -- so the emitted law is the
+target's, but the first-round accepted count follows the ``fresh_target_match`` law (accept with
+prob ``sum_x p(x) q(x)``), far below the canonical ``sum_x min(p(x), q(x))``.
+
+Time: about 1-2 min on a loaded 2-core machine (MLX runs ~15-75 ms a sample there)."""
+
+import shutil
+
+import numpy as np
+import pytest
+from scipy import stats as sps
+
+from verifier.cli import main
+from verifier.errors import DecoderError, InvalidArgumentError
+from verifier.runner.models import encode_prompt, load_pair
+from verifier.sampling import SamplingConfig
+from verifier.suite.schema import ModelPair, Prompt
+
+ALPHA = 1e-3
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    pair = load_pair(ModelPair("shipped", "shipped:target", "shipped:draft"))
+    return pair, encode_prompt(Prompt("p", "def ", None), pair)
+
+
+@pytest.fixture
+def engine(require_engine):
+    return require_engine("mlx-lm")
+
+
+def test_acceptance_is_token_matching_not_the_canonical_rule(engine, shipped):
+    """k = 1, T = 1, n = 400 (seed 7): first-round accepts ~ Binomial(n, sum p q = 0.024) (fresh_target_match);
+    the canonical rule would accept with prob sum min(p, q) = 0.51.  Both binomial tests at alpha 1e-3:
+    the canonical law is rejected with power ~1 (expected 203 accepts, observed ~10); a correct match law
+    is rejected with prob <= 1e-3."""
+    from verifier.engines.mlx_lm_engine import decoder
+
+    pair, prompt = shipped
+    cfg = SamplingConfig(temperature=1.0)
+    p = pair.reference.next_probs(np.array([prompt]), cfg)[0]
+    q = pair.draft_reference.next_probs(np.array([prompt]), cfg)[0]
+    match, canonical = float(np.sum(p * q)), float(np.minimum(p, q).sum())
+    dec = decoder(num_draft_tokens=1)
+    try:
+        tokens = dec.generate(prompt, 400, 2, cfg, seed=7)
+        stats = dec.last_stats
+    finally:
+        dec.close()
+    assert tokens.shape == (400, 2) and tokens.min() >= -1 and tokens.max() < 384
+    accepted = int(np.sum(stats.first_round_accepted))
+    assert stats.first_round_accepted.shape == (400,) and set(np.unique(stats.first_round_accepted)) <= {0, 1}
+    assert sps.binomtest(accepted, 400, match).pvalue > ALPHA
+    assert sps.binomtest(accepted, 400, canonical).pvalue < ALPHA
+    assert stats.rounds >= 400 and stats.extra["engine_accepted"] == int(stats.accepted_counts.sum())
+
+
+def test_short_audit_sees_no_bias_and_flags_acceptance(engine, tmp_path, capsys):
+    """n = 300 at T = 0.7, top-k 8, k = 1: too few rows for TV 0.03, so the known verdict is UNDERPOWERED
+    (exit 4) -- not BIAS DETECTED (exit 1): no cell rejects at alpha 1e-3 -- and the acceptance audit
+    says FAR BELOW CANONICAL (sum p q = 0.073 vs sum min(p, q) = 0.35)."""
+    code = main(["audit", "--engine", "mlx-lm", "--num-draft-tokens", "1", "--temperature", "0.7", "--top-k", "8",
+                 "--num-samples", "300", "--chunk-size", "150", "--no-progress", "--run-dir", str(tmp_path / "run")])
+    out = capsys.readouterr().out
+    assert code == 4, out
+    assert "engine mlx-lm (mlx-lm==0.32.2)" in out and "FAR BELOW CANONICAL" in out
+
+
+def test_settings_mlx_orders_differently_are_refused(engine, capsys):
+    from verifier.engines.mlx_lm_engine import decoder
+
+    dec = decoder(num_draft_tokens=1)
+    with pytest.raises(InvalidArgumentError, match="untempered"):
+        dec.generate([1], 2, 2, SamplingConfig(temperature=0.7, top_p=0.9), seed=0)
+    with pytest.raises(InvalidArgumentError, match="before top-k"):
+        dec.generate([1], 2, 2, SamplingConfig(top_k=5, top_p=0.9), seed=0)
+    with pytest.raises(InvalidArgumentError, match="repetition_penalty"):
+        dec.generate([1], 2, 2, SamplingConfig(repetition_penalty=1.2), seed=0)
+    assert dec._worker is None  # refused before the engine starts
+    assert main(["audit", "--engine", "mlx-lm", "--temperature", "0.7", "--top-p", "0.9", "--num-samples", "10"]) == 2
+    assert "top-p" in capsys.readouterr().err
+    assert main(["audit", "--engine", "mlx-lm", "--engine-arg", "flavour=salty"]) == 2
+    assert main(["audit", "--engine", "mlx-lm", "--target", "tabular:trigram3"]) == 2
+
+
+def test_corrupt_converted_model_is_a_decoder_crash(engine, tmp_path, monkeypatch, capsys):
+    """A copy of the install whose target weights are truncated: the engine raises in the worker -> exit 3."""
+    src = engine.install_dir()
+    dest = tmp_path / src.name
+    (dest / "models").mkdir(parents=True)
+    (dest / "venv").symlink_to(src / "venv")
+    shutil.copy(src / "INSTALLED.json", dest / "INSTALLED.json")
+    for m in ("target", "draft"):
+        shutil.copytree(src / "models" / m, dest / "models" / m)
+    weights = dest / "models" / "target" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])
+    monkeypatch.setenv("SPECVERIFY_ENGINES_DIR", str(tmp_path))
+    code = main(["audit", "--engine", "mlx-lm", "--num-draft-tokens", "1", "--num-samples", "10", "--no-progress",
+                 "--run-dir", str(tmp_path / "run")])
+    captured = capsys.readouterr()
+    assert code == 3, captured.out + captured.err
+    assert "mlx-lm" in captured.out + captured.err
+
+
+def test_killed_worker_is_a_decoder_error(engine):
+    from verifier.engines.mlx_lm_engine import decoder
+
+    dec = decoder(num_draft_tokens=1)
+    try:
+        dec.generate([5, 6], 2, 2, SamplingConfig(), seed=1)
+        dec.worker._proc.kill()
+        dec.worker._proc.wait()
+        with pytest.raises(DecoderError, match="worker died"):
+            dec.generate([5, 6], 2, 2, SamplingConfig(), seed=1)
+    finally:
+        dec.close()

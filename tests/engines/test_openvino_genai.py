@@ -1,0 +1,71 @@
+"""OpenVINO GenAI 2026.4.1.0 ``LLMPipeline`` with a draft model, the real engine in its own venv, as a decoder.
+
+Time: about 1-2 min on a loaded 2-core machine (pipeline start-up ~5-10 s a worker)."""
+
+import shutil
+
+import numpy as np
+import pytest
+
+from verifier.cli import main
+from verifier.errors import DecoderError
+from verifier.sampling import SamplingConfig
+
+
+@pytest.fixture
+def engine(require_engine):
+    return require_engine("openvino-genai")
+
+
+def test_generate_shapes_seeds_and_stats(engine):
+    from verifier.engines.openvino_genai_engine import decoder
+
+    dec = decoder(num_draft_tokens=3)
+    try:
+        cfg = SamplingConfig(temperature=1.0)
+        a = dec.generate([5, 6, 7], 40, 4, cfg, seed=3)
+        stats = dec.last_stats
+        b = dec.generate([5, 6, 7], 40, 4, cfg, seed=3)
+        assert a.shape == (40, 4) and a.max() < 384 and np.array_equal(a, b)  # same seeds, same output
+        assert len({tuple(r) for r in a.tolist()}) > 1
+        assert "engine_accepted" in stats.extra and stats.extra["retries"] >= 0
+    finally:
+        dec.close()
+
+
+def test_bad_option_is_a_usage_error(engine, capsys):
+    assert main(["audit", "--engine", "openvino-genai", "--engine-arg", "flavour=salty"]) == 2
+    assert "flavour" in capsys.readouterr().err
+    assert main(["audit", "--engine", "openvino-genai", "--target", "tabular:trigram3"]) == 2
+
+
+def test_corrupt_exported_model_is_a_decoder_crash(engine, tmp_path, monkeypatch, capsys):
+    """A copy of the install whose target IR weights are truncated: the engine raises in the worker -> exit 3."""
+    src = engine.install_dir()
+    dest = tmp_path / src.name
+    (dest / "models").mkdir(parents=True)
+    (dest / "venv").symlink_to(src / "venv")
+    shutil.copy(src / "INSTALLED.json", dest / "INSTALLED.json")
+    for m in ("target", "draft"):
+        shutil.copytree(src / "models" / m, dest / "models" / m)
+    weights = dest / "models" / "target" / "openvino_model.bin"
+    weights.write_bytes(weights.read_bytes()[:1000])
+    monkeypatch.setenv("SPECVERIFY_ENGINES_DIR", str(tmp_path))
+    code = main(["audit", "--engine", "openvino-genai", "--num-draft-tokens", "1", "--num-samples", "10", "--no-progress",
+                 "--run-dir", str(tmp_path / "run")])
+    captured = capsys.readouterr()
+    assert code == 3, captured.out + captured.err
+
+
+def test_killed_worker_is_a_decoder_error(engine):
+    from verifier.engines.openvino_genai_engine import decoder
+
+    dec = decoder(num_draft_tokens=1)
+    try:
+        dec.generate([5, 6], 2, 2, SamplingConfig(), seed=1)
+        dec.worker._proc.kill()
+        dec.worker._proc.wait()
+        with pytest.raises(DecoderError, match="worker died"):
+            dec.generate([5, 6], 2, 2, SamplingConfig(), seed=1)
+    finally:
+        dec.close()

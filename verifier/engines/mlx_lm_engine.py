@@ -1,0 +1,93 @@
+"""``mlx-lm``: MLX-LM's speculative decoding loop (``speculative_generate_step``) as a decoder.
+
+Driven code (unmodified, ``mlx-lm==0.32.2`` on ``mlx==0.32.4`` / ``mlx-cpu==0.32.4``):
+``mlx_lm/generate.py::speculative_generate_step(prompt, model, draft_model, num_draft_tokens=k,
+sampler=make_sampler(temp, top_p, top_k))``, one call per sample after ``mx.random.seed(seed)``, in
+the engine's own venv (worker: ``verifier/engines/workers/mlx_lm.py``).  Models: the shipped
+checkpoints converted by ``python -m mlx_lm convert --dtype float32`` at install time.
+
+What the source does (read from 0.32.2):
+
+* Verification is *token matching*, not the p/q rule: the draft samples k tokens with the sampler,
+  the target scores them in one pass and samples its own token at each of the k+1 positions with
+  the same sampler; a draft is accepted iff it equals the target's sample, and the target's sample
+  at the first mismatch (or the bonus position) ends the round.  Every emitted token is therefore a
+  target sample given the emitted prefix (lossless), but a draft is accepted with probability
+  ``sum_x q(x) p(x)`` (rule ``fresh_target_match`` of :mod:`verifier.exact`), not ``sum min(p, q)``.
+* ``make_sampler`` applies top-p, then min-p, then top-k to the *untempered* log-probs, then samples
+  ``categorical(logprobs / temp)``.  Hugging Face (and :func:`verifier.sampling.processed_probs`)
+  applies temperature, then top-k, then top-p.  Top-k commutes with temperature, so T and top-k
+  map exactly; top-p alone maps exactly only at T = 1, and top-k with top-p never does (order).
+  Those settings are refused (exit 2) rather than audited against a law the engine does not claim.
+* ``make_logits_processors(repetition_penalty=...)`` sees only the tokens ``speculative_generate_step``
+  feeds through ``_step`` after its prefill -- the prompt's last token and the generated ones, not
+  the rest of the prompt -- while Hugging Face penalises every prompt token: refused (exit 2).
+* Engine statistics: ``from_draft`` of each yielded token (True: an accepted draft; False: the
+  target's token that ends a round) gives the accepted drafts of every round.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from verifier.engines import register_engine
+from verifier.engines._decoder_models import converted_model
+from verifier.engines.base import Engine
+from verifier.engines.decoder import EngineDecoder
+from verifier.errors import invalid_argument
+
+__all__ = ["MLXLM", "MLXDecoder", "decoder"]
+
+HANDLER = Path(__file__).resolve().parent / "workers" / "mlx_lm.py"
+
+
+@register_engine("mlx-lm")
+class MLXLM(Engine):
+    kind = "decoder"
+    package = "mlx-lm"
+    version = "0.32.2"
+    entry_point = "mlx_lm/generate.py::speculative_generate_step"
+    options = ()
+
+
+class MLXDecoder(EngineDecoder):
+    """:class:`EngineDecoder` refusing the sampling settings mlx_lm's sampler orders differently."""
+
+    def check_sampling(self, sampling: Any) -> dict[str, Any]:
+        rp = getattr(sampling, "repetition_penalty", None)
+        if rp is not None and rp != 1.0:
+            raise invalid_argument("repetition-penalty", rp, "not set: mlx_lm's repetition_penalty processor sees only the "
+                                   "prompt's last token and the generated ones (Hugging Face penalises every prompt token)")
+        fields = super().check_sampling(sampling)
+        t, top_k, top_p = fields["temperature"], fields["top_k"], fields["top_p"]
+        active_p = top_p is not None and top_p < 1.0
+        if active_p and top_k is not None and top_k < self.vocab_size:
+            raise invalid_argument("top-p", top_p, "not set together with --top-k: mlx_lm's make_sampler applies top-p "
+                                   "before top-k (Hugging Face: top-k, then top-p), a different law")
+        if active_p and t is not None and t != 1.0:
+            raise invalid_argument("top-p", top_p, "not set with --temperature other than 1: mlx_lm's make_sampler "
+                                   "filters top-p on the untempered probs (Hugging Face: after temperature), a different law")
+        return fields
+
+
+def decoder(target_model: str = "shipped:target", draft_model: str = "shipped:draft", num_draft_tokens: int = 3,
+            vocab_size: int = 384, eos_token_id: int | None = 0, **options: Any) -> MLXDecoder:
+    """Plugin factory (``verifier.engines.mlx_lm_engine:decoder``): MLX-LM's speculative loop on the converted models.
+
+    Raises
+    ------
+    InvalidArgumentError
+        (exit 2) an unknown option, a model other than the shipped ones, or k < 1.
+    EngineNotInstalledError
+        (exit 2) ``bash ci/engines/mlx-lm.sh`` has not run.
+    """
+    MLXLM.resolve_options(options)
+    if int(num_draft_tokens) < 1:
+        raise invalid_argument("num_draft_tokens", num_draft_tokens, "an integer >= 1")
+    target = converted_model(MLXLM, target_model, "target_model")
+    draft = converted_model(MLXLM, draft_model, "draft_model")
+    return MLXDecoder(MLXLM, HANDLER, init={"target_dir": str(target), "draft_dir": str(draft),
+                                             "num_draft_tokens": int(num_draft_tokens), "eos_token_id": eos_token_id},
+                      num_draft_tokens=num_draft_tokens, vocab_size=vocab_size, eos_token_id=eos_token_id,
+                      supported={"temperature", "top_k", "top_p"}, greedy_ok=True)

@@ -1,0 +1,70 @@
+"""``openvino-genai``: OpenVINO GenAI's speculative decoding pipeline (``LLMPipeline`` with a draft model).
+
+Driven code (unmodified, ``openvino-genai==2026.4.1.0``; models exported by ``optimum-intel==2.2.0``
+with ``--weight-format fp32``): ``openvino_genai.LLMPipeline(TARGET_IR, "CPU",
+draft_model=openvino_genai.draft_model(DRAFT_IR, "CPU")).generate(input_ids, GenerationConfig(
+do_sample=True, num_assistant_tokens=k, temperature, top_k, top_p, repetition_penalty, rng_seed))``,
+one call per sample, in the engine's own venv (worker: ``verifier/engines/workers/openvino_genai.py``).
+On CPU this runs the continuous-batching speculative pipeline
+(``src/cpp/src/speculative_decoding/continuous_batching/``); the draft candidates are validated in
+``src/cpp/src/sampling/sampler.cpp`` (``Sampler::validate_candidate`` and ``get_p_prime``).
+
+Sampling options map one to one (OpenVINO's logit processor applies top-k, temperature, top-p in
+Hugging Face's effective order; the repetition penalty covers prompt and generated tokens).
+
+Engine statistics: the pipeline exposes only a per-call total of accepted drafts
+(``SDPerModelsPerfMetrics.get_num_accepted_tokens()``) and the tokens each main-model step emitted;
+no per-round accepted counts and no first-round count, so the acceptance audit says "not reported"
+and the totals go into the report's extra fields.
+
+Known engine error: about 1 call in 200 raises ``RuntimeError: Check 'content_length <= ...'``.
+The worker retries the sample with a new, hash-derived seed (an independent draw) and returns every
+failure with the tokens streamed before it; see the worker's docstring and ``FINDINGS.md``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from verifier.engines import register_engine
+from verifier.engines._decoder_models import converted_model
+from verifier.engines.base import Engine
+from verifier.engines.decoder import EngineDecoder
+from verifier.errors import invalid_argument
+
+__all__ = ["OpenVINOGenAI", "decoder"]
+
+HANDLER = Path(__file__).resolve().parent / "workers" / "openvino_genai.py"
+
+
+@register_engine("openvino-genai")
+class OpenVINOGenAI(Engine):
+    kind = "decoder"
+    package = "openvino-genai"
+    version = "2026.4.1.0"
+    entry_point = "openvino_genai.LLMPipeline(target, 'CPU', draft_model=...).generate (sampler.cpp::Sampler::validate_candidate)"
+    options = ()
+
+
+def decoder(target_model: str = "shipped:target", draft_model: str = "shipped:draft", num_draft_tokens: int = 3,
+            vocab_size: int = 384, eos_token_id: int | None = 0, **options: Any) -> EngineDecoder:
+    """Plugin factory (``verifier.engines.openvino_genai_engine:decoder``): OpenVINO GenAI's speculative pipeline.
+
+    Raises
+    ------
+    InvalidArgumentError
+        (exit 2) an unknown option, a model other than the shipped ones, or k < 1.
+    EngineNotInstalledError
+        (exit 2) ``bash ci/engines/openvino-genai.sh`` has not run.
+    """
+    OpenVINOGenAI.resolve_options(options)
+    if int(num_draft_tokens) < 1:
+        raise invalid_argument("num_draft_tokens", num_draft_tokens, "an integer >= 1")
+    target = converted_model(OpenVINOGenAI, target_model, "target_model")
+    draft = converted_model(OpenVINOGenAI, draft_model, "draft_model")
+    return EngineDecoder(OpenVINOGenAI, HANDLER,
+                         init={"target_dir": str(target), "draft_dir": str(draft), "num_draft_tokens": int(num_draft_tokens),
+                               "eos_token_id": eos_token_id, "vocab_size": int(vocab_size)},
+                         num_draft_tokens=num_draft_tokens, vocab_size=vocab_size, eos_token_id=eos_token_id,
+                         greedy_ok=True)

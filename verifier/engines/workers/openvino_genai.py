@@ -1,0 +1,146 @@
+"""Worker handler for the ``openvino-genai`` adapter; runs inside the OpenVINO GenAI venv (stdlib + numpy + openvino).
+
+One ``LLMPipeline.generate(ov.Tensor(input_ids), GenerationConfig(...))`` call per sample on
+``LLMPipeline(TARGET_IR, "CPU", draft_model=draft_model(DRAFT_IR, "CPU"))``, with the sample's seed as
+``rng_seed``.  Token ids come back as ``EncodedResults.tokens``; engine statistics from
+``extended_perf_metrics`` (``SDPerModelsPerfMetrics.get_num_accepted_tokens()``: a per-call total) and
+the main model's per-step raw metrics (``m_batch_sizes``: tokens emitted by each main-model step).
+
+About 1 call in 200 raises ``RuntimeError: Check 'content_length <= ...' failed`` (sequence_group.cpp).
+Retry policy: the failed call's output is discarded and the sample is drawn again by a *new* call whose
+seed is derived from (seed, attempt) by hashing -- an independent draw, never the same seed.  That is
+the law of the engine given a call that succeeds; every failure is counted and returned with the
+tokens the call had streamed before it raised, so the harness can report whether failures depend on
+the emitted tokens (selection bias would show as a different prefix law among failed calls).
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+
+MAX_ATTEMPTS = 8  # per sample; a sample failing this often is an engine error (exit 3)
+
+
+def retry_seed(seed: int, attempt: int) -> int:
+    """Seed of retry ``attempt`` (>= 1) of a sample: a hash of (seed, attempt) in 1 .. 2**31 - 1."""
+    digest = hashlib.sha256(f"{int(seed)}:{int(attempt)}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") % (2**31 - 1) + 1
+
+
+class Handler:
+    def __init__(self, target_dir: str, draft_dir: str, num_draft_tokens: int, eos_token_id=None,
+                 vocab_size: int = 384) -> None:
+        import openvino as ov
+        import openvino_genai as ovg
+
+        self.ov, self.ovg = ov, ovg
+        self.pipe = ovg.LLMPipeline(target_dir, "CPU", draft_model=ovg.draft_model(draft_dir, "CPU"))
+        self.k = int(num_draft_tokens)
+        self.eos = None if eos_token_id is None else int(eos_token_id)
+        self.vocab = int(vocab_size)
+
+        class Collect(ovg.StreamerBase):
+            """Collects the streamed token ids (kept when a call raises)."""
+
+            def __init__(self):
+                super().__init__()
+                self.ids = []
+
+            def write(self, token):
+                self.ids.extend(token if isinstance(token, (list, tuple)) else [token])
+                return ovg.StreamingStatus.RUNNING
+
+            def end(self):
+                pass
+
+        self.Collect = Collect
+
+    def _config(self, sampling: dict, max_new_tokens: int, seed: int):
+        cfg = self.ovg.GenerationConfig()
+        cfg.max_new_tokens = int(max_new_tokens)
+        cfg.num_assistant_tokens = self.k
+        t = sampling.get("temperature")
+        t = 1.0 if t is None else float(t)
+        if t == 0:
+            cfg.do_sample = False
+        else:
+            cfg.do_sample = True
+            cfg.temperature = t
+            cfg.top_k = int(sampling["top_k"]) if sampling.get("top_k") is not None else 0
+            cfg.top_p = float(sampling["top_p"]) if sampling.get("top_p") is not None else 1.0
+            cfg.rng_seed = int(seed)
+        if sampling.get("repetition_penalty") is not None:
+            cfg.repetition_penalty = float(sampling["repetition_penalty"])
+        if self.eos is not None:
+            cfg.eos_token_id = self.eos
+        return cfg
+
+    def _one(self, input_ids, sampling, max_new_tokens, seed, streamer):
+        res = self.pipe.generate(input_ids, self._config(sampling, max_new_tokens, seed), streamer)
+        toks = list(res.tokens[0])
+        steps = None
+        accepted = None
+        ext = getattr(res, "extended_perf_metrics", None)
+        if ext is not None and hasattr(ext, "get_num_accepted_tokens"):
+            accepted = int(ext.get_num_accepted_tokens())
+            try:
+                steps = [int(b) for b in ext.main_model_metrics.raw_metrics.m_batch_sizes]
+            except AttributeError:
+                steps = None
+        return toks, accepted, steps
+
+    def generate(self, prompt_ids, max_new_tokens, sampling, seeds):
+        ids = np.asarray(prompt_ids, dtype=np.int64)[None, :]
+        input_ids = self.ov.Tensor(ids)
+        n, T = len(seeds), int(max_new_tokens)
+        tokens = np.full((n, T), -1, dtype=np.int64)
+        accepted_total = 0
+        step_sizes: list[int] = []
+        failures = []
+        for row, seed in enumerate(np.asarray(seeds).tolist()):
+            for attempt in range(MAX_ATTEMPTS):
+                s = int(seed) if attempt == 0 else retry_seed(seed, attempt)
+                streamer = self.Collect()
+                try:
+                    toks, acc, steps = self._one(input_ids, sampling, T, s, streamer)
+                    break
+                except RuntimeError as exc:
+                    if "content_length" not in str(exc) or attempt == MAX_ATTEMPTS - 1:
+                        raise
+                    failures.append({"row": row, "seed": s, "attempt": attempt, "streamed": [int(t) for t in streamer.ids[:T]],
+                                     "message": str(exc).strip().splitlines()[0][:200]})
+            for j, t in enumerate(toks[:T]):
+                tokens[row, j] = int(t)
+                if self.eos is not None and int(t) == self.eos:
+                    break
+            if acc is not None:
+                accepted_total += acc
+            if steps:
+                step_sizes.extend(steps)
+        extra = {"retries": len(failures), "failures": failures[:200],
+                 "stats_source": "SDPerModelsPerfMetrics.get_num_accepted_tokens() (total per call) and the main "
+                                 "model's raw_metrics.m_batch_sizes (tokens emitted per main-model step)"}
+        reply = {"tokens": tokens, "accepted": int(accepted_total), "extra": extra}
+        if step_sizes:
+            extra["main_step_sizes_hist"] = np.bincount(np.asarray(step_sizes, dtype=np.int64)).tolist()
+        return reply
+
+    def probe(self, prompt_ids, max_new_tokens, sampling, seed):
+        """One raw call (debugging): tokens, streamed ids, and every perf-metrics field found."""
+        ids = self.ov.Tensor(np.asarray(prompt_ids, dtype=np.int64)[None, :])
+        streamer = self.Collect()
+        res = self.pipe.generate(ids, self._config(sampling, int(max_new_tokens), int(seed)), streamer)
+        ext = res.extended_perf_metrics
+        out = {"tokens": [list(map(int, t)) for t in res.tokens], "streamed": list(map(int, streamer.ids)),
+               "ext_type": type(ext).__name__, "ext_dir": [a for a in dir(ext) if not a.startswith("_")]}
+        try:
+            out["accepted"] = int(ext.get_num_accepted_tokens())
+            rm = ext.main_model_metrics.raw_metrics
+            out["main_raw_dir"] = [a for a in dir(rm) if not a.startswith("_")]
+            out["main_batch_sizes"] = [int(b) for b in rm.m_batch_sizes]
+            out["draft_batch_sizes"] = [int(b) for b in ext.draft_model_metrics.raw_metrics.m_batch_sizes]
+        except Exception as exc:  # noqa: BLE001  probing
+            out["metrics_error"] = repr(exc)
+        return out
