@@ -29,7 +29,7 @@ from typing import Any
 
 from verifier.engines import register_engine
 from verifier.engines._decoder_models import converted_model
-from verifier.engines.base import Engine
+from verifier.engines.base import Engine, EngineOption
 from verifier.engines.decoder import EngineDecoder
 from verifier.errors import invalid_argument
 
@@ -44,7 +44,10 @@ class OpenVINOGenAI(Engine):
     package = "openvino-genai"
     version = "2026.4.1.0"
     entry_point = "openvino_genai.LLMPipeline(target, 'CPU', draft_model=...).generate (sampler.cpp::Sampler::validate_candidate)"
-    options = ()
+    options = (EngineOption("prefix_caching", True, (True, False),
+                            "SchedulerConfig.enable_prefix_caching (engine default on; the content_length errors were seen only with it on)"),
+               EngineOption("failure_log", "", (), "JSONL file to append each retried engine failure to (seed, attempt, "
+                            "tokens streamed before it); empty: not logged"))
 
 
 def decoder(target_model: str = "shipped:target", draft_model: str = "shipped:draft", num_draft_tokens: int = 3,
@@ -58,13 +61,14 @@ def decoder(target_model: str = "shipped:target", draft_model: str = "shipped:dr
     EngineNotInstalledError
         (exit 2) ``bash ci/engines/openvino-genai.sh`` has not run.
     """
-    OpenVINOGenAI.resolve_options(options)
+    options = OpenVINOGenAI.resolve_options(options)
     if int(num_draft_tokens) < 1:
         raise invalid_argument("num_draft_tokens", num_draft_tokens, "an integer >= 1")
     target = converted_model(OpenVINOGenAI, target_model, "target_model")
     draft = converted_model(OpenVINOGenAI, draft_model, "draft_model")
     return EngineDecoder(OpenVINOGenAI, HANDLER,
                          init={"target_dir": str(target), "draft_dir": str(draft), "num_draft_tokens": int(num_draft_tokens),
-                               "eos_token_id": eos_token_id, "vocab_size": int(vocab_size)},
+                               "eos_token_id": eos_token_id, "vocab_size": int(vocab_size),
+                               "prefix_caching": bool(options["prefix_caching"]), "failure_log": str(options["failure_log"])},
                          num_draft_tokens=num_draft_tokens, vocab_size=vocab_size, eos_token_id=eos_token_id,
                          greedy_ok=True)

@@ -31,15 +31,22 @@ def retry_seed(seed: int, attempt: int) -> int:
 
 class Handler:
     def __init__(self, target_dir: str, draft_dir: str, num_draft_tokens: int, eos_token_id=None,
-                 vocab_size: int = 384) -> None:
+                 vocab_size: int = 384, prefix_caching: bool = True, failure_log: str = "") -> None:
         import openvino as ov
         import openvino_genai as ovg
 
         self.ov, self.ovg = ov, ovg
-        self.pipe = ovg.LLMPipeline(target_dir, "CPU", draft_model=ovg.draft_model(draft_dir, "CPU"))
+        kwargs = {}
+        if not prefix_caching:  # the engine's default is on; the content_length failures come from its block hashing
+            sc = ovg.SchedulerConfig()
+            sc.enable_prefix_caching = False
+            kwargs["scheduler_config"] = sc
+        self.pipe = ovg.LLMPipeline(target_dir, "CPU", draft_model=ovg.draft_model(draft_dir, "CPU"), **kwargs)
         self.k = int(num_draft_tokens)
         self.eos = None if eos_token_id is None else int(eos_token_id)
         self.vocab = int(vocab_size)
+        self.failure_log = failure_log
+        self.calls = 0
 
         class Collect(ovg.StreamerBase):
             """Collects the streamed token ids (kept when a call raises)."""
@@ -99,7 +106,9 @@ class Handler:
         accepted_total = 0
         step_sizes: list[int] = []
         failures = []
+        rounds = 0
         for row, seed in enumerate(np.asarray(seeds).tolist()):
+            self.calls += 1
             for attempt in range(MAX_ATTEMPTS):
                 s = int(seed) if attempt == 0 else retry_seed(seed, attempt)
                 streamer = self.Collect()
@@ -111,6 +120,7 @@ class Handler:
                         raise
                     failures.append({"row": row, "seed": s, "attempt": attempt, "streamed": [int(t) for t in streamer.ids[:T]],
                                      "message": str(exc).strip().splitlines()[0][:200]})
+                    self._log(failures[-1], sampling)
             for j, t in enumerate(toks[:T]):
                 tokens[row, j] = int(t)
                 if self.eos is not None and int(t) == self.eos:
@@ -119,13 +129,22 @@ class Handler:
                 accepted_total += acc
             if steps:
                 step_sizes.extend(steps)
-        extra = {"retries": len(failures), "failures": failures[:200],
-                 "stats_source": "SDPerModelsPerfMetrics.get_num_accepted_tokens() (total per call) and the main "
-                                 "model's raw_metrics.m_batch_sizes (tokens emitted per main-model step)"}
-        reply = {"tokens": tokens, "accepted": int(accepted_total), "extra": extra}
+                rounds += len(steps) - 1  # main-model steps after the prompt step
+        extra = {"calls": n, "retries": len(failures), "failures": failures[:200],
+                 "stats_source": "totals only: accepted = SDPerModelsPerfMetrics.get_num_accepted_tokens() summed over "
+                                 "calls; rounds = main-model steps after the prompt step (raw_metrics.m_batch_sizes); "
+                                 "the engine reports no per-round or first-round accepted counts"}
+        reply = {"tokens": tokens, "accepted": int(accepted_total), "rounds": int(rounds), "extra": extra}
         if step_sizes:
             extra["main_step_sizes_hist"] = np.bincount(np.asarray(step_sizes, dtype=np.int64)).tolist()
         return reply
+
+    def _log(self, failure: dict, sampling: dict) -> None:
+        if self.failure_log:
+            import json
+
+            with open(self.failure_log, "a") as fh:
+                fh.write(json.dumps({**failure, "sampling": sampling, "num_draft_tokens": self.k}) + "\n")
 
     def probe(self, prompt_ids, max_new_tokens, sampling, seed):
         """One raw call (debugging): tokens, streamed ids, and every perf-metrics field found."""
