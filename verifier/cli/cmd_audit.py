@@ -536,7 +536,9 @@ def run(args: argparse.Namespace) -> int:
     if not args.blind_tolerance >= 0:
         raise invalid_argument("--blind-tolerance", args.blind_tolerance, "a total variation >= 0")
     if args.engine and _route_decoder_engine(args):
-        return _run_known_p(args, _sampling(args))
+        sampling = _sampling(args)
+        args.engine_class.check_sampling(sampling)  # exit 2 before the engine starts
+        return _run_known_p(args, sampling)
     if args.kernel or args.engine:
         if args.target_tv is None:
             args.target_tv = KERNEL_TARGET_TV
@@ -591,7 +593,7 @@ def _route_decoder_engine(args) -> bool:
     args.target = args.target or "shipped:target"
     options.setdefault("target_model", args.target)
     options.setdefault("draft_model", _draft_spec(args))
-    args.engine_described = engine.describe()
+    args.engine_described, args.engine_class = engine.describe(), engine
     args.decoder, args.option, args.engine_arg, args.engine = engine.decoder_spec(), list(options.items()), [], None
     print(f"engine {engine.name} ({engine.package}=={engine.version}): {engine.entry_point}")
     return True

@@ -178,6 +178,11 @@ class Engine:
         return []
 
     @classmethod
+    def check_sampling(cls, sampling: Any) -> None:
+        """Refuse (:class:`~verifier.errors.InvalidArgumentError`, exit 2) a sampling setting the engine cannot
+        express; called by ``specverify audit --engine`` before anything starts.  Default: accept all."""
+
+    @classmethod
     def make(cls, **options: Any) -> Callable[..., Any]:
         """Build the kernel (``kind="kernel"``) or decoder; imports the engine.
 

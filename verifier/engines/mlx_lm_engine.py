@@ -50,25 +50,29 @@ class MLXLM(Engine):
     entry_point = "mlx_lm/generate.py::speculative_generate_step"
     options = ()
 
-
-class MLXDecoder(EngineDecoder):
-    """:class:`EngineDecoder` refusing the sampling settings mlx_lm's sampler orders differently."""
-
-    def check_sampling(self, sampling: Any) -> dict[str, Any]:
+    @classmethod
+    def check_sampling(cls, sampling: Any, vocab_size: int = 384) -> None:
+        """Refuse (exit 2) what mlx_lm's sampler and logits processors express differently from Hugging Face."""
         rp = getattr(sampling, "repetition_penalty", None)
         if rp is not None and rp != 1.0:
             raise invalid_argument("repetition-penalty", rp, "not set: mlx_lm's repetition_penalty processor sees only the "
                                    "prompt's last token and the generated ones (Hugging Face penalises every prompt token)")
-        fields = super().check_sampling(sampling)
-        t, top_k, top_p = fields["temperature"], fields["top_k"], fields["top_p"]
+        t, top_k, top_p = (getattr(sampling, f, None) for f in ("temperature", "top_k", "top_p"))
         active_p = top_p is not None and top_p < 1.0
-        if active_p and top_k is not None and top_k < self.vocab_size:
+        if active_p and top_k is not None and top_k < vocab_size:
             raise invalid_argument("top-p", top_p, "not set together with --top-k: mlx_lm's make_sampler applies top-p "
                                    "before top-k (Hugging Face: top-k, then top-p), a different law")
         if active_p and t is not None and t != 1.0:
             raise invalid_argument("top-p", top_p, "not set with --temperature other than 1: mlx_lm's make_sampler "
                                    "filters top-p on the untempered probs (Hugging Face: after temperature), a different law")
-        return fields
+
+
+class MLXDecoder(EngineDecoder):
+    """:class:`EngineDecoder` refusing the sampling settings mlx_lm's sampler orders differently."""
+
+    def check_sampling(self, sampling: Any) -> dict[str, Any]:
+        MLXLM.check_sampling(sampling, self.vocab_size)
+        return super().check_sampling(sampling)
 
 
 def decoder(target_model: str = "shipped:target", draft_model: str = "shipped:draft", num_draft_tokens: int = 3,
