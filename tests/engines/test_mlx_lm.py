@@ -60,10 +60,10 @@ def test_acceptance_is_token_matching_not_the_canonical_rule(engine, shipped):
 
 
 def test_short_audit_sees_no_bias_and_flags_acceptance(engine, tmp_path, capsys):
-    """n = 120 at T = 0.7, top-k 8, k = 1: too few rows for TV 0.03, so the known verdict is UNDERPOWERED
-    (exit 4) -- not BIAS DETECTED (exit 1): no cell rejects at alpha 1e-3 -- and the acceptance audit
-    says FAR BELOW CANONICAL (sum p q = 0.073 vs sum min(p, q) = 0.35)."""
-    code = main(["audit", "--engine", "mlx-lm", "--num-draft-tokens", "1", "--temperature", "0.7", "--top-k", "8",
+    """n = 120 at T = 1, k = 1: too few rows for TV 0.03, so the known verdict is UNDERPOWERED (exit 4) --
+    not BIAS DETECTED (exit 1): no cell rejects at alpha 1e-3 -- and the acceptance audit says FAR BELOW
+    CANONICAL (sum p q = 0.024 vs sum min(p, q) = 0.51: the 99% upper bound at ~3 of 120 is ~0.08 < 0.25)."""
+    code = main(["audit", "--engine", "mlx-lm", "--num-draft-tokens", "1", "--temperature", "1",
                  "--num-samples", "120", "--chunk-size", "60", "--no-progress", "--run-dir", str(tmp_path / "run")])
     out = capsys.readouterr().out
     assert code == 4, out
