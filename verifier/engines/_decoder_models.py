@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from verifier.engines.decoder import checkpoint_dir
 from verifier.errors import invalid_argument
 
 __all__ = ["converted_model"]
@@ -25,6 +24,8 @@ def converted_model(engine: type, spec: str, argument: str) -> Path:
     EngineNotInstalledError
         (exit 2) the engine (or its converted models) is not installed.
     """
+    from verifier.engines.decoder import checkpoint_dir  # numpy: only when a decoder is built
+
     checkpoint_dir(spec, argument)  # a tabular model or a folder without config.json: its own message
     if spec not in ("shipped:target", "shipped:draft"):
         raise invalid_argument(argument, spec, f"shipped:target or shipped:draft (engine {engine.name!r} converts the "

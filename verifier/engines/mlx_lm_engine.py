@@ -34,7 +34,6 @@ from typing import Any
 from verifier.engines import register_engine
 from verifier.engines._decoder_models import converted_model
 from verifier.engines.base import Engine
-from verifier.engines.decoder import EngineDecoder
 from verifier.errors import invalid_argument
 
 __all__ = ["MLXLM", "MLXDecoder", "decoder"]
@@ -67,16 +66,28 @@ class MLXLM(Engine):
                                    "filters top-p on the untempered probs (Hugging Face: after temperature), a different law")
 
 
-class MLXDecoder(EngineDecoder):
-    """:class:`EngineDecoder` refusing the sampling settings mlx_lm's sampler orders differently."""
+def _decoder_class() -> type:
+    """``MLXDecoder``: :class:`~verifier.engines.decoder.EngineDecoder` refusing what mlx_lm's sampler orders
+    differently (built on first use: listing engines must not import numpy)."""
+    global MLXDecoder
+    if MLXDecoder is None:
+        from verifier.engines.decoder import EngineDecoder
 
-    def check_sampling(self, sampling: Any) -> dict[str, Any]:
-        MLXLM.check_sampling(sampling, self.vocab_size)
-        return super().check_sampling(sampling)
+        class _MLXDecoder(EngineDecoder):
+            def check_sampling(self, sampling: Any) -> dict[str, Any]:
+                MLXLM.check_sampling(sampling, self.vocab_size)
+                return super().check_sampling(sampling)
+
+        _MLXDecoder.__name__ = _MLXDecoder.__qualname__ = "MLXDecoder"
+        MLXDecoder = _MLXDecoder
+    return MLXDecoder
+
+
+MLXDecoder = None  # the class, once _decoder_class() has built it
 
 
 def decoder(target_model: str = "shipped:target", draft_model: str = "shipped:draft", num_draft_tokens: int = 3,
-            vocab_size: int = 384, eos_token_id: int | None = 0, **options: Any) -> MLXDecoder:
+            vocab_size: int = 384, eos_token_id: int | None = 0, **options: Any):
     """Plugin factory (``verifier.engines.mlx_lm_engine:decoder``): MLX-LM's speculative loop on the converted models.
 
     Raises
@@ -91,7 +102,7 @@ def decoder(target_model: str = "shipped:target", draft_model: str = "shipped:dr
         raise invalid_argument("num_draft_tokens", num_draft_tokens, "an integer >= 1")
     target = converted_model(MLXLM, target_model, "target_model")
     draft = converted_model(MLXLM, draft_model, "draft_model")
-    return MLXDecoder(MLXLM, HANDLER, init={"target_dir": str(target), "draft_dir": str(draft),
+    return _decoder_class()(MLXLM, HANDLER, init={"target_dir": str(target), "draft_dir": str(draft),
                                              "num_draft_tokens": int(num_draft_tokens), "eos_token_id": eos_token_id},
                       num_draft_tokens=num_draft_tokens, vocab_size=vocab_size, eos_token_id=eos_token_id,
                       supported={"temperature", "top_k", "top_p"}, greedy_ok=True)

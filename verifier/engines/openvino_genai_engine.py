@@ -30,7 +30,6 @@ from typing import Any
 from verifier.engines import register_engine
 from verifier.engines._decoder_models import converted_model
 from verifier.engines.base import Engine, EngineOption
-from verifier.engines.decoder import EngineDecoder
 from verifier.errors import invalid_argument
 
 __all__ = ["OpenVINOGenAI", "decoder"]
@@ -51,7 +50,7 @@ class OpenVINOGenAI(Engine):
 
 
 def decoder(target_model: str = "shipped:target", draft_model: str = "shipped:draft", num_draft_tokens: int = 3,
-            vocab_size: int = 384, eos_token_id: int | None = 0, **options: Any) -> EngineDecoder:
+            vocab_size: int = 384, eos_token_id: int | None = 0, **options: Any):
     """Plugin factory (``verifier.engines.openvino_genai_engine:decoder``): OpenVINO GenAI's speculative pipeline.
 
     Raises
@@ -61,6 +60,8 @@ def decoder(target_model: str = "shipped:target", draft_model: str = "shipped:dr
     EngineNotInstalledError
         (exit 2) ``bash ci/engines/openvino-genai.sh`` has not run.
     """
+    from verifier.engines.decoder import EngineDecoder  # numpy: only when a decoder is built
+
     options = OpenVINOGenAI.resolve_options(options)
     if int(num_draft_tokens) < 1:
         raise invalid_argument("num_draft_tokens", num_draft_tokens, "an integer >= 1")
