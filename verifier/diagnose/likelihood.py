@@ -34,7 +34,7 @@ from verifier.diagnose.mechanisms import Mechanism, Views
 from verifier.errors import invalid_argument
 from verifier.protocols import PADDING_TOKEN_ID
 
-__all__ = ["SequenceProbs", "log_likelihood", "target_log_likelihood", "sequence_ends"]
+__all__ = ["SequenceProbs", "log_likelihood", "target_log_likelihood", "sequence_ends", "unique_rows"]
 
 
 @dataclass
@@ -54,6 +54,8 @@ class SequenceProbs:
     draft_after : callable (contexts (m, L) int64) -> (m, vocab) float64, or None
         Processed draft probs after arbitrary equal-length contexts (prompt included): needed only
         by a kept draft suffix.
+    weights : np.ndarray, shape (num_samples,), or None
+        How many observed rows each row stands for (rows deduplicated by :func:`unique_rows`); None = 1 each.
     """
 
     tokens: np.ndarray
@@ -64,12 +66,17 @@ class SequenceProbs:
     eos_token_id: int | None = None
     prompt: tuple[int, ...] = ()
     draft_after: Callable[[np.ndarray], np.ndarray] | None = None
+    weights: np.ndarray | None = None
+
+    @property
+    def row_weights(self) -> np.ndarray:
+        return np.ones(len(self.tokens)) if self.weights is None else np.asarray(self.weights, dtype=np.float64)
 
     def rows(self, sel) -> "SequenceProbs":
         """The subset of rows ``sel`` (slice or index array)."""
         pick = (lambda a: None if a is None else a[sel])
         return SequenceProbs(self.tokens[sel], self.p[sel], self.q[sel], pick(self.p_raw), pick(self.q_raw),
-                             self.eos_token_id, self.prompt, self.draft_after)
+                             self.eos_token_id, self.prompt, self.draft_after, pick(self.weights))
 
 
 def sequence_ends(tokens: np.ndarray, eos_token_id: int | None) -> np.ndarray:
@@ -80,6 +87,15 @@ def sequence_ends(tokens: np.ndarray, eos_token_id: int | None) -> np.ndarray:
         stop = stop | np.concatenate([np.zeros((n, 1), dtype=bool), tokens[:, :-1] == eos_token_id], axis=1)
     first = np.where(stop.any(axis=1), stop.argmax(axis=1), steps)
     return first.astype(np.int64)
+
+
+def unique_rows(tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct emitted rows and how often each occurs: ((distinct, max_new_tokens), (distinct,)).
+
+    Identical rows have identical teacher-forced probs, so likelihoods are computed once per distinct row.
+    """
+    uniq, counts = np.unique(np.asarray(tokens, dtype=np.int64), axis=0, return_counts=True)
+    return uniq, counts.astype(np.float64)
 
 
 def _log(x: np.ndarray) -> np.ndarray:

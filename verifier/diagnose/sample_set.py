@@ -1,0 +1,130 @@
+"""Diagnose one sample set: mechanism ranking, fit check, parametric fits and localization.
+
+:func:`diagnose_sample_set` is what ``specverify diagnose`` and the automatic diagnosis after a BIAS
+DETECTED run call for every sample set of a biased decoder (:mod:`verifier.diagnose.run_dir`).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from verifier.diagnose import fit as fits
+from verifier.diagnose.inputs import MAX_LAW_OUTCOMES, joint_codes, mechanism_law, sequence_probs
+from verifier.diagnose.likelihood import SequenceProbs
+from verifier.diagnose.localize import localize
+from verifier.diagnose.mechanisms import MECHANISMS
+from verifier.diagnose.rank import Ranking, decide, rank_mechanisms
+from verifier.sampling import SamplingConfig
+
+__all__ = ["diagnose_sample_set", "fit_window", "best_fit_pvalue", "MAX_FIT_TOKENS"]
+
+MAX_FIT_TOKENS = 3  # J of the best mechanism's goodness of fit (first J emitted tokens)
+
+
+def fit_window(vocab_size: int, max_new_tokens: int) -> int:
+    """J: the most leading tokens (<= MAX_FIT_TOKENS) whose outcomes fit in MAX_LAW_OUTCOMES; 0 if none."""
+    j = 0
+    while j < min(MAX_FIT_TOKENS, max_new_tokens) and vocab_size ** (j + 1) <= MAX_LAW_OUTCOMES:
+        j += 1
+    return j
+
+
+def best_fit_pvalue(name: str, target_ref, draft_ref, prompt, sampling, k: int, tokens: np.ndarray,
+                    window: int, rng: np.random.Generator) -> tuple[float | None, np.ndarray | None]:
+    """Goodness-of-fit p-value of mechanism ``name``'s law of the first ``window`` tokens (and the law)."""
+    from verifier.stats.gof import gof_test
+
+    if window < 1:
+        return None, None
+    law = mechanism_law(MECHANISMS[name], target_ref, draft_ref, prompt, sampling, k, window)
+    if law is None:
+        return None, None
+    vocab = target_ref.vocab_size
+    counts = np.bincount(joint_codes(tokens[:, :window], vocab), minlength=(vocab + 1) ** window)
+    law = np.clip(law, 0.0, None)
+    res = gof_test(counts, law / law.sum(), alpha=1e-3, rng=rng, num_bootstrap=0) if law.sum() > 0 else None
+    if res is None:
+        return 0.0, law
+    return (0.0 if res.support_violations else float(res.pvalue)), law
+
+
+def diagnose_sample_set(target_ref, draft_ref, prompt, sampling: SamplingConfig, num_draft_tokens: int,
+                        tokens: np.ndarray, *, bias_detected: bool, origins: np.ndarray | None = None,
+                        seed: int = 0, with_fits: bool = True) -> dict[str, Any]:
+    """Ranking, decision, fits and localization of one sample set.
+
+    Parameters
+    ----------
+    target_ref, draft_ref : verifier.runner.models.ReferenceModel
+    prompt : sequence of int
+    sampling : SamplingConfig
+    num_draft_tokens : int
+    tokens : np.ndarray, shape (num_samples, max_new_tokens), int64
+    bias_detected : bool
+        The decoder's verdict was BIAS DETECTED.
+    origins : np.ndarray or None, shape like ``tokens``, int8
+        Origin code of each emitted token when the decoder reported it (:mod:`verifier.diagnose.localize`).
+    seed : int, default 0
+        Seeds the Monte Carlo p-value of the fit check.
+    with_fits : bool, default True
+        Also fit the effective temperature and compare sampling settings.
+
+    Returns
+    -------
+    dict
+        ``ranking`` (scores), ``decision`` (status, sentence, ...), ``fits``, ``localization``, ``plot``
+        (observed / target / best-mechanism law on the most telling position), ``seqs`` is not kept.
+    """
+    tokens = np.asarray(tokens, dtype=np.int64)
+    uniq, inverse, counts = np.unique(tokens, axis=0, return_inverse=True, return_counts=True)
+    seqs: SequenceProbs = sequence_probs(target_ref, draft_ref, prompt, uniq, sampling)  # each distinct row once
+    seqs.weights = counts.astype(np.float64)
+    ranking: Ranking = rank_mechanisms(seqs, num_draft_tokens)
+    pre = decide(ranking, bias_detected=bias_detected)
+    window = fit_window(target_ref.vocab_size, tokens.shape[1])
+    fit_p, law = None, None
+    if pre["best"] and pre["status"] == "consistent":
+        fit_p, law = best_fit_pvalue(pre["best"][0], target_ref, draft_ref, prompt, sampling, num_draft_tokens,
+                                     tokens, window, np.random.default_rng(seed))
+    decision = decide(ranking, bias_detected=bias_detected, fit_pvalue=fit_p)
+    out: dict[str, Any] = {"n": int(len(tokens)), "num_draft_tokens": num_draft_tokens, "ranking": ranking.to_dict(),
+                           "decision": decision, "fit_window": window}
+    if with_fits and bias_detected:
+        out["fits"] = {"temperature": fits.fit_temperature(seqs, sampling), "settings": fits.compare_settings(seqs, sampling)}
+    best = decision["best"][0] if decision["best"] else None
+    full = seqs
+    if origins is not None:  # per-row groups: every observed row again
+        full = seqs.rows(np.asarray(inverse).reshape(-1))
+        full.weights = None
+    out["localization"] = localize(ranking, best, tokens, origins, full)
+    out["plot"] = _plot_data(out["localization"], best, law, target_ref, draft_ref, prompt, sampling,
+                             num_draft_tokens, tokens, window)
+    return out
+
+
+def _plot_data(loc, best, law, target_ref, draft_ref, prompt, sampling, k, tokens, window) -> dict | None:
+    """Observed vs target vs best-mechanism marginal law of the most telling position (within the fit window)."""
+    if best is None or window < 1:
+        return None
+    per_pos = loc.get("log_lr_per_position") or []
+    cand = [(v, i) for i, v in enumerate(per_pos[:window]) if isinstance(v, (int, float)) and math.isfinite(v)]
+    pos = max(cand)[1] if cand else 0
+    if law is None:
+        law = mechanism_law(MECHANISMS[best], target_ref, draft_ref, prompt, sampling, k, window)
+    target = mechanism_law(MECHANISMS["canonical"], target_ref, draft_ref, prompt, sampling, k, window)
+    if law is None or target is None:
+        return None
+    vocab = target_ref.vocab_size
+    shape = (vocab + 1,) * window
+    axes = tuple(a for a in range(window) if a != pos)
+    m_law = law.reshape(shape).sum(axis=axes) if axes else law
+    t_law = target.reshape(shape).sum(axis=axes) if axes else target
+    col = np.where(tokens[:, pos] < 0, vocab, tokens[:, pos])
+    obs = np.bincount(col, minlength=vocab + 1) / max(1, len(tokens))
+    top = np.argsort(-(np.abs(obs - t_law) + np.abs(m_law - t_law)))[:12]
+    top = np.sort(top)
+    return {"position": pos + 1, "mechanism": best, "labels": [("<ended>" if c == vocab else str(int(c))) for c in top],
+            "observed": obs[top].tolist(), "target": t_law[top].tolist(), "mechanism_law": m_law[top].tolist()}
