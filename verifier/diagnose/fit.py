@@ -56,12 +56,27 @@ class _Scorer:
         self.prompt, self.raw_tokens, self.w = seqs.prompt, seqs.tokens, seqs.row_weights
         self._mask = None
 
+    def _plain(self, temperature: float) -> float:
+        """Temperature only: log softmax(logits / T) at the emitted tokens, in numpy."""
+        if not hasattr(self, "_lx"):
+            lg = self.logits.numpy()
+            self._finite = np.isfinite(lg)
+            self._lg = np.where(self._finite, lg, 0.0)
+            self._lx = np.take_along_axis(lg, self.tokens[..., None], axis=2)[..., 0]
+        z = self._lg / temperature
+        zmax = np.where(self._finite, z, -np.inf).max(axis=2, keepdims=True)
+        lse = np.log(np.where(self._finite, np.exp(z - zmax), 0.0).sum(axis=2)) + zmax[..., 0]
+        ll = np.where(self.live, self._lx / temperature - lse, 0.0).sum(axis=1)
+        return float((ll * self.w).sum()) if np.isfinite(ll).all() else -math.inf
+
     def mask(self):
         if self._mask is None:
             self._mask = torch.from_numpy(_context_mask(self.prompt, self.raw_tokens, self.logits.shape[-1]))
         return self._mask
 
     def __call__(self, sampling: SamplingConfig) -> float:
+        if sampling.top_k is None and sampling.top_p is None and sampling.repetition_penalty is None and sampling.temperature > 0:
+            return self._plain(sampling.temperature)
         mask = self.mask() if sampling.repetition_penalty is not None else None
         probs = processed_probs(self.logits, sampling, mask).numpy()
         px = np.take_along_axis(probs, self.tokens[..., None], axis=2)[..., 0]
@@ -87,9 +102,12 @@ def fit_temperature(seqs: SequenceProbs, sampling: SamplingConfig) -> dict:
         nats), ``sentence`` ("emitted tokens look like T = 1.09 [1.06, 1.12], requested T = 1.0").
     """
     score = _Scorer(seqs)
+    base, note = sampling, ""
+    if not math.isfinite(score(sampling)) and (sampling.top_k is not None or sampling.top_p is not None):
+        base, note = replace(sampling, top_k=None, top_p=None), " (fitted without top-k/top-p: emitted tokens lie outside the requested filter)"
 
     def nll(log_t: float) -> float:
-        v = -score(replace(sampling, temperature=float(math.exp(log_t))))
+        v = -score(replace(base, temperature=float(math.exp(log_t))))
         return v if math.isfinite(v) else 1e300
 
     res = optimize.minimize_scalar(nll, bounds=(math.log(T_MIN), math.log(T_MAX)), method="bounded",
@@ -106,7 +124,10 @@ def fit_temperature(seqs: SequenceProbs, sampling: SamplingConfig) -> dict:
     ll_req = score(sampling)
     return {"temperature": best, "ci": [low, high], "ci_level": CI_LEVEL, "requested": sampling.temperature,
             "log_lr": ll_best - ll_req if math.isfinite(ll_req) else math.inf,
-            "sentence": f"emitted tokens look like T = {best:.3g} [{low:.3g}, {high:.3g}], requested T = {sampling.temperature:g}"}
+            "filters_dropped": bool(note),
+            "sentence": (f"emitted tokens look like T = {best:.3g} [{low:.3g}, {high:.3g}]"
+                         f"{' (at the search bound)' if min(best - T_MIN, T_MAX - best) < 1e-2 else ''}, "
+                         f"requested T = {sampling.temperature:g}{note}")}
 
 
 def compare_settings(seqs: SequenceProbs, sampling: SamplingConfig) -> dict:

@@ -30,6 +30,16 @@ def _teacher_forced(ref, prompt, tokens, sampling) -> np.ndarray:
     return out
 
 
+def _reprocess(raw: np.ndarray, sampling: SamplingConfig) -> np.ndarray:
+    import torch
+
+    from verifier.sampling import processed_probs
+
+    with np.errstate(divide="ignore"):
+        logits = torch.from_numpy(np.log(raw))
+    return processed_probs(logits, sampling).numpy()
+
+
 def sequence_probs(target_ref, draft_ref, prompt, tokens: np.ndarray, sampling: SamplingConfig, *,
                    raw: bool = True) -> SequenceProbs:
     """Teacher-forced processed (and, with ``raw``, unprocessed) target and draft probs of emitted rows.
@@ -49,12 +59,19 @@ def sequence_probs(target_ref, draft_ref, prompt, tokens: np.ndarray, sampling: 
         With ``draft_after`` = the draft's processed probs at arbitrary contexts.
     """
     tokens = np.asarray(tokens, dtype=np.int64)
-    p = _teacher_forced(target_ref, prompt, tokens, sampling)
-    q = _teacher_forced(draft_ref, prompt, tokens, sampling)
-    p_raw = q_raw = None
-    if raw:
-        p_raw = p if sampling == UNPROCESSED else _teacher_forced(target_ref, prompt, tokens, UNPROCESSED)
-        q_raw = q if sampling == UNPROCESSED else _teacher_forced(draft_ref, prompt, tokens, UNPROCESSED)
+    if sampling.repetition_penalty is None:
+        # one forward pass per model: temperature, top-k and top-p are invariant to the per-row constant
+        # between raw logits and log(softmax(raw logits)), so the processed probs come from the raw ones
+        p_raw = _teacher_forced(target_ref, prompt, tokens, UNPROCESSED)
+        q_raw = _teacher_forced(draft_ref, prompt, tokens, UNPROCESSED)
+        p, q = (p_raw, q_raw) if sampling == UNPROCESSED else (_reprocess(p_raw, sampling), _reprocess(q_raw, sampling))
+    else:  # the penalty is not shift invariant: process the model's own logits
+        p = _teacher_forced(target_ref, prompt, tokens, sampling)
+        q = _teacher_forced(draft_ref, prompt, tokens, sampling)
+        p_raw = q_raw = None
+        if raw:
+            p_raw = _teacher_forced(target_ref, prompt, tokens, UNPROCESSED)
+            q_raw = _teacher_forced(draft_ref, prompt, tokens, UNPROCESSED)
     return SequenceProbs(tokens, p, q, p_raw, q_raw, target_ref.eos_token_id, tuple(int(t) for t in prompt),
                          draft_after=lambda ctx: draft_ref.next_probs(ctx, sampling))
 

@@ -118,7 +118,7 @@ def target_log_likelihood(seqs: SequenceProbs, view: str = "p") -> np.ndarray:
 
 
 def log_likelihood(mechanism: Mechanism, seqs: SequenceProbs, num_draft_tokens: int, *,
-                   per_position: bool = False) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
+                   per_position: bool = False, predictive: np.ndarray | None = None) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
     """Log probability of each emitted row under ``mechanism`` with k = ``num_draft_tokens``.
 
     Parameters
@@ -151,6 +151,8 @@ def log_likelihood(mechanism: Mechanism, seqs: SequenceProbs, num_draft_tokens: 
     n, steps, _ = seqs.p.shape
     ends = sequence_ends(seqs.tokens, seqs.eos_token_id)
     if mechanism.same_as_target:
+        if predictive is not None:
+            predictive[:] = seqs.p
         total = target_log_likelihood(seqs)
         if not per_position:
             return total
@@ -172,6 +174,11 @@ def log_likelihood(mechanism: Mechanism, seqs: SequenceProbs, num_draft_tokens: 
         prop, acc = mechanism.propose(v), mechanism.acceptance(v)
         thresholds[:, t] = _pick(acc, x)
         rec = None if mechanism.reject_emit is not None else mechanism.recover(v)
+        pred = None
+        if predictive is not None and not (mechanism.keep_suffix and k > 1):
+            pred = np.zeros(seqs.p.shape[::2])
+            norm = np.logaddexp.reduce(la[:, t], axis=1)
+            state_w = np.exp(la[:, t] - np.where(np.isfinite(norm), norm, 0.0)[:, None])  # P(j | x_<t)
         for j in range(k + 1):
             a = np.where(live, la[:, t, j], -np.inf)
             if not np.isfinite(a).any():
@@ -179,6 +186,8 @@ def log_likelihood(mechanism: Mechanism, seqs: SequenceProbs, num_draft_tokens: 
             if j == k:  # bonus token from the target row at t + bonus_offset
                 bonus = target_rows[:, t + mechanism.bonus_offset]
                 la[:, t + 1, 0] = np.logaddexp(la[:, t + 1, 0], a + _log(_pick(bonus, x)))
+                if pred is not None:
+                    pred += state_w[:, j:j + 1] * bonus
                 continue
             acc_eff = acc
             if mechanism.shared_uniform and j:
@@ -191,10 +200,15 @@ def log_likelihood(mechanism: Mechanism, seqs: SequenceProbs, num_draft_tokens: 
                 emit = _pick(mechanism.reject_emit(v, prop, acc_eff), x)
             else:
                 emit = reject_w.sum(axis=1) * _pick(rec, x)
+            if pred is not None:
+                full_emit = mechanism.reject_emit(v, prop, acc_eff) if mechanism.reject_emit is not None else reject_w.sum(axis=1, keepdims=True) * rec
+                pred += state_w[:, j:j + 1] * (prop * acc_eff + full_emit)
             if mechanism.keep_suffix and j < k - 1:
                 _suffix_jumps(la, a, reject_w, _pick(rec, x), t, k - j - 1, ends, seqs, mechanism)
             else:
                 la[:, t + 1, 0] = np.logaddexp(la[:, t + 1, 0], a + _log(emit))
+        if predictive is not None:
+            predictive[:, t] = pred if pred is not None else np.nan
     final = np.logaddexp.reduce(la[np.arange(n), ends], axis=1)
     if not per_position:
         return final

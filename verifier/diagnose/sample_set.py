@@ -13,13 +13,13 @@ import numpy as np
 
 from verifier.diagnose import fit as fits
 from verifier.diagnose.inputs import MAX_LAW_OUTCOMES, joint_codes, mechanism_law, sequence_probs
-from verifier.diagnose.likelihood import SequenceProbs
+from verifier.diagnose.likelihood import SequenceProbs, log_likelihood, sequence_ends
 from verifier.diagnose.localize import localize
 from verifier.diagnose.mechanisms import MECHANISMS
-from verifier.diagnose.rank import Ranking, decide, rank_mechanisms
+from verifier.diagnose.rank import FIT_ALPHA, Ranking, decide, rank_mechanisms
 from verifier.sampling import SamplingConfig
 
-__all__ = ["diagnose_sample_set", "fit_window", "best_fit_pvalue", "MAX_FIT_TOKENS"]
+__all__ = ["diagnose_sample_set", "fit_window", "fit_check", "best_fit_pvalue", "MAX_FIT_TOKENS"]
 
 MAX_FIT_TOKENS = 3  # J of the best mechanism's goodness of fit (first J emitted tokens)
 
@@ -51,6 +51,37 @@ def best_fit_pvalue(name: str, target_ref, draft_ref, prompt, sampling, k: int, 
     return (0.0 if res.support_violations else float(res.pvalue)), law
 
 
+def fit_check(name: str, seqs: SequenceProbs, inverse: np.ndarray, tokens: np.ndarray, target_ref, draft_ref, prompt,
+              sampling, k: int, window: int, rng: np.random.Generator) -> tuple[float | None, np.ndarray | None, dict]:
+    """Goodness of fit of mechanism ``name`` itself: its J-token law (chi-square) and its sequential
+    predictive law at every emitted position (randomized PIT, Kolmogorov-Smirnov), Bonferroni over the two.
+
+    ``seqs`` holds the distinct rows, ``inverse`` maps each observed row to its distinct row.
+
+    Returns
+    -------
+    (p-value or None, the J-token law or None, parts {"law": p, "pit": p})
+    """
+    from verifier.stats.pit import pit_ks_test, randomized_pit
+
+    p_law, law = best_fit_pvalue(name, target_ref, draft_ref, prompt, sampling, k, tokens, window, rng)
+    p_pit = None
+    mech = MECHANISMS[name]
+    if not (mech.keep_suffix and k > 1):
+        pred = np.full(seqs.p.shape, np.nan)
+        log_likelihood(mech, seqs, k, predictive=pred)
+        full = pred[inverse]
+        live = np.arange(tokens.shape[1])[None] < sequence_ends(tokens, seqs.eos_token_id)[:, None]
+        rows = np.clip(full[live], 0.0, None)
+        sums = rows.sum(axis=1, keepdims=True)
+        ok = sums[:, 0] > 0
+        u, bad = randomized_pit(tokens[live][ok], rows[ok] / sums[ok], rng)
+        p_pit = 0.0 if bad or (~ok).any() else float(pit_ks_test(u, alpha=FIT_ALPHA).pvalue)
+    parts = {"law": p_law, "pit": p_pit}
+    ps = [v for v in parts.values() if v is not None]
+    return (min(1.0, min(ps) * len(ps)) if ps else None), law, parts
+
+
 def diagnose_sample_set(target_ref, draft_ref, prompt, sampling: SamplingConfig, num_draft_tokens: int,
                         tokens: np.ndarray, *, bias_detected: bool, origins: np.ndarray | None = None,
                         seed: int = 0, with_fits: bool = True) -> dict[str, Any]:
@@ -76,7 +107,9 @@ def diagnose_sample_set(target_ref, draft_ref, prompt, sampling: SamplingConfig,
     -------
     dict
         ``ranking`` (scores), ``decision`` (status, sentence, ...), ``fits``, ``localization``, ``plot``
-        (observed / target / best-mechanism law on the most telling position), ``seqs`` is not kept.
+        (observed / target / best-mechanism law on the most telling position), ``_ranking`` (the
+        :class:`~verifier.diagnose.rank.Ranking`) and ``_seqs`` ((distinct-row SequenceProbs, inverse)):
+        not JSON, pop them before serialising.
     """
     tokens = np.asarray(tokens, dtype=np.int64)
     uniq, inverse, counts = np.unique(tokens, axis=0, return_inverse=True, return_counts=True)
@@ -85,13 +118,15 @@ def diagnose_sample_set(target_ref, draft_ref, prompt, sampling: SamplingConfig,
     ranking: Ranking = rank_mechanisms(seqs, num_draft_tokens)
     pre = decide(ranking, bias_detected=bias_detected)
     window = fit_window(target_ref.vocab_size, tokens.shape[1])
-    fit_p, law = None, None
+    fit_p, law, parts = None, None, {}
+    inverse = np.asarray(inverse).reshape(-1)
     if pre["best"] and pre["status"] == "consistent":
-        fit_p, law = best_fit_pvalue(pre["best"][0], target_ref, draft_ref, prompt, sampling, num_draft_tokens,
-                                     tokens, window, np.random.default_rng(seed))
+        fit_p, law, parts = fit_check(pre["best"][0], seqs, inverse, tokens, target_ref, draft_ref, prompt, sampling,
+                                      num_draft_tokens, window, np.random.default_rng(seed))
     decision = decide(ranking, bias_detected=bias_detected, fit_pvalue=fit_p)
+    decision["fit_parts"] = parts
     out: dict[str, Any] = {"n": int(len(tokens)), "num_draft_tokens": num_draft_tokens, "ranking": ranking.to_dict(),
-                           "decision": decision, "fit_window": window}
+                           "decision": decision, "fit_window": window, "_ranking": ranking, "_seqs": (seqs, inverse)}
     if with_fits and bias_detected:
         out["fits"] = {"temperature": fits.fit_temperature(seqs, sampling), "settings": fits.compare_settings(seqs, sampling)}
     best = decision["best"][0] if decision["best"] else None

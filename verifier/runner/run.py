@@ -542,6 +542,9 @@ def _finish(ctx_or_suite, store: SampleStore, errors: dict, exact: dict, stage: 
     report["samples_missing"] = sum(s["samples_missing"] for s in sets_info)
     if report["samples_missing"]:
         log(f"partial report: {report['samples_missing']} of {report['samples_planned']} samples are missing")
+    from verifier.diagnose.run_dir import auto_diagnosis  # after BIAS DETECTED: which mechanism, where (issue 15)
+
+    auto_diagnosis(report, ctx.plans, ctx.pairs, store, stage, log)
     t0 = time.perf_counter()
     target = Path(out_dir) if out_dir is not None else store.run_dir
     report["run"]["stage_seconds"] = stage
