@@ -73,3 +73,20 @@ def test_unknown_mechanisms_match_no_known_mechanism(plugin, cfg):
     d = diagnose(decoder_rows(dec, cfg, seed=1504), cfg)["decision"]
     assert d["status"] == "no known mechanism", d["sentence"]
     assert d["sentence"].startswith("matches no known mechanism")
+
+
+@pytest.mark.parametrize("name,sentence", [("full_p_fallback", "the bias appears on recovered tokens, not on accepted, bonus tokens"),
+                                           ("draft_suffix_kept", "unverified draft tokens were emitted after rejections")])
+def test_origins_localize_the_bias(name, sentence):
+    """The reference decoder's DecoderStats.origins: per-origin PIT tests against the canonical law given the
+    origin (alpha 1e-3 over the groups); the reference has no flagged group."""
+    target, draft = wrapped()
+    dec = make_decoder(name, target, draft, CI_K)
+    rows = decoder_rows(dec, T1, seed=1505)
+    assert dec.last_stats.origins.shape == rows.shape
+    loc = diagnose(rows, T1, origins=dec.last_stats.origins)["localization"]
+    assert sentence in loc["sentence"]
+    ref = make_decoder("reference", target, draft, CI_K)
+    rows = decoder_rows(ref, T1, seed=1505)
+    loc = diagnose(rows, T1, bias=False, origins=ref.last_stats.origins)["localization"]
+    assert not any(g.get("biased") for g in loc["by_origin"] + loc["by_round_position"]), loc

@@ -12,20 +12,17 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
 
-from verifier.diagnose.likelihood import SequenceProbs, log_likelihood, sequence_ends
-from verifier.diagnose.mechanisms import MECHANISMS
+from verifier.diagnose.likelihood import SequenceProbs, sequence_ends
 
 __all__ = ["ORIGIN_ACCEPTED", "ORIGIN_RECOVERED", "ORIGIN_BONUS", "ORIGIN_SUFFIX", "ORIGIN_CODES", "localize",
            "LOCALIZE_ALPHA"]
 
 ORIGIN_ACCEPTED, ORIGIN_RECOVERED, ORIGIN_BONUS, ORIGIN_SUFFIX = 0, 1, 2, 3
-ORIGIN_CODES = {ORIGIN_ACCEPTED: "accepted", ORIGIN_RECOVERED: "recovered", ORIGIN_BONUS: "bonus",
-                ORIGIN_SUFFIX: "unverified draft"}
+from verifier.protocols import ORIGIN_CODES  # noqa: E402  (0 accepted, 1 recovered, 2 bonus, 3 unverified draft)
 LOCALIZE_ALPHA = 1e-3  # family level of the per-group PIT tests
 MIN_GROUP = 20  # tokens a group needs before it is tested
 
@@ -89,6 +86,12 @@ def localize(ranking, best: str | None, tokens: np.ndarray, origins: np.ndarray 
     out.update({"by_origin": groups, "by_round_position": rounds, "group_alpha": level})
     flagged = [g["group"] for g in groups if g.get("biased")]
     clean = [g["group"] for g in groups if g.get("biased") is False]
+    parts = []
     if flagged:
-        out["sentence"] = f"the bias appears on {', '.join(flagged)} tokens" + (f", not on {', '.join(clean)} tokens" if clean else "")
+        parts.append(f"the bias appears on {', '.join(flagged)} tokens" + (f", not on {', '.join(clean)} tokens" if clean else ""))
+    suffix = int((live & (origins == ORIGIN_SUFFIX)).sum())
+    if suffix:
+        parts.append(f"{suffix} unverified draft tokens were emitted after rejections")
+    if parts:
+        out["sentence"] = "; ".join(parts)
     return out

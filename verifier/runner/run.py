@@ -300,7 +300,9 @@ def _sample(ctx: _Context, store: SampleStore, progress: bool, log: Callable[[st
                 meta = {"set_key": plan.key, "set_id": plan.set_id, "chunk": index, "seed": seed,
                         "num_samples": rows, "suite_seed": ctx.suite.seed,
                         "decoder": decoder_identity(spec, decoder, plan.num_draft_tokens)}
-                store.write_chunk(plan.set_id, index, Shard(tokens, fra, counts, meta))
+                origins = getattr(stats, "origins", None)  # optional per-token origins (diagnosis localization)
+                origins = origins if origins is not None and np.shape(origins) == tokens.shape else None
+                store.write_chunk(plan.set_id, index, Shard(tokens, fra, counts, meta, origins))
                 bar.update(rows)
         finally:
             bar.close()
