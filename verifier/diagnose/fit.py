@@ -111,7 +111,7 @@ def fit_temperature(seqs: SequenceProbs, sampling: SamplingConfig) -> dict:
         return v if math.isfinite(v) else 1e300
 
     res = optimize.minimize_scalar(nll, bounds=(math.log(T_MIN), math.log(T_MAX)), method="bounded",
-                                   options={"xatol": 1e-3})
+                                   options={"xatol": 5e-3})
     best, ll_best = float(math.exp(res.x)), -float(res.fun)
     cut = stats.chi2.ppf(CI_LEVEL, 1) / 2
 
@@ -119,8 +119,8 @@ def fit_temperature(seqs: SequenceProbs, sampling: SamplingConfig) -> dict:
         return (ll_best + nll(log_t)) - cut  # < 0 inside the interval
 
     lo, hi = math.log(T_MIN), math.log(T_MAX)
-    low = T_MIN if gap(lo) < 0 else float(math.exp(optimize.brentq(gap, lo, res.x, xtol=1e-3)))
-    high = T_MAX if gap(hi) < 0 else float(math.exp(optimize.brentq(gap, res.x, hi, xtol=1e-3)))
+    low = T_MIN if gap(lo) < 0 else float(math.exp(optimize.brentq(gap, lo, res.x, xtol=3e-3)))
+    high = T_MAX if gap(hi) < 0 else float(math.exp(optimize.brentq(gap, res.x, hi, xtol=3e-3)))
     ll_req = score(sampling)
     return {"temperature": best, "ci": [low, high], "ci_level": CI_LEVEL, "requested": sampling.temperature,
             "log_lr": ll_best - ll_req if math.isfinite(ll_req) else math.inf,

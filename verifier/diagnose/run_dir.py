@@ -25,6 +25,7 @@ from verifier.diagnose.sample_set import diagnose_sample_set, fit_check
 __all__ = ["diagnose_decoders", "auto_diagnosis", "load_tokens", "DIAGNOSED_VERDICT"]
 
 DIAGNOSED_VERDICT = "BIAS DETECTED"
+AUTO_FIT_MAX_VOCAB = 64  # the runner's automatic diagnosis fits temperature/settings only up to this vocab (cost)
 CELL_BIAS = "BIAS"
 
 
@@ -59,7 +60,9 @@ def diagnose_decoders(report: dict, plans: list, pairs: dict, store, *, decoders
     store : SampleStore
     decoders : list of str, optional
         Diagnose these decoders whatever their verdict.
-    with_fits : bool, default True
+    with_fits : bool or "small", default True
+        Fit the effective temperature and other settings; "small": only for vocabularies up to
+        :data:`AUTO_FIT_MAX_VOCAB` (the runner's automatic diagnosis: a transformer's fits cost more than its ranking).
     log : callable, optional
 
     Returns
@@ -68,6 +71,17 @@ def diagnose_decoders(report: dict, plans: list, pairs: dict, store, *, decoders
         ``{"alpha", "fit_alpha", "decoders": [{decoder, verdict, status, sentence, decision, sets: [...],
         configs}], "seconds"}``.
     """
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # small per-row ops: intra-op threads only spin (measured 10x slower on a busy 2-core box)
+    try:
+        return _diagnose_decoders(report, plans, pairs, store, decoders, with_fits, log)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _diagnose_decoders(report, plans, pairs, store, decoders, with_fits, log) -> dict[str, Any]:
     t0 = time.perf_counter()
     verdicts = {d["decoder"]: d.get("verdict") for d in report.get("decoders", [])}
     names = decoders if decoders is not None else [n for n, v in verdicts.items() if v == DIAGNOSED_VERDICT]
@@ -88,9 +102,12 @@ def diagnose_decoders(report: dict, plans: list, pairs: dict, store, *, decoders
                 sets.append(entry)
                 continue
             pair = pairs[plan.pair]
+            fits = with_fits is True or (with_fits == "small" and pair.vocab_size <= AUTO_FIT_MAX_VOCAB)
             res = diagnose_sample_set(pair.reference, pair.draft_reference, plan.prompt_ids, plan.sampling,
                                       plan.num_draft_tokens, tokens, bias_detected=entry["biased"], origins=origins,
-                                      with_fits=with_fits)
+                                      with_fits=fits)
+            if not fits and entry["biased"]:
+                res["fits_note"] = f"parametric fits left to `specverify diagnose` (vocab {pair.vocab_size} > {AUTO_FIT_MAX_VOCAB})"
             rankings.append(res.pop("_ranking"))
             cache[plan.set_id] = (res.pop("_seqs"), tokens, res["fit_window"])
             entry.update(res)
@@ -148,7 +165,7 @@ def auto_diagnosis(report: dict, plans: list, pairs: dict, store, stage: dict, l
         return
     t0 = time.perf_counter()
     try:
-        report["diagnosis"] = diagnose_decoders(report, plans, pairs, store)
+        report["diagnosis"] = diagnose_decoders(report, plans, pairs, store, with_fits="small")
     except Exception as exc:  # the diagnosis explains a verdict; it must never turn one into a crash
         report["diagnosis"] = {"error": f"{type(exc).__name__}: {exc}", "decoders": []}
         log(f"diagnosis failed ({type(exc).__name__}: {exc}); verdicts are unaffected")
