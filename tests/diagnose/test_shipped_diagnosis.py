@@ -4,7 +4,6 @@ covers position 1's law and the mechanism's predictive PIT at every position.  F
 in test_zoo_diagnosis.
 """
 
-import numpy as np
 import pytest
 
 from verifier.decoders.mutants import make_decoder
