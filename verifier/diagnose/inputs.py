@@ -21,6 +21,7 @@ __all__ = ["sequence_probs", "all_sequences", "mechanism_law", "joint_codes", "M
 
 MAX_LAW_OUTCOMES = 20_000  # J-token outcomes a mechanism's law is enumerated over (V = 384: J = 1 only)
 UNPROCESSED = SamplingConfig()
+_OUTCOME_PROBS: dict = {}  # (models, prompt, sampling, J) -> (outcomes, SequenceProbs) (holds the models while cached)
 
 
 def _teacher_forced(ref, prompt, tokens, sampling) -> np.ndarray:
@@ -106,8 +107,13 @@ def mechanism_law(mechanism: Mechanism, target_ref, draft_ref, prompt, sampling:
     vocab = target_ref.vocab_size
     if vocab ** num_tokens > MAX_LAW_OUTCOMES:
         return None
-    seqs = all_sequences(vocab, num_tokens, target_ref.eos_token_id)
-    sp = sequence_probs(target_ref, draft_ref, prompt, seqs, sampling, raw=mechanism.needs_raw)
+    key = (target_ref, draft_ref, tuple(prompt), sampling, num_tokens)  # the objects, not ids: never a recycled id
+    if key not in _OUTCOME_PROBS:  # the same outcomes and probs for every mechanism: computed once
+        if len(_OUTCOME_PROBS) >= 16:
+            _OUTCOME_PROBS.clear()
+        seqs = all_sequences(vocab, num_tokens, target_ref.eos_token_id)
+        _OUTCOME_PROBS[key] = (seqs, sequence_probs(target_ref, draft_ref, prompt, seqs, sampling))
+    seqs, sp = _OUTCOME_PROBS[key]
     probs = np.exp(log_likelihood(mechanism, sp, num_draft_tokens))
     law = np.zeros((vocab + 1) ** num_tokens)
     np.add.at(law, joint_codes(seqs, vocab), probs)

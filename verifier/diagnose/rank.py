@@ -110,7 +110,9 @@ def rank_mechanisms(seqs: SequenceProbs, num_draft_tokens: int, *, mechanisms=No
     ll_t = target_log_likelihood(seqs)
     total_t = float(_wsum(ll_t, w))
     scores, per_pos = [], {}
-    cond_t = log_likelihood(MECHANISMS["canonical"], seqs, num_draft_tokens, per_position=True)[1] if per_position else None
+    cond_t = _target_per_position(seqs) if per_position else None
+    raw_is_processed = seqs.p_raw is not None and seqs.p_raw is seqs.p and seqs.q_raw is seqs.q
+    computed: dict[str, tuple] = {}
     for name in names:
         m = MECHANISMS[name]
         if m.needs_raw and seqs.p_raw is None:
@@ -121,17 +123,34 @@ def rank_mechanisms(seqs: SequenceProbs, num_draft_tokens: int, *, mechanisms=No
                                          "not computed: a kept draft suffix needs the draft after every latent rejected "
                                          f"token ({_suffix_rows(seqs, num_draft_tokens)} forward rows > {MAX_DRAFT_AFTER_ROWS})"))
             continue
-        if per_position:
+        if m.needs_raw and raw_is_processed and "canonical" in computed:
+            ll, cond = computed["canonical"]  # unprocessed = processed here (T = 1, no filter): the canonical law
+            if per_position:
+                per_pos[name] = per_pos["canonical"]
+        elif per_position:
             ll, cond = log_likelihood(m, seqs, num_draft_tokens, per_position=True)
+            computed[name] = (ll, cond)
             with np.errstate(invalid="ignore"):
                 per_pos[name] = [_f(float(v)) for v in ((cond - cond_t) * w[:, None]).sum(axis=0)]
         else:
             ll = log_likelihood(m, seqs, num_draft_tokens)
+            computed[name] = (ll, None)
         total = float(_wsum(ll, w))
         with np.errstate(invalid="ignore"):
             lr = total - total_t
         scores.append(MechanismScore(name, m.declared, total, float(lr) if not math.isnan(lr) else 0.0))
     return Ranking(int(w.sum()), total_t, scores, per_pos)
+
+
+def _target_per_position(seqs: SequenceProbs) -> np.ndarray:
+    """``log p_t(x_t)`` per row and position (0 after a row's end): the canonical rule's conditional log-probs."""
+    from verifier.diagnose.likelihood import sequence_ends
+
+    x = np.where(seqs.tokens < 0, 0, seqs.tokens)
+    with np.errstate(divide="ignore"):
+        lp = np.log(np.take_along_axis(seqs.p, x[..., None], axis=2)[..., 0])
+    live = np.arange(seqs.tokens.shape[1])[None] < sequence_ends(seqs.tokens, seqs.eos_token_id)[:, None]
+    return np.where(live, lp, 0.0)
 
 
 def _wsum(ll: np.ndarray, w: np.ndarray) -> float:
