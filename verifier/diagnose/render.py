@@ -75,20 +75,23 @@ def diagnosis_text(result: dict) -> str:
     return "\n".join(lines)
 
 
+MAX_PANELS = 4  # decoders drawn in the diagnosis figure (~1 s per panel on a loaded CPU; report.json has every plot)
+
+
 def diagnosis_figures(report: dict) -> dict[str, str]:
-    """decoder -> base64 PNG: observed vs target vs best-mechanism law on its most telling position."""
+    """{"all": base64 PNG}: one panel per diagnosed decoder (at most MAX_PANELS), observed vs target vs the
+    best mechanism's law on its most telling position, all in one figure (one PNG costs far less than many)."""
     from verifier.reports import plots
 
-    out = {}
+    panels = []
     for d in (report.get("diagnosis") or {}).get("decoders", []):
         sets = [s for s in d.get("sets", []) if s.get("plot")]
-        if not sets:
-            continue
-        s = max(sets, key=lambda s: _lr(s))
-        png = _figure(plots, d["decoder"], s)
-        if png:
-            out[d["decoder"]] = png
-    return out
+        if sets:
+            panels.append((d["decoder"], max(sets, key=_lr)))
+    if not panels:
+        return {}
+    png = _figure(plots, panels[:MAX_PANELS])
+    return {"all": png} if png else {}
 
 
 def _lr(s: dict) -> float:
@@ -98,21 +101,25 @@ def _lr(s: dict) -> float:
     return -math.inf if v is None else v
 
 
-def _figure(plots, decoder: str, s: dict) -> str | None:
+def _figure(plots, panels) -> str | None:
     import numpy as np
 
     @plots._plain_text
     def draw() -> str:
-        fig, ax = plots.plt.subplots(figsize=(6, 2.8))
-        pl = s["plot"]
-        x = np.arange(len(pl["labels"]))
-        ax.bar(x - 0.27, pl["observed"], 0.27, label="observed")
-        ax.bar(x, pl["target"], 0.27, label="target")
-        ax.bar(x + 0.27, pl["mechanism_law"], 0.27, label=pl["mechanism"])
-        ax.set_xticks(x, pl["labels"], rotation=45, fontsize=7)
-        ax.set_ylabel("probability")
-        ax.set_title(f"{decoder}: {s['set']}, position {pl['position']}", fontsize=8)
-        ax.legend(fontsize=7)
+        cols = min(3, len(panels))
+        rows = -(-len(panels) // cols)
+        fig, axes = plots.plt.subplots(rows, cols, figsize=(4.2 * cols, 2.6 * rows), squeeze=False)
+        for ax in axes.ravel()[len(panels):]:
+            ax.axis("off")
+        for ax, (decoder, s) in zip(axes.ravel(), panels):
+            pl = s["plot"]
+            x = np.arange(len(pl["labels"]))
+            ax.bar(x - 0.27, pl["observed"], 0.27, label="observed")
+            ax.bar(x, pl["target"], 0.27, label="target")
+            ax.bar(x + 0.27, pl["mechanism_law"], 0.27, label=pl["mechanism"])
+            ax.set_xticks(x, pl["labels"], rotation=45, fontsize=6)
+            ax.set_title(f"{decoder}: {s['sampling']}, position {pl['position']}", fontsize=7)
+            ax.legend(fontsize=6)
         return plots._png(fig)
 
     return draw()
