@@ -17,6 +17,7 @@ from verifier.diagnose.likelihood import SequenceProbs, log_likelihood, sequence
 from verifier.diagnose.localize import localize
 from verifier.diagnose.mechanisms import MECHANISMS
 from verifier.diagnose.rank import FIT_ALPHA, Ranking, decide, rank_mechanisms
+from verifier.errors import InvalidArgumentError
 from verifier.sampling import SamplingConfig
 
 __all__ = ["diagnose_sample_set", "fit_window", "fit_check", "best_fit_pvalue", "MAX_FIT_TOKENS"]
@@ -76,7 +77,13 @@ def fit_check(name: str, seqs: SequenceProbs, inverse: np.ndarray, tokens: np.nd
         sums = rows.sum(axis=1, keepdims=True)
         ok = sums[:, 0] > 0
         u, bad = randomized_pit(tokens[live][ok], rows[ok] / sums[ok], rng)
-        p_pit = 0.0 if bad or (~ok).any() else float(pit_ks_test(u, alpha=FIT_ALPHA).pvalue)
+        if bad or (~ok).any():
+            p_pit = 0.0  # a token the mechanism cannot emit
+        else:
+            try:
+                p_pit = float(pit_ks_test(u, alpha=FIT_ALPHA).pvalue)
+            except InvalidArgumentError:  # u's too tied for KS (near one-hot predictive laws): the law check decides
+                p_pit = None
     parts = {"law": p_law, "pit": p_pit}
     ps = [v for v in parts.values() if v is not None]
     return (min(1.0, min(ps) * len(ps)) if ps else None), law, parts
