@@ -69,7 +69,7 @@ def diagnose_decoders(report: dict, plans: list, pairs: dict, store, *, decoders
     -------
     dict
         ``{"alpha", "fit_alpha", "decoders": [{decoder, verdict, status, sentence, decision, sets: [...],
-        configs}], "seconds"}``.
+        configs}]}`` (deterministic: no wall time).
     """
     import torch
 
@@ -82,7 +82,6 @@ def diagnose_decoders(report: dict, plans: list, pairs: dict, store, *, decoders
 
 
 def _diagnose_decoders(report, plans, pairs, store, decoders, with_fits, log) -> dict[str, Any]:
-    t0 = time.perf_counter()
     verdicts = {d["decoder"]: d.get("verdict") for d in report.get("decoders", [])}
     names = decoders if decoders is not None else [n for n, v in verdicts.items() if v == DIAGNOSED_VERDICT]
     out = []
@@ -141,7 +140,8 @@ def _diagnose_decoders(report, plans, pairs, store, decoders, with_fits, log) ->
         if log:
             log(f"diagnosis {name}: {item['sentence']}")
         out.append(item)
-    return json_safe({"alpha": DIAGNOSIS_ALPHA, "fit_alpha": FIT_ALPHA, "decoders": out, "seconds": time.perf_counter() - t0})
+    # no wall time here: report.json keeps volatile figures in `run` only (run.stage_seconds["diagnosis"])
+    return json_safe({"alpha": DIAGNOSIS_ALPHA, "fit_alpha": FIT_ALPHA, "decoders": out})
 
 
 def _config_sentence(sets: list[dict]) -> str:
