@@ -39,9 +39,11 @@ if TYPE_CHECKING:  # annotations only: importing the protocols must not import t
 
     from verifier.sampling import SamplingConfig
 
-__all__ = ["PADDING_TOKEN_ID", "Decoder", "DecoderStats", "TreeVerificationKernel", "VerificationKernel"]
+__all__ = ["PADDING_TOKEN_ID", "ORIGIN_CODES", "Decoder", "DecoderStats", "TreeVerificationKernel", "VerificationKernel"]
 
 PADDING_TOKEN_ID = -1  # fills emitted-token arrays after EOS and after a round's last emitted token
+# origin of an emitted token (DecoderStats.origins); -1 = padding
+ORIGIN_CODES = {0: "accepted", 1: "recovered", 2: "bonus", 3: "unverified draft"}
 
 
 @dataclass
@@ -59,6 +61,10 @@ class DecoderStats:
         k used for the call.
     extra : dict
         Free-form decoder-specific figures (timings, cache sizes).
+    origins : np.ndarray or None, shape (num_samples, max_new_tokens), int8
+        Optional origin of each emitted token (:data:`ORIGIN_CODES`: 0 accepted draft, 1 recovered,
+        2 bonus, 3 unverified draft emitted after a rejection; -1 padding), for the diagnosis's
+        localization (:mod:`verifier.diagnose.localize`).  None when the decoder does not report it.
     """
 
     rounds: int = 0
@@ -66,6 +72,7 @@ class DecoderStats:
     num_draft_tokens: int = 0
     first_round_accepted: np.ndarray | None = None  # shape (num_samples,): accepted drafts in each row's first round
     extra: dict[str, Any] = field(default_factory=dict)
+    origins: np.ndarray | None = None  # shape (num_samples, max_new_tokens), int8 ORIGIN_CODES, -1 padding
 
     @property
     def acceptance_rate(self) -> float:

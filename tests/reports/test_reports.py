@@ -84,7 +84,8 @@ def test_html_is_self_contained_and_escaped(report):
     html = render_html(_hostile(report))
     assert HOSTILE not in html and "&lt;script&gt;alert(" in html
     assert "src=\"http" not in html and "<link" not in html  # nothing fetched from outside
-    assert html.count("data:image/png;base64,") == 3  # failing-cell bars (1 biased decoder), ranked p-values, PIT
+    # failing-cell bars (1 biased decoder), ranked p-values, PIT, the diagnosis figure of the biased decoder (issue 15)
+    assert html.count("data:image/png;base64,") == 4
 
 
 @pytest.mark.browser

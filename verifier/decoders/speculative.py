@@ -84,11 +84,13 @@ class _Output:
 
     def __init__(self, num_samples: int, max_new_tokens: int, eos_token_id: int | None, device) -> None:
         self.tokens = torch.full((num_samples, max_new_tokens), PADDING_TOKEN_ID, dtype=torch.int64, device=device)
+        self.origins = torch.full((num_samples, max_new_tokens), PADDING_TOKEN_ID, dtype=torch.int8, device=device)
         self.written = torch.zeros(num_samples, dtype=torch.int64, device=device)
         self.max_new_tokens = max_new_tokens
         self.eos_token_id = eos_token_id
 
-    def write(self, rows: torch.Tensor, emitted: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
+    def write(self, rows: torch.Tensor, emitted: torch.Tensor, count: torch.Tensor,
+              origins: torch.Tensor | None = None) -> torch.Tensor:
         """Append the first ``count`` tokens of ``emitted`` (active, m) to ``rows``; cut at EOS and at
         ``max_new_tokens``.  Returns a bool (active,) mask of rows that are now finished."""
         m = emitted.shape[1]
@@ -103,6 +105,8 @@ class _Output:
         take = cols < count[:, None]
         r = rows[:, None].expand(-1, m)[take]
         self.tokens[r, (written[:, None] + cols).expand_as(take)[take]] = emitted[take]
+        if origins is not None:  # DecoderStats.origins: where each emitted token came from
+            self.origins[r, (written[:, None] + cols).expand_as(take)[take]] = origins[take]
         self.written[rows] = written + count
         return hit_eos | (written + count >= self.max_new_tokens)
 
@@ -287,6 +291,13 @@ class SpeculativeDecoder:
         st["target_pending"], st["target_pending_visible"] = _right_aligned(emitted, retained, num_emitted)
         st["draft_pending"], st["draft_pending_visible"] = _right_aligned(emitted, retained.clamp(max=k - 1), num_emitted)
         st["retained"] = retained
+        # origin of each emitted column: accepted drafts, then the recovered (or bonus) token, then any
+        # draft suffix a mutant emits.  A recovered token equal to the rejected draft (impossible under
+        # the canonical rule, whose residual is 0 there) is counted as accepted.
+        cols = torch.arange(k + 1, device=dev)[None]
+        last = torch.where(retained == k, 2, 1).to(torch.int8)[:, None]
+        st["origins"] = torch.where(cols < retained[:, None], torch.zeros_like(cols, dtype=torch.int8),
+                                    torch.where(cols == retained[:, None], last, torch.full_like(last, 3)))
         return emitted
 
     @torch.no_grad()
@@ -354,7 +365,7 @@ class SpeculativeDecoder:
                 valid = emitted != PADDING_TOKEN_ID
                 r = torch.arange(rows.numel(), device=dev)[:, None].expand_as(emitted)[valid]
                 st["seen"][r, emitted[valid]] = True
-            live = live & ~out.write(rows, emitted, torch.where(live, num_emitted, 0))
+            live = live & ~out.write(rows, emitted, torch.where(live, num_emitted, 0), st.get("origins"))
             keep = _rows_to_keep(live)
             if keep is not None:
                 rows, live = rows[keep], live[keep]
@@ -368,5 +379,6 @@ class SpeculativeDecoder:
             rounds=int(counts.size), accepted_counts=counts, num_draft_tokens=self.num_draft_tokens,
             first_round_accepted=first_round.cpu().numpy().astype(np.int64),
             extra={"seconds": time.perf_counter() - t0, "device": str(dev)},
+            origins=out.origins.cpu().numpy(),
         )
         return out.tokens.cpu().numpy()

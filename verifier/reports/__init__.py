@@ -149,6 +149,10 @@ def render_html(report: dict) -> str:
         "pit": plots.pit_figure(report.get("cells", [])),
         "acceptance": plots.acceptance_lengths(report.get("sample_sets", [])),
     }
+    if report.get("diagnosis"):  # issue 15: observed vs target vs best-mechanism law per diagnosed decoder
+        from verifier.diagnose.render import diagnosis_figures
+
+        figs["diagnosis"] = diagnosis_figures(report)
     return _env(True).get_template("report.html.j2").render(
         r=report, failing=failing, detected=detected, failing_plots=failing_plots, plots=figs, far_below=_far_below())
 

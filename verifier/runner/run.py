@@ -259,7 +259,9 @@ def _sample(ctx: SuiteContext, store: SampleStore, progress: bool, log: Callable
                 meta = {"set_key": plan.key, "set_id": plan.set_id, "chunk": index, "seed": seed,
                         "num_samples": rows, "suite_seed": ctx.suite.seed,
                         "decoder": decoder_identity(spec, decoder, plan.num_draft_tokens)}
-                store.write_chunk(plan.set_id, index, Shard(tokens, fra, counts, meta))
+                origins = getattr(stats, "origins", None)  # optional per-token origins (diagnosis localization)
+                origins = origins if origins is not None and np.shape(origins) == tokens.shape else None
+                store.write_chunk(plan.set_id, index, Shard(tokens, fra, counts, meta, origins))
                 bar.update(rows)
         finally:
             bar.close()
@@ -358,6 +360,9 @@ def _finish(ctx_or_suite, store: SampleStore, errors: dict, exact: dict, stage: 
     report["samples_missing"] = sum(s["samples_missing"] for s in sets_info)
     if report["samples_missing"]:
         log(f"partial report: {report['samples_missing']} of {report['samples_planned']} samples are missing")
+    from verifier.diagnose.run_dir import auto_diagnosis  # after BIAS DETECTED: which mechanism, where (issue 15)
+
+    auto_diagnosis(report, ctx.plans, ctx.pairs, store, stage, log)
     t0 = time.perf_counter()
     target = Path(out_dir) if out_dir is not None else store.run_dir
     report["run"]["stage_seconds"] = stage

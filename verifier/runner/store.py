@@ -50,6 +50,7 @@ class Shard:
     first_round_accepted: np.ndarray | None
     accepted_counts: np.ndarray
     meta: dict[str, Any]
+    origins: np.ndarray | None = None  # optional per-token origin codes (DecoderStats.origins), int8
 
 
 class SampleStore:
@@ -89,6 +90,7 @@ class SampleStore:
                         first_round_accepted=np.asarray(fra if fra is not None else [], dtype=np.int64),
                         has_first_round_accepted=np.array(fra is not None),
                         accepted_counts=np.asarray(shard.accepted_counts, dtype=np.int64),
+                        **({"origins": np.asarray(shard.origins, dtype=np.int8)} if shard.origins is not None else {}),
                         meta=np.array(json.dumps({"shard_format": SHARD_FORMAT, **shard.meta}, sort_keys=True)),
                     )
                     fh.flush()
@@ -111,7 +113,7 @@ class SampleStore:
             with np.load(path, allow_pickle=False) as z:
                 meta = json.loads(str(z["meta"]))
                 fra = z["first_round_accepted"] if bool(z["has_first_round_accepted"]) else None
-                return Shard(z["tokens"], fra, z["accepted_counts"], meta)
+                return Shard(z["tokens"], fra, z["accepted_counts"], meta, z["origins"] if "origins" in z.files else None)
         except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):  # truncated or corrupt shard
             return None
 

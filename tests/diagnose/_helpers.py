@@ -1,0 +1,41 @@
+"""Draw emitted rows on the trigram3 pair (the ci suite's model pair, prompt, k and n) and diagnose them."""
+
+import numpy as np
+
+from verifier.diagnose.sample_set import diagnose_sample_set
+from verifier.exact import standard_tabular_pairs
+from verifier.models import TabularCausalLM
+from verifier.runner.models import ReferenceModel
+from verifier.sampling import SamplingConfig
+
+CI_N, CI_K, CI_TOKENS, PROMPT = 2500, 2, 3, (0, 1)  # suites/ci.toml: samples, num_draft_tokens, max_new_tokens, ctx01
+T1 = SamplingConfig(temperature=1.0)
+T07K2 = SamplingConfig(temperature=0.7, top_k=2)
+
+
+def trigram3():
+    pair = standard_tabular_pairs()["trigram3"]
+    t, d = pair.target, pair.draft
+    return pair, ReferenceModel(t, 3, None), ReferenceModel(d, 3, None)
+
+
+def decoder_rows(decoder, sampling, seed, n=CI_N):
+    return decoder.generate(PROMPT, n, CI_TOKENS, sampling, seed)
+
+
+def wrapped():
+    pair, _, _ = trigram3()
+    return TabularCausalLM(pair.target), TabularCausalLM(pair.draft)
+
+
+def law_rows(law: dict, n: int, seed: int) -> np.ndarray:
+    """n rows drawn from an exact tuple law (outcome -> Fraction)."""
+    outcomes = list(law)
+    probs = np.array([float(law[o]) for o in outcomes])
+    idx = np.random.default_rng(seed).choice(len(outcomes), size=n, p=probs / probs.sum())
+    return np.array(outcomes, dtype=np.int64)[idx]
+
+
+def diagnose(rows, sampling, *, bias=True, **kw):
+    _, tr, dr = trigram3()
+    return diagnose_sample_set(tr, dr, PROMPT, sampling, CI_K, rows, bias_detected=bias, **kw)

@@ -1,0 +1,75 @@
+"""The per-sequence likelihood of every mechanism against the exact enumerator.
+
+Expected values: ``verifier.exact.n_token_law(target, draft, prefix, k, N, rule)`` (Fractions) for every
+rule of the zoo; the decoder-level mechanisms at T = 1 are the canonical rule (their defect needs
+processing).  Under every mechanism the probabilities of all N-token outcomes sum to 1.
+"""
+
+import numpy as np
+import pytest
+
+from verifier.diagnose.inputs import all_sequences, mechanism_law, sequence_probs
+from verifier.diagnose.likelihood import log_likelihood, target_log_likelihood
+from verifier.diagnose.mechanisms import MECHANISMS, mechanism_for_decoder
+from verifier.exact import n_token_law, standard_tabular_pairs
+from verifier.runner.models import ReferenceModel
+from verifier.sampling import SamplingConfig
+
+PAIRS = standard_tabular_pairs()
+
+
+def _refs(pair):
+    t, d = pair.target, pair.draft
+    return ReferenceModel(t, t.vocab_size, t.eos_token_id), ReferenceModel(d, d.vocab_size, d.eos_token_id)
+
+
+@pytest.mark.parametrize("pair_name", sorted(PAIRS))
+@pytest.mark.parametrize("k,num_tokens", [(1, 2), (2, 3), (3, 3)])
+def test_every_mechanism_equals_the_exact_law(pair_name, k, num_tokens):
+    pair = PAIRS[pair_name]
+    tr, dr = _refs(pair)
+    seqs = all_sequences(pair.target.vocab_size, num_tokens, pair.target.eos_token_id)
+    sp = sequence_probs(tr, dr, pair.prefix, seqs, SamplingConfig())
+    for name, mech in MECHANISMS.items():
+        rule = name if mech.kind == "rule" else "canonical"
+        law = n_token_law(pair.target, pair.draft, pair.prefix, k, num_tokens, rule)
+        expected = np.array([float(law.get(tuple(int(v) for v in s), 0)) for s in seqs])
+        got = np.exp(log_likelihood(mech, sp, k))
+        assert abs(got.sum() - 1) < 1e-12, name
+        np.testing.assert_allclose(got, expected, atol=1e-13, err_msg=f"{name} on {pair_name}, k={k}, N={num_tokens}")
+
+
+def test_canonical_is_the_targets_product_and_predictive_is_p():
+    pair = PAIRS["trigram3"]
+    tr, dr = _refs(pair)
+    seqs = all_sequences(3, 3, None)
+    sp = sequence_probs(tr, dr, pair.prefix, seqs, SamplingConfig(temperature=0.7, top_k=2))
+    pred = np.full(sp.p.shape, np.nan)
+    ll = log_likelihood(MECHANISMS["canonical"], sp, 2, predictive=pred)
+    np.testing.assert_allclose(ll, target_log_likelihood(sp), atol=1e-12)
+    possible = np.isfinite(ll)  # rows the target can emit (top_k = 2 excludes a token per context)
+    assert 0 < possible.sum() < len(possible)
+    np.testing.assert_allclose(pred[possible], sp.p[possible], atol=1e-12)
+
+
+@pytest.mark.parametrize("name", ["draft_raw_q", "target_unprocessed", "full_p_fallback", "shared_uniform"])
+def test_processed_configs_sum_to_one(name):
+    """Under processing (T = 0.7, top_k = 2) the decoder-level mechanisms are proper laws; target_unprocessed
+    is plain sampling from the unprocessed target."""
+    pair = PAIRS["trigram3"]
+    tr, dr = _refs(pair)
+    cfg = SamplingConfig(temperature=0.7, top_k=2)
+    law = mechanism_law(MECHANISMS[name], tr, dr, pair.prefix, cfg, 2, 3)
+    assert abs(law.sum() - 1) < 1e-12
+    if name == "target_unprocessed":
+        seqs = all_sequences(3, 3, None)
+        sp = sequence_probs(tr, dr, pair.prefix, seqs, cfg)
+        np.testing.assert_allclose(log_likelihood(MECHANISMS[name], sp, 2), target_log_likelihood(sp, "p_raw"), atol=1e-12)
+
+
+def test_every_mutant_maps_to_a_mechanism_or_is_declared_unmodelled():
+    from verifier.decoders.mutants import DECODER_REGISTRY
+    from verifier.diagnose.mechanisms import UNMODELLED
+
+    for name in DECODER_REGISTRY:
+        assert mechanism_for_decoder(name) is not None or name in UNMODELLED, name

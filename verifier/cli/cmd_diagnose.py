@@ -1,0 +1,38 @@
+"""``specverify diagnose RUN_DIR``: which known mechanism explains a biased decoder, and where."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+HELP = ("Diagnose the decoders with BIAS DETECTED in a run folder: mechanism likelihoods, effective temperature, "
+        "localization (writes RUN_DIR/diagnosis.json).")
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run_dir", metavar="RUN_DIR", help="A run folder written by `specverify run` (with its report.json).")
+    parser.add_argument("--decoder", action="append", metavar="NAME", default=None,
+                        help="Diagnose this decoder whatever its verdict (repeatable). Default: every decoder with BIAS DETECTED.")
+    parser.add_argument("--format", choices=("text", "json"), default="text", help="Output on stdout. Default: text.")
+    parser.add_argument("--out", metavar="FILE", default=None, help="Write the diagnosis JSON here. Default: RUN_DIR/diagnosis.json.")
+
+
+def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from verifier.diagnose.render import diagnosis_text
+    from verifier.diagnose.run_dir import diagnose_run_dir
+    from verifier.errors import ReportWriteError
+
+    result = diagnose_run_dir(args.run_dir, decoders=args.decoder)
+    out = Path(args.out) if args.out else Path(args.run_dir) / "diagnosis.json"
+    try:
+        out.write_text(json.dumps(result, indent=2, default=str) + "\n", encoding="utf-8")
+    except OSError as exc:
+        raise ReportWriteError(f"cannot write {str(out)!r}: {exc.strerror or exc}") from None
+    if args.format == "json":
+        print(json.dumps(result, indent=2, default=str))
+    else:
+        print(diagnosis_text(result))
+        print(f"diagnosis: {out}")
+    return 0

@@ -1,0 +1,252 @@
+"""Per-sequence likelihood of emitted tokens under a mechanism: a forward recursion over rounds.
+
+A chain rule emits tokens round by round; which emitted token was an accepted draft, a recovered
+token or a bonus token is not observed, so the probability of an emitted sequence is a sum over
+round structures.  It is computed exactly by a forward recursion over the states
+``(t, j)`` = (tokens emitted so far, drafts accepted so far in the current round):
+
+* ``j < k``: the draft proposes ``d ~ propose(q_t)``; ``x_t`` is emitted either as the accepted
+  draft (``d = x_t``, probability ``propose(x_t) * accept(x_t)``, to ``(t+1, j+1)``) or as the
+  recovered token after a rejection, the rejected draft token summed out exactly
+  (``sum_d propose(d) (1 - accept(d)) recover_d(x_t)``, to ``(t+1, 0)``);
+* ``j = k``: the bonus token, ``x_t ~ p_{t + bonus_offset}``, to ``(t+1, 0)``;
+* a shared uniform makes the acceptance at ``j`` conditional on the ``j`` acceptances of the round
+  so far (``min(a, b) / b`` with ``b`` the smallest threshold met, read off the observed tokens);
+* a kept draft suffix jumps from ``(t, j)`` to ``(t + 1 + m, 0)``, the ``m = k - j - 1`` drafts after
+  the rejected one emitted too; they were drafted after the latent rejected token ``d``, so their
+  law needs the draft at contexts ending in ``d`` (``SequenceProbs.draft_after``), for every ``d``.
+
+Everything is in log space (float64) and batched over samples: O(T k V) per sample.  Under the
+canonical rule every path emits ``x_t`` with total probability ``p_t(x_t)``, so the likelihood is
+the target's product of processed probs (tested against :func:`verifier.exact.n_token_law`).
+
+Glossary: see :mod:`verifier.protocols`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from verifier.diagnose.mechanisms import Mechanism, Views
+from verifier.errors import invalid_argument
+from verifier.protocols import PADDING_TOKEN_ID
+
+__all__ = ["SequenceProbs", "log_likelihood", "target_log_likelihood", "sequence_ends", "unique_rows"]
+
+
+@dataclass
+class SequenceProbs:
+    """Emitted rows and the teacher-forced probs along them.
+
+    Attributes
+    ----------
+    tokens : np.ndarray, shape (num_samples, max_new_tokens), int64
+        Emitted tokens, -1 after EOS.
+    p, q : np.ndarray, shape (num_samples, max_new_tokens, vocab), float64
+        Processed target / draft probs of emitted token t given the prompt and tokens < t.
+    p_raw, q_raw : np.ndarray or None
+        The same with ``SamplingConfig()`` (no temperature, top-k/top-p or penalty).
+    eos_token_id : int or None
+    prompt : tuple of int
+    draft_after : callable (contexts (m, L) int64) -> (m, vocab) float64, or None
+        Processed draft probs after arbitrary equal-length contexts (prompt included): needed only
+        by a kept draft suffix.
+    weights : np.ndarray, shape (num_samples,), or None
+        How many observed rows each row stands for (rows deduplicated by :func:`unique_rows`); None = 1 each.
+    """
+
+    tokens: np.ndarray
+    p: np.ndarray
+    q: np.ndarray
+    p_raw: np.ndarray | None = None
+    q_raw: np.ndarray | None = None
+    eos_token_id: int | None = None
+    prompt: tuple[int, ...] = ()
+    draft_after: Callable[[np.ndarray], np.ndarray] | None = None
+    weights: np.ndarray | None = None
+
+    @property
+    def row_weights(self) -> np.ndarray:
+        return np.ones(len(self.tokens)) if self.weights is None else np.asarray(self.weights, dtype=np.float64)
+
+    def rows(self, sel) -> "SequenceProbs":
+        """The subset of rows ``sel`` (slice or index array)."""
+        pick = (lambda a: None if a is None else a[sel])
+        return SequenceProbs(self.tokens[sel], self.p[sel], self.q[sel], pick(self.p_raw), pick(self.q_raw),
+                             self.eos_token_id, self.prompt, self.draft_after, pick(self.weights))
+
+
+def sequence_ends(tokens: np.ndarray, eos_token_id: int | None) -> np.ndarray:
+    """Number of emitted tokens of each row (up to and including EOS; -1 padding excluded), shape (rows,)."""
+    n, steps = tokens.shape
+    stop = tokens == PADDING_TOKEN_ID
+    if eos_token_id is not None:
+        stop = stop | np.concatenate([np.zeros((n, 1), dtype=bool), tokens[:, :-1] == eos_token_id], axis=1)
+    first = np.where(stop.any(axis=1), stop.argmax(axis=1), steps)
+    return first.astype(np.int64)
+
+
+def unique_rows(tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct emitted rows and how often each occurs: ((distinct, max_new_tokens), (distinct,)).
+
+    Identical rows have identical teacher-forced probs, so likelihoods are computed once per distinct row.
+    """
+    uniq, counts = np.unique(np.asarray(tokens, dtype=np.int64), axis=0, return_counts=True)
+    return uniq, counts.astype(np.float64)
+
+
+def _log(x: np.ndarray) -> np.ndarray:
+    with np.errstate(divide="ignore"):
+        return np.log(np.clip(x, 0.0, None))
+
+
+def _pick(rows: np.ndarray, x: np.ndarray) -> np.ndarray:
+    return np.take_along_axis(rows, x[:, None], axis=1)[:, 0]
+
+
+def target_log_likelihood(seqs: SequenceProbs, view: str = "p") -> np.ndarray:
+    """``sum_t log p_t(x_t)`` per row (the law of plain sampling from the ``view`` target), shape (rows,)."""
+    probs = getattr(seqs, view)
+    ends = sequence_ends(seqs.tokens, seqs.eos_token_id)
+    x = np.where(seqs.tokens < 0, 0, seqs.tokens)
+    lp = _log(np.take_along_axis(probs, x[..., None], axis=2)[..., 0])
+    live = np.arange(seqs.tokens.shape[1])[None] < ends[:, None]
+    return np.where(live, lp, 0.0).sum(axis=1)
+
+
+def log_likelihood(mechanism: Mechanism, seqs: SequenceProbs, num_draft_tokens: int, *,
+                   per_position: bool = False, predictive: np.ndarray | None = None) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
+    """Log probability of each emitted row under ``mechanism`` with k = ``num_draft_tokens``.
+
+    Parameters
+    ----------
+    mechanism : Mechanism
+    seqs : SequenceProbs
+    num_draft_tokens : int
+        k >= 1.
+    per_position : bool, default False
+        Also return the conditional log-probs ``log P(x_t | x_<t)`` (rows, max_new_tokens), 0 after a
+        row's end (NaN for a kept-suffix mechanism, whose in-flight jumps have no prefix marginal here).
+
+    Returns
+    -------
+    np.ndarray, shape (rows,), float64
+        ``-inf`` where the mechanism cannot emit the row.
+
+    Raises
+    ------
+    InvalidArgumentError
+        ``num_draft_tokens < 1``, a mechanism needing raw probs or ``draft_after`` that ``seqs`` lacks.
+    """
+    k = num_draft_tokens
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+        raise invalid_argument("num_draft_tokens", k, "an integer >= 1")
+    if mechanism.needs_raw and (seqs.p_raw is None or seqs.q_raw is None):
+        raise invalid_argument("seqs.p_raw", None, f"unprocessed probs (mechanism {mechanism.name!r} needs them)")
+    if mechanism.keep_suffix and k > 1 and seqs.draft_after is None:
+        raise invalid_argument("seqs.draft_after", None, f"a draft oracle (mechanism {mechanism.name!r} needs it)")
+    n, steps, _ = seqs.p.shape
+    ends = sequence_ends(seqs.tokens, seqs.eos_token_id)
+    if mechanism.same_as_target:
+        if predictive is not None:
+            predictive[:] = seqs.p
+        total = target_log_likelihood(seqs)
+        if not per_position:
+            return total
+        x = np.where(seqs.tokens < 0, 0, seqs.tokens)
+        lp = _log(np.take_along_axis(seqs.p, x[..., None], axis=2)[..., 0])
+        return total, np.where(np.arange(steps)[None] < ends[:, None], lp, 0.0)
+    la = np.full((n, steps + 1, k + 1), -np.inf)
+    la[:, 0, 0] = 0.0
+    x_all = np.where(seqs.tokens < 0, 0, seqs.tokens)
+    target_rows = getattr(seqs, mechanism.target)
+    thresholds = np.zeros((n, steps))  # acceptance threshold of the observed token at each t (shared uniform)
+    for t in range(steps):
+        live = t < ends
+        if not live.any():
+            break
+        x = x_all[:, t]
+        v = Views(seqs.p[:, t], seqs.q[:, t], None if seqs.p_raw is None else seqs.p_raw[:, t],
+                  None if seqs.q_raw is None else seqs.q_raw[:, t])
+        prop, acc = mechanism.propose(v), mechanism.acceptance(v)
+        thresholds[:, t] = _pick(acc, x)
+        rec = None if mechanism.reject_emit is not None else mechanism.recover(v)
+        pred = None
+        if predictive is not None and not (mechanism.keep_suffix and k > 1):
+            pred = np.zeros(seqs.p.shape[::2])
+            norm = np.logaddexp.reduce(la[:, t], axis=1)
+            state_w = np.exp(la[:, t] - np.where(np.isfinite(norm), norm, 0.0)[:, None])  # P(j | x_<t)
+        for j in range(k + 1):
+            a = np.where(live, la[:, t, j], -np.inf)
+            if not np.isfinite(a).any():
+                continue
+            if j == k:  # bonus token from the target row at t + bonus_offset
+                bonus = target_rows[:, t + mechanism.bonus_offset]
+                la[:, t + 1, 0] = np.logaddexp(la[:, t + 1, 0], a + _log(_pick(bonus, x)))
+                if pred is not None:
+                    pred += state_w[:, j:j + 1] * bonus
+                continue
+            acc_eff = acc
+            if mechanism.shared_uniform and j:
+                bound = thresholds[:, t - j:t].min(axis=1)[:, None]  # U < bound after j acceptances this round
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    acc_eff = np.where(bound > 0, np.minimum(acc, bound) / np.where(bound > 0, bound, 1.0), 0.0)
+            reject_w = prop * (1.0 - acc_eff)
+            la[:, t + 1, j + 1] = np.logaddexp(la[:, t + 1, j + 1], a + _log(_pick(prop * acc_eff, x)))
+            if mechanism.reject_emit is not None:
+                emit = _pick(mechanism.reject_emit(v, prop, acc_eff), x)
+            else:
+                emit = reject_w.sum(axis=1) * _pick(rec, x)
+            if pred is not None:
+                full_emit = mechanism.reject_emit(v, prop, acc_eff) if mechanism.reject_emit is not None else reject_w.sum(axis=1, keepdims=True) * rec
+                pred += state_w[:, j:j + 1] * (prop * acc_eff + full_emit)
+            if mechanism.keep_suffix and j < k - 1:
+                _suffix_jumps(la, a, reject_w, _pick(rec, x), t, k - j - 1, ends, seqs, mechanism)
+            else:
+                la[:, t + 1, 0] = np.logaddexp(la[:, t + 1, 0], a + _log(emit))
+        if predictive is not None:
+            predictive[:, t] = pred if pred is not None else np.nan
+    final = np.logaddexp.reduce(la[np.arange(n), ends], axis=1)
+    if not per_position:
+        return final
+    if mechanism.keep_suffix and k > 1:
+        return final, np.full((n, steps), np.nan)
+    prefix = np.logaddexp.reduce(la, axis=2)  # (n, steps + 1): log P(x_<t)
+    with np.errstate(invalid="ignore"):
+        cond = prefix[:, 1:] - prefix[:, :-1]
+    return final, np.where(np.arange(steps)[None] < ends[:, None], cond, 0.0)
+
+
+def _suffix_jumps(la, a, reject_w, rec_x, t, m, ends, seqs: SequenceProbs, mechanism: Mechanism) -> None:
+    """Add the kept-suffix transitions from time t: recovered x_t, then up to m observed drafts drafted
+    after the latent rejected token d (drafting stops after an EOS d)."""
+    n, _, vocab = seqs.p.shape
+    eos = seqs.eos_token_id
+    rows = np.flatnonzero(np.isfinite(a))
+    length = np.minimum(m, ends[rows] - (t + 1))  # observed suffix tokens of each row (cut at EOS / the end)
+    log_suffix = np.zeros((len(rows), vocab))  # log P(observed suffix | latent d)
+    prompt = np.asarray(seqs.prompt, dtype=np.int64)
+    for i in range(1, int(length.max(initial=0)) + 1):
+        sel = np.flatnonzero(length >= i)
+        r = rows[sel]
+        head = np.concatenate([np.broadcast_to(prompt, (len(r), len(prompt))), seqs.tokens[r, :t]], axis=1)
+        tail = seqs.tokens[r, t + 1:t + i]  # observed suffix tokens before the i-th
+        ctx = np.concatenate([np.repeat(head, vocab, axis=0), np.tile(np.arange(vocab), len(r))[:, None],
+                              np.repeat(tail, vocab, axis=0)], axis=1)
+        qd = seqs.draft_after(ctx)
+        prop = mechanism.propose(Views(qd, qd)).reshape(len(r), vocab, vocab)
+        nxt = seqs.tokens[r, t + i]
+        log_suffix[sel] += _log(prop[np.arange(len(r)), :, nxt])
+    w = reject_w[rows]
+    if eos is not None:  # an EOS draft stops drafting: no suffix, the round ends after the recovered token
+        stop = w[:, eos].copy()
+        w = w.copy()
+        w[:, eos] = 0.0
+        la[rows, t + 1, 0] = np.logaddexp(la[rows, t + 1, 0], a[rows] + _log(stop * rec_x[rows]))
+    with np.errstate(divide="ignore"):
+        jump = np.logaddexp.reduce(_log(w) + log_suffix, axis=1) + _log(rec_x[rows])
+    dest = t + 1 + length
+    la[rows, dest, 0] = np.logaddexp(la[rows, dest, 0], a[rows] + jump)

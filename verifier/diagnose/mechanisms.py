@@ -1,0 +1,171 @@
+"""Known mechanisms of bias as vectorised float64 verification rules (for per-sequence likelihoods).
+
+A :class:`Mechanism` is the float64, batched twin of a :class:`verifier.exact.rules.Rule` (every rule
+of the exact zoo, lossless ones included) or of a decoder-level mutant of
+:mod:`verifier.decoders.mutants` whose law has a per-sequence likelihood (draft q from raw logits,
+target verified with unprocessed sampling params).  Hooks take a :class:`Views` of one position for a
+batch of samples -- the processed target and draft probs ``p``, ``q`` and, for the decoder-level
+mutants, the unprocessed ones ``p_raw``, ``q_raw`` (``SamplingConfig()``, no repetition mask) -- and
+return arrays of shape (batch, vocab).
+
+Glossary: see :mod:`verifier.protocols` (accepted, rejected position, residual, recovered token,
+bonus token, round).
+
+Not modelled (their law has no per-sequence likelihood from teacher-forced probs): stale KV cache
+(``kv_not_rolled_back``: rejected drafts stay in the context, so later probs condition on latent
+tokens at every later position of a transformer), batch cross-talk (rows are not independent),
+the degenerate residual (identical to the reference with float64 probs).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from verifier.exact.rules import RULES, TYPICAL_DELTA, TYPICAL_EPSILON
+
+__all__ = ["Views", "Mechanism", "MECHANISMS", "UNMODELLED", "mechanism_for_decoder"]
+
+
+@dataclass
+class Views:
+    """Probability rows of one position for a batch: each (batch, vocab) float64 (raw ones may be None)."""
+
+    p: np.ndarray
+    q: np.ndarray
+    p_raw: np.ndarray | None = None
+    q_raw: np.ndarray | None = None
+
+
+# -- vectorised building blocks -----------------------------------------------------------------
+
+
+def _ratio(p: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """``min(1, p/q)`` where q > 0, else 0 (a token with q = 0 is never proposed)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(q > 0, np.minimum(1.0, p / np.where(q > 0, q, 1.0)), 0.0)
+
+
+def _normalise(w: np.ndarray, fallback: np.ndarray) -> np.ndarray:
+    """Rows of ``w`` divided by their sum; ``fallback`` rows where the sum is 0 (as ``residual_or_target``)."""
+    s = w.sum(axis=-1, keepdims=True)
+    return np.where(s > 0, w / np.where(s > 0, s, 1.0), fallback)
+
+
+def _residual(p: np.ndarray, q: np.ndarray) -> np.ndarray:
+    return _normalise(np.clip(p - q, 0.0, None), p)
+
+
+def _one_hot_argmax(x: np.ndarray) -> np.ndarray:
+    out = np.zeros_like(x)
+    np.put_along_axis(out, x.argmax(axis=-1)[:, None], 1.0, axis=-1)  # first maximum, as torch.argmax and rules._argmax
+    return out
+
+
+def _softmax_residual(p: np.ndarray, q: np.ndarray) -> np.ndarray:
+    w = np.exp(np.clip(p - q, 0.0, None))  # every token, zeros included (exp(0) = 1), as rules._softmax_residual
+    return w / w.sum(axis=-1, keepdims=True)
+
+
+def _typical(p: np.ndarray) -> np.ndarray:
+    with np.errstate(divide="ignore", invalid="ignore"):
+        entropy = -np.where(p > 0, p * np.log(np.where(p > 0, p, 1.0)), 0.0).sum(axis=-1, keepdims=True)
+    threshold = np.minimum(float(TYPICAL_EPSILON), float(TYPICAL_DELTA) * np.exp(-entropy))
+    return (p > threshold).astype(np.float64)
+
+
+def _fresh_match_reject_emit(v: Views, proposal: np.ndarray, acceptance: np.ndarray) -> np.ndarray:
+    # rejected iff a fresh y ~ p differs from the draft d; y is emitted: sum_d prop(d) p(y) [y != d]
+    return v.p * (1.0 - proposal)
+
+
+@dataclass(frozen=True)
+class Mechanism:
+    """One known mechanism as a float64 chain rule.
+
+    Attributes
+    ----------
+    name : str
+        The exact-zoo rule name, or the decoder-mutant name for a decoder-level mechanism.
+    declared : {"exact", "biased", "lossy"}
+    description : str
+    aliases : tuple of str
+        Decoder names (``DECODER_REGISTRY``) whose law is this mechanism's.
+    propose, acceptance, recover : callable (Views) -> (batch, vocab)
+        Law of the draft token, acceptance threshold of each token, recovered-token law (independent
+        of the rejected draft token).
+    reject_emit : callable (Views, proposal, acceptance) -> (batch, vocab) or None
+        Replaces ``recover`` when the recovered law depends on the rejected draft token: the mass of
+        "rejected, then y emitted", summed over the latent rejected token.
+    target : {"p", "p_raw"}
+        The target view the bonus token is drawn from.
+    bonus_offset, keep_suffix, shared_uniform
+        Round-level switches as in :class:`verifier.exact.rules.Rule`.
+    same_as_target : bool
+        A lossless round-level rule (block verification) whose sequence law is the target's.
+    needs_raw : bool
+        Uses ``p_raw`` / ``q_raw``.
+    """
+
+    name: str
+    declared: str
+    description: str
+    propose: Callable[[Views], np.ndarray] = lambda v: v.q
+    acceptance: Callable[[Views], np.ndarray] = lambda v: _ratio(v.p, v.q)
+    recover: Callable[[Views], np.ndarray] = lambda v: _residual(v.p, v.q)
+    reject_emit: Callable | None = None
+    target: str = "p"
+    bonus_offset: int = 0
+    keep_suffix: bool = False
+    shared_uniform: bool = False
+    same_as_target: bool = False
+    needs_raw: bool = False
+    aliases: tuple[str, ...] = field(default=())
+
+    @property
+    def kind(self) -> str:
+        return "rule" if self.name in RULES else "decoder"
+
+
+def _rule(name: str, **kw) -> Mechanism:
+    r = RULES[name]
+    return Mechanism(name, r.declared, r.description, bonus_offset=r.bonus_offset, keep_suffix=r.keep_suffix,
+                     shared_uniform=r.shared_uniform, aliases=kw.pop("aliases", (name,)), **kw)
+
+
+MECHANISMS: dict[str, Mechanism] = {m.name: m for m in [
+    _rule("canonical", aliases=("reference", "ancestral", "degenerate_residual_div0")),
+    _rule("fresh_target_match", acceptance=lambda v: v.p, reject_emit=_fresh_match_reject_emit),
+    _rule("block_verification", same_as_target=True),
+    _rule("full_p_fallback", recover=lambda v: v.p),
+    _rule("greedy_draft", propose=lambda v: _one_hot_argmax(v.q), aliases=("greedy_draft", "greedy_draft_softmax_q")),
+    _rule("softmax_residual", recover=lambda v: _softmax_residual(v.p, v.q)),
+    _rule("deterministic_acceptance", acceptance=lambda v: (v.p >= v.q).astype(np.float64)),
+    _rule("greedy_acceptance", acceptance=lambda v: _one_hot_argmax(v.p), recover=lambda v: v.p),
+    _rule("bonus_wrong_position"),
+    _rule("draft_suffix_kept"),
+    _rule("shared_uniform"),
+    _rule("typical_acceptance", acceptance=lambda v: _typical(v.p), recover=lambda v: v.p),
+    Mechanism("draft_raw_q", "biased", "the draft samples processed q, the ratio and residual use softmax(raw draft logits)",
+              acceptance=lambda v: _ratio(v.p, v.q_raw), recover=lambda v: _residual(v.p, v.q_raw), needs_raw=True,
+              aliases=("draft_raw_q",)),
+    Mechanism("target_unprocessed", "biased", "the target is verified and the bonus drawn with default sampling params "
+              "(T = 1, no top-k/top-p/penalty): the emitted law is the unprocessed target",
+              acceptance=lambda v: _ratio(v.p_raw, v.q), recover=lambda v: _residual(v.p_raw, v.q), target="p_raw",
+              needs_raw=True, aliases=("target_unprocessed",)),
+]}
+
+UNMODELLED = {
+    "kv_not_rolled_back": "rejected drafts stay in the KV cache: later target probs condition on latent tokens",
+    "batch_cross_talk": "one row's accepted length is applied to other rows: rows are not independent samples",
+}
+
+
+def mechanism_for_decoder(decoder_name: str) -> str | None:
+    """The mechanism whose law a registered decoder has (None when it is not modelled)."""
+    for m in MECHANISMS.values():
+        if decoder_name in m.aliases:
+            return m.name
+    return None

@@ -1,0 +1,125 @@
+"""Text, JSON-safe form and figures of a diagnosis (CLI output, report.json/md/html "Diagnosis" section).
+
+The report templates include ``diagnosis.md.j2`` / ``diagnosis.html.j2`` (verifier/reports/templates);
+the figure is :func:`diagnosis_figures` (observed vs target vs best-mechanism law on the most telling
+position of each diagnosed decoder).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+__all__ = ["json_safe", "diagnosis_text", "diagnosis_figures", "localization_rows"]
+
+
+def json_safe(obj: Any) -> Any:
+    """Strict JSON: non-finite floats become None / "inf" / "-inf", numpy scalars plain values."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else (None if math.isnan(obj) else ("inf" if obj > 0 else "-inf"))
+    if isinstance(obj, dict):
+        return {str(k): json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v) for v in obj]
+    if hasattr(obj, "item") and callable(obj.item):
+        return json_safe(obj.item())
+    return obj
+
+
+def _fmt(v) -> str:
+    if v is None:
+        return "n/a"
+    if isinstance(v, str):
+        return v
+    return f"{v:.1f}"
+
+
+def localization_rows(entry: dict) -> list[dict]:
+    """Rows of the localization table of one sample set: position / origin / round position groups."""
+    loc = entry.get("localization") or {}
+    rows = []
+    for i, v in enumerate(loc.get("log_lr_per_position") or []):
+        rows.append({"where": f"position {i + 1}", "what": f"log LR of {loc.get('mechanism')} over the target", "value": _fmt(v)})
+    for g in (loc.get("by_origin") or []) + (loc.get("by_round_position") or []):
+        p = g.get("pvalue")
+        rows.append({"where": g["group"], "what": f"PIT vs the canonical law given it (n = {g['n']})",
+                     "value": "not tested" if p is None else f"p = {p:.2g}" + (" BIASED" if g.get("biased") else "")})
+    return rows
+
+
+def diagnosis_text(result: dict) -> str:
+    """Plain-text diagnosis of every decoder (the CLI's output)."""
+    if result.get("error"):
+        return f"diagnosis failed: {result['error']}"
+    lines = []
+    for d in result.get("decoders", []):
+        lines.append(f"{d['decoder']}: {d['sentence']}")
+        if d.get("configs"):
+            lines.append(f"  {d['configs']}")
+        for s in d.get("sets", []):
+            if "decision" not in s:
+                lines.append(f"  {s['set']}: {s.get('note', '')}")
+                continue
+            lines.append(f"  {s['set']}: {s['decision']['sentence']}")
+            fits = s.get("fits") or {}
+            if fits:
+                lines.append(f"    {fits['temperature']['sentence']}; {fits['settings']['sentence']}")
+            loc = s.get("localization") or {}
+            per = loc.get("log_lr_per_position")
+            if per and loc.get("mechanism"):
+                lines.append(f"    log LR of {loc['mechanism']} per position: " + ", ".join(_fmt(v) for v in per))
+            if loc.get("sentence"):
+                lines.append(f"    {loc['sentence']}")
+    if not lines:
+        lines.append("no decoder to diagnose (no BIAS DETECTED)")
+    return "\n".join(lines)
+
+
+MAX_PANELS = 4  # decoders drawn in the diagnosis figure (~1 s per panel on a loaded CPU; report.json has every plot)
+
+
+def diagnosis_figures(report: dict) -> dict[str, str]:
+    """{"all": base64 PNG}: one panel per diagnosed decoder (at most MAX_PANELS), observed vs target vs the
+    best mechanism's law on its most telling position, all in one figure (one PNG costs far less than many)."""
+    from verifier.reports import plots
+
+    panels = []
+    for d in (report.get("diagnosis") or {}).get("decoders", []):
+        sets = [s for s in d.get("sets", []) if s.get("plot")]
+        if sets:
+            panels.append((d["decoder"], max(sets, key=_lr)))
+    if not panels:
+        return {}
+    png = _figure(plots, panels[:MAX_PANELS])
+    return {"all": png} if png else {}
+
+
+def _lr(s: dict) -> float:
+    v = (s.get("decision") or {}).get("log_lr")
+    if isinstance(v, str):
+        return math.inf if v == "inf" else -math.inf
+    return -math.inf if v is None else v
+
+
+def _figure(plots, panels) -> str | None:
+    import numpy as np
+
+    @plots._plain_text
+    def draw() -> str:
+        cols = min(3, len(panels))
+        rows = -(-len(panels) // cols)
+        fig, axes = plots.plt.subplots(rows, cols, figsize=(4.2 * cols, 2.6 * rows), squeeze=False)
+        for ax in axes.ravel()[len(panels):]:
+            ax.axis("off")
+        for ax, (decoder, s) in zip(axes.ravel(), panels):
+            pl = s["plot"]
+            x = np.arange(len(pl["labels"]))
+            ax.bar(x - 0.27, pl["observed"], 0.27, label="observed")
+            ax.bar(x, pl["target"], 0.27, label="target")
+            ax.bar(x + 0.27, pl["mechanism_law"], 0.27, label=pl["mechanism"])
+            ax.set_xticks(x, pl["labels"], rotation=45, fontsize=6)
+            ax.set_title(f"{decoder}: {s['sampling']}, position {pl['position']}", fontsize=7)
+            ax.legend(fontsize=6)
+        return plots._png(fig)
+
+    return draw()

@@ -1,0 +1,220 @@
+"""Diagnose the biased decoders of a run: per sample set and summed over a decoder's sample sets.
+
+Two callers: the runner, right after the verdict (every decoder with BIAS DETECTED; the result goes
+into report.json ``diagnosis`` and the "Diagnosis" section of report.md/html), and
+``specverify diagnose RUN_DIR`` (:mod:`verifier.cli.cmd_diagnose`), which reads the samples back
+through :class:`verifier.runner.store.SampleStore` and the verdicts from report.json.
+
+Per decoder: every sample set is diagnosed (:func:`verifier.diagnose.sample_set.diagnose_sample_set`,
+its own bias flag = one of its cells rejected); the log-likelihoods of all its sets are summed (the
+sets are independent samples) and ranked once more, which gives the decoder's sentence; the
+per-set decisions say under which sampling configs the bias appears.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+import numpy as np
+
+from verifier.diagnose.render import json_safe
+from verifier.diagnose.rank import DIAGNOSIS_ALPHA, FIT_ALPHA, Ranking, combine, decide
+from verifier.diagnose.sample_set import diagnose_sample_set, fit_check
+
+__all__ = ["diagnose_decoders", "auto_diagnosis", "load_tokens", "DIAGNOSED_VERDICT"]
+
+DIAGNOSED_VERDICT = "BIAS DETECTED"
+AUTO_FIT_MAX_VOCAB = 64  # the runner's automatic diagnosis fits temperature/settings only up to this vocab (cost)
+CELL_BIAS = "BIAS"
+
+
+def load_tokens(store, plan) -> tuple[np.ndarray, np.ndarray | None]:
+    """Emitted tokens of a sample set from its shards (unreadable shards skipped), and origins when stored."""
+    toks, origins = [], []
+    for i in range(plan.num_chunks):
+        shard = store.read_chunk(plan.set_id, i)
+        if shard is None or np.asarray(shard.tokens).shape[1:] != (plan.max_new_tokens,):
+            continue
+        toks.append(np.asarray(shard.tokens, dtype=np.int64))
+        origins.append(getattr(shard, "origins", None))
+    tokens = np.concatenate(toks) if toks else np.zeros((0, plan.max_new_tokens), dtype=np.int64)
+    orig = np.concatenate(origins) if origins and all(o is not None for o in origins) else None
+    return tokens, orig
+
+
+def _set_biased(report: dict, set_id: str) -> bool:
+    return any(c.get("set_id") == set_id and c.get("verdict") == CELL_BIAS for c in report.get("cells", []))
+
+
+def diagnose_decoders(report: dict, plans: list, pairs: dict, store, *, decoders: list[str] | None = None,
+                      with_fits: bool = True, log: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Diagnosis of each decoder with BIAS DETECTED in ``report`` (or of the named ``decoders``).
+
+    Parameters
+    ----------
+    report : dict
+        report.json of the run (its ``decoders`` verdicts and ``cells``).
+    plans : list of SampleSetPlan
+    pairs : dict of str -> LoadedPair
+    store : SampleStore
+    decoders : list of str, optional
+        Diagnose these decoders whatever their verdict.
+    with_fits : bool or "small", default True
+        Fit the effective temperature and other settings; "small": only for vocabularies up to
+        :data:`AUTO_FIT_MAX_VOCAB` (the runner's automatic diagnosis: a transformer's fits cost more than its ranking).
+    log : callable, optional
+
+    Returns
+    -------
+    dict
+        ``{"alpha", "fit_alpha", "decoders": [{decoder, verdict, status, sentence, decision, sets: [...],
+        configs}]}`` (deterministic: no wall time).
+    """
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # small per-row ops: intra-op threads only spin (measured 10x slower on a busy 2-core box)
+    try:
+        return _diagnose_decoders(report, plans, pairs, store, decoders, with_fits, log)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _diagnose_decoders(report, plans, pairs, store, decoders, with_fits, log) -> dict[str, Any]:
+    verdicts = {d["decoder"]: d.get("verdict") for d in report.get("decoders", [])}
+    names = decoders if decoders is not None else [n for n, v in verdicts.items() if v == DIAGNOSED_VERDICT]
+    out = []
+    for name in names:
+        biased = verdicts.get(name) == DIAGNOSED_VERDICT
+        sets, rankings, cache = [], [], {}
+        for plan in (p for p in plans if p.decoder.name == name):
+            entry = {"set_id": plan.set_id, "set": plan.label, "sampling": plan.sampling_name,
+                     "biased": _set_biased(report, plan.set_id)}
+            if plan.sampling.greedy:
+                entry["note"] = "temperature 0: the greedy contract (exact match) decides; nothing to diagnose"
+                sets.append(entry)
+                continue
+            tokens, origins = load_tokens(store, plan)
+            if not len(tokens):
+                entry["note"] = "no samples on disk"
+                sets.append(entry)
+                continue
+            pair = pairs[plan.pair]
+            fits = with_fits is True or (with_fits == "small" and pair.vocab_size <= AUTO_FIT_MAX_VOCAB)
+            res = diagnose_sample_set(pair.reference, pair.draft_reference, plan.prompt_ids, plan.sampling,
+                                      plan.num_draft_tokens, tokens, bias_detected=entry["biased"], origins=origins,
+                                      with_fits=fits)
+            if not fits and entry["biased"]:
+                res["fits_note"] = f"parametric fits left to `specverify diagnose` (vocab {pair.vocab_size} > {AUTO_FIT_MAX_VOCAB})"
+            rankings.append(res.pop("_ranking"))
+            cache[plan.set_id] = (res.pop("_seqs"), tokens, res["fit_window"])
+            entry.update(res)
+            sets.append(entry)
+        item = {"decoder": name, "verdict": verdicts.get(name), "sets": sets}
+        if rankings:
+            total: Ranking = combine(rankings)
+            pre = decide(total, bias_detected=biased)
+            fit_p = None
+            if pre["status"] == "consistent":  # the best mechanism's own fit, on each set it was computed for
+                ps = []
+                for plan in (p for p in plans if p.set_id in cache):
+                    pair = pairs[plan.pair]
+                    (seqs, inverse), tokens, window = cache[plan.set_id]
+                    done = next((s["decision"] for s in sets if s["set_id"] == plan.set_id and "decision" in s), {})
+                    if done.get("best") and done["best"][0] == pre["best"][0] and done.get("fit_pvalue") is not None:
+                        p = done["fit_pvalue"]  # already checked for this set
+                    else:
+                        p, _, _ = fit_check(pre["best"][0], seqs, inverse, tokens, pair.reference, pair.draft_reference,
+                                            plan.prompt_ids, plan.sampling, plan.num_draft_tokens, window,
+                                            np.random.default_rng(0))
+                    if p is not None:
+                        ps.append(p)
+                fit_p = min(1.0, min(ps) * len(ps)) if ps else None  # Bonferroni over the sets
+            item["decision"] = decide(total, bias_detected=biased, fit_pvalue=fit_p)
+            item["status"], item["sentence"] = item["decision"]["status"], item["decision"]["sentence"]
+            item["ranking"] = total.to_dict()
+            item["configs"] = _config_sentence(sets)
+        else:
+            item["status"], item["sentence"] = "not diagnosed", "no sample set to diagnose"
+        if log:
+            log(f"diagnosis {name}: {item['sentence']}")
+        out.append(item)
+    # no wall time here: report.json keeps volatile figures in `run` only (run.stage_seconds["diagnosis"])
+    return json_safe({"alpha": DIAGNOSIS_ALPHA, "fit_alpha": FIT_ALPHA, "decoders": out})
+
+
+def _config_sentence(sets: list[dict]) -> str:
+    """Where the bias appears across sampling configs: "the bias appears only under t07k2"."""
+    biased = sorted({s["sampling"] for s in sets if s.get("biased")})
+    clean = sorted({s["sampling"] for s in sets if not s.get("biased")} - set(biased))
+    if not biased:
+        return "no sample set has a rejected cell on its own"
+    if clean:
+        return f"the bias appears only under sampling config {', '.join(biased)} (not under {', '.join(clean)})"
+    return f"the bias appears under every sampling config ({', '.join(biased)})"
+
+
+def auto_diagnosis(report: dict, plans: list, pairs: dict, store, stage: dict, log: Callable[[str], None]) -> None:
+    """The runner's hook: add ``report["diagnosis"]`` when a decoder has BIAS DETECTED (else nothing).
+
+    A failure of the diagnosis never changes the verdict or the exit code: it is recorded as
+    ``report["diagnosis"] = {"error": ...}`` and logged.
+    """
+    if not any(d.get("verdict") == DIAGNOSED_VERDICT for d in report.get("decoders", [])):
+        return
+    t0 = time.perf_counter()
+    try:
+        report["diagnosis"] = diagnose_decoders(report, plans, pairs, store, with_fits="small")
+    except Exception as exc:  # the diagnosis explains a verdict; it must never turn one into a crash
+        report["diagnosis"] = {"error": f"{type(exc).__name__}: {exc}", "decoders": []}
+        log(f"diagnosis failed ({type(exc).__name__}: {exc}); verdicts are unaffected")
+    stage["diagnosis"] = time.perf_counter() - t0
+
+
+def diagnose_run_dir(run_dir, *, decoders: list[str] | None = None, with_fits: bool = True,
+                     log: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Diagnose a run folder from its stored samples and its report.json (``specverify diagnose``).
+
+    Parameters
+    ----------
+    run_dir : path
+        Written by ``specverify run`` (run.json, samples/, report.json).
+    decoders : list of str, optional
+        Diagnose these decoders whatever their verdict (default: every decoder with BIAS DETECTED).
+
+    Raises
+    ------
+    ConfigError
+        Not a run folder, no report.json (run ``specverify report RUN_DIR`` first), or an unknown decoder name.
+    """
+    import json
+    from pathlib import Path
+
+    from verifier.errors import ConfigError
+    from verifier.runner.models import encode_prompt, load_pair
+    from verifier.runner.plan import plan_sample_sets
+    from verifier.runner.run import load_run_suite
+    from verifier.runner.store import SampleStore
+
+    suite, _ = load_run_suite(run_dir)
+    path = Path(run_dir) / "report.json"
+    try:
+        report = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"RUN_DIR={str(run_dir)!r} has no report.json; allowed: a run folder with its report "
+                          f"(write it with `specverify report {run_dir}`)") from None
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{path}: unreadable report ({exc}); rewrite it with `specverify report {run_dir}`") from None
+    known = [d.name for d in suite.decoders]
+    for name in decoders or []:
+        if name not in known:
+            raise ConfigError(f"--decoder={name!r} is not a decoder of this run; allowed: {', '.join(known)}")
+    wanted = set(decoders) if decoders else {d["decoder"] for d in report.get("decoders", []) if d.get("verdict") == DIAGNOSED_VERDICT}
+    used = sorted({d.models for d in suite.decoders if d.name in wanted})
+    pairs = {name: load_pair(suite.models[name], suite.base_dir) for name in used}
+    # prompt ids of the pairs not loaded are placeholders: their decoders' plans are dropped below
+    ids = {(d.models, pr): encode_prompt(suite.prompts[pr], pairs[d.models]) if d.models in pairs else (0,)
+           for d in suite.decoders for pr in d.prompts}
+    plans = [p for p in plan_sample_sets(suite, ids) if p.decoder.name in wanted] if ids else []
+    return diagnose_decoders(report, plans, pairs, SampleStore(run_dir), decoders=decoders, with_fits=with_fits, log=log)
