@@ -15,6 +15,7 @@ Built-in adapters (one module each, heavy imports inside):
 =====================  ===========================================================================
 ``lmdeploy-sampler``   LMDeploy's ``DefaultRejectionSamplingImpl.forward`` (pure torch)
 ``sglang-kernel``      SGLang's ``chain_speculative_sampling_triton`` (Triton interpreter on CPU)
+``transformers``       HF ``generate``: assisted, prompt lookup, assistant tokenizer, Gemma4 assistant (in-process)
 =====================  ===========================================================================
 """
 
@@ -40,7 +41,7 @@ __all__ = [
 ]
 
 ENGINE_REGISTRY: dict[str, type[Engine]] = {}
-_BUILTIN_MODULES = ("lmdeploy_sampler", "sglang_kernel")  # verifier/engines/<module>.py, imported to register
+_BUILTIN_MODULES = ("lmdeploy_sampler", "sglang_kernel", "hf_transformers")  # verifier/engines/<module>.py, imported to register
 _loaded = False
 
 

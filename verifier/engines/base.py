@@ -191,6 +191,21 @@ class Engine:
         raise NotImplementedError
 
     @classmethod
+    def draft_known(cls, options: dict[str, Any]) -> bool:
+        """Whether the engine drafts with the harness's draft model under ``options`` (decoder kind).
+
+        False (an engine that loads its own draft, another vocabulary, or none) makes ``--engine``
+        declare ``--draft unknown``: the analyses that need the draft's probs are skipped, stated
+        (:mod:`verifier.runner.draft`).  Default True.
+        """
+        return True
+
+    @classmethod
+    def default_target(cls, options: dict[str, Any]) -> str | None:
+        """The target model a decoder-kind engine audits when ``--target`` is not given (None: ``shipped:target``)."""
+        return None
+
+    @classmethod
     def describe(cls) -> dict[str, Any]:
         """Name, kind, package, version, entry point, options and install state (for reports and `specverify engines`)."""
         record = cls.install_record()

@@ -353,7 +353,7 @@ def _accepted_law(ctx: _Context, plan: SampleSetPlan) -> np.ndarray | None:
     declared, acceptance rule conformance); None when not requested or -- unless the decoder
     declares ``acceptance = "canonical"`` -- too large to enumerate (the audit then says so)."""
     k = plan.num_draft_tokens
-    if "accepted" not in plan.decoder.tests or plan.max_new_tokens < k + 1:
+    if "accepted" not in plan.decoder.tests or plan.max_new_tokens < k + 1 or not ctx.pairs[plan.pair].draft_known:
         return None
     key = ("accepted", plan.pair, plan.prompt_ids, plan.sampling, k)
     if key not in ctx.expected_cache:
@@ -432,20 +432,37 @@ def _set_cells(ctx: _Context, plan: SampleSetPlan, tokens: np.ndarray,
     return cells  # the accepted-draft count is no bias cell: see _acceptance (verifier.runner.acceptance)
 
 
-def _acceptance(ctx: _Context, plan: SampleSetPlan, fra: np.ndarray | None, acc: np.ndarray):
-    """(acceptance audit dict, conformance cell or None, why untested) of one sample set."""
+def _draft_unknown(ctx: _Context, plan: SampleSetPlan, identity: dict | None) -> str:
+    """Why the draft of a sample set is unknown ("" when known): see :mod:`verifier.runner.draft`."""
+    if not ctx.pairs[plan.pair].draft_known:
+        return f"models.{plan.pair}.draft = \"unknown\""
+    if identity is not None and identity.get("draft_known") is False:
+        return f"decoder {plan.decoder.name!r} declares draft_known = False: it loads its own draft"
+    return ""
+
+
+def _acceptance(ctx: _Context, plan: SampleSetPlan, fra: np.ndarray | None, acc: np.ndarray, unknown: str = ""):
+    """(acceptance audit dict, conformance cell or None, why untested) of one sample set.
+
+    ``unknown``: why the draft is unknown (then no canonical figure and no conformance cell, stated).
+    """
+    from verifier.runner.draft import skipped
+
     spec, k = plan.decoder, plan.num_draft_tokens
     if "accepted" not in spec.tests:
         return None, None, "the suite does not ask for the `accepted` test"
-    law = _accepted_law(ctx, plan)
-    audit = acceptance.acceptance_audit(plan.set_id, plan.label, spec.name, k, fra, acc, law)
+    law = None if unknown else _accepted_law(ctx, plan)
+    audit = acceptance.acceptance_audit(plan.set_id, plan.label, spec.name, k, fra, acc, law,
+                                        canonical_skipped=skipped("canonical_acceptance", unknown) if unknown else "")
     if spec.acceptance != "canonical":
         return audit.to_dict(), None, ""
+    if unknown:
+        return audit.to_dict(), None, skipped("acceptance_conformance", unknown)
     if law is None or fra is None:
         why = "max_new_tokens < k + 1" if plan.max_new_tokens < k + 1 else "the decoder reports no first_round_accepted"
         return audit.to_dict(), None, why
     rng = np.random.default_rng(stream_seed(ctx.suite.seed, "conformance|" + plan.key))
-    counts = np.bincount(np.clip(fra, 0, k), minlength=k + 1)
+    counts = np.bincount(np.clip(fra[fra != acceptance.NO_ROUND], 0, k), minlength=k + 1)
     cell = analysis.gof_cell(f"{spec.name}/{plan.prompt}/{plan.sampling_name}/k={k}/acceptance-conformance", counts, law,
                              cell_alpha=ctx.suite.stats.alpha, power=ctx.suite.stats.power, rng=rng,
                              label_fn=lambda j: f"{j} accepted", test="acceptance conformance",
@@ -511,7 +528,7 @@ def _statistics(ctx: _Context, store: SampleStore, errors: dict[str, dict], allo
             if spec.name in errors or not len(tokens):  # no sample, no cell (the report says what is missing)
                 continue
             cells.extend(_set_cells(ctx, p, tokens, lambda _i: level))
-            audit, cell, why = _acceptance(ctx, p, fra, acc)
+            audit, cell, why = _acceptance(ctx, p, fra, acc, _draft_unknown(ctx, p, info["decoder_identity"]))
             audits += [audit] if audit else []
             conformance_cells += [cell] if cell is not None else []
             untested += [why] if why else []
