@@ -70,6 +70,12 @@ class TransformersEngine(Engine):
         return _VERSION != "not installed"
 
     @classmethod
+    def runtime(cls) -> str:
+        built = "built" if (cls.install_dir() / "INSTALLED.json").is_file() else "NOT built"
+        return (f"in the harness's process (transformers is a dependency); local checkpoints for assistant_tokenizer / "
+                f"gemma4_assistant: {cls.install_dir()} ({built}: `{cls.install_script()}`)")
+
+    @classmethod
     def local_models(cls) -> Path:
         """The folder of the local checkpoints, or :class:`EngineNotInstalledError` naming the script that builds them."""
         folder = cls.install_dir()
