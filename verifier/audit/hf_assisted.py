@@ -140,8 +140,43 @@ def _install_round_recorder() -> list[tuple[int, int]]:
     return rounds
 
 
-def _init_worker(target: Any, draft: Any, device: str, dtype: Any, threads: int, mode: str = "assisted") -> None:
+def _patch_usd_logit_order() -> None:
+    """CONTROL ONLY (``control_patch="usd_logit_order"``, off by default): fix transformers 5.24's
+    ``AssistantToTargetTranslator.get_target_logits`` with a pruned assistant LM head.
+
+    The pruned head's column ``j`` is assistant id ``assistant_overlap_token_ids[j]`` (the order of the assistant
+    tokenizer's ``get_vocab()``, a hash order), and ``get_target_ids`` maps a sampled column that way; but
+    ``get_target_logits`` writes column ``j`` to the ``j``-th shared target id in *assistant id order*.  So the q
+    that ``_speculative_sampling`` divides by is a permutation of the q the draft token was sampled from
+    (reports/audits/transformers-5.24.0/FINDINGS.md).  The patch writes column ``j`` to the target id of
+    ``assistant_overlap_token_ids[j]``; nothing else changes.
+    """
+    from transformers.generation import candidate_generator as cg
+
+    original = cg.AssistantToTargetTranslator.get_target_logits
+    if getattr(original, "_specverify_control", False):
+        return
+
+    def get_target_logits(self, assistant_logits):
+        if not (self.assistant_prune_lm_head and len(self._suppress_input_ids) > 0):
+            return original(self, assistant_logits)
+        shape = (*assistant_logits.shape[:-1], self.target_vocab_size)
+        target_logits = torch.full(shape, self.FILTER_VALUE, device=self._assistant_model_device)
+        target_logits[..., self._assistant_to_target_input_ids[self.assistant_overlap_token_ids]] = assistant_logits
+        return target_logits
+
+    get_target_logits._specverify_control = True
+    cg.AssistantToTargetTranslator.get_target_logits = get_target_logits
+
+
+CONTROL_PATCHES = {"usd_logit_order": _patch_usd_logit_order}  # name -> monkeypatch (controls of findings; off by default)
+
+
+def _init_worker(target: Any, draft: Any, device: str, dtype: Any, threads: int, mode: str = "assisted",
+                 control_patch: str | None = None) -> None:
     torch.set_num_threads(threads)
+    if control_patch:
+        CONTROL_PATCHES[control_patch]()
     _WORKER["target"] = _load(target, device, dtype)
     _WORKER["draft"] = None if draft is None else _load(draft, device, dtype)
     if mode == "assistant_tokenizer":  # universal assisted generation: both tokenizers, by checkpoint folder
@@ -275,7 +310,10 @@ class HFAssistedDecoder:
     def __init__(self, target: Any, draft: Any, num_draft_tokens: int, *, num_workers: int | None = None, device: str = "cpu",
                  dtype: Any = None, assistant_ensemble_weight: float | None = None, inject_kernel: str | None = None,
                  name: str | None = None, start_method: str | None = None, mode: str = "assisted",
-                 max_matching_ngram_size: int = 2) -> None:
+                 max_matching_ngram_size: int = 2, control_patch: str | None = None) -> None:
+        if control_patch is not None and control_patch not in CONTROL_PATCHES:
+            raise invalid_argument("control_patch", control_patch, "None or one of " + ", ".join(CONTROL_PATCHES))
+        self.control_patch = control_patch
         if mode not in MODES:
             raise invalid_argument("mode", mode, " or ".join(repr(m) for m in MODES))
         if assistant_ensemble_weight is not None and mode == "prompt_lookup":
@@ -315,7 +353,7 @@ class HFAssistedDecoder:
         self._pool: cf.ProcessPoolExecutor | None = None
         self._local = False
         if workers == 0:
-            _init_worker(target, draft, device, dtype, torch.get_num_threads(), mode)
+            _init_worker(target, draft, device, dtype, torch.get_num_threads(), mode, control_patch)
             self._local = True
         target_model = _WORKER["target"] if self._local else (target if isinstance(target, torch.nn.Module) else None)
         self.vocab_size, self.eos_token_id = self._read_vocab(target_model)
@@ -344,6 +382,7 @@ class HFAssistedDecoder:
             "transformers_version": transformers.__version__,
             "call": MODE_CALLS[self.mode],
             "mode": self.mode,
+            "control_patch": self.control_patch,
             "draft_known": self.draft_known,
             "num_assistant_tokens": self.num_draft_tokens,
             "num_assistant_tokens_schedule": "constant",
@@ -361,11 +400,12 @@ class HFAssistedDecoder:
     def _ensure_pool(self) -> cf.ProcessPoolExecutor:
         if self._pool is None:
             target, draft = _portable(self.target_spec), _portable(self.draft_spec)
-            key = (_key(target), _key(draft), str(self.device), str(self.dtype), self.num_workers, self.start_method, self.mode)
+            key = (_key(target), _key(draft), str(self.device), str(self.dtype), self.num_workers, self.start_method, self.mode,
+                   self.control_patch)
             if key not in _POOLS:
                 _POOLS[key] = cf.ProcessPoolExecutor(
                     max_workers=self.num_workers, mp_context=mp.get_context(self.start_method), initializer=_init_worker,
-                    initargs=(target, draft, self.device, self.dtype, 1, self.mode),
+                    initargs=(target, draft, self.device, self.dtype, 1, self.mode, self.control_patch),
                 )
             self._pool = _POOLS[key]
         return self._pool

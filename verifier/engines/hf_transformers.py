@@ -62,6 +62,8 @@ class TransformersEngine(Engine):
         EngineOption("assistant_model", "", (), "assistant_tokenizer / gemma4_assistant: the assistant checkpoint "
                      "(default: the local one built by ci/engines/transformers.sh)"),
         EngineOption("num_workers", 0, (), "worker processes (0: every CPU core)"),
+        EngineOption("control_patch", "", ("", "usd_logit_order"), "CONTROL of a finding, off by default: "
+                     "'usd_logit_order' fixes the q column order of universal assisted generation (FINDINGS.md)"),
     )
 
     @classmethod
@@ -106,7 +108,7 @@ class TransformersEngine(Engine):
 
 def decoder(target_model: str = "shipped:target", draft_model: str = "shipped:draft", num_draft_tokens: int = 4,
             vocab_size: int | None = None, eos_token_id: int | None = None, mode: str = "assisted",
-            max_matching_ngram_size: int = 2, assistant_model: str = "", num_workers: int = 0):
+            max_matching_ngram_size: int = 2, assistant_model: str = "", num_workers: int = 0, control_patch: str = ""):
     """Plugin factory of the ``transformers`` engine (``--engine transformers --engine-arg mode=...``).
 
     Parameters
@@ -118,8 +120,8 @@ def decoder(target_model: str = "shipped:target", draft_model: str = "shipped:dr
         k: ``num_assistant_tokens`` or ``prompt_lookup_num_tokens``.
     vocab_size, eos_token_id : optional
         Offered by the harness; the target's own values are used.
-    mode, max_matching_ngram_size, assistant_model, num_workers
-        The engine options (:class:`TransformersEngine`).
+    mode, max_matching_ngram_size, assistant_model, num_workers, control_patch
+        The engine options (:class:`TransformersEngine`); ``control_patch`` is the control of a finding (off by default).
 
     Raises
     ------
@@ -131,7 +133,8 @@ def decoder(target_model: str = "shipped:target", draft_model: str = "shipped:dr
     from verifier.audit.hf_assisted import HFAssistedDecoder
 
     opts = TransformersEngine.resolve_options({"mode": mode, "max_matching_ngram_size": max_matching_ngram_size,
-                                               "assistant_model": assistant_model, "num_workers": num_workers})
+                                               "assistant_model": assistant_model, "num_workers": num_workers,
+                                               "control_patch": control_patch})
     draft: Any = draft_model
     if mode in MODE_DEFAULT_MODELS:
         draft = assistant_model or (draft_model if Path(str(draft_model)).is_dir() else "")
@@ -142,7 +145,7 @@ def decoder(target_model: str = "shipped:target", draft_model: str = "shipped:dr
                                "(transformers requires it: the assistant drafts from the target's shared KV states); "
                                f"default: {TransformersEngine.install_dir() / MODE_DEFAULT_MODELS[mode][0]}")
     dec = HFAssistedDecoder(target_model, draft, num_draft_tokens, num_workers=opts["num_workers"] or None, mode=mode,
-                            max_matching_ngram_size=opts["max_matching_ngram_size"])
+                            max_matching_ngram_size=opts["max_matching_ngram_size"], control_patch=control_patch or None)
     dec.settings["engine"] = {"name": "transformers", "version": _VERSION, "mode": mode,
                               "assistant": None if mode == "prompt_lookup" else str(draft)}
     return dec
