@@ -148,8 +148,8 @@ def acceptance_audit(set_id: str, label: str, decoder: str, num_draft_tokens: in
                    "first_round_accepted")
         else:
             why = "no last_stats.first_round_accepted"
-        audit.note = (f"ENGINE REPORTS NO STATISTICS: {why}, so its acceptance is not audited (no zeros are assumed; "
-                      "the bias verdict never needs it)")
+        audit.note = (f"ENGINE REPORTS NO STATISTICS: {why}, so its acceptance is not reported or audited (no zeros are "
+                      "assumed; the bias verdict never needs it)")
         return audit
     fra = np.clip(fra_all[fra_all != NO_ROUND], 0, k)
     n = fra.size
