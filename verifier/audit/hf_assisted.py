@@ -169,7 +169,32 @@ def _patch_usd_logit_order() -> None:
     cg.AssistantToTargetTranslator.get_target_logits = get_target_logits
 
 
-CONTROL_PATCHES = {"usd_logit_order": _patch_usd_logit_order}  # name -> monkeypatch (controls of findings; off by default)
+def _patch_gemma4_greedy_q() -> None:
+    """CONTROL ONLY (``control_patch="gemma4_greedy_q"``, off by default): the Gemma4 assistant drafts greedily
+    (``argmax``) but hands ``softmax(raw logits)`` to ``_speculative_sampling`` as q.  The patch hands over the law the
+    draft was actually drawn from -- a point mass on each drafted token -- and changes nothing else
+    (reports/audits/transformers-5.24.0/FINDINGS.md)."""
+    from transformers.generation import candidate_generator as cg
+
+    cls = cg.SinglePositionMultiTokenCandidateGenerator
+    original = cls.get_candidates
+    if getattr(original, "_specverify_control", False):
+        return
+
+    def get_candidates(self, input_ids, *args, **kwargs):
+        ids, logits = original(self, input_ids, *args, **kwargs)
+        if logits is None:
+            return ids, logits
+        drafted = ids[:, -logits.shape[1]:]
+        point = torch.full_like(logits, float("-inf"))
+        point.scatter_(-1, drafted.unsqueeze(-1).to(logits.device), 0.0)
+        return ids, point
+
+    get_candidates._specverify_control = True
+    cls.get_candidates = get_candidates
+
+
+CONTROL_PATCHES = {"usd_logit_order": _patch_usd_logit_order, "gemma4_greedy_q": _patch_gemma4_greedy_q}  # name -> monkeypatch (controls of findings; off by default)
 
 
 def _init_worker(target: Any, draft: Any, device: str, dtype: Any, threads: int, mode: str = "assisted",

@@ -62,8 +62,9 @@ class TransformersEngine(Engine):
         EngineOption("assistant_model", "", (), "assistant_tokenizer / gemma4_assistant: the assistant checkpoint "
                      "(default: the local one built by ci/engines/transformers.sh)"),
         EngineOption("num_workers", 0, (), "worker processes (0: every CPU core)"),
-        EngineOption("control_patch", "", ("", "usd_logit_order"), "CONTROL of a finding, off by default: "
-                     "'usd_logit_order' fixes the q column order of universal assisted generation (FINDINGS.md)"),
+        EngineOption("control_patch", "", ("", "usd_logit_order", "gemma4_greedy_q"), "CONTROL of a finding, off by "
+                     "default: 'usd_logit_order' fixes the q column order of universal assisted generation; "
+                     "'gemma4_greedy_q' hands the Gemma4 assistant's point-mass q over (FINDINGS.md)"),
     )
 
     @classmethod

@@ -19,10 +19,13 @@ run() {  # name, then audit flags
 run gemma4-assistant-T1-k3 --engine-arg mode=gemma4_assistant --num-draft-tokens 3 --prompt-ids 2,5,7 --num-samples $N
 run gemma4-assistant-T0.7-topk50-topp0.9-k1 --engine-arg mode=gemma4_assistant --num-draft-tokens 1 --prompt-ids 2,5,7 --temperature 0.7 --top-k 50 --top-p 0.9 --num-samples $N
 run assisted-T1-k1 --engine-arg mode=assisted --num-draft-tokens 1 --num-samples $N --acceptance canonical
-run assisted-T1-k3 --engine-arg mode=assisted --num-draft-tokens 3 --num-samples $N --acceptance canonical
+# T=1, k=3: the canonical accepted-count law needs 146,689 target prefixes (> 50,000): acceptance reported, conformance not declared
+run assisted-T1-k3 --engine-arg mode=assisted --num-draft-tokens 3 --num-samples $N
 run assisted-T0.7-topk50-topp0.9-k1 --engine-arg mode=assisted --num-draft-tokens 1 --temperature 0.7 --top-k 50 --top-p 0.9 --num-samples $N --acceptance canonical
 run assisted-T0.7-topk50-topp0.9-k3 --engine-arg mode=assisted --num-draft-tokens 3 --temperature 0.7 --top-k 50 --top-p 0.9 --num-samples $N --acceptance canonical
 run prompt-lookup-T1-k3 --engine-arg mode=prompt_lookup --num-draft-tokens 3 --prompt "$LOOKUP_PROMPT" --num-samples $N
 run assistant-tokenizer-T1-k3 --engine-arg mode=assistant_tokenizer --num-draft-tokens 3 --num-samples $N
 # control of the finding (FINDINGS.md): the same audit with only the q column order of get_target_logits fixed
 run assistant-tokenizer-T1-k3-control-usd-logit-order --engine-arg mode=assistant_tokenizer --engine-arg control_patch=usd_logit_order --num-draft-tokens 3 --num-samples $N
+# control of finding 2: the Gemma4 audit with only the q handed over changed (a point mass on each greedy draft)
+run gemma4-assistant-T1-k3-control-greedy-q --engine-arg mode=gemma4_assistant --engine-arg control_patch=gemma4_greedy_q --num-draft-tokens 3 --prompt-ids 2,5,7 --num-samples $N
