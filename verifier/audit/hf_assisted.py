@@ -435,6 +435,21 @@ class HFAssistedDecoder:
             self._pool = _POOLS[key]
         return self._pool
 
+    def target_logits(self, prompt_ids: Sequence[int]) -> np.ndarray:
+        """The target's logits after ``prompt_ids`` as transformers computes them here (device, dtype of the decoder).
+
+        Returns
+        -------
+        np.ndarray, shape (vocab,), float64
+            The numeric floor's input (:mod:`verifier.engines.floor`).
+        """
+        if "floor_target" not in self.__dict__:
+            self.floor_target = _WORKER["target"] if self._local else _load(_portable(self.target_spec), self.device, self.dtype)
+        model = self.floor_target
+        ids = torch.tensor([[int(t) for t in prompt_ids]], dtype=torch.long, device=model.device)
+        with torch.inference_mode():
+            return model(ids).logits[0, -1].to(torch.float64).cpu().numpy()
+
     def close(self) -> None:
         """Shut down the worker processes this decoder uses (shared with decoders on the same models)."""
         for key, pool in list(_POOLS.items()):

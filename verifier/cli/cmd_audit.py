@@ -477,6 +477,8 @@ def _run_known_p(args, sampling) -> int:
         run_dir = Path(args.run_dir) if args.run_dir else new_run_dir(args.report_dir or DEFAULT_REPORT_DIR, suite)
         print(f"audit run -> {run_dir}")
     outcome = run_audit(suite, run_dir, plan, resume=bool(args.resume), sequential=seq, progress=not args.no_progress)
+    if getattr(args, "engine_described", None) and not args.resume:
+        _numeric_floor(args, outcome, plan, suite, sampling)
     _print_summary(outcome, plan)
     report = outcome.report
     d = report["decoders"][0] if report["decoders"] else {}
@@ -486,6 +488,38 @@ def _run_known_p(args, sampling) -> int:
     if args.export:
         _export(args.export, outcome.outcome.run_dir, suite)
     return outcome.exit_code
+
+
+def _numeric_floor(args, outcome, plan: dict, suite, sampling) -> None:
+    """Engine audits: the engine's own target law vs the HF reference on the audit's prompts
+    (:mod:`verifier.engines.floor`); a floor above the target TV turns PASS into UNDERPOWERED."""
+    from verifier.engines import get_engine
+    from verifier.engines.floor import apply_floor, logits_source, measure_floor
+    from verifier.reports import write_reports
+    from verifier.runner.models import load_pair
+
+    report = outcome.report
+    from verifier.audit.plugins import load_plugin
+
+    engine = get_engine(args.engine_described["name"])
+    decoder = load_plugin(args.decoder, "decoder", None, **dict(args.option))  # a second instance: the runner's is closed
+    try:
+        fn = logits_source(decoder)
+        if fn is None:
+            report["numeric_floor"] = {"max_tv": None, "rows": [], "source": f"engine {engine.name} exposes no target logits: "
+                                       "the floor is not measured (the verdict assumes the engine's target law is the reference's)"}
+            print(f"numeric floor: not measured ({report['numeric_floor']['source']})")
+        else:
+            pair = load_pair(suite.models["audit"], suite.base_dir)
+            floor = measure_floor(fn, pair.reference, plan["prompts"], [sampling], source=f"{engine.name} target_logits")
+            outcome.outcome.exit_code = apply_floor(report, floor, plan["target_tv"])
+            print(f"numeric floor: TV {floor['max_tv']:.3g} (engine target law vs HF reference, first token; target TV "
+                  f"{plan['target_tv']:g}{': ABOVE it -> no PASS' if report['numeric_floor']['above_target'] else ''})")
+        write_reports(report, outcome.outcome.run_dir)
+    finally:
+        close = getattr(decoder, "close", None)
+        if callable(close):
+            close()
 
 
 def _export(path: str, run_dir: Path, suite) -> None:
