@@ -73,6 +73,23 @@ class DecoderOutputError(DecoderError):
     tokens after EOS, or values derived from NaN.  The message shows the first bad row."""
 
 
+class ResourceError(VerifierError):
+    """The machine ran out of memory at the configured sizes (an allocation failed inside a
+    ``generate`` call or a statistics batch): no verdict about the decoder.  The message names the
+    size to lower (``chunk_size`` / ``--chunk-size``: rows per ``generate`` call) and its value."""
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """Whether ``exc`` is an allocation failure (``MemoryError``, torch's ``OutOfMemoryError`` or its
+    CPU allocator's "not enough memory"), as opposed to a bug in the code that raised it."""
+    if isinstance(exc, MemoryError):
+        return True
+    if type(exc).__name__ == "OutOfMemoryError":
+        return True
+    text = str(exc).lower() if isinstance(exc, RuntimeError) else ""
+    return "out of memory" in text or "not enough memory" in text or "failed to allocate" in text
+
+
 class ReportWriteError(VerifierError):
     """The report directory cannot be written (read-only, disk full).  Samples already on disk
     are kept; rerun ``specverify report RUN_DIR`` once the directory is writable."""

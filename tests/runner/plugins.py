@@ -96,3 +96,18 @@ def suicidal_sampler(target_model, draft_model, after_calls: int = 2, marker: st
 
     sampler.generate = generate
     return sampler
+
+
+def memory_hog_sampler(target_model, draft_model, after_calls: int = 1):
+    """Sample normally, then fail an allocation (``MemoryError``) in call ``after_calls + 1``, as a
+    decoder does when ``num_samples x vocab`` outgrows the machine."""
+    sampler = TableSampler(target_model, draft_model)
+    inner = sampler.generate
+
+    def generate(*args, **kwargs):
+        if sampler.calls >= after_calls:
+            raise MemoryError("Unable to allocate 14.4 GiB for an array with shape (500, 3, 262144)")
+        return inner(*args, **kwargs)
+
+    sampler.generate = generate
+    return sampler

@@ -38,6 +38,7 @@ def test_ci_suite_reference_passes_and_every_mutant_is_detected(tmp_path, capsys
     assert decoders["reference"]["acceptance_conformance"]["verdict"] == "CONFORMS"
     assert any(a["far_below"] for a in decoders["fresh_target_match"]["acceptance"])  # PASS + the loud note
     assert "ACCEPTANCE FAR BELOW CANONICAL" in out
+    assert_matches_golden(report)  # issue 17: same verdicts and p-values as before the scale work
     _check_verdicts_do_not_depend_on_last_stats(tmp_path / "ci", report)
 
 
@@ -63,3 +64,27 @@ def _check_verdicts_do_not_depend_on_last_stats(run_dir, report):
     assert all(not a["reported"] for d in hidden["decoders"] for a in d["acceptance"])
     conf = next(d for d in hidden["decoders"] if d["decoder"] == "reference")["acceptance_conformance"]
     assert conf["verdict"] == "NOT TESTED" and "no first_round_accepted" in conf["reason"]
+
+
+GOLDEN = Path(__file__).resolve().parent / "data" / "ci_cells_golden.json"
+
+
+def assert_matches_golden(report: dict) -> None:
+    """Verdicts equal and every cell's p-value equal to the ci run of main before issue 17
+    (tests/runner/data/ci_cells_golden.json, written from ``specverify run suites/ci.toml`` at commit
+    20a4b8c): scale work must not move a result.  Tabular cells are bit-identical; the shipped
+    transformer's float32 output layer now runs on the scored positions only (``logits_to_keep``),
+    which moves its probs by float32 rounding: asymptotic p-values by < 1e-4 relative, Monte Carlo
+    ones (a stream keyed by the law's bytes) within Monte Carlo error."""
+    golden = json.loads(GOLDEN.read_text())
+    assert {d["decoder"]: d["verdict"] for d in report["decoders"]} == golden["decoders"]
+    cells = {c["id"]: c for c in report["cells"]}
+    assert set(cells) == set(golden["cells"])
+    for cid, want in golden["cells"].items():
+        got = cells[cid]["pvalue"]
+        if "monte-carlo" in want["method"]:
+            tol = 4 * (want["pvalue"] * (1 - want["pvalue"]) / 1000) ** 0.5 + 1e-3
+        else:
+            tol = (1e-4 if "@shipped/" in cid else 1e-12) * abs(want["pvalue"])
+        assert abs(got - want["pvalue"]) <= tol, (cid, got, want)
+

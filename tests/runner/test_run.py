@@ -187,14 +187,18 @@ def test_resume_of_a_finished_run_samples_nothing(tiny_run, tmp_path, capsys):
     assert "already on disk" in capsys.readouterr().out
 
 
-def test_expected_law_too_large_fails_before_sampling(write_suite, tmp_path, monkeypatch, capsys):
+def test_expected_law_beyond_the_prefix_cap_is_pooled_not_refused(write_suite, tmp_path, monkeypatch, capsys):
+    """Issue 17: a level of the prefix tree beyond the cap keeps the target's top prefixes by mass
+    + 'other prefix' (before: exit 2, so no default test ran at a real vocabulary)."""
     import verifier.runner.expected as expected
 
     monkeypatch.setattr(expected, "MAX_PREFIXES", 2)  # bigram4_eos position 3 needs 3 * 3 prefixes
     suite = write_suite(suite_text(EXACT_DECODER, defaults="gof_positions = [1, 3]"))
-    assert _run(suite, tmp_path / "run") == EXIT_USAGE
-    assert "the expected law of position" in capsys.readouterr().err
-    assert not (tmp_path / "run" / "samples").exists()
+    assert _run(suite, tmp_path / "run") == EXIT_OK
+    report = json.loads((tmp_path / "run" / "report.json").read_text())
+    methods = {c["id"].rsplit("/", 1)[-1]: c["method"] for c in report["cells"]}
+    assert "top 2 prefixes by mass" in methods["gof@3"] and "extra target passes" in methods["gof@3"]
+    assert "top 2 prefixes" not in methods["gof@1"]
 
 
 def test_surprisal_cell_catches_a_temperature_error_and_reports_nats(write_suite, tmp_path):

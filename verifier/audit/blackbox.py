@@ -145,7 +145,7 @@ def blackbox_cells(emitted_a: np.ndarray, emitted_b: np.ndarray, vocab_size: int
 
 def blackbox_audit(decoder, reference, prompts: Sequence[Sequence[int]], sampling: SamplingConfig, *, num_samples: int,
                    max_new_tokens: int, vocab_size: int, alpha: float = DEFAULT_ALPHA, seed: int = 0,
-                   eos_token_id: int | None = None) -> BlackBoxResult:
+                   eos_token_id: int | None = None, chunk_size: int = 500) -> BlackBoxResult:
     """Compare a speculative decoder with plain sampling of the same system (two-sample tests).
 
     Parameters
@@ -168,6 +168,11 @@ def blackbox_audit(decoder, reference, prompts: Sequence[Sequence[int]], samplin
     eos_token_id : int or None
         Used to validate both arms' output.
 
+    chunk_size : int, default 500
+        Rows per ``generate`` call (memory grows with it times the vocabulary); chunk ``j`` of an arm
+        draws with seed ``SeedSequence(arm seed).spawn``'s ``j``-th child, the first chunk (or all
+        rows, when they fit one chunk) with the arm seed itself.
+
     Returns
     -------
     BlackBoxResult
@@ -181,7 +186,7 @@ def blackbox_audit(decoder, reference, prompts: Sequence[Sequence[int]], samplin
     """
     from verifier.audit.plugins import PluginDecoder
 
-    for arg, value in (("num_samples", num_samples), ("max_new_tokens", max_new_tokens)):
+    for arg, value in (("num_samples", num_samples), ("max_new_tokens", max_new_tokens), ("chunk_size", chunk_size)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise invalid_argument(arg, value, "an integer >= 1")
     if not 0 < alpha < 1:
@@ -196,8 +201,8 @@ def blackbox_audit(decoder, reference, prompts: Sequence[Sequence[int]], samplin
     cells: list[BlackBoxCell] = []
     for i, prompt in enumerate(prompts):
         seed_a, seed_b, seed_perm = (int(s) for s in seeds[i].generate_state(3, np.uint32))
-        a = arms[0].generate(list(prompt), num_samples, max_new_tokens, sampling, seed_a)
-        b = arms[1].generate(list(prompt), num_samples, max_new_tokens, sampling, seed_b)
+        a = _generate_chunked(arms[0], prompt, num_samples, max_new_tokens, sampling, seed_a, chunk_size)
+        b = _generate_chunked(arms[1], prompt, num_samples, max_new_tokens, sampling, seed_b, chunk_size)
         cells += blackbox_cells(a, b, vocab_size, cell_alpha=cell_alpha, rng=np.random.default_rng(seed_perm), prompt_index=i)
     adjustment = adjust([c.result for c in cells], alpha=alpha, mode="gate", dependent=True)
     notes = []
@@ -207,3 +212,14 @@ def blackbox_audit(decoder, reference, prompts: Sequence[Sequence[int]], samplin
                           alpha=float(alpha), cells=cells, adjustment=adjustment, sampling=sampling, notes=notes)
 
 
+def _generate_chunked(arm, prompt, num_samples: int, max_new_tokens: int, sampling, seed: int, chunk_size: int) -> np.ndarray:
+    """``arm.generate`` in chunks of at most ``chunk_size`` rows (issue 17: one call of all n rows
+    needs n x vocab memory in the decoder); the first chunk uses ``seed`` itself."""
+    parts, done = [], 0
+    seeds = np.random.SeedSequence(int(seed)).spawn(max(0, -(-num_samples // chunk_size) - 1))
+    for j in range(-(-num_samples // chunk_size)):
+        rows = min(chunk_size, num_samples - done)
+        s = int(seed) if j == 0 else int(seeds[j - 1].generate_state(1, np.uint32)[0])
+        parts.append(arm.generate(list(prompt), rows, max_new_tokens, sampling, s))
+        done += rows
+    return np.concatenate(parts) if len(parts) > 1 else parts[0]

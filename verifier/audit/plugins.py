@@ -35,7 +35,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
-from verifier.errors import ConfigError, DecoderError, DecoderOutputError, VerifierError
+from verifier.errors import ConfigError, DecoderError, DecoderOutputError, ResourceError, VerifierError, is_out_of_memory
 from verifier.protocols import PADDING_TOKEN_ID, DecoderStats
 from verifier.sampling import SamplingConfig
 from verifier.validation import check_emitted_tokens
@@ -354,6 +354,11 @@ class PluginDecoder:
         except KeyboardInterrupt:
             raise
         except BaseException as exc:  # SystemExit included
+            if is_out_of_memory(exc):  # the machine, not the decoder: no exit 3
+                raise ResourceError(
+                    f"{self.name}: generate(num_samples={num_samples}, max_new_tokens={max_new_tokens}) ran out of "
+                    f"memory ({type(exc).__name__}: {exc}); allowed: fewer rows per generate call "
+                    f"(--chunk-size / chunk_size below {num_samples}) or a machine with more memory") from exc
             raise DecoderError(
                 f"{self.name} raised in generate(prompt_ids={list(prompt_ids)[:8]}, num_samples={num_samples}, "
                 f"max_new_tokens={max_new_tokens}, sampling={sampling.label()}, seed={seed}): {type(exc).__name__}: {exc}"

@@ -97,26 +97,10 @@ def run_audit(suite: Any, run_dir: str | Path, plan: dict, *, resume: bool = Fal
 
 def _monitors(ctx: Any, alpha: float) -> list[tuple[Any, str, Any, Callable[[np.ndarray], np.ndarray]]]:
     """One e-process per TV cell: (plan, label, SequentialGOF, tokens -> category ids)."""
-    from verifier.runner import run as runner
+    from verifier.runner.cells import tv_cells
     from verifier.stats.sequential import SequentialGOF
 
-    cells = []
-    for p in ctx.plans:
-        laws = runner._laws(ctx, p)
-        if laws is None:
-            continue
-        vocab = ctx.pairs[p.pair].vocab_size
-        positions, jt = runner._position_plan(p)
-        for t in positions:
-            cells.append((p, f"{p.prompt}/gof@{t}", laws.marginals[t],
-                          lambda tok, t=t, v=vocab: np.where(tok[:, t - 1] < 0, v, tok[:, t - 1])))
-        if laws.joint is not None and jt >= 2:
-            def codes(tok, jt=jt, v=vocab):
-                c = np.zeros(len(tok), dtype=np.int64)
-                for j in range(jt):
-                    c = c * (v + 1) + np.where(tok[:, j] < 0, v, tok[:, j])
-                return c
-            cells.append((p, f"{p.prompt}/joint@1..{jt}", laws.joint, codes))
+    cells = tv_cells(ctx)
     each = alpha / max(len(cells), 1)
     return [(p, label, SequentialGOF(law / law.sum(), alpha=each), fn) for p, label, law, fn in cells]
 
@@ -127,20 +111,23 @@ def _run_sequential(suite: Any, store: Any, plan: dict, *, resume: bool, progres
     from verifier.runner import analyze_run, guards
     from verifier.runner import run as runner
     from verifier.runner.assemble import REPORT_SCHEMA_VERSION
+    from verifier.runner.cells import expected_preflight
+    from verifier.runner.context import SuiteContext
     from verifier.suite.schema import parse_suite
 
     if not resume:
         store.write_json(runner.RUN_FILE, {"schema_version": REPORT_SCHEMA_VERSION, "suite": suite.to_dict(),
                                            "created_at": runner._now(), "run_id": store.run_dir.name})
-    ctx = runner._Context(suite)
+    ctx = SuiteContext(suite)
     guards.record_plugins(store, suite, runner.RUN_FILE, check=resume)  # a resume refuses a changed plugin file
-    runner._expected_preflight(ctx)
+    expected_preflight(ctx)
     monitors = _monitors(ctx, plan["family_alpha"] / 2)
     chunks = max(p.num_chunks for p in ctx.plans)
     crossed, errors, upto = None, {}, 0
     while upto < chunks and crossed is None:
         upto += 1
-        errors = runner._sample(ctx, store, progress, lambda _m: None, select=lambda p, i, u=upto: i == u - 1)
+        errors = runner.sample_chunks(ctx, store, progress=progress, log=lambda _m: None,
+                                      select=lambda p, i, u=upto: i == u - 1)
         if errors:
             break
         for p, label, seq, fn in monitors:

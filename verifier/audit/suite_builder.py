@@ -283,7 +283,7 @@ def plan_audit(spec: AuditSpec, *, base_dir: str | Path = ".", pair: Any = None)
     positions, joint, laws = _laws(pair, prompts, spec.sampling, positions, joint)
     gof_positions = sorted(spec.gof_positions) if spec.gof_positions is not None else list(range(1, positions + 1))
     k = spec.num_draft_tokens
-    # the bias cells the verdict corrects over (as verifier.runner.run._count_cells); `accepted` is the
+    # the bias cells the verdict corrects over (as verifier.runner.cells.count_cells); `accepted` is the
     # acceptance audit beside the verdict, never a bias cell, so it is neither counted nor planned
     per_prompt = (len(gof_positions) * ("gof" in spec.tests) + int("joint" in spec.tests and joint >= 2)
                   + int("surprisal" in spec.tests and joint >= 1) + int("pit" in spec.tests))

@@ -75,7 +75,7 @@ def _raw_q_rule(raw_draft, proc_draft):
 def suite_decoder_cases(suite_path: str, profile: str | None = None) -> list[DecoderLawCase]:
     """Every ``detect`` decoder x sample set of a suite on a tabular pair, with exact laws where known."""
     from verifier.exact import TabularLM, n_token_law, target_law, total_variation
-    from verifier.runner.run import _Context
+    from verifier.runner.context import SuiteContext as _Context
     from verifier.suite import load_suite
     from verifier.bench._tabular import processed_tabular
 

@@ -216,7 +216,7 @@ def suite_null_sets(suite_path: str, profile: str | None = None) -> tuple[Any, d
         The suite cannot be loaded, or a transformer sample set has gof positions beyond its joint_tokens.
     """
     from verifier.exact import TabularLM
-    from verifier.runner.run import _Context
+    from verifier.runner.context import SuiteContext as _Context
     from verifier.suite import load_suite
     from verifier.bench._tabular import marginal_tokens, processed_tabular, tokens_and_accepted_law
 

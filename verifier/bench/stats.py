@@ -63,7 +63,19 @@ def _measure_sampling(batch: int, positions: int, seed: int) -> tuple[float, dic
 
 
 def run(args: argparse.Namespace) -> int:
+    """Time the pass; an allocation failure is a :class:`~verifier.errors.ResourceError` (exit 2), never exit 1 (bias)."""
+    from verifier.errors import ResourceError
+
+    try:
+        return _run(args)
+    except MemoryError as exc:
+        raise ResourceError(f"bench stats ran out of memory at --samples={args.samples} --vocab={args.vocab} "
+                            f"({exc}); allowed: a smaller --samples or --vocab, or a machine with more memory") from None
+
+
+def _run(args: argparse.Namespace) -> int:
     from verifier.bench._common import machine_facts
+    from verifier.runner.memory import rows_per_batch
     from verifier.stats import adjust, e_process, gof_test, pit_chi2_test, pit_ks_test, randomized_pit, token_counts, two_sample_chi2_test
 
     rng = np.random.default_rng(args.seed)
@@ -96,11 +108,17 @@ def run(args: argparse.Namespace) -> int:
             laws = np.stack([rng.permutation(base) for _ in range(_LAW_POOL)])
             which = rng.integers(_LAW_POOL, size=args.samples)
             cum = laws.cumsum(axis=1)
-            tokens = np.minimum((cum[which] < rng.random(args.samples)[:, None]).sum(axis=1), args.vocab - 1)
+            draws = rng.random(args.samples)
+            tokens = np.empty(args.samples, dtype=np.int64)  # inverse CDF per law: O(n log V), never an n x V array
+            for j in range(_LAW_POOL):
+                mine = which == j
+                tokens[mine] = np.searchsorted(cum[j], draws[mine], side="left")
+            tokens = np.minimum(tokens, args.vocab - 1)
             us = []
-            for s in range(0, args.samples, _CHUNK_ROWS):
-                rows = laws[which[s:s + _CHUNK_ROWS]]  # materialised outside the timer (the scorer's output)
-                us.append(timed("randomized PIT (per-row probs)", randomized_pit, tokens[s:s + _CHUNK_ROWS], rows, stat_rng)[0])
+            chunk = rows_per_batch(args.vocab * 8 * 3, cap=_CHUNK_ROWS)  # rows x V float64 probs + the PIT's temporaries
+            for s in range(0, args.samples, chunk):
+                rows = laws[which[s:s + chunk]]  # materialised outside the timer (the scorer's output)
+                us.append(timed("randomized PIT (per-row probs)", randomized_pit, tokens[s:s + chunk], rows, stat_rng)[0])
             u = np.concatenate(us)
             counts_of["randomized PIT (per-row probs)"] -= len(us) - 1
             results.append(timed("PIT KS", pit_ks_test, u))

@@ -371,7 +371,8 @@ def _run_blackbox(args, decoder, pair, prompts, sampling, vocab, eos, context, n
         raise invalid_argument("--blackbox", True, "with --target (plain sampling of it is the reference) or --blackbox-reference SPEC")
     max_new_tokens = args.max_new_tokens or 4
     result = blackbox_audit(decoder, reference, prompts, sampling, num_samples=num_samples, max_new_tokens=max_new_tokens,
-                            vocab_size=decoder.vocab_size, alpha=args.alpha, seed=args.seed, eos_token_id=decoder.eos_token_id)
+                            vocab_size=decoder.vocab_size, alpha=args.alpha, seed=args.seed, eos_token_id=decoder.eos_token_id,
+                            chunk_size=args.chunk_size)
     print(result.summary())
     payload = {"mode": "blackbox", "verdict": result.verdict, "cells": [
         {"prompt": c.prompt_index, "name": c.name, "statistic": c.result.statistic, "pvalue": c.result.pvalue}

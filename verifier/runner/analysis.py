@@ -187,8 +187,10 @@ def gof_cell(cell_id: str, counts: np.ndarray, expected_probs: np.ndarray, *, ce
     pooling = pool_categories(expected_probs, n, min_expected=res.min_expected)  # the test's own pooling
     observed = pooling.pool(counts).astype(np.float64)
     labels = []
+    by_group = np.argsort(pooling.groups, kind="stable")  # one pass, not one scan of all categories per group
+    bounds = np.searchsorted(pooling.groups[by_group], np.arange(pooling.num_categories + 1))
     for g in range(pooling.num_categories):
-        members = np.flatnonzero(pooling.groups == g)
+        members = by_group[bounds[g]:bounds[g + 1]]
         names = [label_fn(int(m)) if label_fn else str(int(m)) for m in members[:3]]
         labels.append(", ".join(names) + (f" +{len(members) - 3}" if len(members) > 3 else ""))
     eff = res.effect

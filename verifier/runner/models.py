@@ -31,6 +31,7 @@ import torch
 from verifier.errors import ConfigError, ModelLoadError
 from verifier.exact.tabular import TabularLM
 from verifier.protocols import PADDING_TOKEN_ID
+from verifier.runner.memory import rows_per_batch
 from verifier.sampling import SamplingConfig, processed_probs
 from verifier.suite.schema import ModelPair, Prompt
 
@@ -38,7 +39,6 @@ __all__ = ["ReferenceModel", "LoadedPair", "load_pair", "encode_prompt", "check_
 
 _PY_SPEC = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 ROW_BATCH = 256  # rows per forward pass of a torch model
-PROBS_BUDGET = 1 << 22  # float64 entries (32 MiB) of rows x positions x vocab processed per batch
 
 
 class ReferenceModel:
@@ -62,18 +62,38 @@ class ReferenceModel:
             with np.errstate(divide="ignore"):
                 self._log_table = torch.from_numpy(np.log(model.float_table()))
 
-    def _logits(self, seqs: torch.Tensor) -> torch.Tensor:
-        """Next-token logits after every prefix of ``seqs``: (batch, seq) -> (batch, seq, vocab)."""
+    def _logits(self, seqs: torch.Tensor, keep: int | None = None) -> torch.Tensor:
+        """Next-token logits after the prefixes of ``seqs``: (batch, seq) -> (batch, keep or seq, vocab), float64.
+
+        Only the last ``keep`` positions are converted to float64 (and, where the model's forward
+        takes ``logits_to_keep``, only they go through the output layer).
+        """
         if isinstance(self.model, TabularLM):
             c = self.model.context_len
-            idx = torch.zeros(seqs.shape, dtype=torch.long)
+            part = seqs if keep is None else seqs[:, max(0, seqs.shape[1] - keep - max(c, 1) + 1):]
+            idx = torch.zeros(part.shape, dtype=torch.long)
             for j in range(c):  # row index of the context ending at each position (lexicographic)
-                shifted = torch.roll(seqs, shifts=j, dims=1)
+                shifted = torch.roll(part, shifts=j, dims=1)
                 idx += shifted * self.vocab_size ** j
-            return self._log_table[idx]
+            out = self._log_table[idx]
+            return out if keep is None else out[:, -keep:, :]
         device = next(self.model.parameters()).device
+        kwargs = {"logits_to_keep": keep} if keep is not None and self._takes_logits_to_keep() else {}
         with torch.inference_mode():
-            return self.model(seqs.to(device)).logits.to(torch.float64).cpu()
+            logits = self.model(seqs.to(device), **kwargs).logits
+            if keep is not None:
+                logits = logits[:, -keep:, :]
+            return logits.to(device="cpu", dtype=torch.float64)
+
+    def _takes_logits_to_keep(self) -> bool:
+        if not hasattr(self, "_keep_arg"):
+            import inspect
+
+            try:
+                self._keep_arg = "logits_to_keep" in inspect.signature(self.model.forward).parameters
+            except (TypeError, ValueError):
+                self._keep_arg = False
+        return self._keep_arg
 
     def next_probs(self, prefixes: np.ndarray, sampling: SamplingConfig) -> np.ndarray:
         """Processed target probs after each prefix.
@@ -92,7 +112,7 @@ class ReferenceModel:
         out = []
         for start in range(0, len(seqs), ROW_BATCH):
             part = seqs[start:start + ROW_BATCH]
-            logits = self._logits(part)[:, -1, :]
+            logits = self._logits(part, keep=1)[:, -1, :]
             mask = _context_mask(part, self.vocab_size)[:, -1, :] if sampling.repetition_penalty else None
             out.append(processed_probs(logits, sampling, mask).numpy())
         return np.concatenate(out) if out else np.zeros((0, self.vocab_size))
@@ -114,13 +134,15 @@ class ReferenceModel:
         """
         n, steps = tokens.shape
         prompt = torch.as_tensor(prompt_ids, dtype=torch.long)
-        rows = max(1, PROBS_BUDGET // max(1, (len(prompt_ids) + steps) * self.vocab_size))
+        # logits, processed probs and their mask of one row: steps x vocab float64 each (the batch fits the
+        # memory budget of verifier.runner.memory; a fixed entry budget gave 2 rows per pass at vocab 262k)
+        rows = rows_per_batch(steps * self.vocab_size * 8 * 4)
         rows = rows if isinstance(self.model, TabularLM) else min(rows, ROW_BATCH)
         for start in range(0, n, rows):
             part = torch.as_tensor(tokens[start:start + rows], dtype=torch.long)
             part = torch.where(part == PADDING_TOKEN_ID, torch.zeros_like(part), part)
             seqs = torch.cat([prompt.expand(len(part), -1), part[:, :-1]], dim=1)
-            logits = self._logits(seqs)[:, len(prompt_ids) - 1:, :]
+            logits = self._logits(seqs, keep=steps)
             mask = _context_mask(seqs, self.vocab_size)[:, len(prompt_ids) - 1:, :] if sampling.repetition_penalty else None
             yield slice(start, start + len(part)), processed_probs(logits, sampling, mask).numpy()
 

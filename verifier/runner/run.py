@@ -38,18 +38,22 @@ from verifier.errors import (
     DecoderError,
     DecoderOutputError,
     ReportWriteError,
+    ResourceError,
+    is_out_of_memory,
 )
-from verifier.runner import acceptance, analysis, expected, greedy, guards
+from verifier.runner import acceptance, analysis, guards
 from verifier.runner.assemble import REPORT_SCHEMA_VERSION, build_report, environment
-from verifier.runner.models import LoadedPair, check_context_fits, encode_prompt, load_pair
-from verifier.runner.plan import SampleSetPlan, build_decoder, decoder_identity, plan_sample_sets
-from verifier.runner.seeds import stream_seed
+from verifier.runner.cells import acceptance_cells, count_cells, draft_unknown, expected_preflight, set_cells
+from verifier.runner.context import SuiteContext
+from verifier.runner.plan import SampleSetPlan, decoder_identity
 from verifier.runner.store import SampleStore, Shard
 from verifier.runner.verdict import DecoderVerdict, cell_level, decide, exit_code
 from verifier.suite.schema import Suite
 from verifier.validation import check_decoder_stats, check_emitted_tokens
 
 __all__ = ["REPORT_SCHEMA_VERSION", "RunOutcome", "run_suite", "analyze_run", "new_run_dir", "load_run_suite"]
+
+_Context = SuiteContext  # the old private name (bench modules, shards)
 
 RUN_FILE = "run.json"
 STOPPED_FILE = "stopped.json"
@@ -100,57 +104,6 @@ def load_run_suite(run_dir: str | Path) -> tuple[Suite, dict[str, Any]]:
         raise ConfigError(f"{path}: not a run file of spec-verifier (no 'suite' object with raw, source, base_dir); "
                           "allowed: the run.json that `specverify run` wrote")
     return Suite.from_dict(stored), info
-
-
-class _Context:
-    """Models, prompts and plans of a suite (stage 2)."""
-
-    def __init__(self, suite: Suite) -> None:
-        for entry in suite.python_path:
-            p = str((Path(suite.base_dir) / entry).resolve())
-            if p not in sys.path:
-                sys.path.insert(0, p)
-        self.suite = suite
-        guards.check_sizes(suite)  # before any model is loaded or chunk planned
-        used = sorted({d.models for d in suite.decoders})
-        for name in used:
-            guards.check_device(suite.models[name].device, f"{suite.source}: models.{name}.device")
-        self.pairs: dict[str, LoadedPair] = {name: load_pair(suite.models[name], suite.base_dir) for name in used}
-        ids = {}
-        for d in suite.decoders:
-            for prompt in d.prompts:
-                ids[(d.models, prompt)] = encode_prompt(suite.prompts[prompt], self.pairs[d.models])
-                check_context_fits(self.pairs[d.models], ids[(d.models, prompt)], d.max_new_tokens, max(d.num_draft_tokens),
-                                   f"decoders[{d.name}] with prompts.{prompt}")
-        self.plans = plan_sample_sets(suite, ids)
-        self._decoders: dict[tuple[str, int], Any] = {}
-        self.expected_cache: dict = {}  # expected laws, shared by decoders with the same (pair, prompt, sampling)
-
-    def decoder(self, spec, num_draft_tokens: int) -> Any:
-        """The decoder of ``spec`` for one k (built once)."""
-        key = (spec.name, num_draft_tokens)
-        if key not in self._decoders:
-            self._decoders[key] = build_decoder(spec, self.pairs[spec.models], num_draft_tokens, f"decoders[{spec.name}]",
-                                                base_dir=self.suite.base_dir)
-        return self._decoders[key]
-
-    def preflight(self) -> dict[str, dict]:
-        """Build every decoder before sampling, so a config error fails before any sample is drawn.
-
-        Raises ConfigError (exit 2); a factory that raises is recorded as that decoder's error.
-        """
-        errors: dict[str, dict] = {}
-        for p in self.plans:
-            if p.decoder.name in errors:
-                continue
-            try:
-                self.decoder(p.decoder, p.num_draft_tokens)
-            except DecoderError as exc:
-                errors[p.decoder.name] = {"decoder": p.decoder.name, "kind": "crash", "type": type(exc).__name__,
-                                          "message": str(exc), "set_id": p.set_id, "set": p.label, "chunk": 0,
-                                          "seed": p.chunk_seed(0), "chunks_kept_in_set": 0,
-                                          "samples_dir": str(Path("samples") / p.set_id)}
-        return errors
 
 
 # --------------------------------------------------------------------------- stage 1
@@ -240,7 +193,7 @@ def _check_seed_used(seen: dict[tuple[str, bytes], tuple[int, int]], plan: Sampl
             f"repeats them with probability <= exp(-{nats:.0f})); allowed: independent samples for different seeds")
 
 
-def _sample(ctx: _Context, store: SampleStore, progress: bool, log: Callable[[str], None],
+def _sample(ctx: SuiteContext, store: SampleStore, progress: bool, log: Callable[[str], None],
             select: Callable[[SampleSetPlan, int], bool] | None = None) -> dict[str, dict]:
     """Stage 3.  Returns ``{decoder name: error dict}`` for decoders that failed.
 
@@ -274,9 +227,15 @@ def _sample(ctx: _Context, store: SampleStore, progress: bool, log: Callable[[st
                     decoder = ctx.decoder(spec, plan.num_draft_tokens)
                     try:
                         out = decoder.generate(list(plan.prompt_ids), rows, plan.max_new_tokens, plan.sampling, seed)
-                    except (DecoderError, KeyboardInterrupt):
+                    except (DecoderError, ResourceError, KeyboardInterrupt):
                         raise
                     except BaseException as exc:  # SystemExit from plugin code too: a crash, never a clean exit
+                        if is_out_of_memory(exc):  # the machine, not the decoder (exit 2, shards so far kept)
+                            raise ResourceError(
+                                f"decoders[{spec.name}]: generate(num_samples={rows}) for {plan.label} ran out of memory "
+                                f"({type(exc).__name__}: {exc}); allowed: a smaller chunk_size (now "
+                                f"{spec.chunk_size}; rows per generate call) or a machine with more memory; resume "
+                                f"with `specverify run --resume {store.run_dir}`") from exc
                         raise DecoderError(f"{spec.name} raised {type(exc).__name__}: {exc}{_where(exc)}") from exc
                     tokens = check_emitted_tokens(out, num_samples=rows, max_new_tokens=plan.max_new_tokens,
                                                   vocab_size=pair.vocab_size, eos_token_id=pair.eos_token_id,
@@ -307,6 +266,17 @@ def _sample(ctx: _Context, store: SampleStore, progress: bool, log: Callable[[st
     return errors
 
 
+def sample_chunks(ctx: SuiteContext, store: SampleStore, *, progress: bool = False,
+                  log: Callable[[str], None] = print,
+                  select: Callable[[SampleSetPlan, int], bool] | None = None) -> dict[str, dict]:
+    """Stage 3 (sampling) on the chunks ``select(plan, chunk_index)`` keeps (default all).
+
+    Shards already valid on disk are kept.  Returns ``{decoder name: error dict}`` for decoders
+    that stopped (crash or invalid output); used by shards and the sequential audit.
+    """
+    return _sample(ctx, store, progress, log, select=select)
+
+
 # --------------------------------------------------------------------------- stage 4
 
 
@@ -326,185 +296,14 @@ def _load_set(store: SampleStore, plan: SampleSetPlan) -> tuple[np.ndarray, np.n
     return tokens, fra, acc, chunks
 
 
-def _position_plan(plan: SampleSetPlan) -> tuple[list[int], int]:
-    """(gof positions, J) of a sample set: J is the window of the joint law (0: none), the first
-    ``min(joint_tokens, max_new_tokens)`` tokens; the joint cell needs ``J == joint_tokens``, the
-    surprisal cell takes any J >= 1."""
-    spec = plan.decoder
-    positions = [t for t in spec.gof_positions if t <= plan.max_new_tokens] if "gof" in spec.tests else []
-    window = min(spec.joint_tokens, plan.max_new_tokens)
-    jt = window if ("joint" in spec.tests and window == spec.joint_tokens) or "surprisal" in spec.tests else 0
-    return positions, jt
-
-
-def _laws(ctx: _Context, plan: SampleSetPlan) -> expected.PositionLaws | None:
-    positions, jt = _position_plan(plan)
-    if not (positions or jt):
-        return None
-    key = (plan.pair, plan.prompt_ids, plan.sampling, max(positions or [1]), jt)
-    if key not in ctx.expected_cache:
-        ctx.expected_cache[key] = expected.position_laws(ctx.pairs[plan.pair].reference, plan.prompt_ids,
-                                                         plan.sampling, max(positions or [1]), jt)
-    return ctx.expected_cache[key]
-
-
-def _accepted_law(ctx: _Context, plan: SampleSetPlan) -> np.ndarray | None:
-    """The canonical rule's first-round accepted-count law (for the acceptance audit and, where
-    declared, acceptance rule conformance); None when not requested or -- unless the decoder
-    declares ``acceptance = "canonical"`` -- too large to enumerate (the audit then says so)."""
-    k = plan.num_draft_tokens
-    if "accepted" not in plan.decoder.tests or plan.max_new_tokens < k + 1 or not ctx.pairs[plan.pair].draft_known:
-        return None
-    key = ("accepted", plan.pair, plan.prompt_ids, plan.sampling, k)
-    if key not in ctx.expected_cache:
-        pair = ctx.pairs[plan.pair]
-        try:
-            ctx.expected_cache[key] = expected.accepted_count_law(pair.reference, pair.draft_reference,
-                                                                  plan.prompt_ids, plan.sampling, k)
-        except ConfigError:
-            if plan.decoder.acceptance == "canonical":
-                raise
-            ctx.expected_cache[key] = None
-    return ctx.expected_cache[key]
-
-
-def _expected_preflight(ctx: _Context) -> None:
-    """Enumerate every expected law before sampling: a law too large to enumerate is a
-    ConfigError (exit 2) before any sample is drawn, not after."""
-    for plan in ctx.plans:
-        try:
-            _laws(ctx, plan)
-            _accepted_law(ctx, plan)
-        except ConfigError as exc:
-            raise ConfigError(f"decoders[{plan.decoder.name}] ({plan.label}): {exc}") from None
-
-
-def _set_cells(ctx: _Context, plan: SampleSetPlan, tokens: np.ndarray,
-               cell_alpha_of: Callable[[int], float]) -> list[analysis.CellResult]:
-    suite, spec = ctx.suite, plan.decoder
-    pair = ctx.pairs[plan.pair]
-    vocab = pair.vocab_size
-    base = f"{spec.name}/{plan.prompt}/{plan.sampling_name}/k={plan.num_draft_tokens}"
-    meta = {"decoder": spec.name, "set_id": plan.set_id}
-    rng = np.random.default_rng(stream_seed(suite.seed, "analysis|" + plan.key))
-    power = suite.stats.power
-    alpha = cell_alpha_of(0)
-    tok_label = _token_labeler(pair, vocab)
-    if plan.sampling.greedy:  # T = 0: the greedy contract replaces the distribution tests (verifier.runner.greedy)
-        expected_row = greedy.greedy_output(pair.reference, plan.prompt_ids, plan.sampling, plan.max_new_tokens)
-        return [greedy.greedy_cell(f"{base}/greedy", tokens, expected_row, power=power, cell_alpha=alpha,
-                                   label_fn=tok_label, **meta)]
-    cells = []
-    positions, jt = _position_plan(plan)
-    if positions or jt:
-        laws = _laws(ctx, plan)
-        for t in positions:
-            cells.append(analysis.gof_cell(f"{base}/gof@{t}", analysis.token_counts(tokens, t, vocab), laws.marginals[t],
-                                           cell_alpha=alpha, power=power, rng=rng, label_fn=tok_label,
-                                           target_mde=suite.stats.target_mde, test=f"gof@{t}", **meta))
-        def tuple_label(c: int) -> str:
-            parts = []
-            for _ in range(jt):
-                c, r = divmod(c, vocab + 1)
-                parts.append(tok_label(r))
-            return "(" + ",".join(reversed(parts)) + ")"
-
-        if jt == spec.joint_tokens and "joint" in spec.tests:
-            cells.append(analysis.gof_cell(f"{base}/joint@1..{jt}", analysis.joint_counts(tokens, jt, vocab), laws.joint,
-                                           cell_alpha=alpha, power=power, rng=rng, label_fn=tuple_label,
-                                           target_mde=suite.stats.target_mde, test=f"joint@1..{jt}", **meta))
-        if jt and "surprisal" in spec.tests:
-            cells.append(analysis.surprisal_cell(f"{base}/surprisal@1..{jt}", analysis.joint_counts(tokens, jt, vocab),
-                                                 laws.joint, cell_alpha=alpha, power=power, label_fn=tuple_label,
-                                                 test=f"surprisal@1..{jt}", **meta))
-    if "pit" in spec.tests:
-        u_parts, violations = [], []
-        vrng = np.random.default_rng(stream_seed(suite.seed, "pit|" + plan.key))  # independent of the decoder
-        for rows, probs in pair.reference.teacher_forced(plan.prompt_ids, tokens, plan.sampling):
-            tk = tokens[rows]
-            live = tk != -1
-            u, bad = analysis.randomized_pit(tk[live], probs[live], vrng)
-            u_parts.append(u)
-            violations.extend(bad)
-        u_all = np.concatenate(u_parts) if u_parts else np.zeros(0)
-        cells.append(analysis.pit_cell(f"{base}/pit", u_all, cell_alpha=alpha, power=power,
-                                       violations=tuple(violations), **meta))
-    return cells  # the accepted-draft count is no bias cell: see _acceptance (verifier.runner.acceptance)
-
-
-def _draft_unknown(ctx: _Context, plan: SampleSetPlan, identity: dict | None) -> str:
-    """Why the draft of a sample set is unknown ("" when known): see :mod:`verifier.runner.draft`."""
-    if not ctx.pairs[plan.pair].draft_known:
-        return f"models.{plan.pair}.draft = \"unknown\""
-    if identity is not None and identity.get("draft_known") is False:
-        return f"decoder {plan.decoder.name!r} declares draft_known = False: it loads its own draft"
-    return ""
-
-
-def _acceptance(ctx: _Context, plan: SampleSetPlan, fra: np.ndarray | None, acc: np.ndarray, unknown: str = ""):
-    """(acceptance audit dict, conformance cell or None, why untested) of one sample set.
-
-    ``unknown``: why the draft is unknown (then no canonical figure and no conformance cell, stated).
-    """
-    from verifier.runner.draft import skipped
-
-    spec, k = plan.decoder, plan.num_draft_tokens
-    if "accepted" not in spec.tests:
-        return None, None, "the suite does not ask for the `accepted` test"
-    law = None if unknown else _accepted_law(ctx, plan)
-    audit = acceptance.acceptance_audit(plan.set_id, plan.label, spec.name, k, fra, acc, law,
-                                        canonical_skipped=skipped("canonical_acceptance", unknown) if unknown else "")
-    if spec.acceptance != "canonical":
-        return audit.to_dict(), None, ""
-    if unknown:
-        return audit.to_dict(), None, skipped("acceptance_conformance", unknown)
-    if law is None or fra is None:
-        why = "max_new_tokens < k + 1" if plan.max_new_tokens < k + 1 else "the decoder reports no first_round_accepted"
-        return audit.to_dict(), None, why
-    rng = np.random.default_rng(stream_seed(ctx.suite.seed, "conformance|" + plan.key))
-    counts = np.bincount(np.clip(fra[fra != acceptance.NO_ROUND], 0, k), minlength=k + 1)
-    cell = analysis.gof_cell(f"{spec.name}/{plan.prompt}/{plan.sampling_name}/k={k}/acceptance-conformance", counts, law,
-                             cell_alpha=ctx.suite.stats.alpha, power=ctx.suite.stats.power, rng=rng,
-                             label_fn=lambda j: f"{j} accepted", test="acceptance conformance",
-                             decoder=spec.name, set_id=plan.set_id)
-    return audit.to_dict(), cell, ""
-
-
-def _token_labeler(pair: LoadedPair, vocab: int) -> Callable[[int], str]:
-    tok = pair.tokenizer
-
-    def label(c: int) -> str:
-        if c == vocab:
-            return "<ended>"
-        if tok is not None:
-            try:
-                return repr(tok.decode([c]))
-            except Exception:  # a tokenizer without that id: fall back to the number
-                pass
-        return str(c)
-
-    return label
-
-
-def _count_cells(plan: SampleSetPlan) -> int:
-    """Bias cells of a sample set (never depends on whether the decoder reports last_stats)."""
-    spec = plan.decoder
-    if plan.sampling.greedy:
-        return 1  # the greedy cell
-    n = len([t for t in spec.gof_positions if t <= plan.max_new_tokens]) if "gof" in spec.tests else 0
-    n += int("joint" in spec.tests and plan.max_new_tokens >= spec.joint_tokens)
-    n += int("surprisal" in spec.tests) + int("pit" in spec.tests)
-    return n
-
-
-def _statistics(ctx: _Context, store: SampleStore, errors: dict[str, dict], allow_partial: bool = False):
+def _statistics(ctx: SuiteContext, store: SampleStore, errors: dict[str, dict], allow_partial: bool = False):
     suite = ctx.suite
     verdicts: list[DecoderVerdict] = []
     sets_info: list[dict[str, Any]] = []
     for spec in suite.decoders:
         plans = [p for p in ctx.plans if p.decoder.name == spec.name]
         loaded = {p.set_id: _load_set(store, p) for p in plans}
-        m = sum(_count_cells(p) for p in plans)
+        m = sum(count_cells(p) for p in plans)
         level = cell_level(suite.stats.alpha, m, suite.stats.correction)
         cells: list[analysis.CellResult] = []
         audits, conformance_cells, untested = [], [], []
@@ -527,8 +326,8 @@ def _statistics(ctx: _Context, store: SampleStore, errors: dict[str, dict], allo
             sets_info.append(info)
             if spec.name in errors or not len(tokens):  # no sample, no cell (the report says what is missing)
                 continue
-            cells.extend(_set_cells(ctx, p, tokens, lambda _i: level))
-            audit, cell, why = _acceptance(ctx, p, fra, acc, _draft_unknown(ctx, p, info["decoder_identity"]))
+            cells.extend(set_cells(ctx, p, tokens, lambda _i: level))
+            audit, cell, why = acceptance_cells(ctx, p, fra, acc, draft_unknown(ctx, p, info["decoder_identity"]))
             audits += [audit] if audit else []
             conformance_cells += [cell] if cell is not None else []
             untested += [why] if why else []
@@ -618,9 +417,9 @@ def run_suite(suite: Suite, run_dir: str | Path, *, resume: bool = False, progre
     if not exact["ok"]:
         log(f"exact stage: rules contradict their declared status: {', '.join(exact['wrong_rules'])}; no sampling")
     t0 = time.perf_counter()
-    ctx = _Context(suite)
+    ctx = SuiteContext(suite)
     guards.record_plugins(store, suite, RUN_FILE, check=resume)
-    _expected_preflight(ctx)
+    expected_preflight(ctx)
     stage["models"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     errors: dict[str, dict] = {}
@@ -637,7 +436,7 @@ def run_suite(suite: Suite, run_dir: str | Path, *, resume: bool = False, progre
     return _finish(ctx, store, errors, exact, stage, info, log)
 
 
-def _exact_failed(ctx: _Context, exact: dict, stage: dict, info: dict, store: SampleStore) -> RunOutcome:
+def _exact_failed(ctx: SuiteContext, exact: dict, stage: dict, info: dict, store: SampleStore) -> RunOutcome:
     from verifier.reports import write_reports
 
     report = build_report(ctx.suite, environment(ctx.suite), exact, [], [], {}, EXIT_BIAS, info)
@@ -668,7 +467,7 @@ def analyze_run(run_dir: str | Path, *, out_dir: str | Path | None = None,
     exact = _exact_stage(suite)
     stage["exact"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    ctx = _Context(suite)
+    ctx = SuiteContext(suite)
     stage["models"] = time.perf_counter() - t0
     errors = {}
     stopped = store.run_dir / STOPPED_FILE

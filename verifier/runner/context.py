@@ -1,0 +1,87 @@
+"""Stage 2 of a run: the suite's models, prompts, sample-set plans and decoders (:class:`SuiteContext`)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from verifier.errors import DecoderError
+from verifier.runner import guards
+from verifier.runner.models import LoadedPair, check_context_fits, encode_prompt, load_pair
+from verifier.runner.plan import build_decoder, plan_sample_sets
+from verifier.suite.schema import Suite
+
+__all__ = ["SuiteContext"]
+
+
+class SuiteContext:
+    """Models, prompts and plans of a suite (stage 2).
+
+    Parameters
+    ----------
+    suite : Suite
+        With its profile applied.
+
+    Attributes
+    ----------
+    pairs : dict[str, LoadedPair]
+        Loaded model pairs by name (only those a decoder uses).
+    plans : list[SampleSetPlan]
+        Every sample set of the suite.
+    expected_cache : dict
+        Expected laws shared by decoders with the same (pair, prompt, sampling)
+        (:mod:`verifier.runner.cells`).
+
+    Raises
+    ------
+    ConfigError, ModelLoadError
+        Sizes beyond available memory, a device absent here, a model or prompt that does not load.
+    """
+
+    def __init__(self, suite: Suite) -> None:
+        for entry in suite.python_path:
+            p = str((Path(suite.base_dir) / entry).resolve())
+            if p not in sys.path:
+                sys.path.insert(0, p)
+        self.suite = suite
+        guards.check_sizes(suite)  # before any model is loaded or chunk planned
+        used = sorted({d.models for d in suite.decoders})
+        for name in used:
+            guards.check_device(suite.models[name].device, f"{suite.source}: models.{name}.device")
+        self.pairs: dict[str, LoadedPair] = {name: load_pair(suite.models[name], suite.base_dir) for name in used}
+        ids = {}
+        for d in suite.decoders:
+            for prompt in d.prompts:
+                ids[(d.models, prompt)] = encode_prompt(suite.prompts[prompt], self.pairs[d.models])
+                check_context_fits(self.pairs[d.models], ids[(d.models, prompt)], d.max_new_tokens, max(d.num_draft_tokens),
+                                   f"decoders[{d.name}] with prompts.{prompt}")
+        self.plans = plan_sample_sets(suite, ids)
+        self._decoders: dict[tuple[str, int], Any] = {}
+        self.expected_cache: dict = {}  # expected laws, shared by decoders with the same (pair, prompt, sampling)
+
+    def decoder(self, spec, num_draft_tokens: int) -> Any:
+        """The decoder of ``spec`` for one k (built once)."""
+        key = (spec.name, num_draft_tokens)
+        if key not in self._decoders:
+            self._decoders[key] = build_decoder(spec, self.pairs[spec.models], num_draft_tokens, f"decoders[{spec.name}]",
+                                                base_dir=self.suite.base_dir)
+        return self._decoders[key]
+
+    def preflight(self) -> dict[str, dict]:
+        """Build every decoder before sampling, so a config error fails before any sample is drawn.
+
+        Raises ConfigError (exit 2); a factory that raises is recorded as that decoder's error.
+        """
+        errors: dict[str, dict] = {}
+        for p in self.plans:
+            if p.decoder.name in errors:
+                continue
+            try:
+                self.decoder(p.decoder, p.num_draft_tokens)
+            except DecoderError as exc:
+                errors[p.decoder.name] = {"decoder": p.decoder.name, "kind": "crash", "type": type(exc).__name__,
+                                          "message": str(exc), "set_id": p.set_id, "set": p.label, "chunk": 0,
+                                          "seed": p.chunk_seed(0), "chunks_kept_in_set": 0,
+                                          "samples_dir": str(Path("samples") / p.set_id)}
+        return errors
