@@ -11,6 +11,8 @@ import numpy as np
 from verifier.errors import DecoderOutputError
 from verifier.protocols import PADDING_TOKEN_ID
 
+NO_ROUND = -1  # first_round_accepted of a row in which no speculative round ran (same as verifier.runner.acceptance.NO_ROUND)
+
 __all__ = ["check_emitted_tokens", "check_decoder_stats"]
 
 
@@ -94,7 +96,8 @@ def check_decoder_stats(first_round_accepted, accepted_counts, *, num_draft_toke
     Parameters
     ----------
     first_round_accepted : array-like, shape (num_samples,), or None
-        Accepted drafts in each row's first round; None when the decoder does not report it.
+        Accepted drafts in each row's first round; None when the decoder does not report it;
+        ``NO_ROUND`` (-1) for a row in which no speculative round ran (no draft was proposed).
     accepted_counts : array-like, shape (num_rounds_total,), or None
         Accepted drafts in each round; None or empty when not reported.
     num_draft_tokens : int
@@ -148,12 +151,13 @@ def check_decoder_stats(first_round_accepted, accepted_counts, *, num_draft_toke
                                          f"allowed: integers in 0..{num_draft_tokens}")
             arr = f
         arr = arr.astype(np.int64)
-        bad = np.flatnonzero((arr < 0) | (arr > num_draft_tokens))
+        low = NO_ROUND if name == "first_round_accepted" else 0  # -1: no speculative round ran in that row
+        bad = np.flatnonzero((arr < low) | (arr > num_draft_tokens))
         if bad.size:
             i = int(bad[0])
             raise DecoderOutputError(
                 f"{decoder_name} reported impossible last_stats.{name} in row {i}: {int(arr[i])} accepted drafts with "
-                f"num_draft_tokens={num_draft_tokens}; allowed: integers in 0..{num_draft_tokens} "
+                f"num_draft_tokens={num_draft_tokens}; allowed: integers in {low}..{num_draft_tokens} "
                 f"(row {i} = {int(arr[i])}; {bad.size} of {arr.size} entries out of range)")
         out.append(arr)
     fra, counts = out

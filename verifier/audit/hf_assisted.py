@@ -42,10 +42,24 @@ import torch
 from verifier.errors import DecoderError, invalid_argument
 from verifier.protocols import PADDING_TOKEN_ID, DecoderStats
 from verifier.sampling import SamplingConfig
+from verifier.validation import NO_ROUND
 
 __all__ = ["HFAssistedDecoder", "make_hf_assisted_decoder", "sample_seed"]
 
 CHUNKS_PER_WORKER = 4  # work items per worker per call: balances load without much IPC
+MODES = {  # mode -> the candidate generator transformers runs (transformers/generation/candidate_generator.py)
+    "assisted": "assisted generation (AssistedCandidateGenerator)",
+    "prompt_lookup": "prompt-lookup decoding (PromptLookupCandidateGenerator)",
+    "assistant_tokenizer": "universal assisted generation (UniversalSpeculativeDecodingGenerator, assistant with its own tokenizer)",
+    "gemma4_assistant": "Gemma4 assistant (SinglePositionMultiTokenCandidateGenerator)",
+}
+MODE_CALLS = {
+    "assisted": "target.generate(input_ids, assistant_model=draft, do_sample=True, generation_config=...)",
+    "prompt_lookup": "target.generate(input_ids, prompt_lookup_num_tokens=k, max_matching_ngram_size=..., do_sample=True, ...)",
+    "assistant_tokenizer": "target.generate(input_ids, assistant_model=draft, tokenizer=target_tokenizer, "
+                           "assistant_tokenizer=draft_tokenizer, do_sample=True, ...)",
+    "gemma4_assistant": "gemma4_target.generate(input_ids, assistant_model=Gemma4AssistantForCausalLM, do_sample=True, ...)",
+}
 
 _WORKER: dict[str, Any] = {}  # per-process state: loaded models and the round recorder
 _POOLS: dict[tuple, cf.ProcessPoolExecutor] = {}  # shared by decoders on the same models (k, weight, kernel travel per task)
@@ -78,6 +92,8 @@ def _load(spec: Any, device: str, dtype: Any) -> torch.nn.Module:
 
 def _portable(spec: Any) -> Any:
     """What a spawned worker can load: a loaded HF model becomes its checkpoint folder when it has one."""
+    if spec is None:
+        return None
     if isinstance(spec, torch.nn.Module):
         path = getattr(getattr(spec, "config", None), "_name_or_path", "")
         if path and os.path.isdir(path):
@@ -91,27 +107,108 @@ def _key(spec: Any) -> Any:
 
 
 def _install_round_recorder() -> list[tuple[int, int]]:
-    """Wrap ``AssistedCandidateGenerator.update_candidate_strategy`` to record (drafted, accepted) per round."""
-    from transformers.generation import candidate_generator as cg
+    """Record (drafted, accepted) of every verification pass of every candidate generator.
+
+    ``GenerationMixin._assisted_decoding`` calls ``candidate_generator.update_candidate_strategy(input_ids,
+    new_logits, n_matches)`` once per target pass, for *every* generator type (assisted, prompt lookup,
+    different tokenizers, the Gemma4 assistant's ``SinglePositionMultiTokenCandidateGenerator``);
+    ``new_logits`` has ``drafted + 1`` positions and ``n_matches`` is the accepted count after the EOS and
+    length crops.  So the instance's method is wrapped as each generator is built
+    (``_get_candidate_generator``); wrapping one class (``AssistedCandidateGenerator``) missed every
+    other generator and reported 0 rounds where rounds ran.  Read-only observation.
+    """
+    from transformers.generation.utils import GenerationMixin
 
     if "rounds" in _WORKER:
         return _WORKER["rounds"]
     rounds: list[tuple[int, int]] = []
-    original = cg.AssistedCandidateGenerator.update_candidate_strategy
+    original = GenerationMixin._get_candidate_generator
 
-    def recording(self, input_ids, scores, num_matches):
-        rounds.append((int(scores.shape[1]) - 1, int(num_matches)))
-        return original(self, input_ids, scores, num_matches)
+    def recording(self, *args, **kwargs):
+        generator = original(self, *args, **kwargs)
+        update = generator.update_candidate_strategy
 
-    cg.AssistedCandidateGenerator.update_candidate_strategy = recording
+        def observed(input_ids, scores, num_matches):
+            rounds.append((int(scores.shape[1]) - 1, int(num_matches)))
+            return update(input_ids, scores, num_matches)
+
+        generator.update_candidate_strategy = observed
+        return generator
+
+    GenerationMixin._get_candidate_generator = recording
     _WORKER["rounds"] = rounds
     return rounds
 
 
-def _init_worker(target: Any, draft: Any, device: str, dtype: Any, threads: int) -> None:
+def _patch_usd_logit_order() -> None:
+    """CONTROL ONLY (``control_patch="usd_logit_order"``, off by default): fix transformers 5.24's
+    ``AssistantToTargetTranslator.get_target_logits`` with a pruned assistant LM head.
+
+    The pruned head's column ``j`` is assistant id ``assistant_overlap_token_ids[j]`` (the order of the assistant
+    tokenizer's ``get_vocab()``, a hash order), and ``get_target_ids`` maps a sampled column that way; but
+    ``get_target_logits`` writes column ``j`` to the ``j``-th shared target id in *assistant id order*.  So the q
+    that ``_speculative_sampling`` divides by is a permutation of the q the draft token was sampled from
+    (reports/audits/transformers-5.24.0/FINDINGS.md).  The patch writes column ``j`` to the target id of
+    ``assistant_overlap_token_ids[j]``; nothing else changes.
+    """
+    from transformers.generation import candidate_generator as cg
+
+    original = cg.AssistantToTargetTranslator.get_target_logits
+    if getattr(original, "_specverify_control", False):
+        return
+
+    def get_target_logits(self, assistant_logits):
+        if not (self.assistant_prune_lm_head and len(self._suppress_input_ids) > 0):
+            return original(self, assistant_logits)
+        shape = (*assistant_logits.shape[:-1], self.target_vocab_size)
+        target_logits = torch.full(shape, self.FILTER_VALUE, device=self._assistant_model_device)
+        target_logits[..., self._assistant_to_target_input_ids[self.assistant_overlap_token_ids]] = assistant_logits
+        return target_logits
+
+    get_target_logits._specverify_control = True
+    cg.AssistantToTargetTranslator.get_target_logits = get_target_logits
+
+
+def _patch_gemma4_greedy_q() -> None:
+    """CONTROL ONLY (``control_patch="gemma4_greedy_q"``, off by default): the Gemma4 assistant drafts greedily
+    (``argmax``) but hands ``softmax(raw logits)`` to ``_speculative_sampling`` as q.  The patch hands over the law the
+    draft was actually drawn from -- a point mass on each drafted token -- and changes nothing else
+    (reports/audits/transformers-5.24.0/FINDINGS.md)."""
+    from transformers.generation import candidate_generator as cg
+
+    cls = cg.SinglePositionMultiTokenCandidateGenerator
+    original = cls.get_candidates
+    if getattr(original, "_specverify_control", False):
+        return
+
+    def get_candidates(self, input_ids, *args, **kwargs):
+        ids, logits = original(self, input_ids, *args, **kwargs)
+        if logits is None:
+            return ids, logits
+        drafted = ids[:, -logits.shape[1]:]
+        point = torch.full_like(logits, float("-inf"))
+        point.scatter_(-1, drafted.unsqueeze(-1).to(logits.device), 0.0)
+        return ids, point
+
+    get_candidates._specverify_control = True
+    cls.get_candidates = get_candidates
+
+
+CONTROL_PATCHES = {"usd_logit_order": _patch_usd_logit_order, "gemma4_greedy_q": _patch_gemma4_greedy_q}  # name -> monkeypatch (controls of findings; off by default)
+
+
+def _init_worker(target: Any, draft: Any, device: str, dtype: Any, threads: int, mode: str = "assisted",
+                 control_patch: str | None = None) -> None:
     torch.set_num_threads(threads)
+    if control_patch:
+        CONTROL_PATCHES[control_patch]()
     _WORKER["target"] = _load(target, device, dtype)
-    _WORKER["draft"] = _load(draft, device, dtype)
+    _WORKER["draft"] = None if draft is None else _load(draft, device, dtype)
+    if mode == "assistant_tokenizer":  # universal assisted generation: both tokenizers, by checkpoint folder
+        from verifier.models import load_tokenizer
+
+        _WORKER["tokenizers"] = {"tokenizer": load_tokenizer(_portable(target)),
+                                 "assistant_tokenizer": load_tokenizer(_portable(draft))}
     _install_round_recorder()
 
 
@@ -159,9 +256,17 @@ def _run_samples(task: dict[str, Any]) -> tuple[np.ndarray, list[tuple[int, int]
     target, draft = _WORKER["target"], _WORKER["draft"]
     rounds = _install_round_recorder()
     rounds.clear()
-    _set_assistant(draft, task["k"])
     sampling = SamplingConfig(**task["sampling"])
     gen_cfg = _generation_config(target, sampling, task["max_new_tokens"], task["weight"])
+    mode = task.get("mode", "assisted")
+    extra: dict[str, Any] = {}
+    if mode == "prompt_lookup":  # PromptLookupCandidateGenerator: drafts copied from the prompt's n-grams
+        gen_cfg.prompt_lookup_num_tokens = task["k"]
+        gen_cfg.max_matching_ngram_size = task.get("max_matching_ngram_size", 2)
+    else:
+        _set_assistant(draft, task["k"])
+        extra["assistant_model"] = draft
+        extra.update(_WORKER.get("tokenizers", {}))
     kernel = None
     if task["inject_kernel"]:
         from verifier.audit.plugins import load_kernel
@@ -174,12 +279,11 @@ def _run_samples(task: dict[str, Any]) -> tuple[np.ndarray, list[tuple[int, int]
         for row, index in enumerate(task["indices"]):
             before = len(rounds)
             torch.manual_seed(sample_seed(task["seed"], index))
-            seq = target.generate(
-                input_ids=prompt, attention_mask=torch.ones_like(prompt), assistant_model=draft, generation_config=gen_cfg
-            )
+            seq = target.generate(input_ids=prompt, attention_mask=torch.ones_like(prompt), generation_config=gen_cfg, **extra)
             new = seq[0, prompt.shape[1]:].cpu().numpy()
             out[row, : len(new)] = new[: task["max_new_tokens"]]
-            first_round.append(rounds[before][1] if len(rounds) > before and rounds[before][0] > 0 else -1)
+            drafted = [r for r in rounds[before:] if r[0] > 0]  # passes that verified >= 1 draft (speculative rounds)
+            first_round.append(drafted[0][1] if drafted else NO_ROUND)
     return out, list(rounds), first_round
 
 
@@ -211,16 +315,39 @@ class HFAssistedDecoder:
         ``_speculative_sampling`` inside ``generate`` -- to check that an injected defect (e.g. the
         full-p-fallback mutant) is detected end to end.
     name : str, optional
+    mode : {"assisted", "prompt_lookup", "assistant_tokenizer", "gemma4_assistant"}, default "assisted"
+        Which candidate generator ``generate`` runs (:data:`MODES`): ``draft`` is the assistant
+        (``assistant_model=``); ``prompt_lookup`` drafts ``num_draft_tokens`` tokens from the prompt's
+        n-grams (``prompt_lookup_num_tokens=``, no draft model: ``draft`` is ignored);
+        ``assistant_tokenizer`` passes ``tokenizer=`` and ``assistant_tokenizer=`` (the draft has its
+        own tokenizer; with ``do_sample=True`` transformers runs universal assisted generation);
+        ``gemma4_assistant``: ``draft`` is a ``Gemma4AssistantForCausalLM`` of a Gemma4 target.
+        Every mode but ``assisted`` has a draft the harness cannot score: ``draft_known`` is False.
+    max_matching_ngram_size : int, default 2
+        ``prompt_lookup`` only: the longest n-gram matched in the prompt.
 
     Raises
     ------
     InvalidArgumentError
-        Invalid ``num_draft_tokens``, ``num_workers`` or ensemble weight.
+        Invalid ``num_draft_tokens``, ``num_workers``, ensemble weight or mode.
     """
 
     def __init__(self, target: Any, draft: Any, num_draft_tokens: int, *, num_workers: int | None = None, device: str = "cpu",
                  dtype: Any = None, assistant_ensemble_weight: float | None = None, inject_kernel: str | None = None,
-                 name: str | None = None, start_method: str | None = None) -> None:
+                 name: str | None = None, start_method: str | None = None, mode: str = "assisted",
+                 max_matching_ngram_size: int = 2, control_patch: str | None = None) -> None:
+        if control_patch is not None and control_patch not in CONTROL_PATCHES:
+            raise invalid_argument("control_patch", control_patch, "None or one of " + ", ".join(CONTROL_PATCHES))
+        self.control_patch = control_patch
+        if mode not in MODES:
+            raise invalid_argument("mode", mode, " or ".join(repr(m) for m in MODES))
+        if assistant_ensemble_weight is not None and mode == "prompt_lookup":
+            raise invalid_argument("assistant_ensemble_weight", assistant_ensemble_weight,
+                                   "None with mode='prompt_lookup' (it has no draft logits)")
+        self.mode = mode
+        self.draft_known = mode == "assisted"  # verifier.runner.draft: the harness can score only the plain assistant
+        self.max_matching_ngram_size = int(max_matching_ngram_size)
+        draft = None if mode == "prompt_lookup" else draft
         if isinstance(num_draft_tokens, bool) or not isinstance(num_draft_tokens, int) or num_draft_tokens < 1:
             raise invalid_argument("num_draft_tokens", num_draft_tokens, "an integer >= 1")
         workers = (os.cpu_count() or 1) if num_workers is None else num_workers
@@ -245,12 +372,13 @@ class HFAssistedDecoder:
         suffix = "" if w is None else f", assistant_ensemble_weight={w:g}"
         suffix += "" if inject_kernel is None else f", injected kernel {inject_kernel}"
         self.name = name or (f"transformers {transformers.__version__} assisted generation (do_sample=True, num_assistant_tokens={num_draft_tokens}, "
-                             f"schedule=constant, assistant_confidence_threshold=0{suffix})")
+                             f"schedule=constant, assistant_confidence_threshold=0{suffix})" if mode == "assisted" else
+                             f"transformers {transformers.__version__} {MODES[mode]} (k={num_draft_tokens}{suffix})")
         self.last_stats: DecoderStats | None = None
         self._pool: cf.ProcessPoolExecutor | None = None
         self._local = False
         if workers == 0:
-            _init_worker(target, draft, device, dtype, torch.get_num_threads())
+            _init_worker(target, draft, device, dtype, torch.get_num_threads(), mode, control_patch)
             self._local = True
         target_model = _WORKER["target"] if self._local else (target if isinstance(target, torch.nn.Module) else None)
         self.vocab_size, self.eos_token_id = self._read_vocab(target_model)
@@ -277,7 +405,10 @@ class HFAssistedDecoder:
 
         return {
             "transformers_version": transformers.__version__,
-            "call": "target.generate(input_ids, assistant_model=draft, do_sample=True, generation_config=...)",
+            "call": MODE_CALLS[self.mode],
+            "mode": self.mode,
+            "control_patch": self.control_patch,
+            "draft_known": self.draft_known,
             "num_assistant_tokens": self.num_draft_tokens,
             "num_assistant_tokens_schedule": "constant",
             "assistant_confidence_threshold": 0.0,
@@ -294,14 +425,30 @@ class HFAssistedDecoder:
     def _ensure_pool(self) -> cf.ProcessPoolExecutor:
         if self._pool is None:
             target, draft = _portable(self.target_spec), _portable(self.draft_spec)
-            key = (_key(target), _key(draft), str(self.device), str(self.dtype), self.num_workers, self.start_method)
+            key = (_key(target), _key(draft), str(self.device), str(self.dtype), self.num_workers, self.start_method, self.mode,
+                   self.control_patch)
             if key not in _POOLS:
                 _POOLS[key] = cf.ProcessPoolExecutor(
                     max_workers=self.num_workers, mp_context=mp.get_context(self.start_method), initializer=_init_worker,
-                    initargs=(target, draft, self.device, self.dtype, 1),
+                    initargs=(target, draft, self.device, self.dtype, 1, self.mode, self.control_patch),
                 )
             self._pool = _POOLS[key]
         return self._pool
+
+    def target_logits(self, prompt_ids: Sequence[int]) -> np.ndarray:
+        """The target's logits after ``prompt_ids`` as transformers computes them here (device, dtype of the decoder).
+
+        Returns
+        -------
+        np.ndarray, shape (vocab,), float64
+            The numeric floor's input (:mod:`verifier.engines.floor`).
+        """
+        if "floor_target" not in self.__dict__:
+            self.floor_target = _WORKER["target"] if self._local else _load(_portable(self.target_spec), self.device, self.dtype)
+        model = self.floor_target
+        ids = torch.tensor([[int(t) for t in prompt_ids]], dtype=torch.long, device=model.device)
+        with torch.inference_mode():
+            return model(ids).logits[0, -1].to(torch.float64).cpu().numpy()
 
     def close(self) -> None:
         """Shut down the worker processes this decoder uses (shared with decoders on the same models)."""
@@ -330,7 +477,8 @@ class HFAssistedDecoder:
             if msg not in self.settings["warnings"]:
                 self.settings["warnings"].append(msg)
         base = dict(prompt_ids=[int(t) for t in prompt_ids], max_new_tokens=int(max_new_tokens), sampling=sampling.to_dict(),
-                    seed=int(seed), k=self.num_draft_tokens, weight=self.assistant_ensemble_weight, inject_kernel=self.inject_kernel)
+                    seed=int(seed), k=self.num_draft_tokens, weight=self.assistant_ensemble_weight, inject_kernel=self.inject_kernel,
+                    mode=self.mode, max_matching_ngram_size=self.max_matching_ngram_size)
         try:
             if self._local:
                 parts = [_run_samples({**base, "indices": list(range(num_samples))})]
@@ -341,7 +489,7 @@ class HFAssistedDecoder:
                 parts = list(pool.map(_run_samples, [{**base, "indices": c} for c in chunks]))
         except DecoderError:
             raise
-        except cf.process.BrokenProcessPool as exc:
+        except cf.BrokenExecutor as exc:  # BrokenProcessPool (cf.process is imported lazily)
             self.close()
             raise DecoderError(
                 f"{self.name}: a worker process died ({exc}); a script that starts workers needs the "
@@ -350,13 +498,18 @@ class HFAssistedDecoder:
         except Exception as exc:
             raise DecoderError(f"{self.name}: transformers generate raised: {type(exc).__name__}: {exc}") from exc
         out = np.concatenate([p[0] for p in parts], axis=0) if parts else np.zeros((0, max_new_tokens), np.int64)
-        rounds = [r for p in parts for r in p[1]]
+        passes = [r for p in parts for r in p[1]]
+        rounds = [r for r in passes if 0 < r[0] <= self.num_draft_tokens]  # speculative rounds (>= 1 draft verified)
         drafted = np.array([r[0] for r in rounds], dtype=np.int64)
         accepted = np.array([r[1] for r in rounds], dtype=np.int64)
         first = np.array([v for p in parts for v in p[2]], dtype=np.int64)
+        over = sum(1 for r in passes if r[0] > self.num_draft_tokens)
+        first[first > self.num_draft_tokens] = NO_ROUND  # a first round longer than k (another tokenizer) is no k-round
         self.last_stats = DecoderStats(
             rounds=len(rounds), accepted_counts=accepted, num_draft_tokens=self.num_draft_tokens, first_round_accepted=first,
-            extra={"drafted_counts": drafted, "full_rounds": int((drafted == self.num_draft_tokens).sum())},
+            extra={"drafted_counts": drafted, "full_rounds": int((drafted == self.num_draft_tokens).sum()),
+                   "target_passes": len(passes), "passes_without_draft": sum(1 for r in passes if r[0] == 0),
+                   "rounds_longer_than_k": over, "drafted": int(drafted.sum()), "accepted": int(accepted.sum())},
         )
         return out
 

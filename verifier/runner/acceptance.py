@@ -43,12 +43,13 @@ from typing import Any
 import numpy as np
 from scipy import stats as sps
 
-__all__ = ["FAR_BELOW_FRACTION", "CONFIDENCE", "AcceptanceAudit", "acceptance_audit", "conformance",
+__all__ = ["FAR_BELOW_FRACTION", "CONFIDENCE", "NO_ROUND", "AcceptanceAudit", "acceptance_audit", "conformance",
            "CONFORMS", "NONCONFORMING", "NOT_TESTED"]
 
 FAR_BELOW_FRACTION = 0.5  # "far below canonical": the observed mean accepted drafts is < half the canonical's (upper CI end)
 CONFIDENCE = 0.99  # confidence of every interval in the audit
 CONFORMS, NONCONFORMING, NOT_TESTED = "CONFORMS", "NONCONFORMING", "NOT TESTED"
+NO_ROUND = -1  # first_round_accepted of a row in which no speculative round ran (no draft proposed; e.g. prompt lookup without a match)
 
 
 @dataclass
@@ -72,6 +73,8 @@ class AcceptanceAudit:
     canonical_source: str | None = None
     far_below: bool = False
     above_bound: bool = False  # position-1 acceptance significantly above sum min(p, q) (the coupling bound)
+    rows_without_round: int = 0  # rows whose first_round_accepted is NO_ROUND (no speculative round ran)
+    canonical_skipped: str | None = None  # why no canonical figure: the draft is unknown (verifier.runner.draft)
     note: str = ""
 
     def to_dict(self) -> dict[str, Any]:
@@ -92,7 +95,7 @@ def _mean_ci(values: np.ndarray, confidence: float) -> tuple[float, float]:
 
 def acceptance_audit(set_id: str, label: str, decoder: str, num_draft_tokens: int, first_round_accepted: np.ndarray | None,
                      all_accepted: np.ndarray | None, canonical_law: np.ndarray | None, *,
-                     confidence: float = CONFIDENCE) -> AcceptanceAudit:
+                     confidence: float = CONFIDENCE, canonical_skipped: str = "") -> AcceptanceAudit:
     """Observed vs canonical acceptance of one sample set.
 
     Parameters
@@ -111,14 +114,21 @@ def acceptance_audit(set_id: str, label: str, decoder: str, num_draft_tokens: in
         The canonical rule's first-round accepted-count law on the same target/draft processed
         probs; None when it could not be enumerated.
     confidence : float, default 0.99
+    canonical_skipped : str, default ""
+        Why the canonical figure is not computed (the draft is unknown,
+        :mod:`verifier.runner.draft`); stated in the note.
 
     Returns
     -------
     AcceptanceAudit
     """
     k = int(num_draft_tokens)
-    reported = first_round_accepted is not None and len(first_round_accepted) > 0
+    fra_all = None if first_round_accepted is None else np.asarray(first_round_accepted, dtype=np.int64)
+    no_round = 0 if fra_all is None else int((fra_all == NO_ROUND).sum())
+    reported = fra_all is not None and len(fra_all) > no_round
     audit = AcceptanceAudit(set_id, label, decoder, k, reported=reported)
+    audit.rows_without_round = no_round
+    audit.canonical_skipped = canonical_skipped or None
     if all_accepted is not None and len(all_accepted):
         audit.all_rounds_mean_accepted = float(np.mean(all_accepted))
     canon = None
@@ -130,10 +140,18 @@ def acceptance_audit(set_id: str, label: str, decoder: str, num_draft_tokens: in
         audit.canonical_mean_accepted = float(np.dot(np.arange(k + 1), canon))
         audit.canonical_tokens_per_round = audit.canonical_mean_accepted + 1
     if not audit.reported:
-        audit.note = ("not reported: the decoder gives no last_stats.first_round_accepted, so its acceptance is not "
-                      "audited (the bias verdict never needs it)")
+        if fra_all is not None and len(fra_all):
+            why = (f"the decoder reported no speculative round in any of its {len(fra_all)} rows (first_round_accepted "
+                   f"= {NO_ROUND} everywhere)")
+        elif all_accepted is not None and len(all_accepted):
+            why = (f"the decoder reports {len(all_accepted)} rounds' accepted counts but no per-row "
+                   "first_round_accepted")
+        else:
+            why = "no last_stats.first_round_accepted"
+        audit.note = (f"ENGINE REPORTS NO STATISTICS: {why}, so its acceptance is not reported or audited (no zeros are "
+                      "assumed; the bias verdict never needs it)")
         return audit
-    fra = np.clip(np.asarray(first_round_accepted, dtype=np.int64), 0, k)
+    fra = np.clip(fra_all[fra_all != NO_ROUND], 0, k)
     n = fra.size
     audit.rounds = n
     counts = np.bincount(fra, minlength=k + 1)
@@ -153,6 +171,11 @@ def acceptance_audit(set_id: str, label: str, decoder: str, num_draft_tokens: in
     audit.mean_accepted_ci = _mean_ci(fra.astype(np.float64), confidence)
     audit.tokens_per_round = audit.mean_accepted + 1
     audit.note = _efficiency_note(audit, confidence)
+    if canonical_skipped:
+        audit.note = f"{audit.note}; {canonical_skipped}"
+    if no_round:
+        audit.note += (f"; {no_round} of {len(fra_all)} rows ran no speculative round (first_round_accepted = {NO_ROUND}: "
+                       "left out of these figures)")
     return audit
 
 
@@ -161,8 +184,10 @@ def _efficiency_note(a: AcceptanceAudit, confidence: float) -> str:
     observed = f"accepts {a.mean_accepted / k:.0%} of drafts ({a.mean_accepted:.2f} of k={k} per first round, " \
                f"{confidence:.0%} CI [{a.mean_accepted_ci[0]:.2f}, {a.mean_accepted_ci[1]:.2f}])"
     if a.canonical_mean_accepted is None:
+        if a.canonical_skipped:
+            return observed
         return f"{observed}; the canonical figure is not known here (its law could not be enumerated)"
-    a.passes_ratio = a.canonical_tokens_per_round / a.tokens_per_round
+    a.passes_ratio = a.canonical_tokens_per_round / a.tokens_per_round  # noqa: E501
     canon = f"where the canonical rule accepts {a.canonical_mean_accepted / k:.0%} ({a.canonical_mean_accepted:.2f})"
     lo, hi = a.mean_accepted_ci
     first = a.positions[0] if a.positions else {}

@@ -55,7 +55,7 @@ def accepted_law(ctx: SuiteContext, plan: SampleSetPlan) -> np.ndarray | None:
     declared, acceptance rule conformance); None when not requested or -- unless the decoder
     declares ``acceptance = "canonical"`` -- too large to enumerate (the audit then says so)."""
     k = plan.num_draft_tokens
-    if "accepted" not in plan.decoder.tests or plan.max_new_tokens < k + 1:
+    if "accepted" not in plan.decoder.tests or plan.max_new_tokens < k + 1 or not ctx.pairs[plan.pair].draft_known:
         return None
     key = ("accepted", plan.pair, plan.prompt_ids, plan.sampling, k)
     if key not in ctx.expected_cache:
@@ -145,20 +145,37 @@ def set_cells(ctx: SuiteContext, plan: SampleSetPlan, tokens: np.ndarray,
     return cells  # the accepted-draft count is no bias cell: see acceptance_cells (verifier.runner.acceptance)
 
 
-def acceptance_cells(ctx: SuiteContext, plan: SampleSetPlan, fra: np.ndarray | None, acc: np.ndarray):
-    """(acceptance audit dict, conformance cell or None, why untested) of one sample set."""
+def draft_unknown(ctx: SuiteContext, plan: SampleSetPlan, identity: dict | None) -> str:
+    """Why the draft of a sample set is unknown ("" when known): see :mod:`verifier.runner.draft`."""
+    if not ctx.pairs[plan.pair].draft_known:
+        return f"models.{plan.pair}.draft = \"unknown\""
+    if identity is not None and identity.get("draft_known") is False:
+        return f"decoder {plan.decoder.name!r} declares draft_known = False: it loads its own draft"
+    return ""
+
+
+def acceptance_cells(ctx: SuiteContext, plan: SampleSetPlan, fra: np.ndarray | None, acc: np.ndarray, unknown: str = ""):
+    """(acceptance audit dict, conformance cell or None, why untested) of one sample set.
+
+    ``unknown``: why the draft is unknown (then no canonical figure and no conformance cell, stated).
+    """
+    from verifier.runner.draft import skipped
+
     spec, k = plan.decoder, plan.num_draft_tokens
     if "accepted" not in spec.tests:
         return None, None, "the suite does not ask for the `accepted` test"
-    law = accepted_law(ctx, plan)
-    audit = acceptance.acceptance_audit(plan.set_id, plan.label, spec.name, k, fra, acc, law)
+    law = None if unknown else accepted_law(ctx, plan)
+    audit = acceptance.acceptance_audit(plan.set_id, plan.label, spec.name, k, fra, acc, law,
+                                        canonical_skipped=skipped("canonical_acceptance", unknown) if unknown else "")
     if spec.acceptance != "canonical":
         return audit.to_dict(), None, ""
+    if unknown:
+        return audit.to_dict(), None, skipped("acceptance_conformance", unknown)
     if law is None or fra is None:
         why = "max_new_tokens < k + 1" if plan.max_new_tokens < k + 1 else "the decoder reports no first_round_accepted"
         return audit.to_dict(), None, why
     rng = np.random.default_rng(stream_seed(ctx.suite.seed, "conformance|" + plan.key))
-    counts = np.bincount(np.clip(fra, 0, k), minlength=k + 1)
+    counts = np.bincount(np.clip(fra[fra != acceptance.NO_ROUND], 0, k), minlength=k + 1)
     cell = analysis.gof_cell(f"{spec.name}/{plan.prompt}/{plan.sampling_name}/k={k}/acceptance-conformance", counts, law,
                              cell_alpha=ctx.suite.stats.alpha, power=ctx.suite.stats.power, rng=rng,
                              label_fn=lambda j: f"{j} accepted", test="acceptance conformance",

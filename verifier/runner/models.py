@@ -158,6 +158,9 @@ class LoadedPair:
 
     ``target`` / ``draft`` are what decoders get: the torch model itself, or a
     ``verifier.models.TabularCausalLM`` wrapping a tabular model (built on first use).
+    A draft declared unknown (``draft = "unknown"``, :mod:`verifier.runner.draft`) has
+    ``draft_model is None`` and ``draft_reference is None``; asking for ``draft`` is then a
+    :class:`~verifier.errors.ConfigError`.
     """
 
     def __init__(self, spec: ModelPair, target_model: Any, draft_model: Any, reference: ReferenceModel,
@@ -168,7 +171,15 @@ class LoadedPair:
         self.tokenizer = tokenizer
         self._wrapped: dict[str, Any] = {}
 
+    @property
+    def draft_known(self) -> bool:
+        """False when the pair's draft is declared unknown."""
+        return self.draft_reference is not None
+
     def _decoder_model(self, role: str) -> Any:
+        if role == "draft" and not self.draft_known:
+            raise ConfigError(f"models.{self.spec.name}.draft is declared unknown, but the decoder asks for the pair's "
+                              "draft model; give a draft (models.NAME.draft / --draft MODEL) or a decoder that loads its own")
         if role not in self._wrapped:
             obj = self.target_model if role == "target" else self.draft_model
             if isinstance(obj, TabularLM):
@@ -236,10 +247,15 @@ def _resolve_one(spec: str, role: str, base_dir: Path, where: str) -> tuple[Any,
     return None, str(path)
 
 
-def _info(model: Any) -> tuple[int, int | None]:
+def _info(model: Any, where: str = "model") -> tuple[int, int | None]:
     if isinstance(model, TabularLM):
         return model.vocab_size, model.eos_token_id
     cfg = model.config
+    if not isinstance(getattr(cfg, "vocab_size", None), int):  # e.g. Gemma4AssistantConfig: no standalone causal LM
+        from verifier.runner.draft import unknown_hint
+
+        raise ModelLoadError(f"{where}: {type(model).__name__} ({type(cfg).__name__}) has no vocab_size, so the harness "
+                             f"cannot score it as a causal LM; {unknown_hint()}")
     eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
     eos = cfg.eos_token_id if eos is None else eos
     if isinstance(eos, (list, tuple)):
@@ -257,10 +273,16 @@ def load_pair(spec: ModelPair, base_dir: str | Path = ".") -> LoadedPair:
     ConfigError
         An unknown ``tabular:`` name or an import spec that does not resolve.
     """
+    from verifier.runner.draft import is_unknown, unknown_hint
+
     base = Path(base_dir)
     loaded: dict[str, Any] = {}
     ckpt: dict[str, str | None] = {}
-    for role in ("target", "draft"):
+    if is_unknown(spec.target):
+        raise ModelLoadError(f"models.{spec.name}.target={spec.target!r}: the target must be known (every verdict "
+                             "compares with its law); only the draft may be declared unknown")
+    draft_unknown = is_unknown(spec.draft)
+    for role in ("target",) if draft_unknown else ("target", "draft"):
         where = f"models.{spec.name}.{role}"
         obj, path = _resolve_one(getattr(spec, role), role, base, where)
         if path is not None:
@@ -268,11 +290,12 @@ def load_pair(spec: ModelPair, base_dir: str | Path = ".") -> LoadedPair:
 
             obj = load_model(path, device=spec.device, dtype=spec.dtype)
         loaded[role], ckpt[role] = obj, path
-    (tv, teos), (dv, deos) = _info(loaded["target"]), _info(loaded["draft"])
+    tv, teos = _info(loaded["target"], f"models.{spec.name}.target")
+    dv, deos = (tv, teos) if draft_unknown else _info(loaded["draft"], f"models.{spec.name}.draft")
     if tv != dv:
         raise ModelLoadError(
-            f"models.{spec.name}: target vocab_size={tv} but draft vocab_size={dv}; "
-            "speculative decoding needs one shared vocabulary (use a draft trained with the target's tokenizer)"
+            f"models.{spec.name}: target vocab_size={tv} but draft vocab_size={dv}; the harness scores drafts on the "
+            f"target's vocabulary only; {unknown_hint()}"
         )
     tokenizer = None
     if ckpt["target"] is not None:
@@ -283,9 +306,9 @@ def load_pair(spec: ModelPair, base_dir: str | Path = ".") -> LoadedPair:
         except ModelLoadError:
             tokenizer = None  # prompts must then be given as ids
     return LoadedPair(
-        spec, loaded["target"], loaded["draft"],
+        spec, loaded["target"], None if draft_unknown else loaded["draft"],
         reference=ReferenceModel(loaded["target"], tv, teos, name=spec.target),
-        draft_reference=ReferenceModel(loaded["draft"], dv, deos, name=spec.draft),
+        draft_reference=None if draft_unknown else ReferenceModel(loaded["draft"], dv, deos, name=spec.draft),
         tokenizer=tokenizer,
     )
 
@@ -314,7 +337,7 @@ def encode_prompt(prompt: Prompt, pair: LoadedPair) -> tuple[int, ...]:
         raise ConfigError(f"{where}.ids={list(ids)!r} is invalid: token id {bad[0]} is outside the "
                           f"vocabulary of model pair {pair.spec.name!r}; allowed: ids in 0..{pair.vocab_size - 1}")
     for ref in (pair.reference, pair.draft_reference):
-        if isinstance(ref.model, TabularLM) and len(ids) < ref.model.context_len:
+        if ref is not None and isinstance(ref.model, TabularLM) and len(ids) < ref.model.context_len:
             raise ConfigError(f"{where}.ids={list(ids)!r} is shorter than the tabular context length "
                               f"{ref.model.context_len}; allowed: at least {ref.model.context_len} ids")
     return ids

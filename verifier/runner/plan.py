@@ -115,6 +115,8 @@ def build_decoder(spec: DecoderSpec, pair: Any, num_draft_tokens: int, where: st
         "vocab_size": lambda: pair.vocab_size, "eos_token_id": lambda: pair.eos_token_id,
         "target_model": lambda: pair.target_model, "draft_model": lambda: pair.draft_model,
     }
+    if not getattr(pair, "draft_known", True):  # draft = "unknown": nothing to offer (verifier.runner.draft)
+        context.pop("draft"), context.pop("draft_model")
     if ":" in spec.decoder:
         from verifier.audit.plugins import load_plugin, resolve_plugin_spec  # one loader for suites and audit
 
@@ -141,12 +143,15 @@ def build_decoder(spec: DecoderSpec, pair: Any, num_draft_tokens: int, where: st
 
 def decoder_identity(spec: DecoderSpec, decoder: Any, num_draft_tokens: int) -> dict[str, Any]:
     """What a shard records about the decoder that produced it."""
+    from verifier.runner.draft import declared_draft_known
+
     cls = type(decoder)
     return {
         "name": spec.name, "decoder": spec.decoder, "options": spec.options,
         "class": f"{cls.__module__}.{cls.__qualname__}", "num_draft_tokens": num_draft_tokens,
         "reported_name": str(getattr(decoder, "name", "")),
         "settings": _json_safe(getattr(decoder, "settings", None)),  # what an adapter forced (e.g. HF assisted generation)
+        "draft_known": declared_draft_known(decoder),  # False: it loads its own draft (verifier.runner.draft)
     }
 
 

@@ -43,7 +43,7 @@ from verifier.errors import (
 )
 from verifier.runner import acceptance, analysis, guards
 from verifier.runner.assemble import REPORT_SCHEMA_VERSION, build_report, environment
-from verifier.runner.cells import acceptance_cells, count_cells, expected_preflight, set_cells
+from verifier.runner.cells import acceptance_cells, count_cells, draft_unknown, expected_preflight, set_cells
 from verifier.runner.context import SuiteContext
 from verifier.runner.plan import SampleSetPlan, decoder_identity
 from verifier.runner.store import SampleStore, Shard
@@ -329,7 +329,7 @@ def _statistics(ctx: SuiteContext, store: SampleStore, errors: dict[str, dict], 
             if spec.name in errors or not len(tokens):  # no sample, no cell (the report says what is missing)
                 continue
             cells.extend(set_cells(ctx, p, tokens, lambda _i: level))
-            audit, cell, why = acceptance_cells(ctx, p, fra, acc)
+            audit, cell, why = acceptance_cells(ctx, p, fra, acc, draft_unknown(ctx, p, info["decoder_identity"]))
             audits += [audit] if audit else []
             conformance_cells += [cell] if cell is not None else []
             untested += [why] if why else []

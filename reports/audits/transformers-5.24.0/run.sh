@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Regenerates the transformers engine audits in this folder (one run folder per mode/config; samples removed after).
+# n is fixed below what TV 0.03 needs on 2 shared CPU cores: every report says UNDERPOWERED with the n needed
+# unless its cells are powered.  Usage: bash reports/audits/transformers-5.24.0/run.sh [NAME ...]
+set -uo pipefail
+cd "$(dirname "$0")/../../.."
+out=reports/audits/transformers-5.24.0
+N=${N:-2000}
+LOOKUP_PROMPT=$'def foo(x):\n    return foo(x)\ndef '
+run() {  # name, then audit flags
+  local name=$1; shift
+  if [ -n "${ONLY:-}" ] && [[ " $ONLY " != *" $name "* ]]; then return; fi
+  rm -rf "$out/$name"
+  local t0=$(date +%s)
+  python -m verifier.cli audit --engine transformers --target-tv 0.03 --no-progress --run-dir "$out/$name" "$@" > "$out/$name.log" 2>&1
+  echo "$name exit $? $(( $(date +%s) - t0 )) s" | tee -a "$out/times.txt"
+  rm -rf "$out/$name/samples"
+}
+run gemma4-assistant-T1-k3 --engine-arg mode=gemma4_assistant --num-draft-tokens 3 --prompt-ids 2,5,7 --num-samples $N
+run gemma4-assistant-T0.7-topk50-topp0.9-k1 --engine-arg mode=gemma4_assistant --num-draft-tokens 1 --prompt-ids 2,5,7 --temperature 0.7 --top-k 50 --top-p 0.9 --num-samples $N
+run assisted-T1-k1 --engine-arg mode=assisted --num-draft-tokens 1 --num-samples $N --acceptance canonical
+# T=1, k=3: the canonical accepted-count law needs 146,689 target prefixes (> 50,000): acceptance reported, conformance not declared
+run assisted-T1-k3 --engine-arg mode=assisted --num-draft-tokens 3 --num-samples $N
+run assisted-T0.7-topk50-topp0.9-k1 --engine-arg mode=assisted --num-draft-tokens 1 --temperature 0.7 --top-k 50 --top-p 0.9 --num-samples $N --acceptance canonical
+run assisted-T0.7-topk50-topp0.9-k3 --engine-arg mode=assisted --num-draft-tokens 3 --temperature 0.7 --top-k 50 --top-p 0.9 --num-samples $N --acceptance canonical
+run prompt-lookup-T1-k3 --engine-arg mode=prompt_lookup --num-draft-tokens 3 --prompt "$LOOKUP_PROMPT" --num-samples $N
+run assistant-tokenizer-T1-k3 --engine-arg mode=assistant_tokenizer --num-draft-tokens 3 --num-samples $N
+# control of the finding (FINDINGS.md): the same audit with only the q column order of get_target_logits fixed
+run assistant-tokenizer-T1-k3-control-usd-logit-order --engine-arg mode=assistant_tokenizer --engine-arg control_patch=usd_logit_order --num-draft-tokens 3 --num-samples $N
+# control of finding 2: the Gemma4 audit with only the q handed over changed (a point mass on each greedy draft)
+run gemma4-assistant-T1-k3-control-greedy-q --engine-arg mode=gemma4_assistant --engine-arg control_patch=gemma4_greedy_q --num-draft-tokens 3 --prompt-ids 2,5,7 --num-samples $N

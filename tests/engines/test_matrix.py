@@ -1,0 +1,41 @@
+"""`python -m verifier.engines.matrix`: the README audit matrix from committed reports (kernel and known-p)."""
+
+import json
+import shutil
+from pathlib import Path
+
+from verifier.engines.matrix import END, START, collect, main, render
+
+REPO = Path(__file__).resolve().parents[2]
+KERNEL = REPO / "reports" / "audits" / "lmdeploy-sampler-0.18.0" / "draft-probs-given" / "report.json"
+
+
+def test_kernel_report_row_and_bias_root_cause(tmp_path):
+    ok = tmp_path / "eng-1" / "a"
+    ok.mkdir(parents=True)
+    shutil.copy(KERNEL, ok / "report.json")
+    bad = tmp_path / "eng-1" / "b"
+    bad.mkdir()
+    r = json.loads(KERNEL.read_text())
+    r["verdict"] = "BIAS DETECTED"
+    (bad / "report.json").write_text(json.dumps(r))
+    rows = collect(tmp_path)
+    assert [row["verdict"] for row in rows] == ["PASS", "BIAS DETECTED"]
+    assert rows[0]["n"] == "2,000,000" and rows[0]["engine"] == "lmdeploy-sampler" and rows[0]["root_cause"] == ""
+    assert rows[1]["root_cause"] == "root cause: not written up"  # a BIAS is never left without a cause column
+    (tmp_path / "eng-1" / "FINDINGS.md").write_text("# x\n\n**Root cause:** the residual is not renormalised.\n")
+    assert collect(tmp_path)[1]["root_cause"].startswith("the residual is not renormalised.")
+    table = render(collect(tmp_path))
+    assert table.count("\n") == 3 and "[BIAS DETECTED](" in table
+
+
+def test_readme_markers_are_replaced(tmp_path):
+    readme = tmp_path / "README.md"
+    readme.write_text(f"intro\n{START}\nold\n{END}\nafter\n")
+    (tmp_path / "a").mkdir()
+    shutil.copy(KERNEL, tmp_path / "a" / "report.json")
+    assert main([str(tmp_path), "--readme", str(readme)]) == 0
+    text = readme.read_text()
+    assert "old" not in text and "lmdeploy-sampler" in text and text.endswith("after\n")
+    readme.write_text("no markers")
+    assert main([str(tmp_path), "--readme", str(readme)]) == 2

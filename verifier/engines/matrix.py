@@ -1,0 +1,171 @@
+"""The README's "Audit matrix", regenerated from the committed engine reports.
+
+``python -m verifier.engines.matrix [ROOT] [--readme README.md]`` reads every ``report.json`` under
+``ROOT`` (default ``reports/audits``) and prints one markdown row per report:
+
+engine | version | entry point | config | n | verdict | MDE (TV) | acceptance vs canonical | root cause
+
+Two report kinds are understood:
+
+* kernel audits (``specverify audit --engine NAME --report-dir DIR``: ``"mode": "kernel"``), one row per
+  report folder (its cases summarised);
+* known-p engine audits (``specverify audit --engine NAME --run-dir DIR``: a runner report plus the run's
+  ``audit.json``, which holds the engine's description), one row per report folder.
+
+Root cause of a BIAS DETECTED: the first line starting with ``Root cause:`` in ``FINDINGS.md`` of the
+report folder or of the engine's folder (``reports/audits/<engine>-<version>/FINDINGS.md``); a BIAS
+without one says "root cause: not written up" (never left blank).  With ``--readme FILE`` the table
+between the markers ``<!-- audit-matrix:start -->`` and ``<!-- audit-matrix:end -->`` is replaced.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+__all__ = ["collect", "render", "main", "HEADER", "START", "END"]
+
+HEADER = ("| engine | version | entry point | config | n | verdict | MDE (TV) | acceptance vs canonical | root cause |\n"
+          "|---|---|---|---|---|---|---|---|---|")
+START, END = "<!-- audit-matrix:start -->", "<!-- audit-matrix:end -->"
+
+
+def _fmt(x: float | None) -> str:
+    return "" if x is None else f"{x:.3g}"
+
+
+def _range(values: list[float]) -> str:
+    values = [v for v in values if v is not None]
+    if not values:
+        return ""
+    lo, hi = min(values), max(values)
+    return _fmt(lo) if _fmt(lo) == _fmt(hi) else f"{_fmt(lo)}-{_fmt(hi)}"
+
+
+def _count(values: list[Any]) -> str:
+    values = sorted({int(v) for v in values if v is not None})
+    return "" if not values else f"{values[0]:,}" if len(values) == 1 else f"{values[0]:,}-{values[-1]:,}"
+
+
+def _root_cause(folder: Path, root: Path) -> str:
+    for cand in (folder / "FINDINGS.md", *[p / "FINDINGS.md" for p in folder.parents if root in p.parents or p == root]):
+        if cand.is_file():
+            for line in cand.read_text(encoding="utf-8").splitlines():
+                m = re.match(r"\s*[*_]*root cause:?[*_]*:?\s*(.+)", line, re.IGNORECASE)
+                if m:
+                    return f"{m.group(1).strip()} ([FINDINGS]({cand.as_posix()}))"
+            return f"[FINDINGS]({cand.as_posix()})"
+    return ""
+
+
+def _kernel_row(folder: Path, r: dict[str, Any], root: Path) -> dict[str, Any]:
+    eng = r.get("engine") or {}
+    cases = r.get("cases", [])
+    settings = {k: v for k, v in (r.get("settings") or {}).items() if k not in ("engine", "version")}
+    acc = []
+    for c in cases:
+        a = c.get("acceptance") or {}
+        canon = a.get("canonical_law")
+        if a.get("mean_accepted") is not None and canon:
+            acc.append(f"{c['case']}: {a['mean_accepted']:.3g} vs {sum(i * v for i, v in enumerate(canon)):.3g}"
+                       + (f" ({a['rule']})" if a.get("rule") else ""))
+    return {"engine": r.get("kernel") or eng.get("name", folder.parent.name), "version": eng.get("version", ""),
+            "entry_point": eng.get("entry_point", ""),
+            "config": "kernel; " + ", ".join(f"{k}={v}" for k, v in settings.items()) + f"; cases {', '.join(c['case'] for c in cases)}",
+            "n": _count([c.get("num_draws") for c in cases]), "verdict": r.get("verdict", ""),
+            "mde": _range([c.get("smallest_mde_tv") for c in cases] + [c.get("largest_mde_tv") for c in cases]),
+            "acceptance": "; ".join(acc), "folder": folder}
+
+
+def _known_p_row(folder: Path, r: dict[str, Any], root: Path) -> dict[str, Any]:
+    plan = json.loads((folder / "audit.json").read_text()) if (folder / "audit.json").is_file() else {}
+    eng = plan.get("engine") or {}
+    d = (r.get("decoders") or [{}])[0]
+    sets = r.get("sample_sets", [])
+    options = {}
+    try:
+        options = dict(r["suite"]["source"] and json.loads((folder / "run.json").read_text())["suite"]["raw"]["decoders"][0].get("options", {}))
+    except (OSError, ValueError, KeyError, IndexError):
+        pass
+    defaults = {k: o.get("default") for k, o in (eng.get("options") or {}).items()}
+    shown = {k: v for k, v in options.items() if k not in ("target_model", "draft_model") and v not in ("", None)
+             and (k == "mode" or v != defaults.get(k))}  # the options that differ from the engine's defaults
+    sampling = sets[0].get("sampling", {}) if sets else {}
+    cfg = ", ".join(f"{k}={v}" for k, v in shown.items())
+    cfg += f"; T={sampling.get('temperature')}" + (f", top-k {sampling['top_k']}" if sampling.get("top_k") else "") \
+        + (f", top-p {sampling['top_p']}" if sampling.get("top_p") else "") + f", k={sets[0].get('num_draft_tokens') if sets else ''}"
+    acc = []
+    for a in d.get("acceptance") or []:
+        if a.get("mean_accepted") is None:
+            acc.append(a.get("note", "")[:90])
+        elif a.get("canonical_mean_accepted") is None:
+            acc.append(f"{a['mean_accepted']:.2f} accepted/round; canonical: " + ("skipped (draft unknown)" if a.get("canonical_skipped") else "unknown"))
+        else:
+            acc.append(f"{a['mean_accepted']:.2f} vs {a['canonical_mean_accepted']:.2f} accepted/round")
+    conf = d.get("acceptance_conformance") or {}
+    if conf.get("verdict"):
+        acc.append(f"conformance {conf['verdict']}")
+    floor = r.get("numeric_floor") or {}
+    verdict = d.get("verdict", r.get("verdict", ""))
+    if floor.get("max_tv") is not None:
+        verdict += f" (floor TV {floor['max_tv']:.2g})"
+    return {"engine": eng.get("name", folder.parent.name), "version": eng.get("version", ""),
+            "entry_point": eng.get("entry_point", ""), "config": cfg,
+            "n": _count([s.get("samples_on_disk") for s in sets]), "verdict": verdict,
+            "mde": _range([c.get("mde") for c in r.get("cells", []) if c.get("mde") is not None]),
+            "acceptance": "; ".join(acc), "folder": folder}
+
+
+def collect(root: str | Path = "reports/audits") -> list[dict[str, Any]]:
+    """One row per ``report.json`` under ``root`` (sorted by engine, then folder)."""
+    root = Path(root)
+    rows = []
+    for path in sorted(root.rglob("report.json")):
+        try:
+            r = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        row = _kernel_row(path.parent, r, root) if r.get("mode") == "kernel" else _known_p_row(path.parent, r, root)
+        cause = _root_cause(path.parent, root)
+        row["root_cause"] = (cause or "root cause: not written up") if "BIAS" in row["verdict"] else ""
+        rows.append(row)
+    return sorted(rows, key=lambda x: (x["engine"], str(x["folder"])))
+
+
+def render(rows: list[dict[str, Any]]) -> str:
+    """The markdown table (header + one line per row; the verdict links the report)."""
+    def cell(s: Any) -> str:
+        return str(s).replace("|", "\\|").replace("\n", " ")
+
+    lines = [HEADER]
+    for r in rows:
+        link = f"[{cell(r['verdict'])}]({(r['folder'] / 'report.md').as_posix()})"
+        lines.append("| " + " | ".join([f"`{cell(r['engine'])}`", cell(r["version"]), cell(r["entry_point"]), cell(r["config"]),
+                                          cell(r["n"]), link, cell(r["mde"]), cell(r["acceptance"]), cell(r["root_cause"])]) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m verifier.engines.matrix", description=__doc__.split("\n\n")[0])
+    parser.add_argument("root", nargs="?", default="reports/audits")
+    parser.add_argument("--readme", default=None, help=f"replace the table between {START} and {END} in this file")
+    args = parser.parse_args(argv)
+    table = render(collect(args.root))
+    if not args.readme:
+        print(table)
+        return 0
+    text = Path(args.readme).read_text(encoding="utf-8")
+    if START not in text or END not in text:
+        print(f"{args.readme}: markers {START} / {END} not found", file=sys.stderr)
+        return 2
+    head, rest = text.split(START, 1)
+    Path(args.readme).write_text(f"{head}{START}\n{table}\n{END}{rest.split(END, 1)[1]}", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
