@@ -156,7 +156,9 @@ class TreeDecoder:
     settings : dict
         Tree, rule, proposal, kernel -- recorded with every sample shard.
     last_stats : DecoderStats
-        As :class:`~verifier.decoders.SpeculativeDecoder`'s; ``extra["emitted_per_round"]``.
+        As :class:`~verifier.decoders.SpeculativeDecoder`'s; ``extra``: ``emitted_per_round`` (kernel output
+        per round), ``row_rounds`` and ``row_tokens_per_round_sum`` (per row: rounds, and accepted
+        drafts + 1 summed over its rounds, EOS-capped; int64 arrays of shape (num_samples,)).
 
     Raises
     ------
@@ -381,6 +383,8 @@ class TreeDecoder:
         live = torch.ones(num_samples, dtype=torch.bool, device=dev)
         out = _Output(num_samples, max_new_tokens, self.eos_token_id, dev)
         accepted_counts, emitted_counts, first_round = [], [], None
+        row_rounds = torch.zeros(num_samples, dtype=torch.int64, device=dev)  # rounds and tokens per round summed, per row
+        row_tokens = torch.zeros(num_samples, dtype=torch.int64, device=dev)
         while rows.numel():
             emitted = self._round(st, sampling, gen)
             num_emitted = (emitted != PADDING_TOKEN_ID).sum(dim=1)
@@ -391,6 +395,8 @@ class TreeDecoder:
                 num_accepted = torch.minimum(num_accepted, first_eos)
             accepted_counts.append(num_accepted[live])
             emitted_counts.append(num_emitted[live])
+            row_rounds[rows[live]] += 1
+            row_tokens[rows[live]] += num_accepted[live] + 1
             if first_round is None:
                 first_round = num_accepted.clone()
             if st["seen"] is not None:
@@ -412,6 +418,7 @@ class TreeDecoder:
             first_round_accepted=first_round.cpu().numpy().astype(np.int64),
             extra={"seconds": time.perf_counter() - t0, "device": str(dev), "tree": self.tree,
                    "num_draft_nodes": self.num_draft_nodes,
-                   "emitted_per_round": float(torch.cat(emitted_counts).double().mean())},
+                   "emitted_per_round": float(torch.cat(emitted_counts).double().mean()),
+                   "row_rounds": row_rounds.cpu().numpy(), "row_tokens_per_round_sum": row_tokens.cpu().numpy()},
         )
         return out.tokens.cpu().numpy()
