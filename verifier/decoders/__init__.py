@@ -1,4 +1,4 @@
-"""Decoders: plain sampling, the reference speculative decoder, verification kernels, the bug zoo
+"""Decoders: plain sampling, the reference speculative and tree decoders, verification kernels, the bug zoo
 and the teacher-forced target scorer.  See docs/ARCHITECTURE.md."""
 
 from verifier.decoders.kernels import KERNELS, residual_or_target, sample_from_probs, verify_chain
@@ -6,6 +6,7 @@ from verifier.decoders.lossless import LOSSLESS_KERNELS
 from verifier.decoders.mutants import DECODER_REGISTRY, DecoderSpec, make_decoder, mutant_names
 from verifier.decoders.scorer import ScoredBatch, TargetScorer
 from verifier.decoders.speculative import AncestralDecoder, SpeculativeDecoder
+from verifier.decoders.tree_decoder import TreeDecoder
 
 KERNELS.update(LOSSLESS_KERNELS)  # the lossless non-canonical kernels (fresh_target_match, block_verification)
 
@@ -17,6 +18,7 @@ __all__ = [
     "ScoredBatch",
     "SpeculativeDecoder",
     "TargetScorer",
+    "TreeDecoder",
     "make_decoder",
     "mutant_names",
     "residual_or_target",

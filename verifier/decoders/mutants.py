@@ -168,7 +168,8 @@ def make_decoder(name: str, target, draft, num_draft_tokens: int = 4, **options)
     Parameters
     ----------
     name : str
-        A key of :data:`DECODER_REGISTRY` (``"reference"``, ``"ancestral"`` or a mutant).
+        A key of :data:`DECODER_REGISTRY` (``"reference"``, ``"ancestral"`` or a mutant) or of
+        :data:`verifier.decoders.tree_mutants.TREE_DECODER_REGISTRY` (``"tree_reference"``, ...; option ``tree``).
     target, draft : causal LM
         As for :class:`~verifier.decoders.SpeculativeDecoder`.
     num_draft_tokens : int, default 4
@@ -187,9 +188,11 @@ def make_decoder(name: str, target, draft, num_draft_tokens: int = 4, **options)
     TypeError
         If ``options`` holds a keyword the decoder does not take.
     """
-    spec = DECODER_REGISTRY.get(name)
+    from verifier.decoders.tree_mutants import TREE_DECODER_REGISTRY  # tree decoders (their module imports this one)
+
+    spec = DECODER_REGISTRY.get(name) or TREE_DECODER_REGISTRY.get(name)
     if spec is None:
-        raise invalid_argument("name", name, f"one of {sorted(DECODER_REGISTRY)}")
+        raise invalid_argument("name", name, f"one of {sorted(DECODER_REGISTRY) + sorted(TREE_DECODER_REGISTRY)}")
     decoder = spec.factory(target, draft, num_draft_tokens, **options)
     decoder.name = name
     return decoder

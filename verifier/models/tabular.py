@@ -124,8 +124,9 @@ class TabularCausalLM(torch.nn.Module):
         Parameters
         ----------
         input_ids : torch.Tensor, shape (batch, new_tokens), int64
-        attention_mask : torch.Tensor, shape (batch, cached + new_tokens), optional
-            1/True = visible column; ``None`` = all visible.
+        attention_mask : torch.Tensor, shape (batch, cached + new_tokens) or (batch, 1, new_tokens, cached + new_tokens), optional
+            1/True = visible column; ``None`` = all visible.  A 4-D mask is per query (tree
+            attention; bool True or additive 0 = visible).
         position_ids : ignored
         cache : TabularCache or None
             The cache from the previous call (``past_key_values`` is accepted as an alias, the
@@ -147,6 +148,8 @@ class TabularCausalLM(torch.nn.Module):
             mask = torch.ones_like(ids, dtype=torch.bool)
             if past_key_values is not None:
                 mask[:, :past_ids.shape[1]] = past_key_values.mask
+        elif attention_mask.ndim == 4:  # a per-query mask (tree attention): see _tree_forward
+            return self._tree_forward(ids, input_ids, attention_mask, past_key_values, use_cache)
         else:
             mask = attention_mask.to(self.device).bool()
             if mask.shape != ids.shape:
@@ -165,6 +168,32 @@ class TabularCausalLM(torch.nn.Module):
         logits = self.table_logits[row]
         new_cache = TabularCache(ids, mask) if use_cache else None
         return SimpleNamespace(logits=logits, cache=new_cache, past_key_values=new_cache)
+
+    def _tree_forward(self, ids, input_ids, attention_mask, past_key_values, use_cache) -> SimpleNamespace:
+        """Forward with a 4-D per-query mask ``(batch, 1, new, cached + new)``, as Hugging Face models take it.
+
+        Bool masks: True = visible; float (additive) masks: 0 = visible.  Each new column's logits
+        read its own token and, for ``context_len == 2``, the last column *that query* sees before
+        it -- so a tree attention mask gives every draft node its own path as context, and a mask
+        that lets a node see its sibling gives it the sibling as context, as attention would.
+        """
+        batch, new = input_ids.shape
+        mask4 = attention_mask.to(self.device)
+        if tuple(mask4.shape) != (batch, 1, new, ids.shape[1]):
+            raise invalid_argument("attention_mask.shape", tuple(mask4.shape), f"(batch, 1, new, cached + new) = {(batch, 1, new, ids.shape[1])}")
+        visible = mask4[:, 0].bool() if mask4.dtype == torch.bool else mask4[:, 0] == 0  # (batch, new, cached + new)
+        row = torch.zeros(batch, new, dtype=torch.long, device=self.device)
+        if self.context_len >= 1:
+            row = input_ids.clone()
+        if self.context_len == 2:
+            cols = torch.arange(ids.shape[1], device=self.device)
+            own = cols[None, None, :] < (ids.shape[1] - new + torch.arange(new, device=self.device))[None, :, None]
+            prev = torch.where(visible & own, cols[None, None, :], torch.full_like(cols, -1)[None, None, :]).amax(dim=2)
+            prev_tok = torch.where(prev >= 0, ids.gather(1, prev.clamp(min=0)), torch.zeros_like(prev))
+            row = prev_tok * self.vocab_size + input_ids
+        past_mask = past_key_values.mask if past_key_values is not None else ids[:, :0].bool()
+        new_cache = TabularCache(ids, torch.cat([past_mask, torch.ones_like(input_ids, dtype=torch.bool)], dim=1)) if use_cache else None
+        return SimpleNamespace(logits=self.table_logits[row], cache=new_cache, past_key_values=new_cache)
 
 
 def processed_tabular(lm: TabularLM, sampling: SamplingConfig) -> TabularLM:
