@@ -20,6 +20,8 @@ Built-in adapters (one module each, heavy imports inside):
 ``vllm-sampler``       vLLM's ``rejection_sample`` (C++ ops or Triton interpreter; worker process)
 ``mlx-lm``             MLX-LM's ``speculative_generate_step`` (decoder; own venv, worker process)
 ``openvino-genai``     OpenVINO GenAI's ``LLMPipeline`` with ``draft_model`` (decoder; own venv, worker process)
+``llama.cpp``          the ``llama-speculative`` example binary (stochastic verification), one process per sample
+``llama-cpp-python``   ``Llama(draft_model=...)`` + ``Llama.generate`` (proposals kept while they equal fresh target samples)
 =====================  ===========================================================================
 """
 
@@ -46,7 +48,7 @@ __all__ = [
 
 ENGINE_REGISTRY: dict[str, type[Engine]] = {}
 _BUILTIN_MODULES = ("lmdeploy_sampler", "sglang_kernel", "hf_transformers", "vllm_engine", "vllm_sampler", "mlx_lm_engine",
-                    "openvino_genai_engine")  # verifier/engines/<module>.py, imported to register
+                    "openvino_genai_engine", "llama_cpp", "llama_cpp_python")  # verifier/engines/<module>.py, imported to register
 _loaded = False
 
 

@@ -1,0 +1,120 @@
+"""``llama-cpp-python``: ``Llama(model_path=..., draft_model=...)`` and ``Llama.generate`` as a decoder.
+
+Driven code (unmodified, from the ``llama-cpp-python==0.3.36`` sdist, on the libllama that
+``bash ci/engines/llama-cpp.sh`` builds once for both llama.cpp adapters, via ``LLAMA_CPP_LIB_PATH``):
+``llama_cpp/llama.py::Llama.generate`` with a ``llama_cpp/llama_speculative.py::LlamaDraftModel``.
+
+What "speculative" means in this library (read from the source): ``draft_model`` is not a second
+GGUF model but any ``LlamaDraftModel`` -- a callable that returns proposed token ids (the library
+ships ``LlamaPromptLookupDecoding``).  ``generate`` evaluates the proposals with the target in one
+batch, then samples the target at each position with its ordinary sampler chain and keeps going
+while the sample equals the proposal; at the first mismatch it keeps the sample and rolls the KV
+cache back.  That is the "accept iff the draft equals a fresh target sample" rule: lossless for any
+proposals, with acceptance ``p(proposal)`` per position.  Option ``draft``:
+
+* ``prompt_lookup`` (default) -- the library's ``LlamaPromptLookupDecoding(max_ngram_size,
+  num_pred_tokens=k)``; it proposes only where the last n-gram recurs in the context, so audit it
+  on a prompt with repeats (``suites/engines/llama-cpp-python.toml``);
+* ``model`` -- k greedy tokens of the draft GGUF (a second ``Llama``), wrapped as a ``LlamaDraftModel``.
+
+The engine runs in its own venv behind a worker (:mod:`verifier.engines.bridge`,
+``verifier/engines/workers/llama_cpp_python.py``): one ``Llama`` per decoder, reused across samples
+(``set_seed`` with a hashed seed per sample, ``generate(reset=True)``).
+
+Sampling: ``generate(temp=T, top_k=K or 0, top_p=P or 1, min_p=0, typical_p=1, repeat_penalty=1,
+frequency/presence 0)``.  The library's chain is fixed: top-k, typical, top-p, min-p, **then**
+temperature, then the dist sampler; top-p before temperature is not Hugging Face's law, so
+``top_p < 1`` together with ``temperature != 1`` is refused, as is ``repetition_penalty``.
+Temperature 0 is the library's greedy sampler.
+
+Engine statistics (the library reports none): each draft call is a round, its accepted count is how
+many proposals the emitted tokens matched (``DecoderStats.accepted_counts``).  The first token is a
+plain target sample (drafting starts after it) and the proposals are not the harness's draft, so
+``first_round_accepted`` is not reported.  Numeric floor: ``target_logits(prompt_ids)`` returns
+``Llama.scores`` (the engine's own float32 logits) after the prompt.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from verifier.engines import register_engine
+from verifier.engines._llama_common import INSTALL_COMMAND, PACKAGE, VERSION, gguf_path, hf_vocab
+from verifier.engines.base import Engine, EngineOption
+from verifier.errors import invalid_argument
+
+__all__ = ["LlamaCppPython", "decoder"]
+
+HANDLER = Path(__file__).resolve().parent / "workers" / "llama_cpp_python.py"
+PY_SOURCE_FILES = ("llama_cpp/llama.py", "llama_cpp/llama_speculative.py", "llama_cpp/_internals.py")
+
+
+@register_engine("llama-cpp-python")
+class LlamaCppPython(Engine):
+    kind = "decoder"
+    package = PACKAGE
+    version = VERSION
+    entry_point = "llama_cpp/llama.py::Llama.generate with draft_model=llama_cpp/llama_speculative.py::LlamaDraftModel"
+    options = (
+        EngineOption("draft", "prompt_lookup", ("prompt_lookup", "model"),
+                     "'prompt_lookup': the library's LlamaPromptLookupDecoding; 'model': k greedy tokens of the draft GGUF"),
+        EngineOption("max_ngram_size", 2, (), "LlamaPromptLookupDecoding(max_ngram_size=...)"),
+        EngineOption("n_ctx", 512, (), "Llama(n_ctx=...)"),
+        EngineOption("threads", 1, (), "Llama(n_threads=...)"),
+    )
+
+    @classmethod
+    def install_script(cls) -> str:
+        return INSTALL_COMMAND
+
+    @classmethod
+    def source_files(cls) -> list[str]:
+        return list(PY_SOURCE_FILES)
+
+
+def decoder(target_model: str = "shipped:target", draft_model: str = "shipped:draft", num_draft_tokens: int = 4,
+            vocab_size: int | None = None, eos_token_id: int | None = None, draft: str = "prompt_lookup",
+            max_ngram_size: int = 2, n_ctx: int = 512, threads: int = 1):
+    """Decoder plugin factory: ``specverify audit --engine llama-cpp-python`` (= ``--decoder verifier.engines.llama_cpp_python:decoder``).
+
+    Parameters
+    ----------
+    target_model, draft_model : str
+        ``shipped:target`` / ``shipped:draft`` or Hugging Face checkpoint folders (converted to f32
+        GGUF with llama.cpp's converter); the draft GGUF is used only with ``draft="model"``.
+    num_draft_tokens : int, default 4
+        k: proposals per draft call (``num_pred_tokens`` of the prompt-lookup draft).
+    draft : {"prompt_lookup", "model"}, default "prompt_lookup"
+    max_ngram_size, n_ctx, threads : int
+
+    Raises
+    ------
+    EngineNotInstalledError
+        (exit 2) not installed; names ``bash ci/engines/llama-cpp.sh``.
+    InvalidArgumentError
+        (exit 2) an option value not allowed, a tabular model.
+    """
+    opts = LlamaCppPython.resolve_options({"draft": draft, "max_ngram_size": max_ngram_size, "n_ctx": n_ctx, "threads": threads})
+    for name in ("max_ngram_size", "n_ctx", "threads"):
+        if opts[name] < 1:
+            raise invalid_argument(f"--engine-arg {name}", opts[name], "an integer >= 1")
+    if not isinstance(num_draft_tokens, int) or num_draft_tokens < 1:
+        raise invalid_argument("num_draft_tokens", num_draft_tokens, "an integer >= 1")
+    root = LlamaCppPython.require_installed()
+    from verifier.engines._llama_cpp_python_decoder import LlamaCppPythonDecoder
+
+    vocab, eos = hf_vocab(target_model)
+    eos = eos if eos_token_id is None else eos_token_id
+    init = {"eos_token_id": eos, "target_gguf": str(gguf_path(root, target_model, "target_model")), "draft": opts["draft"],
+            "num_draft_tokens": num_draft_tokens, "n_ctx": opts["n_ctx"], "max_ngram_size": opts["max_ngram_size"],
+            "threads": opts["threads"]}
+    if opts["draft"] == "model":
+        init["draft_gguf"] = str(gguf_path(root, draft_model, "draft_model"))
+    dec = LlamaCppPythonDecoder(LlamaCppPython, HANDLER, init=init, num_draft_tokens=num_draft_tokens,
+                                vocab_size=vocab if vocab_size is None else vocab_size,
+                                eos_token_id=eos,
+                                supported={"temperature", "top_k", "top_p"},
+                                env={"LLAMA_CPP_LIB_PATH": str(root / "build" / "bin")})
+    dec.settings.update(target_model=target_model, draft_model=draft_model if opts["draft"] == "model" else None)
+    return dec
