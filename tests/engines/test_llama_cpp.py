@@ -1,0 +1,83 @@
+"""``llama.cpp``: the real ``llama-speculative`` binary (ids-printing copy) on the shipped models, f32 GGUF.
+
+Known verdicts (reports/audits/llama.cpp-0.3.36/FINDINGS.md):
+
+* as shipped, the draft token is the draft's most probable candidate while the acceptance ratio
+  uses the draft's softmax prob (``greedy_draft`` of the bug zoo): token 2 (the first drafted
+  position) is biased -- BIAS DETECTED at small n;
+* the CONTROL with only that line patched (``control=sampled_draft``) shows no bias at T=1 without
+  truncation.
+
+Run time: about 60-90 s in all on 2 loaded cores (about 10-25 binary runs/s).
+"""
+
+import json
+
+import pytest
+
+from verifier.cli import main
+
+ENGINE = "llama.cpp"
+
+
+@pytest.fixture
+def engine(require_engine):
+    return require_engine(ENGINE)
+
+
+def _audit(tmp_path, *extra):
+    return main(["audit", "--engine", ENGINE, "--num-draft-tokens", "1", "--max-new-tokens", "2", "--no-progress",
+                 "--run-dir", str(tmp_path / "run"), "--json", str(tmp_path / "v.json"), *extra])
+
+
+def test_engine_as_shipped_is_biased_at_the_first_drafted_token(engine, tmp_path, capsys):
+    """n = 400, seed 0, alpha 1e-3: the greedy-draft law of token 2 is far from the target's
+    (TV about 0.2 on the shipped models at T=1, prompt 'def '), so the audit must say BIAS (exit 1)."""
+    code = _audit(tmp_path, "--num-samples", "400", "--seed", "0")
+    out = capsys.readouterr().out
+    assert code == 1, out
+    verdict = json.loads((tmp_path / "v.json").read_text())
+    assert verdict["verdict"] == "BIAS DETECTED"
+    biased = {c["name"].split("/")[-1] for c in verdict["cells"] if c.get("pvalue") is not None and c["pvalue"] < 1e-4}
+    assert biased & {"gof@2", "joint@2"}, biased
+    assert "gof@1" not in biased  # token 1 is a plain target sample: unaffected
+
+
+def test_control_with_the_draft_token_patched_shows_no_bias(engine, tmp_path, capsys):
+    """Same setting, control=sampled_draft, n = 400, target TV 0.25 (every cell powered at n = 400):
+    PASS; a correct engine fails this with prob <= 1e-3."""
+    code = _audit(tmp_path, "--num-samples", "400", "--seed", "0", "--target-tv", "0.25", "--engine-arg", "control=sampled_draft")
+    assert code == 0, capsys.readouterr().out
+
+
+def test_bad_options_are_usage_errors(engine, tmp_path, capsys):
+    assert _audit(tmp_path, "--engine-arg", "control=bogus") == 2
+    assert "control" in capsys.readouterr().err
+    assert _audit(tmp_path, "--engine-arg", "processes=0") == 2
+    assert main(["audit", "--engine", ENGINE, "--target", "tabular:trigram3", "--run-dir", str(tmp_path / "r2")]) == 2
+
+
+def test_a_failing_binary_is_a_crash_exit_3(engine, tmp_path, capsys):
+    """ctx_size=4: llama-speculative refuses the prompt ('prompt too long') and exits 1 -> exit 3 with its stderr."""
+    assert _audit(tmp_path, "--num-samples", "4", "--engine-arg", "ctx_size=4") == 3
+    captured = capsys.readouterr()
+    assert "llama-speculative exited" in captured.out + captured.err
+
+
+def test_repetition_penalty_is_refused_not_dropped(engine, tmp_path, capsys):
+    assert _audit(tmp_path, "--num-samples", "4", "--repetition-penalty", "1.3") == 3
+    captured = capsys.readouterr()
+    assert "repetition-penalty" in captured.out + captured.err
+
+
+def test_engine_statistics_come_from_the_binary(engine):
+    from verifier.engines.llama_cpp import decoder
+    from verifier.sampling import SamplingConfig
+
+    dec = decoder(num_draft_tokens=3, processes=2)
+    out = dec.generate([0], 6, 6, SamplingConfig(temperature=1.0), seed=5)
+    again = dec.generate([0], 6, 6, SamplingConfig(temperature=1.0), seed=5)
+    assert (out == again).all() and out.shape == (6, 6)
+    stats = dec.last_stats
+    assert stats.extra["engine_accepted"] == int(stats.accepted_counts.sum())
+    assert stats.extra["engine_drafted"] >= stats.rounds and set(stats.accepted_counts.tolist()) <= {0, 1, 2, 3}
