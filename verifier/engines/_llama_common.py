@@ -23,11 +23,12 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from verifier.engines.base import repo_root
 from verifier.errors import DecoderError, invalid_argument
 
-__all__ = ["PACKAGE", "VERSION", "INSTALL_COMMAND", "SOURCE_FILES", "gguf_path", "hf_vocab"]
+__all__ = ["PACKAGE", "VERSION", "INSTALL_COMMAND", "SOURCE_FILES", "gguf_path", "hf_vocab", "model_spec"]
 
 PACKAGE = "llama-cpp-python"
 VERSION = "0.3.36"
@@ -38,6 +39,30 @@ SOURCE_FILES = (  # relative to install_dir()/src: the speculative loop and the 
     "vendor/llama.cpp/src/llama-sampler.cpp",
 )
 CONVERT_TIMEOUT_S = 600
+
+
+def model_spec(model: Any, argument: str) -> str:
+    """A model spec string from a spec or a loaded Hugging Face model (``--decoder ...:decoder`` offers the
+    suite's loaded models as ``target_model`` / ``draft_model``): its ``config._name_or_path``, the shipped
+    folders mapped back to ``shipped:target|draft``.
+
+    Raises
+    ------
+    InvalidArgumentError
+        (exit 2) neither a string nor a model loaded from a local folder (e.g. a tabular model).
+    """
+    from verifier.models.loading import shipped_checkpoint
+
+    if isinstance(model, str):
+        return model
+    path = getattr(getattr(model, "config", None), "_name_or_path", None) or getattr(model, "name_or_path", None)
+    if not path or not Path(path).is_dir():
+        raise invalid_argument(argument, type(model).__name__, "a model spec (shipped:target, a checkpoint folder) or a "
+                               "Hugging Face model loaded from a local folder (outside engines convert checkpoints)")
+    for role in ("target", "draft"):
+        if Path(path).resolve() == shipped_checkpoint(role).resolve():
+            return f"shipped:{role}"
+    return str(Path(path).resolve())
 
 
 def _checkpoint(spec: str, argument: str) -> Path | None:

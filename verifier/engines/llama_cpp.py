@@ -41,7 +41,7 @@ canonical first-round law is at the prompt, this engine's first round is one tok
 from __future__ import annotations
 
 from verifier.engines import register_engine
-from verifier.engines._llama_common import INSTALL_COMMAND, PACKAGE, SOURCE_FILES, VERSION, gguf_path, hf_vocab
+from verifier.engines._llama_common import INSTALL_COMMAND, PACKAGE, SOURCE_FILES, VERSION, gguf_path, hf_vocab, model_spec
 from verifier.engines.base import Engine, EngineOption
 from verifier.errors import invalid_argument
 
@@ -108,8 +108,7 @@ def decoder(target_model: str = "shipped:target", draft_model: str = "shipped:dr
     if not isinstance(num_draft_tokens, int) or num_draft_tokens < 1:
         raise invalid_argument("num_draft_tokens", num_draft_tokens, "an integer >= 1")
     root = LlamaCpp.require_installed()
-    if not isinstance(target_model, str) or not isinstance(draft_model, str):
-        raise invalid_argument("target_model", type(target_model).__name__, "a model spec string (shipped:target or a checkpoint folder)")
+    target_model, draft_model = model_spec(target_model, "target_model"), model_spec(draft_model, "draft_model")
     from verifier.engines._llama_cpp_run import CONTROLS as BINARIES, LlamaCppDecoder
     from verifier.models.loading import load_tokenizer
 

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from verifier.engines import register_engine
-from verifier.engines._llama_common import INSTALL_COMMAND, PACKAGE, VERSION, gguf_path, hf_vocab
+from verifier.engines._llama_common import INSTALL_COMMAND, PACKAGE, VERSION, gguf_path, hf_vocab, model_spec
 from verifier.engines.base import Engine, EngineOption
 from verifier.errors import invalid_argument
 
@@ -102,6 +102,7 @@ def decoder(target_model: str = "shipped:target", draft_model: str = "shipped:dr
     if not isinstance(num_draft_tokens, int) or num_draft_tokens < 1:
         raise invalid_argument("num_draft_tokens", num_draft_tokens, "an integer >= 1")
     root = LlamaCppPython.require_installed()
+    target_model, draft_model = model_spec(target_model, "target_model"), model_spec(draft_model, "draft_model")
     from verifier.engines._llama_cpp_python_decoder import LlamaCppPythonDecoder
 
     vocab, eos = hf_vocab(target_model)

@@ -1,0 +1,118 @@
+"""Predict llama-speculative's law of token 2 from its source, and compare it with an audit run's samples.
+
+Usage: python reports/audits/llama.cpp-0.3.36/predict.py RUN_DIR [RUN_DIR ...]
+
+For each sample set of each run (k = 1 or more; token 2 is the first drafted position): the exact
+law of token 2 under the source as shipped is the mixture over token 1 (a plain target sample) of
+:func:`verifier.engines.llama_cpp_repro.speculative_step_law` on the shipped target/draft processed
+probs after ``prompt + token 1``; the control variants likewise.  Prints, per set: TV(target law,
+predicted as-shipped law), the chi-square p-value of the observed token-2 counts against the target
+law and against each predicted law (a law the samples do not reject is the one the engine samples),
+the predicted and observed first-round acceptance at position 1.  Float64 arithmetic (the exact
+fractions of the reproduction are exact per step; here the model probs are floats).
+"""
+
+import json
+import sys
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+import torch
+from scipy import stats as sps
+
+from verifier.models.loading import load_model
+from verifier.runner.store import SampleStore
+from verifier.sampling import SamplingConfig, processed_probs
+
+VARIANTS = {"as shipped": dict(), "control sampled_draft": dict(draft_token="sampled"),
+            "control both": dict(draft_token="sampled", residual="by_id")}
+
+
+def step_law_float(p, q, draft_token="most_probable", residual="by_index"):
+    """speculative_step_law in float64 (same lines; see verifier/engines/llama_cpp_repro.py)."""
+    V = len(p)
+    tgt = [(t, p[t]) for t in range(V) if p[t] > 0]
+    dft = [(t, q[t]) for t in range(V) if q[t] > 0]
+    dmap = dict(dft)
+    res = np.zeros(V)
+    for i, (t, pv) in enumerate(tgt):
+        qv = (dft[i][1] if i < len(dft) else 0.0) if residual == "by_index" else dmap.get(t, 0.0)
+        res[t] = max(0.0, pv - qv)
+    res = res / res.sum() if res.sum() > 0 else res
+    props = {int(np.argmax(q)): 1.0} if draft_token == "most_probable" else dict(dft)
+    law, acc_total = np.zeros(V), 0.0
+    for x, w in props.items():
+        a = min(1.0, p[x] / q[x])
+        law[x] += w * a
+        law += w * (1 - a) * res
+        acc_total += w * a
+    return law, acc_total
+
+
+def predict(prompt, sampling, target, draft):
+    with torch.no_grad():
+        p1 = processed_probs(target(torch.tensor([prompt])).logits[0, -1], sampling).numpy()
+        support = np.nonzero(p1)[0]
+        ctx = torch.tensor([list(prompt) + [int(t)] for t in support])
+        p2 = processed_probs(target(ctx).logits[:, -1], sampling).numpy()
+        q2 = processed_probs(draft(ctx).logits[:, -1], sampling).numpy()
+    out = {"target": p1[support] @ p2}
+    for name, kw in VARIANTS.items():
+        laws = [step_law_float(p2[i], q2[i], **kw) for i in range(len(support))]
+        out[name] = p1[support] @ np.array([l for l, _ in laws])
+        out[name + " acceptance"] = float(p1[support] @ np.array([a for _, a in laws]))
+    out["canonical acceptance"] = float(p1[support] @ np.minimum(p2, q2).sum(1))
+    return out
+
+
+def chi2_p(counts, law):
+    keep = law > 0
+    if counts[~keep].sum() > 0:
+        return 0.0
+    exp = law[keep] * counts.sum()
+    order = np.argsort(-exp)
+    obs, exp = counts[keep][order], exp[order]
+    # pool the tail until every expected count >= 10 (as the harness does, without looking at the data)
+    bins_o, bins_e, o, e = [], [], 0.0, 0.0
+    for a, b in zip(obs, exp):
+        o, e = o + a, e + b
+        if e >= 10:
+            bins_o.append(o), bins_e.append(e)
+            o = e = 0.0
+    if e > 0 and bins_e:
+        bins_o[-1] += o
+        bins_e[-1] += e
+    return float(sps.chisquare(bins_o, bins_e).pvalue) if len(bins_o) > 1 else 1.0
+
+
+def main():
+    target, draft = load_model("shipped:target"), load_model("shipped:draft")
+    for run_dir in sys.argv[1:]:
+        run = json.loads((Path(run_dir) / "run.json").read_text())
+        store = SampleStore(run_dir)
+        for set_dir in sorted(p for p in store.samples_dir.iterdir() if p.is_dir()):
+            shards, i = [], 0
+            while (s := store.read_chunk(set_dir.name, i)) is not None:
+                shards.append(s)
+                i += 1
+            key = shards[0].meta["set_key"]
+            prompt = json.loads(key.split("|prompt=", 1)[1].split("|", 1)[0])
+            sampling = SamplingConfig(**json.loads(key.split("|sampling=", 1)[1].split("|", 1)[0]))
+            tokens = np.concatenate([s.tokens for s in shards])
+            law = predict(prompt, sampling, target, draft)
+            V = len(law["target"])
+            counts = np.bincount(tokens[:, 1][tokens[:, 1] >= 0], minlength=V).astype(float)
+            tv = 0.5 * np.abs(law["target"] - law["as shipped"]).sum()
+            print(f"{run_dir} {set_dir.name} {sampling.label()} n={len(tokens)}: TV(target, as-shipped law of token 2) = {tv:.3f}")
+            for name in ("target", *VARIANTS):
+                print(f"    token-2 counts vs {name:22s} chi-square p = {chi2_p(counts, law[name]):.3g}")
+            print(f"    predicted acceptance of draft position 1: as shipped {law['as shipped acceptance']:.3f}, "
+                  f"control {law['control sampled_draft acceptance']:.3f}, canonical {law['canonical acceptance']:.3f}")
+            counts_all = np.concatenate([s.accepted_counts for s in shards]) if shards[0].accepted_counts is not None else None
+            if counts_all is not None and len(counts_all):
+                print(f"    observed mean accepted per round (all rounds): {counts_all.mean():.3f}")
+
+
+if __name__ == "__main__":
+    main()
