@@ -75,3 +75,15 @@ def test_hashed_seeds_and_checkpoint_dir():
         checkpoint_dir("tabular:trigram3")
     with pytest.raises(InvalidArgumentError, match="config.json"):
         checkpoint_dir("/tmp")
+
+
+def test_adapter_modules_do_not_shadow_engine_packages_in_the_worker():
+    """verifier/engines/llama_cpp.py must not be what `import llama_cpp` finds inside an engine worker
+    (the worker script's folder was first on sys.path, so the adapter shadowed the engine package)."""
+    worker = EngineWorker(sys.executable, HANDLER, name="echo", init={"vocab_size": 7})
+    try:
+        for name in ("llama_cpp", "llama_cpp_python", "sglang_kernel", "_wire"):
+            origin = worker.call("module_origin", name=name)["origin"]
+            assert origin is None or "verifier/engines" not in origin, (name, origin)
+    finally:
+        worker.close()

@@ -74,7 +74,7 @@ class LlamaCppDecoder:
         ctx = self.ctx_size or prompt_len + max_new_tokens + 2 * self.num_draft_tokens + 16
         return [str(self.binary), "-m", str(self.target_gguf), "-md", str(self.draft_gguf),
                 "--spec-draft-n-max", str(self.num_draft_tokens), "-p", text, "-n", str(max(max_new_tokens - 1, 0)),
-                "-s", str(int(seed)), *sampling_args, "-t", str(self.threads), "-c", str(ctx), "--no-warmup", "-np", "1"]
+                "-s", str(int(seed)), *sampling_args, "-t", str(self.threads), "-c", str(ctx), "-np", "1"]
 
     # -- one process -------------------------------------------------------------------------
     def _run_one(self, argv: list[str]) -> tuple[list[int], list[tuple[int, int]], dict[str, int]]:

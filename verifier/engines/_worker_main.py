@@ -21,8 +21,13 @@ import sys
 import traceback
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # for _wire, without importing the verifier package
-import _wire  # noqa: E402
+_HERE = Path(__file__).resolve().parent
+# Python put this script's folder (verifier/engines/) first on sys.path; take it off, or an adapter module
+# there (llama_cpp.py, vllm.py, ...) would shadow the engine package of the same name inside the worker.
+sys.path = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
+_wire_spec = importlib.util.spec_from_file_location("_specverify_wire", _HERE / "_wire.py")  # without the verifier package
+_wire = importlib.util.module_from_spec(_wire_spec)
+_wire_spec.loader.exec_module(_wire)
 
 
 def _load_handler(path: str):

@@ -25,3 +25,10 @@ class Handler:
 
     def die(self):
         os._exit(7)
+
+    def module_origin(self, name):
+        """Where `import name` would come from inside the worker (None: not importable)."""
+        import importlib.util
+
+        spec = importlib.util.find_spec(name)
+        return {"origin": None if spec is None else spec.origin}
