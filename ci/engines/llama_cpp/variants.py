@@ -1,6 +1,8 @@
 """Build the audited copies of llama.cpp's examples/speculative/speculative.cpp.
 
-Usage: python ci/engines/llama_cpp/variants.py INSTALL_DIR
+Usage: python ci/engines/llama_cpp/variants.py INSTALL_DIR [--compile-only]
+
+(``--compile-only`` compiles the copies, which needs only the headers, e.g. while the libraries still build.)
 
 ``llama-speculative`` prints the emitted *text*; an audit needs token ids.  This script writes copies
 of ``src/vendor/llama.cpp/examples/speculative/speculative.cpp`` under ``INSTALL_DIR/variants/`` and
@@ -78,6 +80,7 @@ def apply(text: str, edits) -> str:
 
 def main() -> None:
     dest = Path(sys.argv[1]).resolve()
+    compile_only = "--compile-only" in sys.argv[2:]
     original = dest / "src/vendor/llama.cpp/examples/speculative/speculative.cpp"
     build = dest / "build"
     entry = next(e for e in json.loads((build / "compile_commands.json").read_text())
@@ -95,13 +98,20 @@ def main() -> None:
         source.write_text(apply(original.read_text(), edits))
         obj = dest / "variants" / f"{name}.o"
         args = [str(source) if a == entry["file"] else str(obj) if a.endswith("speculative.cpp.o") else a for a in compile_args]
-        subprocess.run(args, cwd=entry["directory"], check=True)
+        stamp = obj.with_suffix(".sha256")
+        if not obj.is_file() or not stamp.is_file() or stamp.read_text() != sha256(source):  # compile once per source
+            subprocess.run(args, cwd=entry["directory"], check=True)
+            stamp.write_text(sha256(source))
+        if compile_only:
+            continue
         binary = dest / "bin" / name
         subprocess.run([compile_args[0], *shlex.split(link.group(1)), str(obj), "-o", str(binary), *shlex.split(link.group(2))],
                        cwd=build, check=True)
         record["variants"][name] = {"source": str(source.relative_to(dest)), "sha256": sha256(source),
                                     "binary_sha256": sha256(binary), "edits": len(edits)}
         print(f"variants.py: built bin/{name}")
+    if compile_only:
+        return
     (dest / "variants.json").write_text(json.dumps(record, indent=2) + "\n")
 
 
