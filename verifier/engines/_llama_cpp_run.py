@@ -21,8 +21,8 @@ CONTROLS = {"none": "llama-speculative-ids", "sampled_draft": "llama-speculative
             "residual_by_id": "llama-speculative-ids-ctl-residual", "both": "llama-speculative-ids-ctl-both"}
 SAMPLER_ORDER = "top_k;temperature;top_p"  # Hugging Face's order (top-k commutes with temperature; top-p does not)
 RUN_TIMEOUT_S = 120  # one sample's process; the shipped models take well under a second
-_TOKEN = re.compile(r"^\[specverify\] token (\d+) ([01])$", re.M)
-_PROMPT = re.compile(r"^\[specverify\] prompt((?: \d+)*)$", re.M)
+_TOKEN = re.compile(r"\[specverify\] token (\d+) ([01])$", re.M)  # no ^: a log line without newline may precede
+_PROMPT = re.compile(r"\[specverify\] prompt((?: \d+)*)$", re.M)
 _STAT = re.compile(r"n_(drafted|accept)\s*=\s*(\d+)")
 
 

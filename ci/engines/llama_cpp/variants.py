@@ -12,8 +12,9 @@ and links it against the same shared libraries (``build/bin``).  The original fi
 Variants (binaries in ``INSTALL_DIR/bin/``):
 
 ``llama-speculative-ids``
-    The original plus two ``fprintf(stderr, ...)`` lines that print the prompt ids the binary
-    tokenized and each emitted token id with its accept flag (next to ``++n_predict``).  The
+    The original plus two lines, each one ``fprintf(stderr, ...)`` call (one write, so the log
+    thread cannot split it), that print the prompt ids the binary tokenized and each emitted token
+    id with its accept flag (next to ``++n_predict``).  The
     sampling algorithm is untouched.  This is the binary the ``llama.cpp`` adapter audits.
 ``llama-speculative-ids-ctl-draft``
     CONTROL: the ids copy with only the draft-token defect patched: the draft token is the one the
@@ -41,7 +42,7 @@ from pathlib import Path
 IDS_EDITS = [
     ("    const int n_input = inp.size();\n",
      "    const int n_input = inp.size();\n"
-     '    fprintf(stderr, "[specverify] prompt"); for (auto id : inp) { fprintf(stderr, " %d", id); } fprintf(stderr, "\\n");\n'),
+     '    { std::string ids; for (auto id : inp) { ids += " " + std::to_string(id); } fprintf(stderr, "[specverify] prompt%s\\n", ids.c_str()); }\n'),
     ("                ++n_predict;\n",
      '                fprintf(stderr, "[specverify] token %d %d\\n", token_id, (int) accept);\n'
      "                ++n_predict;\n"),
