@@ -38,8 +38,8 @@ def test_engine_as_shipped_is_biased_at_the_first_drafted_token(engine, tmp_path
     assert code == 1, out
     verdict = json.loads((tmp_path / "v.json").read_text())
     assert verdict["verdict"] == "BIAS DETECTED"
-    biased = {c["name"].split("/")[-1] for c in verdict["cells"] if c.get("pvalue") is not None and c["pvalue"] < 1e-4}
-    assert biased & {"gof@2", "joint@2"}, biased
+    biased = {c["test"] for c in verdict["cells"] if c.get("pvalue") is not None and c["pvalue"] < 1e-4}
+    assert "gof@2" in biased, biased
     assert "gof@1" not in biased  # token 1 is a plain target sample: unaffected
 
 
