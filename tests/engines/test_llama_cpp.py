@@ -57,11 +57,20 @@ def test_bad_options_are_usage_errors(engine, tmp_path, capsys):
     assert main(["audit", "--engine", ENGINE, "--target", "tabular:trigram3", "--run-dir", str(tmp_path / "r2")]) == 2
 
 
-def test_a_failing_binary_is_a_crash_exit_3(engine, tmp_path, capsys):
-    """ctx_size=4: llama-speculative refuses the prompt ('prompt too long') and exits 1 -> exit 3 with its stderr."""
-    assert _audit(tmp_path, "--num-samples", "4", "--engine-arg", "ctx_size=4") == 3
-    captured = capsys.readouterr()
-    assert "llama-speculative exited" in captured.out + captured.err
+def test_a_failing_binary_is_a_decoder_error_exit_3(engine, tmp_path):
+    """A binary that exits non-zero (here: a target file that is no GGUF) is a DecoderError (exit 3) with its stderr.
+    (A too-small ctx_size is no crash: llama.cpp pads the context.)"""
+    from verifier.engines.llama_cpp import decoder
+    from verifier.errors import DecoderError
+    from verifier.sampling import SamplingConfig
+
+    dec = decoder(num_draft_tokens=1)
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"not a gguf file")
+    dec.target_gguf = bad
+    with pytest.raises(DecoderError, match="llama-speculative exited") as info:
+        dec.generate([272, 70, 221], 2, 2, SamplingConfig(temperature=1.0), seed=1)
+    assert info.value.exit_code == 3
 
 
 def test_repetition_penalty_is_refused_not_dropped(engine, tmp_path, capsys):
