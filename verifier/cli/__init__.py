@@ -49,6 +49,12 @@ def _command_modules(only: str | None = None):
             yield name, importlib.import_module(f"verifier.cli.{module}")
 
 
+def _version() -> str:
+    import verifier
+
+    return verifier.__version__
+
+
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The ``specverify`` parser; ``only`` registers just that sub-command (imports one module)."""
     parser = argparse.ArgumentParser(
@@ -58,6 +64,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         epilog="Exit codes: 0 every expectation met; 1 bias detected (or a mutant undetected); "
         "2 usage/config error; 3 decoder under test crashed or returned invalid output; 4 underpowered.",
     )
+    parser.add_argument("--version", action="version", version=f"specverify {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, module in _command_modules(only):
         p = sub.add_parser(name, help=module.HELP, description=module.HELP)
@@ -74,7 +81,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     words = list(sys.argv[1:] if argv is None else argv)
     command = next((w for w in words if not w.startswith("-")), None)
-    if argv is None and command in _isolate.ISOLATED_COMMANDS and not os.environ.get(_isolate.VERDICT_ENV):
+    asks_help = any(w in ("-h", "--help") for w in words)  # parsed here: no job process for --help
+    if argv is None and command in _isolate.ISOLATED_COMMANDS and not asks_help and not os.environ.get(_isolate.VERDICT_ENV):
         return _isolate.run_in_child(words, command)  # the child parses (usage errors, --help) and runs
     parser = build_parser(command if command in _command_names() else None)
     try:

@@ -35,7 +35,7 @@ from verifier.errors import EXIT_BIAS, EXIT_OK, EXIT_UNDERPOWERED, EXIT_USAGE, i
 
 HELP = "Audit a third-party decoder (module:factory), verification kernel, or imported JSONL samples."
 DEFAULT_REPORT_DIR = "reports"
-from verifier.audit.kernel_audit import KERNEL_TARGET_TV  # noqa: E402  kernel/engine mode: a cell that cannot see this TV is UNDERPOWERED
+from verifier.cli._defaults import KERNEL_TARGET_TV  # noqa: E402  kernel/engine mode: a cell that cannot see this TV is UNDERPOWERED (torch-free copy)
 
 
 def _option(text: str) -> tuple[str, Any]:
@@ -59,7 +59,7 @@ def _ids(text: str) -> list[int]:
 
 
 def register(parser: argparse.ArgumentParser) -> None:
-    from verifier.audit.suite_builder import DEFAULT_CHUNK_SIZE, DEFAULT_TARGET_TV
+    from verifier.cli._defaults import AUDIT_CHUNK_SIZE as DEFAULT_CHUNK_SIZE, AUDIT_TARGET_TV as DEFAULT_TARGET_TV
 
     mode = parser.add_mutually_exclusive_group(required=True)
     mode.add_argument("--decoder", metavar="SPEC",
