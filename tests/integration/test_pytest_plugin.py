@@ -13,7 +13,7 @@ import pytest
 # extensions (numpy.fft, torch) cannot be loaded twice, so load what the inner runs use up front.
 import verifier.api  # noqa: F401,E402
 import verifier.pytest_plugin  # noqa: F401,E402
-import verifier.reports.plots  # noqa: F401,E402
+import verifier.reports  # noqa: F401,E402
 import verifier.runner  # noqa: F401,E402
 import verifier.suite.schema  # noqa: F401,E402
 

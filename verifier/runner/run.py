@@ -347,7 +347,8 @@ def _statistics(ctx: SuiteContext, store: SampleStore, errors: dict[str, dict], 
 
 
 def _finish(ctx_or_suite, store: SampleStore, errors: dict, exact: dict, stage: dict, info: dict,
-            log: Callable[[str], None], out_dir: Path | None = None, allow_partial: bool = False) -> RunOutcome:
+            log: Callable[[str], None], out_dir: Path | None = None, allow_partial: bool = False,
+            run_stages: dict | None = None) -> RunOutcome:
     from verifier.reports import write_reports
 
     ctx = ctx_or_suite
@@ -365,14 +366,16 @@ def _finish(ctx_or_suite, store: SampleStore, errors: dict, exact: dict, stage: 
     auto_diagnosis(report, ctx.plans, ctx.pairs, store, stage, log)
     t0 = time.perf_counter()
     target = Path(out_dir) if out_dir is not None else store.run_dir
-    report["run"]["stage_seconds"] = stage
+    report["run"]["stage_seconds"] = stage if run_stages is None else run_stages  # a regeneration keeps the run's figures
+    if run_stages is not None:
+        report["run"]["report_stage_seconds"] = stage  # ... and adds its own (issue 16)
     try:
         write_reports(report, target)
     except ReportWriteError as exc:
         raise ReportWriteError(f"{exc}; the samples are kept in {store.samples_dir} -- rerun "
                                f"`specverify report {store.run_dir} --out DIR` with a writable DIR") from None
     stage["reports"] = time.perf_counter() - t0
-    report["run"]["stage_seconds"] = stage
+    report["run"]["stage_seconds"] = stage if run_stages is None else run_stages
     return RunOutcome(target, report, code, stage)
 
 
@@ -480,13 +483,12 @@ def analyze_run(run_dir: str | Path, *, out_dir: str | Path | None = None,
         errors = {e["decoder"]: e for e in store.read_json(STOPPED_FILE)}
     info = {"run_id": run_file.get("run_id", Path(run_dir).name), "started_at": run_file.get("created_at"),
             "regenerated_at": _now(), "resumed": False}
+    run_stages = None
     previous = store.run_dir / "report.json"
-    if previous.is_file():  # keep the sampling time of the run that drew the samples
+    if previous.is_file():  # keep the stage times of the run that drew the samples (report.json run.stage_seconds)
         try:
-            sampled = json.loads(previous.read_text(encoding="utf-8"))["run"]["stage_seconds"].get("sampling")
+            run_stages = dict(json.loads(previous.read_text(encoding="utf-8"))["run"]["stage_seconds"])
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
-            sampled = None
-        if sampled is not None:
-            stage["sampling"] = sampled
+            run_stages = None
     return _finish(ctx, store, errors, exact, stage, info, log, out_dir=Path(out_dir) if out_dir else None,
-                   allow_partial=allow_partial)
+                   allow_partial=allow_partial, run_stages=run_stages)
