@@ -60,10 +60,10 @@ __all__ = [
     "min_detectable_effect",
 ]
 
-DEFAULT_ALPHA = 1e-3  # family-wise false-alarm rate of the CI gate (DESIGN.md "Statistical defaults")
+DEFAULT_ALPHA = 1e-3  # family-wise false-alarm rate of the CI gate (docs/ARCHITECTURE.md "Statistical defaults")
 DEFAULT_NUM_SAMPLES = 2000  # per prompt; with a 3-token law sees TV ~0.06 at alpha 1e-3 (min_detectable_effect)
 DEFAULT_MAX_NEW_TOKENS = 4
-DEFAULT_POWER = 0.99  # DESIGN.md: every cell states its minimum detectable effect at power 0.99
+DEFAULT_POWER = 0.99  # docs/ARCHITECTURE.md "Statistical defaults": every cell states its minimum detectable effect at power 0.99
 
 
 # --------------------------------------------------------------------------- power helpers
