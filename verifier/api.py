@@ -255,6 +255,7 @@ def assert_preserves_target(decoder, target, prompts, sampling: SamplingConfig, 
     >>> result.verdict, [cell.name for cell in result.cells]
     ('PASS', ['prompt0/gof@1', 'prompt0/gof@2', 'prompt0/joint@1..2', 'prompt0/surprisal@1..2', 'prompt0/pit'])
     """
+    __tracebackhide__ = True  # pytest: show the caller's line and the failing cells, not this function's source
     result = check_preserves_target(decoder, target, prompts, sampling, num_samples=num_samples,
                                     max_new_tokens=max_new_tokens, alpha=alpha, seed=seed,
                                     num_gof_positions=num_gof_positions, min_effect=min_effect, name=name,

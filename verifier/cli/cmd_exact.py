@@ -18,6 +18,9 @@ HELP = "Exact (rational) output law, TV to the target, samples needed and minima
 
 
 def register(parser: argparse.ArgumentParser) -> None:
+    from verifier import progress
+
+    progress.add_arguments(parser)
     parser.add_argument("--rule", action="append", metavar="NAME", dest="rules",
                         help="rule to check (repeatable; '-' and '_' are interchangeable). Default: every rule.")
     parser.add_argument("--format", choices=("table", "json"), default="table", help="output format. Default: table.")
@@ -29,6 +32,9 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from verifier import progress
+
+    progress.from_args(args)
     from verifier.exact import RULES, get_rule, rule_verdicts, run_exact_stage
     from verifier.exact.counterexample import SEARCH_MAX_EXAMPLES, find_counterexample
 
@@ -40,7 +46,11 @@ def run(args: argparse.Namespace) -> int:
     findings = run_exact_stage(names)
     verdicts = rule_verdicts(findings)
     budget = args.max_examples if args.max_examples is not None else SEARCH_MAX_EXAMPLES
-    counterexamples = {name: (None if args.no_search else find_counterexample(name, budget)) for name in names}
+    counterexamples = {}
+    with progress.bar(None if args.no_search else len(names), "counterexample search", "rules") as bar:
+        for name in names:
+            counterexamples[name] = None if args.no_search else find_counterexample(name, budget)
+            bar.update(1)
     ok = all(v.matches_declared for v in verdicts.values())
     if args.format == "json":
         json.dump(_as_json(verdicts, findings, counterexamples, ok, budget, args.no_search), sys.stdout, indent=2)

@@ -10,6 +10,9 @@ HELP = "Regenerate report.json/.md/.html and junit.xml of a run folder from its 
 
 
 def register(parser: argparse.ArgumentParser) -> None:
+    from verifier import progress
+
+    progress.add_arguments(parser)
     parser.add_argument("run_dir", metavar="RUN_DIR", help="A run folder written by `specverify run`.")
     parser.add_argument("--out", metavar="DIR", default=None, help="Write the reports here instead of RUN_DIR. Default: RUN_DIR.")
     parser.add_argument("--allow-partial", action="store_true",
@@ -18,6 +21,9 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from verifier import progress
+
+    progress.from_args(args)
     from verifier.runner import analyze_run
 
     outcome = analyze_run(args.run_dir, out_dir=args.out, allow_partial=args.allow_partial)
