@@ -1,4 +1,9 @@
-"""``specverify report RUN_DIR``: statistics, verdict and reports again from stored samples."""
+"""``specverify report RUN_DIR``: statistics, verdict and reports again from stored samples.
+
+When the run folder's report.json was computed from the same samples, suite and statistics code,
+only the reports are re-rendered (:mod:`verifier.runner.report_cache`); ``--recompute`` forces the
+statistics.  The run's own stage times stay in report.json (``run.stage_seconds``); this command's
+go to ``run.report_stage_seconds``."""
 
 from __future__ import annotations
 
@@ -18,14 +23,16 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--allow-partial", action="store_true",
                         help="Report on the samples present when chunk files are missing or unreadable (the report says "
                         "how many are missing). Default: missing samples are an error naming the chunk files.")
+    parser.add_argument("--recompute", action="store_true",
+                        help="Recompute every statistic even when report.json was computed from the same samples, suite and "
+                        "statistics code. Default: then only re-render the reports from it (seconds).")
 
 
 def run(args: argparse.Namespace) -> int:
     from verifier import progress
-
-    progress.from_args(args)
     from verifier.runner import analyze_run
 
-    outcome = analyze_run(args.run_dir, out_dir=args.out, allow_partial=args.allow_partial)
+    progress.from_args(args)
+    outcome = analyze_run(args.run_dir, out_dir=args.out, allow_partial=args.allow_partial, recompute=args.recompute)
     print_outcome(outcome)
     return outcome.exit_code
