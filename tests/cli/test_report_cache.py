@@ -57,16 +57,37 @@ def test_changed_samples_or_recompute_compute_again(run_dir, tmp_path):
 
 
 def test_models_outside_the_package_code_are_keyed_or_never_reused(tmp_path):
-    from verifier.runner.report_cache import inputs_key
+    from verifier.reports.cache import inputs_key
 
     def suite(target):
         return {"raw": {"models": {"m": {"target": target, "draft": target}}}, "base_dir": str(tmp_path)}
 
-    assert inputs_key(tmp_path, suite("module.sub:make_model"), False) == "uncacheable"
+    assert inputs_key(tmp_path, suite("module.sub:make_model"), False) is None
     ckpt = tmp_path / "ckpt"
     ckpt.mkdir()
     (ckpt / "model.safetensors").write_bytes(b"1")
     first = inputs_key(tmp_path, suite("ckpt"), False)
     (ckpt / "model.safetensors").write_bytes(b"22")  # a replaced checkpoint changes the expected laws
     assert inputs_key(tmp_path, suite("ckpt"), False) != first
-    assert inputs_key(tmp_path, suite("shipped:target"), False) != "uncacheable"
+    assert inputs_key(tmp_path, suite("shipped:target"), False) is not None
+
+
+def test_same_inputs_rerender_imports_no_torch(run_dir, tmp_path):
+    """The fast path of `specverify report` needs neither torch nor the runner."""
+    import subprocess
+    import sys
+
+    run = tmp_path / "run"
+    shutil.copytree(run_dir, run)
+    code = ("import sys\nfrom verifier.cli import main\nrc = main(['report', %r, '--no-progress'])\n"
+            "print('RC', rc, 'torch' in sys.modules)" % str(run))
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert "RC 0 False" in out.stdout, out.stdout[-1500:] + out.stderr[-1500:]
+
+
+def test_far_below_copy_matches_the_runner():
+    from verifier.reports import FAR_BELOW_FRACTION
+    from verifier.runner.acceptance import FAR_BELOW_FRACTION as source
+
+    assert FAR_BELOW_FRACTION == source

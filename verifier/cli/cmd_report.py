@@ -1,7 +1,7 @@
 """``specverify report RUN_DIR``: statistics, verdict and reports again from stored samples.
 
 When the run folder's report.json was computed from the same samples, suite and statistics code,
-only the reports are re-rendered (:mod:`verifier.runner.report_cache`); ``--recompute`` forces the
+only the reports are re-rendered (:mod:`verifier.reports.cache`); ``--recompute`` forces the
 statistics.  The run's own stage times stay in report.json (``run.stage_seconds``); this command's
 go to ``run.report_stage_seconds``."""
 
@@ -29,10 +29,22 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import datetime as dt
+    from types import SimpleNamespace
+
     from verifier import progress
-    from verifier.runner import analyze_run
+    from verifier.reports import cache
 
     progress.from_args(args)
+    now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    hit = None if args.recompute else cache.try_rerender(args.run_dir, args.out, args.allow_partial, now)
+    if hit is not None:  # same inputs: no torch import, no model, no statistic
+        report, _stage = hit
+        code = int(report.get("exit_code", 0))
+        print_outcome(SimpleNamespace(report=report, exit_code=code, run_dir=args.out or args.run_dir))
+        return code
+    from verifier.runner import analyze_run
+
     outcome = analyze_run(args.run_dir, out_dir=args.out, allow_partial=args.allow_partial, recompute=args.recompute)
     print_outcome(outcome)
     return outcome.exit_code

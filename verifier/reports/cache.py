@@ -11,6 +11,9 @@ instead of loading the models and recomputing every cell (most of a run's wall t
 to a sample file, the suite or the statistics code changes the key and everything is recomputed;
 ``--recompute`` forces it.
 
+The suite part of the key is run.json's ``suite`` entry as stored, so the check needs neither torch
+nor the runner (:func:`try_rerender`: ``specverify report`` re-renders in about a second).
+
 Only JSON is read back (report.json), never pickles: a run folder received from someone else
 cannot run code through this cache.
 """
@@ -22,7 +25,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-__all__ = ["inputs_key", "cached_report", "KEY_FIELD"]
+__all__ = ["inputs_key", "run_inputs_key", "cached_report", "rerender", "try_rerender", "KEY_FIELD"]
 
 KEY_FIELD = "inputs_sha256"  # report.json run.<KEY_FIELD>
 _RENDER_ONLY = ("reports", "cli")  # verifier/ subpackages that cannot change a statistic
@@ -42,8 +45,9 @@ def _code_digest() -> str:
     return h.hexdigest()
 
 
-def inputs_key(run_dir: str | Path, suite_dict: dict[str, Any], allow_partial: bool) -> str:
-    """SHA-256 over everything a run's statistics depend on (module docstring)."""
+def inputs_key(run_dir: str | Path, suite_dict: dict[str, Any], allow_partial: bool) -> str | None:
+    """SHA-256 over everything a run's statistics depend on (module docstring); None when they
+    depend on code outside the package (a ``module:attr`` model): never reused."""
     run_dir = Path(run_dir)
     h = hashlib.sha256()
     h.update(json.dumps(suite_dict, sort_keys=True, default=str).encode())
@@ -59,7 +63,7 @@ def inputs_key(run_dir: str | Path, suite_dict: dict[str, Any], allow_partial: b
     h.update(stopped.read_bytes() if stopped.is_file() else b"-")
     models = _models_digest(suite_dict)
     if models is None:  # a model defined by code outside the package: no reuse
-        return "uncacheable"
+        return None
     h.update(models.encode())
     return h.hexdigest()
 
@@ -78,17 +82,23 @@ def _models_digest(suite_dict: dict[str, Any]) -> str | None:
     digest), shipped and checkpoint folders by their files' names, sizes and times; a
     ``module:attr`` model is code outside the package, so None (never reused)."""
     raw = suite_dict.get("raw", suite_dict)
+    models = raw.get("models") if isinstance(raw, dict) else None
+    if not isinstance(models, dict):
+        return None
     base = Path(str(suite_dict.get("base_dir") or "."))
     h = hashlib.sha256()
-    for name, table in sorted((raw.get("models") or {}).items()):
+    for name, table in sorted(models.items()):
+        if not isinstance(table, dict):
+            return None
         for role in ("target", "draft"):
-            spec = str((table or {}).get(role, ""))
+            spec = str(table.get(role, ""))
             if not spec or spec.startswith("tabular:"):
                 continue
-            if spec.startswith("shipped:"):
-                from verifier.models.loading import shipped_checkpoint
+            if spec.startswith("shipped:"):  # package data, verifier/models/shipped/NAME (torch-free: no loader import)
+                import verifier
 
-                h.update(_files_digest(Path(shipped_checkpoint(spec.split(":", 1)[1]))).encode())
+                h.update(_files_digest(Path(verifier.__file__).resolve().parent / "models" / "shipped"
+                                       / spec.split(":", 1)[1]).encode())
                 continue
             path = Path(spec) if Path(spec).is_absolute() else base / spec
             if not path.exists():
@@ -97,8 +107,33 @@ def _models_digest(suite_dict: dict[str, Any]) -> str | None:
     return h.hexdigest()
 
 
+def run_inputs_key(run_dir: str | Path, allow_partial: bool) -> str | None:
+    """:func:`inputs_key` with the suite as stored in the run folder's run.json (None: no run.json)."""
+    try:
+        suite = json.loads((Path(run_dir) / "run.json").read_text(encoding="utf-8"))["suite"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if not isinstance(suite, dict):  # a malformed run.json: the runner's own checks name the problem
+        return None
+    return inputs_key(run_dir, suite, allow_partial)
+
+
+def try_rerender(run_dir: str | Path, out_dir: str | Path | None, allow_partial: bool, regenerated_at: str):
+    """Re-render when report.json holds the same inputs' key: ``(report, stage_seconds)``, else None.
+
+    Torch-free (json, hashlib, jinja2): ``specverify report`` calls it before importing the runner.
+    """
+    key = run_inputs_key(run_dir, allow_partial)
+    report = cached_report(run_dir, key) if key else None
+    if report is None:
+        return None
+    return report, rerender(report, Path(out_dir) if out_dir else Path(run_dir), regenerated_at)
+
+
 def cached_report(run_dir: str | Path, key: str) -> dict[str, Any] | None:
     """The run folder's report.json when it was computed from exactly these inputs, else None."""
+    if not key:
+        return None
     path = Path(run_dir) / "report.json"
     try:
         report = json.loads(path.read_text(encoding="utf-8"))
