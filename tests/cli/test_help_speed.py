@@ -102,3 +102,14 @@ def test_every_cited_document_exists():
     assert missing == []
     arch = (REPO / "docs" / "ARCHITECTURE.md").read_text(encoding="utf-8")
     assert "## Statistical defaults" in arch  # the section the sources cite
+
+
+def test_readme_describes_min_detectable_effect_as_the_object_it_returns():
+    from verifier.api import min_detectable_effect
+
+    mde = min_detectable_effect(1259, [0.2, 0.5, 0.3], alpha=0.02)
+    tv, w = mde
+    assert type(mde).__name__ == "MinDetectableEffect" and tv == mde.tv and w == mde.w
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    row = next(line for line in readme.splitlines() if "`min_detectable_effect`" in line and "verifier.api" in line)
+    assert "MinDetectableEffect" in row and "tv, w = min_detectable_effect" in row

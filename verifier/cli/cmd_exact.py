@@ -43,7 +43,11 @@ def run(args: argparse.Namespace) -> int:
         from verifier.exact.tree_rules import TREE_RULES as RULES, get_tree_rule as get_rule  # noqa: F811
         from verifier.exact.tree_stage import run_tree_exact_stage as run_exact_stage  # noqa: F811
     names = list(RULES) if not args.rules else [get_rule(r.replace("-", "_") if r.replace("-", "_") in RULES else r).name for r in args.rules]
-    findings = run_exact_stage(names)
+    findings = []
+    with progress.bar(len(names), "exact stage", "rules") as bar:  # rule by rule: same findings, in the same order
+        for name in names:
+            findings += run_exact_stage([name])
+            bar.update(1)
     verdicts = rule_verdicts(findings)
     budget = args.max_examples if args.max_examples is not None else SEARCH_MAX_EXAMPLES
     counterexamples = {}
