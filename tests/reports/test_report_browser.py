@@ -185,3 +185,18 @@ def test_decimal():
     assert decimal("1/3") == "0.3333" and decimal("0") == "0" and decimal(None) == ""
     big = "1" * 200 + "/" + "3" * 201
     assert decimal(big) == "0.03333"
+
+
+def test_infinite_numbers_written_as_strings_do_not_break_the_report(report):
+    """Strict JSON writes an infinite MDE or effect as "inf" (an untestable cell); the summary line and the figure
+    choice must read it as a number (a run crashed in write_reports on such a cell)."""
+    r = copy.deepcopy(report)
+    for c in r["cells"]:
+        if c["test"].startswith(("surprisal", "joint")):
+            c["mde"], c["effect_ci"] = "inf", ["-inf", "inf"]
+    html = render_html(r)
+    md = render_markdown(r)
+    assert "no bias larger than TV" in md and 'class="cell-figure"' in html
+    d = next(d for d in r["decoders"] if d["expect"] == "detect")
+    cells = [c for c in r["cells"] if c["decoder"] == d["decoder"]]
+    assert most_telling_cell(cells) is not None and decoder_line(d, cells, {}, 1e-3).startswith("biased")

@@ -40,6 +40,16 @@ def decimal(value: Any, digits: int = DECIMAL_DIGITS) -> str:
     return f"{f:.{digits}g}"
 
 
+def _real(value: Any) -> float | None:
+    """A number of report.json as a float: strict JSON writes infinities as "inf" / "-inf"; None stays None."""
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
 def _alpha_text(alpha: float) -> str:
     exp = math.log10(alpha) if alpha > 0 else 0
     return f"1e{int(round(exp))}" if alpha > 0 and abs(exp - round(exp)) < 1e-9 else f"{alpha:g}"
@@ -75,12 +85,14 @@ def set_label(cell: dict, sets: dict[str, dict]) -> str:
 def _tells(cell: dict) -> tuple:
     """Sort key: support violations first, then smallest p, token cells before PIT and surprisal, then the largest
     effect lower bound per MDE."""
-    ci = cell.get("effect_ci") or [None, None]
-    low = ci[0] if ci[0] is not None else 0.0
+    ci = [_real(v) for v in (cell.get("effect_ci") or [None, None])] + [None, None]
+    lo, hi = (v if v is not None and math.isfinite(v) else 0.0 for v in ci[:2])
+    low = lo
     if cell.get("effect_unit") == "nats":
-        low = max(abs(ci[0] or 0.0), abs(ci[1] or 0.0)) if (ci[0] or 0) * (ci[1] or 0) > 0 else 0.0
-    mde = cell.get("mde") or 1.0
-    p = cell.get("pvalue")
+        low = max(abs(lo), abs(hi)) if lo * hi > 0 else 0.0
+    mde = _real(cell.get("mde"))
+    mde = mde if mde and math.isfinite(mde) else 1.0
+    p = _real(cell.get("pvalue"))
     unit = {"tv": 0, "ks": 1, "nats": 2}.get(cell.get("effect_unit"), 3)  # token bars show a violation best
     return (0 if cell.get("support_violation") else 1, p if p is not None else 1.0, unit, -(low / mde if mde else low))
 
@@ -96,16 +108,16 @@ def most_telling_cell(cells: list[dict]) -> dict | None:
 
 
 def _pass_line(d: dict, cells: list[dict], alpha: float) -> str:
-    tv = [c for c in cells if c.get("effect_unit") in TV_UNITS and c.get("mde") is not None]
+    tv = [c for c in cells if c.get("effect_unit") in TV_UNITS and _real(c.get("mde")) is not None]
     joint = [c for c in tv if str(c.get("test", "")).startswith("joint@1..")]
     at = f" at alpha {_alpha_text(alpha)}"
     if joint:
-        worst = max(joint, key=lambda c: c["mde"])
+        worst = max(joint, key=lambda c: _real(c["mde"]))
         j = worst["test"][len("joint@1.."):]
-        return f"no bias larger than TV {worst['mde']:.2f} on the first {j} tokens{at} (power 0.99)"
+        return f"no bias larger than TV {_real(worst['mde']):.2f} on the first {j} tokens{at} (power 0.99)"
     if tv:
-        worst = max(tv, key=lambda c: c["mde"])
-        return f"no bias larger than TV {worst['mde']:.2f} at any tested token position{at} (power 0.99)"
+        worst = max(tv, key=lambda c: _real(c["mde"]))
+        return f"no bias larger than TV {_real(worst['mde']):.2f} at any tested token position{at} (power 0.99)"
     greedy = [c for c in cells if c.get("test") == "greedy"]
     if greedy:
         return f"every row equals the target's greedy output ({sum(c.get('n') or 0 for c in greedy)} rows)"
@@ -116,14 +128,16 @@ def _effect_text(c: dict) -> str:
     ci = c.get("effect_ci")
     interval = f" [{decimal(ci[0], 2)}, {decimal(ci[1], 2)}]" if ci else ""
     unit = c.get("effect_unit")
+    effect = _real(c.get("effect"))
+    effect = 0.0 if effect is None else effect
     if unit == "tv":
-        return f"{test_phrase(c.get('test', ''))} TV {c.get('effect', 0):.3f}{interval}".replace("  ", " ")
+        return f"{test_phrase(c.get('test', ''))} TV {effect:.3f}{interval}".replace("  ", " ")
     if unit == "nats":
-        e = c.get("effect") or 0.0
+        e = effect
         side = "above" if e > 0 else "below"
         return f"{test_phrase(c.get('test', ''))} {abs(e):.3f} nats {side} the entropy{interval}"
     if unit == "ks":
-        return f"randomized PIT KS distance {c.get('effect', 0):.3f}{interval}"
+        return f"randomized PIT KS distance {effect:.3f}{interval}"
     return f"{test_phrase(c.get('test', ''))} p={decimal(c.get('pvalue'), 2)}"
 
 
@@ -143,7 +157,7 @@ def decoder_line(d: dict, cells: list[dict], sets: dict[str, dict], alpha: float
     if verdict == "UNDERPOWERED":
         under = [c for c in cells if c.get("verdict") == "UNDERPOWERED"]
         if under:
-            c = max(under, key=lambda c: c.get("mde") or 0)
+            c = max(under, key=lambda c: _real(c.get("mde")) or 0.0)
             need = f"; needs n >= {c['n_needed']} rows per sample set" if c.get("n_needed") is not None else ""
             return (f"underpowered: {test_phrase(c.get('test', ''))} can only see TV >= {decimal(c.get('mde'), 2)} with "
                     f"n = {c.get('n')}{need}")
