@@ -94,10 +94,11 @@ def test_every_cited_document_exists():
     """11 source files cited a DESIGN.md that is not in the repository (issue 16)."""
     import re
 
+    present = {p.name for p in REPO.rglob("*.md") if ".git" not in p.parts}
     missing = []
     for path in (REPO / "verifier").rglob("*.py"):
         for doc in re.findall(r"\b((?:docs/)?[A-Z][A-Z_]+\.md)\b", path.read_text(encoding="utf-8")):
-            if not (REPO / doc).is_file():
+            if not (REPO / doc).is_file() and Path(doc).name not in present:
                 missing.append(f"{path.relative_to(REPO)}: {doc}")
     assert missing == []
     arch = (REPO / "docs" / "ARCHITECTURE.md").read_text(encoding="utf-8")
