@@ -127,7 +127,13 @@ def try_rerender(run_dir: str | Path, out_dir: str | Path | None, allow_partial:
     report = cached_report(run_dir, key) if key else None
     if report is None:
         return None
-    return report, rerender(report, Path(out_dir) if out_dir else Path(run_dir), regenerated_at)
+    from verifier.errors import ReportWriteError
+
+    try:
+        return report, rerender(report, Path(out_dir) if out_dir else Path(run_dir), regenerated_at)
+    except ReportWriteError as exc:  # the same hint as the runner's
+        raise ReportWriteError(f"{exc}; the samples are kept in {Path(run_dir) / 'samples'} -- rerun "
+                               f"`specverify report {run_dir} --out DIR` with a writable DIR") from None
 
 
 def cached_report(run_dir: str | Path, key: str) -> dict[str, Any] | None:
