@@ -57,7 +57,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="bench", metavar="NAME", required=True, action=_LazyBenchAction)
     for name, path in _bench_names().items():
         text = _module_help(path)
-        sub.add_parser(name, help=text, description=text)
+        sub.add_parser(name, help=text.replace("%", "%%"), description=text)  # argparse %-formats help strings
 
 
 def run(args: argparse.Namespace) -> int:
