@@ -60,10 +60,10 @@ __all__ = [
     "min_detectable_effect",
 ]
 
-DEFAULT_ALPHA = 1e-3  # family-wise false-alarm rate of the CI gate (DESIGN.md "Statistical defaults")
+DEFAULT_ALPHA = 1e-3  # family-wise false-alarm rate of the CI gate (docs/ARCHITECTURE.md "Statistical defaults")
 DEFAULT_NUM_SAMPLES = 2000  # per prompt; with a 3-token law sees TV ~0.06 at alpha 1e-3 (min_detectable_effect)
 DEFAULT_MAX_NEW_TOKENS = 4
-DEFAULT_POWER = 0.99  # DESIGN.md: every cell states its minimum detectable effect at power 0.99
+DEFAULT_POWER = 0.99  # docs/ARCHITECTURE.md "Statistical defaults": every cell states its minimum detectable effect at power 0.99
 
 
 # --------------------------------------------------------------------------- power helpers
@@ -255,6 +255,7 @@ def assert_preserves_target(decoder, target, prompts, sampling: SamplingConfig, 
     >>> result.verdict, [cell.name for cell in result.cells]
     ('PASS', ['prompt0/gof@1', 'prompt0/gof@2', 'prompt0/joint@1..2', 'prompt0/surprisal@1..2', 'prompt0/pit'])
     """
+    __tracebackhide__ = True  # pytest: show the caller's line and the failing cells, not this function's source
     result = check_preserves_target(decoder, target, prompts, sampling, num_samples=num_samples,
                                     max_new_tokens=max_new_tokens, alpha=alpha, seed=seed,
                                     num_gof_positions=num_gof_positions, min_effect=min_effect, name=name,

@@ -256,6 +256,7 @@ def verifier_check(request: pytest.FixtureRequest, verifier_options: VerifierOpt
     records = request.config.stash[_RECORDS]
 
     def check(decoder, target, prompts, sampling, **kwargs):
+        __tracebackhide__ = True  # a failure shows the test's line and the failing cells, not this harness
         from verifier import api  # lazy: imports torch and numpy
 
         from verifier.suite.schema import BUILTIN_PROFILES

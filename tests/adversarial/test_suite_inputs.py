@@ -84,7 +84,7 @@ def test_decoder_name_with_mathtext_still_gets_a_report(tmp_path):
     run_dir = tmp_path / "run"
     assert run(suite, run_dir) == EXIT_OK
     html = (run_dir / "report.html").read_text()
-    assert "a$x^$b_$\\frac$" in (run_dir / "report.md").read_text() and "data:image/png;base64" in html
+    assert "a$x^$b_$\\frac$" in (run_dir / "report.md").read_text() and '<figure class="cell-figure"' in html
 
 
 @pytest.mark.parametrize("value", ["nan", "inf", "-inf", "0.0"])
@@ -145,11 +145,9 @@ def test_samples_beyond_memory_with_small_chunks_fail_fast(tmp_path, capsys):
     assert "samples" in capsys.readouterr().err
 
 
-def test_a_failing_figure_is_left_out_not_the_report(capsys):
+def test_a_failing_figure_is_left_out_not_the_report():
     """Malformed cell data (ragged PIT histograms) made a plot raise inside write_reports."""
-    from verifier.reports import plots
+    from verifier.reports import svg
 
-    cells = [{"effect_unit": "ks", "observed": [1, 2, 3], "decoder": "d"},
-             {"effect_unit": "ks", "observed": [1, 2], "decoder": "d"}]
-    assert plots.pit_figure(cells) is None
-    assert "pit_figure left out" in capsys.readouterr().err
+    assert svg.cell_figure({"test": "pit", "effect_unit": "ks", "observed": [1, "x", 3], "decoder": "d"}) is None
+    assert svg.cell_figure({"test": "gof@1", "effect_unit": "tv", "observed": [1, 2], "expected": [1, 2, 3]}) is None

@@ -13,7 +13,7 @@ import pytest
 # extensions (numpy.fft, torch) cannot be loaded twice, so load what the inner runs use up front.
 import verifier.api  # noqa: F401,E402
 import verifier.pytest_plugin  # noqa: F401,E402
-import verifier.reports.plots  # noqa: F401,E402
+import verifier.reports  # noqa: F401,E402
 import verifier.runner  # noqa: F401,E402
 import verifier.suite.schema  # noqa: F401,E402
 
@@ -182,6 +182,25 @@ def test_check_fixture_records_verdicts_in_the_summary(pytester):
     ])
     flag = " -p verifier.pytest_plugin" if PLUGIN else ""
     result.stdout.fnmatch_lines([f"*reproduce: python -m pytest test_checks.py::test_mutant{flag} --verifier-seed=5*"])
+
+
+def test_failing_check_shows_the_cells_and_the_reproduce_command_first(pytester):
+    """A failing verifier_check printed 134 lines, mostly the source and docstring of assert_preserves_target
+    (issue 16); the harness frames are hidden (__tracebackhide__): the failure section is the test's own
+    line, then the failing cells and the reproduce command.  Same mutant, n and alpha as above."""
+    pytester.makepyfile(test_checks=_CHECK_TESTS)
+    result = pytester.runpytest(*PLUGIN, "--verifier-seed=5", "--verifier-profile=audit", "-p", "no:cacheprovider",
+                                "test_checks.py::test_mutant")
+    result.assert_outcomes(failed=1)
+    out = result.stdout.lines
+    start = next(i for i, line in enumerate(out) if "_ test_mutant _" in line)
+    end = next(i for i, line in enumerate(out) if i > start and ("short test summary" in line or "spec-verifier summary" in line))
+    section = out[start:end]
+    text = "\n".join(section)
+    assert "def assert_preserves_target" not in text and "def check(" not in text
+    assert "Parameters" not in text and "__tracebackhide__" not in text
+    assert "gof@1" in text and "reproduce: python -m pytest test_checks.py::test_mutant" in text
+    assert len(section) <= 40, text
 
 
 def test_suite_fixture_runs_suites_and_reports_failed_expectations(pytester):

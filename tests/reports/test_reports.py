@@ -84,8 +84,9 @@ def test_html_is_self_contained_and_escaped(report):
     html = render_html(_hostile(report))
     assert HOSTILE not in html and "&lt;script&gt;alert(" in html
     assert "src=\"http" not in html and "<link" not in html  # nothing fetched from outside
-    # failing-cell bars (1 biased decoder), ranked p-values, PIT, the diagnosis figure of the biased decoder (issue 15)
-    assert html.count("data:image/png;base64,") == 4
+    assert html.count('<figure class="cell-figure"') == 2  # one per decoder (inline SVG), plus the ranked p-values
+    assert html.count("<svg") == 3
+    assert html.count("data:image/png;base64,") == 1  # the diagnosis figure of the biased decoder (issue 15)
 
 
 @pytest.mark.browser

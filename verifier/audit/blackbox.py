@@ -34,7 +34,7 @@ from verifier.stats.power import DEFAULT_POWER
 
 __all__ = ["TWO_SAMPLE_FACTOR", "BlackBoxCell", "BlackBoxResult", "blackbox_samples_needed", "blackbox_audit", "blackbox_cells"]
 
-TWO_SAMPLE_FACTOR = 2  # per-arm n of a two-sample test relative to the one-sample n for the same power (DESIGN.md)
+TWO_SAMPLE_FACTOR = 2  # per-arm n of a two-sample test relative to the one-sample n for the same power (docs/ARCHITECTURE.md "Statistical defaults")
 DEFAULT_ALPHA = 1e-3  # family-wise false-alarm rate, as the CI gate
 
 

@@ -49,6 +49,12 @@ def _command_modules(only: str | None = None):
             yield name, importlib.import_module(f"verifier.cli.{module}")
 
 
+def _version() -> str:
+    import verifier
+
+    return verifier.__version__
+
+
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The ``specverify`` parser; ``only`` registers just that sub-command (imports one module)."""
     parser = argparse.ArgumentParser(
@@ -58,6 +64,10 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         epilog="Exit codes: 0 every expectation met; 1 bias detected (or a mutant undetected); "
         "2 usage/config error; 3 decoder under test crashed or returned invalid output; 4 underpowered.",
     )
+    parser.add_argument("--version", action="version", version=f"specverify {_version()}")
+    parser.add_argument("--debug", action="store_true",
+                        help="on an error, print the full traceback (harness frames included); may follow the command too. "
+                        "Default: the error line and the plugin's own frames")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, module in _command_modules(only):
         p = sub.add_parser(name, help=module.HELP, description=module.HELP)
@@ -67,18 +77,43 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``specverify`` console script; returns the exit code."""
+    """Entry point of the ``specverify`` console script; returns the exit code.
+
+    ``--debug`` anywhere on the line: full tracebacks on errors (default: the plugin's own frames).
+    """
+    import os
+
+    words = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in words  # anywhere on the line
+    words = [w for w in words if w != "--debug"]
+    if not debug:
+        return _main(words, argv, False)
+    from verifier._tracebacks import DEBUG_ENV
+
+    old = os.environ.get(DEBUG_ENV)
+    os.environ[DEBUG_ENV] = "1"  # recorded decoder crashes keep every frame; a job process inherits it
+    try:
+        return _main(words, argv, True)
+    finally:
+        if argv is not None:  # in-process: leave the environment as it was
+            if old is None:
+                os.environ.pop(DEBUG_ENV, None)
+            else:
+                os.environ[DEBUG_ENV] = old
+
+
+def _main(words: list[str], argv: Sequence[str] | None, debug: bool) -> int:
     import os
 
     from verifier.cli import _isolate
 
-    words = list(sys.argv[1:] if argv is None else argv)
     command = next((w for w in words if not w.startswith("-")), None)
-    if argv is None and command in _isolate.ISOLATED_COMMANDS and not os.environ.get(_isolate.VERDICT_ENV):
+    asks_help = any(w in ("-h", "--help") for w in words)  # parsed here: no job process for --help
+    if argv is None and command in _isolate.ISOLATED_COMMANDS and not asks_help and not os.environ.get(_isolate.VERDICT_ENV):
         return _isolate.run_in_child(words, command)  # the child parses (usage errors, --help) and runs
     parser = build_parser(command if command in _command_names() else None)
     try:
-        args = parser.parse_args(argv)  # argparse exits with code 2 on usage errors, 0 after --help
+        args = parser.parse_args(words)  # argparse exits with code 2 on usage errors, 0 after --help
     except SystemExit as exc:
         _isolate.write_verdict(exc.code if isinstance(exc.code, int) else (0 if exc.code is None else EXIT_USAGE))
         raise
@@ -86,16 +121,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         _isolate.write_verdict(EXIT_USAGE)
         return EXIT_USAGE
-    code = _dispatch(args)
+    code = _dispatch(args, debug)
     _isolate.write_verdict(code)  # the last act of a child job process (no-op in-process)
     return code
 
 
-def _dispatch(args: argparse.Namespace) -> int:
+def _dispatch(args: argparse.Namespace, debug: bool = False) -> int:
     try:
         return int(args._run(args))
     except VerifierError as exc:
-        print(f"specverify {args.command}: error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        from verifier._tracebacks import format_error
+
+        print(format_error(exc, args.command, debug=debug), file=sys.stderr)
         return exc.exit_code
     except BrokenPipeError:  # e.g. `specverify exact | head`: the reader left; not an error of ours
         import os

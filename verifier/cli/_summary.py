@@ -42,5 +42,7 @@ def print_outcome(outcome: Any) -> None:
         print(f"  exact stage: {len(exact['findings'])} findings, {verdict}")
     for e in report.get("stopped", []):
         print(f"  {e['decoder']} stopped at {e['set']}, chunk {e['chunk']}: {e['message']}")
+        if e.get("traceback"):  # the plugin's own frames (verifier._tracebacks); --debug: all frames
+            print("\n".join(f"    {line}" for line in e["traceback"].splitlines()))
     print(f"verdict: {report['verdict']} (exit {outcome.exit_code})")
     print(f"reports: {outcome.run_dir}/report.html, report.md, report.json, junit.xml")

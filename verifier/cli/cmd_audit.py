@@ -35,7 +35,13 @@ from verifier.errors import EXIT_BIAS, EXIT_OK, EXIT_UNDERPOWERED, EXIT_USAGE, i
 
 HELP = "Audit a third-party decoder (module:factory), verification kernel, or imported JSONL samples."
 DEFAULT_REPORT_DIR = "reports"
-from verifier.audit.kernel_audit import KERNEL_TARGET_TV  # noqa: E402  kernel/engine mode: a cell that cannot see this TV is UNDERPOWERED
+from verifier.cli._defaults import KERNEL_TARGET_TV  # noqa: E402  kernel/engine mode: a cell that cannot see this TV is UNDERPOWERED (torch-free copy)
+
+
+def _progress_on(args: argparse.Namespace) -> bool:
+    from verifier import progress
+
+    return progress.from_args(args)
 
 
 def _option(text: str) -> tuple[str, Any]:
@@ -59,7 +65,7 @@ def _ids(text: str) -> list[int]:
 
 
 def register(parser: argparse.ArgumentParser) -> None:
-    from verifier.audit.suite_builder import DEFAULT_CHUNK_SIZE, DEFAULT_TARGET_TV
+    from verifier.cli._defaults import AUDIT_CHUNK_SIZE as DEFAULT_CHUNK_SIZE, AUDIT_TARGET_TV as DEFAULT_TARGET_TV
 
     mode = parser.add_mutually_exclusive_group(required=True)
     mode.add_argument("--decoder", metavar="SPEC",
@@ -130,7 +136,9 @@ def register(parser: argparse.ArgumentParser) -> None:
                         help="also write the audit as a suite TOML that `specverify run FILE` reruns (same seed, same samples)")
     parser.add_argument("--device", default="cpu", help="device of the models. Default: cpu")
     parser.add_argument("--dtype", default="float32", choices=("float32", "float64", "bfloat16", "float16"), help="Default: float32")
-    parser.add_argument("--no-progress", action="store_true", help="do not show progress bars")
+    from verifier import progress
+
+    progress.add_arguments(parser)
     parser.add_argument("--export", metavar="FILE", help="also write the audited decoder's samples as JSONL")
     parser.add_argument("--json", metavar="FILE", help="write the verdict and every cell as JSON")
 
@@ -477,7 +485,7 @@ def _run_known_p(args, sampling) -> int:
             print(f"suite written to {args.save_suite}")
         run_dir = Path(args.run_dir) if args.run_dir else new_run_dir(args.report_dir or DEFAULT_REPORT_DIR, suite)
         print(f"audit run -> {run_dir}")
-    outcome = run_audit(suite, run_dir, plan, resume=bool(args.resume), sequential=seq, progress=not args.no_progress)
+    outcome = run_audit(suite, run_dir, plan, resume=bool(args.resume), sequential=seq, progress=_progress_on(args))
     if getattr(args, "engine_described", None) and not args.resume:
         _numeric_floor(args, outcome, plan, suite, sampling)
     _print_summary(outcome, plan)

@@ -39,7 +39,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--case", action="append", default=[], metavar="NAME",
                         help="run only these cases (unigram3/3, trigram3/2;2,2; repeatable). Default: all")
     parser.add_argument("--num-draws", type=int, default=50_000, metavar="N", help="rows per case. Default: 50000")
-    from verifier.audit.kernel_audit import KERNEL_TARGET_TV
+    from verifier.cli._defaults import KERNEL_TARGET_TV
 
     parser.add_argument("--target-tv", type=float, default=KERNEL_TARGET_TV, metavar="TV",
                         help="smallest bias (total variation of the first N tokens' law) a case must see; a case that "

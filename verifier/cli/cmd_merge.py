@@ -13,6 +13,9 @@ DEFAULT_REPORT_DIR = "reports"  # like `specverify run`: <report-dir>/<suite>/<r
 
 
 def register(parser: argparse.ArgumentParser) -> None:
+    from verifier import progress
+
+    progress.add_arguments(parser)
     parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR",
                         help="Run folders written by `specverify run SUITE --shard I/N` (same suite, profile and seed). "
                         "One folder that all shards shared is merged in place.")
@@ -27,6 +30,9 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from verifier import progress
+
+    progress.from_args(args)
     from verifier.runner import load_run_suite, new_run_dir
     from verifier.runner.shard import merge_runs
 

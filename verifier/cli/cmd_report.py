@@ -1,4 +1,9 @@
-"""``specverify report RUN_DIR``: statistics, verdict and reports again from stored samples."""
+"""``specverify report RUN_DIR``: statistics, verdict and reports again from stored samples.
+
+When the run folder's report.json was computed from the same samples, suite and statistics code,
+only the reports are re-rendered (:mod:`verifier.reports.cache`); ``--recompute`` forces the
+statistics.  The run's own stage times stay in report.json (``run.stage_seconds``); this command's
+go to ``run.report_stage_seconds``."""
 
 from __future__ import annotations
 
@@ -10,16 +15,36 @@ HELP = "Regenerate report.json/.md/.html and junit.xml of a run folder from its 
 
 
 def register(parser: argparse.ArgumentParser) -> None:
+    from verifier import progress
+
+    progress.add_arguments(parser)
     parser.add_argument("run_dir", metavar="RUN_DIR", help="A run folder written by `specverify run`.")
     parser.add_argument("--out", metavar="DIR", default=None, help="Write the reports here instead of RUN_DIR. Default: RUN_DIR.")
     parser.add_argument("--allow-partial", action="store_true",
                         help="Report on the samples present when chunk files are missing or unreadable (the report says "
                         "how many are missing). Default: missing samples are an error naming the chunk files.")
+    parser.add_argument("--recompute", action="store_true",
+                        help="Recompute every statistic even when report.json was computed from the same samples, suite and "
+                        "statistics code. Default: then only re-render the reports from it (seconds).")
 
 
 def run(args: argparse.Namespace) -> int:
+    import datetime as dt
+    from types import SimpleNamespace
+
+    from verifier import progress
+    from verifier.reports import cache
+
+    progress.from_args(args)
+    now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    hit = None if args.recompute else cache.try_rerender(args.run_dir, args.out, args.allow_partial, now)
+    if hit is not None:  # same inputs: no torch import, no model, no statistic
+        report, _stage = hit
+        code = int(report.get("exit_code", 0))
+        print_outcome(SimpleNamespace(report=report, exit_code=code, run_dir=args.out or args.run_dir))
+        return code
     from verifier.runner import analyze_run
 
-    outcome = analyze_run(args.run_dir, out_dir=args.out, allow_partial=args.allow_partial)
+    outcome = analyze_run(args.run_dir, out_dir=args.out, allow_partial=args.allow_partial, recompute=args.recompute)
     print_outcome(outcome)
     return outcome.exit_code

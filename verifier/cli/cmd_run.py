@@ -36,7 +36,15 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", metavar="N", type=int, default=DEFAULT_CPU_THREADS,
                         help="torch intra-op threads on CPU. Tiny models sample fastest on one thread (measured 7x faster "
                         f"than two on a busy 2-core machine); raise it for large CPU models. Default: {DEFAULT_CPU_THREADS}.")
-    parser.add_argument("--no-progress", action="store_true", help="Do not show progress bars.")
+    from verifier import progress
+
+    progress.add_arguments(parser)
+
+
+def _progress(args: argparse.Namespace) -> bool:
+    from verifier import progress
+
+    return progress.from_args(args)
 
 
 def _stage_line(stages: dict) -> str:
@@ -122,13 +130,13 @@ def run(args: argparse.Namespace) -> int:
         from verifier.runner.shard import parse_shard, run_shard
 
         shard = parse_shard(args.shard)
-        done = run_shard(suite, run_dir, shard, progress=not args.no_progress)
+        done = run_shard(suite, run_dir, shard, progress=_progress(args))
         print(f"shard {shard}: {done.samples} samples in {len(done.chunks)} chunks -> {run_dir} ({done.seconds:.1f} s)")
         for e in done.errors:
             print(f"  {e['decoder']} stopped at {e['set']}, chunk {e['chunk']}: {e['message']}")
         print(f"when every shard is done: specverify merge {run_dir} ...")
         return 3 if done.errors else 0
-    outcome = run_suite(suite, run_dir, resume=bool(args.resume), progress=not args.no_progress)
+    outcome = run_suite(suite, run_dir, resume=bool(args.resume), progress=_progress(args))
     print()
     print_outcome(outcome)
     print(_stage_line(outcome.stage_seconds))

@@ -28,7 +28,6 @@ from verifier.errors import ReportWriteError
 __all__ = ["write_reports", "render_markdown", "render_html", "render_junit", "REPORT_FILES"]
 
 REPORT_FILES = ("report.json", "report.md", "report.html", "junit.xml")
-MAX_FAILING_PLOTS = 16  # observed-vs-expected figures in report.html, one per decoder (the table lists all cells)
 
 
 def _sanitize(obj: Any) -> Any:
@@ -99,12 +98,17 @@ def _env(autoescape: bool):
     env.filters["pval"] = _cell_p
     env.filters["statv"] = _cell_stat
     env.filters["mdev"] = _cell_mde
+    from verifier.reports.summary import decimal, test_phrase
+
+    env.filters["dec"] = decimal
+    env.filters["phrase"] = test_phrase
     return env
 
 
-def _far_below() -> float:
-    from verifier.runner.acceptance import FAR_BELOW_FRACTION
+FAR_BELOW_FRACTION = 0.5  # = verifier.runner.acceptance.FAR_BELOW_FRACTION (tested), without importing the runner
 
+
+def _far_below() -> float:
     return FAR_BELOW_FRACTION
 
 
@@ -123,38 +127,65 @@ def _detected(report: dict) -> list[dict]:
 
 
 def render_markdown(report: dict) -> str:
-    """report.md: the verdict first, then the table of failing cells, then the rest."""
+    """report.md: the verdict and one plain line per decoder first, then failing cells, then the rest."""
+    from verifier.reports.summary import cell_legend, decoder_line
+
+    alpha = float(report.get("suite", {}).get("stats", {}).get("alpha", 1e-3))
+    sets = {s.get("set_id"): s for s in report.get("sample_sets", [])}
+    lines = {d["decoder"]: decoder_line(d, [c for c in report.get("cells", []) if c.get("decoder") == d["decoder"]], sets, alpha)
+             for d in report.get("decoders", [])}
     return _env(False).get_template("report.md.j2").render(r=report, failing=_failing(report), detected=_detected(report),
-                                                           far_below=_far_below())
+                                                           far_below=_far_below(), lines=lines, legend=cell_legend(report))
+
+
+def _sections(report: dict) -> list[dict]:
+    """Per decoder: its plain line, its most telling cell with a figure, acceptance figures, its cells.
+
+    One dict per decoder, in report order; report.html renders each as a ``<section class="decoder">``
+    (and appends ``templates/decoder_extra.html.j2`` when present: the hook for extra per-decoder blocks).
+    """
+    from markupsafe import Markup
+
+    from verifier.reports import summary, svg
+
+    alpha = float(report.get("suite", {}).get("stats", {}).get("alpha", 1e-3))
+    sets = {s.get("set_id"): s for s in report.get("sample_sets", [])}
+    by_dec: dict[str, list[dict]] = {}
+    for c in report.get("cells", []):
+        by_dec.setdefault(c.get("decoder", ""), []).append(c)
+    out = []
+    for d in report.get("decoders", []):
+        cells = by_dec.get(d["decoder"], [])
+        cell = summary.most_telling_cell(cells)
+        fig = svg.cell_figure(cell) if cell else None
+        acc = [Markup(f) for f in (svg.acceptance_figure(a) for a in (d.get("acceptance") or [])) if f]
+        out.append({
+            "d": d, "line": summary.decoder_line(d, cells, sets, alpha), "cells": cells, "cell": cell,
+            "cell_where": summary.set_label(cell, sets) if cell else "",
+            "figure": Markup(fig) if fig else None, "acceptance_figures": acc,
+        })
+    return out
 
 
 def render_html(report: dict) -> str:
-    """report.html: one self-contained file (plots as base64 PNG), autoescaped."""
-    from verifier.reports import plots
+    """report.html: one self-contained file (inline SVG figures), autoescaped."""
+    from markupsafe import Markup
+
+    from verifier.reports import summary, svg
 
     failing, detected = _failing(report), _detected(report)
-    failing_plots = []
-    worst: dict[str, dict] = {}  # one figure per decoder: its most significant biased cell
-    for c in sorted([c for c in failing if c.get("verdict") == "BIAS"] + detected, key=lambda c: c.get("pvalue") or 0):
-        worst.setdefault(c.get("decoder", ""), c)
-    for c in list(worst.values())[:MAX_FAILING_PLOTS]:
-        png = plots.failing_cell_bars(c)
-        if png:
-            failing_plots.append({"id": c["id"], "png": png})
     stats = report.get("suite", {}).get("stats", {})
     alpha = float(stats.get("alpha", 1e-3))
     level = alpha / 2 if stats.get("correction", "gate") == "gate" else alpha
-    figs = {
-        "ranked": plots.ranked_pvalues(report.get("cells", []), level),
-        "pit": plots.pit_figure(report.get("cells", [])),
-        "acceptance": plots.acceptance_lengths(report.get("sample_sets", [])),
-    }
+    ranked = svg.ranked_pvalues(report.get("cells", []), level)
+    figs = {}
     if report.get("diagnosis"):  # issue 15: observed vs target vs best-mechanism law per diagnosed decoder
         from verifier.diagnose.render import diagnosis_figures
 
         figs["diagnosis"] = diagnosis_figures(report)
     return _env(True).get_template("report.html.j2").render(
-        r=report, failing=failing, detected=detected, failing_plots=failing_plots, plots=figs, far_below=_far_below())
+        r=report, failing=failing, detected=detected, sections=_sections(report), legend=summary.cell_legend(report),
+        ranked=Markup(ranked) if ranked else None, plots=figs, far_below=_far_below())
 
 
 def render_junit(report: dict) -> str:

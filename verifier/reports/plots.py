@@ -1,4 +1,4 @@
-"""Matplotlib figures of a report, returned as base64 PNG strings (embedded in report.html).
+"""Matplotlib helpers (base64 PNG) -- used by verifier.diagnose.render; report.html's own figures are inline SVG (reports/svg.py).
 
 * :func:`failing_cell_bars` -- observed vs expected counts on the pooled categories of a cell;
 * :func:`pit_figure` -- randomized-PIT histogram (summed over a decoder's PIT cells) and QQ plot;

@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from verifier._tracebacks import crash_traceback
 from verifier.errors import DecoderError
 from verifier.runner import guards
 from verifier.runner.models import LoadedPair, check_context_fits, encode_prompt, load_pair
@@ -81,7 +82,8 @@ class SuiteContext:
                 self.decoder(p.decoder, p.num_draft_tokens)
             except DecoderError as exc:
                 errors[p.decoder.name] = {"decoder": p.decoder.name, "kind": "crash", "type": type(exc).__name__,
-                                          "message": str(exc), "set_id": p.set_id, "set": p.label, "chunk": 0,
+                                          "message": str(exc), "traceback": crash_traceback(exc),
+                                          "set_id": p.set_id, "set": p.label, "chunk": 0,
                                           "seed": p.chunk_seed(0), "chunks_kept_in_set": 0,
                                           "samples_dir": str(Path("samples") / p.set_id)}
         return errors

@@ -4,7 +4,7 @@ A PASS must never claim what no cell tested.  ``gof@t`` tests the law of token t
 the joint law of tokens 1..J (so each of them), ``greedy`` every token of every row; ``pit`` and
 ``surprisal@1..J`` state no total variation (KS distance, nats).  :func:`pass_reason` names the
 positions with a TV cell and the later positions covered only by PIT (with its KS MDE) or not at all;
-:func:`has_tv_cell` decides whether a decoder can PASS at all (DESIGN.md: no TV cell -> UNDERPOWERED).
+:func:`has_tv_cell` decides whether a decoder can PASS at all (docs/ARCHITECTURE.md "Statistical defaults": no TV cell -> UNDERPOWERED).
 """
 
 from __future__ import annotations

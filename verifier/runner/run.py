@@ -41,6 +41,8 @@ from verifier.errors import (
     ResourceError,
     is_out_of_memory,
 )
+from verifier._tracebacks import crash_traceback
+from verifier.reports import cache as report_cache
 from verifier.runner import acceptance, analysis, guards
 from verifier.runner.assemble import REPORT_SCHEMA_VERSION, build_report, environment
 from verifier.runner.cells import acceptance_cells, count_cells, draft_unknown, expected_preflight, set_cells
@@ -200,7 +202,7 @@ def _sample(ctx: SuiteContext, store: SampleStore, progress: bool, log: Callable
     ``select(plan, chunk_index)`` restricts sampling to the chunks it returns True for (one
     shard of ``specverify run --shard I/N``); default every chunk.
     """
-    from tqdm import tqdm
+    from verifier import progress as _progress
 
     errors: dict[str, dict] = ctx.preflight()
     seen_chunks: dict[tuple[str, bytes], tuple[int, int]] = {}
@@ -216,8 +218,7 @@ def _sample(ctx: SuiteContext, store: SampleStore, progress: bool, log: Callable
         if not todo:
             log(f"  {spec.name}: all {total} samples already on disk")
             continue
-        bar = tqdm(total=total, initial=done, unit="samples", desc=f"{spec.name:>24}", disable=not progress,
-                   dynamic_ncols=True, leave=True, file=sys.stderr)
+        bar = _progress.bar(total, f"{spec.name:>24}", "samples", initial=done, leave=True, show=progress)
         try:
             for plan, index in todo:
                 pair = ctx.pairs[plan.pair]
@@ -250,7 +251,8 @@ def _sample(ctx: SuiteContext, store: SampleStore, progress: bool, log: Callable
                     kept = sum(1 for i in range(plan.num_chunks) if store.chunk_path(plan.set_id, i).is_file())
                     errors[spec.name] = {
                         "decoder": spec.name, "kind": "invalid_output" if isinstance(exc, DecoderOutputError) else "crash",
-                        "type": type(exc).__name__, "message": str(exc), "set_id": plan.set_id,
+                        "type": type(exc).__name__, "message": str(exc), "traceback": crash_traceback(exc),
+                        "set_id": plan.set_id,
                         "set": plan.label, "chunk": index, "seed": seed,
                         "chunks_kept_in_set": kept, "samples_dir": str(store.samples_dir / plan.set_id),
                     }
@@ -299,6 +301,9 @@ def _load_set(store: SampleStore, plan: SampleSetPlan) -> tuple[np.ndarray, np.n
 
 
 def _statistics(ctx: SuiteContext, store: SampleStore, errors: dict[str, dict], allow_partial: bool = False):
+    from verifier import progress
+
+    bar = progress.bar(len(ctx.plans), "statistics", "sets")  # progress hook (issue 16)
     suite = ctx.suite
     verdicts: list[DecoderVerdict] = []
     sets_info: list[dict[str, Any]] = []
@@ -327,12 +332,14 @@ def _statistics(ctx: SuiteContext, store: SampleStore, errors: dict[str, dict], 
             info["decoder_identity"] = first.meta.get("decoder") if first is not None else None
             sets_info.append(info)
             if spec.name in errors or not len(tokens):  # no sample, no cell (the report says what is missing)
+                bar.update(1)
                 continue
             cells.extend(set_cells(ctx, p, tokens, lambda _i: level))
             audit, cell, why = acceptance_cells(ctx, p, fra, acc, draft_unknown(ctx, p, info["decoder_identity"]))
             audits += [audit] if audit else []
             conformance_cells += [cell] if cell is not None else []
             untested += [why] if why else []
+            bar.update(1)
         verdict = decide(spec.name, spec.expect, cells, alpha=suite.stats.alpha,
                          correction=suite.stats.correction, target_mde=suite.stats.target_mde,
                          error=errors.get(spec.name), max_new_tokens=max((p.max_new_tokens for p in plans), default=None))
@@ -343,11 +350,13 @@ def _statistics(ctx: SuiteContext, store: SampleStore, errors: dict[str, dict], 
             if verdict.conformance["verdict"] == acceptance.NONCONFORMING and spec.expect == "pass":
                 verdict.expectation_met = False  # declared, so a mismatch fails the run -- as conformance, not as bias
         verdicts.append(verdict)
+    bar.close()
     return verdicts, sets_info
 
 
 def _finish(ctx_or_suite, store: SampleStore, errors: dict, exact: dict, stage: dict, info: dict,
-            log: Callable[[str], None], out_dir: Path | None = None, allow_partial: bool = False) -> RunOutcome:
+            log: Callable[[str], None], out_dir: Path | None = None, allow_partial: bool = False,
+            run_stages: dict | None = None) -> RunOutcome:
     from verifier.reports import write_reports
 
     ctx = ctx_or_suite
@@ -356,6 +365,7 @@ def _finish(ctx_or_suite, store: SampleStore, errors: dict, exact: dict, stage: 
     stage["statistics"] = time.perf_counter() - t0
     code = exit_code(verdicts, exact_ok=exact["ok"])
     report = build_report(ctx.suite, environment(ctx.suite), exact, verdicts, sets_info, errors, code, info)
+    report["run"][report_cache.KEY_FIELD] = report_cache.run_inputs_key(store.run_dir, allow_partial)
     report["samples_planned"] = sum(s["samples"] for s in sets_info)
     report["samples_missing"] = sum(s["samples_missing"] for s in sets_info)
     if report["samples_missing"]:
@@ -365,14 +375,16 @@ def _finish(ctx_or_suite, store: SampleStore, errors: dict, exact: dict, stage: 
     auto_diagnosis(report, ctx.plans, ctx.pairs, store, stage, log)
     t0 = time.perf_counter()
     target = Path(out_dir) if out_dir is not None else store.run_dir
-    report["run"]["stage_seconds"] = stage
+    report["run"]["stage_seconds"] = stage if run_stages is None else run_stages  # a regeneration keeps the run's figures
+    if run_stages is not None:
+        report["run"]["report_stage_seconds"] = stage  # ... and adds its own (issue 16)
     try:
         write_reports(report, target)
     except ReportWriteError as exc:
         raise ReportWriteError(f"{exc}; the samples are kept in {store.samples_dir} -- rerun "
                                f"`specverify report {store.run_dir} --out DIR` with a writable DIR") from None
     stage["reports"] = time.perf_counter() - t0
-    report["run"]["stage_seconds"] = stage
+    report["run"]["stage_seconds"] = stage if run_stages is None else run_stages
     return RunOutcome(target, report, code, stage)
 
 
@@ -451,7 +463,7 @@ def _exact_failed(ctx: SuiteContext, exact: dict, stage: dict, info: dict, store
 
 
 def analyze_run(run_dir: str | Path, *, out_dir: str | Path | None = None,
-                log: Callable[[str], None] = print, allow_partial: bool = False) -> RunOutcome:
+                log: Callable[[str], None] = print, allow_partial: bool = False, recompute: bool = False) -> RunOutcome:
     """Recompute statistics, verdict and reports from a run folder's shards, without sampling.
 
     ``allow_partial`` reports on the samples present when shards are missing or unreadable (the
@@ -467,6 +479,10 @@ def analyze_run(run_dir: str | Path, *, out_dir: str | Path | None = None,
     """
     suite, run_file = load_run_suite(run_dir)
     store = SampleStore(run_dir)
+    hit = None if recompute else report_cache.try_rerender(run_dir, out_dir, allow_partial, _now())
+    if hit is not None:  # same inputs: re-render only (issue 16: `report` was slower than the run)
+        report, stage = hit
+        return RunOutcome(Path(out_dir) if out_dir else store.run_dir, report, int(report.get("exit_code", 0)), stage)
     stage: dict[str, float] = {}
     t0 = time.perf_counter()
     exact = _exact_stage(suite)
@@ -480,13 +496,12 @@ def analyze_run(run_dir: str | Path, *, out_dir: str | Path | None = None,
         errors = {e["decoder"]: e for e in store.read_json(STOPPED_FILE)}
     info = {"run_id": run_file.get("run_id", Path(run_dir).name), "started_at": run_file.get("created_at"),
             "regenerated_at": _now(), "resumed": False}
+    run_stages = None
     previous = store.run_dir / "report.json"
-    if previous.is_file():  # keep the sampling time of the run that drew the samples
+    if previous.is_file():  # keep the stage times of the run that drew the samples (report.json run.stage_seconds)
         try:
-            sampled = json.loads(previous.read_text(encoding="utf-8"))["run"]["stage_seconds"].get("sampling")
+            run_stages = dict(json.loads(previous.read_text(encoding="utf-8"))["run"]["stage_seconds"])
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
-            sampled = None
-        if sampled is not None:
-            stage["sampling"] = sampled
+            run_stages = None
     return _finish(ctx, store, errors, exact, stage, info, log, out_dir=Path(out_dir) if out_dir else None,
-                   allow_partial=allow_partial)
+                   allow_partial=allow_partial, run_stages=run_stages)

@@ -1,6 +1,6 @@
 """Verdicts: multiple-comparison correction over one decoder's cells, then expectations.
 
-Correction (DESIGN.md "Statistical defaults"), applied separately to each decoder's cells:
+Correction (docs/ARCHITECTURE.md "Statistical defaults"), applied separately to each decoder's cells:
 
 ``gate`` (CI)
     Holm at ``alpha / 2`` over the cells plus a combination test of all cells at ``alpha / 2``
@@ -102,7 +102,7 @@ def decide(decoder: str, expect: str, cells: list[CellResult], *, alpha: float, 
     pvals = np.array([0.0 if c.support_violation else c.pvalue for c in tested], dtype=np.float64)
     combined, family = None, False
     # the cells of one sample set share its samples, so they are dependent: Cauchy combination in
-    # the gate, Benjamini-Yekutieli in audit mode (DESIGN.md "Statistical defaults")
+    # the gate, Benjamini-Yekutieli in audit mode (docs/ARCHITECTURE.md "Statistical defaults")
     level = alpha / 2 if correction == "gate" else alpha
     method = (f"Holm(alpha/2={alpha / 2:g}) + Cauchy combination(alpha/2={alpha / 2:g})" if correction == "gate"
               else f"Benjamini-Yekutieli(q={alpha:g})")

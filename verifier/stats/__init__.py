@@ -2,8 +2,8 @@
 
 Independent of models: every function takes counts, token arrays and (when known) float64
 processed target probs, and returns a :class:`CellTestResult` that unpacks as
-``(statistic, pvalue)``.  See docs/ARCHITECTURE.md ("Statistics") and DESIGN.md
-("Statistical defaults") for why each default was chosen.
+``(statistic, pvalue)``.  See docs/ARCHITECTURE.md ("Statistics" and "Statistical defaults") for why
+each default was chosen.
 
 =====================  ==========================================================================
 known-p GOF            :func:`gof_test`, :func:`gof_pvalues`, :func:`token_counts`, :func:`support_violations`

@@ -318,7 +318,7 @@ def gof_test(
     rng : None, int or numpy.random.Generator
         Randomness for Monte Carlo and the TV bootstrap (None: a fixed default seed).
     min_expected : float, default 10
-        Pooling threshold (DESIGN.md: every pooled expected count >= 10).
+        Pooling threshold (docs/ARCHITECTURE.md "Statistical defaults": every pooled expected count >= 10).
     power : float, default 0.99
         Power at which the minimum detectable effect is reported.
     confidence : float, default 0.99

@@ -36,8 +36,8 @@ from verifier.stats._validate import check_alpha, short
 
 __all__ = ["GATE_ALPHA", "AUDIT_Q", "Adjustment", "adjust"]
 
-GATE_ALPHA = 1e-3  # DESIGN.md: family-wise alpha of the CI gate
-AUDIT_Q = 0.05  # DESIGN.md: Benjamini–Hochberg q of the audit mode
+GATE_ALPHA = 1e-3  # docs/ARCHITECTURE.md "Statistical defaults": family-wise alpha of the CI gate
+AUDIT_Q = 0.05  # docs/ARCHITECTURE.md "Statistical defaults": Benjamini–Hochberg q of the audit mode
 _MODES = ("gate", "audit")
 _COMBINE = ("auto", "fisher", "cauchy", "bonferroni")
 _CAUCHY_P_FLOOR = 1e-300  # p = 0 (support violation) -> log(0) in Fisher, tan overflow in Cauchy

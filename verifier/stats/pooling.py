@@ -19,7 +19,7 @@ from verifier.stats._validate import check_min_expected, check_positive_int, che
 
 __all__ = ["MIN_EXPECTED_COUNT", "Pooling", "pool_categories"]
 
-MIN_EXPECTED_COUNT = 10.0  # Cochran-style rule; DESIGN.md "Statistical defaults" (every expected count >= 10)
+MIN_EXPECTED_COUNT = 10.0  # Cochran-style rule; docs/ARCHITECTURE.md "Statistical defaults" (every expected count >= 10)
 UNPOOLED = -1  # group label of a token with expected prob 0 (outside the support)
 
 

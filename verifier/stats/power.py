@@ -51,7 +51,7 @@ __all__ = [
     "tv_per_w",
 ]
 
-DEFAULT_POWER = 0.99  # DESIGN.md: every cell reports its MDE at power 0.99
+DEFAULT_POWER = 0.99  # docs/ARCHITECTURE.md "Statistical defaults": every cell reports its MDE at power 0.99
 EXACT_MAX_VOCAB = 4  # exact enumeration is O(n^(vocab-1)); above 4 use the noncentral chi-square
 EXACT_MAX_OUTCOMES = 50_000  # grid points per exact evaluation (~40 ms at vocab 4, n ~ 2000); beyond: noncentral
 _WINDOW_TAIL = 1e-12  # binomial tail left out per coordinate of the exact enumeration

@@ -11,7 +11,7 @@ is a non-negative martingale with ``E_0 = 1`` under the null, so by Ville's ineq
 as soon as ``E_n >= 1 / alpha`` (bias certain) without inflating the false-alarm rate.
 ``min(1, 1 / max E)`` is an anytime-valid p-value.
 
-``DEFAULT_CONCENTRATION`` = 30 was measured on DESIGN.md's reference alternative (target
+``DEFAULT_CONCENTRATION`` = 30 was measured on the reference alternative of docs/ARCHITECTURE.md "Statistical defaults" (target
 (.2,.5,.3), full-p-fallback output (.26,.45,.29), alpha .01, 2000 streams): median stopping time
 954 / 795 / 654 / 576 / 555 samples at c = 1 / 3 / 10 / 30 / 100, against the fixed-n chi-square's
 1259 (and larger c adapts more slowly to large biases).

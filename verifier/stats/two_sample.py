@@ -56,7 +56,7 @@ def two_sample_chi2_test(counts_a, counts_b, *, alpha: float = 0.01, num_permuta
     ----------
     counts_a, counts_b : array_like, shape (vocab,), int
         Emitted-token counts of the decoder under test and of plain target sampling (same cell).
-        DESIGN.md: about 2x the one-sample n per arm gives comparable power.
+        docs/ARCHITECTURE.md "Statistical defaults": about 2x the one-sample n per arm gives comparable power.
     alpha : float, default 0.01
         The level this cell is judged at *after* multiple-comparison correction (e.g. Holm's
         smallest threshold): the p-value cannot go below ``1 / (B + 1)``, so B must exceed 1 / alpha.

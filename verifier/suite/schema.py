@@ -63,7 +63,7 @@ __all__ = [
 
 SCHEMA_VERSION = 1  # bump when a key changes meaning; old files then fail with a clear message
 TEST_NAMES = ("gof", "joint", "surprisal", "pit", "accepted")  # per-sample-set statistics a decoder can ask for
-CORRECTIONS = ("gate", "audit")  # gate: Holm(alpha/2) + Fisher(alpha/2); audit: Benjamini-Hochberg
+CORRECTIONS = ("gate", "audit")  # gate: Holm(alpha/2) + Cauchy combination(alpha/2); audit: Benjamini-Yekutieli (the cells share samples)
 EXPECTATIONS = ("pass", "detect")
 ACCEPTANCE_RULES = ("any", "canonical")  # "canonical": the accepted-count law is checked (acceptance rule conformance)
 MAX_GOF_POSITION = 8  # expected marginals are enumerated over the target's prefix tree
@@ -72,7 +72,7 @@ MAX_GOF_POSITION = 8  # expected marginals are enumerated over the target's pref
 BUILTIN_PROFILES: dict[str, dict[str, Any]] = {
     "ci": {"sample_scale": 1.0},
     "nightly": {"sample_scale": 8.0},
-    "audit": {"sample_scale": 4.0, "correction": "audit", "alpha": 0.05},  # BH/BY at q = 0.05 (DESIGN.md)
+    "audit": {"sample_scale": 4.0, "correction": "audit", "alpha": 0.05},  # BH/BY at q = 0.05 (docs/ARCHITECTURE.md "Statistical defaults")
 }
 
 TOP_LEVEL_KEYS = (

@@ -1,0 +1,93 @@
+"""`specverify report RUN_DIR`: cheaper than the run, keeps the run's stage times (issue 16).
+
+Before: every `report` reloaded the models and recomputed every cell (36-41 s for the 25 s ci run)
+and replaced the run's stage times with its own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from verifier.cli import main
+
+TINY = Path(__file__).resolve().parents[2] / "tests" / "runner" / "suites" / "tiny.toml"
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    run = tmp_path_factory.mktemp("cache") / "run"
+    assert main(["run", str(TINY), "--run-dir", str(run), "--no-progress"]) == 0
+    return run
+
+
+def _report(run: Path) -> dict:
+    return json.loads((run / "report.json").read_text())
+
+
+def test_report_keeps_the_runs_stage_times_and_reuses_same_inputs(run_dir, tmp_path, capsys):
+    run = tmp_path / "run"
+    shutil.copytree(run_dir, run)
+    before = _report(run)
+    assert main(["report", str(run), "--no-progress"]) == 0
+    after = _report(run)
+    assert after["run"]["stage_seconds"] == before["run"]["stage_seconds"]  # the run's figures
+    assert after["run"]["report_stage_seconds"] == {"statistics": 0.0}  # nothing recomputed
+    assert after["cells"] == before["cells"] and after["decoders"] == before["decoders"]
+
+
+def test_changed_samples_or_recompute_compute_again(run_dir, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(run_dir, run)
+    before = _report(run)
+    chunk = next((run / "samples").rglob("chunk-*.npz"))
+    st = chunk.stat()
+    os.utime(chunk, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))  # same bytes, new file: recompute
+    assert main(["report", str(run), "--no-progress"]) == 0
+    after = _report(run)
+    assert after["run"]["report_stage_seconds"].get("statistics", 0) > 0
+    assert after["run"]["stage_seconds"] == before["run"]["stage_seconds"]
+    assert [c["pvalue"] for c in after["cells"]] == [c["pvalue"] for c in before["cells"]]  # deterministic
+    assert main(["report", str(run), "--no-progress", "--recompute"]) == 0
+    assert _report(run)["run"]["report_stage_seconds"].get("statistics", 0) > 0
+
+
+def test_models_outside_the_package_code_are_keyed_or_never_reused(tmp_path):
+    from verifier.reports.cache import inputs_key
+
+    def suite(target):
+        return {"raw": {"models": {"m": {"target": target, "draft": target}}}, "base_dir": str(tmp_path)}
+
+    assert inputs_key(tmp_path, suite("module.sub:make_model"), False) is None
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    (ckpt / "model.safetensors").write_bytes(b"1")
+    first = inputs_key(tmp_path, suite("ckpt"), False)
+    (ckpt / "model.safetensors").write_bytes(b"22")  # a replaced checkpoint changes the expected laws
+    assert inputs_key(tmp_path, suite("ckpt"), False) != first
+    assert inputs_key(tmp_path, suite("shipped:target"), False) is not None
+
+
+def test_same_inputs_rerender_imports_no_torch(run_dir, tmp_path):
+    """The fast path of `specverify report` needs neither torch nor the runner."""
+    import subprocess
+    import sys
+
+    run = tmp_path / "run"
+    shutil.copytree(run_dir, run)
+    code = ("import sys\nfrom verifier.cli import main\nrc = main(['report', %r, '--no-progress'])\n"
+            "print('RC', rc, 'torch' in sys.modules)" % str(run))
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert "RC 0 False" in out.stdout, out.stdout[-1500:] + out.stderr[-1500:]
+
+
+def test_far_below_copy_matches_the_runner():
+    from verifier.reports import FAR_BELOW_FRACTION
+    from verifier.runner.acceptance import FAR_BELOW_FRACTION as source
+
+    assert FAR_BELOW_FRACTION == source

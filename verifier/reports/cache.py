@@ -1,0 +1,165 @@
+"""``specverify report RUN_DIR`` without recomputing what cannot have changed.
+
+The statistics of a run are a pure function of its inputs: the stored samples (``samples/``
+chunk files), ``stopped.json``, the suite (``run.json``), the target/draft model files, ``--allow-partial``
+and the code that computes them (a suite whose models are ``module:attr`` code is never reused).  :func:`inputs_key` hashes all of these (chunk files by name, size and
+modification time; the code as every ``verifier/**/*.py`` outside ``verifier/reports/`` and
+``verifier/cli/``, which only render and dispatch).  The runner stores the key in report.json
+(``run.inputs_sha256``); when ``specverify report`` finds the same key in the run folder's
+report.json it re-renders report.md / report.html / junit.xml from that report.json (seconds)
+instead of loading the models and recomputing every cell (most of a run's wall time).  Any change
+to a sample file, the suite or the statistics code changes the key and everything is recomputed;
+``--recompute`` forces it.
+
+The suite part of the key is run.json's ``suite`` entry as stored, so the check needs neither torch
+nor the runner (:func:`try_rerender`: ``specverify report`` re-renders in about a second).
+
+Only JSON is read back (report.json), never pickles: a run folder received from someone else
+cannot run code through this cache.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+__all__ = ["inputs_key", "run_inputs_key", "cached_report", "rerender", "try_rerender", "KEY_FIELD"]
+
+KEY_FIELD = "inputs_sha256"  # report.json run.<KEY_FIELD>
+_RENDER_ONLY = ("reports", "cli")  # verifier/ subpackages that cannot change a statistic
+
+
+def _code_digest() -> str:
+    import verifier
+
+    root = Path(verifier.__file__).resolve().parent
+    h = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root)
+        if rel.parts[0] in _RENDER_ONLY:
+            continue
+        h.update(str(rel).encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+def inputs_key(run_dir: str | Path, suite_dict: dict[str, Any], allow_partial: bool) -> str | None:
+    """SHA-256 over everything a run's statistics depend on (module docstring); None when they
+    depend on code outside the package (a ``module:attr`` model): never reused."""
+    run_dir = Path(run_dir)
+    h = hashlib.sha256()
+    h.update(json.dumps(suite_dict, sort_keys=True, default=str).encode())
+    h.update(b"partial" if allow_partial else b"complete")
+    h.update(_code_digest().encode())
+    samples = run_dir / "samples"
+    if samples.is_dir():
+        for path in sorted(samples.rglob("*")):
+            if path.is_file():
+                st = path.stat()
+                h.update(f"{path.relative_to(samples)}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    stopped = run_dir / "stopped.json"
+    h.update(stopped.read_bytes() if stopped.is_file() else b"-")
+    models = _models_digest(suite_dict)
+    if models is None:  # a model defined by code outside the package: no reuse
+        return None
+    h.update(models.encode())
+    return h.hexdigest()
+
+
+def _files_digest(root: Path) -> str:
+    h = hashlib.sha256()
+    for path in sorted(root.rglob("*") if root.is_dir() else [root]):
+        if path.is_file():
+            st = path.stat()
+            h.update(f"{path}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    return h.hexdigest()
+
+
+def _models_digest(suite_dict: dict[str, Any]) -> str | None:
+    """The target/draft models the expected laws come from: tabular pairs are code (in the code
+    digest), shipped and checkpoint folders by their files' names, sizes and times; a
+    ``module:attr`` model is code outside the package, so None (never reused)."""
+    raw = suite_dict.get("raw", suite_dict)
+    models = raw.get("models") if isinstance(raw, dict) else None
+    if not isinstance(models, dict):
+        return None
+    base = Path(str(suite_dict.get("base_dir") or "."))
+    h = hashlib.sha256()
+    for name, table in sorted(models.items()):
+        if not isinstance(table, dict):
+            return None
+        for role in ("target", "draft"):
+            spec = str(table.get(role, ""))
+            if not spec or spec.startswith("tabular:"):
+                continue
+            if spec.startswith("shipped:"):  # package data, verifier/models/shipped/NAME (torch-free: no loader import)
+                import verifier
+
+                h.update(_files_digest(Path(verifier.__file__).resolve().parent / "models" / "shipped"
+                                       / spec.split(":", 1)[1]).encode())
+                continue
+            path = Path(spec) if Path(spec).is_absolute() else base / spec
+            if not path.exists():
+                return None
+            h.update(_files_digest(path).encode())
+    return h.hexdigest()
+
+
+def run_inputs_key(run_dir: str | Path, allow_partial: bool) -> str | None:
+    """:func:`inputs_key` with the suite as stored in the run folder's run.json (None: no run.json)."""
+    try:
+        suite = json.loads((Path(run_dir) / "run.json").read_text(encoding="utf-8"))["suite"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if not isinstance(suite, dict):  # a malformed run.json: the runner's own checks name the problem
+        return None
+    return inputs_key(run_dir, suite, allow_partial)
+
+
+def try_rerender(run_dir: str | Path, out_dir: str | Path | None, allow_partial: bool, regenerated_at: str):
+    """Re-render when report.json holds the same inputs' key: ``(report, stage_seconds)``, else None.
+
+    Torch-free (json, hashlib, jinja2): ``specverify report`` calls it before importing the runner.
+    """
+    key = run_inputs_key(run_dir, allow_partial)
+    report = cached_report(run_dir, key) if key else None
+    if report is None:
+        return None
+    from verifier.errors import ReportWriteError
+
+    try:
+        return report, rerender(report, Path(out_dir) if out_dir else Path(run_dir), regenerated_at)
+    except ReportWriteError as exc:  # the same hint as the runner's
+        raise ReportWriteError(f"{exc}; the samples are kept in {Path(run_dir) / 'samples'} -- rerun "
+                               f"`specverify report {run_dir} --out DIR` with a writable DIR") from None
+
+
+def cached_report(run_dir: str | Path, key: str) -> dict[str, Any] | None:
+    """The run folder's report.json when it was computed from exactly these inputs, else None."""
+    if not key:
+        return None
+    path = Path(run_dir) / "report.json"
+    try:
+        report = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(report, dict) or not isinstance(report.get("run"), dict):
+        return None
+    return report if report["run"].get(KEY_FIELD) == key else None
+
+
+def rerender(report: dict[str, Any], out_dir: str | Path, regenerated_at: str) -> dict[str, float]:
+    """Write the four reports of a cached report.json into ``out_dir`` (the run's stage times kept,
+    this regeneration's own under ``run.report_stage_seconds``); returns that stage time."""
+    import time
+
+    from verifier.reports import write_reports
+
+    t0 = time.perf_counter()
+    report["run"]["regenerated_at"] = regenerated_at
+    report["run"]["report_stage_seconds"] = {"statistics": 0.0}  # reused: computed from the same inputs
+    report["run"]["regenerated_from"] = "report.json of the same inputs (run.inputs_sha256); statistics not recomputed"
+    write_reports(report, out_dir)
+    return {"statistics": 0.0, "reports": time.perf_counter() - t0}
