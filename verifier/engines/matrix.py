@@ -81,9 +81,24 @@ def _kernel_row(folder: Path, r: dict[str, Any], root: Path) -> dict[str, Any]:
             "acceptance": "; ".join(acc), "folder": folder}
 
 
+def _engine_from_folder(folder: Path, root: Path) -> dict[str, Any]:
+    """The registered engine whose ``<name>-<version>`` is the report's top folder under ``root`` (else {})."""
+    from verifier.engines import ENGINE_REGISTRY, engine_names
+
+    try:
+        top = folder.resolve().relative_to(root.resolve()).parts[0]
+    except (ValueError, IndexError):
+        return {}
+    engine_names()  # registers the built-in adapters
+    for cls in ENGINE_REGISTRY.values():
+        if top == f"{cls.name}-{cls.version}":
+            return cls.describe()
+    return {}
+
+
 def _known_p_row(folder: Path, r: dict[str, Any], root: Path) -> dict[str, Any]:
     plan = json.loads((folder / "audit.json").read_text()) if (folder / "audit.json").is_file() else {}
-    eng = plan.get("engine") or {}
+    eng = plan.get("engine") or _engine_from_folder(folder, root)  # reports run with --decoder SPEC carry no engine record
     d = (r.get("decoders") or [{}])[0]
     sets = r.get("sample_sets", [])
     options = {}
