@@ -138,12 +138,23 @@ class ReferenceModel:
         # memory budget of verifier.runner.memory; a fixed entry budget gave 2 rows per pass at vocab 262k)
         rows = rows_per_batch(steps * self.vocab_size * 8 * 4)
         rows = rows if isinstance(self.model, TabularLM) else min(rows, ROW_BATCH)
+        # A context-free table (context_len 0) may be scored after an empty prompt: its rows never read the
+        # context, so a placeholder id stands in front (every position needs a prefix); the penalty mask is
+        # built from the real tokens only.
+        placeholder = not prompt_ids and isinstance(self.model, TabularLM) and self.model.context_len == 0
+        if placeholder:
+            prompt = torch.zeros(1, dtype=torch.long)
         for start in range(0, n, rows):
             part = torch.as_tensor(tokens[start:start + rows], dtype=torch.long)
             part = torch.where(part == PADDING_TOKEN_ID, torch.zeros_like(part), part)
             seqs = torch.cat([prompt.expand(len(part), -1), part[:, :-1]], dim=1)
             logits = self._logits(seqs, keep=steps)
-            mask = _context_mask(seqs, self.vocab_size)[:, len(prompt_ids) - 1:, :] if sampling.repetition_penalty else None
+            mask = None
+            if sampling.repetition_penalty and placeholder:
+                seen = _context_mask(part[:, :-1], self.vocab_size) if steps > 1 else torch.zeros(len(part), 0, self.vocab_size, dtype=torch.bool)
+                mask = torch.cat([torch.zeros(len(part), 1, self.vocab_size, dtype=torch.bool), seen], dim=1)
+            elif sampling.repetition_penalty:
+                mask = _context_mask(seqs, self.vocab_size)[:, len(prompt_ids) - 1:, :]
             yield slice(start, start + len(part)), processed_probs(logits, sampling, mask).numpy()
 
 
