@@ -240,65 +240,6 @@ def _write_json(path: str | None, payload: dict[str, Any]) -> None:
             raise ReportWriteError(f"--json={path!r} cannot be written: {exc.strerror or exc}") from None
 
 
-def _run_kernel(args) -> int:
-    from verifier.audit.kernel_audit import adversarial_case, audit_kernel, standard_kernel_cases
-    from verifier.audit.plugins import load_kernel
-
-    engine = None
-    if args.engine:
-        from verifier.audit.plugins import PluginKernel
-        from verifier.engines import get_engine
-
-        engine = get_engine(args.engine)
-        if engine.kind != "kernel":
-            raise invalid_argument("--engine", args.engine, "an engine of kind 'kernel' (see `specverify engines`)")
-        inner = engine.make(**dict(args.option + args.engine_arg))
-        kernel = PluginKernel(inner, name=getattr(inner, "name", args.engine))
-    else:
-        kernel = load_kernel(args.kernel, **dict(args.option + args.engine_arg))
-    cases = standard_kernel_cases() + [adversarial_case("full_p_fallback", seed=args.seed)[0]]
-    if args.case:
-        unknown = sorted(set(args.case) - {c.name for c in cases})
-        if unknown:
-            raise invalid_argument("--case", unknown[0], "one of " + ", ".join(c.name for c in cases))
-        cases = [c for c in cases if c.name in args.case]
-    import time
-
-    results, times = [], []
-    for c in cases:
-        start = time.perf_counter()
-        results.append(audit_kernel(kernel, c, num_draws=args.num_draws, seed=args.seed, alpha=args.alpha,
-                                    acceptance=args.acceptance, target_tv=args.target_tv))
-        seconds = time.perf_counter() - start
-        times.append(seconds)
-        r = results[-1]
-        print(f"{r.summary()} [{seconds:.1f} s, {args.num_draws / seconds:,.0f} draws/s]")
-        if r.power_note():
-            print(f"  {r.power_note()}")
-        print(f"  acceptance: {r.acceptance['note']}")  # beside the verdict, never part of it
-        if r.conforms is not None:
-            print(f"  acceptance rule conformance (declared canonical): {'CONFORMS' if r.conforms else 'NONCONFORMING'} "
-                  f"(p={r.conformance.result.pvalue:.3g}, alpha={r.alpha:g}; not distribution bias)")
-    for r in results:
-        for reason in r.blind:
-            print(f"  blind cell ({r.case.name}) {reason}")
-    _write_json(args.json, {"mode": "kernel", "kernel": args.kernel, "results": [
-        {"case": r.case.name, "verdict": r.verdict, "num_draws": r.num_draws, "blind": r.blind,
-         "cells": [{"name": c.name, "statistic": c.result.statistic, "pvalue": c.result.pvalue} for c in r.cells],
-         "acceptance": r.acceptance, "acceptance_conformance": None if r.conforms is None else
-         {"verdict": "CONFORMS" if r.conforms else "NONCONFORMING", "pvalue": r.conformance.result.pvalue}} for r in results]})
-    if args.report_dir:
-        return _write_kernel_report(args, kernel, engine, results, times)
-    return _kernel_exit(results)
-
-
-def _kernel_exit(results) -> int:
-    """1 on any bias or nonconformance, else 4 when any case is UNDERPOWERED, else 0."""
-    if any(r.verdict == "BIAS DETECTED" or r.conforms is False for r in results):
-        return EXIT_BIAS
-    return EXIT_UNDERPOWERED if any(r.verdict == "UNDERPOWERED" for r in results) else EXIT_OK
-
-
 def _draft_unknown_why(pair, decoder: str | None) -> str:
     """Why the audited decoder's draft is unknown ("" when known): ``--draft unknown``, or a factory,
     class or engine that declares ``draft_known = False`` (:mod:`verifier.runner.draft`)."""
@@ -571,28 +512,6 @@ def _replay_suite_decoder(args, pair, sampling, vocab, eos):
     return decoder, prompts, (min(counts) if counts else (args.num_samples or 2000)), groups
 
 
-def _write_kernel_report(args, kernel, engine, results, times) -> int:
-    import shlex
-    import sys
-
-    from verifier.audit.kernel_report import kernel_audit_report, write_kernel_report
-
-    inner = getattr(kernel, "inner", kernel)
-    described = None
-    if engine is not None:
-        from verifier.engines._source import file_sha256
-
-        described = {**engine.describe(), "install_record": engine.install_record(),
-                     "source_sha256": {f: file_sha256(engine.install_dir() / "src" / f) for f in engine.source_files()}}
-    report = kernel_audit_report(results, kernel=args.engine or args.kernel, settings=getattr(inner, "settings", None), engine=described,
-                                 target_tv=args.target_tv, acceptance_rule=getattr(inner, "acceptance_rule", "canonical"),
-                                 command="specverify " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:2] == ["audit"] else None,
-                                 seconds=times)
-    out = write_kernel_report(report, args.report_dir)
-    print(f"report: {out}/report.md -- {report['verdict']} (emitted-token law, target TV {args.target_tv:g})")
-    return {"PASS": EXIT_OK, "BIAS DETECTED": EXIT_BIAS}.get(report["verdict"], 4)
-
-
 def run(args: argparse.Namespace) -> int:
     _check_output_path("--json", args.json)
     _check_output_path("--export", args.export)
@@ -603,6 +522,8 @@ def run(args: argparse.Namespace) -> int:
         raise invalid_argument("--num-draft-tokens", args.num_draft_tokens, "an integer >= 1")
     if not args.blind_tolerance >= 0:
         raise invalid_argument("--blind-tolerance", args.blind_tolerance, "a total variation >= 0")
+    from verifier.cli._audit_engines import _route_decoder_engine, _run_kernel
+
     if args.engine and _route_decoder_engine(args):
         sampling = _sampling(args)
         args.engine_class.check_sampling(sampling)  # exit 2 before the engine starts
@@ -640,39 +561,6 @@ def run(args: argparse.Namespace) -> int:
         if pair is not None:
             _check_prompts(pair, prompts, "--prompt-ids")
     return _run_blackbox(args, decoder, pair, prompts, sampling, vocab, eos, context, num_samples)
-
-
-def _route_decoder_engine(args) -> bool:
-    """``--engine NAME`` of kind "decoder": rewrite to ``--decoder verifier.engines.<module>:decoder``.
-
-    The engine options are checked (exit 2 before anything starts), the target defaults to
-    ``shipped:target`` and the engine converts the same checkpoints the harness scores
-    (``target_model`` / ``draft_model`` options).  Returns False for a kernel engine.
-    """
-    from verifier.engines import get_engine
-
-    engine = get_engine(args.engine)
-    if engine.kind != "decoder":
-        return False
-    if args.option:
-        raise invalid_argument("--option", dict(args.option), "--engine-arg KEY=VALUE with --engine (the engine's options)")
-    from verifier.runner.draft import UNKNOWN_DRAFT, is_unknown
-
-    options = engine.resolve_options(dict(args.engine_arg))
-    engine.require_installed()
-    args.target = args.target or engine.default_target(options) or "shipped:target"
-    options.setdefault("target_model", args.target)
-    if engine.draft_known(options) and not is_unknown(args.draft):
-        options.setdefault("draft_model", _draft_spec(args))
-    else:  # the engine drafts with its own model: the harness must not analyse another (verifier.runner.draft)
-        if args.draft and not is_unknown(args.draft):
-            options.setdefault("draft_model", args.draft)
-        args.draft = UNKNOWN_DRAFT
-        print(f"note: engine {engine.name} with {options} drafts with a model the harness cannot score: --draft unknown")
-    args.engine_described, args.engine_class = engine.describe(), engine
-    args.decoder, args.option, args.engine_arg, args.engine = engine.decoder_spec(), list(options.items()), [], None
-    print(f"engine {engine.name} ({engine.package}=={engine.version}): {engine.entry_point}")
-    return True
 
 
 def _blackbox_prompts(args, pair) -> list[list[int]]:

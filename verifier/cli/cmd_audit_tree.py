@@ -103,6 +103,6 @@ def run(args: argparse.Namespace) -> int:
                  "acceptance_conformance": None if r.conforms is None else
                  {"verdict": "CONFORMS" if r.conforms else "NONCONFORMING", "pvalue": r.conformance.result.pvalue}} for r in results]},
                 fh, indent=2)
-    from verifier.cli.cmd_audit import _kernel_exit
+    from verifier.cli._audit_engines import _kernel_exit
 
     return _kernel_exit(results)
