@@ -34,6 +34,26 @@ DROP_FRACTION = 0.125  # finished rows leave the batch once they are 1/8 of it (
 _FROM_CONFIG = object()  # sentinel: take eos_token_id from the target's config
 
 
+def bind_model_pair(decoder, target, draft, eos_token_id=_FROM_CONFIG) -> None:
+    """Set ``target, draft, device, vocab_size, eos_token_id, min_prompt_len`` on a chain or tree decoder.
+
+    Raises
+    ------
+    ModelLoadError
+        The draft is on another device than the target, or has another vocabulary size.
+    """
+    decoder.target, decoder.draft = target, draft
+    decoder.device = model_device(target)
+    if model_device(draft) != decoder.device:
+        raise ModelLoadError(f"draft is on {model_device(draft)} but target on {decoder.device}; load both on one device")
+    decoder.vocab_size = model_vocab_size(target)
+    if model_vocab_size(draft) != decoder.vocab_size:
+        raise ModelLoadError(f"target vocab_size={decoder.vocab_size} but draft vocab_size={model_vocab_size(draft)}; "
+                             "speculative decoding needs one shared vocabulary")
+    decoder.eos_token_id = model_eos_token_id(target) if eos_token_id is _FROM_CONFIG else eos_token_id
+    decoder.min_prompt_len = max(int(getattr(m, "min_prompt_len", 1)) for m in (target, draft))
+
+
 def _generate_iv(prompt_ids, num_samples, max_new_tokens, sampling, seed, vocab_size, min_prompt_len):
     for name, value, low in (("num_samples", num_samples, 1), ("max_new_tokens", max_new_tokens, 1), ("seed", seed, 0)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
@@ -230,16 +250,8 @@ class SpeculativeDecoder:
         k = num_draft_tokens
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= MAX_NUM_DRAFT_TOKENS:
             raise invalid_argument("num_draft_tokens", k, f"an integer in 1..{MAX_NUM_DRAFT_TOKENS}")
-        self.target, self.draft, self.num_draft_tokens, self.kernel = target, draft, int(k), kernel
-        self.device = model_device(target)
-        if model_device(draft) != self.device:
-            raise ModelLoadError(f"draft is on {model_device(draft)} but target on {self.device}; load both on one device")
-        self.vocab_size = model_vocab_size(target)
-        if model_vocab_size(draft) != self.vocab_size:
-            raise ModelLoadError(f"target vocab_size={self.vocab_size} but draft vocab_size={model_vocab_size(draft)}; "
-                                 "speculative decoding needs one shared vocabulary")
-        self.eos_token_id = model_eos_token_id(target) if eos_token_id is _FROM_CONFIG else eos_token_id
-        self.min_prompt_len = max(int(getattr(m, "min_prompt_len", 1)) for m in (target, draft))
+        self.num_draft_tokens, self.kernel = int(k), kernel
+        bind_model_pair(self, target, draft, eos_token_id)
         self.name = name
         self.last_stats: DecoderStats | None = None
 

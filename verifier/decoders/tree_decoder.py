@@ -35,13 +35,12 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from verifier.decoders._runner import COMPACT_HOLE_FRACTION, CacheRunner, _use_buffered_layers, model_device, model_eos_token_id, \
-    model_vocab_size, output_cache
+from verifier.decoders._runner import COMPACT_HOLE_FRACTION, CacheRunner, _use_buffered_layers, output_cache
 from verifier.decoders.kernels import sample_from_probs
-from verifier.decoders.speculative import _FROM_CONFIG, MAX_NUM_DRAFT_TOKENS, _generate_iv, _one_hot_seen, _Output, _right_aligned, \
+from verifier.decoders.speculative import _FROM_CONFIG, bind_model_pair, MAX_NUM_DRAFT_TOKENS, _generate_iv, _one_hot_seen, _Output, _right_aligned, \
     _rows_to_keep
 from verifier.decoders.tree_kernels import TREE_KERNELS
-from verifier.errors import DecoderOutputError, ModelLoadError, invalid_argument
+from verifier.errors import DecoderOutputError, invalid_argument
 from verifier.exact.tree_rules import PROPOSALS, get_tree_rule
 from verifier.exact.tree_shape import bfs_nodes, parse_tree, tree_depth, tree_label
 from verifier.protocols import PADDING_TOKEN_ID, DecoderStats
@@ -194,16 +193,7 @@ class TreeDecoder:
         if proposal not in PROPOSALS:
             raise invalid_argument("proposal", proposal, " | ".join(PROPOSALS))
         self.rule, self.kernel, self.proposal = rule_obj.name, kernel, proposal
-        self.target, self.draft = target, draft
-        self.device = model_device(target)
-        if model_device(draft) != self.device:
-            raise ModelLoadError(f"draft is on {model_device(draft)} but target on {self.device}; load both on one device")
-        self.vocab_size = model_vocab_size(target)
-        if model_vocab_size(draft) != self.vocab_size:
-            raise ModelLoadError(f"target vocab_size={self.vocab_size} but draft vocab_size={model_vocab_size(draft)}; "
-                                 "speculative decoding needs one shared vocabulary")
-        self.eos_token_id = model_eos_token_id(target) if eos_token_id is _FROM_CONFIG else eos_token_id
-        self.min_prompt_len = max(int(getattr(m, "min_prompt_len", 1)) for m in (target, draft))
+        bind_model_pair(self, target, draft, eos_token_id)
         self.name = name
         self.last_stats: DecoderStats | None = None
         self._structure(depth)
