@@ -254,7 +254,7 @@ def plan_audit(spec: AuditSpec, *, base_dir: str | Path = ".", pair: Any = None)
         Bad arguments, a prompt that does not fit the target, a model that does not load.
     """
     from verifier.runner.expected import MAX_PREFIXES
-    from verifier.runner.models import encode_prompt, load_pair
+    from verifier.runner.models import check_context_fits, encode_prompt, load_pair
     from verifier.runner.verdict import cell_level
     from verifier.stats.gof import gof_mde
     from verifier.stats.power import samples_for_mde
@@ -267,6 +267,8 @@ def plan_audit(spec: AuditSpec, *, base_dir: str | Path = ".", pair: Any = None)
     prompt_specs = list(spec.prompts) or [default_prompt(spec.target, pair)]
     prompts = [encode_prompt(Prompt(f"p{i}", v if k == "text" else None, tuple(v) if k == "ids" else None), pair)
                for i, (k, v) in enumerate(prompt_specs)]
+    for i, ids in enumerate(prompts):  # before the laws and the power calculation: a row that cannot fit is refused at once
+        check_context_fits(pair, ids, max_new_tokens, spec.num_draft_tokens, f"prompts.p{i}")
     notes = []
     if spec.gof_positions is not None:
         positions = max(spec.gof_positions)
