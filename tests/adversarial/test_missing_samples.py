@@ -81,3 +81,18 @@ def test_merge_of_shards_sampled_with_different_plugin_files_is_refused(tmp_path
     capsys.readouterr()
     assert main(["merge", *map(str, dirs), "--out", str(tmp_path / "merged")]) == EXIT_USAGE
     assert "another plugin file" in capsys.readouterr().err
+
+
+def test_merge_of_shards_whose_plugin_helper_module_changed_is_refused(tmp_path, capsys):
+    """The guard covers the .py files beside the entry file (a plugin imports its helpers from there)."""
+    suite = write_suite(tmp_path / "s")
+    helper = tmp_path / "s" / "plug_helpers.py"
+    helper.write_text("SCALE = 1\n")
+    dirs = [tmp_path / f"shard{i}" for i in range(2)]
+    assert main(["run", str(suite), "--run-dir", str(dirs[0]), "--shard", "0/2", "--no-progress"]) == 0
+    helper.write_text("SCALE = 2\n")
+    assert main(["run", str(suite), "--run-dir", str(dirs[1]), "--shard", "1/2", "--no-progress"]) == 0
+    capsys.readouterr()
+    assert main(["merge", *map(str, dirs), "--out", str(tmp_path / "merged")]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "in the plugin's folder" in err and "plug.py" in err

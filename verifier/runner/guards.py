@@ -44,7 +44,7 @@ def check_fresh_run_dir(run_dir: str | Path, run_file: str) -> None:
 
 
 def plugin_hashes(suite: Any) -> dict[str, dict[str, Any]]:
-    """``{decoder name: {"spec", "path", "sha256"}}`` for every plugin decoder of ``suite``.
+    """``{decoder name: {"spec", "path", "sha256", "folder_sha256"}}`` for every plugin decoder of ``suite``.
 
     File plugins resolve against the suite's folder; module plugins are looked up on ``sys.path``
     (call after the suite's ``python_path`` is added).  ``path``/``sha256`` are None when the
@@ -59,8 +59,34 @@ def plugin_hashes(suite: Any) -> dict[str, dict[str, Any]]:
         spec = resolve_plugin_spec(d.decoder, suite.base_dir)
         path = plugin_source(spec)
         out[d.name] = {"spec": d.decoder, "path": str(path) if path else None,
-                       "sha256": file_sha256(path) if path else None}
+                       "sha256": file_sha256(path) if path else None,
+                       "folder_sha256": folder_py_sha256(path) if path else None}
     return out
+
+
+MAX_FOLDER_FILES = 200
+
+
+def folder_py_sha256(path: str | Path) -> str | None:
+    """One SHA-256 over the names and bytes of the ``.py`` files beside a plugin's entry file.
+
+    A plugin usually imports helpers from its own folder (or package); a change there changes its
+    samples as surely as a change in the entry file.  None when the folder holds more than
+    ``MAX_FOLDER_FILES`` Python files (then only the entry file is guarded).
+    """
+    import hashlib
+
+    files = sorted(Path(path).parent.glob("*.py"))
+    if len(files) > MAX_FOLDER_FILES:
+        return None
+    digest = hashlib.sha256()
+    for f in files:
+        try:
+            data = f.read_bytes()
+        except OSError:
+            data = b"<unreadable>"
+        digest.update(f.name.encode() + b"\0" + hashlib.sha256(data).digest())
+    return digest.hexdigest()
 
 
 def check_plugins_unchanged(stored: dict[str, dict[str, Any]] | None, current: dict[str, dict[str, Any]],
@@ -75,6 +101,12 @@ def check_plugins_unchanged(stored: dict[str, dict[str, Any]] | None, current: d
                 f"decoders[{name}]: plugin file {was.get('path')!r} changed since {str(run_dir)!r} was started "
                 f"(sha256 {was['sha256'][:12]}... then, {str(now.get('sha256'))[:12]}... now); its new samples would "
                 "mix with the old ones in one sample set. Allowed: restore that file, or start a new run folder")
+        if was.get("folder_sha256") and now.get("folder_sha256") and now["folder_sha256"] != was["folder_sha256"]:
+            folder = str(Path(was.get("path") or ".").parent)
+            raise ConfigError(
+                f"decoders[{name}]: a Python file in the plugin's folder {folder!r} (beside {was.get('path')!r}) was "
+                f"added, removed or changed since {str(run_dir)!r} was started; the plugin may import it, so new "
+                "samples could mix with the old ones in one sample set. Allowed: restore that folder, or start a new run folder")
 
 
 def record_plugins(store: Any, suite: Any, run_file: str, *, check: bool) -> None:

@@ -101,7 +101,8 @@ def build_decoder(spec: DecoderSpec, pair: Any, num_draft_tokens: int, where: st
     ``target_model``, ``draft_model`` (as loaded: ``TabularLM`` or torch), ``num_draft_tokens``,
     ``vocab_size``, ``eos_token_id`` its signature names; a registered name goes to
     ``verifier.decoders.make_decoder``.  A relative ``file.py`` resolves against ``base_dir`` (the
-    suite file's folder), not the working directory.
+    suite file's folder), not the working directory; so does an option value of the form
+    ``"file.py:name"`` (e.g. ``inject_kernel``).
 
     Raises
     ------
@@ -117,11 +118,15 @@ def build_decoder(spec: DecoderSpec, pair: Any, num_draft_tokens: int, where: st
     }
     if not getattr(pair, "draft_known", True):  # draft = "unknown": nothing to offer (verifier.runner.draft)
         context.pop("draft"), context.pop("draft_model")
-    if ":" in spec.decoder:
-        from verifier.audit.plugins import load_plugin, resolve_plugin_spec  # one loader for suites and audit
+    from verifier.audit.plugins import load_plugin, resolve_plugin_spec  # one loader for suites and audit
 
+    # an option naming a plugin file (e.g. inject_kernel = "kern.py:fn") is the file beside the suite, too
+    options = {key: resolve_plugin_spec(value, base_dir or ".")
+               if isinstance(value, str) and ":" in value and value.rsplit(":", 1)[0].endswith(".py") else value
+               for key, value in spec.options.items()}
+    if ":" in spec.decoder:
         try:
-            decoder = load_plugin(resolve_plugin_spec(spec.decoder, base_dir or "."), "decoder", context, **spec.options)
+            decoder = load_plugin(resolve_plugin_spec(spec.decoder, base_dir or "."), "decoder", context, **options)
         except VerifierError as exc:
             exc.args = (f"{where}: {exc}",)
             raise
@@ -132,7 +137,7 @@ def build_decoder(spec: DecoderSpec, pair: Any, num_draft_tokens: int, where: st
             raise ConfigError(f"{where}={spec.decoder!r}: registered decoders are unavailable ({exc})") from None
         try:
             decoder = make_decoder(spec.decoder, target=pair.target, draft=pair.draft,
-                                   num_draft_tokens=num_draft_tokens, **spec.options)
+                                   num_draft_tokens=num_draft_tokens, **options)
         except (KeyError, ValueError, TypeError) as exc:
             raise ConfigError(f"{where}={spec.decoder!r}: {exc}") from None
     if not callable(getattr(decoder, "generate", None)):
