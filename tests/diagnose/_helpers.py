@@ -9,6 +9,7 @@ from verifier.runner.models import ReferenceModel
 from verifier.sampling import SamplingConfig
 
 CI_N, CI_K, CI_TOKENS, PROMPT = 2500, 2, 3, (0, 1)  # suites/ci.toml: samples, num_draft_tokens, max_new_tokens, ctx01
+CI_CHUNK = 500  # suites/ci.toml chunk_size: rows per generate call
 T1 = SamplingConfig(temperature=1.0)
 T07K2 = SamplingConfig(temperature=0.7, top_k=2)
 
@@ -21,6 +22,13 @@ def trigram3():
 
 def decoder_rows(decoder, sampling, seed, n=CI_N):
     return decoder.generate(PROMPT, n, CI_TOKENS, sampling, seed)
+
+
+def decoder_calls(decoder, sampling, seed, n=CI_N, chunk=CI_CHUNK):
+    """Rows drawn as the runner draws them (generate calls of ``chunk`` rows) and each row's call index."""
+    sizes = [min(chunk, n - lo) for lo in range(0, n, chunk)]
+    rows = np.concatenate([decoder.generate(PROMPT, m, CI_TOKENS, sampling, seed * 1000 + i) for i, m in enumerate(sizes)])
+    return rows, np.repeat(np.arange(len(sizes)), sizes)
 
 
 def wrapped():
@@ -37,5 +45,7 @@ def law_rows(law: dict, n: int, seed: int) -> np.ndarray:
 
 
 def diagnose(rows, sampling, *, bias=True, **kw):
+    """Diagnose rows of one generate call (``calls`` = 0 for every row unless given)."""
     _, tr, dr = trigram3()
+    kw.setdefault("calls", np.zeros(len(rows), dtype=np.int64))
     return diagnose_sample_set(tr, dr, PROMPT, sampling, CI_K, rows, bias_detected=bias, **kw)

@@ -16,7 +16,7 @@ from verifier.decoders.mutants import DECODER_REGISTRY, make_decoder
 from verifier.diagnose.mechanisms import MECHANISMS, mechanism_for_decoder
 from verifier.exact import n_token_law
 
-from tests.diagnose._helpers import CI_K, CI_N, CI_TOKENS, PROMPT, T07K2, T1, decoder_rows, diagnose, law_rows, trigram3, wrapped
+from tests.diagnose._helpers import CI_K, CI_N, CI_TOKENS, PROMPT, T07K2, T1, decoder_calls, decoder_rows, diagnose, law_rows, trigram3, wrapped
 
 pytestmark = pytest.mark.slow
 
@@ -29,15 +29,16 @@ RULES_WITHOUT_DECODER = [n for n, m in MECHANISMS.items() if m.kind == "rule" an
 
 def test_the_lists_cover_the_zoo():
     assert set(RULES_WITHOUT_DECODER) == {"softmax_residual", "shared_uniform"}
-    assert len(MODELLED_MUTANTS) == 9  # + kv_not_rolled_back, batch_cross_talk (UNMODELLED), degenerate_residual_div0 (= canonical)
+    assert len(MODELLED_MUTANTS) == 11  # every registered mutant but degenerate_residual_div0 (= canonical with float64 probs)
+    assert {"kv_not_rolled_back", "batch_cross_talk"} <= set(MODELLED_MUTANTS)
 
 
 @pytest.mark.parametrize("name", MODELLED_MUTANTS)
 def test_decoder_mutant_is_diagnosed_as_itself(name):
     target, draft = wrapped()
     cfg = T07K2 if name in PROCESSING_ONLY else T1
-    rows = decoder_rows(make_decoder(name, target, draft, CI_K), cfg, seed=1501)
-    d = diagnose(rows, cfg)["decision"]
+    rows, calls = decoder_calls(make_decoder(name, target, draft, CI_K), cfg, seed=1501)  # 5 calls of 500, as the ci suite
+    d = diagnose(rows, cfg, calls=calls)["decision"]
     assert d["status"] == "consistent", d["sentence"]
     assert mechanism_for_decoder(name) in d["best"], d["sentence"]
     assert d["sentence"].startswith(f"consistent with {d['best'][0]}")

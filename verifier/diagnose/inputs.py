@@ -74,7 +74,9 @@ def sequence_probs(target_ref, draft_ref, prompt, tokens: np.ndarray, sampling: 
             p_raw = _teacher_forced(target_ref, prompt, tokens, UNPROCESSED)
             q_raw = _teacher_forced(draft_ref, prompt, tokens, UNPROCESSED)
     return SequenceProbs(tokens, p, q, p_raw, q_raw, target_ref.eos_token_id, tuple(int(t) for t in prompt),
-                         draft_after=lambda ctx: draft_ref.next_probs(ctx, sampling))
+                         draft_after=lambda ctx: draft_ref.next_probs(ctx, sampling),
+                         target_after=lambda ctx: target_ref.next_probs(ctx, sampling),
+                         penalised=sampling.repetition_penalty is not None)
 
 
 def all_sequences(vocab_size: int, num_tokens: int, eos_token_id: int | None) -> np.ndarray:

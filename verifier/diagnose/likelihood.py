@@ -34,7 +34,9 @@ from verifier.diagnose.mechanisms import Mechanism, Views
 from verifier.errors import invalid_argument
 from verifier.protocols import PADDING_TOKEN_ID
 
-__all__ = ["SequenceProbs", "log_likelihood", "target_log_likelihood", "sequence_ends", "unique_rows"]
+__all__ = ["SequenceProbs", "log_likelihood", "target_log_likelihood", "sequence_ends", "unique_rows", "suffix_draft_rows"]
+
+SUFFIX_BATCH_ENTRIES = 8_000_000  # float64 entries of one batch of kept-suffix draft rows (64 MB)
 
 
 @dataclass
@@ -56,6 +58,13 @@ class SequenceProbs:
         by a kept draft suffix.
     weights : np.ndarray, shape (num_samples,), or None
         How many observed rows each row stands for (rows deduplicated by :func:`unique_rows`); None = 1 each.
+    target_after : callable or None
+        As ``draft_after`` for the target: needed by the latent mechanisms (:mod:`verifier.diagnose.latent`).
+    penalised : bool
+        The sampling config has a repetition penalty (its context mask is not modelled for latent tokens).
+    calls : (np.ndarray, np.ndarray) or None
+        Per observed row in generate order: its generate call's id and its index into these (distinct)
+        rows; needed by batch cross-talk, whose rows are independent only given their call's row 0.
     """
 
     tokens: np.ndarray
@@ -67,6 +76,9 @@ class SequenceProbs:
     prompt: tuple[int, ...] = ()
     draft_after: Callable[[np.ndarray], np.ndarray] | None = None
     weights: np.ndarray | None = None
+    target_after: Callable[[np.ndarray], np.ndarray] | None = None
+    penalised: bool = False
+    calls: tuple[np.ndarray, np.ndarray] | None = None
 
     @property
     def row_weights(self) -> np.ndarray:
@@ -76,7 +88,8 @@ class SequenceProbs:
         """The subset of rows ``sel`` (slice or index array)."""
         pick = (lambda a: None if a is None else a[sel])
         return SequenceProbs(self.tokens[sel], self.p[sel], self.q[sel], pick(self.p_raw), pick(self.q_raw),
-                             self.eos_token_id, self.prompt, self.draft_after, pick(self.weights))
+                             self.eos_token_id, self.prompt, self.draft_after, pick(self.weights), self.target_after,
+                             self.penalised)
 
 
 def sequence_ends(tokens: np.ndarray, eos_token_id: int | None) -> np.ndarray:
@@ -148,6 +161,13 @@ def log_likelihood(mechanism: Mechanism, seqs: SequenceProbs, num_draft_tokens: 
         raise invalid_argument("seqs.p_raw", None, f"unprocessed probs (mechanism {mechanism.name!r} needs them)")
     if mechanism.keep_suffix and k > 1 and seqs.draft_after is None:
         raise invalid_argument("seqs.draft_after", None, f"a draft oracle (mechanism {mechanism.name!r} needs it)")
+    if mechanism.latent:
+        from verifier.diagnose.latent import feasible, law_log_likelihood
+
+        why = feasible(seqs, k, mechanism.name)
+        if why is not None:
+            raise invalid_argument("seqs", "a large vocabulary", f"a pair whose latent state can be enumerated ({why})")
+        return law_log_likelihood(mechanism.name, seqs, k, per_position=per_position, predictive=predictive)
     n, steps, _ = seqs.p.shape
     ends = sequence_ends(seqs.tokens, seqs.eos_token_id)
     if mechanism.same_as_target:
@@ -232,14 +252,24 @@ def _suffix_jumps(la, a, reject_w, rec_x, t, m, ends, seqs: SequenceProbs, mecha
     for i in range(1, int(length.max(initial=0)) + 1):
         sel = np.flatnonzero(length >= i)
         r = rows[sel]
-        head = np.concatenate([np.broadcast_to(prompt, (len(r), len(prompt))), seqs.tokens[r, :t]], axis=1)
-        tail = seqs.tokens[r, t + 1:t + i]  # observed suffix tokens before the i-th
-        ctx = np.concatenate([np.repeat(head, vocab, axis=0), np.tile(np.arange(vocab), len(r))[:, None],
-                              np.repeat(tail, vocab, axis=0)], axis=1)
-        qd = seqs.draft_after(ctx)
-        prop = mechanism.propose(Views(qd, qd)).reshape(len(r), vocab, vocab)
+        # context of the i-th suffix token: prompt, x_<t, latent d, x_{t+1..t+i-1}; rows sharing the observed
+        # part share it, so the draft runs once per distinct (x_<t, x_{t+1..t+i-1}) and latent d (exact)
+        key = np.concatenate([seqs.tokens[r, :t], seqs.tokens[r, t + 1:t + i]], axis=1)
+        uniq, inv = np.unique(key, axis=0, return_inverse=True)
+        inv = np.asarray(inv).reshape(-1)
         nxt = seqs.tokens[r, t + i]
-        log_suffix[sel] += _log(prop[np.arange(len(r)), :, nxt])
+        got = np.zeros((len(r), vocab))
+        step = max(1, SUFFIX_BATCH_ENTRIES // (vocab * vocab))  # distinct contexts per draft call (memory bound)
+        for lo in range(0, len(uniq), step):
+            u = uniq[lo:lo + step]
+            head = np.concatenate([np.broadcast_to(prompt, (len(u), len(prompt))), u[:, :t]], axis=1)
+            ctx = np.concatenate([np.repeat(head, vocab, axis=0), np.tile(np.arange(vocab), len(u))[:, None],
+                                  np.repeat(u[:, t:], vocab, axis=0)], axis=1)
+            qd = seqs.draft_after(ctx)
+            prop = mechanism.propose(Views(qd, qd)).reshape(len(u), vocab, vocab)
+            mine = np.flatnonzero((inv >= lo) & (inv < lo + len(u)))
+            got[mine] = prop[inv[mine] - lo, :, nxt[mine]]
+        log_suffix[sel] += _log(got)
     w = reject_w[rows]
     if eos is not None:  # an EOS draft stops drafting: no suffix, the round ends after the recovered token
         stop = w[:, eos].copy()
@@ -250,3 +280,21 @@ def _suffix_jumps(la, a, reject_w, rec_x, t, m, ends, seqs: SequenceProbs, mecha
         jump = np.logaddexp.reduce(_log(w) + log_suffix, axis=1) + _log(rec_x[rows])
     dest = t + 1 + length
     la[rows, dest, 0] = np.logaddexp(la[rows, dest, 0], a[rows] + jump)
+
+
+def suffix_draft_rows(tokens: np.ndarray, eos_token_id: int | None, num_draft_tokens: int, vocab_size: int) -> int:
+    """Draft forward rows a kept-suffix likelihood of ``tokens`` needs: distinct observed contexts x V latent tokens.
+
+    For each start t and suffix length i < k, one row per distinct (x_<t, x_{t+1..t+i-1}) and latent
+    rejected token d (an upper bound: rows whose path cannot reach t are counted too).
+    """
+    tokens = np.asarray(tokens, dtype=np.int64)
+    ends = sequence_ends(tokens, eos_token_id)
+    total = 0
+    for t in range(tokens.shape[1]):
+        for i in range(1, num_draft_tokens):
+            sel = ends - (t + 1) >= i
+            if sel.any():
+                key = np.concatenate([tokens[sel, :t], tokens[sel, t + 1:t + i]], axis=1)
+                total += len(np.unique(key, axis=0)) * vocab_size
+    return total

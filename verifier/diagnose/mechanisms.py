@@ -11,10 +11,11 @@ return arrays of shape (batch, vocab).
 Glossary: see :mod:`verifier.protocols` (accepted, rejected position, residual, recovered token,
 bonus token, round).
 
-Not modelled (their law has no per-sequence likelihood from teacher-forced probs): stale KV cache
-(``kv_not_rolled_back``: rejected drafts stay in the context, so later probs condition on latent
-tokens at every later position of a transformer), batch cross-talk (rows are not independent),
-the degenerate residual (identical to the reference with float64 probs).
+Two decoder-level mechanisms carry latent state that teacher-forced probs along the row do not see:
+the stale KV cache (``kv_not_rolled_back``) and batch cross-talk (``batch_cross_talk``).  They are
+``latent`` mechanisms: their law is enumerated exactly over the decoder's choices
+(:mod:`verifier.diagnose.latent`), on pairs small enough for it.  The degenerate residual is the
+canonical rule with float64 probs.
 """
 
 from __future__ import annotations
@@ -107,6 +108,8 @@ class Mechanism:
         A lossless round-level rule (block verification) whose sequence law is the target's.
     needs_raw : bool
         Uses ``p_raw`` / ``q_raw``.
+    latent : bool
+        The law is enumerated by :mod:`verifier.diagnose.latent` (the chain-rule hooks are unused).
     """
 
     name: str
@@ -122,6 +125,7 @@ class Mechanism:
     shared_uniform: bool = False
     same_as_target: bool = False
     needs_raw: bool = False
+    latent: bool = False
     aliases: tuple[str, ...] = field(default=())
 
     @property
@@ -155,12 +159,13 @@ MECHANISMS: dict[str, Mechanism] = {m.name: m for m in [
               "(T = 1, no top-k/top-p/penalty): the emitted law is the unprocessed target",
               acceptance=lambda v: _ratio(v.p_raw, v.q), recover=lambda v: _residual(v.p_raw, v.q), target="p_raw",
               needs_raw=True, aliases=("target_unprocessed",)),
+    Mechanism("kv_not_rolled_back", "biased", "rejected draft tokens stay in the target and draft KV caches: later "
+              "probs condition on them", latent=True, aliases=("kv_not_rolled_back",)),
+    Mechanism("batch_cross_talk", "biased", "row 0's accepted length is applied to every row of the batch (the law of "
+              "a row other than row 0)", latent=True, aliases=("batch_cross_talk",)),
 ]}
 
-UNMODELLED = {
-    "kv_not_rolled_back": "rejected drafts stay in the KV cache: later target probs condition on latent tokens",
-    "batch_cross_talk": "one row's accepted length is applied to other rows: rows are not independent samples",
-}
+UNMODELLED: dict[str, str] = {}  # decoder mutants without a mechanism (every registered one has one now)
 
 
 def mechanism_for_decoder(decoder_name: str) -> str | None:

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from verifier.diagnose.likelihood import SequenceProbs, log_likelihood, target_log_likelihood
+from verifier.diagnose.latent import GROUPED
 from verifier.diagnose.mechanisms import MECHANISMS
 
 __all__ = ["DIAGNOSIS_ALPHA", "FIT_ALPHA", "MechanismScore", "Ranking", "rank_mechanisms", "threshold_for",
@@ -37,7 +38,7 @@ __all__ = ["DIAGNOSIS_ALPHA", "FIT_ALPHA", "MechanismScore", "Ranking", "rank_me
 DIAGNOSIS_ALPHA = 0.01  # bound on naming a mechanism when the decoder samples from the target
 FIT_ALPHA = 1e-3  # level of the best mechanism's goodness of fit (rejecting a true mechanism this often)
 TIE_TOLERANCE = 1e-6  # log-likelihoods closer than this (nats, total) are the same law on these data
-MAX_DRAFT_AFTER_ROWS = 200_000  # draft forward rows a kept-suffix likelihood may need (rows x vocab x suffix)
+MAX_DRAFT_AFTER_ROWS = 2_000_000  # draft forward rows a kept-suffix likelihood may need (distinct observed contexts x vocab)
 
 CONSISTENT, NO_KNOWN, NONE_PREFERRED = "consistent", "no known mechanism", "none preferred"
 
@@ -83,7 +84,9 @@ def _f(v):
 
 
 def _suffix_rows(seqs: SequenceProbs, k: int) -> int:
-    return len(seqs.tokens) * seqs.p.shape[2] * max(0, k - 1) * seqs.tokens.shape[1]
+    from verifier.diagnose.likelihood import suffix_draft_rows
+
+    return suffix_draft_rows(seqs.tokens, seqs.eos_token_id, k, seqs.p.shape[2])
 
 
 def rank_mechanisms(seqs: SequenceProbs, num_draft_tokens: int, *, mechanisms=None,
@@ -115,13 +118,28 @@ def rank_mechanisms(seqs: SequenceProbs, num_draft_tokens: int, *, mechanisms=No
     computed: dict[str, tuple] = {}
     for name in names:
         m = MECHANISMS[name]
+        if m.latent:
+            from verifier.diagnose.latent import feasible
+
+            why = feasible(seqs, num_draft_tokens, name, grouped=True)
+            if why is not None:
+                scores.append(MechanismScore(name, m.declared, None, None, why))
+                continue
+            if name in GROUPED:  # rows of one generate call are dependent: a likelihood per call, no per-position split
+                from verifier.diagnose.latent import call_log_likelihood
+
+                total = call_log_likelihood(seqs, num_draft_tokens)
+                with np.errstate(invalid="ignore"):
+                    lr = total - total_t
+                scores.append(MechanismScore(name, m.declared, total, float(lr) if not math.isnan(lr) else 0.0))
+                continue
         if m.needs_raw and seqs.p_raw is None:
             scores.append(MechanismScore(name, m.declared, None, None, "needs unprocessed probs"))
             continue
-        if m.keep_suffix and num_draft_tokens > 1 and (seqs.draft_after is None or _suffix_rows(seqs, num_draft_tokens) > MAX_DRAFT_AFTER_ROWS):
+        if m.keep_suffix and num_draft_tokens > 1 and (seqs.draft_after is None or (suffix := _suffix_rows(seqs, num_draft_tokens)) > MAX_DRAFT_AFTER_ROWS):
+            rows = "no draft oracle" if seqs.draft_after is None else f"{suffix} forward rows > {MAX_DRAFT_AFTER_ROWS}"
             scores.append(MechanismScore(name, m.declared, None, None,
-                                         "not computed: a kept draft suffix needs the draft after every latent rejected "
-                                         f"token ({_suffix_rows(seqs, num_draft_tokens)} forward rows > {MAX_DRAFT_AFTER_ROWS})"))
+                                         f"not computed: a kept draft suffix needs the draft after every latent rejected token ({rows})"))
             continue
         if m.needs_raw and raw_is_processed and "canonical" in computed:
             ll, cond = computed["canonical"]  # unprocessed = processed here (T = 1, no filter): the canonical law

@@ -29,17 +29,23 @@ AUTO_FIT_MAX_VOCAB = 64  # the runner's automatic diagnosis fits temperature/set
 CELL_BIAS = "BIAS"
 
 
-def load_tokens(store, plan) -> tuple[np.ndarray, np.ndarray | None]:
-    """Emitted tokens of a sample set from its shards (unreadable shards skipped), and origins when stored."""
-    toks, origins = [], []
+def load_tokens(store, plan, *, with_calls: bool = False):
+    """Emitted tokens of a sample set from its shards (unreadable shards skipped), and origins when stored.
+
+    With ``with_calls``, also the shard (= generate call) index of each row, shape (rows,), int64.
+    """
+    toks, origins, calls = [], [], []
     for i in range(plan.num_chunks):
         shard = store.read_chunk(plan.set_id, i)
         if shard is None or np.asarray(shard.tokens).shape[1:] != (plan.max_new_tokens,):
             continue
         toks.append(np.asarray(shard.tokens, dtype=np.int64))
         origins.append(getattr(shard, "origins", None))
+        calls.append(np.full(len(toks[-1]), i, dtype=np.int64))
     tokens = np.concatenate(toks) if toks else np.zeros((0, plan.max_new_tokens), dtype=np.int64)
     orig = np.concatenate(origins) if origins and all(o is not None for o in origins) else None
+    if with_calls:
+        return tokens, orig, (np.concatenate(calls) if calls else np.zeros(0, dtype=np.int64))
     return tokens, orig
 
 
@@ -95,7 +101,7 @@ def _diagnose_decoders(report, plans, pairs, store, decoders, with_fits, log) ->
                 entry["note"] = "temperature 0: the greedy contract (exact match) decides; nothing to diagnose"
                 sets.append(entry)
                 continue
-            tokens, origins = load_tokens(store, plan)
+            tokens, origins, calls = load_tokens(store, plan, with_calls=True)
             if not len(tokens):
                 entry["note"] = "no samples on disk"
                 sets.append(entry)
@@ -104,7 +110,7 @@ def _diagnose_decoders(report, plans, pairs, store, decoders, with_fits, log) ->
             fits = with_fits is True or (with_fits == "small" and pair.vocab_size <= AUTO_FIT_MAX_VOCAB)
             res = diagnose_sample_set(pair.reference, pair.draft_reference, plan.prompt_ids, plan.sampling,
                                       plan.num_draft_tokens, tokens, bias_detected=entry["biased"], origins=origins,
-                                      with_fits=fits)
+                                      with_fits=fits, calls=calls)
             if not fits and entry["biased"]:
                 res["fits_note"] = f"parametric fits left to `specverify diagnose` (vocab {pair.vocab_size} > {AUTO_FIT_MAX_VOCAB})"
             rankings.append(res.pop("_ranking"))

@@ -13,6 +13,7 @@ import numpy as np
 
 from verifier.diagnose import fit as fits
 from verifier.diagnose.inputs import MAX_LAW_OUTCOMES, joint_codes, mechanism_law, sequence_probs
+from verifier.diagnose.latent import GROUPED
 from verifier.diagnose.likelihood import SequenceProbs, log_likelihood, sequence_ends
 from verifier.diagnose.localize import localize
 from verifier.diagnose.mechanisms import MECHANISMS
@@ -65,6 +66,8 @@ def fit_check(name: str, seqs: SequenceProbs, inverse: np.ndarray, tokens: np.nd
     """
     from verifier.stats.pit import pit_ks_test, randomized_pit
 
+    if name in GROUPED:
+        return _call_fit_check(seqs, k)
     p_law, law = best_fit_pvalue(name, target_ref, draft_ref, prompt, sampling, k, tokens, window, rng)
     p_pit = None
     mech = MECHANISMS[name]
@@ -89,9 +92,24 @@ def fit_check(name: str, seqs: SequenceProbs, inverse: np.ndarray, tokens: np.nd
     return (min(1.0, min(ps) * len(ps)) if ps else None), law, parts
 
 
+def _call_fit_check(seqs: SequenceProbs, k: int) -> tuple[float | None, None, dict]:
+    """Batch cross-talk's own fit: the non-first rows against the law at each call's most likely counts (chi-square)."""
+    from verifier.diagnose.latent import call_fit_law
+    from verifier.stats.gof import gof_pvalues
+
+    law, _, observed = call_fit_law(seqs, k)
+    if (observed[law <= 0] > 0).any():
+        p = 0.0
+    elif observed.sum() < 1:
+        p = None
+    else:
+        p = float(gof_pvalues(observed[None].astype(np.int64), law, pvalue_method="asymptotic", alpha=FIT_ALPHA)[0])
+    return p, None, {"law": p, "pit": None}
+
+
 def diagnose_sample_set(target_ref, draft_ref, prompt, sampling: SamplingConfig, num_draft_tokens: int,
                         tokens: np.ndarray, *, bias_detected: bool, origins: np.ndarray | None = None,
-                        seed: int = 0, with_fits: bool = True) -> dict[str, Any]:
+                        seed: int = 0, with_fits: bool = True, calls: np.ndarray | None = None) -> dict[str, Any]:
     """Ranking, decision, fits and localization of one sample set.
 
     Parameters
@@ -109,6 +127,9 @@ def diagnose_sample_set(target_ref, draft_ref, prompt, sampling: SamplingConfig,
         Seeds the Monte Carlo p-value of the fit check.
     with_fits : bool, default True
         Also fit the effective temperature and compare sampling settings.
+    calls : np.ndarray or None, shape (num_samples,), int
+        The generate call (shard) of each row, rows in generate order: batch cross-talk's likelihood
+        needs it (None: that mechanism is not computed).
 
     Returns
     -------
@@ -122,6 +143,8 @@ def diagnose_sample_set(target_ref, draft_ref, prompt, sampling: SamplingConfig,
     uniq, inverse, counts = np.unique(tokens, axis=0, return_inverse=True, return_counts=True)
     seqs: SequenceProbs = sequence_probs(target_ref, draft_ref, prompt, uniq, sampling)  # each distinct row once
     seqs.weights = counts.astype(np.float64)
+    if calls is not None:
+        seqs.calls = (np.asarray(calls).reshape(-1), np.asarray(inverse).reshape(-1))
     ranking: Ranking = rank_mechanisms(seqs, num_draft_tokens)
     pre = decide(ranking, bias_detected=bias_detected)
     window = fit_window(target_ref.vocab_size, tokens.shape[1])

@@ -1,0 +1,85 @@
+"""The latent mechanisms' enumerated laws against the registered decoders themselves (trigram3, k = 2, 3 tokens).
+
+Chi-square goodness of fit of the decoder's rows to the enumerated law, alpha = 1e-3 per check, fixed
+seeds; n = 30000 detects a total-variation error of about 0.03 spread over the 27 outcomes (power > 0.99).
+The laws must also differ from the target's (the mechanisms are visible on this pair).
+"""
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from verifier.decoders.mutants import make_decoder
+from verifier.diagnose.inputs import all_sequences, sequence_probs
+from verifier.diagnose.latent import _Probs, _given_counts, latent_law
+from verifier.diagnose.mechanisms import MECHANISMS
+from verifier.diagnose.likelihood import log_likelihood
+from verifier.diagnose.rank import rank_mechanisms
+
+from tests.diagnose._helpers import CI_K, CI_TOKENS, PROMPT, T07K2, T1, trigram3, wrapped
+
+pytestmark = pytest.mark.slow
+ALPHA, N = 1e-3, 30_000
+
+
+def _chi2_pvalue(rows: np.ndarray, law: dict) -> float:
+    outcomes = sorted(law)
+    index = {o: i for i, o in enumerate(outcomes)}
+    assert all(tuple(r) in index for r in rows.tolist()), "a row the law gives probability 0"
+    counts = np.bincount([index[tuple(r)] for r in rows.tolist()], minlength=len(outcomes))
+    expected = np.array([law[o] for o in outcomes]) * len(rows)
+    keep = expected > 0
+    return float(stats.chisquare(counts[keep], expected[keep] * counts.sum() / expected[keep].sum()).pvalue)
+
+
+def _seqs(cfg):
+    _, tr, dr = trigram3()
+    return sequence_probs(tr, dr, PROMPT, all_sequences(3, CI_TOKENS, None), cfg)
+
+
+@pytest.mark.parametrize("cfg", [T1, T07K2], ids=["t1", "t07k2"])
+def test_stale_kv_law_is_the_decoders(cfg):
+    target, draft = wrapped()
+    rows = make_decoder("kv_not_rolled_back", target, draft, CI_K).generate(PROMPT, N, CI_TOKENS, cfg, seed=1510)
+    seqs = _seqs(cfg)
+    law = latent_law("kv_not_rolled_back", seqs, CI_K)
+    assert abs(sum(law.values()) - 1) < 1e-12
+    assert _chi2_pvalue(rows, law) > ALPHA
+    target_law = np.exp(log_likelihood(MECHANISMS["canonical"], seqs, CI_K))
+    mine = np.array([law.get(tuple(o), 0.0) for o in seqs.tokens.tolist()])
+    assert np.abs(mine - target_law).sum() / 2 > 0.02  # visible: total variation from the target's law
+
+
+@pytest.mark.parametrize("cfg", [T1, T07K2], ids=["t1", "t07k2"])
+def test_cross_talk_law_given_row0_counts_is_the_decoders(cfg):
+    """One generate call: row 0's accepted counts (DecoderStats, every row reports them) fix the law of rows 1..n-1."""
+    target, draft = wrapped()
+    dec = make_decoder("batch_cross_talk", target, draft, CI_K)
+    rows = dec.generate(PROMPT, N, CI_TOKENS, cfg, seed=1511)
+    counts = dec.last_stats.accepted_counts
+    row0 = tuple(int(c) for c in counts[::N])  # rounds run in lockstep: each round's block starts with row 0
+    assert (counts.reshape(len(row0), N) == np.array(row0)[:, None]).all()
+    seqs = _seqs(cfg)
+    law = _given_counts(_Probs(seqs.target_after), _Probs(seqs.draft_after), PROMPT, CI_K, CI_TOKENS, None, row0)
+    assert _chi2_pvalue(rows[1:], law) > ALPHA
+
+
+def test_cross_talk_needs_the_generate_calls():
+    """Without each row's generate call the call-level likelihood is not computed (and never named)."""
+    target, draft = wrapped()
+    rows = make_decoder("batch_cross_talk", target, draft, CI_K).generate(PROMPT, 500, CI_TOKENS, T1, seed=1512)
+    _, tr, dr = trigram3()
+    seqs = sequence_probs(tr, dr, PROMPT, rows, T1)
+    score = {s.name: s for s in rank_mechanisms(seqs, CI_K).scores}["batch_cross_talk"]
+    assert score.log_lr is None and "generate call" in score.note
+    seqs.calls = (np.zeros(len(rows), dtype=np.int64), np.arange(len(rows)))
+    score = {s.name: s for s in rank_mechanisms(seqs, CI_K).scores}["batch_cross_talk"]
+    assert score.log_lr is not None and score.log_lr > 7
+
+
+def test_latent_mechanisms_are_not_computed_at_a_transformer_vocabulary():
+    from verifier.diagnose.latent import feasible
+
+    seqs = _seqs(T1)
+    seqs.p = np.zeros((1, CI_TOKENS, 384))
+    assert "small vocabularies" in feasible(seqs, CI_K)
