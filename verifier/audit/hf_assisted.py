@@ -249,7 +249,7 @@ def _set_assistant(draft: torch.nn.Module, k: int) -> None:
     gc.assistant_confidence_threshold = 0.0
 
 
-def _run_samples(task: dict[str, Any]) -> tuple[np.ndarray, list[tuple[int, int]], list[int]]:
+def _run_samples(task: dict[str, Any]) -> tuple[np.ndarray, list[tuple[int, int]], list[int], list[list[tuple[int, int]]]]:
     """Generate the samples with indices ``task['indices']`` in this process (batch size 1 each)."""
     from verifier.audit.hf_kernel import patched_speculative_sampling
 
@@ -275,6 +275,7 @@ def _run_samples(task: dict[str, Any]) -> tuple[np.ndarray, list[tuple[int, int]
     prompt = torch.tensor([task["prompt_ids"]], dtype=torch.long, device=target.device)
     out = np.full((len(task["indices"]), task["max_new_tokens"]), PADDING_TOKEN_ID, dtype=np.int64)
     first_round: list[int] = []  # accepted drafts in each row's first round (-1: no speculative round ran)
+    row_rounds: list[list[tuple[int, int]]] = []  # each row's (drafted, accepted) per target pass: DecoderStats.origins
     with torch.inference_mode(), patched_speculative_sampling(kernel):
         for row, index in enumerate(task["indices"]):
             before = len(rounds)
@@ -284,7 +285,8 @@ def _run_samples(task: dict[str, Any]) -> tuple[np.ndarray, list[tuple[int, int]
             out[row, : len(new)] = new[: task["max_new_tokens"]]
             drafted = [r for r in rounds[before:] if r[0] > 0]  # passes that verified >= 1 draft (speculative rounds)
             first_round.append(drafted[0][1] if drafted else NO_ROUND)
-    return out, list(rounds), first_round
+            row_rounds.append(list(rounds[before:]))
+    return out, list(rounds), first_round, row_rounds
 
 
 class HFAssistedDecoder:
@@ -505,11 +507,15 @@ class HFAssistedDecoder:
         first = np.array([v for p in parts for v in p[2]], dtype=np.int64)
         over = sum(1 for r in passes if r[0] > self.num_draft_tokens)
         first[first > self.num_draft_tokens] = NO_ROUND  # a first round longer than k (another tokenizer) is no k-round
+        from verifier.engines.decoder import origins_from_rounds
+
+        origins = origins_from_rounds([r for p in parts for r in p[3]], out, self.num_draft_tokens)
         self.last_stats = DecoderStats(
             rounds=len(rounds), accepted_counts=accepted, num_draft_tokens=self.num_draft_tokens, first_round_accepted=first,
             extra={"drafted_counts": drafted, "full_rounds": int((drafted == self.num_draft_tokens).sum()),
                    "target_passes": len(passes), "passes_without_draft": sum(1 for r in passes if r[0] == 0),
                    "rounds_longer_than_k": over, "drafted": int(drafted.sum()), "accepted": int(accepted.sum())},
+            origins=origins,
         )
         return out
 

@@ -12,6 +12,8 @@ The worker's ``Handler.generate`` contract (``verifier/engines/workers/<engine>.
         -> {"tokens": int64[n, max_new_tokens] (-1 after EOS),
             optional "accepted_counts": int64[num_rounds]  (per round, in order; k = bonus emitted),
             optional "first_round_accepted": int64[n],
+            optional "row_accepted": list of n lists (each row's accepted count per round, in order; gives
+                DecoderStats.origins through :func:`origins_from_rounds`),
             optional "rounds": int, "drafted": int, "accepted": int  (as the engine reports them),
             optional "extra": dict}
 
@@ -30,9 +32,52 @@ from verifier.engines.bridge import EngineWorker, hashed_seeds
 from verifier.errors import DecoderOutputError, invalid_argument
 from verifier.protocols import DecoderStats
 
-__all__ = ["EngineDecoder", "checkpoint_dir", "sampling_fields"]
+__all__ = ["EngineDecoder", "checkpoint_dir", "sampling_fields", "origins_from_rounds"]
 
 SAMPLING_FIELDS = ("temperature", "top_k", "top_p", "repetition_penalty")
+
+
+def origins_from_rounds(row_rounds: Sequence[Sequence[Any]], tokens: np.ndarray, num_draft_tokens: int) -> np.ndarray | None:
+    """:attr:`DecoderStats.origins` from each row's per-round accepted counts, as an engine reports them.
+
+    Each round emits its accepted drafts (origin 0), then one recovered token (1) when a draft was
+    rejected, or one bonus token (2) when every draft of the round was accepted.
+
+    Parameters
+    ----------
+    row_rounds : sequence (num_samples) of sequences of int or (drafted, accepted) pairs
+        Row i's rounds in order: the accepted count (the round drafted ``num_draft_tokens``), or the
+        pair (drafted, accepted) when rounds draft fewer (a round with 0 drafted emits one bonus-like
+        target token, origin 2).
+    tokens : np.ndarray, shape (num_samples, max_new_tokens), int64
+        The emitted tokens, -1 after EOS (origin -1 there).
+    num_draft_tokens : int
+
+    Returns
+    -------
+    np.ndarray of int8, shape like ``tokens``, or None
+        None when the rounds cannot be the rows' (a row emitted more tokens than its rounds account for,
+        or a count outside 0..drafted): origins unknown rather than wrong.
+    """
+    tokens = np.asarray(tokens)
+    if len(row_rounds) != len(tokens):
+        return None
+    n, steps = tokens.shape
+    out = np.full((n, steps), -1, dtype=np.int8)
+    for i, rounds in enumerate(row_rounds):
+        codes: list[int] = []
+        for r in rounds:
+            drafted, accepted = (int(r[0]), int(r[1])) if isinstance(r, (tuple, list)) else (num_draft_tokens, int(r))
+            if not 0 <= accepted <= drafted:
+                return None
+            codes.extend([0] * accepted + [2 if accepted == drafted else 1])
+            if len(codes) >= steps:
+                break
+        live = int((tokens[i] != -1).sum())
+        if len(codes) < live:
+            return None
+        out[i, :live] = codes[:live]
+    return out
 
 
 def checkpoint_dir(spec: str, argument: str = "--target") -> Path:
@@ -149,6 +194,7 @@ class EngineDecoder:
                                      f"({num_samples}, {max_new_tokens})")
         counts = reply.get("accepted_counts")
         first = reply.get("first_round_accepted")
+        row_rounds = reply.get("row_accepted")
         extra = dict(reply.get("extra") or {})
         for key in ("drafted", "accepted"):
             if key in reply:
@@ -158,7 +204,8 @@ class EngineDecoder:
             accepted_counts=np.zeros(0, dtype=np.int64) if counts is None else np.asarray(counts, dtype=np.int64),
             num_draft_tokens=self.num_draft_tokens,
             first_round_accepted=None if first is None else np.asarray(first, dtype=np.int64),
-            extra=extra)
+            extra=extra,
+            origins=None if row_rounds is None else origins_from_rounds(row_rounds, tokens, self.num_draft_tokens))
         return tokens.astype(np.int64, copy=False)
 
     def target_logits(self, prompt_ids: Sequence[int]) -> np.ndarray:
