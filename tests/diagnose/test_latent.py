@@ -83,3 +83,34 @@ def test_latent_mechanisms_are_not_computed_at_a_transformer_vocabulary():
     seqs = _seqs(T1)
     seqs.p = np.zeros((1, CI_TOKENS, 384))
     assert "small vocabularies" in feasible(seqs, CI_K)
+
+
+@pytest.mark.parametrize("rule", ["softmax_residual", "shared_uniform"])
+def test_zoo_rule_decoders_have_the_rules_law(rule):
+    """The shipped-model fixtures for the rules without a mutant: their rows fit verifier.exact.n_token_law."""
+    from verifier.diagnose.zoo_decoders import zoo_rule_decoder
+    from verifier.exact import n_token_law
+
+    pair, _, _ = trigram3()
+    target, draft = wrapped()
+    rows = zoo_rule_decoder(rule, target, draft, CI_K).generate(PROMPT, N, CI_TOKENS, T1, seed=1513)
+    law = {o: float(v) for o, v in n_token_law(pair.target, pair.draft, PROMPT, CI_K, CI_TOKENS, rule).items()}
+    assert _chi2_pvalue(rows, law) > ALPHA
+    canonical = {o: float(v) for o, v in n_token_law(pair.target, pair.draft, PROMPT, CI_K, CI_TOKENS, "canonical").items()}
+    assert _chi2_pvalue(rows, canonical) < ALPHA  # and the test can tell them apart
+
+
+@pytest.mark.parametrize("cfg", [T1, T07K2], ids=["t1", "t07k2"])
+def test_cross_talk_call_tables_equal_the_enumeration(cfg):
+    """The call-level likelihood's products of teacher-forced probs (any vocabulary) against the enumeration over
+    the decoder's choices: row 0's joint law with its round structure sums to 1, and every structure's law of
+    another row, mixed over row 0's structure law, is the enumerated marginal (1e-15)."""
+    from verifier.diagnose import latent
+
+    seqs = _seqs(cfg)
+    first, other, classes = latent._call_tables(seqs, CI_K)
+    assert len(classes) == 7 and abs(np.exp(first).sum() - 1) < 1e-12
+    np.testing.assert_allclose(np.exp(other).sum(axis=1), 1.0, atol=1e-12)
+    law = latent.latent_law("batch_cross_talk", seqs, CI_K)
+    enumerated = np.array([law.get(tuple(r), 0.0) for r in seqs.tokens.tolist()])
+    np.testing.assert_allclose((np.exp(first).sum(axis=1)[:, None] * np.exp(other)).sum(axis=0), enumerated, atol=1e-15)

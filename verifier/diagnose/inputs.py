@@ -103,7 +103,8 @@ def mechanism_law(mechanism: Mechanism, target_ref, draft_ref, prompt, sampling:
                   num_draft_tokens: int, num_tokens: int) -> np.ndarray | None:
     """Law of the first ``num_tokens`` emitted tokens under ``mechanism``, float64, shape ((V + 1) ** J,).
 
-    Returns None when there are more than :data:`MAX_LAW_OUTCOMES` outcomes.  Category order as
+    Returns None when there are more than :data:`MAX_LAW_OUTCOMES` outcomes, or for a latent mechanism
+    whose state cannot be enumerated for this pair.  Category order as
     :func:`verifier.runner.analysis.joint_counts` (index V = the row had ended).
     """
     vocab = target_ref.vocab_size
@@ -116,6 +117,11 @@ def mechanism_law(mechanism: Mechanism, target_ref, draft_ref, prompt, sampling:
         seqs = all_sequences(vocab, num_tokens, target_ref.eos_token_id)
         _OUTCOME_PROBS[key] = (seqs, sequence_probs(target_ref, draft_ref, prompt, seqs, sampling))
     seqs, sp = _OUTCOME_PROBS[key]
+    if mechanism.latent:
+        from verifier.diagnose.latent import feasible
+
+        if feasible(sp, num_draft_tokens, mechanism.name) is not None:
+            return None
     probs = np.exp(log_likelihood(mechanism, sp, num_draft_tokens))
     law = np.zeros((vocab + 1) ** num_tokens)
     np.add.at(law, joint_codes(seqs, vocab), probs)

@@ -34,7 +34,7 @@ import numpy as np
 
 from verifier.protocols import PADDING_TOKEN_ID
 
-__all__ = ["LATENT_LAWS", "feasible", "latent_law", "law_log_likelihood", "call_log_likelihood", "call_fit_law",
+__all__ = ["LATENT_LAWS", "feasible", "latent_law", "law_log_likelihood", "call_log_likelihood", "call_predictive", "count_classes",
            "MAX_BRANCHES", "GROUPED"]
 
 GROUPED = {"batch_cross_talk"}  # mechanisms whose likelihood is per generate call, not per row
@@ -192,8 +192,13 @@ def feasible(seqs, num_draft_tokens: int, name: str = "kv_not_rolled_back", *, g
     vocab, steps = seqs.p.shape[2], seqs.tokens.shape[1]
     if seqs.target_after is None or seqs.draft_after is None or not seqs.prompt:
         return "not computed: needs the target and the draft at arbitrary contexts after a non-empty prompt"
-    if grouped and name in GROUPED and getattr(seqs, "calls", None) is None:
-        return "not computed: needs the generate call of each row (rows of one call share row 0's accepted counts)"
+    if grouped and name in GROUPED:  # products of teacher-forced probs: any vocabulary
+        if getattr(seqs, "calls", None) is None:
+            return "not computed: needs the generate call of each row (rows of one call share row 0's accepted counts)"
+        classes = len(count_classes(num_draft_tokens, steps))
+        if classes > MAX_COUNT_CLASSES:
+            return f"not computed: {classes} round structures of {steps} tokens > {MAX_COUNT_CLASSES}"
+        return None
     if name == "kv_not_rolled_back" and getattr(seqs, "penalised", False):
         return "not computed: a repetition penalty's context mask excludes the latent tokens (not modelled)"
     if vocab ** steps > MAX_OUTCOMES or vocab ** (num_draft_tokens + 1) > MAX_BRANCHES:
@@ -232,14 +237,84 @@ def latent_law(name: str, seqs, num_draft_tokens: int) -> dict:
     return dict(law)
 
 
-def _call_tables(seqs, num_draft_tokens: int) -> tuple[np.ndarray, np.ndarray]:
-    """log P(row 0 = u, c) and log P(row = u | c) for every count sequence c and distinct row u: (C, rows) each."""
-    rows = [tuple(r) for r in np.asarray(seqs.tokens, dtype=np.int64).tolist()]
-    got = _enumerated("batch_cross_talk", seqs, num_draft_tokens)
+MAX_COUNT_CLASSES = 5000  # count sequences batch cross-talk sums over (they grow with max_new_tokens)
+
+
+def count_classes(num_draft_tokens: int, num_tokens: int) -> list[tuple[tuple[int, bool], ...]]:
+    """Every round structure of ``num_tokens`` emitted tokens: ((accepted count, last-round "at least"), ...).
+
+    A round with count n emits n accepted drafts and one recovered (n < k) or bonus (n = k) token; the
+    last round, with R <= k tokens left, is either n < R (its final token visible) or "at least R"
+    (every visible token an accepted draft), which merges counts whose difference is not observed.
+    """
+    k, out = num_draft_tokens, []
+
+    def rec(t: int, seq: tuple) -> None:
+        left = num_tokens - t
+        if left <= 0:
+            out.append(seq)
+            return
+        for n in range(0, min(k, left - 1) + 1):
+            rec(t + n + 1, seq + ((n, False),))
+        if left <= k:
+            out.append(seq + ((left, True),))
+
+    rec(0, ())
+    return out
+
+
+def _position_logs(seqs) -> dict[str, np.ndarray]:
+    """Per distinct row and position, log of: q(x), min(p, q)(x), residual(x), 1 - sum min(p, q), p(x)."""
+    from verifier.diagnose.likelihood import _pick_all
+
+    p, q = seqs.p, seqs.q
+    m = np.minimum(p, q)
+    w = np.clip(p - q, 0.0, None)
+    sw = w.sum(axis=2, keepdims=True)
+    res = np.where(sw > 0, w / np.where(sw > 0, sw, 1.0), p)
     with np.errstate(divide="ignore"):
-        first = np.log(np.array([[joint.get(r, 0.0) for r in rows] for _, joint, _ in got]))
-        other = np.log(np.array([[given.get(r, 0.0) for r in rows] for _, _, given in got]))
-    return first, other
+        return {"q": np.log(_pick_all(q, seqs.tokens)), "min": np.log(_pick_all(m, seqs.tokens)),
+                "res": np.log(_pick_all(res, seqs.tokens)), "rej": np.log(np.clip(1.0 - m.sum(axis=2), 0.0, None)),
+                "p": np.log(_pick_all(p, seqs.tokens))}
+
+
+def _call_tables(seqs, num_draft_tokens: int) -> tuple[np.ndarray, np.ndarray, list]:
+    """log P(row 0 = u, c) (canonical) and log P(row = u | c) (counts forced) for every class c and distinct row u.
+
+    Both are products along the row of teacher-forced probs: exact at any vocabulary, O(C T) per row
+    after the O(T V) logs.  Returns ((C, rows), (C, rows), classes).
+    """
+    from verifier.diagnose.likelihood import sequence_ends
+
+    k = num_draft_tokens
+    steps = seqs.tokens.shape[1]
+    classes = count_classes(k, steps)
+    logs = _position_logs(seqs)
+    ends = sequence_ends(seqs.tokens, seqs.eos_token_id)
+    live = np.arange(steps)[None] < ends[:, None]
+    first = np.zeros((len(classes), len(seqs.tokens)))
+    other = np.zeros_like(first)
+    for ci, c in enumerate(classes):
+        f = np.zeros((len(seqs.tokens), steps))
+        o = np.zeros_like(f)
+        t = 0
+        for n, at_least in c:
+            f[:, t:t + n] = logs["min"][:, t:t + n]  # accepted drafts: row 0 by the canonical test, the others forced
+            o[:, t:t + n] = logs["q"][:, t:t + n]
+            if not at_least:
+                pos = t + n
+                if n == k:
+                    f[:, pos] = o[:, pos] = logs["p"][:, pos]
+                else:
+                    f[:, pos] = logs["rej"][:, pos] + logs["res"][:, pos]
+                    o[:, pos] = logs["res"][:, pos]
+                t = pos + 1
+            else:
+                t += n
+        with np.errstate(invalid="ignore"):
+            first[ci] = np.where(live, f, 0.0).sum(axis=1)
+            other[ci] = np.where(live, o, 0.0).sum(axis=1)
+    return first, other, classes
 
 
 def call_log_likelihood(seqs, num_draft_tokens: int) -> float:
@@ -249,7 +324,7 @@ def call_log_likelihood(seqs, num_draft_tokens: int) -> float:
     ``log sum_c P(row 0, c) prod_{i >= 1} P(row i | c)``, summed over calls.
     """
     calls, inverse = seqs.calls
-    first, other = _call_tables(seqs, num_draft_tokens)
+    first, other, _ = _call_tables(seqs, num_draft_tokens)
     total = 0.0
     for g in np.unique(calls):
         idx = inverse[calls == g]
@@ -259,29 +334,35 @@ def call_log_likelihood(seqs, num_draft_tokens: int) -> float:
     return total
 
 
-def call_fit_law(seqs, num_draft_tokens: int) -> tuple[np.ndarray, list[tuple], np.ndarray]:
-    """The law batch cross-talk predicts for the rows other than row 0, each call at its most likely counts.
+def call_predictive(seqs, num_draft_tokens: int) -> tuple[np.ndarray, np.ndarray]:
+    """Batch cross-talk's predictive law of every token of the rows other than row 0, each call at its most
+    likely round structure: (observed row indices into seqs.calls order, (rows, steps, vocab) laws).
 
-    Returns (law over the distinct rows of the pooled non-first rows, the outcomes, observed counts);
-    the goodness of fit of this law (sizes fixed per call: conservative for a pooled chi-square) is the
-    mechanism's own fit check.
+    Given the structure a token's law is q (accepted draft), the residual (recovered) or p (bonus) at
+    its position; the randomized PIT of these is the mechanism's own fit check (the structure is chosen
+    from the same data: slightly optimistic).
     """
     calls, inverse = seqs.calls
-    got = _enumerated("batch_cross_talk", seqs, num_draft_tokens)
-    first, other = _call_tables(seqs, num_draft_tokens)
-    outcomes = sorted({o for _, _, given in got for o in given})
-    index = {o: i for i, o in enumerate(outcomes)}
-    rows = [tuple(r) for r in np.asarray(seqs.tokens, dtype=np.int64).tolist()]
-    expected, observed = np.zeros(len(outcomes)), np.zeros(len(outcomes))
+    k = num_draft_tokens
+    first, other, classes = _call_tables(seqs, k)
+    p, q = seqs.p, seqs.q
+    w = np.clip(p - q, 0.0, None)
+    sw = w.sum(axis=2, keepdims=True)
+    res = np.where(sw > 0, w / np.where(sw > 0, sw, 1.0), p)
+    picked, laws = [], []
     for g in np.unique(calls):
-        idx = inverse[calls == g]
+        where = np.flatnonzero(calls == g)
+        idx = inverse[where]
         with np.errstate(invalid="ignore"):
-            best = int(np.argmax(first[:, idx[0]] + other[:, idx[1:]].sum(axis=1)))
-        for o, w in got[best][2].items():
-            expected[index[o]] += w * (len(idx) - 1)
-        for u in idx[1:]:
-            observed[index[rows[u]]] += 1 if rows[u] in index else 0
-    return expected / max(1.0, expected.sum()), outcomes, observed
+            c = classes[int(np.argmax(first[:, idx[0]] + other[:, idx[1:]].sum(axis=1)))]
+        kinds = []
+        for n, at_least in c:
+            kinds += ["q"] * n + ([] if at_least else ["p" if n == k else "res"])
+        u = idx[1:]
+        law = np.stack([{"q": q, "p": p, "res": res}[kd][u, t] for t, kd in enumerate(kinds[:p.shape[1]])], axis=1)
+        picked.append(where[1:])
+        laws.append(law)
+    return np.concatenate(picked), np.concatenate(laws)
 
 
 def law_log_likelihood(name: str, seqs, num_draft_tokens: int, *, per_position: bool = False,

@@ -120,6 +120,12 @@ def _pick(rows: np.ndarray, x: np.ndarray) -> np.ndarray:
     return np.take_along_axis(rows, x[:, None], axis=1)[:, 0]
 
 
+def _pick_all(rows: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+    """``rows[i, t, tokens[i, t]]`` (padding read as token 0), shape (rows, steps)."""
+    x = np.where(tokens < 0, 0, tokens)
+    return np.take_along_axis(rows, x[..., None], axis=2)[..., 0]
+
+
 def target_log_likelihood(seqs: SequenceProbs, view: str = "p") -> np.ndarray:
     """``sum_t log p_t(x_t)`` per row (the law of plain sampling from the ``view`` target), shape (rows,)."""
     probs = getattr(seqs, view)

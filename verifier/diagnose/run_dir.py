@@ -25,7 +25,10 @@ from verifier.diagnose.sample_set import diagnose_sample_set, fit_check
 __all__ = ["diagnose_decoders", "auto_diagnosis", "load_tokens", "DIAGNOSED_VERDICT"]
 
 DIAGNOSED_VERDICT = "BIAS DETECTED"
-AUTO_FIT_MAX_VOCAB = 64  # the runner's automatic diagnosis fits temperature/settings only up to this vocab (cost)
+# the runner's automatic diagnosis fits temperature/settings when the distinct rows' teacher-forced probs hold at
+# most this many entries (rows x tokens x vocab): O(T x V) per distinct row and per likelihood evaluation, about
+# 40 evaluations; measured 0.3-0.6 s CPU at the shipped vocab (384, n = 3000, 3 tokens: 150-1200 distinct rows)
+AUTO_FIT_MAX_ENTRIES = 20_000_000
 CELL_BIAS = "BIAS"
 
 
@@ -67,8 +70,8 @@ def diagnose_decoders(report: dict, plans: list, pairs: dict, store, *, decoders
     decoders : list of str, optional
         Diagnose these decoders whatever their verdict.
     with_fits : bool or "small", default True
-        Fit the effective temperature and other settings; "small": only for vocabularies up to
-        :data:`AUTO_FIT_MAX_VOCAB` (the runner's automatic diagnosis: a transformer's fits cost more than its ranking).
+        Fit the effective temperature and other settings; "small": only when the distinct rows x tokens x
+        vocab stay within :data:`AUTO_FIT_MAX_ENTRIES` (the runner's automatic diagnosis; the shipped models' are).
     log : callable, optional
 
     Returns
@@ -107,12 +110,14 @@ def _diagnose_decoders(report, plans, pairs, store, decoders, with_fits, log) ->
                 sets.append(entry)
                 continue
             pair = pairs[plan.pair]
-            fits = with_fits is True or (with_fits == "small" and pair.vocab_size <= AUTO_FIT_MAX_VOCAB)
+            entries = len(np.unique(tokens, axis=0)) * tokens.shape[1] * pair.vocab_size
+            fits = with_fits is True or (with_fits == "small" and entries <= AUTO_FIT_MAX_ENTRIES)
             res = diagnose_sample_set(pair.reference, pair.draft_reference, plan.prompt_ids, plan.sampling,
                                       plan.num_draft_tokens, tokens, bias_detected=entry["biased"], origins=origins,
                                       with_fits=fits, calls=calls)
             if not fits and entry["biased"]:
-                res["fits_note"] = f"parametric fits left to `specverify diagnose` (vocab {pair.vocab_size} > {AUTO_FIT_MAX_VOCAB})"
+                res["fits_note"] = (f"parametric fits left to `specverify diagnose` ({entries} teacher-forced entries > "
+                                    f"{AUTO_FIT_MAX_ENTRIES})")
             rankings.append(res.pop("_ranking"))
             cache[plan.set_id] = (res.pop("_seqs"), tokens, res["fit_window"])
             entry.update(res)

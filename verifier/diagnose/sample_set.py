@@ -67,7 +67,7 @@ def fit_check(name: str, seqs: SequenceProbs, inverse: np.ndarray, tokens: np.nd
     from verifier.stats.pit import pit_ks_test, randomized_pit
 
     if name in GROUPED:
-        return _call_fit_check(seqs, k)
+        return _call_fit_check(seqs, k, tokens, rng)
     p_law, law = best_fit_pvalue(name, target_ref, draft_ref, prompt, sampling, k, tokens, window, rng)
     p_pit = None
     mech = MECHANISMS[name]
@@ -88,23 +88,72 @@ def fit_check(name: str, seqs: SequenceProbs, inverse: np.ndarray, tokens: np.nd
             except InvalidArgumentError:  # u's too tied for KS (near one-hot predictive laws): the law check decides
                 p_pit = None
     parts = {"law": p_law, "pit": p_pit}
+    if mech.keep_suffix and k > 1:  # no sequential predictive law (in-flight jumps): the law after common prefixes
+        parts["prefix"] = prefix_fit_pvalue(name, tokens, target_ref, draft_ref, prompt, sampling, k)
     ps = [v for v in parts.values() if v is not None]
     return (min(1.0, min(ps) * len(ps)) if ps else None), law, parts
 
 
-def _call_fit_check(seqs: SequenceProbs, k: int) -> tuple[float | None, None, dict]:
-    """Batch cross-talk's own fit: the non-first rows against the law at each call's most likely counts (chi-square)."""
-    from verifier.diagnose.latent import call_fit_law
+PREFIX_FIT_TOP, PREFIX_FIT_MIN_ROWS = 3, 100  # most common prefixes per position, rows a prefix needs
+
+
+def prefix_fit_pvalue(name: str, tokens: np.ndarray, target_ref, draft_ref, prompt, sampling, k: int) -> float | None:
+    """Goodness of fit of mechanism ``name``'s law of token t given the most common observed prefixes x_<t.
+
+    For t = 2..T and each of the :data:`PREFIX_FIT_TOP` most common prefixes with at least
+    :data:`PREFIX_FIT_MIN_ROWS` rows, the mechanism's conditional law ``P(x_<t, v) / P(x_<t)`` (prefix
+    marginals: the rows cut after the prefix, later tokens summed out) against the observed x_t
+    (chi-square, pooled to expected counts >= 10); Bonferroni over the tests.  Cost: V candidate rows
+    per test (their teacher-forced probs, and the draft along them for a kept suffix).
+    """
     from verifier.stats.gof import gof_pvalues
 
-    law, _, observed = call_fit_law(seqs, k)
-    if (observed[law <= 0] > 0).any():
+    mech = MECHANISMS[name]
+    vocab = target_ref.vocab_size
+    ends = sequence_ends(tokens, target_ref.eos_token_id)
+    ps = []
+    for t in range(1, tokens.shape[1]):
+        rows = tokens[ends > t]
+        if not len(rows):
+            continue
+        prefixes, counts = np.unique(rows[:, :t], axis=0, return_counts=True)
+        for i in np.argsort(-counts)[:PREFIX_FIT_TOP]:
+            if counts[i] < PREFIX_FIT_MIN_ROWS:
+                break
+            pre = prefixes[i]
+            cand = np.full((vocab + 1, tokens.shape[1]), -1, dtype=np.int64)  # row 0: the prefix alone
+            cand[:, :t] = pre
+            cand[1:, t] = np.arange(vocab)
+            sp = sequence_probs(target_ref, draft_ref, prompt, cand, sampling)
+            ll = log_likelihood(mech, sp, k)
+            with np.errstate(invalid="ignore", over="ignore"):
+                law = np.exp(ll[1:] - ll[0]) if np.isfinite(ll[0]) else np.zeros(vocab)
+            obs = np.bincount(rows[(rows[:, :t] == pre).all(axis=1), t], minlength=vocab)
+            if law.sum() <= 0 or (obs[law <= 0] > 0).any():
+                ps.append(0.0)
+                continue
+            ps.append(float(gof_pvalues(obs[None], law / law.sum(), pvalue_method="asymptotic", alpha=FIT_ALPHA)[0]))
+    return min(1.0, min(ps) * len(ps)) if ps else None
+
+
+def _call_fit_check(seqs: SequenceProbs, k: int, tokens: np.ndarray, rng: np.random.Generator) -> tuple[float | None, None, dict]:
+    """Batch cross-talk's own fit: randomized PIT of the non-first rows' tokens under their call's most likely
+    round structure (:func:`verifier.diagnose.latent.call_predictive`), Kolmogorov-Smirnov."""
+    from verifier.diagnose.latent import call_predictive
+    from verifier.stats.pit import pit_ks_test, randomized_pit
+
+    rows, laws = call_predictive(seqs, k)
+    obs = tokens[rows]
+    live = np.arange(obs.shape[1])[None] < sequence_ends(obs, seqs.eos_token_id)[:, None]
+    u, bad = randomized_pit(obs[live], laws[live], rng)
+    if bad:
         p = 0.0
-    elif observed.sum() < 1:
-        p = None
     else:
-        p = float(gof_pvalues(observed[None].astype(np.int64), law, pvalue_method="asymptotic", alpha=FIT_ALPHA)[0])
-    return p, None, {"law": p, "pit": None}
+        try:
+            p = float(pit_ks_test(u, alpha=FIT_ALPHA).pvalue)
+        except InvalidArgumentError:
+            p = None
+    return p, None, {"law": None, "pit": p}
 
 
 def diagnose_sample_set(target_ref, draft_ref, prompt, sampling: SamplingConfig, num_draft_tokens: int,
