@@ -5,11 +5,12 @@ with top_k = 20 for the two mutants visible only under processing.
 Every registered decoder mutant and every zoo rule (the two without a mutant through
 ``verifier.diagnose.zoo_decoders``) must be diagnosed as itself, except the stale KV cache, whose latent
 state (the rejected drafts, V^2 per rejection) is not enumerated at this vocabulary: it must get "matches no
-known mechanism", never another name.  The lossless decoders must get "no mechanism preferred".  Fixed
-seeds; naming needs log LR >= log(M / 0.01) and the mechanism's own fit not rejected at 1e-3.
+known mechanism", never another name.  The reference must get "no mechanism preferred".  Fixed seeds; naming
+needs log LR >= log(M / 0.01) and the mechanism's own fit not rejected at 1e-3.
 
-Cost (idle 2-core machine, CPU): about 4-10 s per case (generation 2-6 s, diagnosis 0.5-6 s; the kept
-suffix runs the draft on ~150k distinct contexts), about 2 min for the 18 cases.
+Cost: 15 cases; measured 1021 s wall for these plus the two slower lossless decoders (17 cases) at load
+average ~15 on the shared 2-core machine (this process got ~30% of a core): about 3-5 min on an idle one
+(generation dominates; the kept suffix's diagnosis runs the draft on ~150k distinct contexts).
 """
 
 import numpy as np
@@ -29,7 +30,7 @@ T1, T07K20 = SamplingConfig(temperature=1.0), SamplingConfig(temperature=0.7, to
 PROCESSING_ONLY = {"draft_raw_q", "target_unprocessed"}
 NOT_AT_THIS_VOCAB = {"kv_not_rolled_back"}  # latent state not enumerable at vocab 384: "no known mechanism"
 MUTANTS = [n for n, s in DECODER_REGISTRY.items() if s.declared != "exact" and mechanism_for_decoder(n) != "canonical"]
-LOSSLESS = ["reference", "fresh_target_match", "block_verification"]
+LOSSLESS = ["reference"]  # fresh_target_match / block_verification: same law, slower (trigram3 tests and the bench run them)
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +49,7 @@ def _diagnose(shipped, decoder, cfg, seed, bias):
 
 
 def test_the_lists_cover_the_zoo():
-    assert len(MUTANTS) == 13 and set(ZOO_RULE_KERNELS) == {"softmax_residual", "shared_uniform"}
+    assert len(MUTANTS) == 11 and set(ZOO_RULE_KERNELS) == {"softmax_residual", "shared_uniform"}
 
 
 @pytest.mark.parametrize("name", MUTANTS)
