@@ -26,6 +26,10 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--recompute", action="store_true",
                         help="Recompute every statistic even when report.json was computed from the same samples, suite and "
                         "statistics code. Default: then only re-render the reports from it (seconds).")
+    parser.add_argument("--no-cache", action="store_true",
+                        help="Neither read nor write the on-disk cache of Monte Carlo null streams (same p-values, "
+                        "computed afresh; same as SPECVERIFY_NO_CACHE=1). Default: cached under $SPECVERIFY_CACHE_DIR "
+                        "or ~/.cache/specverify.")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -43,8 +47,10 @@ def run(args: argparse.Namespace) -> int:
         code = int(report.get("exit_code", 0))
         print_outcome(SimpleNamespace(report=report, exit_code=code, run_dir=args.out or args.run_dir))
         return code
+    from verifier.cli.cmd_run import _no_cache
     from verifier.runner import analyze_run
 
+    _no_cache(args)
     outcome = analyze_run(args.run_dir, out_dir=args.out, allow_partial=args.allow_partial, recompute=args.recompute)
     print_outcome(outcome)
     return outcome.exit_code

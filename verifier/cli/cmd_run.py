@@ -36,9 +36,23 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", metavar="N", type=int, default=DEFAULT_CPU_THREADS,
                         help="torch intra-op threads on CPU. Tiny models sample fastest on one thread (measured 7x faster "
                         f"than two on a busy 2-core machine); raise it for large CPU models. Default: {DEFAULT_CPU_THREADS}.")
+    parser.add_argument("--no-cache", action="store_true",
+                        help="Neither read nor write the on-disk cache of Monte Carlo null streams (same p-values, "
+                        "computed afresh; same as SPECVERIFY_NO_CACHE=1). Default: cached under $SPECVERIFY_CACHE_DIR "
+                        "or ~/.cache/specverify.")
     from verifier import progress
 
     progress.add_arguments(parser)
+
+
+def _no_cache(args: argparse.Namespace) -> None:
+    """``--no-cache``: the statistics stage neither reads nor writes null streams on disk (verifier.stats.nullcache)."""
+    if args.no_cache:
+        import os
+
+        from verifier.stats.nullcache import NO_CACHE_ENV
+
+        os.environ[NO_CACHE_ENV] = "1"
 
 
 def _progress(args: argparse.Namespace) -> bool:
@@ -92,6 +106,7 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     torch.set_num_threads(args.threads)
+    _no_cache(args)
     if args.resume:
         suite, _ = load_run_suite(args.resume)
         if args.profile or args.seed is not None or args.device or args.dtype:

@@ -15,7 +15,10 @@ observed value may stop early (:func:`sequential_pvalue`, Besag & Clifford 1991)
 clean cell needs a few thousand draws, not ``B``.
 
 Cost: numpy's multinomial is O(categories) per draw, so ``draws x categories`` bounds the work
-(:data:`MAX_WORK`); callers fall back to an asymptotic method beyond it.
+(:data:`MAX_WORK`); callers fall back to an asymptotic method beyond it.  Streams of at least
+:data:`verifier.stats.nullcache.MIN_STORE_WORK` draws x categories are also kept on disk across
+runs (:mod:`verifier.stats.nullcache`; bit-identical to recomputing them, ``SPECVERIFY_NO_CACHE=1``
+turns it off).
 
 References
 ----------
@@ -34,6 +37,7 @@ import numpy as np
 from scipy import special
 
 from verifier.errors import invalid_argument
+from verifier.stats import nullcache
 from verifier.stats._validate import check_alpha, check_positive_int, short
 
 __all__ = ["MAX_WORK", "MIN_DRAWS", "STOP_EXCEEDANCES", "draws_for", "null_sample", "sequential_pvalue", "statistic", "upper_pvalues",
@@ -82,6 +86,33 @@ class _Stream:
         self.total = 0
         self.sorted: dict[int, np.ndarray] = {}
         self.lock = threading.Lock()
+        self.path = None  # its on-disk entry (nullcache), set by _stream
+        self.stored = 0  # draws the entry is known to hold
+
+    def _size(self, i: int) -> int:
+        return min(1000 << i, self.max_chunk)  # a fixed schedule: the stream never depends on B
+
+    def restore(self, values: np.ndarray, state: dict) -> bool:
+        """Take the first draws and the generator state from a cache entry; False (nothing taken)
+        when the entry's length is not a whole number of chunks of this stream's schedule."""
+        bounds = [0]
+        while bounds[-1] < values.size:
+            bounds.append(bounds[-1] + self._size(len(bounds) - 1))
+        if bounds[-1] != values.size:
+            return False
+        self.rng.bit_generator.state = state
+        self.parts = [values[a:b] for a, b in zip(bounds, bounds[1:])]
+        self.total = self.stored = int(values.size)
+        return True
+
+    def save(self) -> None:
+        """Write the stream to its cache entry when it grew and is worth keeping (nullcache.MIN_STORE_WORK)."""
+        if self.path is None or self.total <= self.stored or self.total * self.probs.size < nullcache.MIN_STORE_WORK:
+            return
+        with self.lock:  # draws and generator state of one moment
+            values, state, total = np.concatenate(self.parts), self.rng.bit_generator.state, self.total
+        if nullcache.store(self.path, kind=self.kind, n=self.n, categories=self.probs.size, values=values, state=state):
+            self.stored = total
 
     @property
     def nbytes(self) -> int:
@@ -95,7 +126,7 @@ class _Stream:
 
     def _grow(self, i: int) -> np.ndarray:
         while len(self.parts) <= i:
-            size = min(1000 << len(self.parts), self.max_chunk)  # a fixed schedule: the stream never depends on B
+            size = self._size(len(self.parts))
             counts = self.rng.multinomial(self.n, self.probs, size=size)
             self.parts.append(statistic(self.kind, counts, self.probs, self.scores))
             self.total += size
@@ -153,8 +184,24 @@ def _stream(kind: str, probs, n: int, scores=None) -> _Stream:
             _cache.move_to_end(key)
             return _cache[key]
         stream = _cache[key] = _Stream(int.from_bytes(key[:8], "little"), kind, probs, n, scores)
+        if nullcache.enabled():
+            stream.path = nullcache.entry_path(key, _code_version())
+            hit = nullcache.load(stream.path, kind=kind, n=n, categories=probs.size)
+            if hit is not None and not stream.restore(*hit):
+                nullcache.discard(stream.path)  # not this stream's chunk schedule: recomputed, then rewritten
         _trim_cache()
         return stream
+
+
+_version: bytes | None = None
+
+
+def _code_version() -> bytes:
+    """What makes the draws, for the on-disk key (nullcache.code_version of the statistic and the stream)."""
+    global _version
+    if _version is None:
+        _version = nullcache.code_version(statistic, _Stream, _stream, _CHUNK_ELEMENTS)
+    return _version
 
 
 def _trim_cache() -> None:
@@ -192,6 +239,7 @@ def null_sample(kind: str, probs: np.ndarray, n: int, draws: int, scores: np.nda
     stream = _stream(kind, probs, n, scores)
     if draws not in stream.sorted:
         stream.sorted[draws] = np.sort(stream.first(draws))
+        stream.save()
         _trim_cache()
     return stream.sorted[draws]
 
@@ -231,6 +279,7 @@ def sequential_pvalue(observed: float, kind: str, probs: np.ndarray, n: int, dra
                 hits[j] += where.size
         used += part.size
         i += 1
+    stream.save()
     _trim_cache()
     ps = [h / l if l is not None else (1.0 + g) / (1.0 + draws) for l, g in zip(stops, hits)]
     return (min(1.0, 2.0 * min(ps)) if two_sided else ps[0]), used
