@@ -193,3 +193,13 @@ def test_concurrent_runs_write_one_valid_entry(cache_dir, monkeypatch):
     assert outs == [repr(want)] * 2
     assert len(_entries(cache_dir)) == 1 and not list((cache_dir / nullcache.SUBDIR).glob("*.tmp"))
     assert _stored_draws() >= DRAWS and montecarlo.sequential_pvalue(FAR, "g", LAW, N, DRAWS) == want
+
+
+def test_stream_g_statistic_is_bit_identical_to_statistic():
+    """The stream's table-driven G (montecarlo._Stream._g) equals montecarlo.statistic("g") bit for bit,
+    on the ci law and on a law with tiny probs (many zero counts), so stored and older streams agree."""
+    rng = np.random.default_rng(20261201)
+    for probs, n in ((LAW, N), (rng.dirichlet(np.full(200, 0.05)), 300)):
+        stream = montecarlo._Stream(1, "g", probs, n, None)
+        counts = rng.multinomial(n, probs, size=5000)
+        assert stream._g(counts).tobytes() == montecarlo.statistic("g", counts, probs).tobytes()

@@ -88,9 +88,20 @@ class _Stream:
         self.lock = threading.Lock()
         self.path = None  # its on-disk entry (nullcache), set by _stream
         self.stored = 0  # draws the entry is known to hold
+        self.g_table: tuple[np.ndarray, np.ndarray] | None = None  # (xlogy(k, k) for k = 0..n, log(n p)), built on first use
 
     def _size(self, i: int) -> int:
         return min(1000 << i, self.max_chunk)  # a fixed schedule: the stream never depends on B
+
+    def _g(self, counts: np.ndarray) -> np.ndarray:
+        """:func:`statistic` ``"g"`` of draws that all sum to n, bit for bit, ~3x faster: ``xlogy(c, c)``
+        looked up in a table over 0..n, and ``xlogy(c, n p) = c * log(n p)`` (scipy's own formula for
+        c != 0; for c = 0 both give a zero) with ``log(n p)`` taken once per category as ``xlogy(1, n p)``."""
+        if self.g_table is None:
+            k = np.arange(self.n + 1, dtype=np.float64)
+            self.g_table = (special.xlogy(k, k), special.xlogy(1.0, self.n * self.probs))
+        c_log_c, log_expected = self.g_table
+        return 2.0 * (c_log_c[counts] - counts * log_expected).sum(axis=-1)
 
     def restore(self, values: np.ndarray, state: dict) -> bool:
         """Take the first draws and the generator state from a cache entry; False (nothing taken)
@@ -128,7 +139,7 @@ class _Stream:
         while len(self.parts) <= i:
             size = self._size(len(self.parts))
             counts = self.rng.multinomial(self.n, self.probs, size=size)
-            self.parts.append(statistic(self.kind, counts, self.probs, self.scores))
+            self.parts.append(self._g(counts) if self.kind == "g" else statistic(self.kind, counts, self.probs, self.scores))
             self.total += size
         return self.parts[i]
 
