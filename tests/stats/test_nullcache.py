@@ -203,3 +203,16 @@ def test_stream_g_statistic_is_bit_identical_to_statistic():
         stream = montecarlo._Stream(1, "g", probs, n, None)
         counts = rng.multinomial(n, probs, size=5000)
         assert stream._g(counts).tobytes() == montecarlo.statistic("g", counts, probs).tobytes()
+
+
+@pytest.mark.parametrize("command", ["run", "report"])
+def test_no_cache_flag_turns_the_cache_off(command, monkeypatch):
+    from verifier.cli import build_parser
+    from verifier.cli.cmd_run import _no_cache
+
+    words = [command, "--no-cache", "suites/ci.toml" if command == "run" else "some/run-dir"]
+    args = build_parser(command).parse_args(words)
+    monkeypatch.setenv(nullcache.NO_CACHE_ENV, "")  # restored after the test
+    assert nullcache.enabled()
+    _no_cache(args)
+    assert not nullcache.enabled()
