@@ -5,7 +5,15 @@ Method.  The suite runs as a subprocess (``python -m verifier.cli run SUITE --ru
 --no-progress``), exactly as a user or CI would run it; the wall time is measured around the
 subprocess (interpreter start and imports included), the per-stage times come from the run's
 ``report.json`` (``run.stage_seconds``), and the verdicts and exit code from the same file.
-Goal (issue 7): <= 120 s on 2 cores, all mutants detected.
+Goal (issue 7): <= 120 s on 2 cores, all mutants detected.  The child's CPU time (user + system,
+``getrusage(RUSAGE_CHILDREN)``) and the load average are recorded beside the wall time: on a shared
+machine only the CPU time is comparable between runs.
+
+Monte Carlo null streams are cached on disk across runs (:mod:`verifier.stats.nullcache`), so the
+statistics stage of a repeated run is faster than a first one.  ``--cache user`` (default) runs as
+the user would, with their cache as it is; ``--cache cold-warm`` runs the suite twice with a fresh
+temporary cache folder -- first cold (every stream computed), then warm (every stream read back) --
+and reports both; ``--cache off`` runs with ``--no-cache``.
 """
 
 from __future__ import annotations
@@ -13,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -24,11 +33,12 @@ from typing import Any
 from verifier.bench._common import md_table
 from verifier.errors import invalid_argument
 
-__all__ = ["HELP", "GOAL_SECONDS", "VerdictTiming", "time_suite", "register", "run", "render_markdown"]
+__all__ = ["HELP", "GOAL_SECONDS", "CACHE_MODES", "VerdictTiming", "time_suite", "register", "run", "render_markdown"]
 
 HELP = "Wall time of 'specverify run SUITE' by stage (subprocess), verdict per decoder, goal <= 120 s."
 GOAL_SECONDS = 120.0  # issue 7: time to verdict of suites/ci.toml on 2 cores
 DEFAULT_SUITE = "suites/ci.toml"
+CACHE_MODES = ("user", "cold-warm", "off")  # --cache: the user's null-stream cache / a fresh one, run twice / none
 
 
 @dataclass
@@ -44,6 +54,9 @@ class VerdictTiming:
     summary: str = ""
     samples: int = 0
     stderr_tail: str = ""
+    cpu_seconds: float | None = None  # user + system CPU of the child process
+    loadavg: list[float] = field(default_factory=list)  # 1-, 5-, 15-minute load average when the run ended
+    cache: str = "user"  # null-stream cache: "user", "cold", "warm" or "off"
 
     @property
     def all_expectations_met(self) -> bool:
@@ -56,8 +69,11 @@ class VerdictTiming:
 
 
 def time_suite(suite: str = DEFAULT_SUITE, profile: str | None = None, timeout: float = 1800.0,
-               extra_args: tuple[str, ...] = ()) -> VerdictTiming:
-    """Run ``specverify run SUITE`` in a subprocess and collect wall time, stage times and verdicts.
+               extra_args: tuple[str, ...] = (), env: dict[str, str] | None = None, cache: str = "user") -> VerdictTiming:
+    """Run ``specverify run SUITE`` in a subprocess and collect wall and CPU time, stage times and verdicts.
+
+    ``env`` replaces the child's environment (default: this process's); ``cache`` only labels the
+    result (:func:`run` sets the cache folder through ``env``).
 
     Raises
     ------
@@ -71,23 +87,31 @@ def time_suite(suite: str = DEFAULT_SUITE, profile: str | None = None, timeout: 
         cmd = [sys.executable, "-m", "verifier.cli", "run", suite, "--run-dir", str(run_dir), "--no-progress", *extra_args]
         if profile:
             cmd += ["--profile", profile]
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         t0 = time.perf_counter()
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=dict(os.environ))
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=dict(os.environ) if env is None else env)
         wall = time.perf_counter() - t0
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        load = [round(x, 2) for x in os.getloadavg()]
+        cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
         report_path = run_dir / "report.json"
         if not report_path.is_file():
-            return VerdictTiming(suite, proc.returncode, wall, {}, stderr_tail=(proc.stderr or proc.stdout)[-2000:])
+            return VerdictTiming(suite, proc.returncode, wall, {}, stderr_tail=(proc.stderr or proc.stdout)[-2000:],
+                                 cpu_seconds=cpu, loadavg=load, cache=cache)
         report = json.loads(report_path.read_text(encoding="utf-8"))
     decoders = [{k: d.get(k) for k in ("decoder", "expect", "verdict", "expectation_met", "num_cells", "failing_cells")}
                 for d in report.get("decoders", [])]
     samples = sum(int(s.get("samples_on_disk") or 0) for s in report.get("sample_sets", []))
     return VerdictTiming(suite, proc.returncode, wall, dict(report.get("run", {}).get("stage_seconds", {})), decoders,
-                         report.get("verdict", ""), report.get("summary", ""), samples, (proc.stderr or "")[-2000:])
+                         report.get("verdict", ""), report.get("summary", ""), samples, (proc.stderr or "")[-2000:],
+                         cpu, load, cache)
 
 
 def render_markdown(t: VerdictTiming) -> str:
-    lines = [f"`specverify run {t.suite}`: exit {t.exit_code} ({t.verdict}); wall **{t.wall_seconds:.1f} s** "
-             f"(goal <= {GOAL_SECONDS:.0f} s: {'met' if t.wall_seconds <= GOAL_SECONDS else '**not met**'}); "
+    cpu = f", CPU {t.cpu_seconds:.1f} s" if t.cpu_seconds is not None else ""
+    load = f", load average {' / '.join(f'{x:g}' for x in t.loadavg)}" if t.loadavg else ""
+    lines = [f"`specverify run {t.suite}` (null-stream cache: {t.cache}): exit {t.exit_code} ({t.verdict}); wall **{t.wall_seconds:.1f} s** "
+             f"(goal <= {GOAL_SECONDS:.0f} s: {'met' if t.wall_seconds <= GOAL_SECONDS else '**not met**'}){cpu}{load}; "
              f"{t.samples} samples; every expectation met: {'yes' if t.all_expectations_met else '**no**'}.", ""]
     if t.stage_seconds:
         rows = [[k, f"{v:.1f}"] for k, v in t.stage_seconds.items()]
@@ -106,9 +130,23 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--suite", default=DEFAULT_SUITE, metavar="PATH", help=f"Suite file. Default: {DEFAULT_SUITE}.")
     parser.add_argument("--profile", default=None, help="Suite profile. Default: the suite's default_profile.")
     parser.add_argument("--format", choices=("markdown", "json"), default="markdown", help="Output format. Default: markdown.")
+    parser.add_argument("--cache", choices=CACHE_MODES, default="user",
+                        help="Null-stream cache: 'user' runs with yours as it is; 'cold-warm' runs twice with a fresh "
+                        "temporary cache (cold, then warm) and reports both; 'off' passes --no-cache. Default: user.")
 
 
 def run(args: argparse.Namespace) -> int:
-    t = time_suite(args.suite, args.profile)
-    print(json.dumps(t.to_json(), indent=1) if args.format == "json" else render_markdown(t))
+    from verifier.stats.nullcache import CACHE_DIR_ENV, NO_CACHE_ENV
+
+    if args.cache == "cold-warm":
+        with tempfile.TemporaryDirectory(prefix="specverify-cache-") as cache_dir:
+            env = {k: v for k, v in os.environ.items() if k != NO_CACHE_ENV}
+            env[CACHE_DIR_ENV] = cache_dir
+            timings = [time_suite(args.suite, args.profile, env=env, cache=label) for label in ("cold", "warm")]
+    else:
+        timings = [time_suite(args.suite, args.profile, extra_args=("--no-cache",) if args.cache == "off" else (), cache=args.cache)]
+    if args.format == "json":
+        print(json.dumps([t.to_json() for t in timings] if len(timings) > 1 else timings[0].to_json(), indent=1))
+    else:
+        print("\n".join(render_markdown(t) for t in timings))
     return 0
