@@ -197,7 +197,7 @@ def _stream(kind: str, probs, n: int, scores=None) -> _Stream:
         stream = _cache[key] = _Stream(int.from_bytes(key[:8], "little"), kind, probs, n, scores)
         if nullcache.enabled():
             stream.path = nullcache.entry_path(key, _code_version())
-            hit = nullcache.load(stream.path, kind=kind, n=n, categories=probs.size)
+            hit = None if stream.path is None else nullcache.load(stream.path, kind=kind, n=n, categories=probs.size)
             if hit is not None and not stream.restore(*hit):
                 nullcache.discard(stream.path)  # not this stream's chunk schedule: recomputed, then rewritten
         _trim_cache()

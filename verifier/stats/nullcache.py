@@ -115,10 +115,15 @@ def _source(obj: Any) -> str:
         return f"{getattr(obj, '__module__', '')}.{getattr(obj, '__qualname__', repr(obj))}"
 
 
-def entry_path(stream_key: bytes, version: bytes, root: Path | None = None) -> Path:
-    """The file of one stream: ``<root>/null-streams/<hash of (stream key, code version)>.bin``."""
+def entry_path(stream_key: bytes, version: bytes, root: Path | None = None) -> Path | None:
+    """The file of one stream: ``<root>/null-streams/<hash of (stream key, code version)>.bin``
+    (None when no root can be found: no ``SPECVERIFY_CACHE_DIR`` and no home folder)."""
     name = hashlib.blake2b(stream_key + version, digest_size=20).hexdigest()
-    return (root or cache_root()) / SUBDIR / f"{name}.bin"
+    try:
+        root = root or cache_root()
+    except (RuntimeError, KeyError):  # Path.home() without HOME / passwd entry: run uncached
+        return None
+    return root / SUBDIR / f"{name}.bin"
 
 
 def _digest(payload: bytes) -> str:
