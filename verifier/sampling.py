@@ -140,10 +140,14 @@ def processed_probs(
     >>> [round(v, 6) for v in probs.tolist()]
     [0.625, 0.375, 0.0]
     """
-    x = torch.as_tensor(logits).to(torch.float64)
-    if x.ndim == 0 or x.shape[-1] == 0:
-        raise invalid_argument("logits.shape", tuple(x.shape), "(..., vocab) with vocab >= 1")
-    if not math.isfinite(float(x.sum())):  # a finite sum means every logit is finite: one pass, no checks needed
+    raw = torch.as_tensor(logits)
+    if raw.ndim == 0 or raw.shape[-1] == 0:
+        raise invalid_argument("logits.shape", tuple(raw.shape), "(..., vocab) with vocab >= 1")
+    # a finite sum means every logit is finite: one pass over the input dtype (half the bytes of float64),
+    # no checks needed; a sum that overflows (huge finite logits) only takes the exact checks below
+    finite = math.isfinite(float(raw.sum()))
+    x = raw.to(torch.float64)
+    if not finite:
         if torch.isnan(x).any() or torch.isposinf(x).any():
             raise invalid_argument("logits", "<contains NaN or +inf>", "finite values or -inf")
         if (x == -math.inf).all(dim=-1).any():

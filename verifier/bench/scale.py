@@ -10,8 +10,8 @@ runner's ``stage_seconds``, the child's wall time, its CPU time and peak RSS (``
 Random weights make both models near-uniform over V: the worst case for the statistics (no mass
 concentrates on a few prefixes), not a measure of acceptance rates.
 
-The chunk size (rows per ``generate`` call) is ``min(500, 2**24 // V)`` (at least 50): the
-sampler holds about chunk x V x (k + 1) float64 probs.
+The suite sets no chunk size: the runner's default (:func:`verifier.runner.chunking.default_chunk_size`,
+500 rows up to V = 67k at k = 2, 131 at V = 256k) is what is measured.
 
 ``--quick`` runs V in {384, 32000} x n = 2000.  ``--device cuda --dtype bfloat16`` runs the same
 grid on a GPU (refused cleanly, exit 2, without CUDA).  Cells over the time limit
@@ -65,7 +65,6 @@ def build_pair(vocab: int, work_dir: Path, seed: int = 0) -> tuple[Path, Path]:
 
 def scale_suite(target: Path, draft: Path, vocab: int, samples: int, device: str = "cpu", dtype: str = "float32") -> str:
     """The benchmark suite (TOML text) for one grid point."""
-    chunk = max(50, min(500, 2**24 // vocab))
     return f"""schema_version = 1
 name = "scale-v{vocab}-n{samples}"
 seed = 17
@@ -88,7 +87,6 @@ temperature = 1.0
 [defaults]
 max_new_tokens = 3
 samples = {samples}
-chunk_size = {chunk}
 
 [[decoders]]
 name = "reference"

@@ -96,9 +96,9 @@ def residual_or_target(target_row: torch.Tensor, draft_row: torch.Tensor) -> tor
     -------
     torch.Tensor, shape (batch, vocab), float64, non-negative, every row with a positive sum.
     """
-    residual = torch.clamp(target_row - draft_row, min=0.0)
+    residual = (target_row - draft_row).clamp_(min=0.0)  # one new array, clamped in place
     degenerate = residual.sum(dim=-1, keepdim=True) <= 0
-    return torch.where(degenerate, target_row, residual)
+    return torch.where(degenerate, target_row, residual) if bool(degenerate.any()) else residual
 
 
 def _verify_chain_iv(target_probs, draft_probs, draft_token_ids, generator) -> tuple[torch.Tensor, ...]:

@@ -20,6 +20,7 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
+from verifier.decoders import _fused
 from verifier.decoders._runner import (COMPACT_HOLE_FRACTION, CacheRunner, check_prompt, model_device, model_eos_token_id,
                                        model_vocab_size)
 from verifier.decoders.kernels import sample_from_probs, verify_chain
@@ -188,8 +189,8 @@ class AncestralDecoder:
         steps = 0
         while rows.numel():
             logits = runner.append(pending[:, None])[:, -1]
-            probs = processed_probs(logits, sampling, seen)
-            token = sample_from_probs(probs, torch.rand(rows.numel(), dtype=torch.float64, device=self.device, generator=gen))
+            uniforms = torch.rand(rows.numel(), dtype=torch.float64, device=self.device, generator=gen)
+            token = _fused.propose(logits, sampling, seen, uniforms)[0]  # = sample_from_probs(processed_probs(...)), in row blocks
             steps += int(live.sum())
             live = live & ~out.write(rows, token[:, None], live.to(torch.int64))
             if use_seen:
@@ -265,6 +266,13 @@ class SpeculativeDecoder:
         """Processed target probs p (B, k + 1, V) float64."""
         return processed_probs(logits, sampling, seen)
 
+    def _fused(self) -> bool:
+        """True when the hooks and kernel are the reference's: the round then runs in row blocks
+        (:mod:`verifier.decoders._fused`, same tokens for the same seed, no (batch, k, vocab) probs)."""
+        cls = type(self)
+        return (self.kernel is verify_chain and cls._propose is SpeculativeDecoder._propose
+                and cls._target_probs is SpeculativeDecoder._target_probs)
+
     # -- the algorithm ----------------------------------------------------------------------
     def _round(self, st: dict, sampling: SamplingConfig, gen: torch.Generator) -> torch.Tensor:
         """One round for every active row; returns emitted (active, k + 1), -1 padded."""
@@ -273,10 +281,16 @@ class SpeculativeDecoder:
         seen = st["seen"]  # (B, V) tokens in context, only with a repetition penalty
         ctx = [seen]  # ctx[j]: context mask after d_1..d_j
         # 1. draft: feed the emitted tokens it has not seen yet, then propose d_1..d_k ~ q
+        fused = self._fused()
         logits = st["draft"].append(st["draft_pending"], st["draft_pending_visible"])[:, -1]
-        drafts, qs = [], []
+        drafts, qs, draft_logits = [], [], []
         for j in range(k):
-            token, q = self._propose(logits, sampling, ctx[j] if seen is not None else None, gen)
+            if fused:  # q(d_j) only; the draft's logits stay for the residual of the rows that reject at j
+                uniforms = torch.rand(batch, dtype=torch.float64, device=dev, generator=gen)
+                token, q = _fused.propose(logits, sampling, ctx[j] if seen is not None else None, uniforms)
+                draft_logits.append(logits)
+            else:
+                token, q = self._propose(logits, sampling, ctx[j] if seen is not None else None, gen)
             drafts.append(token)
             qs.append(q)
             if seen is not None:
@@ -287,10 +301,14 @@ class SpeculativeDecoder:
         # 2. target: one pass over [pending, d_1..d_k] gives p at the k draft positions and the bonus position
         t_logits = st["target"].append(torch.cat([st["target_pending"], draft_ids], dim=1),
                                        torch.cat([st["target_pending_visible"], torch.ones_like(draft_ids, dtype=torch.bool)], dim=1))
-        seen_stack = torch.stack(ctx, dim=1) if seen is not None else None
-        target_probs = self._target_probs(t_logits[:, -(k + 1):], sampling, seen_stack)
         # 3. verify: accepted prefix, then the recovered (residual) or bonus token
-        emitted = self.kernel(target_probs, torch.stack(qs, dim=1), draft_ids, gen)
+        if fused:
+            emitted = _fused.verify_round(t_logits[:, -(k + 1):], draft_logits, torch.stack(qs, dim=1), draft_ids,
+                                          sampling, ctx if seen is not None else None, gen)
+        else:
+            seen_stack = torch.stack(ctx, dim=1) if seen is not None else None
+            target_probs = self._target_probs(t_logits[:, -(k + 1):], sampling, seen_stack)
+            emitted = self.kernel(target_probs, torch.stack(qs, dim=1), draft_ids, gen)
         num_emitted = (emitted != PADDING_TOKEN_ID).sum(dim=1)
         # 4. roll back: keep the fed drafts that agree with the emitted tokens (the accepted prefix),
         #    hide the rejected suffix in both caches (target fed d_1..d_k, draft d_1..d_{k-1})

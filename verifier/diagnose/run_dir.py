@@ -227,5 +227,6 @@ def diagnose_run_dir(run_dir, *, decoders: list[str] | None = None, with_fits: b
     # prompt ids of the pairs not loaded are placeholders: their decoders' plans are dropped below
     ids = {(d.models, pr): encode_prompt(suite.prompts[pr], pairs[d.models]) if d.models in pairs else (0,)
            for d in suite.decoders for pr in d.prompts}
-    plans = [p for p in plan_sample_sets(suite, ids) if p.decoder.name in wanted] if ids else []
+    plans = [p for p in plan_sample_sets(suite, ids, {n: pair.vocab_size for n, pair in pairs.items()})
+             if p.decoder.name in wanted] if ids else []
     return diagnose_decoders(report, plans, pairs, SampleStore(run_dir), decoders=decoders, with_fits=with_fits, log=log)

@@ -57,7 +57,7 @@ class SuiteContext:
                 ids[(d.models, prompt)] = encode_prompt(suite.prompts[prompt], self.pairs[d.models])
                 check_context_fits(self.pairs[d.models], ids[(d.models, prompt)], d.max_new_tokens, max(d.num_draft_tokens),
                                    f"decoders[{d.name}] with prompts.{prompt}")
-        self.plans = plan_sample_sets(suite, ids)
+        self.plans = plan_sample_sets(suite, ids, {name: pair.vocab_size for name, pair in self.pairs.items()})
         self._decoders: dict[tuple[str, int], Any] = {}
         self.expected_cache: dict = {}  # expected laws, shared by decoders with the same (pair, prompt, sampling)
 

@@ -63,14 +63,21 @@ class SampleSetPlan:
         }
 
 
-def plan_sample_sets(suite: Suite, prompt_ids: dict[tuple[str, str], tuple[int, ...]]) -> list[SampleSetPlan]:
+def plan_sample_sets(suite: Suite, prompt_ids: dict[tuple[str, str], tuple[int, ...]],
+                     vocab_sizes: dict[str, int] | None = None) -> list[SampleSetPlan]:
     """Every sample set of the suite, in run order (decoders, prompts, sampling configs, k).
 
     Parameters
     ----------
     prompt_ids : dict
         ``(model pair, prompt name) -> token ids`` (prompts are encoded per pair).
+    vocab_sizes : dict, optional
+        ``model pair -> V``; a decoder entry without ``chunk_size`` gets
+        :func:`verifier.runner.chunking.default_chunk_size` of its pair's V and k (500 at V <= 67k).
+        Without it (or for a pair not in it) such entries keep 500.
     """
+    from verifier.runner.chunking import default_chunk_size
+
     plans = []
     for d in suite.decoders:
         for prompt in d.prompts:
@@ -78,16 +85,19 @@ def plan_sample_sets(suite: Suite, prompt_ids: dict[tuple[str, str], tuple[int, 
             for sname in d.sampling:
                 sampling = suite.sampling[sname]
                 for k in d.num_draft_tokens:
+                    chunk = d.chunk_size
+                    if not d.chunk_size_set and vocab_sizes and d.models in vocab_sizes:
+                        chunk = default_chunk_size(vocab_sizes[d.models], k)
                     key = "|".join([
                         f"decoder={d.name}", f"impl={d.decoder}", f"options={json.dumps(d.options, sort_keys=True)}",
                         f"models={d.models}", f"prompt={list(ids)}", f"sampling={json.dumps(sampling.to_dict(), sort_keys=True)}",
-                        f"k={k}", f"max_new_tokens={d.max_new_tokens}", f"chunk_size={d.chunk_size}",
+                        f"k={k}", f"max_new_tokens={d.max_new_tokens}", f"chunk_size={chunk}",
                     ])
                     label = f"{d.name}_{prompt}_{sname}_k{k}"
                     plans.append(SampleSetPlan(
                         decoder=d, pair=d.models, prompt=prompt, prompt_ids=ids, sampling_name=sname,
                         sampling=sampling, num_draft_tokens=k, max_new_tokens=d.max_new_tokens,
-                        samples=d.samples, chunk_size=d.chunk_size, key=key, set_id=set_id_for(key, label),
+                        samples=d.samples, chunk_size=chunk, key=key, set_id=set_id_for(key, label),
                         suite_seed=suite.seed,
                     ))
     return plans

@@ -235,7 +235,7 @@ def _sample(ctx: SuiteContext, store: SampleStore, progress: bool, log: Callable
                             raise ResourceError(
                                 f"decoders[{spec.name}]: generate(num_samples={rows}) for {plan.label} ran out of memory "
                                 f"({type(exc).__name__}: {exc}); allowed: a smaller chunk_size (now "
-                                f"{spec.chunk_size}; rows per generate call) or a machine with more memory; resume "
+                                f"{plan.chunk_size}; rows per generate call) or a machine with more memory; resume "
                                 f"with `specverify run --resume {store.run_dir}`") from exc
                         raise DecoderError(f"{spec.name} raised {type(exc).__name__}: {exc}{_where(exc)}") from exc
                     tokens = check_emitted_tokens(out, num_samples=rows, max_new_tokens=plan.max_new_tokens,

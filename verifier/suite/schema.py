@@ -126,6 +126,7 @@ class DecoderSpec:
     gof_positions: tuple[int, ...]
     joint_tokens: int = 2
     acceptance: str = "any"  # "canonical": the decoder declares the min(1, p/q) rule (verifier.runner.acceptance)
+    chunk_size_set: bool = True  # False: no chunk_size in the suite; the runner sizes chunks from V (verifier.runner.chunking)
 
     @property
     def is_plugin(self) -> bool:
@@ -334,7 +335,8 @@ def _parse_decoder_grid(r: _Reader, base: Mapping[str, Any]) -> dict[str, Any]:
     _positive(r, "max_new_tokens", g["max_new_tokens"])
     g["samples"] = r.get("samples", int, base.get("samples", 2000))
     _positive(r, "samples", g["samples"])
-    g["chunk_size"] = r.get("chunk_size", int, base.get("chunk_size", 500))
+    g["chunk_size_set"] = "chunk_size" in r.data or base.get("chunk_size_set", False)
+    g["chunk_size"] = r.get("chunk_size", int, base.get("chunk_size", 500))  # 500: what guards assume until V is known
     _positive(r, "chunk_size", g["chunk_size"])
     g["tests"] = r.get_list("tests", str, base.get("tests", list(TEST_NAMES)))
     if not g["tests"]:

@@ -1,0 +1,156 @@
+"""``specverify bench sampling-profile``: where the reference speculative decoder's time goes.
+
+Builds the random-init Llama pair of ``specverify bench scale`` (:func:`verifier.bench.scale.build_pair`;
+target hidden 64 x 2 layers, draft hidden 64 x 1 layer, vocabulary ``--vocab``, default 128,256) and
+runs :class:`verifier.decoders.SpeculativeDecoder` (k = ``--k``, default 2) for ``--tokens`` new
+tokens (default 3) at T = 1 on one batch of ``--batch`` rows (default 1024), ``--repeats`` times
+(default 3, after one warm-up call).  Every call of the parts below is timed with a wall clock
+(exclusive: a part's time excludes the parts it calls) and the figures are the median over the repeats:
+
+* ``forward`` -- the model forward passes (``CacheRunner.append``: target and draft, output layer included);
+* ``processed_probs`` -- logits -> float64 processed probs (:func:`verifier.sampling.processed_probs`);
+* ``verify`` -- the verification kernel minus its draw (:func:`verifier.decoders.verify_chain`);
+* ``sample`` -- inverse-CDF draws (:func:`verifier.decoders.kernels.sample_from_probs`);
+* ``other`` -- the rest of ``generate`` (rollback, pending tokens, output writes, row drops).
+
+Wall and process CPU time (both threads) are reported; on a shared machine the CPU figures are the
+steadier.  Harness overhead = (generate - forward) / forward; issue 17's goal is <= 25 % at batch
+1024, V = 128k.
+Run: ``specverify bench sampling-profile [--vocab 128256] [--batch 1024] [--out profile.json]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import tempfile
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+__all__ = ["HELP", "profile_generate", "register", "run"]
+
+HELP = "Split of the reference speculative decoder's time: forward passes vs processed probs, verify, draws (random-init Llama pair)."
+
+PARTS = ("forward", "processed_probs", "verify", "sample", "other")
+
+
+@contextmanager
+def _timed_parts(totals: dict[str, float]):
+    """Wrap the decoder's parts with exclusive wall-clock timers that add into ``totals``."""
+    import verifier.decoders._runner as runner_mod
+    import verifier.decoders.kernels as kernels_mod
+    import verifier.decoders.speculative as spec_mod
+
+    stack: list[list] = []  # [name, wall start, CPU start, wall in children, CPU in children]
+
+    def wrap(name, fn):
+        def timed(*args, **kwargs):
+            stack.append([name, time.perf_counter(), time.process_time(), 0.0, 0.0])
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                _, start, cpu_start, child, cpu_child = stack.pop()
+                spent, cpu = time.perf_counter() - start, time.process_time() - cpu_start
+                totals[name] = totals.get(name, 0.0) + spent - child
+                totals["cpu:" + name] = totals.get("cpu:" + name, 0.0) + cpu - cpu_child
+                if stack:
+                    stack[-1][3] += spent
+                    stack[-1][4] += cpu
+        return timed
+
+    saved = [(runner_mod.CacheRunner, "append", runner_mod.CacheRunner.append),
+             (spec_mod, "processed_probs", spec_mod.processed_probs),
+             (kernels_mod, "_chain", kernels_mod._chain),
+             (spec_mod, "sample_from_probs", spec_mod.sample_from_probs),
+             (kernels_mod, "sample_from_probs", kernels_mod.sample_from_probs)]
+    try:  # the reference decoder's fused round (verify pass over row blocks), when present
+        import verifier.decoders._fused as fused_mod
+        saved += [(fused_mod, "processed_probs", fused_mod.processed_probs),
+                  (fused_mod, "sample_from_probs", fused_mod.sample_from_probs),
+                  (fused_mod, "verify_round", fused_mod.verify_round)]
+    except ImportError:
+        pass
+    names = {"append": "forward", "processed_probs": "processed_probs", "_chain": "verify", "verify_round": "verify",
+             "sample_from_probs": "sample"}
+    try:
+        for owner, attr, fn in saved:
+            setattr(owner, attr, wrap(names[attr], fn))
+        yield
+    finally:
+        for owner, attr, fn in saved:
+            setattr(owner, attr, fn)
+
+
+def profile_generate(vocab: int, batch: int, *, k: int = 2, tokens: int = 3, repeats: int = 3,
+                     work_dir: Path | None = None, threads: int | None = None) -> dict[str, Any]:
+    """Time one ``SpeculativeDecoder.generate`` call per repeat and split it into :data:`PARTS`.
+
+    Returns
+    -------
+    dict
+        ``vocab, batch, k, tokens, repeats, threads, load_average``; ``seconds`` and ``cpu_seconds``
+        (part -> median wall / process CPU seconds per call, plus ``generate``); ``harness_over_forward``
+        and ``cpu_harness_over_forward`` ((generate - forward) / forward, wall and CPU).
+    """
+    import torch
+
+    from verifier.bench.scale import build_pair
+    from verifier.decoders.speculative import SpeculativeDecoder
+    from verifier.models import load_model
+    from verifier.sampling import SamplingConfig
+
+    if threads:
+        torch.set_num_threads(threads)
+    work = work_dir or Path(tempfile.mkdtemp(prefix="specverify-sprof-"))
+    tpath, dpath = build_pair(vocab, work)
+    target, draft = load_model(tpath), load_model(dpath)
+    decoder = SpeculativeDecoder(target, draft, num_draft_tokens=k)
+    sampling = SamplingConfig(temperature=1.0)
+    decoder.generate([1, 2, 3], batch, tokens, sampling, seed=0)  # warm-up
+    runs = []
+    for r in range(repeats):
+        totals: dict[str, float] = {}
+        with _timed_parts(totals):
+            t0, c0 = time.perf_counter(), time.process_time()
+            decoder.generate([1, 2, 3], batch, tokens, sampling, seed=r + 1)
+            totals["generate"], totals["cpu:generate"] = time.perf_counter() - t0, time.process_time() - c0
+        for pre in ("", "cpu:"):
+            totals[pre + "other"] = totals[pre + "generate"] - sum(totals.get(pre + p, 0.0) for p in PARTS if p != "other")
+        runs.append(totals)
+    out: dict[str, Any] = {"vocab": vocab, "batch": batch, "k": k, "tokens": tokens, "repeats": repeats,
+                           "threads": torch.get_num_threads(), "load_average": list(os.getloadavg())}
+    for pre, key in (("", "seconds"), ("cpu:", "cpu_seconds")):
+        med = {p: statistics.median(t.get(pre + p, 0.0) for t in runs) for p in (*PARTS, "generate")}
+        out[key] = {p: round(v, 4) for p, v in med.items()}
+        out[key.replace("seconds", "harness_over_forward")] = round((med["generate"] - med["forward"]) / med["forward"], 3)
+    return out
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--vocab", type=int, default=128_256, metavar="V", help="Vocabulary size. Default: 128256.")
+    parser.add_argument("--batch", type=int, default=1024, metavar="B", help="Rows per generate call. Default: 1024.")
+    parser.add_argument("--k", type=int, default=2, help="Draft tokens per round. Default: 2.")
+    parser.add_argument("--tokens", type=int, default=3, help="New tokens per row. Default: 3.")
+    parser.add_argument("--repeats", type=int, default=3, help="Timed calls (median reported). Default: 3.")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads. Default: torch's.")
+    parser.add_argument("--work-dir", default=None, metavar="DIR", help="Checkpoints. Default: a temporary folder.")
+    parser.add_argument("--out", default=None, metavar="FILE", help="Also write the result as JSON.")
+
+
+def run(args: argparse.Namespace) -> int:
+    res = profile_generate(args.vocab, args.batch, k=args.k, tokens=args.tokens, repeats=args.repeats,
+                           work_dir=Path(args.work_dir) if args.work_dir else None, threads=args.threads)
+    print(json.dumps(res))
+    s, c = res["seconds"], res["cpu_seconds"]
+    print("| part | wall s per call | / forward | CPU s per call | / forward |\n|---|---|---|---|---|")
+    for p in PARTS:
+        print(f"| {p} | {s[p]:.3f} | {s[p] / s['forward']:.2f} | {c[p]:.3f} | {c[p] / c['forward']:.2f} |")
+    print(f"| generate | {s['generate']:.3f} | harness {res['harness_over_forward']:.0%} | {c['generate']:.3f} | "
+          f"harness {res['cpu_harness_over_forward']:.0%} |")
+    if args.out:
+        Path(args.out).write_text(json.dumps(res, indent=1), encoding="utf-8")
+    return 0
