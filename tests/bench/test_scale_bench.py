@@ -18,7 +18,11 @@ def test_scale_suite_is_a_valid_suite_with_the_default_cells_and_a_chunk_size_ad
     suite = parse_suite(raw, source="scale.toml", base_dir=tmp_path)
     d = suite.decoders[0]
     assert d.samples == 100_000 and list(d.num_draft_tokens) == [2]
-    assert d.chunk_size == 65  # 2**24 // 256000: chunk x vocab stays about 16M probs
+    assert not d.chunk_size_set  # the runner's default chunk size (verifier.runner.chunking) is what is measured
+    from verifier.runner.plan import plan_sample_sets
+
+    plan, = plan_sample_sets(suite, {("llama", "p"): (1, 2, 3)}, {"llama": 256_000})
+    assert plan.chunk_size == 131  # 1 GiB // ((2k + 4) x V x 4 B)
     assert set(d.tests) >= {"gof", "joint", "surprisal", "pit"}
 
 

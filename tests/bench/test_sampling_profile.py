@@ -1,0 +1,13 @@
+"""``specverify bench sampling-profile`` (issue 17 part 3): every part is timed and the parts add up to the call."""
+
+from verifier.bench.sampling_profile import PARTS, profile_generate
+
+
+def test_profile_splits_generate_into_its_parts(tmp_path):
+    res = profile_generate(96, 8, repeats=1, work_dir=tmp_path, threads=1)
+    for key in ("seconds", "cpu_seconds"):
+        s = res[key]
+        assert all(s[p] > 0 for p in ("forward", "processed_probs", "verify", "sample")), s  # the fused round is timed
+        assert abs(sum(s[p] for p in PARTS) - s["generate"]) < 1e-3
+    assert res["harness_over_forward"] == round((res["seconds"]["generate"] - res["seconds"]["forward"])
+                                                / res["seconds"]["forward"], 3)
