@@ -255,7 +255,7 @@ def power_rows(vocab: int = DEFAULT_VOCAB, samples: Sequence[int] = DEFAULT_SAMP
                 row["seeds"] += 1
                 row["seconds"] = round(row["seconds"] + time.perf_counter() - t0, 1)
                 log(f"{row['decoder']:>22} n={n} set {s + 1}/{seeds}: "
-                    + ", ".join(f"{c} {'BIAS' if c.verdict == CELL_BIAS else 'pass'} p={c.pvalue:.2g}" for c in cells)
+                    + ", ".join(f"{c.test} {'BIAS' if c.verdict == CELL_BIAS else 'pass'} p={c.pvalue:.2g}" for c in cells)
                     + f"; verdict {verdict.verdict} ({time.perf_counter() - t0:.0f} s)")
             if partial is not None:
                 partial(rows)
@@ -301,6 +301,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--draft-noise", type=float, default=DEFAULT_DRAFT_NOISE, metavar="X",
                         help=f"Draft head = target head + X times an independent one. Default: {DEFAULT_DRAFT_NOISE:g}.")
     parser.add_argument("--temperature", type=float, default=DEFAULT_TEMPERATURE, metavar="T", help=f"Default: {DEFAULT_TEMPERATURE:g}.")
+    parser.add_argument("--seed", type=int, default=0, help="Base of the sample-set seeds (runs with other bases are independent). Default: 0.")
     parser.add_argument("--work-dir", default=None, metavar="DIR", help="Checkpoints. Default: a temporary folder.")
     parser.add_argument("--format", choices=("markdown", "json"), default="markdown", help="Output format. Default: markdown.")
     parser.add_argument("--out", metavar="PATH", help="Also write the output to PATH.")
@@ -314,7 +315,8 @@ def run(args: argparse.Namespace) -> int:
 
     res = power_rows(args.vocab, args.samples, seeds=args.seeds, decoders=args.decoders or DEFAULT_DECODERS,
                      head_scale=args.head_scale, draft_noise=args.draft_noise, temperature=args.temperature,
-                     work_dir=args.work_dir, progress=lambda s: print(s, file=sys.stderr, flush=True), partial=partial)
+                     work_dir=args.work_dir, seed=args.seed, progress=lambda s: print(s, file=sys.stderr, flush=True),
+                     partial=partial)
     res["seconds"] = round(time.perf_counter() - t0, 1)
     text = json.dumps(res, indent=1) if args.format == "json" else render_markdown(res) + f"\n_{res['seconds']:.0f} s_\n"
     print(text)
