@@ -5,11 +5,14 @@ have statistics of their own: they describe the audit as a suite (the same schem
 ``suites/*.toml``) and run it through :func:`verifier.runner.run_suite`.  This module builds that
 suite.
 
-Cells (the suite runner's, per prompt): ``gof@t`` at every position whose exact marginal law can be
-enumerated (all of them on tabular targets; positions 1-2 at vocab 384), ``joint@1..J`` (the law of
-the first J tokens; J = min(3, max_new_tokens) where ``(vocab + 1) ** J`` categories fit),
-``surprisal@1..J`` and ``pit`` over every emitted token; beside the verdict, the runner's acceptance
-audit (observed acceptance against the canonical rule, when the decoder reports ``last_stats``).
+Cells (the suite runner's, per prompt): ``gof@t`` at every position whose marginal law can be
+enumerated (all of them on tabular targets; positions 1-2 at vocab 384 and beyond), ``joint@1..J`` (the
+law of the first J tokens; J = min(3, max_new_tokens, gof positions)), ``surprisal@1..J`` and ``pit``
+over every emitted token; beside the verdict, the runner's acceptance audit (observed acceptance against
+the canonical rule, when the decoder reports ``last_stats``).  At any vocabulary: where a level of the
+target's prefix tree or the joint law is too large to enumerate, the laws pool data-blind (the target's
+top prefixes / outcomes by mass + "other", :class:`verifier.runner.expected.PositionLaws`), and the plan's
+``notes`` say how (``pooled over ...``, with the extra target passes).
 
 Planning by effect
 ------------------
@@ -32,7 +35,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from verifier.errors import ConfigError, invalid_argument
+from verifier.errors import invalid_argument
 from verifier.sampling import SamplingConfig
 
 __all__ = ["AuditSpec", "AuditPlan", "plan_audit", "suite_toml", "DEFAULT_TARGET_TV", "DEFAULT_CHUNK_SIZE",
@@ -40,7 +43,7 @@ __all__ = ["AuditSpec", "AuditPlan", "plan_audit", "suite_toml", "DEFAULT_TARGET
 
 DEFAULT_TARGET_TV = 0.05  # total variation the audit must be able to see in every TV cell (first token, first J tokens)
 DEFAULT_CHUNK_SIZE = 500  # rows per generate() call; every chunk has its own seed (a seed-ignoring decoder repeats chunks)
-MAX_JOINT_TOKENS = 3  # the joint cell covers at most the first 3 tokens (64 categories at vocab 3, 148k at vocab 384 -> J=2)
+MAX_JOINT_TOKENS = 3  # the joint cell covers at most the first 3 tokens (beyond 2M categories its law is pooled)
 MAX_PLANNED_SAMPLES = 200_000  # default budget cap: beyond it the audit samples this many and reports UNDERPOWERED
 SHIPPED_PROMPT = "def "  # the shipped models' corpus is Python-like code; "def " is the ci suite's prompt
 GENERIC_PROMPT = "The"  # a checkpoint with a tokenizer: any text works
@@ -216,21 +219,10 @@ def _check_spec(spec: AuditSpec) -> int:
 
 
 def _laws(pair, prompts, sampling, positions: int, joint: int):
-    """Expected laws at the deepest enumerable (positions, J), shrinking on a size error."""
+    """Expected laws of every prompt at (positions, J): exact, or pooled where a level does not fit."""
     from verifier.runner import expected
 
-    while True:
-        try:
-            return positions, joint, [expected.position_laws(pair.reference, p, sampling, positions,
-                                                             joint if joint >= 2 else 0) for p in prompts]
-        except ConfigError as exc:
-            if "joint_tokens" in str(exc) and joint >= 2:
-                joint -= 1
-            elif positions > 1:
-                positions -= 1
-                joint = min(joint, positions)
-            else:
-                raise
+    return [expected.position_laws(pair.reference, p, sampling, positions, joint if joint >= 2 else 0) for p in prompts]
 
 
 def plan_audit(spec: AuditSpec, *, base_dir: str | Path = ".", pair: Any = None) -> AuditPlan:
@@ -280,9 +272,12 @@ def plan_audit(spec: AuditSpec, *, base_dir: str | Path = ".", pair: Any = None)
             depth += 1
         positions = depth
     joint = min(MAX_JOINT_TOKENS, max_new_tokens, positions) if "joint" in spec.tests or "surprisal" in spec.tests else 0
-    while joint >= 2 and (pair.vocab_size + 1) ** joint > 2_000_000:
-        joint -= 1
-    positions, joint, laws = _laws(pair, prompts, spec.sampling, positions, joint)
+    laws = _laws(pair, prompts, spec.sampling, positions, joint)  # pooled where too large: J is never lowered for V
+    pooled_cells = [f"gof@{t}" for t in range(1, positions + 1) if any(law.pooled(t) for law in laws)]
+    pooled_cells += [f"joint@1..{joint}", f"surprisal@1..{joint}"] if any(law.joint_keys is not None for law in laws) else []
+    for note in sorted({law.note() for law in laws if law.note()}):
+        notes.append(f"{', '.join(pooled_cells)}: expected laws {note}; these cells test the pooled categories "
+                     "(data-blind: chosen from the target alone)")
     gof_positions = sorted(spec.gof_positions) if spec.gof_positions is not None else list(range(1, positions + 1))
     k = spec.num_draft_tokens
     # the bias cells the verdict corrects over (as verifier.runner.cells.count_cells); `accepted` is the

@@ -7,9 +7,10 @@ import os
 import platform
 import subprocess
 import time
-from typing import Any, Sequence
+from typing import Any, Collection, Sequence
 
-__all__ = ["machine_facts", "md_table", "fmt_n", "fmt_ratio", "load_average", "Stopwatch", "peak_rss_mib"]
+__all__ = ["machine_facts", "md_table", "fmt_n", "fmt_ratio", "load_average", "Stopwatch", "peak_rss_mib", "names_from",
+           "check_seeds"]
 
 
 def load_average() -> tuple[float, float, float] | None:
@@ -117,3 +118,29 @@ class Stopwatch:
 
     def __exit__(self, *exc) -> None:
         self.seconds = time.perf_counter() - self.start
+
+
+def names_from(argument: str, names: Sequence[str] | None, registry: Collection[str]) -> list[str]:
+    """``names`` (None: every name of ``registry``, in its order), each checked to be in ``registry``.
+
+    Raises
+    ------
+    InvalidArgumentError
+        Naming ``argument``, the unknown name and the sorted registry.
+    """
+    from verifier.errors import invalid_argument
+
+    out = list(registry) if names is None else list(names)
+    for name in out:
+        if name not in registry:
+            raise invalid_argument(argument, name, sorted(registry))
+    return out
+
+
+def check_seeds(seeds: Any) -> int:
+    """``seeds`` if it is an integer >= 1 (simulated streams or sample sets), else InvalidArgumentError."""
+    from verifier.errors import invalid_argument
+
+    if not (isinstance(seeds, int) and seeds >= 1):
+        raise invalid_argument("seeds", seeds, "an integer >= 1")
+    return seeds

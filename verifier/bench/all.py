@@ -149,9 +149,11 @@ def render(res: dict[str, Any], command: str) -> str:
                 "Method. " + calibration.__doc__.split("Method.", 1)[1].strip(), "",
                 calibration.render_markdown(res["calibration"])]
     out += ["## 5. GPU", "", "No GPU was lent to this task (the device tool reported none), so there are no GPU figures. "
-            "The prepared script `specverify bench gpu` (verifier/bench/gpu.py) measures plain and speculative decoding "
-            "on CUDA in bfloat16 with random-init Llama models (target ~100M, draft ~10M parameters) at batch "
-            "1, 4, 16, 64, 256, 1024, 4096, with peak CUDA memory; without CUDA it exits 2 and runs nothing.", ""]
+            "The prepared script `specverify bench gpu` (verifier/bench/gpu.py) runs the `bench scale` grid (V = 384..256k, "
+            "n = 2k..100k, cheapest first, within a 420 s budget) on cuda/bf16, then times plain and speculative decoding "
+            "with random-init Llama models (target ~100M, draft ~10M parameters) at batch "
+            "1, 4, 16, 64, 256, 1024, 4096, with peak CUDA memory; without CUDA it exits 2 and runs nothing "
+            "(`--device cpu`: a dry run of the same path, tested).", ""]
     if res.get("coverage"):
         out += coverage_section(res["coverage"])
     if res.get("others"):

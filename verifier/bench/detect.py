@@ -41,7 +41,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Sequence
 
 from verifier.bench._battery import BatterySpec, TupleLaw, first_rejections
-from verifier.bench._common import fmt_n, fmt_ratio, md_table
+from verifier.bench._common import check_seeds, fmt_n, fmt_ratio, md_table, names_from
 from verifier.bench._oracle import np_oracle_samples
 from verifier.errors import invalid_argument
 from verifier.runner.verdict import cell_level
@@ -146,16 +146,9 @@ def detect_rows(rules: Sequence[str] | None = None, cases: Sequence[str] | None 
     from verifier.exact import RULES, n_token_law, standard_cases, target_law
 
     all_cases = {c.name: c for c in standard_cases()}
-    rule_names = list(RULES) if rules is None else list(rules)
-    for r in rule_names:
-        if r not in RULES:
-            raise invalid_argument("rules", r, sorted(RULES))
-    case_names = list(all_cases) if cases is None else list(cases)
-    for c in case_names:
-        if c not in all_cases:
-            raise invalid_argument("cases", c, sorted(all_cases))
-    if not (isinstance(seeds, int) and seeds >= 1):
-        raise invalid_argument("seeds", seeds, "an integer >= 1")
+    rule_names = names_from("rules", rules, RULES)
+    case_names = names_from("cases", cases, all_cases)
+    check_seeds(seeds)
     for name, v in (("alpha", alpha), ("power", power)):
         if not 0 < v < 1:
             raise invalid_argument(name, v, "a number in (0, 1)")

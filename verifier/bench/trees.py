@@ -34,7 +34,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from verifier.bench._common import fmt_n, fmt_ratio, md_table
+from verifier.bench._common import check_seeds, fmt_n, fmt_ratio, md_table, names_from
 from verifier.bench.detect import DEFAULT_ALPHA, DEFAULT_MAX_FACTOR, DEFAULT_POWER, DetectRow, _measure, batteries
 from verifier.errors import invalid_argument
 
@@ -97,16 +97,9 @@ def detect_tree_rows(rules: Sequence[str] | None = None, cases: Sequence[str] | 
     from verifier.exact.tree_stage import standard_tree_cases
 
     all_cases = {c.name: c for c in standard_tree_cases()}
-    rule_names = [r for r in (TREE_RULES if rules is None else rules)]
-    for r in rule_names:
-        if r not in TREE_RULES:
-            raise invalid_argument("rules", r, sorted(TREE_RULES))
-    case_names = list(all_cases) if cases is None else list(cases)
-    for c in case_names:
-        if c not in all_cases:
-            raise invalid_argument("cases", c, sorted(all_cases))
-    if not (isinstance(seeds, int) and seeds >= 1):
-        raise invalid_argument("seeds", seeds, "an integer >= 1")
+    rule_names = names_from("rules", rules, TREE_RULES)
+    case_names = names_from("cases", cases, all_cases)
+    check_seeds(seeds)
     if battery not in ("window", "default", "both"):
         raise invalid_argument("battery", battery, "window | default | both")
     from verifier.exact import total_variation
