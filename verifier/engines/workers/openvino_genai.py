@@ -46,6 +46,8 @@ class Handler:
         self.eos = None if eos_token_id is None else int(eos_token_id)
         self.vocab = int(vocab_size)
         self.failure_log = failure_log
+        self.target_dir = target_dir
+        self._logits_request = None
         self.calls = 0
 
         class Collect(ovg.StreamerBase):
@@ -145,6 +147,25 @@ class Handler:
 
             with open(self.failure_log, "a") as fh:
                 fh.write(json.dumps({**failure, "sampling": sampling, "num_draft_tokens": self.k}) + "\n")
+
+    def target_logits(self, prompt_ids):
+        """The target IR's logits after ``prompt_ids`` (float32 -> list, shape (vocab,)), for the numeric floor.
+
+        ``LLMPipeline`` does not expose logits, so this runs the same converted IR (``openvino_model.xml``,
+        stateful export) with OpenVINO's CPU plugin at f32 precision in one plain inference request
+        (not through the pipeline's paged-attention transformation).
+        """
+        if self._logits_request is None:
+            core = self.ov.Core()
+            model = core.compile_model(f"{self.target_dir}/openvino_model.xml", "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+            self._logits_request = (model, model.create_infer_request())
+        model, request = self._logits_request
+        ids = np.asarray(prompt_ids, dtype=np.int64)[None, :]
+        request.reset_state()
+        out = request.infer({"input_ids": ids, "attention_mask": np.ones_like(ids),
+                             "position_ids": np.arange(ids.shape[1], dtype=np.int64)[None, :],
+                             "beam_idx": np.zeros(1, dtype=np.int32)})
+        return {"logits": np.asarray(out[model.output(0)][0, -1], dtype=np.float32)}
 
     def probe(self, prompt_ids, max_new_tokens, sampling, seed):
         """One raw call (debugging): tokens, streamed ids, and every perf-metrics field found."""

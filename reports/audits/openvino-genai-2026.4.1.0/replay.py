@@ -1,0 +1,144 @@
+"""Replay OpenVINO GenAI's tokens 1-2 draw by draw from each call's ``rng_seed`` and compare with the engine.
+
+Usage: python reports/audits/openvino-genai-2026.4.1.0/replay.py [--k 3] [--temperature 1] [--top-k K] [--top-p P]
+       [--seeds 1-40] [--prefix-caching on|off]
+
+1. Runs the engine (its venv, ``SPECVERIFY_ENGINES_DIR``) once per seed: one fresh ``generate`` per seed on one
+   pipeline, ``max_new_tokens = k + 1`` (k + 2 for k = 1: with k + 1 = 2 the draft proposes nothing).
+2. Replays, with the shipped HF models (float32 probs, the engine's sampler arithmetic), what sampler.cpp does
+   with two ``std::mt19937(rng_seed)`` streams -- M (target) and D (draft); numpy's legacy ``RandomState(seed)``
+   is the same generator with the same seeding:
+     token 1   = F_p1^-1(M.u)                   (target, prompt step: M's 1st uniform)
+     cand. 1   = F_q^-1(D.u)                    (draft: D's 1st uniform = the number that drew token 1)
+     y         = F_p^-1(M.u)                    (validate_candidate's fresh target sample, M's 2nd)
+     r         = uniform_int(0, 100)(M) / 100   (M's 3rd; libstdc++ Lemire reduction)
+     token 2   = cand. 1 if r <= q(cand. 1) / p(y) else F_{p after cand. 1}^-1(M.u)   (M's 4th)
+   ``u = float(32-bit draw) / 2**32`` (libstdc++ ``generate_canonical<float>``); the CDF walk is id order, or
+   decreasing prob after top-p (top-k alone walks a heap order: not replayed).
+3. Prints each seed's engine and replayed tokens 1-2 and how many agree.  Agreement on every seed establishes
+   the mechanism draw by draw; ``--independent-draft`` replays with the draft on its own stream instead
+   (D seeded differently) to show that the shared seed is needed.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from verifier.models.loading import load_model
+
+PROMPT = [272, 70, 221]  # "def "
+ENGINE_DIR = Path(os.environ.get("SPECVERIFY_ENGINES_DIR", Path(__file__).resolve().parents[3] / ".engines")) / "openvino-genai-2026.4.1.0"
+WORKER = Path(__file__).resolve().parents[3] / "verifier" / "engines" / "workers" / "openvino_genai.py"
+
+PROBE = """
+import importlib.util, json, sys
+spec = importlib.util.spec_from_file_location("ov_worker", sys.argv[1]); w = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(w)
+a = json.loads(sys.argv[2])
+h = w.Handler(a["models"] + "/target", a["models"] + "/draft", a["k"], eos_token_id=0, prefix_caching=a["prefix_caching"])
+for s in a["seeds"]:
+    out = h.probe(a["prompt"], a["max_new_tokens"], a["sampling"], s)
+    print(json.dumps({"seed": s, "tokens": out["tokens"][0], "accepted": out.get("accepted")}), flush=True)
+"""
+
+
+class MT:
+    """std::mt19937(seed) with libstdc++'s uniform_real_distribution<float>(0, 1) and uniform_int_distribution<int>(0, 100)."""
+
+    def __init__(self, seed):
+        self.rs = np.random.RandomState(seed)
+
+    def raw(self):
+        return int(self.rs.randint(0, 2**32, dtype=np.uint32))
+
+    def u(self):
+        v = np.float32(self.raw()) / np.float32(4294967296.0)
+        return min(v, np.nextafter(np.float32(1), np.float32(0)))
+
+    def int101(self):
+        while True:  # Lemire's nearly divisionless reduction (libstdc++ >= 11)
+            prod = self.raw() * 101
+            low = prod & 0xFFFFFFFF
+            if low >= 101 or low >= (2**32 - 101) % 101:
+                return prod >> 32
+
+
+def processed(model, ctx, t, top_k, top_p):
+    """(order, probs float32) as sampler.cpp holds them: top-k, temperature softmax, top-p (kept, not renormalised)."""
+    with torch.no_grad():
+        logits = model(torch.tensor([ctx])).logits[0, -1].numpy().astype(np.float32)
+    ids = np.arange(len(logits))
+    if top_k:
+        ids = np.argsort(-logits, kind="stable")[:top_k]
+    z = logits[ids] / np.float32(t)
+    e = np.exp(z - z.max()).astype(np.float32)
+    probs = (e / e.sum(dtype=np.float32)).astype(np.float32)
+    if top_p is not None and top_p < 1:
+        o = np.lexsort((ids, -probs))
+        ids, probs = ids[o], probs[o]
+        c = np.cumsum(probs, dtype=np.float32)
+        keep = int(np.argmax(c > np.float32(top_p))) + 1 if (c > np.float32(top_p)).any() else len(probs)
+        ids, probs = ids[:keep], probs[:keep]
+    elif top_k:  # heap order: not modelled
+        raise SystemExit("top-k without top-p walks TopKFilter's heap order, which this replay does not model")
+    return ids, probs
+
+
+def draw(ids, probs, u):
+    total = np.float32(probs.sum(dtype=np.float32))
+    r, c = np.float32(total * u), np.float32(0)
+    for i, v in zip(ids, probs):
+        c = np.float32(c + v)
+        if c > r:
+            return int(i), float(v / total)
+    return int(ids[-1]), float(probs[-1] / total)
+
+
+def replay(seed, target, draft, t, top_k, top_p, independent_draft=False):
+    m, d = MT(seed), MT(seed + 7919 if independent_draft else seed)
+    t1, _ = draw(*processed(target, PROMPT, t, top_k, top_p), m.u())
+    x, qx = draw(*processed(draft, PROMPT + [t1], t, top_k, top_p), d.u())
+    y, py = draw(*processed(target, PROMPT + [t1], t, top_k, top_p), m.u())
+    r = np.float32(m.int101()) / np.float32(100)
+    if r <= np.float32(qx) / np.float32(py):
+        return [t1, x], "accepted"
+    t2, _ = draw(*processed(target, PROMPT + [t1, x], t, top_k, top_p), m.u())
+    return [t1, t2], "replaced"
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--k", type=int, default=3)
+    ap.add_argument("--temperature", type=float, default=1.0)
+    ap.add_argument("--top-k", type=int, default=None)
+    ap.add_argument("--top-p", type=float, default=None)
+    ap.add_argument("--seeds", default="1-40")
+    ap.add_argument("--prefix-caching", default="off", choices=("on", "off"))
+    ap.add_argument("--independent-draft", action="store_true")
+    a = ap.parse_args()
+    lo, hi = (int(v) for v in a.seeds.split("-"))
+    sampling = {"temperature": a.temperature, "top_k": a.top_k, "top_p": a.top_p}
+    args = {"models": str(ENGINE_DIR / "models"), "k": a.k, "prefix_caching": a.prefix_caching == "on", "prompt": PROMPT,
+            "max_new_tokens": a.k + 1 if a.k > 1 else 3, "sampling": sampling, "seeds": list(range(lo, hi + 1))}
+    out = subprocess.run([str(ENGINE_DIR / "venv" / "bin" / "python"), "-c", PROBE, str(WORKER), json.dumps(args)],
+                         capture_output=True, text=True, check=True).stdout
+    target, draft = load_model("shipped:target"), load_model("shipped:draft")
+    agree = 0
+    rows = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    for row in rows:
+        mine, how = replay(row["seed"], target, draft, a.temperature, a.top_k, a.top_p, a.independent_draft)
+        same = mine == row["tokens"][:2]
+        agree += same
+        print(f"seed {row['seed']:5d}: engine {row['tokens'][:2]}  replay {mine} ({how})  {'=' if same else 'DIFFERENT'}")
+    print(f"{agree} of {len(rows)} calls: engine tokens 1-2 == replay ({json.dumps(sampling)}, k = {a.k}, "
+          f"prefix caching {a.prefix_caching}{', independent draft stream' if a.independent_draft else ''})")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
