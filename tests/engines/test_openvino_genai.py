@@ -97,3 +97,20 @@ def test_known_bias_tokens_outside_the_target_top_k(engine):
         probs = pair.reference.next_probs(np.array([prompt + tokens[r, :j].tolist() for r in rows]), cfg)
         zero += int(sum(probs[i, tokens[r, j]] == 0 for i, r in enumerate(rows)))
     assert zero > 0
+
+
+def test_target_logits_for_the_numeric_floor(engine):
+    # regression: the worker had no target_logits, so every audit crashed (exit 3) after sampling, at the floor
+    import torch
+
+    from verifier.engines.openvino_genai_engine import decoder
+    from verifier.models.loading import load_model
+
+    dec = decoder(num_draft_tokens=1)
+    try:
+        got = dec.target_logits([272, 70, 221])
+    finally:
+        dec.close()
+    with torch.no_grad():
+        want = load_model("shipped:target")(torch.tensor([[272, 70, 221]])).logits[0, -1].double().numpy()
+    assert got.shape == (384,) and np.abs(got - want).max() < 1e-3

@@ -29,3 +29,10 @@ run assistant-tokenizer-T1-k3 --engine-arg mode=assistant_tokenizer --num-draft-
 run assistant-tokenizer-T1-k3-control-usd-logit-order --engine-arg mode=assistant_tokenizer --engine-arg control_patch=usd_logit_order --num-draft-tokens 3 --num-samples $N
 # control of finding 2: the Gemma4 audit with only the q handed over changed (a point mass on each greedy draft)
 run gemma4-assistant-T1-k3-control-greedy-q --engine-arg mode=gemma4_assistant --engine-arg control_patch=gemma4_greedy_q --num-draft-tokens 3 --prompt-ids 2,5,7 --num-samples $N
+# T = 0.7 with top-k 50 and top-p 0.9 for the non-assisted modes, k in {1, 3} (session 5; n = N, UNDERPOWERED stated)
+T07="--temperature 0.7 --top-k 50 --top-p 0.9"
+run prompt-lookup-T0.7-topk50-topp0.9-k1 --engine-arg mode=prompt_lookup --num-draft-tokens 1 --prompt "$LOOKUP_PROMPT" $T07 --num-samples $N
+run prompt-lookup-T0.7-topk50-topp0.9-k3 --engine-arg mode=prompt_lookup --num-draft-tokens 3 --prompt "$LOOKUP_PROMPT" $T07 --num-samples $N
+run assistant-tokenizer-T0.7-topk50-topp0.9-k1 --engine-arg mode=assistant_tokenizer --num-draft-tokens 1 $T07 --num-samples $N
+run assistant-tokenizer-T0.7-topk50-topp0.9-k3 --engine-arg mode=assistant_tokenizer --num-draft-tokens 3 $T07 --num-samples $N
+run gemma4-assistant-T0.7-topk50-topp0.9-k3 --engine-arg mode=gemma4_assistant --num-draft-tokens 3 --prompt-ids 2,5,7 $T07 --num-samples $N
