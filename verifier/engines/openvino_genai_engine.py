@@ -17,6 +17,11 @@ Engine statistics: the pipeline exposes only a per-call total of accepted drafts
 no per-round accepted counts and no first-round count, so the acceptance audit says "not reported"
 and the totals go into the report's extra fields.
 
+Numeric floor: ``target_logits`` runs the exported target IR with OpenVINO's CPU plugin at f32 (one plain
+inference request; ``LLMPipeline`` exposes no logits).  At k = 1 use ``max_new_tokens >= 3``: with k + 1 = 2
+the draft proposes nothing and the audit sees plain target sampling.  The speculative law is reproduced
+exactly in :mod:`verifier.engines.openvino_repro` (FINDINGS.md).
+
 Known engine error: about 1 call in 200 raises ``RuntimeError: Check 'content_length <= ...'``.
 The worker retries the sample with a new, hash-derived seed (an independent draw) and returns every
 failure with the tokens streamed before it; see the worker's docstring and ``FINDINGS.md``.
