@@ -36,3 +36,4 @@ run prompt-lookup-T0.7-topk50-topp0.9-k3 --engine-arg mode=prompt_lookup --num-d
 run assistant-tokenizer-T0.7-topk50-topp0.9-k1 --engine-arg mode=assistant_tokenizer --num-draft-tokens 1 $T07 --num-samples $N
 run assistant-tokenizer-T0.7-topk50-topp0.9-k3 --engine-arg mode=assistant_tokenizer --num-draft-tokens 3 $T07 --num-samples $N
 run gemma4-assistant-T0.7-topk50-topp0.9-k3 --engine-arg mode=gemma4_assistant --num-draft-tokens 3 --prompt-ids 2,5,7 $T07 --num-samples $N
+run assistant-tokenizer-T0.7-topk50-topp0.9-k1-control-usd-logit-order --engine-arg mode=assistant_tokenizer --engine-arg control_patch=usd_logit_order --num-draft-tokens 1 $T07 --num-samples $N
