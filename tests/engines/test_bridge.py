@@ -87,3 +87,19 @@ def test_adapter_modules_do_not_shadow_engine_packages_in_the_worker():
             assert origin is None or "verifier/engines" not in origin, (name, origin)
     finally:
         worker.close()
+
+
+def test_an_engine_without_target_logits_gets_no_floor_source_not_a_crash():
+    """The numeric floor asks for the engine's target logits; a worker without the method must make the
+    floor "not measured" (logits_source -> None), not exit 3 at the end of a finished audit."""
+    from verifier.engines.floor import logits_source
+
+    plain = EngineDecoder(_Echo, HANDLER.with_name("no_logits_handler.py"), init={"vocab_size": 7}, num_draft_tokens=2,
+                          vocab_size=7, eos_token_id=None, supported={"temperature"})
+    echo = _decoder()
+    try:
+        assert logits_source(plain) is None and "generate" in plain.worker.methods
+        assert logits_source(echo) is not None and echo.exposes_target_logits
+    finally:
+        plain.close()
+        echo.close()

@@ -53,7 +53,8 @@ def main() -> int:
         try:
             if method == "__init__":
                 handler = _load_handler(sys.argv[1])(**request)
-                reply = {"ok": True}
+                reply = {"ok": True, "methods": sorted(m for m in dir(handler)
+                                                       if not m.startswith("_") and callable(getattr(handler, m, None)))}
             elif handler is None:
                 raise RuntimeError("the worker got a request before __init__")
             elif not isinstance(method, str) or method.startswith("_") or not callable(getattr(handler, method, None)):

@@ -96,7 +96,8 @@ class EngineWorker:
                                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, env=full_env)
         except OSError as exc:
             raise DecoderError(f"engine {name!r}: cannot start its worker ({exc})") from None
-        self.call("__init__", **dict(init or {}))
+        #: the Handler's public methods, as its ``__init__`` reply lists them (``target_logits`` is optional)
+        self.methods: frozenset[str] = frozenset(self.call("__init__", **dict(init or {})).get("methods") or ())
 
     def call(self, method: str, **kwargs: Any) -> dict[str, Any]:
         """Send one request and wait for its reply.

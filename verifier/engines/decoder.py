@@ -208,6 +208,12 @@ class EngineDecoder:
             origins=None if row_rounds is None else origins_from_rounds(row_rounds, tokens, self.num_draft_tokens))
         return tokens.astype(np.int64, copy=False)
 
+    @property
+    def exposes_target_logits(self) -> bool:
+        """Whether the engine's worker has ``target_logits`` (starts the worker); the numeric floor is
+        "not measured" otherwise, never a crash."""
+        return "target_logits" in self.worker.methods
+
     def target_logits(self, prompt_ids: Sequence[int]) -> np.ndarray:
         """The engine's own target logits after ``prompt_ids``, float64 of shape (vocab,).
 

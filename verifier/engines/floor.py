@@ -28,12 +28,13 @@ FLOOR_KEY = "numeric_floor"  # report.json key
 
 
 def logits_source(decoder: Any) -> Callable[[Sequence[int]], np.ndarray] | None:
-    """The decoder's ``target_logits(prompt_ids) -> float[V]``, looking through wrappers; None if it has none."""
+    """The decoder's ``target_logits(prompt_ids) -> float[V]``, looking through wrappers; None if it has none
+    (or says ``exposes_target_logits = False``, as an engine whose worker lacks the method does)."""
     seen = 0
     while decoder is not None and seen < 8:
         fn = getattr(decoder, "target_logits", None)
         if callable(fn):
-            return fn
+            return fn if getattr(decoder, "exposes_target_logits", True) else None
         decoder, seen = getattr(decoder, "inner", None), seen + 1
     return None
 
