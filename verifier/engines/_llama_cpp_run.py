@@ -11,7 +11,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from verifier.engines._llama_common import INSTALL_COMMAND, VERSION
-from verifier.errors import DecoderError, DecoderOutputError, invalid_argument
+from verifier.errors import DecoderError, DecoderOutputError, invalid_argument, refuse_sampling
 from verifier.protocols import PADDING_TOKEN_ID, DecoderStats
 
 __all__ = ["LlamaCppDecoder", "CONTROLS", "SAMPLER_ORDER"]
@@ -59,10 +59,10 @@ class LlamaCppDecoder:
 
     # -- options -----------------------------------------------------------------------------
     def sampling_args(self, sampling: Any) -> list[str]:
-        """The binary's sampling flags for ``sampling``, or InvalidArgumentError for what it cannot express."""
+        """The binary's sampling flags for ``sampling``, or SamplingRefusedError (exit 2) for what it cannot express."""
         penalty = getattr(sampling, "repetition_penalty", None)
         if penalty is not None and penalty != 1.0:
-            raise invalid_argument("repetition-penalty", penalty, "not set: llama.cpp's penalty window holds only generated "
+            raise refuse_sampling("repetition-penalty", penalty, "not set: llama.cpp's penalty window holds only generated "
                                    "tokens (llama-speculative never feeds the prompt to its sampler), Hugging Face's the whole context")
         top_k = sampling.top_k if sampling.top_k is not None else 0
         top_p = sampling.top_p if sampling.top_p is not None else 1.0
@@ -101,8 +101,10 @@ class LlamaCppDecoder:
 
         Raises
         ------
+        SamplingRefusedError
+            (exit 2) a sampling setting llama.cpp cannot express.
         InvalidArgumentError
-            A sampling setting llama.cpp cannot express, or a prompt whose text the binary tokenizes
+            (exit 2 from ``audit``; exit 3 inside a suite run) a prompt whose text the binary tokenizes
             to other ids than ``prompt_ids``.
         DecoderError
             A process exits non-zero (exit 3 of the audit), with its stderr.
