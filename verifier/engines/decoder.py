@@ -14,6 +14,7 @@ The worker's ``Handler.generate`` contract (``verifier/engines/workers/<engine>.
             optional "first_round_accepted": int64[n],
             optional "row_accepted": list of n lists (each row's accepted count per round, in order; gives
                 DecoderStats.origins through :func:`origins_from_rounds`),
+            optional "origins": int8[n, max_new_tokens]  (ORIGIN_CODES per emitted token, -1 padding; wins over row_accepted),
             optional "rounds": int, "drafted": int, "accepted": int  (as the engine reports them),
             optional "extra": dict}
 
@@ -197,6 +198,8 @@ class EngineDecoder:
         first = reply.get("first_round_accepted")
         row_rounds = reply.get("row_accepted")
         extra = dict(reply.get("extra") or {})
+        origins = reply.get("origins")
+        origins = np.asarray(origins, dtype=np.int8) if origins is not None and np.shape(origins) == tokens.shape else None
         for key in ("drafted", "accepted"):
             if key in reply:
                 extra[f"engine_{key}"] = reply[key]
@@ -206,7 +209,8 @@ class EngineDecoder:
             num_draft_tokens=self.num_draft_tokens,
             first_round_accepted=None if first is None else np.asarray(first, dtype=np.int64),
             extra=extra,
-            origins=None if row_rounds is None else origins_from_rounds(row_rounds, tokens, self.num_draft_tokens))
+            origins=origins if origins is not None else
+            None if row_rounds is None else origins_from_rounds(row_rounds, tokens, self.num_draft_tokens))
         return tokens.astype(np.int64, copy=False)
 
     def target_logits(self, prompt_ids: Sequence[int]) -> np.ndarray:
