@@ -1,6 +1,6 @@
 """Acceptance of llama-cpp-python's speculative path with a model draft, next to the source's prediction and canonical.
 
-Usage: python reports/audits/llama-cpp-python-0.3.36/acceptance.py RUN_DIR [RUN_DIR ...]
+Usage: python reports/audits/llama-cpp-python-0.3.36/acceptance.py RUN_DIR[=REPORT_DIR] ...
 
 ``Llama.generate`` keeps a proposal while it equals the target's own sample at that position (read from
 ``llama_cpp/llama.py::Llama.generate``), and the ``draft=model`` proposals are the draft GGUF's greedy tokens.
@@ -47,7 +47,8 @@ def predict(prompt, sampling, target, draft):
 
 def main():
     target, draft = load_model("shipped:target"), load_model("shipped:draft")
-    for run_dir in sys.argv[1:]:
+    for arg in sys.argv[1:]:  # RUN_DIR, or RUN_DIR=REPORT_DIR to write REPORT_DIR/acceptance.txt (the README matrix reads it)
+        run_dir, _, report_dir = arg.partition("=")
         store = SampleStore(run_dir)
         for set_dir in sorted(p for p in store.samples_dir.iterdir() if p.is_dir()):
             shards, i = [], 0
@@ -67,10 +68,15 @@ def main():
             reached = orig[:, 1] >= 0
             acc = int((orig[reached, 1] == 0).sum())
             lo, hi = clopper_pearson(acc, int(reached.sum()))
+            canon = law["canonical"]
             note = "ABOVE THE COUPLING BOUND" if lo > law["canonical"] else "FAR BELOW CANONICAL" if hi < 0.5 * law["canonical"] else ""
             print(f"    ACCEPTANCE first round, draft position 1 (token 2): observed {acc / reached.sum():.3f} [99% CI {lo:.3f}, "
                   f"{hi:.3f}] (n={int(reached.sum())}); predicted from the source (target-match, greedy draft) "
                   f"{law['target-match greedy']:.3f}; canonical sum min(p, q) {law['canonical']:.3f} {note}")
+            if report_dir:
+                Path(report_dir, "acceptance.txt").write_text(
+                    f"draft position 1 (token 2; round 1 starts after token 1): {acc / reached.sum():.3f} [99% CI {lo:.3f}, {hi:.3f}] "
+                    f"vs canonical {canon:.3f} (predicted from the source {law['target-match greedy']:.3f}) {note.split(' (')[0]}\n")
             for j in range(2, orig.shape[1]):
                 alive = (orig[:, 1:j] == 0).all(1) & (orig[:, j] >= 0)
                 if alive.sum():

@@ -1,6 +1,6 @@
 """Predict llama-speculative's law of token 2 from its source, and compare it with an audit run's samples.
 
-Usage: python reports/audits/llama.cpp-0.3.36/predict.py RUN_DIR [RUN_DIR ...]
+Usage: python reports/audits/llama.cpp-0.3.36/predict.py RUN_DIR[=REPORT_DIR] ...
 
 For each sample set of each run (k = 1 or more; token 2 is the first drafted position): the exact
 law of token 2 under the source as shipped is the mixture over token 1 (a plain target sample) of
@@ -100,7 +100,8 @@ def chi2_p(counts, law):
 
 def main():
     target, draft = load_model("shipped:target"), load_model("shipped:draft")
-    for run_dir in sys.argv[1:]:
+    for arg in sys.argv[1:]:  # RUN_DIR, or RUN_DIR=REPORT_DIR to write REPORT_DIR/acceptance.txt (the README matrix reads it)
+        run_dir, _, report_dir = arg.partition("=")
         run = json.loads((Path(run_dir) / "run.json").read_text())
         store = SampleStore(run_dir)
         for set_dir in sorted(p for p in store.samples_dir.iterdir() if p.is_dir()):
@@ -141,6 +142,10 @@ def main():
                 print(f"    ACCEPTANCE first round, draft position 1 (token 2): observed {acc / reached.sum():.3f} "
                       f"[99% CI {lo:.3f}, {hi:.3f}] (n={int(reached.sum())}); predicted from the source ({variant}) "
                       f"{law[variant + ' acceptance']:.3f}; canonical sum min(p, q) {canon:.3f} {note}")
+                if report_dir:
+                    Path(report_dir, "acceptance.txt").write_text(
+                        f"draft position 1 (token 2; round 1 starts after token 1): {acc / reached.sum():.3f} [99% CI {lo:.3f}, {hi:.3f}] "
+                        f"vs canonical {canon:.3f} (predicted from the source {law[variant + ' acceptance']:.3f}) {note.split(' (')[0]}\n")
                 for j in range(2, orig.shape[1]):
                     alive = (orig[:, 1:j] == 0).all(1) & (orig[:, j] >= 0)
                     if alive.sum():
