@@ -108,8 +108,11 @@ def _known_p_row(folder: Path, r: dict[str, Any], root: Path) -> dict[str, Any]:
         options = dict(r["suite"]["source"] and json.loads((folder / "run.json").read_text())["suite"]["raw"]["decoders"][0].get("options", {}))
     except (OSError, ValueError, KeyError, IndexError):
         pass
+    if not options and sets:  # report folders keep no run.json: the decoder identity in report.json has the options
+        options = dict((sets[0].get("decoder_identity") or {}).get("options") or {})
     defaults = {k: o.get("default") for k, o in (eng.get("options") or {}).items()}
     shown = {k: v for k, v in options.items() if k not in ("target_model", "draft_model") and v not in ("", None)
+             and not (isinstance(v, str) and "/" in v)  # file paths (logs, checkpoints) are not configuration
              and (k == "mode" or v != defaults.get(k))}  # the options that differ from the engine's defaults
     sampling = sets[0].get("sampling", {}) if sets else {}
     cfg = ", ".join(f"{k}={v}" for k, v in shown.items())
