@@ -19,12 +19,14 @@ __all__ = [
     "EXIT_UNDERPOWERED",
     "VerifierError",
     "InvalidArgumentError",
+    "SamplingRefusedError",
     "ConfigError",
     "ModelLoadError",
     "DecoderError",
     "DecoderOutputError",
     "ReportWriteError",
     "invalid_argument",
+    "refuse_sampling",
 ]
 
 EXIT_OK = 0  # every expectation met: no bias where `pass`, every mutant detected, every cell powered
@@ -44,6 +46,13 @@ class InvalidArgumentError(VerifierError, ValueError):
     """A public function got an argument outside its domain.
 
     The message names the argument, its value and what is allowed; fix the call.
+    """
+
+
+class SamplingRefusedError(InvalidArgumentError):
+    """A decoder (an outside engine) cannot express a sampling setting and refuses it rather than
+    silently sampling another law.  A usage error (exit 2) wherever it is raised, also from inside
+    ``generate`` during a suite run (the runner lets it through instead of calling it a crash).
     """
 
 
@@ -103,3 +112,12 @@ def invalid_argument(name: str, value: Any, allowed: str, *, where: str | None =
     """
     prefix = f"{where}: " if where else ""
     return InvalidArgumentError(f"{prefix}{name}={value!r} is invalid; allowed: {allowed}")
+
+
+def refuse_sampling(name: str, value: Any, allowed: str) -> SamplingRefusedError:
+    """Build a :class:`SamplingRefusedError` (exit 2) in the house message format.
+
+    >>> str(refuse_sampling("top-p", 0.9, "not set with temperature 0.7"))
+    'top-p=0.9 is invalid; allowed: not set with temperature 0.7'
+    """
+    return SamplingRefusedError(f"{name}={value!r} is invalid; allowed: {allowed}")

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Known-p audits of a decoder-kind engine on the shipped models, one report folder per configuration:
 #   bash suites/engines/audit-decoder-engine.sh ENGINE OUT_DIR [N]
-# Configurations (CONFIGS env var to choose; default all): T=1 and T=0.7 with top-k 8, and T=1 with top-p 0.9,
-# each at k = 1 and k = 3, --target-tv 0.03 (n = N per configuration; fewer than the planned n -> UNDERPOWERED,
+# Configurations (CONFIGS env var to choose; default the first six): T=1 and T=0.7 with top-k 8, and T=1 with top-p 0.9,
+# each at k = 1 and k = 3 (also: T=0.7 alone and T=0.7 with top-p 0.9, for engines that express it), --target-tv 0.03 (n = N per configuration; fewer than the planned n -> UNDERPOWERED,
 # with the n needed in the report).  Reports (report.md/html/json) are copied into OUT_DIR/<config>/; the run
 # folders (samples) stay in $TMPDIR.  Extra `specverify audit` flags: EXTRA env var.
 set -euo pipefail
@@ -15,9 +15,13 @@ declare -A flags=(
   [t07-topk8-k3]="--temperature 0.7 --top-k 8 --num-draft-tokens 3"
   [t1-topp09-k1]="--temperature 1 --top-p 0.9 --num-draft-tokens 1"
   [t1-topp09-k3]="--temperature 1 --top-p 0.9 --num-draft-tokens 3"
+  [t07-k1]="--temperature 0.7 --num-draft-tokens 1"
+  [t07-k3]="--temperature 0.7 --num-draft-tokens 3"
+  [t07-topp09-k1]="--temperature 0.7 --top-p 0.9 --num-draft-tokens 1"
+  [t07-topp09-k3]="--temperature 0.7 --top-p 0.9 --num-draft-tokens 3"
 )
 configs=${CONFIGS:-"t1-k1 t1-k3 t07-topk8-k1 t07-topk8-k3 t1-topp09-k1 t1-topp09-k3"}
-tmp=$(mktemp -d)
+tmp=${RUNS:-$(mktemp -d)}; mkdir -p "$tmp"  # RUNS: keep the run folders there
 for c in $configs; do
   start=$(date +%s)
   set +e

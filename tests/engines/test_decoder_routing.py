@@ -61,3 +61,46 @@ def test_decoder_engine_bad_option_is_usage_error(registered, tmp_path, capsys):
     assert main(["audit", "--engine", "uniform-test", "--engine-arg", "flavour=sweet", "--run-dir", str(tmp_path / "r")]) == 2
     assert "flavour" in capsys.readouterr().err
     assert main(["audit", "--engine", "uniform-test", "--target", "tabular:trigram3", "--run-dir", str(tmp_path / "r2")]) == 2
+
+
+def refusing_decoder(target_model="shipped:target", draft_model="shipped:draft", num_draft_tokens=2, vocab_size=384,
+                     eos_token_id=None):
+    """The uniform engine, able to express the temperature only: top-k is refused inside ``generate``."""
+    return EngineDecoder(UniformEngine, HANDLER, init={"vocab_size": vocab_size}, num_draft_tokens=num_draft_tokens,
+                         vocab_size=vocab_size, eos_token_id=eos_token_id, supported={"temperature"})
+
+
+def test_sampling_refused_inside_generate_is_usage_error_in_a_suite_run(tmp_path, capsys):
+    """Regression: a refusal raised by EngineDecoder.check_sampling inside ``generate`` during ``specverify run SUITE``
+    was wrapped as a decoder crash (exit 3); it is a usage error (exit 2) that names the setting and the decoder."""
+    suite = tmp_path / "suite.toml"
+    suite.write_text(f'''schema_version = 1
+name = "refusal"
+seed = 1
+[exact]
+enabled = false
+[models.shipped]
+target = "shipped:target"
+draft = "shipped:draft"
+[prompts.def]
+text = "def "
+[sampling.topk]
+temperature = 1.0
+top_k = 8
+[defaults]
+models = "shipped"
+prompts = ["def"]
+sampling = ["topk"]
+num_draft_tokens = [2]
+max_new_tokens = 1
+samples = 50
+tests = ["gof"]
+[[decoders]]
+name = "uniform-refusing"
+decoder = "{Path(__file__).resolve()}:refusing_decoder"
+expect = "pass"
+''')
+    code = main(["run", str(suite), "--no-progress", "--run-dir", str(tmp_path / "run")])
+    captured = capsys.readouterr()
+    assert code == 2, captured.out + captured.err
+    assert "top-k=8 is invalid" in captured.err and "uniform-refusing" in captured.err, captured.err

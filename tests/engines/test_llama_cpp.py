@@ -74,7 +74,8 @@ def test_a_failing_binary_is_a_decoder_error_exit_3(engine, tmp_path):
 
 
 def test_repetition_penalty_is_refused_not_dropped(engine, tmp_path, capsys):
-    assert _audit(tmp_path, "--num-samples", "4", "--repetition-penalty", "1.3") == 3
+    """Refused inside generate: a usage error (exit 2), not a decoder crash (exit 3, as before the fix)."""
+    assert _audit(tmp_path, "--num-samples", "4", "--repetition-penalty", "1.3") == 2
     captured = capsys.readouterr()
     assert "repetition-penalty" in captured.out + captured.err
 
@@ -93,4 +94,9 @@ def test_engine_statistics_come_from_the_binary(engine):
     assert stats.extra["engine_accepted"] <= stats.extra["flagged_accepted"]
     assert stats.extra["rows_without_engine_totals"] < 6 or stats.extra["engine_accepted"] == 0
     assert int(stats.accepted_counts.sum()) <= stats.extra["flagged_accepted"]
-    assert stats.extra["engine_drafted"] >= stats.rounds and set(stats.accepted_counts.tolist()) <= {0, 1, 2, 3}
+    assert set(stats.accepted_counts.tolist()) <= {0, 1, 2, 3}
+    if stats.extra["rows_without_engine_totals"] == 0:  # else the drafted total covers fewer rows than the rounds (seen under load)
+        assert stats.extra["engine_drafted"] >= stats.rounds
+    # per-token origins from the accept flags: token 1 is a plain target sample, drafts accepted = origin 0
+    assert stats.origins.shape == out.shape and (stats.origins[:, 0] == 2).all()
+    assert int((stats.origins == 0).sum()) <= stats.extra["flagged_accepted"]

@@ -64,8 +64,9 @@ def _sampling(t, **kw):
 
 
 def test_top_p_with_temperature_is_refused(engine, tmp_path, capsys):
-    """The library applies top-p before temperature: T=0.7 with top-p is not the Hugging Face law -> refused, not dropped."""
-    assert _audit(tmp_path, "--num-samples", "4", "--temperature", "0.7", "--top-p", "0.9") == 3
+    """The library applies top-p before temperature: T=0.7 with top-p is not the Hugging Face law -> refused, not dropped
+    (a usage error, exit 2: the refusal raised inside generate used to be reported as a decoder crash, exit 3)."""
+    assert _audit(tmp_path, "--num-samples", "4", "--temperature", "0.7", "--top-p", "0.9") == 2
     captured = capsys.readouterr()
     assert "top-p" in captured.out + captured.err
 
@@ -92,3 +93,23 @@ def test_same_seed_same_rows(engine):
     finally:
         dec.close()
     assert np.array_equal(a, b)
+
+
+def test_model_draft_origins_follow_the_target_match_rule(engine):
+    """draft=model (k greedy tokens of the draft GGUF behind the library's LlamaDraftModel extension point): token 1 is
+    a plain target sample (origin 2); a token with origin 0 equals the draft's greedy proposal, so an accepted token
+    at position 2 is the same token in every row with the same token 1 (the draft is deterministic given the context)."""
+    from verifier.engines.llama_cpp_python import decoder
+
+    dec = decoder(num_draft_tokens=2, draft="model")
+    try:
+        rows = dec.generate([272, 70, 221], 12, 3, _sampling(1.0), seed=3)
+        origins = dec.last_stats.origins
+    finally:
+        dec.close()
+    assert origins.shape == rows.shape and (origins[:, 0] == 2).all()
+    assert set(np.unique(origins[rows >= 0]).tolist()) <= {0, 1, 2}
+    proposal = {}
+    for row, orig in zip(rows, origins):
+        if orig[1] == 0:
+            assert proposal.setdefault(int(row[0]), int(row[1])) == int(row[1])

@@ -44,3 +44,12 @@ def test_residual_defect_is_invisible_without_truncation():
     """Whole-vocabulary candidate arrays: index = id, both residuals agree (so T=1 without top-k/top-p sees only the draft defect)."""
     for target, draft in CASES:
         assert speculative_step_law(target, draft, residual="by_index") == speculative_step_law(target, draft, residual="by_id")
+
+
+def test_token_origins_from_accept_flags():
+    """Origins of the printed tokens: token 1 a target sample (2), flag 1 accepted (0), flag 0 recovered (1) or the
+    bonus (2) after k accepted drafts."""
+    from verifier.engines._llama_cpp_run import token_origins
+
+    assert token_origins([0, 1, 0, 0, 1, 1, 1, 0], 3).tolist() == [2, 0, 1, 1, 0, 0, 0, 2]
+    assert token_origins([0, 0, 1, 0], 1).tolist() == [2, 1, 0, 2]

@@ -39,3 +39,26 @@ def test_readme_markers_are_replaced(tmp_path):
     assert "old" not in text and "lmdeploy-sampler" in text and text.endswith("after\n")
     readme.write_text("no markers")
     assert main([str(tmp_path), "--readme", str(readme)]) == 2
+
+
+def test_known_p_row_takes_acceptance_from_the_folder_file(tmp_path):
+    """A known-p report whose engine reports no first-round acceptance (llama.cpp: its rounds start after token 1)
+    shows the first line of the folder's acceptance.txt (written by the folder's script) instead of 'not reported'."""
+    src = REPO / "reports" / "audits" / "llama.cpp-0.3.36" / "t07-topk8-k1" / "report.json"
+    folder = tmp_path / "llama.cpp-0.3.36" / "t07"
+    folder.mkdir(parents=True)
+    shutil.copy(src, folder / "report.json")
+    before = collect(tmp_path)[0]["acceptance"]
+    assert "0.603" not in before
+    (folder / "acceptance.txt").write_text("position 1: 0.603 [0.570, 0.636] vs canonical 0.521\nmore\n")
+    assert collect(tmp_path)[0]["acceptance"] == "position 1: 0.603 [0.570, 0.636] vs canonical 0.521"
+
+
+def test_known_p_row_shows_engine_options_from_the_report(tmp_path):
+    """Report folders hold no run.json: the options that differ from the engine's defaults (control=both) still reach
+    the config column, from the decoder identity in report.json (a control must never read as the engine as shipped)."""
+    src = REPO / "reports" / "audits" / "llama.cpp-0.3.36" / "control-both" / "t07-topk8-k1" / "report.json"
+    folder = tmp_path / "llama.cpp-0.3.36" / "control-both" / "t07"
+    folder.mkdir(parents=True)
+    shutil.copy(src, folder / "report.json")
+    assert collect(tmp_path)[0]["config"].startswith("control=both; T=0.7, top-k 8, k=1")

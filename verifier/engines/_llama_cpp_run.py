@@ -11,10 +11,10 @@ from typing import Any, Sequence
 import numpy as np
 
 from verifier.engines._llama_common import INSTALL_COMMAND, VERSION
-from verifier.errors import DecoderError, DecoderOutputError, invalid_argument
+from verifier.errors import DecoderError, DecoderOutputError, invalid_argument, refuse_sampling
 from verifier.protocols import PADDING_TOKEN_ID, DecoderStats
 
-__all__ = ["LlamaCppDecoder", "CONTROLS", "SAMPLER_ORDER"]
+__all__ = ["LlamaCppDecoder", "CONTROLS", "SAMPLER_ORDER", "token_origins"]
 
 ENGINE_NAME = "llama.cpp"
 CONTROLS = {"none": "llama-speculative-ids", "sampled_draft": "llama-speculative-ids-ctl-draft",
@@ -24,6 +24,26 @@ RUN_TIMEOUT_S = 120  # one sample's process; the shipped models take well under 
 _TOKEN = re.compile(r"\[specverify\] token (\d+) ([01])$", re.M)  # no ^: a log line without newline may precede
 _PROMPT = re.compile(r"\[specverify\] prompt((?: \d+)*)$", re.M)
 _STAT = re.compile(r"n_(drafted|accept)\s*=\s*(\d+)")
+
+
+def token_origins(flags: Sequence[int], num_draft_tokens: int) -> np.ndarray:
+    """Origin code of each printed token (:data:`verifier.protocols.ORIGIN_CODES`) from its accept flag.
+
+    Token 1 is a plain target sample (the binary drafts only after it): code 2 ("bonus", a target
+    sample after a round of zero drafts).  Later, flag 1 is an accepted draft (0); flag 0 ends a
+    round: the bonus (2) after ``num_draft_tokens`` accepted drafts (every round drafts exactly k
+    with ``-np 1``), else the token sampled from the residual (1, "recovered").
+
+    >>> token_origins([0, 1, 0, 0, 1, 1, 1, 0], 3).tolist()
+    [2, 0, 1, 1, 0, 0, 0, 2]
+    """
+    out, run = np.full(len(flags), 2, dtype=np.int8), 0
+    for i, flag in enumerate(flags[1:], start=1):
+        if flag:
+            out[i], run = 0, run + 1
+        else:
+            out[i], run = (2 if run >= num_draft_tokens else 1), 0
+    return out
 
 
 class LlamaCppDecoder:
@@ -59,10 +79,10 @@ class LlamaCppDecoder:
 
     # -- options -----------------------------------------------------------------------------
     def sampling_args(self, sampling: Any) -> list[str]:
-        """The binary's sampling flags for ``sampling``, or InvalidArgumentError for what it cannot express."""
+        """The binary's sampling flags for ``sampling``, or SamplingRefusedError (exit 2) for what it cannot express."""
         penalty = getattr(sampling, "repetition_penalty", None)
         if penalty is not None and penalty != 1.0:
-            raise invalid_argument("repetition-penalty", penalty, "not set: llama.cpp's penalty window holds only generated "
+            raise refuse_sampling("repetition-penalty", penalty, "not set: llama.cpp's penalty window holds only generated "
                                    "tokens (llama-speculative never feeds the prompt to its sampler), Hugging Face's the whole context")
         top_k = sampling.top_k if sampling.top_k is not None else 0
         top_p = sampling.top_p if sampling.top_p is not None else 1.0
@@ -101,8 +121,10 @@ class LlamaCppDecoder:
 
         Raises
         ------
+        SamplingRefusedError
+            (exit 2) a sampling setting llama.cpp cannot express.
         InvalidArgumentError
-            A sampling setting llama.cpp cannot express, or a prompt whose text the binary tokenizes
+            (exit 2 from ``audit``; exit 3 inside a suite run) a prompt whose text the binary tokenizes
             to other ids than ``prompt_ids``.
         DecoderError
             A process exits non-zero (exit 3 of the audit), with its stderr.
@@ -117,6 +139,7 @@ class LlamaCppDecoder:
         with ThreadPoolExecutor(max_workers=max(1, self.processes)) as pool:
             results = list(pool.map(self._run_one, argvs))
         out = np.full((num_samples, max_new_tokens), PADDING_TOKEN_ID, dtype=np.int64)
+        origins = np.full((num_samples, max_new_tokens), PADDING_TOKEN_ID, dtype=np.int8)
         counts: list[int] = []
         drafted = accepted = flagged = unreported = 0
         for row, (seen_prompt, tokens, stats) in enumerate(results):
@@ -128,6 +151,7 @@ class LlamaCppDecoder:
                 ids = ids[: ids.index(self.eos_token_id) + 1]
             ids = ids[:max_new_tokens]
             out[row, : len(ids)] = ids
+            origins[row, : len(ids)] = token_origins([f for _, f in tokens], self.num_draft_tokens)[: len(ids)]
             run = 0
             for _token, flag in tokens[1:]:  # token 1 is a plain target sample; then each round ends with a 0 flag
                 if flag:
@@ -149,7 +173,7 @@ class LlamaCppDecoder:
                                          f"{sum(f for _, f in tokens)} accepted tokens (seed {seeds[row]})")
         self.last_stats = DecoderStats(
             rounds=len(counts), accepted_counts=np.asarray(counts, dtype=np.int64), num_draft_tokens=self.num_draft_tokens,
-            first_round_accepted=None,
+            first_round_accepted=None, origins=origins,
             extra={"engine_drafted": drafted, "engine_accepted": accepted, "processes": num_samples,
                    "flagged_accepted": flagged, "rows_without_engine_totals": unreported,
                    "note": "round 1 starts after token 1 (a plain target sample): first_round_accepted not reported"})

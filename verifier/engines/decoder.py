@@ -14,6 +14,7 @@ The worker's ``Handler.generate`` contract (``verifier/engines/workers/<engine>.
             optional "first_round_accepted": int64[n],
             optional "row_accepted": list of n lists (each row's accepted count per round, in order; gives
                 DecoderStats.origins through :func:`origins_from_rounds`),
+            optional "origins": int8[n, max_new_tokens]  (ORIGIN_CODES per emitted token, -1 padding; wins over row_accepted),
             optional "rounds": int, "drafted": int, "accepted": int  (as the engine reports them),
             optional "extra": dict}
 
@@ -29,7 +30,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from verifier.engines.bridge import EngineWorker, hashed_seeds
-from verifier.errors import DecoderOutputError, invalid_argument
+from verifier.errors import DecoderOutputError, invalid_argument, refuse_sampling
 from verifier.protocols import DecoderStats
 
 __all__ = ["EngineDecoder", "checkpoint_dir", "sampling_fields", "origins_from_rounds"]
@@ -161,14 +162,15 @@ class EngineDecoder:
         return self._worker
 
     def check_sampling(self, sampling: Any) -> dict[str, Any]:
-        """The sampling fields to send, or :class:`InvalidArgumentError` (exit 2) for one the engine cannot express."""
+        """The sampling fields to send, or :class:`~verifier.errors.SamplingRefusedError` (exit 2, also inside a
+        suite run) for one the engine cannot express."""
         fields = sampling_fields(sampling)
         for name, value in fields.items():
             if value is not None and name not in self.supported and not (name == "temperature" and value == 1.0):
-                raise invalid_argument(name.replace("_", "-"), value, f"not set: engine {self.name!r} cannot express "
+                raise refuse_sampling(name.replace("_", "-"), value, f"not set: engine {self.name!r} cannot express "
                                        f"{name} (it supports {', '.join(sorted(self.supported)) or 'no sampling options'})")
         if fields["temperature"] == 0 and not self.greedy_ok:
-            raise invalid_argument("temperature", 0, f"> 0: engine {self.name!r} has no greedy mode on its speculative path")
+            raise refuse_sampling("temperature", 0, f"> 0: engine {self.name!r} has no greedy mode on its speculative path")
         return fields
 
     def generate(self, prompt_ids: Sequence[int], num_samples: int, max_new_tokens: int, sampling: Any, seed: int) -> np.ndarray:
@@ -178,7 +180,7 @@ class EngineDecoder:
 
         Raises
         ------
-        InvalidArgumentError
+        SamplingRefusedError
             (exit 2) a sampling setting the engine cannot express.
         DecoderError
             (exit 3) the engine raised or its worker died.
@@ -196,6 +198,8 @@ class EngineDecoder:
         first = reply.get("first_round_accepted")
         row_rounds = reply.get("row_accepted")
         extra = dict(reply.get("extra") or {})
+        origins = reply.get("origins")
+        origins = np.asarray(origins, dtype=np.int8) if origins is not None and np.shape(origins) == tokens.shape else None
         for key in ("drafted", "accepted"):
             if key in reply:
                 extra[f"engine_{key}"] = reply[key]
@@ -205,7 +209,8 @@ class EngineDecoder:
             num_draft_tokens=self.num_draft_tokens,
             first_round_accepted=None if first is None else np.asarray(first, dtype=np.int64),
             extra=extra,
-            origins=None if row_rounds is None else origins_from_rounds(row_rounds, tokens, self.num_draft_tokens))
+            origins=origins if origins is not None else
+            None if row_rounds is None else origins_from_rounds(row_rounds, tokens, self.num_draft_tokens))
         return tokens.astype(np.int64, copy=False)
 
     @property

@@ -16,6 +16,10 @@ proposals, with acceptance ``p(proposal)`` per position.  Option ``draft``:
   num_pred_tokens=k)``; it proposes only where the last n-gram recurs in the context, so audit it
   on a prompt with repeats (``suites/engines/llama-cpp-python.toml``);
 * ``model`` -- k greedy tokens of the draft GGUF (a second ``Llama``), wrapped as a ``LlamaDraftModel``.
+  The package ships no model-backed draft (``llama_speculative.py`` has only the abstract
+  ``LlamaDraftModel`` and ``LlamaPromptLookupDecoding``; the sdist's ``examples/server`` has its own
+  prompt-lookup and MTP-head providers, outside the package): this subclass, defined in the worker,
+  uses the package's extension point, it is not a shipped class.
 
 The engine runs in its own venv behind a worker (:mod:`verifier.engines.bridge`,
 ``verifier/engines/workers/llama_cpp_python.py``): one ``Llama`` per decoder, reused across samples
@@ -30,7 +34,8 @@ Temperature 0 is the library's greedy sampler.
 Engine statistics (the library reports none): each draft call is a round, its accepted count is how
 many proposals the emitted tokens matched (``DecoderStats.accepted_counts``).  The first token is a
 plain target sample (drafting starts after it) and the proposals are not the harness's draft, so
-``first_round_accepted`` is not reported.  Numeric floor: ``target_logits(prompt_ids)`` returns
+``first_round_accepted`` is not reported; per-token origins are (0 a proposal the target's sample matched,
+1 the sample that differed, 2 a target sample with no proposal left to check, token 1 included).  Numeric floor: ``target_logits(prompt_ids)`` returns
 ``Llama.scores`` (the engine's own float32 logits) after the prompt.
 """
 

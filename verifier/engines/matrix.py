@@ -12,6 +12,8 @@ Two report kinds are understood:
 * known-p engine audits (``specverify audit --engine NAME --run-dir DIR``: a runner report plus the run's
   ``audit.json``, which holds the engine's description), one row per report folder.
 
+Acceptance: the report's acceptance audit, or the first line of ``acceptance.txt`` in the report folder where
+that exists (engines whose first round starts after token 1, e.g. llama.cpp: written by the folder's script).
 Root cause of a BIAS DETECTED: the first line starting with ``Root cause:`` in ``FINDINGS.md`` of the
 report folder or of the engine's folder (``reports/audits/<engine>-<version>/FINDINGS.md``); a BIAS
 without one says "root cause: not written up" (never left blank).  With ``--readme FILE`` the table
@@ -106,8 +108,11 @@ def _known_p_row(folder: Path, r: dict[str, Any], root: Path) -> dict[str, Any]:
         options = dict(r["suite"]["source"] and json.loads((folder / "run.json").read_text())["suite"]["raw"]["decoders"][0].get("options", {}))
     except (OSError, ValueError, KeyError, IndexError):
         pass
+    if not options and sets:  # report folders keep no run.json: the decoder identity in report.json has the options
+        options = dict((sets[0].get("decoder_identity") or {}).get("options") or {})
     defaults = {k: o.get("default") for k, o in (eng.get("options") or {}).items()}
     shown = {k: v for k, v in options.items() if k not in ("target_model", "draft_model") and v not in ("", None)
+             and not (isinstance(v, str) and "/" in v)  # file paths (logs, checkpoints) are not configuration
              and (k == "mode" or v != defaults.get(k))}  # the options that differ from the engine's defaults
     sampling = sets[0].get("sampling", {}) if sets else {}
     cfg = ", ".join(f"{k}={v}" for k, v in shown.items())
@@ -121,6 +126,9 @@ def _known_p_row(folder: Path, r: dict[str, Any], root: Path) -> dict[str, Any]:
             acc.append(f"{a['mean_accepted']:.2f} accepted/round; canonical: " + ("skipped (draft unknown)" if a.get("canonical_skipped") else "unknown"))
         else:
             acc.append(f"{a['mean_accepted']:.2f} vs {a['canonical_mean_accepted']:.2f} accepted/round")
+    side = folder / "acceptance.txt"  # an engine whose rounds start after token 1: computed by the report folder's script
+    if side.is_file() and side.read_text(encoding="utf-8").strip():
+        acc = [side.read_text(encoding="utf-8").strip().splitlines()[0]]
     conf = d.get("acceptance_conformance") or {}
     if conf.get("verdict"):
         acc.append(f"conformance {conf['verdict']}")

@@ -34,7 +34,7 @@ from typing import Any
 from verifier.engines import register_engine
 from verifier.engines._decoder_models import converted_model
 from verifier.engines.base import Engine
-from verifier.errors import invalid_argument
+from verifier.errors import invalid_argument, refuse_sampling
 
 __all__ = ["MLXLM", "MLXDecoder", "decoder"]
 
@@ -54,15 +54,15 @@ class MLXLM(Engine):
         """Refuse (exit 2) what mlx_lm's sampler and logits processors express differently from Hugging Face."""
         rp = getattr(sampling, "repetition_penalty", None)
         if rp is not None and rp != 1.0:
-            raise invalid_argument("repetition-penalty", rp, "not set: mlx_lm's repetition_penalty processor sees only the "
+            raise refuse_sampling("repetition-penalty", rp, "not set: mlx_lm's repetition_penalty processor sees only the "
                                    "prompt's last token and the generated ones (Hugging Face penalises every prompt token)")
         t, top_k, top_p = (getattr(sampling, f, None) for f in ("temperature", "top_k", "top_p"))
         active_p = top_p is not None and top_p < 1.0
         if active_p and top_k is not None and top_k < vocab_size:
-            raise invalid_argument("top-p", top_p, "not set together with --top-k: mlx_lm's make_sampler applies top-p "
+            raise refuse_sampling("top-p", top_p, "not set together with --top-k: mlx_lm's make_sampler applies top-p "
                                    "before top-k (Hugging Face: top-k, then top-p), a different law")
         if active_p and t is not None and t != 1.0:
-            raise invalid_argument("top-p", top_p, "not set with --temperature other than 1: mlx_lm's make_sampler "
+            raise refuse_sampling("top-p", top_p, "not set with --temperature other than 1: mlx_lm's make_sampler "
                                    "filters top-p on the untempered probs (Hugging Face: after temperature), a different law")
 
 

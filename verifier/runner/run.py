@@ -39,6 +39,7 @@ from verifier.errors import (
     DecoderOutputError,
     ReportWriteError,
     ResourceError,
+    SamplingRefusedError,
     is_out_of_memory,
 )
 from verifier._tracebacks import crash_traceback
@@ -230,6 +231,8 @@ def _sample(ctx: SuiteContext, store: SampleStore, progress: bool, log: Callable
                         out = decoder.generate(list(plan.prompt_ids), rows, plan.max_new_tokens, plan.sampling, seed)
                     except (DecoderError, ResourceError, KeyboardInterrupt):
                         raise
+                    except SamplingRefusedError as exc:  # a setting the decoder cannot express: usage (exit 2), no crash
+                        raise SamplingRefusedError(f"decoders[{spec.name}] at {plan.label}: {exc}") from None
                     except BaseException as exc:  # SystemExit from plugin code too: a crash, never a clean exit
                         if is_out_of_memory(exc):  # the machine, not the decoder (exit 2, shards so far kept)
                             raise ResourceError(

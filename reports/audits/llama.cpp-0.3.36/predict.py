@@ -1,6 +1,6 @@
 """Predict llama-speculative's law of token 2 from its source, and compare it with an audit run's samples.
 
-Usage: python reports/audits/llama.cpp-0.3.36/predict.py RUN_DIR [RUN_DIR ...]
+Usage: python reports/audits/llama.cpp-0.3.36/predict.py RUN_DIR[=REPORT_DIR] ...
 
 For each sample set of each run (k = 1 or more; token 2 is the first drafted position): the exact
 law of token 2 under the source as shipped is the mixture over token 1 (a plain target sample) of
@@ -8,7 +8,8 @@ law of token 2 under the source as shipped is the mixture over token 1 (a plain 
 probs after ``prompt + token 1``; the control variants likewise.  Prints, per set: TV(target law,
 predicted as-shipped law), the chi-square p-value of the observed token-2 counts against the target
 law and against each predicted law (a law the samples do not reject is the one the engine samples),
-the predicted and observed first-round acceptance at position 1.  Float64 arithmetic (the exact
+the predicted and observed first-round acceptance at position 1 (observed from the per-token origins the
+adapter derives from the binary's accept flags, 99% Clopper-Pearson intervals), next to the canonical sum min(p, q).  Float64 arithmetic (the exact
 fractions of the reproduction are exact per step; here the model probs are floats).
 """
 
@@ -26,7 +27,10 @@ from verifier.runner.store import SampleStore
 from verifier.sampling import SamplingConfig, processed_probs
 
 VARIANTS = {"as shipped": dict(), "control sampled_draft": dict(draft_token="sampled"),
+            "control residual_by_id": dict(residual="by_id"),
             "control both": dict(draft_token="sampled", residual="by_id")}
+CONTROL_OF_BINARY = {"llama-speculative-ids": "as shipped", "llama-speculative-ids-ctl-draft": "control sampled_draft",
+                     "llama-speculative-ids-ctl-residual": "control residual_by_id", "llama-speculative-ids-ctl-both": "control both"}
 
 
 def step_law_float(p, q, draft_token="most_probable", residual="by_index"):
@@ -66,6 +70,14 @@ def predict(prompt, sampling, target, draft):
     return out
 
 
+def clopper_pearson(k, n, confidence=0.99):
+    """Clopper-Pearson interval of a binomial proportion k/n."""
+    a = (1 - confidence) / 2
+    lo = sps.beta.ppf(a, k, n - k + 1) if k > 0 else 0.0
+    hi = sps.beta.ppf(1 - a, k + 1, n - k) if k < n else 1.0
+    return float(lo), float(hi)
+
+
 def chi2_p(counts, law):
     keep = law > 0
     if counts[~keep].sum() > 0:
@@ -88,7 +100,8 @@ def chi2_p(counts, law):
 
 def main():
     target, draft = load_model("shipped:target"), load_model("shipped:draft")
-    for run_dir in sys.argv[1:]:
+    for arg in sys.argv[1:]:  # RUN_DIR, or RUN_DIR=REPORT_DIR to write REPORT_DIR/acceptance.txt (the README matrix reads it)
+        run_dir, _, report_dir = arg.partition("=")
         run = json.loads((Path(run_dir) / "run.json").read_text())
         store = SampleStore(run_dir)
         for set_dir in sorted(p for p in store.samples_dir.iterdir() if p.is_dir()):
@@ -109,9 +122,37 @@ def main():
                 print(f"    token-2 counts vs {name:22s} chi-square p = {chi2_p(counts, law[name]):.3g}")
             print(f"    predicted acceptance of draft position 1: as shipped {law['as shipped acceptance']:.3f}, "
                   f"control {law['control sampled_draft acceptance']:.3f}, canonical {law['canonical acceptance']:.3f}")
+            for name in VARIANTS:
+                if name != "as shipped":
+                    print(f"    predicted acceptance of draft position 1 under {name}: {law[name + ' acceptance']:.3f}")
             counts_all = np.concatenate([s.accepted_counts for s in shards]) if shards[0].accepted_counts is not None else None
             if counts_all is not None and len(counts_all):
                 print(f"    observed mean accepted per round (all rounds): {counts_all.mean():.3f}")
+            origins = [s.origins for s in shards]
+            if all(o is not None for o in origins):  # per-token origins (the adapter fills them from the accept flags)
+                binary = shards[0].meta.get("decoder", {}).get("settings", {}).get("binary", "")
+                variant = CONTROL_OF_BINARY.get(binary, "as shipped")
+                orig = np.concatenate(origins)
+                reached = orig[:, 1] >= 0
+                acc = int((orig[reached, 1] == 0).sum())
+                lo, hi = clopper_pearson(acc, int(reached.sum()))
+                canon = law["canonical acceptance"]
+                note = ("ABOVE THE COUPLING BOUND (canonical = the most any lossless rule drafting from this q accepts)"
+                        if lo > canon else "FAR BELOW CANONICAL" if hi < 0.5 * canon else "")
+                print(f"    ACCEPTANCE first round, draft position 1 (token 2): observed {acc / reached.sum():.3f} "
+                      f"[99% CI {lo:.3f}, {hi:.3f}] (n={int(reached.sum())}); predicted from the source ({variant}) "
+                      f"{law[variant + ' acceptance']:.3f}; canonical sum min(p, q) {canon:.3f} {note}")
+                if report_dir:
+                    Path(report_dir, "acceptance.txt").write_text(
+                        f"draft position 1 (token 2; round 1 starts after token 1): {acc / reached.sum():.3f} [99% CI {lo:.3f}, {hi:.3f}] "
+                        f"vs canonical {canon:.3f} (predicted from the source {law[variant + ' acceptance']:.3f}) {note.split(' (')[0]}\n")
+                for j in range(2, orig.shape[1]):
+                    alive = (orig[:, 1:j] == 0).all(1) & (orig[:, j] >= 0)
+                    if alive.sum():
+                        a_j = int((orig[alive, j] == 0).sum())
+                        lo, hi = clopper_pearson(a_j, int(alive.sum()))
+                        print(f"        draft position {j}: observed {a_j / alive.sum():.3f} [99% CI {lo:.3f}, {hi:.3f}] "
+                              f"(n={int(alive.sum())}, rounds that reached it)")
 
 
 if __name__ == "__main__":

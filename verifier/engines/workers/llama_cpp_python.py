@@ -11,7 +11,9 @@ sample equals the proposal (rolling the KV cache back at the first mismatch).  D
 
 Engine statistics are derived here (the library reports none): every draft call is a round; its
 accepted count is how many proposals the emitted tokens then matched (rounds cut by
-max_new_tokens are left out).
+max_new_tokens are left out); per-token origins: 0 a proposal the target's sample matched, 1 the
+target's sample that differed from a proposal, 2 a target sample after all proposals matched or
+with none (token 1 is one: drafting starts after it).
 """
 import numpy as np
 
@@ -66,6 +68,7 @@ class Handler:
         top_k = int(sampling["top_k"] or 0)
         top_p = float(sampling["top_p"] if sampling["top_p"] is not None else 1.0)
         rows = np.full((len(seeds), int(max_new_tokens)), -1, dtype=np.int64)
+        origins = np.full(rows.shape, -1, dtype=np.int8)  # ORIGIN_CODES: 0 accepted, 1 recovered, 2 bonus
         counts, drafted = [], 0
         for row, seed in enumerate(seeds):
             self.llm.set_seed(int(seed))
@@ -78,17 +81,22 @@ class Handler:
                 if len(emitted) >= max_new_tokens or (self.eos_token_id is not None and token == self.eos_token_id):
                     break
             rows[row, : len(emitted)] = emitted
+            origin = [2] * len(emitted)  # a target sample no proposal was verified against (token 1, or after no proposal)
             for start, proposals in self.log.calls:
                 if not proposals:
                     continue
                 accepted = 0
                 while accepted < len(proposals) and start + accepted < len(emitted) and emitted[start + accepted] == proposals[accepted]:
+                    origin[start + accepted] = 0
                     accepted += 1
+                if accepted < len(proposals) and start + accepted < len(emitted):
+                    origin[start + accepted] = 1  # the target's sample that differed from the proposal
                 if start + accepted < len(emitted):  # the round's outcome (mismatch or bonus) was seen
                     counts.append(accepted)
                     drafted += len(proposals)
+            origins[row, : len(emitted)] = origin
         return {"tokens": rows, "accepted_counts": np.asarray(counts, dtype=np.int64), "rounds": len(counts),
-                "drafted": drafted, "accepted": int(sum(counts))}
+                "drafted": drafted, "accepted": int(sum(counts)), "origins": origins}
 
     def target_logits(self, prompt_ids):
         prompt = [int(t) for t in prompt_ids]
