@@ -44,7 +44,7 @@ import numpy as np
 
 __all__ = ["MC_DRAWS", "MC_SEED", "MAX_MC_ROWS", "mc_feasible", "kv_stale_log_weights", "kv_stale_mc_log_likelihood"]
 
-MC_DRAWS = 64  # independent paths per distinct row
+MC_DRAWS = 32  # independent paths per distinct row
 MC_SEED = 0  # fixed: the estimate is a function of the data (and this seed) only
 MAX_MC_ROWS = 5000  # distinct rows the estimate runs on (rows x draws paths)
 
