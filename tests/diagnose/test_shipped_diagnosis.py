@@ -3,9 +3,9 @@
 with top_k = 20 for the two mutants visible only under processing.
 
 Every registered decoder mutant and every zoo rule (the two without a mutant through
-``verifier.diagnose.zoo_decoders``) must be diagnosed as itself, except the stale KV cache, whose latent
-state (the rejected drafts, V^2 per rejection) is not enumerated at this vocabulary: it must get "matches no
-known mechanism", never another name.  The reference must get "no mechanism preferred".  Fixed seeds; naming
+``verifier.diagnose.zoo_decoders``) must be diagnosed as itself; the stale KV cache, whose latent state (the
+rejected drafts, V^2 per rejection) is not enumerated at this vocabulary, is scored by the Monte Carlo
+likelihood of ``verifier.diagnose.latent_mc``.  The reference must get "no mechanism preferred".  Fixed seeds; naming
 needs log LR >= log(M / 0.01) and the mechanism's own fit not rejected at 1e-3.
 
 Cost: 15 cases; measured 1021 s wall for these plus the two slower lossless decoders (17 cases) at load
@@ -28,7 +28,6 @@ pytestmark = pytest.mark.slow
 N, CHUNK, K, TOKENS = 3000, 1000, 2, 3
 T1, T07K20 = SamplingConfig(temperature=1.0), SamplingConfig(temperature=0.7, top_k=20)
 PROCESSING_ONLY = {"draft_raw_q", "target_unprocessed"}
-NOT_AT_THIS_VOCAB = {"kv_not_rolled_back"}  # latent state not enumerable at vocab 384: "no known mechanism"
 MUTANTS = [n for n, s in DECODER_REGISTRY.items() if s.declared != "exact" and mechanism_for_decoder(n) != "canonical"]
 LOSSLESS = ["reference"]  # fresh_target_match / block_verification: same law, slower (trigram3 tests and the bench run them)
 
@@ -56,10 +55,7 @@ def test_the_lists_cover_the_zoo():
 def test_shipped_mutants_are_diagnosed_as_themselves(shipped, name):
     target, draft = shipped[:2]
     d = _diagnose(shipped, make_decoder(name, target, draft, K), T07K20 if name in PROCESSING_ONLY else T1, 1506, True)
-    if name in NOT_AT_THIS_VOCAB:
-        assert d["status"] == "no known mechanism", d["sentence"]
-    else:
-        assert d["status"] == "consistent" and mechanism_for_decoder(name) in d["best"], d["sentence"]
+    assert d["status"] == "consistent" and mechanism_for_decoder(name) in d["best"], d["sentence"]
 
 
 @pytest.mark.parametrize("rule", sorted(ZOO_RULE_KERNELS))

@@ -171,6 +171,11 @@ def log_likelihood(mechanism: Mechanism, seqs: SequenceProbs, num_draft_tokens: 
         from verifier.diagnose.latent import feasible, law_log_likelihood
 
         why = feasible(seqs, k, mechanism.name)
+        if why is not None and mechanism.name == "kv_not_rolled_back":  # any vocabulary: Monte Carlo estimate
+            from verifier.diagnose.latent_mc import kv_stale_mc_log_likelihood, mc_feasible
+
+            if mc_feasible(seqs, k) is None:
+                return kv_stale_mc_log_likelihood(seqs, k, per_position=per_position)
         if why is not None:
             raise invalid_argument("seqs", "a large vocabulary", f"a pair whose latent state can be enumerated ({why})")
         return law_log_likelihood(mechanism.name, seqs, k, per_position=per_position, predictive=predictive)

@@ -71,7 +71,10 @@ def fit_check(name: str, seqs: SequenceProbs, inverse: np.ndarray, tokens: np.nd
     p_law, law = best_fit_pvalue(name, target_ref, draft_ref, prompt, sampling, k, tokens, window, rng)
     p_pit = None
     mech = MECHANISMS[name]
-    if not (mech.keep_suffix and k > 1):
+    from verifier.diagnose.latent import feasible
+
+    estimated = mech.latent and feasible(seqs, k, name) is not None  # Monte Carlo likelihood: no predictive law
+    if not (mech.keep_suffix and k > 1) and not estimated:
         pred = np.full(seqs.p.shape, np.nan)
         log_likelihood(mech, seqs, k, predictive=pred)
         full = pred[inverse]
