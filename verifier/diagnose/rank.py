@@ -126,6 +126,12 @@ def rank_mechanisms(seqs: SequenceProbs, num_draft_tokens: int, *, mechanisms=No
                 from verifier.diagnose.latent_mc import mc_feasible
 
                 why = mc_feasible(seqs, num_draft_tokens)
+                if why is None:  # whole rows only: a per-position split would rerun the estimate at every prefix length (~3x)
+                    total = float(_wsum(log_likelihood(m, seqs, num_draft_tokens), w))
+                    with np.errstate(invalid="ignore"):
+                        lr = total - total_t
+                    scores.append(MechanismScore(name, m.declared, total, float(lr) if not math.isnan(lr) else 0.0))
+                    continue
             if why is not None:
                 scores.append(MechanismScore(name, m.declared, None, None, why))
                 continue
