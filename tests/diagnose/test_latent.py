@@ -135,3 +135,20 @@ def test_stale_kv_monte_carlo_estimate_is_unbiased(cfg, k, steps):
     mean, se = w.mean(axis=1), w.std(axis=1, ddof=1) / np.sqrt(w.shape[1])
     assert np.all(np.abs(mean - exact) <= 4.5 * se + 1e-12)
     assert np.all((exact == 0) == (mean == 0))
+
+
+def test_stale_kv_enumeration_is_bounded_and_falls_back(monkeypatch):
+    """The stale-cache path count grows with the rounds, not only with vocab ** J: an audit with 5 tokens hung in
+    the enumeration for over 13 min.  Beyond MAX_ROUND_PATHS it says "not computed exactly" (the Monte Carlo
+    likelihood takes over) instead of running unbounded."""
+    import verifier.diagnose.latent as latent
+
+    monkeypatch.setattr(latent, "MAX_ROUND_PATHS", 500)
+    monkeypatch.setattr(latent, "_CACHE", {})
+    _, tr, dr = trigram3()
+    seqs = sequence_probs(tr, dr, PROMPT, all_sequences(3, 4, None), T1)
+    why = latent.feasible(seqs, 3, "kv_not_rolled_back")
+    assert why is not None and "not computed exactly" in why and "500 round paths" in why
+    mech = MECHANISMS["kv_not_rolled_back"]
+    ll = log_likelihood(mech, seqs, 3)  # the Monte Carlo estimate, finite for every row of the law's support
+    assert ll.shape == (len(seqs.tokens),)

@@ -41,6 +41,11 @@ GROUPED = {"batch_cross_talk"}  # mechanisms whose likelihood is per generate ca
 
 MAX_BRANCHES = 4096  # vocab ** (k + 1) branches per round and context an enumeration may take
 MAX_OUTCOMES = 20_000  # vocab ** J emitted outcomes (as verifier.diagnose.inputs.MAX_LAW_OUTCOMES)
+MAX_ROUND_PATHS = 1_000_000  # round paths the stale-cache enumeration may walk (a Python recursion, ~80 us each: <= ~80 s)
+
+
+class LatentTooLarge(Exception):
+    """The exact enumeration would walk more than ``MAX_ROUND_PATHS`` round paths."""
 
 
 class _Probs:
@@ -92,8 +97,12 @@ def _drafts(Q: _Probs, dctx: tuple, k: int):
 def kv_stale_law(P: _Probs, Q: _Probs, prompt: tuple, k: int, num_tokens: int, eos: int | None) -> dict:
     """Law of the first ``num_tokens`` emitted tokens when rejected drafts stay in the KV caches."""
     law: dict = defaultdict(float)
+    budget = [MAX_ROUND_PATHS]
 
     def rounds(tctx: tuple, dctx: tuple, emitted: tuple, w: float) -> None:
+        budget[0] -= 1
+        if budget[0] < 0:
+            raise LatentTooLarge(f"more than {MAX_ROUND_PATHS} round paths")
         if _done(emitted, num_tokens, eos):
             law[_outcome(emitted, num_tokens, eos)] += w
             return
@@ -204,6 +213,12 @@ def feasible(seqs, num_draft_tokens: int, name: str = "kv_not_rolled_back", *, g
     if vocab ** steps > MAX_OUTCOMES or vocab ** (num_draft_tokens + 1) > MAX_BRANCHES:
         return (f"not computed: the latent state is enumerated exactly only for small vocabularies (vocab {vocab}: "
                 f"{vocab}^{steps} outcomes > {MAX_OUTCOMES} or {vocab}^{num_draft_tokens + 1} branches per round > {MAX_BRANCHES})")
+    if name == "kv_not_rolled_back":  # the path count grows with the rounds, not only with vocab ** J: try it, bounded
+        try:
+            _enumerated(name, seqs, num_draft_tokens)
+        except LatentTooLarge:
+            return (f"not computed exactly: the stale-cache enumeration needs more than {MAX_ROUND_PATHS} round paths "
+                    f"({steps} tokens, k = {num_draft_tokens}, vocab {vocab})")
     return None
 
 
@@ -216,9 +231,15 @@ def _enumerated(name: str, seqs, num_draft_tokens: int):
     if key not in _CACHE:
         if len(_CACHE) >= 32:
             _CACHE.clear()
-        _CACHE[key] = LATENT_LAWS[name](_Probs(seqs.target_after), _Probs(seqs.draft_after), tuple(seqs.prompt),
-                                        num_draft_tokens, seqs.tokens.shape[1], seqs.eos_token_id)
-    return _CACHE[key]
+        try:
+            _CACHE[key] = LATENT_LAWS[name](_Probs(seqs.target_after), _Probs(seqs.draft_after), tuple(seqs.prompt),
+                                            num_draft_tokens, seqs.tokens.shape[1], seqs.eos_token_id)
+        except LatentTooLarge as exc:  # remembered: the bounded attempt is not repeated
+            _CACHE[key] = exc
+    got = _CACHE[key]
+    if isinstance(got, LatentTooLarge):
+        raise got
+    return got
 
 
 def latent_law(name: str, seqs, num_draft_tokens: int) -> dict:
