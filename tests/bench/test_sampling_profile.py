@@ -9,5 +9,6 @@ def test_profile_splits_generate_into_its_parts(tmp_path):
         s = res[key]
         assert all(s[p] > 0 for p in ("forward", "processed_probs", "verify", "sample")), s  # the fused round is timed
         assert abs(sum(s[p] for p in PARTS) - s["generate"]) < 1e-3
-    assert res["harness_over_forward"] == round((res["seconds"]["generate"] - res["seconds"]["forward"])
-                                                / res["seconds"]["forward"], 3)
+    g, f = res["seconds"]["generate"], res["seconds"]["forward"]
+    # the ratio is computed before the seconds are rounded to 1e-4 s: allow that rounding's effect (and the ratio's own 1e-3)
+    assert abs(res["harness_over_forward"] - (g - f) / f) <= 1e-4 * (1 + g / f) / f + 1e-3
