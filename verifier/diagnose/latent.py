@@ -32,6 +32,7 @@ from typing import Callable
 
 import numpy as np
 
+from verifier.diagnose.mechanisms import _residual  # as kernels.residual_or_target
 from verifier.protocols import PADDING_TOKEN_ID
 
 __all__ = ["LATENT_LAWS", "feasible", "latent_law", "law_log_likelihood", "call_log_likelihood", "call_predictive", "count_classes",
@@ -59,12 +60,6 @@ class _Probs:
         if row is None:
             row = self.cache[ctx] = np.asarray(self.after(np.array([ctx], dtype=np.int64))[0], dtype=np.float64)
         return row
-
-
-def _residual(p: np.ndarray, q: np.ndarray) -> np.ndarray:
-    w = np.clip(p - q, 0.0, None)
-    s = w.sum()
-    return w / s if s > 0 else p  # as kernels.residual_or_target
 
 
 def _ratio(p: float, q: float) -> float:
