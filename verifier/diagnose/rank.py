@@ -116,6 +116,11 @@ def rank_mechanisms(seqs: SequenceProbs, num_draft_tokens: int, *, mechanisms=No
     cond_t = _target_per_position(seqs) if per_position else None
     raw_is_processed = seqs.p_raw is not None and seqs.p_raw is seqs.p and seqs.q_raw is seqs.q
     computed: dict[str, tuple] = {}
+
+    def scored(name: str, m, total: float) -> MechanismScore:
+        with np.errstate(invalid="ignore"):
+            lr = total - total_t
+        return MechanismScore(name, m.declared, total, float(lr) if not math.isnan(lr) else 0.0)
     for name in names:
         m = MECHANISMS[name]
         if m.latent:
@@ -127,10 +132,7 @@ def rank_mechanisms(seqs: SequenceProbs, num_draft_tokens: int, *, mechanisms=No
 
                 why = mc_feasible(seqs, num_draft_tokens)
                 if why is None:  # whole rows only: a per-position split would rerun the estimate at every prefix length (~3x)
-                    total = float(_wsum(log_likelihood(m, seqs, num_draft_tokens), w))
-                    with np.errstate(invalid="ignore"):
-                        lr = total - total_t
-                    scores.append(MechanismScore(name, m.declared, total, float(lr) if not math.isnan(lr) else 0.0))
+                    scores.append(scored(name, m, float(_wsum(log_likelihood(m, seqs, num_draft_tokens), w))))
                     continue
             if why is not None:
                 scores.append(MechanismScore(name, m.declared, None, None, why))
@@ -138,10 +140,7 @@ def rank_mechanisms(seqs: SequenceProbs, num_draft_tokens: int, *, mechanisms=No
             if name in GROUPED:  # rows of one generate call are dependent: a likelihood per call, no per-position split
                 from verifier.diagnose.latent import call_log_likelihood
 
-                total = call_log_likelihood(seqs, num_draft_tokens)
-                with np.errstate(invalid="ignore"):
-                    lr = total - total_t
-                scores.append(MechanismScore(name, m.declared, total, float(lr) if not math.isnan(lr) else 0.0))
+                scores.append(scored(name, m, call_log_likelihood(seqs, num_draft_tokens)))
                 continue
         if m.needs_raw and seqs.p_raw is None:
             scores.append(MechanismScore(name, m.declared, None, None, "needs unprocessed probs"))
@@ -163,10 +162,7 @@ def rank_mechanisms(seqs: SequenceProbs, num_draft_tokens: int, *, mechanisms=No
         else:
             ll = log_likelihood(m, seqs, num_draft_tokens)
             computed[name] = (ll, None)
-        total = float(_wsum(ll, w))
-        with np.errstate(invalid="ignore"):
-            lr = total - total_t
-        scores.append(MechanismScore(name, m.declared, total, float(lr) if not math.isnan(lr) else 0.0))
+        scores.append(scored(name, m, float(_wsum(ll, w))))
     return Ranking(int(w.sum()), total_t, scores, per_pos)
 
 
