@@ -50,8 +50,8 @@ class InvalidArgumentError(VerifierError, ValueError):
 
 
 class SamplingRefusedError(InvalidArgumentError):
-    """A decoder (an outside engine) cannot express a sampling setting and refuses it rather than
-    silently sampling another law.  A usage error (exit 2) wherever it is raised, also from inside
+    """A decoder (an outside engine) cannot express a sampling setting (or a prompt: an engine that takes
+    text only and tokenizes it to other ids) and refuses it rather than silently sampling another law.  A usage error (exit 2) wherever it is raised, also from inside
     ``generate`` during a suite run (the runner lets it through instead of calling it a crash).
     """
 

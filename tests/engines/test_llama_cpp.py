@@ -80,6 +80,48 @@ def test_repetition_penalty_is_refused_not_dropped(engine, tmp_path, capsys):
     assert "repetition-penalty" in captured.out + captured.err
 
 
+def test_a_prompt_the_binary_tokenizes_differently_is_refused_in_a_suite_run(engine, tmp_path, capsys):
+    """Prompt ids [221, 221] decode to two spaces, which the tokenizer (and the binary) encode as [257]: the
+    binary would sample after another prompt, so generate refuses it -- exit 2 also inside a suite run (was
+    exit 3, "decoder crashed", before the fix)."""
+    from verifier.engines.llama_cpp import decoder
+    from verifier.errors import SamplingRefusedError
+    from verifier.sampling import SamplingConfig
+
+    with pytest.raises(SamplingRefusedError, match="prompt_ids") as info:
+        decoder(num_draft_tokens=1).generate([221, 221], 1, 2, SamplingConfig(temperature=1.0), seed=1)
+    assert info.value.exit_code == 2
+    suite = tmp_path / "suite.toml"
+    suite.write_text("""schema_version = 1
+name = "llama-prompt"
+seed = 1
+[exact]
+enabled = false
+[models.shipped]
+target = "shipped:target"
+draft = "shipped:draft"
+[prompts.spaces]
+ids = [221, 221]
+[sampling.t1]
+temperature = 1.0
+[defaults]
+models = "shipped"
+prompts = ["spaces"]
+sampling = ["t1"]
+num_draft_tokens = [1]
+max_new_tokens = 2
+samples = 4
+tests = ["gof"]
+[[decoders]]
+name = "llama.cpp"
+decoder = "verifier.engines.llama_cpp:decoder"
+options = { target_model = "shipped:target", draft_model = "shipped:draft" }
+expect = "pass"
+""")
+    assert main(["run", str(suite), "--no-progress", "--run-dir", str(tmp_path / "run")]) == 2
+    assert "prompt_ids" in capsys.readouterr().err
+
+
 def test_engine_statistics_come_from_the_binary(engine):
     from verifier.engines.llama_cpp import decoder
     from verifier.sampling import SamplingConfig

@@ -122,10 +122,8 @@ class LlamaCppDecoder:
         Raises
         ------
         SamplingRefusedError
-            (exit 2) a sampling setting llama.cpp cannot express.
-        InvalidArgumentError
-            (exit 2 from ``audit``; exit 3 inside a suite run) a prompt whose text the binary tokenizes
-            to other ids than ``prompt_ids``.
+            (exit 2, from ``audit`` and inside a suite run) a sampling setting llama.cpp cannot express, or a
+            prompt whose text the binary tokenizes to other ids than ``prompt_ids``.
         DecoderError
             A process exits non-zero (exit 3 of the audit), with its stderr.
         """
@@ -144,7 +142,7 @@ class LlamaCppDecoder:
         drafted = accepted = flagged = unreported = 0
         for row, (seen_prompt, tokens, stats) in enumerate(results):
             if seen_prompt != prompt:
-                raise invalid_argument("prompt_ids", prompt, f"a prompt whose text {text!r} llama.cpp tokenizes back to the same ids "
+                raise refuse_sampling("prompt_ids", prompt, f"a prompt whose text {text!r} llama.cpp tokenizes back to the same ids "
                                        f"(it gives {seen_prompt}); llama-speculative takes text only")
             ids = [t for t, _ in tokens]
             if self.eos_token_id is not None and self.eos_token_id in ids:
