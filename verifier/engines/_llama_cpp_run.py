@@ -11,7 +11,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from verifier.engines._llama_common import INSTALL_COMMAND, VERSION
-from verifier.errors import DecoderError, DecoderOutputError, invalid_argument, refuse_sampling
+from verifier.errors import DecoderError, DecoderOutputError, refuse_sampling
 from verifier.protocols import PADDING_TOKEN_ID, DecoderStats
 
 __all__ = ["LlamaCppDecoder", "CONTROLS", "SAMPLER_ORDER", "token_origins"]
