@@ -6,14 +6,16 @@ set -uo pipefail
 cd "$(dirname "$0")/../../.."
 out=reports/audits/transformers-5.24.0
 N=${N:-2000}
+logs=${LOG_DIR:-${TMPDIR:-/tmp}/specverify-transformers-logs}  # the audits' console output, kept out of the report folder
+mkdir -p "$logs"
 LOOKUP_PROMPT=$'def foo(x):\n    return foo(x)\ndef '
 run() {  # name, then audit flags
   local name=$1; shift
   if [ -n "${ONLY:-}" ] && [[ " $ONLY " != *" $name "* ]]; then return; fi
   rm -rf "$out/$name"
   local t0=$(date +%s)
-  python -m verifier.cli audit --engine transformers --target-tv 0.03 --no-progress --run-dir "$out/$name" "$@" > "$out/$name.log" 2>&1
-  echo "$name exit $? $(( $(date +%s) - t0 )) s" | tee -a "$out/times.txt"
+  python -m verifier.cli audit --engine transformers --target-tv 0.03 --no-progress --run-dir "$out/$name" "$@" > "$logs/$name.log" 2>&1
+  echo "$name exit $? $(( $(date +%s) - t0 )) s (log: $logs/$name.log)" | tee -a "$out/times.txt"
   rm -rf "$out/$name/samples"
 }
 run gemma4-assistant-T1-k3 --engine-arg mode=gemma4_assistant --num-draft-tokens 3 --prompt-ids 2,5,7 --num-samples $N
