@@ -8,6 +8,8 @@ Known verdicts:
   uninitialised memory (NaN rows).  The measured effect is TV ~0.2 on the second token at T = 1, k = 1; at
   n = 300 the audit's gof@2 cell detects TV 0.2 with power > 0.99 at its per-cell alpha (MDE 0.19 at
   n = 400 in the published report), seed 0, alpha 1e-3.
+* ``vllm`` with top-k and no top-p: the engine crashes in its prefill step (``k.max()`` of an empty batch in
+  ``apply_top_k_only``); the control ``patch_empty_top_k`` runs.
 * ``vllm-sampler`` (``rejection_sample`` alone, C++ ops): PASS (exact expectations from ``verifier.exact``).
 
 Time: measured 454 s (bias + bad option) and 527 s (crash + sampler) with 8 helpers on the 2 cores (load ~20;
@@ -76,6 +78,29 @@ def test_corrupt_model_file_is_exit_3(engine, tmp_path):
         assert info.value.exit_code == 3 and "engine traceback" in str(info.value)
     finally:
         dec.close()
+
+
+def test_top_k_without_top_p_crashes_in_the_prefill_step_and_the_control_does_not(engine):
+    """Second defect (FINDINGS.md, "top-k crash"): with top-k and no top-p, the rejection sampler hands vLLM's CPU
+    ``apply_top_k_only`` zero target rows in the prefill step (no drafts yet) and ``k.max()`` raises on the empty
+    tensor.  As shipped: DecoderError (exit 3) from that line; with that function guarded (``patch_empty_top_k``)
+    and the first defect patched (``patch_cpu_expand``) the same request runs.  (The guard alone gets one step
+    further, to the garbage ``top_k`` of the expand defect -- usually "selected index k out of range", not asserted:
+    uninitialised memory can also hold an in-range value.)"""
+    sampling = SamplingConfig(temperature=0.7, top_k=8)
+    shipped = make_engine("vllm", num_draft_tokens=1)
+    try:
+        with pytest.raises(DecoderError, match=r"max\(\)") as info:
+            shipped.generate([272, 70, 221], 4, 3, sampling, seed=0)
+        assert info.value.exit_code == 3 and "apply_top_k_only" in str(info.value)
+    finally:
+        shipped.close()
+    control = make_engine("vllm", num_draft_tokens=1, patch_empty_top_k=True, patch_cpu_expand=True)
+    try:
+        out = control.generate([272, 70, 221], 4, 3, sampling, seed=0)
+        assert out.shape == (4, 3) and (out[:, 0] >= 0).all()
+    finally:
+        control.close()
 
 
 def test_rejection_sample_passes_and_reproduces(sampler):

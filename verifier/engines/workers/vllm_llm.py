@@ -45,15 +45,33 @@ def _fixed_expand_kernel_impl(output, input_val, cu_num_tokens, replace_from, re
     output[: int(counts.sum())].copy_(torch.repeat_interleave(values, counts))
 
 
+def _guard_empty_top_k(apply_top_k_only):
+    """vLLM's CPU ``apply_top_k_only`` with only its defect fixed: an empty batch is returned as is.
+
+    The shipped function calls ``k.max()``, which raises on an empty tensor; the rejection sampler hands
+    it zero target rows in every step without drafts (the prefill step), so any request with top-k and
+    no top-p crashes the engine on CPU.
+    """
+
+    def guarded(logits, k):
+        return logits if k.numel() == 0 else apply_top_k_only(logits, k)
+
+    return guarded
+
+
 class Handler:
     def __init__(self, target: str, draft: str, num_draft_tokens: int, vocab_size: int, draft_sample_method: str = "greedy",
-                 max_num_seqs: int = 256, seed: int = 0, patch_cpu_expand: bool = False):
+                 max_num_seqs: int = 256, seed: int = 0, patch_cpu_expand: bool = False, patch_empty_top_k: bool = False):
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         if patch_cpu_expand:  # the control: only the expand fallback replaced (read when the worker registers its overrides)
             from vllm.utils import cpu_triton_utils
 
             cpu_triton_utils._expand_kernel_impl = _fixed_expand_kernel_impl
+        if patch_empty_top_k:  # the control of the top-k crash: only apply_top_k_only's empty batch handled
+            from vllm.v1.sample.ops import topk_topp_sampler
+
+            topk_topp_sampler.apply_top_k_only = _guard_empty_top_k(topk_topp_sampler.apply_top_k_only)
         from vllm import LLM
 
         self.k = int(num_draft_tokens)
