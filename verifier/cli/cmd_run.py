@@ -61,12 +61,17 @@ def _progress(args: argparse.Namespace) -> bool:
     return progress.from_args(args)
 
 
-def _stage_line(stages: dict) -> str:
+def _stage_line(stages: dict, verdict_at: dict | None = None) -> str:
+    """The closing line: wall time per stage, and when the verdict was known (``run.time_to_verdict``:
+    after the statistics stage, before the diagnosis and the report files; verifier.runner.clock)."""
     from verifier.cli import PROCESS_START
 
     total = sum(stages.values())
+    at = (f"; time to verdict {verdict_at['wall_seconds']:.1f} s ({verdict_at['cpu_seconds']:.1f} s CPU) since "
+          f"{verdict_at['wall_from']}" if verdict_at else "")
     return ("wall time per stage: " + ", ".join(f"{k} {v:.1f} s" for k, v in stages.items())
-            + f"; stages total {total:.1f} s; process total {time.perf_counter() - PROCESS_START:.1f} s (with start-up and imports)")
+            + f"; stages total {total:.1f} s; process total {time.perf_counter() - PROCESS_START:.1f} s (with start-up and imports)"
+            + at)
 
 
 def _comparable(raw: dict) -> dict:
@@ -154,5 +159,5 @@ def run(args: argparse.Namespace) -> int:
     outcome = run_suite(suite, run_dir, resume=bool(args.resume), progress=_progress(args))
     print()
     print_outcome(outcome)
-    print(_stage_line(outcome.stage_seconds))
+    print(_stage_line(outcome.stage_seconds, outcome.report.get("run", {}).get("time_to_verdict")))
     return outcome.exit_code

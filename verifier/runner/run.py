@@ -50,6 +50,7 @@ from verifier.runner.cells import acceptance_cells, count_cells, draft_unknown, 
 from verifier.runner.context import SuiteContext
 from verifier.runner.plan import SampleSetPlan, decoder_identity
 from verifier.runner.store import SampleStore, Shard
+from verifier.runner.clock import since_process_start
 from verifier.runner.verdict import DecoderVerdict, cell_level, decide, exit_code
 from verifier.suite.schema import Suite
 from verifier.validation import check_decoder_stats, check_emitted_tokens
@@ -368,6 +369,10 @@ def _finish(ctx_or_suite, store: SampleStore, errors: dict, exact: dict, stage: 
     stage["statistics"] = time.perf_counter() - t0
     code = exit_code(verdicts, exact_ok=exact["ok"])
     report = build_report(ctx.suite, environment(ctx.suite), exact, verdicts, sets_info, errors, code, info)
+    if run_stages is None:  # the verdict is known here, before the diagnosis and the report files (issue 17)
+        report["run"]["time_to_verdict"] = ttv = since_process_start()
+        log(f"time to verdict: {ttv['wall_seconds']:.1f} s since {ttv['wall_from']} ({ttv['cpu_seconds']:.1f} s CPU): "
+            f"{report['verdict']} (exit {code}); diagnosis and reports follow")
     report["run"][report_cache.KEY_FIELD] = report_cache.run_inputs_key(store.run_dir, allow_partial)
     report["samples_planned"] = sum(s["samples"] for s in sets_info)
     report["samples_missing"] = sum(s["samples_missing"] for s in sets_info)

@@ -1,0 +1,45 @@
+"""``specverify bench time-to-verdict`` and the run's own time-to-verdict record (issue 17 part 4).
+
+The verdict is known after the statistics stage, before the diagnosis and the report files: the
+run must record that moment (``run.time_to_verdict``) and print its ``time to verdict:`` line then,
+and the bench must time that line, not the exit."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from verifier.bench import time_to_verdict as ttv
+from verifier.runner.clock import since_process_start
+
+TINY = Path(__file__).resolve().parents[2] / "tests" / "runner" / "suites" / "tiny.toml"
+
+
+def test_since_process_start_counts_from_the_process_start():
+    first = since_process_start()
+    assert first["wall_from"] == "process start"  # Linux: /proc, interpreter start included
+    # this pytest process started well before this test: its age exceeds the time spent in this test
+    c0 = time.process_time()
+    while time.process_time() - c0 < 0.1:  # 0.1 s of CPU of this process (longer in wall on a busy machine)
+        pass
+    second = since_process_start()
+    assert second["cpu_seconds"] >= first["cpu_seconds"] + 0.1
+    assert second["wall_seconds"] >= first["wall_seconds"] + 0.08  # /proc counts in 10 ms ticks
+    assert first["wall_seconds"] > 0.5  # pytest's own start-up and imports are counted
+
+
+def test_bench_times_the_verdict_line_not_the_exit(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECVERIFY_CACHE_DIR", str(tmp_path / "cache"))
+    t = ttv.time_suite(str(TINY))
+    assert t.exit_code == 0 and t.all_expectations_met, t.stderr_tail
+    assert t.verdict_wall_seconds is not None  # the line was printed before the exit and timed
+    assert 0 < t.verdict_wall_seconds <= t.wall_seconds
+    job = t.verdict_job
+    assert job["wall_from"] == "process start" and 0 < job["cpu_seconds"] and 0 < job["wall_seconds"] <= t.verdict_wall_seconds
+    split = t.verdict_split
+    assert list(split) == ["start-up and imports", "exact", "models", "sampling", "statistics"]
+    assert abs(sum(split.values()) - job["wall_seconds"]) < 1e-6  # the split adds up to the verdict time
+    assert "diagnosis" not in split and "reports" not in split
+    md = ttv.render_markdown(t)
+    assert "Time to verdict (before diagnosis and reports)" in md and "start-up and imports" in md
+    assert t.to_json()["verdict_split"] == split
