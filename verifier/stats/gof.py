@@ -35,6 +35,7 @@ Besag, J. & Clifford, P. (1991). Sequential Monte Carlo p-values. *Biometrika* 7
 from __future__ import annotations
 
 import math
+import os
 
 import numpy as np
 from scipy import stats
@@ -68,6 +69,7 @@ MONTE_CARLO_STOP_EXCEEDANCES = 20  # Besag-Clifford: stop once this many draws r
 SMALL_SAMPLE_MIN_EXPECTED = 1.0  # pooling floor of the small-sample Monte Carlo regime (module docstring)
 SMALL_SAMPLE_STATISTIC = "g"  # its statistic: likelihood ratio G (module docstring)
 _PVALUE_METHODS = ("auto", "asymptotic", "monte-carlo")
+SHARED_PEARSON_NULL_ENV = "SPECVERIFY_SHARED_PEARSON_NULL"  # opt-in: shared_pearson_null()
 
 
 def token_counts(token_ids, vocab_size: int) -> np.ndarray:
@@ -413,7 +415,11 @@ def _gof(counts, probs, alpha, pvalue_method, num_resamples, rng, min_expected, 
     method, pvalue, used = "asymptotic", p_asymptotic, 0
     if use_mc:
         draws = num_resamples or min(max(math.ceil(20 / sub_alpha), 1000), MONTE_CARLO_MAX_DRAWS)
-        (pvalue, used), method = _monte_carlo_pvalue(statistic, n_support, pooling.expected_probs, draws, rng), "monte-carlo"
+        if shared_pearson_null():  # opt-in (SHARED_PEARSON_NULL_ENV): the law-keyed, disk-cached stream
+            (pvalue, used), method = montecarlo.sequential_pvalue(statistic, "pearson", pooling.expected_probs, n_support,
+                                                                  draws), "monte-carlo"
+        else:
+            (pvalue, used), method = _monte_carlo_pvalue(statistic, n_support, pooling.expected_probs, draws, rng), "monte-carlo"
     if both:
         combined = min(1.0, 2 * min(pvalue, small["pvalue"]))
         if small["pvalue"] < pvalue:
@@ -436,6 +442,18 @@ def _support_check(counts, probs, n, violations, alpha, power, confidence, num_b
         pooled_categories=[[int(only)]], num_categories=1, min_expected=SMALL_SAMPLE_MIN_EXPECTED,
         effect=binomial_tv_estimate(outside, n, confidence) if num_bootstrap else None,
         mde=support_check_mde(n, power, alpha), support_violations=violations)
+
+
+def shared_pearson_null() -> bool:
+    """Whether the 10-floor Pearson Monte Carlo draws from the shared stream of its law
+    (:func:`verifier.stats.montecarlo.sequential_pvalue`: keyed by law and n, reused by every cell and
+    decoder testing that law, kept on disk across runs) instead of the cell's own generator.
+
+    Off by default: on, the p-values are other draws of the same Monte Carlo estimator (same law given
+    the data, so the same calibration; other numbers within Monte Carlo error).  A proposal of issue 17
+    part 4, measured in reports/benchmarks.md "Statistics stage (session 6)"; turned on with
+    ``SPECVERIFY_SHARED_PEARSON_NULL=1``."""
+    return os.environ.get(SHARED_PEARSON_NULL_ENV, "") not in ("", "0")
 
 
 def _monte_carlo_pvalue(statistic: float, n: int, probs: np.ndarray, draws: int, rng: np.random.Generator) -> tuple[float, int]:

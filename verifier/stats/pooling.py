@@ -11,6 +11,9 @@ categories are never dropped.  Tokens whose expected prob is exactly 0 belong to
 
 from __future__ import annotations
 
+import hashlib
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
@@ -94,7 +97,42 @@ def pool_categories(expected_probs, n: int, min_expected: float = MIN_EXPECTED_C
     return _pool(probs, n, check_min_expected(min_expected))
 
 
+_MEMO_BYTES = 64 * 2**20  # poolings kept by _pool's memo (their arrays, read-only), least recently used dropped
+_memo: OrderedDict[bytes, Pooling] = OrderedDict()
+_memo_bytes = 0
+_memo_lock = threading.Lock()
+
+
 def _pool(probs: np.ndarray, n: int, min_expected: float) -> Pooling:
+    """:func:`pool_categories` without argument checks, memoised: a pure function of (probs, n,
+    min_expected), asked for again and again for one cell (the test, its MDE at the cell's n and at
+    every n of the n-needed search, the report's labels) and for every decoder testing the same law.
+    The memo keys on a hash of the probs' bytes and returns the same read-only :class:`Pooling`."""
+    global _memo_bytes
+    probs = np.ascontiguousarray(probs, dtype=np.float64)
+    h = hashlib.blake2b(probs.tobytes(), digest_size=16)
+    h.update(np.array([n], dtype=np.int64).tobytes() + np.array([min_expected, probs.size], dtype=np.float64).tobytes())
+    key = h.digest()
+    with _memo_lock:
+        hit = _memo.get(key)
+        if hit is not None:
+            _memo.move_to_end(key)
+            return hit
+    pooling = _pool_uncached(probs, n, min_expected)
+    pooling.groups.flags.writeable = False
+    pooling.expected_probs.flags.writeable = False
+    size = pooling.groups.nbytes + pooling.expected_probs.nbytes
+    with _memo_lock:
+        if key not in _memo and size <= _MEMO_BYTES:
+            _memo[key] = pooling
+            _memo_bytes += size
+            while _memo_bytes > _MEMO_BYTES:
+                _, old = _memo.popitem(last=False)
+                _memo_bytes -= old.groups.nbytes + old.expected_probs.nbytes
+    return pooling
+
+
+def _pool_uncached(probs: np.ndarray, n: int, min_expected: float) -> Pooling:
     order = np.argsort(-probs, kind="stable")
     support = order[probs[order] > 0]
     expected = n * probs[support]
