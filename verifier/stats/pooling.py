@@ -100,6 +100,8 @@ def pool_categories(expected_probs, n: int, min_expected: float = MIN_EXPECTED_C
 _MEMO_BYTES = 64 * 2**20  # poolings kept by _pool's memo (their arrays, read-only), least recently used dropped
 _memo: OrderedDict[bytes, Pooling] = OrderedDict()
 _memo_bytes = 0
+_orders: OrderedDict[bytes, np.ndarray] = OrderedDict()  # law -> its support sorted by prob (the argsort), same bound
+_orders_bytes = 0
 _memo_lock = threading.Lock()
 
 
@@ -110,15 +112,27 @@ def _pool(probs: np.ndarray, n: int, min_expected: float) -> Pooling:
     The memo keys on a hash of the probs' bytes and returns the same read-only :class:`Pooling`."""
     global _memo_bytes
     probs = np.ascontiguousarray(probs, dtype=np.float64)
-    h = hashlib.blake2b(probs.tobytes(), digest_size=16)
-    h.update(np.array([n], dtype=np.int64).tobytes() + np.array([min_expected, probs.size], dtype=np.float64).tobytes())
-    key = h.digest()
+    law = hashlib.blake2b(probs.tobytes(), digest_size=16).digest() + np.int64(probs.size).tobytes()
+    key = law + np.array([n], dtype=np.int64).tobytes() + np.array([min_expected], dtype=np.float64).tobytes()
     with _memo_lock:
         hit = _memo.get(key)
         if hit is not None:
             _memo.move_to_end(key)
             return hit
-    pooling = _pool_uncached(probs, n, min_expected)
+        support = _orders.get(law)
+        if support is not None:
+            _orders.move_to_end(law)
+    if support is None:  # the sort does not depend on n: one argsort per law, not one per n of an n-needed search
+        support = _support_order(probs)
+        support.flags.writeable = False
+        with _memo_lock:
+            global _orders_bytes
+            if law not in _orders and support.nbytes <= _MEMO_BYTES:
+                _orders[law] = support
+                _orders_bytes += support.nbytes
+                while _orders_bytes > _MEMO_BYTES:
+                    _orders_bytes -= _orders.popitem(last=False)[1].nbytes
+    pooling = _pool_uncached(probs, n, min_expected, support)
     pooling.groups.flags.writeable = False
     pooling.expected_probs.flags.writeable = False
     size = pooling.groups.nbytes + pooling.expected_probs.nbytes
@@ -132,9 +146,15 @@ def _pool(probs: np.ndarray, n: int, min_expected: float) -> Pooling:
     return pooling
 
 
-def _pool_uncached(probs: np.ndarray, n: int, min_expected: float) -> Pooling:
+def _support_order(probs: np.ndarray) -> np.ndarray:
+    """Tokens with prob > 0, by prob descending (ties by token id)."""
     order = np.argsort(-probs, kind="stable")
-    support = order[probs[order] > 0]
+    return order[probs[order] > 0]
+
+
+def _pool_uncached(probs: np.ndarray, n: int, min_expected: float, support: np.ndarray | None = None) -> Pooling:
+    if support is None:
+        support = _support_order(probs)
     expected = n * probs[support]
     tail = np.cumsum(expected[::-1])[::-1]  # tail[i] = expected count of support[i:]
     # head size m: tokens 0..m-1 individually, tail support[m:] merged; need expected[m-1] >= min
