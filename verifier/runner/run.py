@@ -47,10 +47,10 @@ from verifier.reports import cache as report_cache
 from verifier.runner import acceptance, analysis, guards
 from verifier.runner.assemble import REPORT_SCHEMA_VERSION, build_report, environment
 from verifier.runner.cells import acceptance_cells, count_cells, draft_unknown, expected_preflight, set_cells
+from verifier.runner.clock import since_process_start
 from verifier.runner.context import SuiteContext
 from verifier.runner.plan import SampleSetPlan, decoder_identity
 from verifier.runner.store import SampleStore, Shard
-from verifier.runner.clock import since_process_start
 from verifier.runner.verdict import DecoderVerdict, cell_level, decide, exit_code
 from verifier.suite.schema import Suite
 from verifier.validation import check_decoder_stats, check_emitted_tokens
