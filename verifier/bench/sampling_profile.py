@@ -31,7 +31,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-__all__ = ["HELP", "profile_generate", "register", "run"]
+__all__ = ["HELP", "micro_floor", "profile_generate", "register", "run"]
 
 HELP = "Split of the reference speculative decoder's time: forward passes vs processed probs, verify, draws (random-init Llama pair)."
 
@@ -74,8 +74,14 @@ def _timed_parts(totals: dict[str, float]):
                   (fused_mod, "verify_round", fused_mod.verify_round)]
     except ImportError:
         pass
-    names = {"append": "forward", "processed_probs": "processed_probs", "_chain": "verify", "verify_round": "verify",
-             "sample_from_probs": "sample"}
+    try:  # the float32 path (precision = "float32"): processed logits + softmax + block sums, draws, laws
+        import verifier.decoders._fast32 as fast_mod
+        saved += [(fast_mod, "_weights", fast_mod._weights), (fast_mod, "inverse_cdf", fast_mod.inverse_cdf),
+                  (fast_mod, "verify_round", fast_mod.verify_round)]
+    except ImportError:
+        pass
+    names = {"append": "forward", "processed_probs": "processed_probs", "_weights": "processed_probs", "_chain": "verify",
+             "verify_round": "verify", "sample_from_probs": "sample", "inverse_cdf": "sample"}
     try:
         for owner, attr, fn in saved:
             setattr(owner, attr, wrap(names[attr], fn))
@@ -86,7 +92,7 @@ def _timed_parts(totals: dict[str, float]):
 
 
 def profile_generate(vocab: int, batch: int, *, k: int = 2, tokens: int = 3, repeats: int = 3,
-                     work_dir: Path | None = None, threads: int | None = None) -> dict[str, Any]:
+                     work_dir: Path | None = None, threads: int | None = None, precision: str = "auto") -> dict[str, Any]:
     """Time one ``SpeculativeDecoder.generate`` call per repeat and split it into :data:`PARTS`.
 
     Returns
@@ -108,7 +114,7 @@ def profile_generate(vocab: int, batch: int, *, k: int = 2, tokens: int = 3, rep
     work = work_dir or Path(tempfile.mkdtemp(prefix="specverify-sprof-"))
     tpath, dpath = build_pair(vocab, work)
     target, draft = load_model(tpath), load_model(dpath)
-    decoder = SpeculativeDecoder(target, draft, num_draft_tokens=k)
+    decoder = SpeculativeDecoder(target, draft, num_draft_tokens=k, precision=precision)
     sampling = SamplingConfig(temperature=1.0)
     decoder.generate([1, 2, 3], batch, tokens, sampling, seed=0)  # warm-up
     runs = []
@@ -122,11 +128,61 @@ def profile_generate(vocab: int, batch: int, *, k: int = 2, tokens: int = 3, rep
             totals[pre + "other"] = totals[pre + "generate"] - sum(totals.get(pre + p, 0.0) for p in PARTS if p != "other")
         runs.append(totals)
     out: dict[str, Any] = {"vocab": vocab, "batch": batch, "k": k, "tokens": tokens, "repeats": repeats,
+                           "precision": decoder.settings["precision"],
                            "threads": torch.get_num_threads(), "load_average": list(os.getloadavg())}
     for pre, key in (("", "seconds"), ("cpu:", "cpu_seconds")):
         med = {p: statistics.median(t.get(pre + p, 0.0) for t in runs) for p in (*PARTS, "generate")}
         out[key] = {p: round(v, 4) for p, v in med.items()}
         out[key.replace("seconds", "harness_over_forward")] = round((med["generate"] - med["forward"]) / med["forward"], 3)
+    return out
+
+
+def micro_floor(vocab: int, *, rows: int = 8, repeats: int = 20, threads: int | None = None) -> dict[str, float]:
+    """CPU nanoseconds per element of the operations that bound the per-step work over V.
+
+    Each op runs ``repeats`` times on ``rows`` x ``vocab`` float32 logits of std 1 (after one warm-up);
+    ``output layer (hidden 64)`` is the ``(rows, 64) @ (64, vocab)`` matmul of the bench pair's lm_head,
+    per logit produced.  The float32 path needs at least one exp (inside softmax) per logit of every
+    target and draft row it processes, so ``softmax f32`` against ``output layer`` bounds its ratio to
+    the forward passes from below.
+
+    Returns
+    -------
+    dict
+        Op name -> CPU ns per element (median of 3 batches of ``repeats``).
+    """
+    import torch
+
+    if threads:
+        torch.set_num_threads(threads)
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(rows, vocab, generator=g)
+    x64 = x.double()
+    hidden, head = torch.randn(rows, 64, generator=g), torch.randn(vocab, 64, generator=g)
+    blocks = x[:, :vocab // 256 * 256].reshape(rows, -1, 256)
+    ops = {
+        "output layer (hidden 64)": lambda: hidden @ head.T,
+        "exp f32": lambda: torch.exp(x),
+        "exp f64": lambda: torch.exp(x64),
+        "softmax f32": lambda: torch.softmax(x, -1),
+        "softmax f64 (from f32 logits)": lambda: torch.softmax(x.double(), -1),
+        "logsumexp f32": lambda: torch.logsumexp(x, -1),
+        "amax f32": lambda: x.amax(-1),
+        "sum f32": lambda: x.sum(-1),
+        "block sums f32 (256 wide)": lambda: blocks.sum(-1),
+        "cumsum f32": lambda: torch.cumsum(x, -1),
+        "cumsum f64": lambda: torch.cumsum(x64, -1),
+    }
+    out = {}
+    for name, fn in ops.items():
+        fn()
+        per = []
+        for _ in range(3):
+            c0 = time.process_time()
+            for _ in range(repeats):
+                fn()
+            per.append((time.process_time() - c0) / repeats / (rows * vocab) * 1e9)
+        out[name] = round(statistics.median(per), 3)
     return out
 
 
@@ -138,12 +194,19 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeats", type=int, default=3, help="Timed calls (median reported). Default: 3.")
     parser.add_argument("--threads", type=int, default=None, help="torch threads. Default: torch's.")
     parser.add_argument("--work-dir", default=None, metavar="DIR", help="Checkpoints. Default: a temporary folder.")
+    parser.add_argument("--precision", choices=("auto", "float64", "float32"), default="auto",
+                        help="The decoder's precision (auto: float32 above V = 65,536). Default: auto.")
+    parser.add_argument("--micro", action="store_true",
+                        help="Also time the per-element floor: exp, softmax, sums in float32/float64 and the output layer.")
     parser.add_argument("--out", default=None, metavar="FILE", help="Also write the result as JSON.")
 
 
 def run(args: argparse.Namespace) -> int:
     res = profile_generate(args.vocab, args.batch, k=args.k, tokens=args.tokens, repeats=args.repeats,
-                           work_dir=Path(args.work_dir) if args.work_dir else None, threads=args.threads)
+                           work_dir=Path(args.work_dir) if args.work_dir else None, threads=args.threads,
+                           precision=args.precision)
+    if args.micro:
+        res["ns_per_element"] = micro_floor(args.vocab, threads=args.threads)
     print(json.dumps(res))
     s, c = res["seconds"], res["cpu_seconds"]
     print("| part | wall s per call | / forward | CPU s per call | / forward |\n|---|---|---|---|---|")
@@ -151,6 +214,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"| {p} | {s[p]:.3f} | {s[p] / s['forward']:.2f} | {c[p]:.3f} | {c[p] / c['forward']:.2f} |")
     print(f"| generate | {s['generate']:.3f} | harness {res['harness_over_forward']:.0%} | {c['generate']:.3f} | "
           f"harness {res['cpu_harness_over_forward']:.0%} |")
+    if args.micro:
+        print("| op (rows of V float32 logits) | CPU ns per element |\n|---|---|")
+        for op, ns in res["ns_per_element"].items():
+            print(f"| {op} | {ns:.2f} |")
     if args.out:
         Path(args.out).write_text(json.dumps(res, indent=1), encoding="utf-8")
     return 0

@@ -20,7 +20,7 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from verifier.decoders import _fused
+from verifier.decoders import _fast32, _fused
 from verifier.decoders._runner import (COMPACT_HOLE_FRACTION, CacheRunner, check_prompt, model_device, model_eos_token_id,
                                        model_vocab_size)
 from verifier.decoders.kernels import sample_from_probs, verify_chain
@@ -143,6 +143,14 @@ class AncestralDecoder:
     eos_token_id : int or None, optional
         Token that ends a row; default: the target config's ``eos_token_id``.
     name : str, default "ancestral"
+    precision : {"auto", "float64", "float32"}, default "auto"
+        Float type of the per-step work over V (:mod:`verifier.decoders._fast32`): ``"auto"`` is
+        float64 up to V = 65,536 and float32 above; the one used is ``settings["precision"]``.
+
+    Raises
+    ------
+    InvalidArgumentError
+        ``precision`` is not one of the three.
 
     Notes
     -----
@@ -151,10 +159,11 @@ class AncestralDecoder:
     steps summed over rows.
     """
 
-    def __init__(self, target, *, eos_token_id=_FROM_CONFIG, name: str = "ancestral") -> None:
+    def __init__(self, target, *, eos_token_id=_FROM_CONFIG, name: str = "ancestral", precision: str = "auto") -> None:
         self.target = target
         self.device = model_device(target)
         self.vocab_size = model_vocab_size(target)
+        self.settings = {"precision": _fast32.resolve_precision(precision, self.vocab_size), "precision_option": precision}
         self.eos_token_id = model_eos_token_id(target) if eos_token_id is _FROM_CONFIG else eos_token_id
         self.min_prompt_len = int(getattr(target, "min_prompt_len", 1))
         self.name = name
@@ -190,7 +199,8 @@ class AncestralDecoder:
         while rows.numel():
             logits = runner.append(pending[:, None])[:, -1]
             uniforms = torch.rand(rows.numel(), dtype=torch.float64, device=self.device, generator=gen)
-            token = _fused.propose(logits, sampling, seen, uniforms)[0]  # = sample_from_probs(processed_probs(...)), in row blocks
+            path = _fast32 if self.settings["precision"] == "float32" else _fused
+            token = path.propose(logits, sampling, seen, uniforms)[0]  # _fused: = sample_from_probs(processed_probs(...)), in row blocks
             steps += int(live.sum())
             live = live & ~out.write(rows, token[:, None], live.to(torch.int64))
             if use_seen:
@@ -221,6 +231,11 @@ class SpeculativeDecoder:
     eos_token_id : int or None, optional
         Default: the target config's ``eos_token_id``.
     name : str, default "speculative"
+    precision : {"auto", "float64", "float32"}, default "auto"
+        Float type of the reference round's work over V: ``"float64"`` (bit-identical to the
+        general path), ``"float32"`` (:mod:`verifier.decoders._fast32`: the float32 law, exact
+        speculative sampling on it) or ``"auto"`` (float64 up to V = 65,536, float32 above).  Only
+        the reference hooks and kernel have a float32 path; the one used is ``settings["precision"]``.
 
     Attributes
     ----------
@@ -231,7 +246,8 @@ class SpeculativeDecoder:
     Raises
     ------
     InvalidArgumentError
-        If ``num_draft_tokens`` is not an integer in 1..32.
+        If ``num_draft_tokens`` is not an integer in 1..32, ``precision`` is not one of the three, or
+        ``precision="float32"`` with hooks or a kernel other than the reference's.
     ModelLoadError
         If target and draft vocabularies or devices differ.
 
@@ -247,12 +263,19 @@ class SpeculativeDecoder:
     roll_back_caches = True  # the "KV cache not rolled back" mutant sets this to False
 
     def __init__(self, target, draft, num_draft_tokens: int = 4, *, kernel: Callable = verify_chain,
-                 eos_token_id=_FROM_CONFIG, name: str = "speculative") -> None:
+                 eos_token_id=_FROM_CONFIG, name: str = "speculative", precision: str = "auto") -> None:
         k = num_draft_tokens
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= MAX_NUM_DRAFT_TOKENS:
             raise invalid_argument("num_draft_tokens", k, f"an integer in 1..{MAX_NUM_DRAFT_TOKENS}")
         self.num_draft_tokens, self.kernel = int(k), kernel
         bind_model_pair(self, target, draft, eos_token_id)
+        used = _fast32.resolve_precision(precision, self.vocab_size)
+        if used == "float32" and not self._fused():
+            if precision == "float32":
+                raise invalid_argument("precision", precision, "'auto' or 'float64' for this decoder (only the reference "
+                                       "hooks and kernel have a float32 path)")
+            used = "float64"  # auto: the mutants' hooks work on float64 processed probs
+        self.settings = {"precision": used, "precision_option": precision}
         self.name = name
         self.last_stats: DecoderStats | None = None
 
@@ -282,12 +305,13 @@ class SpeculativeDecoder:
         ctx = [seen]  # ctx[j]: context mask after d_1..d_j
         # 1. draft: feed the emitted tokens it has not seen yet, then propose d_1..d_k ~ q
         fused = self._fused()
+        path = _fast32 if self.settings["precision"] == "float32" else _fused
         logits = st["draft"].append(st["draft_pending"], st["draft_pending_visible"])[:, -1]
         drafts, qs, draft_logits = [], [], []
         for j in range(k):
             if fused:  # q(d_j) only; the draft's logits stay for the residual of the rows that reject at j
                 uniforms = torch.rand(batch, dtype=torch.float64, device=dev, generator=gen)
-                token, q = _fused.propose(logits, sampling, ctx[j] if seen is not None else None, uniforms)
+                token, q = path.propose(logits, sampling, ctx[j] if seen is not None else None, uniforms)
                 draft_logits.append(logits)
             else:
                 token, q = self._propose(logits, sampling, ctx[j] if seen is not None else None, gen)
@@ -303,7 +327,7 @@ class SpeculativeDecoder:
                                        torch.cat([st["target_pending_visible"], torch.ones_like(draft_ids, dtype=torch.bool)], dim=1))
         # 3. verify: accepted prefix, then the recovered (residual) or bonus token
         if fused:
-            emitted = _fused.verify_round(t_logits[:, -(k + 1):], draft_logits, torch.stack(qs, dim=1), draft_ids,
+            emitted = path.verify_round(t_logits[:, -(k + 1):], draft_logits, torch.stack(qs, dim=1), draft_ids,
                                           sampling, ctx if seen is not None else None, gen)
         else:
             seen_stack = torch.stack(ctx, dim=1) if seen is not None else None
