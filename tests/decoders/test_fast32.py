@@ -2,8 +2,8 @@
 
 * The block inverse-CDF draws exactly from its stated law (boundaries, zero-weight blocks, -inf entries,
   the short tail block): brute force on integer weights, whose float sums are exact.
-* Float32 vs float64 processed probs on real-looking logits (V = 32,000, std-3 Gaussian logits with a
-  heavy head): TV per row < 1e-5 (measured ~3e-8 .. 2e-7).
+* Float32 vs float64 processed probs on real-looking logits (V = 128,256, std-3 Gaussian logits with a
+  heavy head): TV per row < 1e-5 (measured 3e-8 .. 2.5e-7) and the same top-k / top-p support.
 * The emitted 3-token law with ``precision="float32"`` forced on tabular pairs (blocks of 2 entries, so
   several blocks and a short tail at V = 3) against the exact enumerator: Pearson chi-square, data-blind
   pooling, ALPHA = 1e-3, N = 20,000 rows, seed 1234 (power 0.99 against TV ~0.03 on these tables, as
@@ -33,7 +33,8 @@ ALPHA = 1e-3
 N_SAMPLES = 20_000
 SEED = 1234
 CONFIGS = [SamplingConfig(), SamplingConfig(temperature=0.7, top_k=40), SamplingConfig(top_p=0.8),
-           SamplingConfig(temperature=1.3, top_k=100, top_p=0.9, repetition_penalty=1.3)]
+           SamplingConfig(temperature=1.3, top_k=100, top_p=0.9, repetition_penalty=1.3),
+           SamplingConfig(temperature=0.6, top_p=0.95)]
 
 
 # -- the block inverse-CDF --------------------------------------------------------------------------
@@ -99,15 +100,17 @@ def test_inverse_cdf_law_equals_law_rows_on_a_fine_grid(monkeypatch):
 @pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: c.label())
 def test_float32_law_is_within_1e_5_tv_of_the_float64_processed_probs(cfg):
     g = torch.Generator().manual_seed(7)
-    vocab = 32_000
+    vocab = 128_256
     logits = torch.randn(8, vocab, generator=g) * 3  # a trained model's spread of logits ...
     logits[:, :20] += 8  # ... with a heavy head
     seen = torch.rand(8, vocab, generator=g) < 0.01
     law = _fast32.law_rows(*_fast32._weights(logits, cfg, seen))
     exact = processed_probs(logits, cfg, seen)
     tv = 0.5 * (law - exact).abs().sum(-1)
-    assert float(tv.max()) < 1e-5, tv  # measured 3e-8 .. 2e-7
-    assert torch.equal(law > 0, exact > 0)  # the same top-k / top-p support (no ties in these logits)
+    assert float(tv.max()) < 1e-5, tv  # measured 3e-8 .. 2.5e-7
+    # the same top-k / top-p support (no ties in these logits); a top-p cut on float32-normalised probs
+    # (normalisation error ~1e-6) moved the cut here at top_p 0.8 and 0.95: TV 8e-5, 9.5e-5
+    assert torch.equal(law > 0, exact > 0)
 
 
 def test_processed_logits_refuses_what_processed_probs_refuses():

@@ -51,7 +51,14 @@ def _timed_parts(totals: dict[str, float]):
         def timed(*args, **kwargs):
             stack.append([name, time.perf_counter(), time.process_time(), 0.0, 0.0])
             try:
-                return fn(*args, **kwargs)
+                out = fn(*args, **kwargs)
+                if name == "forward":  # logits produced: rows x positions x V
+                    totals["elements:forward"] = totals.get("elements:forward", 0) + out.numel()
+                elif name == "processed_probs":  # logits turned into probs (_fast32._weights: logits[rows] when given)
+                    rows = args[3] if len(args) > 3 and args[3] is not None else None
+                    totals["elements:processed_probs"] = totals.get("elements:processed_probs", 0) + (
+                        args[0].numel() if rows is None else rows.numel() * args[0].shape[-1])
+                return out
             finally:
                 _, start, cpu_start, child, cpu_child = stack.pop()
                 spent, cpu = time.perf_counter() - start, time.process_time() - cpu_start
@@ -130,6 +137,7 @@ def profile_generate(vocab: int, batch: int, *, k: int = 2, tokens: int = 3, rep
     out: dict[str, Any] = {"vocab": vocab, "batch": batch, "k": k, "tokens": tokens, "repeats": repeats,
                            "precision": decoder.settings["precision"],
                            "threads": torch.get_num_threads(), "load_average": list(os.getloadavg())}
+    out["elements"] = {p: int(statistics.median(t.get("elements:" + p, 0) for t in runs)) for p in ("forward", "processed_probs")}
     for pre, key in (("", "seconds"), ("cpu:", "cpu_seconds")):
         med = {p: statistics.median(t.get(pre + p, 0.0) for t in runs) for p in (*PARTS, "generate")}
         out[key] = {p: round(v, 4) for p, v in med.items()}
@@ -141,8 +149,8 @@ def micro_floor(vocab: int, *, rows: int = 8, repeats: int = 20, threads: int | 
     """CPU nanoseconds per element of the operations that bound the per-step work over V.
 
     Each op runs ``repeats`` times on ``rows`` x ``vocab`` float32 logits of std 1 (after one warm-up);
-    ``output layer (hidden 64)`` is the ``(rows, 64) @ (64, vocab)`` matmul of the bench pair's lm_head,
-    per logit produced.  The float32 path needs at least one exp (inside softmax) per logit of every
+    ``output layer`` is the ``(256, 64) @ (64, vocab)`` matmul of the bench pair's lm_head, per logit
+    produced.  The float32 path needs at least one exp (inside softmax) per logit of every
     target and draft row it processes, so ``softmax f32`` against ``output layer`` bounds its ratio to
     the forward passes from below.
 
@@ -158,10 +166,10 @@ def micro_floor(vocab: int, *, rows: int = 8, repeats: int = 20, threads: int | 
     g = torch.Generator().manual_seed(0)
     x = torch.randn(rows, vocab, generator=g)
     x64 = x.double()
-    hidden, head = torch.randn(rows, 64, generator=g), torch.randn(vocab, 64, generator=g)
+    hidden, head = torch.randn(256, 64, generator=g), torch.randn(vocab, 64, generator=g)  # 256 rows: a batch's matmul
     blocks = x[:, :vocab // 256 * 256].reshape(rows, -1, 256)
     ops = {
-        "output layer (hidden 64)": lambda: hidden @ head.T,
+        "output layer (hidden 64, 256 rows)": lambda: hidden @ head.T,
         "exp f32": lambda: torch.exp(x),
         "exp f64": lambda: torch.exp(x64),
         "softmax f32": lambda: torch.softmax(x, -1),
@@ -175,13 +183,14 @@ def micro_floor(vocab: int, *, rows: int = 8, repeats: int = 20, threads: int | 
     }
     out = {}
     for name, fn in ops.items():
+        elements = (256 if name.startswith("output layer") else rows) * vocab
         fn()
         per = []
         for _ in range(3):
             c0 = time.process_time()
             for _ in range(repeats):
                 fn()
-            per.append((time.process_time() - c0) / repeats / (rows * vocab) * 1e9)
+            per.append((time.process_time() - c0) / repeats / elements * 1e9)
         out[name] = round(statistics.median(per), 3)
     return out
 
@@ -206,7 +215,10 @@ def run(args: argparse.Namespace) -> int:
                            work_dir=Path(args.work_dir) if args.work_dir else None, threads=args.threads,
                            precision=args.precision)
     if args.micro:
-        res["ns_per_element"] = micro_floor(args.vocab, threads=args.threads)
+        ns = res["ns_per_element"] = micro_floor(args.vocab, threads=args.threads)
+        # one exp per logit turned into probs, against the forward's measured CPU: the float32 path's floor
+        res["exp_floor_over_forward"] = round(res["elements"]["processed_probs"] * ns["exp f32"] * 1e-9
+                                              / res["cpu_seconds"]["forward"], 3)
     print(json.dumps(res))
     s, c = res["seconds"], res["cpu_seconds"]
     print("| part | wall s per call | / forward | CPU s per call | / forward |\n|---|---|---|---|---|")
@@ -218,6 +230,9 @@ def run(args: argparse.Namespace) -> int:
         print("| op (rows of V float32 logits) | CPU ns per element |\n|---|---|")
         for op, ns in res["ns_per_element"].items():
             print(f"| {op} | {ns:.2f} |")
+        e = res["elements"]
+        print(f"logits per call: forward {e['forward']:,}, turned into probs {e['processed_probs']:,}; one exp f32 each: "
+              f"{res['exp_floor_over_forward']:.0%} of the forward's CPU (the floor of harness / forward)")
     if args.out:
         Path(args.out).write_text(json.dumps(res, indent=1), encoding="utf-8")
     return 0
