@@ -232,6 +232,11 @@ def law_at(weights: torch.Tensor, sums: torch.Tensor, token: torch.Tensor) -> to
 def law_rows(weights: torch.Tensor, sums: torch.Tensor) -> torch.Tensor:
     """The full block law of each row, float64 (rows, vocab) (for the rejected rows' residual)."""
     rows, vocab = weights.shape
+    if vocab % BLOCK == 0:  # one float64 copy, its block sums, one scaling pass
+        w = weights.to(torch.float64, copy=True).view(rows, vocab // BLOCK, BLOCK)
+        c_b = w.sum(-1, keepdim=True)
+        scale = torch.where(c_b > 0, (sums / sums.sum(-1, keepdim=True))[..., None] / c_b, 0.0)
+        return w.mul_(scale).view(rows, vocab)
     w = weights.to(torch.float64)
     pad = -vocab % BLOCK
     c_b = torch.nn.functional.pad(w, (0, pad)).view(rows, -1, BLOCK).sum(-1)
