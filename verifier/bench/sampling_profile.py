@@ -13,6 +13,11 @@ tokens (default 3) at T = 1 on one batch of ``--batch`` rows (default 1024), ``-
 * ``sample`` -- inverse-CDF draws (:func:`verifier.decoders.kernels.sample_from_probs`);
 * ``other`` -- the rest of ``generate`` (rollback, pending tokens, output writes, row drops).
 
+``--precision`` picks the decoder's precision (``auto``: float32 above V = 65,536, so float32 at the
+default V; the float32 path's parts are timed under the same names).  ``--micro`` adds CPU ns per
+element of exp / softmax / sums in float32 and float64 and of the output layer (:func:`micro_floor`),
+and the *exp floor*: one float32 exp per logit turned into probs, over the forward's CPU.
+
 Wall and process CPU time (both threads) are reported; on a shared machine the CPU figures are the
 steadier.  Harness overhead = (generate - forward) / forward; issue 17's goal is <= 25 % at batch
 1024, V = 128k.
