@@ -113,6 +113,22 @@ def test_float32_law_is_within_1e_5_tv_of_the_float64_processed_probs(cfg):
     assert torch.equal(law > 0, exact > 0)
 
 
+@pytest.mark.parametrize("temperature", [0.3, 0.7, 1.3, 3.0])
+def test_top_k_keeps_float64s_set_when_float32_division_ties_neighbours(temperature):
+    """The k-th and (k+1)-th logits one float32 ulp apart, with x / T equal in float32 (found by search, 4 of 4
+    temperatures): top-k after a float32 division kept both (support 3 vs 2: a token float64 never emits)."""
+    base = next(b for b in np.linspace(0.5, 8, 200).astype(np.float32)
+                if b / np.float32(temperature) == np.nextafter(b, np.float32(-10)) / np.float32(temperature))
+    x = torch.full((2, 10), -5.0)
+    x[:, 0], x[:, 1], x[:, 2] = float(base) + 1, float(base), float(np.nextafter(base, np.float32(-10)))
+    seen = torch.zeros(2, 10, dtype=torch.bool)
+    seen[1, 9] = True
+    for cfg in (SamplingConfig(temperature=temperature, top_k=2),
+                SamplingConfig(temperature=temperature, top_k=2, repetition_penalty=1.1)):
+        w, _ = _fast32._weights(x, cfg, seen)
+        assert torch.equal(w > 0, processed_probs(x, cfg, seen) > 0), cfg.label()
+
+
 def test_processed_logits_refuses_what_processed_probs_refuses():
     cfg = SamplingConfig()
     for bad in (torch.tensor([[0.0, math.nan]]), torch.tensor([[0.0, math.inf]]), torch.tensor([[-math.inf, -math.inf]])):

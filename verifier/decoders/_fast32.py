@@ -11,7 +11,7 @@ suite, so their seeds give the same tokens as before) and float32 above.
 The float32 law of a row
 ------------------------
 Processed logits are computed in float32 (:func:`processed_logits`: repetition penalty,
-temperature, top-k on logits, top-p on float32 weights ``exp(x - max)`` cumulated and normalised in float64; the
+temperature, top-k on the logits before the temperature -- the set float64 keeps --, top-p on float32 weights ``exp(x - max)`` cumulated and normalised in float64; the
 tie and boundary rules of :func:`verifier.sampling.processed_probs`), then ``w = softmax(x)`` in
 float32.  The row is cut into blocks of :data:`BLOCK` entries (the last one shorter when
 ``BLOCK`` does not divide V).  With ``S_b`` the block sums in the weights' dtype, ``T = sum_b S_b``
@@ -118,17 +118,25 @@ def _plain(sampling: SamplingConfig, vocab: int) -> bool:
 
 def _process(x: torch.Tensor, sampling: SamplingConfig, seen: torch.Tensor | None) -> torch.Tensor:
     """:func:`processed_logits` without the finiteness checks (float32 ``x``)."""
+    vocab = x.shape[-1]
+    top_k = sampling.top_k is not None and sampling.top_k < vocab
     if sampling.repetition_penalty is not None and sampling.repetition_penalty != 1.0:
         if seen is None:
             raise invalid_argument("context_token_mask", None, "a bool mask (..., vocab) when repetition_penalty is set")
         r = float(sampling.repetition_penalty)
-        x = torch.where(seen, torch.where(x > 0, x / r, x * r), x)
-    if sampling.temperature != 1:
-        x = x / float(sampling.temperature)
-    vocab = x.shape[-1]
-    if sampling.top_k is not None and sampling.top_k < vocab:  # ties with the k-th logit are kept
+        if top_k:  # the top-k set from the float64 penalised logits: x / r in float32 can tie neighbouring logits
+            x64 = x.to(torch.float64)
+            x64 = torch.where(seen, torch.where(x64 > 0, x64 / r, x64 * r), x64)
+            kth = torch.topk(x64, sampling.top_k, dim=-1).values[..., -1:]
+            x, top_k = x64.masked_fill(x64 < kth, -math.inf).to(torch.float32), False
+        else:
+            x = torch.where(seen, torch.where(x > 0, x / r, x * r), x)
+    if top_k:  # ties with the k-th logit are kept; chosen before the temperature (the same set: T > 0 keeps the
+        # order, and float64's x / T never ties distinct float32 logits, while float32's can)
         kth = torch.topk(x, sampling.top_k, dim=-1).values[..., -1:]
         x = x.masked_fill(x < kth, -math.inf)
+    if sampling.temperature != 1:
+        x = x / float(sampling.temperature)
     if sampling.top_p is not None and sampling.top_p < 1.0:
         # unnormalised float32 weights, cumulated and normalised in float64: a float32 softmax's own
         # normalisation error (~1e-6 at V = 128k) would move the cut for a mass within 1e-6 of top_p
