@@ -11,6 +11,7 @@ categories are never dropped.  Tokens whose expected prob is exactly 0 belong to
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -94,8 +95,25 @@ def pool_categories(expected_probs, n: int, min_expected: float = MIN_EXPECTED_C
     return _pool(probs, n, check_min_expected(min_expected))
 
 
+_ORDER_CACHE: dict[bytes, np.ndarray] = {}  # law digest -> descending stable order (issue 17: power searches re-pool one law ~45 times)
+
+
+def _descending_order(probs: np.ndarray) -> np.ndarray:
+    """``np.argsort(-probs, kind="stable")``, remembered for the last few laws (a pure function of the bytes)."""
+    if probs.size < 4096:
+        return np.argsort(-probs, kind="stable")
+    key = hashlib.blake2b(np.ascontiguousarray(probs, dtype=np.float64).tobytes(), digest_size=16).digest()
+    order = _ORDER_CACHE.get(key)
+    if order is None:
+        if len(_ORDER_CACHE) >= 8:
+            _ORDER_CACHE.pop(next(iter(_ORDER_CACHE)))
+        order = _ORDER_CACHE[key] = np.argsort(-probs, kind="stable")
+        order.flags.writeable = False
+    return order
+
+
 def _pool(probs: np.ndarray, n: int, min_expected: float) -> Pooling:
-    order = np.argsort(-probs, kind="stable")
+    order = _descending_order(probs)
     support = order[probs[order] > 0]
     expected = n * probs[support]
     tail = np.cumsum(expected[::-1])[::-1]  # tail[i] = expected count of support[i:]
