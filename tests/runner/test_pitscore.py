@@ -95,3 +95,16 @@ def test_a_zero_prob_token_is_a_support_violation_only_in_float64_terms():
                                  SamplingConfig(repetition_penalty=1.2)])
 def test_filtered_sampling_keeps_the_float64_path(cfg):
     assert not pitscore.fast_pit_applies(_model(), cfg)
+
+
+def test_threads_split_rows_without_changing_any_value(monkeypatch):
+    """Rows are split over threads by whole row ranges: bit-identical to one thread."""
+    rng = np.random.default_rng(4)
+    logits = torch.from_numpy(rng.standard_normal((200, 5000)).astype(np.float32))
+    ids = torch.from_numpy(rng.integers(0, 5000, size=200))
+    monkeypatch.setattr(pitscore, "PIT_THREADS", 1)
+    one = pitscore._block_terms(logits, ids, 0.8)
+    monkeypatch.setattr(pitscore, "PIT_THREADS", 3)
+    monkeypatch.setattr(pitscore, "ROW_TILE", 16)
+    three = pitscore._block_terms(logits, ids, 0.8)
+    assert all(np.array_equal(a, b) for a, b in zip(one, three))

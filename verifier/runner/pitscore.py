@@ -22,6 +22,7 @@ logits of one row batch (:func:`verifier.runner.memory.rows_per_batch`) and one 
 
 from __future__ import annotations
 
+import os
 from typing import Iterator
 
 import numpy as np
@@ -36,6 +37,7 @@ __all__ = ["fast_pit_applies", "pit_terms", "pit_values", "ROW_TILE", "BLOCK_WID
 
 ROW_TILE = 32  # rows x BLOCK_WIDTH float32 = 1 MiB of scratch (about L2): exp, mask and sums stay in cache
 BLOCK_WIDTH = 8192  # tokens per tile; fixed, so each row's float32 partial sums are the same whatever the batch
+PIT_THREADS = min(2, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1))
 MAX_ROWS = 256  # rows per forward pass (as ReferenceModel.ROW_BATCH)
 
 
@@ -71,7 +73,16 @@ def _block_terms(logits: torch.Tensor, ids: torch.Tensor, inv_t: float) -> tuple
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # 1 MiB tiles: intra-op threads only spin (measured 15x slower on the busy 2-core box)
     try:
-        _tiles(lg, lxn, topn, inv_t, z, above, tied)
+        workers = min(PIT_THREADS, -(-rows // ROW_TILE))
+        if workers <= 1:
+            _tiles(lg, lxn, topn, inv_t, z, above, tied)
+        else:  # disjoint row ranges, one per thread (numpy and torch release the GIL); each row's sums are unchanged
+            from concurrent.futures import ThreadPoolExecutor
+
+            step = -(-rows // (workers * ROW_TILE)) * ROW_TILE
+            parts = [slice(a, min(a + step, rows)) for a in range(0, rows, step)]
+            with ThreadPoolExecutor(len(parts)) as pool:
+                list(pool.map(lambda sl: _tiles(lg[sl], lxn[sl], topn[sl], inv_t, z[sl], above[sl], tied[sl]), parts))
     finally:
         torch.set_num_threads(threads)
     ex = np.exp((lxn[:, 0].astype(np.float64) - topn[:, 0].astype(np.float64)) * inv_t)  # float64: stays > 0
