@@ -107,7 +107,13 @@ class TopMass:
             mask[:, exclude_col] = False
         rows = block.sum(axis=1)  # one unit per row: the same sum whatever block the row is in
         self._offered.append(rows - block[:, exclude_col] if exclude_col is not None else rows)
-        if floor > 0:  # full: only entries at or above the floor can enter; the rest is dropped here
+        if floor <= 0 and self.cap > 0:
+            offered = int(np.count_nonzero(mask))
+            if offered > self.cap:  # not full yet, but this block alone fills it: its own cap-th mass is a floor
+                vals = np.where(mask, block, 0.0).ravel()
+                floor = float(np.partition(vals, vals.size - self.cap)[vals.size - self.cap])
+                del vals
+        if floor > 0:  # only entries at or above the floor can enter; the rest is dropped here (nothing gathered)
             below = mask & (block < floor)
             self.num_dropped += int(np.count_nonzero(below))
             mask &= ~below
