@@ -52,8 +52,12 @@ def _float64_u(ref, prompt, tokens, sampling, seed):
 
 
 @pytest.mark.parametrize("temperature", [1.0, 0.6])
-def test_float32_scorer_matches_the_float64_path(temperature):
-    """Same u's (same V draws, same order) within float32 rounding of the terms (1e-6), ties included."""
+@pytest.mark.parametrize("tiles,atol", [("float64", 1e-13), ("float32", 1e-6)])
+def test_logit_scorer_matches_the_float64_path(temperature, tiles, atol, monkeypatch):
+    """Same u's (same V draws, same order) within the rounding of the tiles, ties included: float64 tiles
+    (V <= FLOAT32_ABOVE) to 1e-13, float32 tiles (above) to 1e-6."""
+    if tiles == "float32":
+        monkeypatch.setattr(pitscore, "FLOAT32_ABOVE", VOCAB - 1)
     ref, sampling = _model(), SamplingConfig(temperature=temperature)
     assert pitscore.fast_pit_applies(ref, sampling)
     tokens = _tokens(300, 3, seed=1)
@@ -61,7 +65,7 @@ def test_float32_scorer_matches_the_float64_path(temperature):
     parts, bad = pitscore.pit_values(ref, (1, 2, 3), tokens, sampling, np.random.default_rng(5))
     got = np.concatenate(parts)
     assert got.shape == want.shape and not bad and not want_bad
-    np.testing.assert_allclose(got, want, atol=1e-6, rtol=0)
+    np.testing.assert_allclose(got, want, atol=atol, rtol=0)
     # the tie-break matters: without it the tied tokens' u's would be off by a multiple of their prob
     terms = [t for t in pitscore.pit_terms(ref, (1, 2, 3), tokens[:8], sampling)]
     assert terms and all(np.all((b >= 0) & (b + p <= 1 + 1e-6)) for _, p, b in terms)

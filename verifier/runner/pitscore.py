@@ -11,12 +11,13 @@ repetition penalty, not greedy):
 * ranking by prob equals ranking by logit (softmax at ``T > 0`` is strictly increasing in the
   float32 logit), so ``F = sum_{l_v > l_x} e_v / Z`` with ``e_v = exp((l_v - max l) / T)``;
 * tied logits have equal probs: the tokens tied with ``x`` and of smaller id add ``count x e_x``;
-* ``e_v`` and the partial sums are float32 over vocabulary blocks that stay in cache, the block
-  sums accumulate in float64; ``p_t(x) = e_x / Z`` is computed in float64 from ``x``'s own logit,
-  so a token the float64 softmax gives a positive prob never reads as a support violation.
+* ``e_v`` and the partial sums are computed over tiles that stay in cache -- float64 up to
+  V = :data:`FLOAT32_ABOVE`, float32 above -- and the tile sums accumulate in float64;
+  ``p_t(x) = e_x / Z`` is computed in float64 from ``x``'s own logit, so a token the float64
+  softmax gives a positive prob never reads as a support violation.
 
-The u's differ from the float64 path's by float32 rounding of the terms (< 1e-6 absolute; test
-``tests/runner/test_pitscore.py``), the random V's are drawn in the same order.  Memory: the
+The u's differ from the float64 path's by rounding: ~1e-16 with float64 tiles, < 1e-6 absolute with
+float32 tiles (test ``tests/runner/test_pitscore.py``); the random V's are drawn in the same order.  Memory: the
 logits of one row batch (:func:`verifier.runner.memory.rows_per_batch`) and one block's scratch.
 """
 
@@ -33,10 +34,12 @@ from verifier.protocols import PADDING_TOKEN_ID
 from verifier.runner.memory import rows_per_batch
 from verifier.sampling import SamplingConfig
 
-__all__ = ["fast_pit_applies", "pit_terms", "pit_values", "ROW_TILE", "BLOCK_WIDTH"]
+__all__ = ["fast_pit_applies", "pit_terms", "pit_values", "ROW_TILE", "BLOCK_WIDTH", "FLOAT32_ABOVE"]
 
 ROW_TILE = 32  # rows x BLOCK_WIDTH float32 = 1 MiB of scratch (about L2): exp, mask and sums stay in cache
 BLOCK_WIDTH = 8192  # tokens per tile; fixed, so each row's float32 partial sums are the same whatever the batch
+FLOAT32_ABOVE = 65_536  # float64 tiles up to this vocabulary (the shipped and ci suites: p-values as the float64 path
+# to ~1e-12 even at p ~ 1e-300), float32 above (the decoders' "auto" precision switches at the same V)
 PIT_THREADS = min(2, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1))
 MAX_ROWS = 256  # rows per forward pass (as ReferenceModel.ROW_BATCH)
 
@@ -55,7 +58,7 @@ def _block_terms(logits: torch.Tensor, ids: torch.Tensor, inv_t: float) -> tuple
 
     Works on tiles of at most :data:`ROW_TILE` rows x :data:`BLOCK_WIDTH` tokens (a scratch that
     stays in cache).  Every row is reduced in the same order whatever the number of rows (numpy's
-    single-threaded pairwise float32 sum per tile, tiles added in float64 in token order), so the
+    single-threaded pairwise sum per tile, tiles added in float64 in token order), so the
     values do not depend on the batch size, hence not on the memory available.
     """
     from verifier.errors import invalid_argument
@@ -94,10 +97,11 @@ def _block_terms(logits: torch.Tensor, ids: torch.Tensor, inv_t: float) -> tuple
 
 def _tiles(lg: np.ndarray, lxn: np.ndarray, topn: np.ndarray, inv_t: float, z: np.ndarray, above: np.ndarray,
            tied: np.ndarray) -> None:
-    """Add each tile's float32 sums (total, above the emitted logit) and tie counts to ``z``, ``above``, ``tied``."""
+    """Add each tile's sums (total, above the emitted logit; float32 above V = FLOAT32_ABOVE, else float64)
+    and tie counts to ``z``, ``above``, ``tied``."""
     rows, vocab = lg.shape
     width = min(BLOCK_WIDTH, vocab)
-    buf = np.empty((ROW_TILE, width), dtype=np.float32)
+    buf = np.empty((ROW_TILE, width), dtype=np.float32 if vocab > FLOAT32_ABOVE else np.float64)
     mask = np.empty((ROW_TILE, width), dtype=bool)
     for r0 in range(0, rows, ROW_TILE):
         rr = min(ROW_TILE, rows - r0)
@@ -106,11 +110,10 @@ def _tiles(lg: np.ndarray, lxn: np.ndarray, topn: np.ndarray, inv_t: float, z: n
             blk = lg[r0:r0 + rr, v0:v0 + ww]
             e = buf.reshape(-1)[:rr * ww].reshape(rr, ww)  # contiguous scratch of this tile
             m = mask.reshape(-1)[:rr * ww].reshape(rr, ww)
-            et = torch.from_numpy(e)
-            torch.sub(torch.from_numpy(blk), torch.from_numpy(topn[r0:r0 + rr]), out=et)
+            np.subtract(blk, topn[r0:r0 + rr], out=e, dtype=e.dtype)  # in the tile dtype (float32 casts exactly to float64)
             if inv_t != 1.0:
-                et.mul_(inv_t)
-            et.exp_()
+                np.multiply(e, inv_t, out=e)
+            torch.from_numpy(e).exp_()
             z[r0:r0 + rr] += e.sum(axis=1)
             np.greater(blk, lxn[r0:r0 + rr], out=m)
             np.multiply(e, m, out=e)
