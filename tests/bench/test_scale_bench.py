@@ -30,3 +30,24 @@ def test_scale_suite_is_a_valid_suite_with_the_default_cells_and_a_chunk_size_ad
 def test_bench_scale_on_cuda_without_cuda_is_exit_2(capsys):
     assert main(["bench", "scale", "--device", "cuda", "--quick"]) == EXIT_USAGE
     assert "CUDA is not available" in capsys.readouterr().err
+
+
+def test_memory_plan_of_the_goal_point_grows_as_n_times_t_not_n_times_v():
+    """Issue 17 part 5: V = 256k, n = 100k must fit < 4 GB; only O(n x T) arrays grow with n, and the
+    batch budgets are bytes of the memory available (a smaller machine gets smaller batches)."""
+    from verifier.bench.scale import memory_plan
+
+    small, goal = memory_plan(256_000, 2_000, available=16 * 2**30), memory_plan(256_000, 100_000, available=16 * 2**30)
+    assert {k: v for k, v in small.items() if k not in ("per_sample", "largest")} == \
+        {k: v for k, v in goal.items() if k not in ("per_sample", "largest")}
+    assert goal["per_sample"] == 50 * small["per_sample"] < 16 * 2**20  # tokens, u's, counts: ~10 MB at n = 100k
+    assert goal["largest"] < 1.2 * 2**30  # plus the models and the interpreter (~0.5 GB): inside 4 GB
+    tight = memory_plan(256_000, 100_000, available=2 * 2**30)
+    assert tight["sampler_chunk"] < goal["sampler_chunk"] and tight["pit_batch"] < goal["pit_batch"]
+    assert tight["models_batch"] < goal["models_batch"]
+
+
+def test_default_timeout_leaves_room_for_the_100k_point():
+    from verifier.bench.scale import default_timeout
+
+    assert default_timeout(2_000) == 1000 and default_timeout(100_000) == 5900

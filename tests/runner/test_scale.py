@@ -61,3 +61,32 @@ def test_blackbox_audit_calls_generate_in_chunks_with_distinct_seeds():
 
 def test_resource_error_is_exit_2():
     assert ResourceError("x").exit_code == EXIT_USAGE
+
+
+def test_audit_suites_without_chunk_size_adapt_it_to_the_vocabulary():
+    """Issue 17: audit suites wrote chunk_size = 500 at every vocabulary (sampler memory 500 x V), so the
+    runner's V-adaptive default never applied to `specverify audit`; now only an explicit --chunk-size is written."""
+    from verifier.audit.suite_builder import AuditSpec, _suite_raw
+    from verifier.runner.plan import plan_sample_sets
+    from verifier.suite.schema import parse_suite
+
+    def plans(spec, vocab):
+        raw = _suite_raw(spec, [("ids", [1, 2])], [1], 2, 1000, 3, "t")
+        suite = parse_suite(raw)
+        return raw, plan_sample_sets(suite, {("audit", "p0"): (1, 2)}, {"audit": vocab})
+
+    raw, p = plans(AuditSpec(decoder="reference", target="shipped:target", num_draft_tokens=2), 256_000)
+    assert "chunk_size" not in raw["defaults"] and p[0].chunk_size == 131
+    assert plans(AuditSpec(decoder="reference", target="shipped:target", num_draft_tokens=2), 384)[1][0].chunk_size == 500
+    explicit = AuditSpec(decoder="reference", target="shipped:target", num_draft_tokens=2, chunk_size=250)
+    assert plans(explicit, 256_000)[1][0].chunk_size == 250
+
+
+def test_blackbox_default_chunk_adapts_to_the_vocabulary():
+    from verifier.audit.blackbox import blackbox_audit
+
+    small, large = _Recorder(), _Recorder()
+    blackbox_audit(small, _Recorder(), [[0]], SamplingConfig(), num_samples=700, max_new_tokens=1, vocab_size=3, seed=1)
+    blackbox_audit(large, _Recorder(), [[0]], SamplingConfig(), num_samples=200, max_new_tokens=1, vocab_size=256_000, seed=1)
+    assert [n for n, _ in small.calls] == [500, 200]  # small vocabularies: as before
+    assert [n for n, _ in large.calls] == [87, 87, 26]  # V = 256k: rows whose logits fit the sampler budget (k = 4)

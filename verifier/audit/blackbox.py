@@ -36,6 +36,7 @@ __all__ = ["TWO_SAMPLE_FACTOR", "BlackBoxCell", "BlackBoxResult", "blackbox_samp
 
 TWO_SAMPLE_FACTOR = 2  # per-arm n of a two-sample test relative to the one-sample n for the same power (docs/ARCHITECTURE.md "Statistical defaults")
 DEFAULT_ALPHA = 1e-3  # family-wise false-alarm rate, as the CI gate
+BLACKBOX_DRAFT_TOKENS = 4  # k assumed when sizing the default chunk (the arms do not tell theirs; the audit default K)
 
 
 def blackbox_samples_needed(null_probs, alt_probs, alpha: float = 0.01, power: float = DEFAULT_POWER) -> int:
@@ -145,7 +146,7 @@ def blackbox_cells(emitted_a: np.ndarray, emitted_b: np.ndarray, vocab_size: int
 
 def blackbox_audit(decoder, reference, prompts: Sequence[Sequence[int]], sampling: SamplingConfig, *, num_samples: int,
                    max_new_tokens: int, vocab_size: int, alpha: float = DEFAULT_ALPHA, seed: int = 0,
-                   eos_token_id: int | None = None, chunk_size: int = 500) -> BlackBoxResult:
+                   eos_token_id: int | None = None, chunk_size: int | None = None) -> BlackBoxResult:
     """Compare a speculative decoder with plain sampling of the same system (two-sample tests).
 
     Parameters
@@ -168,8 +169,10 @@ def blackbox_audit(decoder, reference, prompts: Sequence[Sequence[int]], samplin
     eos_token_id : int or None
         Used to validate both arms' output.
 
-    chunk_size : int, default 500
-        Rows per ``generate`` call (memory grows with it times the vocabulary); chunk ``j`` of an arm
+    chunk_size : int, optional
+        Rows per ``generate`` call (memory grows with it times the vocabulary); default
+        :func:`verifier.runner.chunking.default_chunk_size` of ``vocab_size`` at k = 4 (the arms do not
+        tell their k): 500 up to V ~ 44k, 87 at V = 256k; chunk ``j`` of an arm
         draws with seed ``SeedSequence(arm seed).spawn``'s ``j``-th child, the first chunk (or all
         rows, when they fit one chunk) with the arm seed itself.
 
@@ -185,7 +188,10 @@ def blackbox_audit(decoder, reference, prompts: Sequence[Sequence[int]], samplin
         Bad arguments.
     """
     from verifier.audit.plugins import PluginDecoder
+    from verifier.runner.chunking import default_chunk_size
 
+    if chunk_size is None and isinstance(vocab_size, int) and vocab_size >= 1:
+        chunk_size = default_chunk_size(vocab_size, BLACKBOX_DRAFT_TOKENS)
     for arg, value in (("num_samples", num_samples), ("max_new_tokens", max_new_tokens), ("chunk_size", chunk_size)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise invalid_argument(arg, value, "an integer >= 1")

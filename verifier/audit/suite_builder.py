@@ -71,7 +71,7 @@ class AuditSpec:
     power: float = 0.99
     seed: int = 0
     options: dict = field(default_factory=dict)
-    chunk_size: int = DEFAULT_CHUNK_SIZE
+    chunk_size: int | None = None  # None: the runner's default for the vocabulary (verifier.runner.chunking)
     tests: tuple = ("gof", "joint", "surprisal", "pit", "accepted")
     gof_positions: tuple | None = None
     name: str = "audit"
@@ -182,7 +182,7 @@ def _suite_raw(spec: AuditSpec, prompts: list[tuple[str, Any]], positions: list[
         "sampling": {"s": _sampling_dict(spec.sampling)},
         "defaults": {"models": "audit", "num_draft_tokens": [int(spec.num_draft_tokens)],
                      "max_new_tokens": int(max_new_tokens), "samples": int(num_samples),
-                     "chunk_size": int(spec.chunk_size), "tests": [t for t in spec.tests if t != "joint" or joint >= 2],
+                     **({"chunk_size": int(spec.chunk_size)} if spec.chunk_size is not None else {}), "tests": [t for t in spec.tests if t != "joint" or joint >= 2],
                      "gof_positions": list(positions), "joint_tokens": max(joint, 2)},
         "decoders": [decoder],
         "stats": {"alpha": float(spec.alpha), "correction": "gate", "target_mde": float(spec.target_tv),
@@ -210,7 +210,7 @@ def _check_spec(spec: AuditSpec) -> int:
         raise invalid_argument("--num-draft-tokens", spec.num_draft_tokens, "an integer >= 1")
     if spec.num_samples is not None and spec.num_samples < 1:
         raise invalid_argument("--num-samples", spec.num_samples, "an integer >= 1")
-    if spec.chunk_size < 1:
+    if spec.chunk_size is not None and spec.chunk_size < 1:
         raise invalid_argument("--chunk-size", spec.chunk_size, "an integer >= 1")
     t = spec.max_new_tokens if spec.max_new_tokens is not None else spec.num_draft_tokens + 1
     if t < 1:

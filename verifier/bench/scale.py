@@ -15,7 +15,8 @@ The suite sets no chunk size: the runner's default (:func:`verifier.runner.chunk
 
 ``--quick`` runs V in {384, 32000} x n = 2000.  ``--device cuda --dtype bfloat16`` runs the same
 grid on a GPU (refused cleanly, exit 2, without CUDA).  Cells over the time limit
-(``--timeout``, default 900 s) are recorded as such.
+(``--timeout``, default 900 s + 0.05 s per sample) are recorded as such.  Each row records the load
+average before and after (``load_avg``): on a shared machine CPU time is the comparable figure.
 
 Run: ``specverify bench scale [--quick] [--vocab 384 32000] [--samples 2000] [--out scale.json]``.
 """
@@ -34,7 +35,7 @@ from typing import Any
 
 from verifier.errors import EXIT_USAGE
 
-__all__ = ["HELP", "build_pair", "scale_suite", "measure", "register", "run"]
+__all__ = ["HELP", "build_pair", "scale_suite", "measure", "memory_plan", "default_timeout", "register", "run"]
 
 HELP = "Wall time per stage and peak RSS of the default cells at V = 384..256k, n = 2k..100k (random-init Llama pair)."
 
@@ -108,6 +109,7 @@ def measure(vocab: int, samples: int, work_dir: Path, *, device: str = "cpu", dt
     cmd = [sys.executable, "-m", "verifier.cli", "run", str(suite), "--run-dir", str(point / "run"), "--no-progress"]
     import threading
 
+    load_before = round(os.getloadavg()[0], 1) if hasattr(os, "getloadavg") else None
     t0 = time.perf_counter()
     log = point / "run.log"
     with open(log, "w", encoding="utf-8") as fh:
@@ -127,7 +129,8 @@ def measure(vocab: int, samples: int, work_dir: Path, *, device: str = "cpu", dt
     peak_kib = usage.ru_maxrss
     row: dict[str, Any] = {"vocab": vocab, "samples": samples, "wall_s": round(wall, 1), "exit_code": code,
                            "timed_out": timed_out, "peak_rss_gib": round(peak_kib / 2**20, 2), "device": device,
-                           "cpu_s": round(usage.ru_utime + usage.ru_stime, 1)}  # CPU time: wall on a shared machine overstates
+                           "cpu_s": round(usage.ru_utime + usage.ru_stime, 1),  # CPU time: wall on a shared machine overstates
+                           "load_avg": [load_before, round(os.getloadavg()[0], 1) if hasattr(os, "getloadavg") else None]}
     report = point / "run" / "report.json"
     if report.is_file():
         rep = json.loads(report.read_text(encoding="utf-8"))
@@ -139,6 +142,50 @@ def measure(vocab: int, samples: int, work_dir: Path, *, device: str = "cpu", dt
     return row
 
 
+def memory_plan(vocab: int, samples: int, num_draft_tokens: int = 2, max_new_tokens: int = 3,
+                available: int | None = -1) -> dict[str, int]:
+    """Bytes of the largest working arrays of each stage of one grid point (a dry estimate, no model run).
+
+    Parameters
+    ----------
+    vocab, samples : int
+        V and n of the grid point.
+    num_draft_tokens, max_new_tokens : int, defaults 2 and 3
+    available : int or None
+        Bytes of memory available (default -1: measured now; None: unknown) -- the batch budgets follow it.
+
+    Returns
+    -------
+    dict
+        ``sampler_chunk`` (float32 logits of one default chunk), ``models_batch`` (one batch of the
+        expected laws, float64), ``joint_law`` (kept joint outcomes: keys + masses), ``pit_batch``
+        (float32 logits of one PIT row batch, x 2 for the model's transients), ``per_sample`` (tokens,
+        PIT u's, accepted counts: O(n x T)), ``largest`` (the largest stage array plus ``per_sample``).
+        Nothing grows as n x V.
+    """
+    from verifier.runner import expected, memory, pitscore
+    from verifier.runner.chunking import default_chunk_size, sampler_bytes_per_row
+    from verifier.runner.guards import available_memory
+
+    avail = available_memory() if available == -1 else available
+    k, steps = int(num_draft_tokens), int(max_new_tokens)
+    chunk = default_chunk_size(vocab, k, avail)
+    law_rows = memory.rows_per_batch(vocab * 8 * 4, available=avail)
+    pit_rows = min(memory.rows_per_batch(steps * vocab * 4 * 2, available=avail), pitscore.MAX_ROWS)
+    plan = {"sampler_chunk": chunk * sampler_bytes_per_row(vocab, k),
+            "models_batch": law_rows * vocab * 8 * 4,
+            "joint_law": min(expected.MAX_JOINT_CATEGORIES, (vocab + 1) ** 2) * 16,
+            "pit_batch": pit_rows * steps * vocab * 4 * 2,
+            "per_sample": int(samples) * (steps * 8 * 2 + 8 * 2 * (k + 1))}
+    plan["largest"] = max(v for key, v in plan.items() if key != "per_sample") + plan["per_sample"]
+    return plan
+
+
+def default_timeout(samples: int) -> float:
+    """Seconds a grid point may run by default: 900 + 0.05 s per sample (the n = 100k point needs more than 900)."""
+    return 900.0 + 0.05 * int(samples)
+
+
 def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--vocab", type=int, nargs="+", default=None, metavar="V", help=f"Vocabulary sizes. Default: {' '.join(map(str, VOCABS))}.")
     parser.add_argument("--samples", type=int, nargs="+", default=None, metavar="N", help=f"Samples per point. Default: {' '.join(map(str, SAMPLES))}.")
@@ -146,7 +193,8 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="cpu", help="torch device of the models. Default: cpu.")
     parser.add_argument("--dtype", default="float32", help="Model dtype (bfloat16 on cuda). Default: float32.")
     parser.add_argument("--work-dir", default=None, metavar="DIR", help="Checkpoints and runs. Default: a temporary folder.")
-    parser.add_argument("--timeout", type=float, default=900.0, metavar="S", help="Seconds per grid point. Default: 900.")
+    parser.add_argument("--timeout", type=float, default=None, metavar="S",
+                        help="Seconds per grid point. Default: 900 + 0.05 x n (n = 100k: 5,900 s; a safety net, not the goal).")
     parser.add_argument("--out", default=None, metavar="FILE", help="Also write the rows as JSON.")
 
 
@@ -174,7 +222,8 @@ def run(args: argparse.Namespace) -> int:
     work.mkdir(parents=True, exist_ok=True)
     rows = []
     for vocab, samples in grid:
-        row = measure(vocab, samples, work, device=args.device, dtype=args.dtype, timeout=args.timeout)
+        timeout = args.timeout if args.timeout is not None else default_timeout(samples)
+        row = measure(vocab, samples, work, device=args.device, dtype=args.dtype, timeout=timeout)
         rows.append(row)
         print(json.dumps(row), flush=True)
     print(_markdown(rows))

@@ -107,8 +107,9 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sequential", action="store_true",
                         help="sample chunk by chunk and stop as soon as an anytime-valid e-process detects bias "
                              "or every cell is powered (alpha split half/half between e-processes and the fixed-n tests)")
-    parser.add_argument("--chunk-size", type=int, default=DEFAULT_CHUNK_SIZE, metavar="N",
-                        help=f"rows per generate() call, each chunk with its own seed. Default: {DEFAULT_CHUNK_SIZE}")
+    parser.add_argument("--chunk-size", type=int, default=None, metavar="N",
+                        help=f"rows per generate() call, each chunk with its own seed. Default: {DEFAULT_CHUNK_SIZE} up to "
+                             "vocabulary ~67k at K = 2, fewer above (the sampler's logits fit 1 GiB: 131 at 256k)")
     parser.add_argument("--max-new-tokens", type=int, default=None, metavar="T",
                         help="Default: K + 1 (the first round with its bonus token); 4 in black-box mode")
     parser.add_argument("--num-draws", type=int, default=200_000, metavar="N", help="kernel mode: draws per case. Default: 200000")

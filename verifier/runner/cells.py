@@ -18,7 +18,7 @@ from typing import Callable
 import numpy as np
 
 from verifier.errors import ConfigError
-from verifier.runner import acceptance, analysis, expected, greedy
+from verifier.runner import acceptance, analysis, expected, greedy, pitscore
 from verifier.runner.context import SuiteContext
 from verifier.runner.models import LoadedPair
 from verifier.runner.plan import SampleSetPlan
@@ -133,12 +133,15 @@ def set_cells(ctx: SuiteContext, plan: SampleSetPlan, tokens: np.ndarray,
     if "pit" in spec.tests:
         u_parts, violations = [], []
         vrng = np.random.default_rng(stream_seed(suite.seed, "pit|" + plan.key))  # independent of the decoder
-        for rows, probs in pair.reference.teacher_forced(plan.prompt_ids, tokens, plan.sampling):
-            tk = tokens[rows]
-            live = tk != -1
-            u, bad = analysis.randomized_pit(tk[live], probs[live], vrng)
-            u_parts.append(u)
-            violations.extend(bad)
+        if pitscore.fast_pit_applies(pair.reference, plan.sampling):  # float32 logits, no [rows, T, V] float64
+            u_parts, violations = pitscore.pit_values(pair.reference, plan.prompt_ids, tokens, plan.sampling, vrng)
+        else:
+            for rows, probs in pair.reference.teacher_forced(plan.prompt_ids, tokens, plan.sampling):
+                tk = tokens[rows]
+                live = tk != -1
+                u, bad = analysis.randomized_pit(tk[live], probs[live], vrng)
+                u_parts.append(u)
+                violations.extend(bad)
         u_all = np.concatenate(u_parts) if u_parts else np.zeros(0)
         cells.append(analysis.pit_cell(f"{base}/pit", u_all, cell_alpha=alpha, power=power,
                                        violations=tuple(violations), **meta))

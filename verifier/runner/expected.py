@@ -24,6 +24,7 @@ from verifier.errors import ConfigError
 from verifier.protocols import PADDING_TOKEN_ID
 from verifier.runner.memory import rows_per_batch
 from verifier.runner.models import ReferenceModel
+from verifier.runner.topmass import TopMass
 from verifier.sampling import SamplingConfig
 
 __all__ = ["PositionLaws", "position_laws", "accepted_count_law", "MAX_PREFIXES", "MAX_LAW_ELEMENTS",
@@ -176,20 +177,6 @@ class PositionLaws:
         return "(" + ",".join(reversed(parts)) + (",<ended>" * (jt - d)) + ")"
 
 
-def _top(keys: np.ndarray, mass: np.ndarray, cap: int) -> tuple[np.ndarray, np.ndarray, float]:
-    """The ``cap`` largest masses in key order (the input's order), and the mass dropped.
-
-    Which of equal masses at the boundary is kept is fixed by the input alone (``argpartition``
-    is deterministic), so the choice depends on the target only, never on the data.
-    """
-    if len(mass) <= cap:
-        return keys, mass, 0.0
-    order = np.argpartition(-mass, cap - 1)[:cap]
-    order.sort()  # keys are increasing in their arrays: keep row-major order
-    dropped = float(mass.sum() - mass[order].sum())
-    return keys[order], mass[order], dropped
-
-
 def position_laws(ref: ReferenceModel, prompt: tuple[int, ...], sampling: SamplingConfig,
                   max_position: int, joint_tokens: int = 0) -> PositionLaws:
     """Marginal laws of positions 1..``max_position`` and the joint law of the first ``joint_tokens``.
@@ -243,8 +230,8 @@ def position_laws(ref: ReferenceModel, prompt: tuple[int, ...], sampling: Sampli
             law[vocab + 1] = other_mass
         sparse = t == joint_tokens and (laws.pooled_from is not None or not dense_ok)
         joint = np.zeros((vocab + 1) ** joint_tokens) if t == joint_tokens and not sparse else None
-        cand_keys, cand_mass, dropped = [], [], 0.0
-        jkeys, jmass, jdropped = [np.zeros(0, dtype=np.int64)], [np.zeros(0)], 0.0
+        cand = TopMass(cap)  # the next level's prefixes: the target's top ``cap`` by mass (module topmass)
+        jtop = TopMass(MAX_JOINT_CATEGORIES) if sparse else None
         for s in range(0, m, batch):
             part = prefixes[s:s + batch]
             probs = ref.next_probs(part, sampling) if len(part) else np.zeros((0, vocab))
@@ -253,26 +240,18 @@ def position_laws(ref: ReferenceModel, prompt: tuple[int, ...], sampling: Sampli
             law[:vocab] += path.sum(axis=0)
             if joint is not None:
                 np.add.at(joint, (codes[s:s + batch, None] * (vocab + 1) + np.arange(vocab)[None, :]).ravel(), path.ravel())
-            if sparse:
-                r, x = np.nonzero(path > 0)
-                keys = offset + (s + r) * vocab + x
-                k2, m2, d2 = _top(np.concatenate([jkeys[0], keys]), np.concatenate([jmass[0], path[r, x]]), MAX_JOINT_CATEGORIES)
-                jkeys, jmass, jdropped = [k2], [m2], jdropped + d2
+            if jtop is not None:
+                jtop.offer_block(path, offset + s * vocab, vocab)
             if t == depth:
                 continue
-            keep = path > 0
             if eos is not None:
                 ended_mass += float(path[:, eos].sum())
                 if t < joint_tokens:
                     if dense_ok:
                         ended_codes.append((codes[s:s + batch] * (vocab + 1) + eos, path[:, eos].copy(), t))
                     sparse_ended.append((offset + (s + np.arange(len(part))) * vocab + eos, path[:, eos].copy()))
-                keep[:, eos] = False
-            r, x = np.nonzero(keep)
-            k2, m2, d2 = _top(np.concatenate(cand_keys + [(s + r) * vocab + x]),
-                              np.concatenate(cand_mass + [path[r, x]]), cap)
-            cand_keys, cand_mass, dropped = [k2], [m2], dropped + d2
-            del path, keep
+            cand.offer_block(path, s * vocab, vocab, exclude_col=eos)
+            del path
         laws.marginals[t] = law
         if joint is not None:
             for c, mass, d in ended_codes:  # rows ended at depth d: pad the remaining positions with "ended"
@@ -281,18 +260,15 @@ def position_laws(ref: ReferenceModel, prompt: tuple[int, ...], sampling: Sampli
                     pad = pad * (vocab + 1) + vocab
                 np.add.at(joint, c * (vocab + 1) ** (joint_tokens - d) + pad, mass)
             laws.joint = joint
-        if sparse:
-            keys = np.concatenate([jkeys[0]] + [k for k, _ in sparse_ended])
-            mass = np.concatenate([jmass[0]] + [w for _, w in sparse_ended])
-            keys, mass, d2 = _top(keys, mass, MAX_JOINT_CATEGORIES)
-            order = np.argsort(keys, kind="stable")
-            laws.joint_keys = keys[order]
-            laws.joint = np.concatenate([mass[order], [other_mass + jdropped + d2]])
+        if jtop is not None:
+            for keys, mass in sparse_ended:  # rows ended by EOS before J: outcomes of their own
+                jtop.offer(keys, mass)
+            laws.joint_keys, kept, jdropped = jtop.result()
+            laws.joint = np.concatenate([kept, [other_mass + jdropped]])
         if t == depth:
             break
-        child = cand_keys[0] if cand_keys else np.zeros(0, dtype=np.int64)
-        cmass = cand_mass[0] if cand_mass else np.zeros(0)
-        if dropped > 0:
+        child, cmass, dropped = cand.result()
+        if cand.num_dropped:
             laws.top_prefixes = cap
             laws.pooled_from = laws.pooled_from or t + 1
             other_mass += dropped

@@ -77,13 +77,21 @@ class ReferenceModel:
                 idx += shifted * self.vocab_size ** j
             out = self._log_table[idx]
             return out if keep is None else out[:, -keep:, :]
+        return self.float_logits(seqs, keep, dtype=torch.float64)
+
+    def float_logits(self, seqs: torch.Tensor, keep: int | None = None, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """A torch model's next-token logits after the prefixes of ``seqs``, on the CPU in ``dtype``.
+
+        (batch, seq) -> (batch, keep or seq, vocab); only the last ``keep`` positions go through the
+        output layer where the model's forward takes ``logits_to_keep``.
+        """
         device = next(self.model.parameters()).device
         kwargs = {"logits_to_keep": keep} if keep is not None and self._takes_logits_to_keep() else {}
         with torch.inference_mode():
             logits = self.model(seqs.to(device), **kwargs).logits
             if keep is not None:
                 logits = logits[:, -keep:, :]
-            return logits.to(device="cpu", dtype=torch.float64)
+            return logits.to(device="cpu", dtype=dtype)
 
     def _takes_logits_to_keep(self) -> bool:
         if not hasattr(self, "_keep_arg"):
