@@ -105,6 +105,24 @@ class SamplingConfig:
 GREEDY = SamplingConfig(temperature=0.0)
 
 
+def check_logits(x: torch.Tensor) -> None:
+    """Raise :class:`InvalidArgumentError` for logits with NaN or +inf, or a row that is all ``-inf``.
+
+    Parameters
+    ----------
+    x : torch.Tensor, shape (..., vocab), float
+
+    Raises
+    ------
+    InvalidArgumentError
+        ``logits`` contains NaN or +inf, or a row has no finite logit.
+    """
+    if torch.isnan(x).any() or torch.isposinf(x).any():
+        raise invalid_argument("logits", "<contains NaN or +inf>", "finite values or -inf")
+    if (x == -math.inf).all(dim=-1).any():
+        raise invalid_argument("logits", "<a row is all -inf>", "at least one finite logit per row")
+
+
 def processed_probs(
     logits: torch.Tensor | np.ndarray,
     sampling: SamplingConfig,
@@ -148,10 +166,7 @@ def processed_probs(
     finite = math.isfinite(float(raw.sum()))
     x = raw.to(torch.float64)
     if not finite:
-        if torch.isnan(x).any() or torch.isposinf(x).any():
-            raise invalid_argument("logits", "<contains NaN or +inf>", "finite values or -inf")
-        if (x == -math.inf).all(dim=-1).any():
-            raise invalid_argument("logits", "<a row is all -inf>", "at least one finite logit per row")
+        check_logits(x)
 
     if sampling.repetition_penalty is not None and sampling.repetition_penalty != 1.0:
         if context_token_mask is None:

@@ -38,7 +38,7 @@ from verifier.decoders import _fused
 from verifier.decoders.kernels import residual_or_target
 from verifier.errors import invalid_argument
 from verifier.protocols import PADDING_TOKEN_ID
-from verifier.sampling import SamplingConfig
+from verifier.sampling import SamplingConfig, check_logits
 
 __all__ = ["AUTO_FLOAT32_ABOVE", "BLOCK", "PRECISIONS", "resolve_precision", "processed_logits", "block_sums",
            "inverse_cdf", "law_at", "law_rows", "propose", "verify_round"]
@@ -97,16 +97,8 @@ def processed_logits(logits: torch.Tensor, sampling: SamplingConfig, seen: torch
     """
     x = logits if logits.dtype == torch.float32 else logits.to(torch.float32)
     if not math.isfinite(float(x.sum())):  # as processed_probs: one cheap pass, exact checks only when it overflows
-        _check_logits(x)
+        check_logits(x)
     return _process(x, sampling, seen)
-
-
-def _check_logits(x: torch.Tensor) -> None:
-    """Raise what :func:`verifier.sampling.processed_probs` raises for NaN, +inf or an all ``-inf`` row."""
-    if torch.isnan(x).any() or torch.isposinf(x).any():
-        raise invalid_argument("logits", "<contains NaN or +inf>", "finite values or -inf")
-    if (x == -math.inf).all(dim=-1).any():
-        raise invalid_argument("logits", "<a row is all -inf>", "at least one finite logit per row")
 
 
 def _plain(sampling: SamplingConfig, vocab: int) -> bool:
@@ -283,7 +275,7 @@ def _weights(logits: torch.Tensor, sampling: SamplingConfig, seen: torch.Tensor 
     sums = sums32.to(torch.float64) if whole else block_sums(w)
     total = sums.sum(-1)
     if not bool((total > 0).all()) or not math.isfinite(float(total.sum())):
-        _check_logits(logits if rows is None else logits.index_select(0, rows))
+        check_logits(logits if rows is None else logits.index_select(0, rows))
         raise invalid_argument("logits", "<a row without positive processed probs>", "finite logits")  # not reached
     return w, sums
 
