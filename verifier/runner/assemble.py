@@ -16,7 +16,9 @@ OVERALL = {0: "PASS", 1: "FAIL", 2: "ERROR", 3: "ERROR", 4: "UNDERPOWERED"}  # e
 
 
 def environment(suite: Suite) -> dict[str, Any]:
-    """Python, platform, package versions, the suite's devices and dtypes, CPU count."""
+    """Python, platform, package versions, the suite's devices and dtypes, CPU count, and the
+    ``GLIBC_TUNABLES`` the job ran with (``specverify run`` sets huge-page malloc, see
+    :mod:`verifier.cli._isolate`; None when unset)."""
     import importlib.metadata as md
 
     versions = {}
@@ -28,7 +30,8 @@ def environment(suite: Suite) -> dict[str, Any]:
     devices = sorted({p.device for p in suite.models.values()})
     dtypes = sorted({p.dtype for p in suite.models.values()})
     return {"python": platform.python_version(), "platform": platform.platform(), "versions": versions,
-            "devices": devices, "dtypes": dtypes, "cpu_count": os.cpu_count()}
+            "devices": devices, "dtypes": dtypes, "cpu_count": os.cpu_count(),
+            "glibc_tunables": os.environ.get("GLIBC_TUNABLES") or None}
 
 
 def build_report(suite: Suite, env: dict, exact: dict, verdicts: list[DecoderVerdict], sets_info: list[dict],
