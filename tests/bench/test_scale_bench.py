@@ -51,3 +51,9 @@ def test_default_timeout_leaves_room_for_the_100k_point():
     from verifier.bench.scale import default_timeout
 
     assert default_timeout(2_000) == 1000 and default_timeout(100_000) == 5900
+
+
+@pytest.mark.parametrize("threads", ["0", "-2"])
+def test_bench_scale_refuses_a_thread_count_below_one(capsys, threads):
+    assert main(["bench", "scale", "--quick", "--threads", threads]) == EXIT_USAGE
+    assert f"--threads={threads}" in capsys.readouterr().err

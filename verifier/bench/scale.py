@@ -99,14 +99,18 @@ expect = "pass"
 
 
 def measure(vocab: int, samples: int, work_dir: Path, *, device: str = "cpu", dtype: str = "float32",
-            timeout: float = 900.0) -> dict[str, Any]:
-    """Run one grid point in a child process; returns wall time, stage seconds, peak RSS (GiB), exit code, verdict."""
+            timeout: float = 900.0, threads: int = 1) -> dict[str, Any]:
+    """Run one grid point in a child process; returns wall time, stage seconds, peak RSS (GiB), exit code, verdict.
+
+    ``threads`` is passed on as ``specverify run --threads`` (torch intra-op threads of the models'
+    forward passes and the sampler; default 1, the run's own default)."""
     target, draft = build_pair(vocab, work_dir)
     point = work_dir / f"v{vocab}-n{samples}-{int(time.time())}"
     point.mkdir(parents=True)
     suite = point / "suite.toml"
     suite.write_text(scale_suite(target, draft, vocab, samples, device, dtype), encoding="utf-8")
-    cmd = [sys.executable, "-m", "verifier.cli", "run", str(suite), "--run-dir", str(point / "run"), "--no-progress"]
+    cmd = [sys.executable, "-m", "verifier.cli", "run", str(suite), "--run-dir", str(point / "run"), "--no-progress",
+           "--threads", str(int(threads))]
     import threading
 
     load_before = round(os.getloadavg()[0], 1) if hasattr(os, "getloadavg") else None
@@ -129,6 +133,7 @@ def measure(vocab: int, samples: int, work_dir: Path, *, device: str = "cpu", dt
     peak_kib = usage.ru_maxrss
     row: dict[str, Any] = {"vocab": vocab, "samples": samples, "wall_s": round(wall, 1), "exit_code": code,
                            "timed_out": timed_out, "peak_rss_gib": round(peak_kib / 2**20, 2), "device": device,
+                           "threads": int(threads),
                            "cpu_s": round(usage.ru_utime + usage.ru_stime, 1),  # CPU time: wall on a shared machine overstates
                            "load_avg": [load_before, round(os.getloadavg()[0], 1) if hasattr(os, "getloadavg") else None]}
     report = point / "run" / "report.json"
@@ -195,15 +200,18 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--work-dir", default=None, metavar="DIR", help="Checkpoints and runs. Default: a temporary folder.")
     parser.add_argument("--timeout", type=float, default=None, metavar="S",
                         help="Seconds per grid point. Default: 900 + 0.05 x n (n = 100k: 5,900 s; a safety net, not the goal).")
+    parser.add_argument("--threads", type=int, default=1, metavar="N",
+                        help="torch threads of each run (`specverify run --threads`): 2 uses both cores of a 2-core "
+                             "machine for the forward passes (idle machine only). Default: 1, the run's default.")
     parser.add_argument("--out", default=None, metavar="FILE", help="Also write the rows as JSON.")
 
 
 def _markdown(rows: list[dict[str, Any]]) -> str:
-    lines = ["| V | n | wall s | CPU s | models s | sampling s | statistics s | reports s | peak RSS GiB | exit | verdict |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| V | n | threads | wall s | CPU s | models s | sampling s | statistics s | reports s | peak RSS GiB | exit | verdict |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         st = r.get("stage_seconds", {})
-        lines.append(f"| {r['vocab']:,} | {r['samples']:,} | {r['wall_s']}{' (timeout)' if r['timed_out'] else ''} | {r.get('cpu_s', '-')} | "
+        lines.append(f"| {r['vocab']:,} | {r['samples']:,} | {r.get('threads', 1)} | {r['wall_s']}{' (timeout)' if r['timed_out'] else ''} | {r.get('cpu_s', '-')} | "
                      f"{st.get('models', '-')} | {st.get('sampling', '-')} | {st.get('statistics', '-')} | "
                      f"{st.get('reports', '-')} | {r['peak_rss_gib']} | {r['exit_code']} | {r.get('verdict', '-')} |")
     return "\n".join(lines)
@@ -217,13 +225,17 @@ def run(args: argparse.Namespace) -> int:
             print(f"specverify bench scale: --device={args.device!r} but CUDA is not available here; allowed: "
                   "--device cpu, or run on a machine with an NVIDIA GPU", file=sys.stderr)
             return EXIT_USAGE
+    if args.threads < 1:
+        print(f"specverify bench scale: --threads={args.threads} is not allowed; allowed: a whole number >= 1",
+              file=sys.stderr)
+        return EXIT_USAGE
     grid = list(QUICK) if args.quick else [(v, n) for v in (args.vocab or VOCABS) for n in (args.samples or SAMPLES)]
     work = Path(args.work_dir) if args.work_dir else Path(tempfile.mkdtemp(prefix="specverify-scale-"))
     work.mkdir(parents=True, exist_ok=True)
     rows = []
     for vocab, samples in grid:
         timeout = args.timeout if args.timeout is not None else default_timeout(samples)
-        row = measure(vocab, samples, work, device=args.device, dtype=args.dtype, timeout=timeout)
+        row = measure(vocab, samples, work, device=args.device, dtype=args.dtype, timeout=timeout, threads=args.threads)
         rows.append(row)
         print(json.dumps(row), flush=True)
     print(_markdown(rows))
