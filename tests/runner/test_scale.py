@@ -76,7 +76,10 @@ def test_audit_suites_without_chunk_size_adapt_it_to_the_vocabulary():
         return raw, plan_sample_sets(suite, {("audit", "p0"): (1, 2)}, {"audit": vocab})
 
     raw, p = plans(AuditSpec(decoder="reference", target="shipped:target", num_draft_tokens=2), 256_000)
-    assert "chunk_size" not in raw["defaults"] and p[0].chunk_size == 131
+    from verifier.runner.chunking import default_chunk_size
+
+    # the runner's default (131 rows with 4+ GiB available; smaller when another job leaves less)
+    assert "chunk_size" not in raw["defaults"] and p[0].chunk_size == default_chunk_size(256_000, 2)
     assert plans(AuditSpec(decoder="reference", target="shipped:target", num_draft_tokens=2), 384)[1][0].chunk_size == 500
     explicit = AuditSpec(decoder="reference", target="shipped:target", num_draft_tokens=2, chunk_size=250)
     assert plans(explicit, 256_000)[1][0].chunk_size == 250
@@ -89,4 +92,8 @@ def test_blackbox_default_chunk_adapts_to_the_vocabulary():
     blackbox_audit(small, _Recorder(), [[0]], SamplingConfig(), num_samples=700, max_new_tokens=1, vocab_size=3, seed=1)
     blackbox_audit(large, _Recorder(), [[0]], SamplingConfig(), num_samples=200, max_new_tokens=1, vocab_size=256_000, seed=1)
     assert [n for n, _ in small.calls] == [500, 200]  # small vocabularies: as before
-    assert [n for n, _ in large.calls] == [87, 87, 26]  # V = 256k: rows whose logits fit the sampler budget (k = 4)
+    from verifier.runner.chunking import default_chunk_size
+
+    rows = default_chunk_size(256_000, 4)  # 87 with 4+ GiB available (1 GiB budget); smaller when another job leaves less
+    assert default_chunk_size(256_000, 4, available=16 * 2**30) == 87
+    assert [n for n, _ in large.calls] == [rows] * (200 // rows) + ([200 % rows] if 200 % rows else [])
