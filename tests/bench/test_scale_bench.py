@@ -62,3 +62,30 @@ def test_default_timeout_leaves_room_for_the_100k_point():
 def test_bench_scale_refuses_a_thread_count_below_one(capsys, threads):
     assert main(["bench", "scale", "--quick", "--threads", threads]) == EXIT_USAGE
     assert f"--threads={threads}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, named", [
+    (["--vocab", "0"], "--vocab=0"),
+    (["--vocab", "384", "-5"], "--vocab=-5"),
+    (["--samples", "0"], "--samples=0"),
+    (["--timeout", "nan"], "--timeout=nan"),
+    (["--timeout", "-3"], "--timeout=-3.0"),
+    (["--dtype", "banana"], "--dtype='banana'"),
+    (["--device", "banana"], "--device='banana'"),
+    (["--out", "/nonexistent-folder/scale.json"], "--out='/nonexistent-folder/scale.json'"),
+])
+def test_bench_scale_refuses_bad_arguments_before_building_anything(argv, named, tmp_path, capsys):
+    """Break-it: each of these ran the whole grid (building checkpoints, minutes per V) and exited 0 with
+    every row failing, or ended in a traceback after the grid (an --out in a missing folder lost the rows)."""
+    work = tmp_path / "work"
+    assert main(["bench", "scale", "--work-dir", str(work), *argv]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert named in err and "allowed" in err and "Traceback" not in err
+    assert not work.exists()  # refused before the first checkpoint
+
+
+def test_bench_scale_refuses_a_work_dir_that_is_a_file(tmp_path, capsys):
+    file = tmp_path / "file"
+    file.write_text("x")
+    assert main(["bench", "scale", "--work-dir", str(file), "--vocab", "384", "--samples", "10"]) == EXIT_USAGE
+    assert "--work-dir" in capsys.readouterr().err

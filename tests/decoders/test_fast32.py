@@ -113,6 +113,27 @@ def test_float32_law_is_within_1e_5_tv_of_the_float64_processed_probs(cfg):
     assert torch.equal(law > 0, exact > 0)
 
 
+@pytest.mark.parametrize("top_p", [0.4, 0.5, 0.6, 0.8, 0.9])
+def test_top_p_cut_on_a_mass_equal_to_top_p_is_float64s(top_p):
+    """Break-it: rows of the standard tabular tables whose cumulative mass equals top_p (0.5 + 0.3 at 0.8,
+    0.6 at 0.6, ...) were cut on the other side by float32 rounding: TV 0.1-0.44 per row against
+    processed_probs, and a run of the reference with precision = "float32" at top_p 0.8 on trigram3 was
+    BIAS DETECTED.  Such rows now take float64's set; every other row keeps the float32 cut."""
+    rows = {}
+    for pair in standard_tabular_pairs().values():
+        for model in (pair.target, pair.draft):
+            for ctx in model.contexts:
+                rows.setdefault(model.vocab_size, []).append([float(v) for v in model.probs(ctx)])
+    for table in rows.values():
+        probs = torch.tensor(table, dtype=torch.float64)
+        logits = torch.where(probs > 0, probs.log(), -math.inf)
+        for cfg in (SamplingConfig(top_p=top_p), SamplingConfig(top_p=top_p, top_k=2)):
+            law = _fast32.law_rows(*_fast32._weights(logits, cfg, None))
+            exact = processed_probs(logits, cfg)
+            assert torch.equal(law > 0, exact > 0), cfg.label()
+            assert float((0.5 * (law - exact).abs().sum(-1)).max()) < 1e-6, cfg.label()
+
+
 @pytest.mark.parametrize("temperature", [0.3, 0.7, 1.3, 3.0])
 def test_top_k_keeps_float64s_set_when_float32_division_ties_neighbours(temperature):
     """The k-th and (k+1)-th logits one float32 ulp apart, with x / T equal in float32 (found by search, 4 of 4

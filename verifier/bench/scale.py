@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -33,7 +34,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from verifier.errors import EXIT_USAGE
+from verifier.errors import EXIT_USAGE, invalid_argument
 
 __all__ = ["HELP", "build_pair", "scale_suite", "measure", "memory_plan", "default_timeout", "register", "run"]
 
@@ -43,6 +44,8 @@ VOCABS = (384, 32_000, 128_256, 256_000)
 SAMPLES = (2_000, 20_000, 100_000)
 QUICK = ((384, 2_000), (32_000, 2_000))
 PROMPT = (1, 2, 3)
+MIN_VOCAB = 8  # the prompt ids 1..3 and EOS = V - 1 must be distinct tokens of a non-trivial law
+DTYPES = ("float32", "float64", "bfloat16", "float16")  # as `specverify run --dtype`
 
 
 def build_pair(vocab: int, work_dir: Path, seed: int = 0) -> tuple[Path, Path]:
@@ -217,7 +220,40 @@ def _markdown(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def _run_iv(args: argparse.Namespace) -> None:
+    """Refuse bad arguments before the first checkpoint is built (a grid point can take an hour).
+
+    Raises
+    ------
+    InvalidArgumentError
+        ``--vocab`` below :data:`MIN_VOCAB`, ``--samples`` below 1, a ``--timeout`` that is not a finite
+        number > 0, a ``--dtype`` not in :data:`DTYPES`, a ``--device`` torch does not parse, a
+        ``--work-dir`` that is a file, or an ``--out`` whose folder does not exist.
+    """
+    for v in args.vocab or ():
+        if v < MIN_VOCAB:
+            raise invalid_argument("--vocab", v, f"integers >= {MIN_VOCAB}")
+    for n in args.samples or ():
+        if n < 1:
+            raise invalid_argument("--samples", n, "integers >= 1")
+    if args.timeout is not None and not (math.isfinite(args.timeout) and args.timeout > 0):
+        raise invalid_argument("--timeout", args.timeout, "a finite number of seconds > 0")
+    if args.dtype not in DTYPES:
+        raise invalid_argument("--dtype", args.dtype, " | ".join(DTYPES))
+    import torch
+
+    try:
+        torch.device(args.device)
+    except (RuntimeError, ValueError):
+        raise invalid_argument("--device", args.device, "a torch device: cpu, cuda, cuda:N") from None
+    if args.work_dir and Path(args.work_dir).exists() and not Path(args.work_dir).is_dir():
+        raise invalid_argument("--work-dir", args.work_dir, "a folder (or a path to create one)")
+    if args.out and not Path(args.out).resolve().parent.is_dir():
+        raise invalid_argument("--out", args.out, "a file in an existing folder")
+
+
 def run(args: argparse.Namespace) -> int:
+    _run_iv(args)
     if args.device.startswith("cuda"):
         import torch
 

@@ -38,7 +38,7 @@ from verifier.decoders import _fused
 from verifier.decoders.kernels import residual_or_target
 from verifier.errors import invalid_argument
 from verifier.protocols import PADDING_TOKEN_ID
-from verifier.sampling import SamplingConfig, check_logits
+from verifier.sampling import SamplingConfig, check_logits, processed_probs
 
 __all__ = ["AUTO_FLOAT32_ABOVE", "BLOCK", "PRECISIONS", "resolve_precision", "processed_logits", "block_sums",
            "inverse_cdf", "law_at", "law_rows", "propose", "verify_round"]
@@ -47,6 +47,8 @@ PRECISIONS = ("auto", "float64", "float32")
 AUTO_FLOAT32_ABOVE = 65_536  # "auto": float64 up to this vocabulary (shipped, ci and Llama-2-size suites keep their tokens)
 BLOCK = 256  # inverse-CDF block: one float64 cumsum over V / BLOCK block sums, one over a single block
 ROW_BYTES = 32 * 2**20  # float32 weights of one position per row block (reused buffer): the draws' op overhead is per block
+TOP_P_MARGIN = 5e-7  # x (1 + max |logit / T|): a bound on float32 rounding of a top-p mass (cast, / T, x - max, exp)
+TOP_P_STAKE = 1e-5  # a token whose top-p membership rounding could flip takes float64's cut from this mass up
 CACHE_BYTES = 2**20  # float32 logits per sub-block of the softmax and block sums (~L2; 1 MiB measured best of 0.5-2)
 
 
@@ -98,7 +100,7 @@ def processed_logits(logits: torch.Tensor, sampling: SamplingConfig, seen: torch
     x = logits if logits.dtype == torch.float32 else logits.to(torch.float32)
     if not math.isfinite(float(x.sum())):  # as processed_probs: one cheap pass, exact checks only when it overflows
         check_logits(x)
-    return _process(x, sampling, seen)
+    return _process(x, sampling, seen, logits)
 
 
 def _plain(sampling: SamplingConfig, vocab: int) -> bool:
@@ -108,8 +110,10 @@ def _plain(sampling: SamplingConfig, vocab: int) -> bool:
             and (sampling.repetition_penalty is None or sampling.repetition_penalty == 1.0))
 
 
-def _process(x: torch.Tensor, sampling: SamplingConfig, seen: torch.Tensor | None) -> torch.Tensor:
-    """:func:`processed_logits` without the finiteness checks (float32 ``x``)."""
+def _process(x: torch.Tensor, sampling: SamplingConfig, seen: torch.Tensor | None,
+             source: torch.Tensor | None = None) -> torch.Tensor:
+    """:func:`processed_logits` without the finiteness checks (float32 ``x``; ``source``: the same rows as
+    given, before the float32 cast, for the rows whose top-p cut float32 rounding could move)."""
     vocab = x.shape[-1]
     top_k = sampling.top_k is not None and sampling.top_k < vocab
     if sampling.repetition_penalty is not None and sampling.repetition_penalty != 1.0:
@@ -138,7 +142,20 @@ def _process(x: torch.Tensor, sampling: SamplingConfig, seen: torch.Tensor | Non
         keep_sorted = cum - sorted_w < sampling.top_p * cum[..., -1:]  # the last kept: the first reaching top_p
         keep_sorted[..., 0] = True
         threshold = torch.where(keep_sorted, sorted_w, math.inf).amin(dim=-1, keepdim=True).to(torch.float32)
-        x = x.masked_fill(weights < threshold, -math.inf)  # every token tied with the last kept stays
+        cut = x.masked_fill(weights < threshold, -math.inf)  # every token tied with the last kept stays
+        # the mass before a token within float32 rounding of top_p (e.g. 0.5 + 0.3 at top_p 0.8): float32
+        # and float64 may cut on either side of it, and a token of mass m moves (TV 0.2 on a tabular row);
+        # rows where such a token holds >= TOP_P_STAKE take float64's set (processed_probs on the logits as
+        # given); below it the move stays within the path's TV contract (1e-5 per row)
+        spread = torch.where(torch.isfinite(x), x.abs(), 0.0).amax(dim=-1, keepdim=True).to(torch.float64)
+        total = cum[..., -1:]
+        near = ((cum - sorted_w) - sampling.top_p * total).abs() <= TOP_P_MARGIN * (1.0 + spread) * total
+        rows = torch.nonzero((near & (sorted_w >= TOP_P_STAKE * total)).any(dim=-1)).flatten()
+        if rows.numel():
+            src = (x if source is None else source).index_select(0, rows)
+            keep = processed_probs(src, sampling, None if seen is None else seen.index_select(0, rows)) > 0
+            cut[rows] = x.index_select(0, rows).masked_fill(~keep, -math.inf)
+        x = cut
     return x
 
 
@@ -265,10 +282,12 @@ def _weights(logits: torch.Tensor, sampling: SamplingConfig, seen: torch.Tensor 
     for start in range(0, n, step):
         part = slice(start, min(n, start + step))
         x = logits[part] if rows is None else torch.index_select(logits, 0, rows[part], out=buf[:part.stop - start])
+        source = x
         if x.dtype != torch.float32:
             x = x.to(torch.float32)
         if not plain:
-            x = _process(x, sampling, None if seen is None else seen[part] if rows is None else seen.index_select(0, rows[part]))
+            x = _process(x, sampling, None if seen is None else seen[part] if rows is None else seen.index_select(0, rows[part]),
+                         source)
         torch.softmax(x, dim=-1, out=w[part])
         if whole:
             torch.sum(w[part].view(-1, vocab // BLOCK, BLOCK), dim=-1, out=sums32[part])

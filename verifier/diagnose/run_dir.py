@@ -29,6 +29,11 @@ DIAGNOSED_VERDICT = "BIAS DETECTED"
 # most this many entries (rows x tokens x vocab): O(T x V) per distinct row and per likelihood evaluation, about
 # 40 evaluations; measured 0.3-0.6 s CPU at the shipped vocab (384, n = 3000, 3 tokens: 150-1200 distinct rows)
 AUTO_FIT_MAX_ENTRIES = 20_000_000
+# ... and diagnoses a sample set at all only up to this many entries: the likelihoods keep ~11 float64 arrays of
+# that size (measured 86 B per entry at V = 32k: 16 GiB for 2,000 distinct rows x 3 tokens, which got the run
+# killed by the kernel after its verdict was known, exit 3 and no reports); larger sets are left to `specverify diagnose`
+AUTO_DIAGNOSE_MAX_ENTRIES = 50_000_000
+BYTES_PER_ENTRY = 86
 CELL_BIAS = "BIAS"
 
 
@@ -96,7 +101,7 @@ def _diagnose_decoders(report, plans, pairs, store, decoders, with_fits, log) ->
     out = []
     for name in names:
         biased = verdicts.get(name) == DIAGNOSED_VERDICT
-        sets, rankings, cache = [], [], {}
+        sets, rankings, cache, too_large = [], [], {}, None
         for plan in (p for p in plans if p.decoder.name == name):
             entry = {"set_id": plan.set_id, "set": plan.label, "sampling": plan.sampling_name,
                      "biased": _set_biased(report, plan.set_id)}
@@ -111,6 +116,13 @@ def _diagnose_decoders(report, plans, pairs, store, decoders, with_fits, log) ->
                 continue
             pair = pairs[plan.pair]
             entries = len(np.unique(tokens, axis=0)) * tokens.shape[1] * pair.vocab_size
+            if with_fits == "small" and entries > AUTO_DIAGNOSE_MAX_ENTRIES:
+                entry["note"] = too_large = (
+                    f"not diagnosed automatically: the teacher-forced probs of its distinct rows hold {entries:,} "
+                    f"entries (rows x tokens x vocab) > {AUTO_DIAGNOSE_MAX_ENTRIES:,}, about "
+                    f"{entries * BYTES_PER_ENTRY / 2**30:.1f} GiB; run `specverify diagnose RUN_DIR` where that fits")
+                sets.append(entry)
+                continue
             fits = with_fits is True or (with_fits == "small" and entries <= AUTO_FIT_MAX_ENTRIES)
             res = diagnose_sample_set(pair.reference, pair.draft_reference, plan.prompt_ids, plan.sampling,
                                       plan.num_draft_tokens, tokens, bias_detected=entry["biased"], origins=origins,
@@ -147,7 +159,7 @@ def _diagnose_decoders(report, plans, pairs, store, decoders, with_fits, log) ->
             item["ranking"] = total.to_dict()
             item["configs"] = _config_sentence(sets)
         else:
-            item["status"], item["sentence"] = "not diagnosed", "no sample set to diagnose"
+            item["status"], item["sentence"] = "not diagnosed", too_large or "no sample set to diagnose"
         if log:
             log(f"diagnosis {name}: {item['sentence']}")
         out.append(item)
