@@ -60,3 +60,11 @@ def test_a_set_over_the_budget_is_left_to_specverify_diagnose(tmp_path, monkeypa
     # on demand the budget does not apply: the user asked for it
     assert main(["diagnose", str(out)]) == 0
     assert "full_p_fallback: consistent with full_p_fallback" in capsys.readouterr().out
+
+
+def test_the_budget_shrinks_with_the_memory_available():
+    """A cap in bytes against the memory available (issue 17 part 1), not only a fixed count of entries."""
+    assert diag_run_dir.auto_diagnose_budget(available=None) == diag_run_dir.AUTO_DIAGNOSE_MAX_ENTRIES
+    assert diag_run_dir.auto_diagnose_budget(available=64 * 2**30) == diag_run_dir.AUTO_DIAGNOSE_MAX_ENTRIES
+    small = diag_run_dir.auto_diagnose_budget(available=2 * 2**30)
+    assert small * diag_run_dir.BYTES_PER_ENTRY <= 2**30 < (small + 1) * diag_run_dir.BYTES_PER_ENTRY

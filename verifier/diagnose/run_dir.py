@@ -34,6 +34,19 @@ AUTO_FIT_MAX_ENTRIES = 20_000_000
 # killed by the kernel after its verdict was known, exit 3 and no reports); larger sets are left to `specverify diagnose`
 AUTO_DIAGNOSE_MAX_ENTRIES = 50_000_000
 BYTES_PER_ENTRY = 86
+AUTO_DIAGNOSE_MEMORY_SHARE = 0.5  # ... and only while those bytes fit this share of the memory available now
+
+
+def auto_diagnose_budget(available: int | None = -1) -> int:
+    """Entries (rows x tokens x vocab) the automatic diagnosis takes on: :data:`AUTO_DIAGNOSE_MAX_ENTRIES`,
+    lowered to :data:`AUTO_DIAGNOSE_MEMORY_SHARE` of ``available`` bytes (default: measured now; None: unknown)
+    at :data:`BYTES_PER_ENTRY` each."""
+    from verifier.runner.guards import available_memory
+
+    available = available_memory() if available == -1 else available
+    if available is None:
+        return AUTO_DIAGNOSE_MAX_ENTRIES
+    return int(min(AUTO_DIAGNOSE_MAX_ENTRIES, AUTO_DIAGNOSE_MEMORY_SHARE * available // BYTES_PER_ENTRY))
 CELL_BIAS = "BIAS"
 
 
@@ -116,10 +129,11 @@ def _diagnose_decoders(report, plans, pairs, store, decoders, with_fits, log) ->
                 continue
             pair = pairs[plan.pair]
             entries = len(np.unique(tokens, axis=0)) * tokens.shape[1] * pair.vocab_size
-            if with_fits == "small" and entries > AUTO_DIAGNOSE_MAX_ENTRIES:
+            budget = auto_diagnose_budget() if with_fits == "small" else None
+            if budget is not None and entries > budget:
                 entry["note"] = too_large = (
                     f"not diagnosed automatically: the teacher-forced probs of its distinct rows hold {entries:,} "
-                    f"entries (rows x tokens x vocab) > {AUTO_DIAGNOSE_MAX_ENTRIES:,}, about "
+                    f"entries (rows x tokens x vocab) > {budget:,} (the budget for the memory available), about "
                     f"{entries * BYTES_PER_ENTRY / 2**30:.1f} GiB; run `specverify diagnose RUN_DIR` where that fits")
                 sets.append(entry)
                 continue
