@@ -17,7 +17,7 @@ OVERALL = {0: "PASS", 1: "FAIL", 2: "ERROR", 3: "ERROR", 4: "UNDERPOWERED"}  # e
 
 def environment(suite: Suite) -> dict[str, Any]:
     """Python, platform, package versions, the suite's devices and dtypes, CPU count, and the
-    ``GLIBC_TUNABLES`` the job ran with (``specverify run`` sets huge-page malloc, see
+    ``GLIBC_TUNABLES`` the job ran with (``SPECVERIFY_HUGEPAGES=1`` adds huge-page malloc, see
     :mod:`verifier.cli._isolate`; None when unset)."""
     import importlib.metadata as md
 
