@@ -227,7 +227,7 @@ def _run_iv(args: argparse.Namespace) -> None:
     ------
     InvalidArgumentError
         ``--vocab`` below :data:`MIN_VOCAB`, ``--samples`` below 1, a ``--timeout`` that is not a finite
-        number > 0, a ``--dtype`` not in :data:`DTYPES`, a ``--device`` torch does not parse, a
+        number > 0, ``--threads`` below 1, a ``--dtype`` not in :data:`DTYPES`, a ``--device`` torch does not parse, a
         ``--work-dir`` that is a file, or an ``--out`` whose folder does not exist.
     """
     for v in args.vocab or ():
@@ -236,6 +236,8 @@ def _run_iv(args: argparse.Namespace) -> None:
     for n in args.samples or ():
         if n < 1:
             raise invalid_argument("--samples", n, "integers >= 1")
+    if args.threads < 1:
+        raise invalid_argument("--threads", args.threads, "a whole number >= 1")
     if args.timeout is not None and not (math.isfinite(args.timeout) and args.timeout > 0):
         raise invalid_argument("--timeout", args.timeout, "a finite number of seconds > 0")
     if args.dtype not in DTYPES:
@@ -261,10 +263,6 @@ def run(args: argparse.Namespace) -> int:
             print(f"specverify bench scale: --device={args.device!r} but CUDA is not available here; allowed: "
                   "--device cpu, or run on a machine with an NVIDIA GPU", file=sys.stderr)
             return EXIT_USAGE
-    if args.threads < 1:
-        print(f"specverify bench scale: --threads={args.threads} is not allowed; allowed: a whole number >= 1",
-              file=sys.stderr)
-        return EXIT_USAGE
     grid = list(QUICK) if args.quick else [(v, n) for v in (args.vocab or VOCABS) for n in (args.samples or SAMPLES)]
     work = Path(args.work_dir) if args.work_dir else Path(tempfile.mkdtemp(prefix="specverify-scale-"))
     work.mkdir(parents=True, exist_ok=True)

@@ -35,6 +35,7 @@ AUTO_FIT_MAX_ENTRIES = 20_000_000
 AUTO_DIAGNOSE_MAX_ENTRIES = 50_000_000
 BYTES_PER_ENTRY = 86
 AUTO_DIAGNOSE_MEMORY_SHARE = 0.5  # ... and only while those bytes fit this share of the memory available now
+CELL_BIAS = "BIAS"
 
 
 def auto_diagnose_budget(available: int | None = -1) -> int:
@@ -47,7 +48,6 @@ def auto_diagnose_budget(available: int | None = -1) -> int:
     if available is None:
         return AUTO_DIAGNOSE_MAX_ENTRIES
     return int(min(AUTO_DIAGNOSE_MAX_ENTRIES, AUTO_DIAGNOSE_MEMORY_SHARE * available // BYTES_PER_ENTRY))
-CELL_BIAS = "BIAS"
 
 
 def load_tokens(store, plan, *, with_calls: bool = False):
