@@ -14,6 +14,11 @@ def acceptance_lines(decoder: dict[str, Any]) -> list[str]:
     if conf:
         lines.append(f"acceptance rule conformance: {conf['verdict']}: {conf['reason']}")
     audits = decoder.get("acceptance") or []
+    if decoder.get("speculation"):  # the decoder's own counters (a URL audit's server): they speak for acceptance
+        from verifier.runner.speculation import describe
+
+        lines.append(describe(decoder["speculation"]))
+        audits = [a for a in audits if a.get("reported", True) is not False and "NO STATISTICS" not in str(a.get("note"))]
     loud = [a for a in audits if a.get("far_below")]
     if loud:
         lines += [f"acceptance ({a['label']}): {a['note']}" for a in loud]

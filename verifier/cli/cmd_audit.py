@@ -75,6 +75,8 @@ def register(parser: argparse.ArgumentParser) -> None:
     mode.add_argument("--resume", metavar="RUN_DIR", help="continue an interrupted audit run (its stored suite and plan)")
     mode.add_argument("--engine", metavar="NAME", help="outside engine: its verification kernel (kernel audit) or its whole "
                       "speculative decoder (known-p audit); see `specverify engines`")
+    mode.add_argument("--url", metavar="BASE_URL", help="a running completion server (OpenAI-compatible or llama-server; "
+                      "see --api): known target with --target, two-sample with --reference-url / --reference-off")
     parser.add_argument("--engine-arg", action="append", type=_option, default=[], metavar="KEY=VALUE",
                         help="engine option (repeatable; VALUE is JSON if it parses), e.g. block_verification=true")
     parser.add_argument("--option", action="append", type=_option, default=[], metavar="KEY=VALUE",
@@ -142,6 +144,9 @@ def register(parser: argparse.ArgumentParser) -> None:
     progress.add_arguments(parser)
     parser.add_argument("--export", metavar="FILE", help="also write the audited decoder's samples as JSONL")
     parser.add_argument("--json", metavar="FILE", help="write the verdict and every cell as JSON")
+    from verifier.cli import _audit_url
+
+    _audit_url.add_arguments(parser)
 
 
 def _sampling(args):
@@ -312,7 +317,11 @@ def _run_blackbox(args, decoder, pair, prompts, sampling, vocab, eos, context, n
     from verifier.audit.plugins import load_decoder
 
     if args.blackbox_reference:
-        reference = load_decoder(args.blackbox_reference, vocab_size=vocab, eos_token_id=eos, context=context)
+        reference = load_decoder(args.blackbox_reference, vocab_size=vocab, eos_token_id=eos, context=context,
+                                 **dict(getattr(args, "reference_option", None) or []))
+        from verifier.cli._audit_url import bind_blackbox_journals
+
+        bind_blackbox_journals(args, decoder, reference)
     elif pair is not None:
         from verifier.decoders.speculative import AncestralDecoder
 
@@ -525,6 +534,13 @@ def run(args: argparse.Namespace) -> int:
         raise invalid_argument("--blind-tolerance", args.blind_tolerance, "a total variation >= 0")
     from verifier.cli._audit_engines import _route_decoder_engine, _run_kernel
 
+    if args.url:
+        from verifier.cli._audit_url import route_url
+
+        route_url(args)  # -> --decoder verifier.server.decoder:decoder with the server options (two-sample: a reference too)
+    elif args.reference_url or args.reference_off:
+        raise invalid_argument("--reference-url" if args.reference_url else "--reference-off",
+                               args.reference_url or True, "with --url BASE_URL")
     if args.engine and _route_decoder_engine(args):
         sampling = _sampling(args)
         args.engine_class.check_sampling(sampling)  # exit 2 before the engine starts

@@ -122,6 +122,13 @@ def _diagnose_decoders(report, plans, pairs, store, decoders, with_fits, log) ->
                 entry["note"] = "temperature 0: the greedy contract (exact match) decides; nothing to diagnose"
                 sets.append(entry)
                 continue
+            if pairs[plan.pair].draft_reference is None:  # draft unknown (a server, an assistant class): no q to score
+                entry["note"] = too_large = (
+                    "not diagnosed: the draft is unknown (the decoder drafts with its own model), and every mechanism of "
+                    "the zoo is a law of the target's and the draft's processed probs; rerun with the draft the decoder "
+                    "uses (--draft MODEL) where it is known")
+                sets.append(entry)
+                continue
             tokens, origins, calls = load_tokens(store, plan, with_calls=True)
             if not len(tokens):
                 entry["note"] = "no samples on disk"

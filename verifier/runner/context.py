@@ -59,6 +59,7 @@ class SuiteContext:
                                    f"decoders[{d.name}] with prompts.{prompt}")
         self.plans = plan_sample_sets(suite, ids, {name: pair.vocab_size for name, pair in self.pairs.items()})
         self._decoders: dict[tuple[str, int], Any] = {}
+        self.run_dir: Path | None = None  # set by the sampling stage: decoders with bind_run_dir() persist there
         self.expected_cache: dict = {}  # expected laws, shared by decoders with the same (pair, prompt, sampling)
 
     def decoder(self, spec, num_draft_tokens: int) -> Any:
@@ -67,6 +68,9 @@ class SuiteContext:
         if key not in self._decoders:
             self._decoders[key] = build_decoder(spec, self.pairs[spec.models], num_draft_tokens, f"decoders[{spec.name}]",
                                                 base_dir=self.suite.base_dir)
+            bind = getattr(self._decoders[key], "bind_run_dir", None)
+            if self.run_dir is not None and callable(bind):  # e.g. a URL audit's response journal
+                bind(self.run_dir)
         return self._decoders[key]
 
     def preflight(self) -> dict[str, dict]:

@@ -44,7 +44,7 @@ from verifier.errors import (
 )
 from verifier._tracebacks import crash_traceback
 from verifier.reports import cache as report_cache
-from verifier.runner import acceptance, analysis, guards
+from verifier.runner import acceptance, analysis, guards, speculation
 from verifier.runner.assemble import REPORT_SCHEMA_VERSION, build_report, environment
 from verifier.runner.cells import acceptance_cells, count_cells, draft_unknown, expected_preflight, set_cells
 from verifier.runner.clock import since_process_start
@@ -206,6 +206,7 @@ def _sample(ctx: SuiteContext, store: SampleStore, progress: bool, log: Callable
     """
     from verifier import progress as _progress
 
+    ctx.run_dir = store.run_dir  # before preflight builds the decoders
     errors: dict[str, dict] = ctx.preflight()
     seen_chunks: dict[tuple[str, bytes], tuple[int, int]] = {}
     for spec in ctx.suite.decoders:
@@ -265,6 +266,9 @@ def _sample(ctx: SuiteContext, store: SampleStore, progress: bool, log: Callable
                 meta = {"set_key": plan.key, "set_id": plan.set_id, "chunk": index, "seed": seed,
                         "num_samples": rows, "suite_seed": ctx.suite.seed,
                         "decoder": decoder_identity(spec, decoder, plan.num_draft_tokens)}
+                extra = getattr(stats, "extra", None)
+                if isinstance(extra, dict) and isinstance(extra.get("speculation"), dict):  # verifier.runner.speculation
+                    meta["speculation"] = extra["speculation"]
                 origins = getattr(stats, "origins", None)  # optional per-token origins (diagnosis localization)
                 origins = origins if origins is not None and np.shape(origins) == tokens.shape else None
                 store.write_chunk(plan.set_id, index, Shard(tokens, fra, counts, meta, origins))
@@ -288,12 +292,15 @@ def sample_chunks(ctx: SuiteContext, store: SampleStore, *, progress: bool = Fal
 # --------------------------------------------------------------------------- stage 4
 
 
-def _load_set(store: SampleStore, plan: SampleSetPlan) -> tuple[np.ndarray, np.ndarray | None, np.ndarray, int]:
+def _load_set(store: SampleStore, plan: SampleSetPlan,
+              speculation: list | None = None) -> tuple[np.ndarray, np.ndarray | None, np.ndarray, int]:
     toks, fras, counts, chunks = [], [], [], 0
     for i in range(plan.num_chunks):
         shard = store.read_chunk(plan.set_id, i)
         if not _valid_shard(shard, plan, i):
             continue
+        if speculation is not None:
+            speculation.append(shard.meta.get("speculation"))
         chunks += 1
         toks.append(shard.tokens)
         fras.append(shard.first_round_accepted)
@@ -313,7 +320,8 @@ def _statistics(ctx: SuiteContext, store: SampleStore, errors: dict[str, dict], 
     sets_info: list[dict[str, Any]] = []
     for spec in suite.decoders:
         plans = [p for p in ctx.plans if p.decoder.name == spec.name]
-        loaded = {p.set_id: _load_set(store, p) for p in plans}
+        spec_metas: list = []  # the chunks' speculation counters, where the decoder reports them
+        loaded = {p.set_id: _load_set(store, p, spec_metas) for p in plans}
         m = sum(count_cells(p) for p in plans)
         level = cell_level(suite.stats.alpha, m, suite.stats.correction)
         cells: list[analysis.CellResult] = []
@@ -348,6 +356,7 @@ def _statistics(ctx: SuiteContext, store: SampleStore, errors: dict[str, dict], 
                          correction=suite.stats.correction, target_mde=suite.stats.target_mde,
                          error=errors.get(spec.name), max_new_tokens=max((p.max_new_tokens for p in plans), default=None))
         verdict.acceptance = audits
+        speculation.apply_guard(verdict, speculation.summarize(spec_metas))  # no draft verified: no PASS
         if spec.acceptance == "canonical" and spec.name not in errors:
             verdict.conformance = acceptance.conformance(conformance_cells, suite.stats.alpha, untested)
             verdict.conformance["cell_results"] = [c.to_dict() for c in conformance_cells]

@@ -62,6 +62,8 @@ class DecoderVerdict:
     # dicts, and the acceptance rule conformance check where the suite declares acceptance = "canonical"
     acceptance: list[dict[str, Any]] = field(default_factory=list)
     conformance: dict[str, Any] | None = None
+    # what the decoder's own counters show of speculation (verifier.runner.speculation); None: not reported
+    speculation: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -74,6 +76,7 @@ class DecoderVerdict:
             "underpowered_cells": [c.id for c in self.cells if c.verdict == CELL_UNDERPOWERED],
             # the largest rows per sample set an underpowered cell needs to reach target_mde (None: none / unreachable)
             "n_needed": max((c.n_needed for c in self.cells if c.verdict == CELL_UNDERPOWERED and c.n_needed), default=None),
+            **({"speculation": self.speculation} if self.speculation is not None else {}),
         }
 
 

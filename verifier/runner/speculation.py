@@ -1,0 +1,97 @@
+"""Guard: a decoder that reports its speculation counters must show that drafts were verified.
+
+Servers have silently turned speculation off (for logprobs or penalty requests, in some versions);
+plain sampling from the target then passes every bias cell, and a PASS would certify a speculative
+decoder that never ran.  A decoder may record, per ``generate`` call,
+``DecoderStats.extra["speculation"]`` (the URL audit's :class:`verifier.server.decoder.ServerDecoder`
+does: the server's ``/metrics`` counter deltas and per-request draft figures); the runner stores it
+in the chunk's shard meta.  :func:`summarize` adds the chunks up and :func:`apply_guard` turns a PASS
+into UNDERPOWERED when the evidence says no draft token was proposed (or none verified): no
+evidence about speculative decoding is not a certificate of it.  Where no chunk reports a figure
+the guard says so in the summary and leaves the verdict alone (a plugin owes no counters).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+__all__ = ["summarize", "apply_guard", "describe", "NO_SPECULATION_REASON"]
+
+NO_SPECULATION_REASON = ("speculation never ran: {why}; these samples are plain target sampling and say nothing about "
+                         "speculative decoding (start the server with a draft model / speculative config, and check that "
+                         "the request mix -- logprobs, penalties -- does not switch it off)")
+
+
+def summarize(metas: Iterable[dict[str, Any] | None]) -> dict[str, Any] | None:
+    """Sum the ``speculation`` entries of a decoder's chunk metas; None when no chunk has one.
+
+    Returns
+    -------
+    dict or None
+        ``chunks`` (with an entry), ``requests``, ``requests_sent``, and for each source
+        (``counters``: the server's ``/metrics`` deltas; ``per_request``: per-reply figures) the
+        summed ``draft_tokens`` / ``accepted_tokens`` (``drafts`` for counters) or None where any
+        chunk lacked it, plus ``acceptance_rate`` = accepted / draft tokens.
+    """
+    entries = [m for m in metas if isinstance(m, dict)]
+    if not entries:
+        return None
+    out: dict[str, Any] = {"chunks": len(entries), "requests": sum(int(e.get("requests", 0)) for e in entries),
+                           "requests_sent": sum(int(e.get("requests_sent", 0)) for e in entries)}
+
+    def total(values):
+        values = list(values)
+        return None if not values or any(v is None for v in values) else float(sum(values))
+
+    sent = [e for e in entries if int(e.get("requests_sent", 0)) > 0]  # journal replays carry no fresh counter delta
+    counters = [e.get("counters") or {} for e in sent]
+    out["counters"] = {key: total(c.get(key) for c in counters) for key in ("drafts", "draft_tokens", "accepted_tokens")}
+    out["counters"]["source"] = next((c.get("source") for c in counters if c.get("source")), None)
+    out["per_request"] = {"draft_tokens": total(e.get("per_request_draft_tokens") for e in entries),
+                          "accepted_tokens": total(e.get("per_request_accepted_tokens") for e in entries)}
+    for part in (out["counters"], out["per_request"]):
+        d, a = part.get("draft_tokens"), part.get("accepted_tokens")
+        part["acceptance_rate"] = (a / d) if d and a is not None else None
+    return out
+
+
+def _why_none(summary: dict[str, Any]) -> str | None:
+    """The reason no draft was verified, or None when drafts were verified (or nothing says)."""
+    per, cnt = summary["per_request"], summary["counters"]
+    if per.get("draft_tokens") == 0:
+        return f"the server reported 0 draft tokens over {summary['requests']} requests (per-request timings)"
+    if cnt.get("draft_tokens") == 0 or (cnt.get("draft_tokens") is None and cnt.get("drafts") == 0):
+        return (f"the server's own counters ({cnt.get('source')}) did not move over {summary['requests_sent']} "
+                "requests sent: 0 draft tokens proposed")
+    return None
+
+
+def apply_guard(verdict, summary: dict[str, Any] | None) -> None:
+    """Turn ``verdict`` (a :class:`~verifier.runner.verdict.DecoderVerdict`) from PASS into UNDERPOWERED
+    when ``summary`` shows that no draft was verified; BIAS and ERROR stand (bias is bias either way)."""
+    from verifier.runner.verdict import PASS, UNDERPOWERED
+
+    if summary is None:
+        return
+    why = _why_none(summary)
+    verdict.speculation = dict(summary, verified=why is None)
+    if why is not None and verdict.verdict == PASS:
+        verdict.verdict = UNDERPOWERED
+        verdict.reason = NO_SPECULATION_REASON.format(why=why) + f" (the bias cells alone: {verdict.reason})"
+        verdict.expectation_met = False
+
+
+def describe(summary: dict[str, Any]) -> str:
+    """One line on what the decoder's own counters show (for the CLI and reports)."""
+    parts = []
+    for name, part in (("per request", summary.get("per_request") or {}), ("server counters", summary.get("counters") or {})):
+        d, a = part.get("draft_tokens"), part.get("accepted_tokens")
+        if d is not None and a is not None:
+            rate = f" ({a / d:.1%})" if d else ""
+            parts.append(f"{name}: {a:,.0f} of {d:,.0f} draft tokens accepted{rate}")
+    if not parts:
+        src = (summary.get("counters") or {}).get("source")
+        return f"speculation: not observable ({src or 'no counters reported'}); a PASS cannot show that drafts were verified"
+    head = "speculation verified" if summary.get("verified") else "SPECULATION NEVER RAN"
+    return (f"{head} -- " + "; ".join(parts) + f" over {summary.get('requests', 0):,} requests "
+            f"({summary.get('requests_sent', 0):,} sent in this session)")

@@ -1,0 +1,230 @@
+"""The HTTP side of a URL audit: concurrent requests with timeouts, retries and backoff (httpx).
+
+:func:`post_all` sends many JSON requests to one endpoint with at most ``num_concurrent`` in
+flight, retries transport errors, 429 and 5xx replies with exponential backoff (``Retry-After``
+honoured), and hands each parsed reply to a callback the moment it arrives, so the caller can
+persist it before the next one (:mod:`verifier.server.journal`).  Vocabulary follows
+lm-evaluation-harness's server backends: ``base_url``, ``num_concurrent``, ``max_retries``.
+
+Authentication: the bearer token is read from an environment variable (``api_key_env``), never from
+a flag, so it cannot land in a report, a suite file or a journal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+from verifier.errors import ConfigError, DecoderError, InvalidArgumentError
+
+__all__ = ["ServerSettings", "ServerError", "ServerUsageError", "post_all", "get_text", "RETRY_STATUS"]
+
+RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})  # overload and transient server faults: retried
+USAGE_STATUS = frozenset({400, 401, 403, 404, 405, 413, 422})  # the request is wrong for this server: exit 2
+BACKOFF_BASE_S = 0.5  # first retry after ~0.5 s, doubling
+BACKOFF_MAX_S = 30.0  # one wait never longer than this (a Retry-After above it is capped)
+BODY_HEAD_CHARS = 300  # how much of an error reply a message shows
+
+
+class ServerError(DecoderError):
+    """The server failed (unreachable mid-run, 5xx/429 after every retry, a dropped connection).
+    Exit 3: every response received before is kept in the run folder's journal; ``--resume``
+    continues without resampling them."""
+
+
+class ServerUsageError(ConfigError):
+    """The server refused what we sent (4xx: unknown field or model, authentication) or cannot be
+    reached at all before the first sample.  Exit 2: fix ``--url``/``--api``/``--model``/the token."""
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    """Where and how to reach a server.
+
+    Parameters
+    ----------
+    base_url : str
+        ``http(s)://host:port`` (a trailing ``/v1`` is kept; the dialect adds its own path after it).
+    num_concurrent : int, default 4
+        Requests in flight at once (>= 1).
+    max_retries : int, default 5
+        Retries of one request after a transport error, 429 or 5xx (>= 0).
+    timeout_s : float, default 300.0
+        Seconds for one request (connect + reply), > 0.
+    api_key_env : str or None, default None
+        Name of the environment variable holding a bearer token; None sends no Authorization header.
+    """
+
+    base_url: str
+    num_concurrent: int = 4
+    max_retries: int = 5
+    timeout_s: float = 300.0
+    api_key_env: str | None = None
+
+    def __post_init__(self) -> None:
+        from urllib.parse import urlsplit
+
+        url = urlsplit(self.base_url) if isinstance(self.base_url, str) else None
+        if url is None or url.scheme not in ("http", "https") or not url.netloc:
+            raise InvalidArgumentError(f"--url={self.base_url!r} is invalid; allowed: http://HOST:PORT or https://HOST[:PORT]")
+        for name, value, low in (("--num-concurrent", self.num_concurrent, 1), ("--max-retries", self.max_retries, 0)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise InvalidArgumentError(f"{name}={value!r} is invalid; allowed: an integer >= {low}")
+        if not (isinstance(self.timeout_s, (int, float)) and self.timeout_s > 0 and self.timeout_s < float("inf")):
+            raise InvalidArgumentError(f"--request-timeout={self.timeout_s!r} is invalid; allowed: seconds > 0")
+        if self.api_key_env is not None and not os.environ.get(self.api_key_env):
+            raise InvalidArgumentError(f"--api-key-env={self.api_key_env!r} is invalid; allowed: the name of a set, "
+                                       "non-empty environment variable holding the token")
+
+    def url(self, path: str) -> str:
+        """``base_url`` + ``path`` (a base ending in ``/v1`` is not doubled by a ``/v1/...`` path)."""
+        base = self.base_url.rstrip("/")
+        if base.endswith("/v1") and path.startswith("/v1/"):
+            path = path[3:]
+        return base + path
+
+    def headers(self) -> dict[str, str]:
+        out = {"Content-Type": "application/json"}
+        if self.api_key_env:
+            out["Authorization"] = f"Bearer {os.environ[self.api_key_env]}"
+        return out
+
+    def public(self) -> dict[str, Any]:
+        """What a report may show (the token's variable name, never the token)."""
+        return {"base_url": self.base_url, "num_concurrent": self.num_concurrent, "max_retries": self.max_retries,
+                "timeout_s": self.timeout_s, "api_key_env": self.api_key_env}
+
+
+def _head(text: str) -> str:
+    return text if len(text) <= BODY_HEAD_CHARS else text[:BODY_HEAD_CHARS] + "..."
+
+
+def _describe(body: dict[str, Any]) -> str:
+    prompt = body.get("prompt")
+    shown = {k: v for k, v in body.items() if k != "prompt"}
+    ids = f"{len(prompt)} prompt ids" if isinstance(prompt, list) else "prompt"
+    return f"{ids}, " + ", ".join(f"{k}={v!r}" for k, v in list(shown.items())[:8])
+
+
+async def _post_one(client, settings: ServerSettings, url: str, body: dict[str, Any], what: str,
+                    stats: dict[str, int]) -> Any:
+    import httpx
+
+    attempt = 0
+    while True:
+        wait = None
+        try:
+            reply = await client.post(url, content=json.dumps(body))
+        except httpx.TimeoutException as exc:
+            problem, wait = f"no reply within {settings.timeout_s:g} s ({type(exc).__name__})", -1.0
+        except httpx.TransportError as exc:
+            problem, wait = f"connection failed ({type(exc).__name__}: {exc})", -1.0
+        else:
+            if reply.status_code == 200:
+                try:
+                    return reply.json()
+                except ValueError:
+                    from verifier.server.dialects import ServerReplyError
+
+                    raise ServerReplyError(f"{what}: POST {url} answered 200 with a body that is not JSON: "
+                                           f"{_head(reply.text)!r} (sent: {_describe(body)})") from None
+            if reply.status_code in USAGE_STATUS:
+                hint = (" -- set the token's environment variable and pass its name with --api-key-env"
+                        if reply.status_code in (401, 403) else " -- check --api, --model and the sampling settings")
+                raise ServerUsageError(f"{what}: POST {url} was refused with HTTP {reply.status_code}: "
+                                       f"{_head(reply.text)!r} (sent: {_describe(body)}){hint}")
+            if reply.status_code not in RETRY_STATUS:
+                raise ServerError(f"{what}: POST {url} answered HTTP {reply.status_code}: {_head(reply.text)!r} "
+                                  f"(sent: {_describe(body)})")
+            problem = f"HTTP {reply.status_code}: {_head(reply.text)!r}"
+            after = reply.headers.get("retry-after")
+            try:
+                wait = min(BACKOFF_MAX_S, max(0.0, float(after))) if after is not None else -1.0
+            except ValueError:
+                wait = -1.0
+        if attempt >= settings.max_retries:
+            raise ServerError(f"{what}: POST {url} failed after {attempt + 1} tries (--max-retries {settings.max_retries}); "
+                              f"last: {problem} (sent: {_describe(body)}). Responses received so far are kept; "
+                              "continue with `specverify audit --resume RUN_DIR` once the server is back")
+        if wait is None or wait < 0:
+            wait = min(BACKOFF_MAX_S, BACKOFF_BASE_S * 2 ** attempt) * (0.5 + random.random() / 2)
+        stats["retries"] = stats.get("retries", 0) + 1
+        attempt += 1
+        await asyncio.sleep(wait)
+
+
+async def _post_all(settings: ServerSettings, path: str, jobs: Sequence[tuple[str, dict[str, Any]]],
+                    on_reply: Callable[[int, Any, float], None], stats: dict[str, int]) -> None:
+    import httpx
+
+    limits = httpx.Limits(max_connections=settings.num_concurrent, max_keepalive_connections=settings.num_concurrent)
+    url = settings.url(path)
+    gate = asyncio.Semaphore(settings.num_concurrent)
+    async with httpx.AsyncClient(timeout=settings.timeout_s, headers=settings.headers(), limits=limits) as client:
+        async def one(index: int, what: str, body: dict[str, Any]) -> None:
+            async with gate:
+                start = time.perf_counter()
+                reply = await _post_one(client, settings, url, body, what, stats)
+                on_reply(index, reply, time.perf_counter() - start)  # persisted before anything else is awaited
+
+        tasks = [asyncio.ensure_future(one(i, what, body)) for i, (what, body) in enumerate(jobs)]
+        try:
+            done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+            for task in done:
+                if task.exception() is not None:
+                    raise task.exception()
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def post_all(settings: ServerSettings, path: str, jobs: Sequence[tuple[str, dict[str, Any]]],
+             on_reply: Callable[[int, Any, float], None]) -> dict[str, int]:
+    """POST every ``(what, body)`` of ``jobs`` to ``path``; call ``on_reply(index, json, seconds)`` per reply.
+
+    Parameters
+    ----------
+    settings : ServerSettings
+    path : str
+        Endpoint path (the dialect's), joined to ``settings.base_url``.
+    jobs : sequence of (str, dict)
+        A label naming each request in errors, and its JSON body.
+    on_reply : callable
+        Called in the event loop's thread as each 200 reply arrives (in completion order); an
+        exception it raises stops the batch and is re-raised.
+
+    Returns
+    -------
+    dict
+        ``{"requests": len(jobs), "retries": R}``.
+
+    Raises
+    ------
+    ServerError
+        Transport errors, 429 or 5xx after ``max_retries`` retries; another non-200 status (exit 3).
+    ServerUsageError
+        A 4xx the request itself caused (exit 2).
+    ServerReplyError
+        A 200 reply that is not JSON (exit 3).
+    """
+    stats = {"requests": len(jobs), "retries": 0}
+    if jobs:
+        asyncio.run(_post_all(settings, path, jobs, on_reply, stats))
+    return stats
+
+
+def get_text(settings: ServerSettings, path: str, *, timeout_s: float | None = None) -> tuple[int, str]:
+    """GET ``path``: ``(status, body)``; a transport failure is ``(0, reason)``."""
+    import httpx
+
+    try:
+        reply = httpx.get(settings.url(path), headers=settings.headers(), timeout=timeout_s or min(settings.timeout_s, 30.0))
+    except httpx.HTTPError as exc:
+        return 0, f"{type(exc).__name__}: {exc}"
+    return reply.status_code, reply.text

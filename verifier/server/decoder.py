@@ -1,0 +1,227 @@
+"""A running completion server as a :class:`~verifier.protocols.Decoder` (``specverify audit --url``).
+
+:class:`ServerDecoder` turns each ``generate`` call of the suite runner into HTTP requests: row
+``i`` of a call with chunk seed ``s`` is request ``i // n`` (``n`` completions per request) with
+the request seed ``hash(s, prompt, sampling, i // n)`` -- distinct, reproducible seeds, so the same
+run asks the same questions.  Every reply is written to the run folder's response journal
+(:mod:`verifier.server.journal`) before the next is awaited; on ``--resume`` a request already in
+the journal is not sent again.  The server's speculation counters (:mod:`verifier.server.metrics`)
+are read around each call and recorded with the chunk (``DecoderStats.extra["speculation"]``): a
+run in which the server verified no draft cannot PASS (:mod:`verifier.runner.speculation`).
+
+The harness never sees the server's processed probs, so every sampler knob is sent explicitly
+(:mod:`verifier.server.dialects`) and the audited law is the one the harness computes from
+``--target`` at the same settings (known-target design), or speculation off (two-sample design).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from verifier.errors import DecoderOutputError, invalid_argument
+from verifier.protocols import PADDING_TOKEN_ID, DecoderStats
+from verifier.server.client import ServerSettings, ServerUsageError, get_text, post_all
+from verifier.server.dialects import Completion, get_dialect
+from verifier.server.journal import JOURNAL_NAME, Journal, request_key
+from verifier.server.metrics import SpecCounters, counter_delta, read_counters
+
+__all__ = ["ServerDecoder", "decoder", "request_seed"]
+
+SEED_BITS = 31  # request seeds fit a signed 32-bit int (llama.cpp takes uint32, some servers int32)
+
+
+def request_seed(chunk_seed: int, prompt_ids: Sequence[int], sampling_label: str, request_index: int) -> int:
+    """The seed of one request: sha256 of the runner's chunk seed, the prompt, the sampling label and
+    the request's index, reduced to 31 bits (distinct requests get independent-looking seeds)."""
+    text = f"{int(chunk_seed)}|{','.join(map(str, prompt_ids))}|{sampling_label}|{int(request_index)}"
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big") % (1 << SEED_BITS)
+
+
+class ServerDecoder:
+    """Samples from a completion server over HTTP (one instance per ``num_draft_tokens``).
+
+    Parameters
+    ----------
+    base_url : str
+        The server, ``http://HOST:PORT`` (``--url``).
+    api : str, default "openai-completions"
+        The dialect (:data:`verifier.server.dialects.DIALECTS`; ``--api``).
+    vocab_size, eos_token_id : int
+        Of the target the server claims to serve (ids outside ``0..vocab_size - 1`` are invalid output).
+    num_draft_tokens : int
+        k the server was started with (recorded; sent per request where the dialect has a knob).
+    model : str or None
+        The ``model`` field of requests (``--model``; servers serving one model ignore it).
+    num_concurrent, max_retries, request_timeout_s, api_key_env
+        See :class:`verifier.server.client.ServerSettings`.
+    n_per_request : int, default 1
+        Completions asked per request (``n``; 1 where the dialect has no ``n``).
+    speculative : bool or None, default None
+        Per-request speculation switch (llama-server: ``speculative.n_max`` = k or 0); None sends none.
+    logprobs : int or None, default None
+        Ask for the top-``logprobs`` logprobs of each emitted token (journaled for the logprob checks).
+    name : str or None
+        Report name; default ``"<api>@<base_url>"``.
+    draft_declared : bool, default False
+        The user named the server's draft model (``--draft MODEL``): the harness may score it (diagnosis,
+        canonical acceptance).  False: ``draft_known = False`` (:mod:`verifier.runner.draft`).
+
+    Raises
+    ------
+    InvalidArgumentError
+        A bad option (exit 2).
+    ServerUsageError
+        The server cannot be reached or does not answer as the dialect expects before any sample (exit 2).
+    """
+
+    def __init__(self, base_url: str, *, vocab_size: int, eos_token_id: int | None = None, num_draft_tokens: int = 1,
+                 api: str = "openai-completions", model: str | None = None, num_concurrent: int = 4,
+                 max_retries: int = 5, request_timeout_s: float = 300.0, api_key_env: str | None = None,
+                 n_per_request: int = 1, speculative: bool | None = None, logprobs: int | None = None,
+                 name: str | None = None, draft_declared: bool = False, probe: bool = True) -> None:
+        self.dialect = get_dialect(api)
+        self.server = ServerSettings(base_url, num_concurrent=num_concurrent, max_retries=max_retries,
+                                     timeout_s=request_timeout_s, api_key_env=api_key_env)
+        if isinstance(n_per_request, bool) or not isinstance(n_per_request, int) or not 1 <= n_per_request <= self.dialect.max_n:
+            raise invalid_argument("--n-per-request", n_per_request, f"an integer in 1..{self.dialect.max_n} for --api {api}")
+        if logprobs is not None and (isinstance(logprobs, bool) or not isinstance(logprobs, int) or not 1 <= logprobs <= 20):
+            raise invalid_argument("--logprobs", logprobs, "an integer in 1..20 (top logprobs per emitted token)")
+        if speculative is not None and api == "openai-completions":
+            raise invalid_argument("--speculation", "on" if speculative else "off", "a per-request switch only with "
+                                   "--api llama-server; for an OpenAI server give the speculation-off server as --reference-url")
+        self.vocab_size, self.eos_token_id, self.num_draft_tokens = int(vocab_size), eos_token_id, int(num_draft_tokens)
+        self.model, self.n, self.speculative, self.logprobs = model, n_per_request, speculative, logprobs
+        self.name = name or f"{api}@{base_url}"
+        # verifier.runner.draft: the server drafts with its own model; the harness scores it only when the user
+        # declared which one (--draft MODEL), e.g. to diagnose a bias
+        self.draft_known = bool(draft_declared)
+        self.journal = Journal(None)
+        self.last_stats: DecoderStats | None = None
+        self._lock = threading.Lock()
+        self.settings = {"api": api, "model": model, "n_per_request": n_per_request, "speculative": speculative,
+                         "logprobs": logprobs, **self.server.public()}
+        if probe:
+            self._probe()
+
+    # ------------------------------------------------------------------ set-up
+    def _probe(self) -> None:
+        """One GET before any sample: an unreachable URL or a server of another kind is a usage error."""
+        problems = []
+        for path in self.dialect.health_paths:
+            status, text = get_text(self.server, path)
+            if status == 200:
+                return
+            problems.append(f"GET {self.server.url(path)}: " + (text if status == 0 else f"HTTP {status}: {text[:200]!r}"))
+        raise ServerUsageError(f"--url={self.server.base_url!r} does not answer as a {self.dialect.name} server ("
+                               + "; ".join(problems) + "); allowed: a running server's base URL (is it up? the right port "
+                               "and --api?)")
+
+    def bind_run_dir(self, run_dir: str | Path) -> None:
+        """Persist replies in ``run_dir``'s response journal (and reuse the ones already there)."""
+        self.journal.close()
+        self.journal = Journal(Path(run_dir) / JOURNAL_NAME)
+        for note in self.journal.notes:
+            print(f"note: {note}")
+
+    # ------------------------------------------------------------------ sampling
+    def generate(self, prompt_ids: Sequence[int], num_samples: int, max_new_tokens: int, sampling, seed: int) -> np.ndarray:
+        """``num_samples`` emitted-token rows from the server; shape ``(num_samples, max_new_tokens)``, int64,
+        padded with :data:`~verifier.protocols.PADDING_TOKEN_ID` after EOS."""
+        prompt = [int(t) for t in prompt_ids]
+        label = sampling.label()
+        requests = []  # (key, body, n, what)
+        for r in range(-(-num_samples // self.n)):
+            n = min(self.n, num_samples - r * self.n)
+            rseed = request_seed(seed, prompt, label, r)
+            body = self.dialect.request(prompt, sampling, max_new_tokens, rseed, n=n, logprobs=self.logprobs,
+                                        model=self.model, speculative=self.speculative)
+            if self.speculative is not None and "speculative.n_max" in body and body["speculative.n_max"] is None:
+                body["speculative.n_max"] = self.num_draft_tokens
+            key = request_key({"api": self.dialect.name, "model": self.model, "body": body})
+            requests.append((key, body, n, f"request {r} of chunk seed {seed} (seed {rseed}, {label}, prompt "
+                                           f"{prompt[:6]}{'...' if len(prompt) > 6 else ''})"))
+        missing = [(i, req) for i, req in enumerate(requests) if self.journal.get(req[0]) is None]
+        before = read_counters(self.server, self.dialect) if missing else None
+
+        def on_reply(j: int, reply: Any, seconds: float) -> None:
+            key, body, n, what = missing[j][1]
+            completions = self.dialect.parse(reply, n=n, max_new_tokens=max_new_tokens,
+                                             eos_token_id=self.eos_token_id, what=what)
+            self._check_ids(completions, what)
+            with self._lock:
+                self.journal.append(key, body, completions, seconds)
+
+        try:
+            post_all(self.server, self.dialect.path, [(req[3], req[1]) for _, req in missing], on_reply)
+        finally:
+            self.journal.sync()
+        after = read_counters(self.server, self.dialect) if missing else None
+        rows = np.full((num_samples, max_new_tokens), PADDING_TOKEN_ID, dtype=np.int64)
+        drafted = accepted = 0
+        per_request = True
+        i = 0
+        for key, _body, n, _what in requests:
+            for c in self.journal.get(key)[:n]:
+                rows[i, :len(c.token_ids)] = c.token_ids
+                i += 1
+                if c.drafted is None:
+                    per_request = False
+                else:
+                    drafted, accepted = drafted + c.drafted, accepted + (c.accepted or 0)
+        self.last_stats = DecoderStats(num_draft_tokens=self.num_draft_tokens, extra={"speculation": self._speculation(
+            before, after, len(missing), len(requests), drafted if per_request else None, accepted if per_request else None)})
+        return rows
+
+    def _check_ids(self, completions: list[Completion], what: str) -> None:
+        for c in completions:
+            bad = [t for t in c.token_ids if not 0 <= t < self.vocab_size]
+            if bad:
+                raise DecoderOutputError(f"{what}: the server emitted token id {bad[0]} outside the target's vocabulary "
+                                         f"0..{self.vocab_size - 1} (emitted: {list(c.token_ids)}); is it serving "
+                                         "another model than --target?")
+
+    def _speculation(self, before: SpecCounters | None, after: SpecCounters | None, sent: int, total: int,
+                     drafted: int | None, accepted: int | None) -> dict[str, Any]:
+        """What the chunk shows of speculation: server counters' deltas and per-request figures."""
+        out: dict[str, Any] = {"requests": total, "requests_sent": sent, "requests_from_journal": total - sent,
+                               "per_request_draft_tokens": drafted, "per_request_accepted_tokens": accepted}
+        if before is not None and after is not None:
+            delta = counter_delta(before, after)
+            out["counters"] = delta.to_json()  # server-wide: another client's traffic in the same window counts too
+        return out
+
+    def close(self) -> None:
+        self.journal.close()
+
+
+def decoder(base_url: str, vocab_size: int, eos_token_id: int | None = None, num_draft_tokens: int = 1,
+            **options: Any) -> ServerDecoder:
+    """Plugin factory (``verifier.server.decoder:decoder``) the URL audit writes into its suite, so
+    ``--resume`` rebuilds the same client (options are the :class:`ServerDecoder` keywords)."""
+    return ServerDecoder(base_url, vocab_size=vocab_size, eos_token_id=eos_token_id,
+                         num_draft_tokens=num_draft_tokens, **options)
+
+
+def describe_journal(run_dir: str | Path) -> dict[str, Any]:
+    """Counts of a run folder's response journal (for reports): requests, completions, seconds."""
+    path = Path(run_dir) / JOURNAL_NAME
+    if not path.is_file():
+        return {}
+    requests = completions = 0
+    seconds = 0.0
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue
+            requests += 1
+            completions += len(entry.get("completions", []))
+            seconds += float(entry.get("seconds", 0.0))
+    return {"requests": requests, "completions": completions, "request_seconds": seconds, "path": str(path)}

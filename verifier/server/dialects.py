@@ -1,0 +1,333 @@
+"""Request and reply formats of the completion servers a URL audit speaks (``--api NAME``).
+
+A dialect turns one sample request (prompt token ids, a processed-probs :class:`SamplingConfig`,
+``max_new_tokens``, a seed, ``n`` completions) into the JSON body a server takes, and the server's
+reply into emitted token ids.  Every sampler knob a server applies by default is sent explicitly at
+its neutral value (llama-server's default chain has top-k 40, top-p 0.95, min-p 0.05 and a
+repetition penalty; vLLM takes defaults from the model's ``generation_config.json``): a knob left
+to the server would audit another law than the one the harness computes.
+
+Dialects
+--------
+``openai-completions``
+    ``POST /v1/completions`` of an OpenAI-compatible server (vLLM, SGLang, MLX-LM, providers).
+    The prompt is sent as a list of token ids; emitted ids are read from ``choices[i].token_ids``
+    (vLLM ``return_token_ids``) or from ``logprobs.tokens`` written as ``"token_id:N"`` (vLLM
+    ``return_tokens_as_token_ids``).  ``n`` > 1 per request.
+``llama-server``
+    llama.cpp's native ``POST /completion`` (``return_tokens``; ``n_probs`` top probabilities;
+    per-request ``speculative.n_max``).  One completion per request.
+
+Raises (from :meth:`Dialect.parse`)
+------------------------------------
+ServerReplyError
+    The reply is not the dialect's JSON (exit 3): the message names the request and shows the head
+    of what came back.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from verifier.errors import DecoderOutputError, invalid_argument
+from verifier.sampling import SamplingConfig
+
+__all__ = ["Completion", "Dialect", "OpenAICompletions", "LlamaServer", "DIALECTS", "get_dialect", "ServerReplyError"]
+
+TOKEN_ID_TEXT = re.compile(r"^token_id:(-?\d+)$")  # vLLM's return_tokens_as_token_ids spelling of a token
+REPLY_HEAD_CHARS = 300  # how much of an unexpected reply an error message shows
+
+
+class ServerReplyError(DecoderOutputError):
+    """The server's reply is not what the dialect promises (malformed JSON, a missing field, the
+    wrong number of completions or tokens).  Exit 3: the server misbehaved; responses received
+    before it are kept in the run folder's journal."""
+
+
+def _head(value: Any) -> str:
+    text = value if isinstance(value, str) else repr(value)
+    return text if len(text) <= REPLY_HEAD_CHARS else text[:REPLY_HEAD_CHARS] + "..."
+
+
+@dataclass(frozen=True)
+class Completion:
+    """One completion parsed from a server reply.
+
+    Attributes
+    ----------
+    token_ids : tuple of int, length in 1..max_new_tokens
+        Emitted tokens; EOS is the last one when the server stopped at EOS (added when the server
+        reports an EOS stop without returning the token).
+    finish : str
+        ``"length"`` (``max_new_tokens`` reached), ``"eos"`` or ``"stop"`` (another stop rule).
+    logprobs : tuple of (float or None) or None
+        The natural-log probability the server reports for each emitted token (None: not asked
+        for or not reported).
+    top_logprobs : tuple of dict[int, float] or None
+        The server's top-``K`` logprobs at each emitted position, by token id (None when absent).
+    drafted, accepted : int or None
+        Draft tokens proposed and accepted for this request, when the server reports them per
+        request (llama-server ``timings.draft_n`` / ``draft_n_accepted``).
+    """
+
+    token_ids: tuple[int, ...]
+    finish: str
+    logprobs: tuple[float | None, ...] | None = None
+    top_logprobs: tuple[dict[int, float], ...] | None = None
+    drafted: int | None = None
+    accepted: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"token_ids": list(self.token_ids), "finish": self.finish}
+        if self.logprobs is not None:
+            out["logprobs"] = list(self.logprobs)
+        if self.top_logprobs is not None:
+            out["top_logprobs"] = [{str(k): v for k, v in row.items()} for row in self.top_logprobs]
+        if self.drafted is not None:
+            out["drafted"], out["accepted"] = self.drafted, self.accepted
+        return out
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "Completion":
+        tops = data.get("top_logprobs")
+        return cls(tuple(int(t) for t in data["token_ids"]), str(data["finish"]),
+                   None if data.get("logprobs") is None else tuple(data["logprobs"]),
+                   None if tops is None else tuple({int(k): float(v) for k, v in row.items()} for row in tops),
+                   data.get("drafted"), data.get("accepted"))
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """How one server family takes a sample request and returns completions (see module docstring).
+
+    Attributes
+    ----------
+    name : str
+        The ``--api`` value.
+    path : str
+        The completion endpoint, relative to the base URL.
+    max_n : int
+        Most completions one request may ask for (1: no ``n``).
+    health_paths : tuple of str
+        Endpoints probed (GET) before the first sample request.
+    metrics_counters : dict[str, tuple[str, ...]]
+        Prometheus counter names (``/metrics``) of ``drafts``, ``draft_tokens`` and
+        ``accepted_tokens``, each with the spellings seen across versions.
+    """
+
+    name: str
+    path: str
+    max_n: int
+    health_paths: tuple[str, ...]
+    metrics_counters: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def request(self, prompt_ids: Sequence[int], sampling: SamplingConfig, max_new_tokens: int, seed: int, *,
+                n: int = 1, logprobs: int | None = None, model: str | None = None,
+                speculative: bool | None = None) -> dict[str, Any]:
+        """The JSON body of one request (``n`` completions of ``prompt_ids``)."""
+        raise NotImplementedError
+
+    def parse(self, body: Any, *, n: int, max_new_tokens: int, eos_token_id: int | None,
+              what: str) -> list[Completion]:
+        """The ``n`` completions of a reply; ``what`` names the request in errors."""
+        raise NotImplementedError
+
+
+def _finish(tokens: list[int], stopped_at_eos: bool, other_stop: bool, max_new_tokens: int, eos: int | None,
+            what: str, body: Any) -> tuple[tuple[int, ...], str]:
+    """Check the emitted tokens' length against the stop reason; append EOS where the server omits it."""
+    if stopped_at_eos and eos is not None and (not tokens or tokens[-1] != eos) and len(tokens) < max_new_tokens:
+        tokens = tokens + [eos]
+    if not tokens:
+        raise ServerReplyError(f"{what}: the server returned no token (max_new_tokens={max_new_tokens}); "
+                               f"reply: {_head(body)}")
+    if len(tokens) > max_new_tokens:
+        raise ServerReplyError(f"{what}: the server returned {len(tokens)} tokens for max_tokens={max_new_tokens} "
+                               f"(max_tokens overshot); reply: {_head(body)}")
+    if other_stop:
+        raise ServerReplyError(f"{what}: the server stopped at a stop string/word it was not given "
+                               f"({len(tokens)} of {max_new_tokens} tokens); reply: {_head(body)}")
+    ended = eos is not None and tokens[-1] == eos
+    if len(tokens) < max_new_tokens and not ended:
+        raise ServerReplyError(f"{what}: the server returned {len(tokens)} of max_tokens={max_new_tokens} tokens "
+                               f"without ending at EOS (id {eos}); reply: {_head(body)}")
+    return tuple(tokens), "eos" if ended else "length"
+
+
+class OpenAICompletions(Dialect):
+    """``POST /v1/completions`` with token-id prompts (vLLM, SGLang, MLX-LM, providers)."""
+
+    def request(self, prompt_ids, sampling, max_new_tokens, seed, *, n=1, logprobs=None, model=None, speculative=None):
+        if speculative is not None:
+            raise invalid_argument("speculation per request", speculative, "not with --api openai-completions (no "
+                                   "per-request switch): give the speculation-off server as --reference-url")
+        body: dict[str, Any] = {
+            "prompt": [int(t) for t in prompt_ids], "max_tokens": int(max_new_tokens), "n": int(n), "seed": int(seed),
+            "temperature": float(sampling.temperature), "top_p": float(sampling.top_p or 1.0),
+            "top_k": int(sampling.top_k) if sampling.top_k else -1, "min_p": 0.0,
+            "presence_penalty": 0.0, "frequency_penalty": 0.0,
+            "repetition_penalty": float(sampling.repetition_penalty or 1.0),
+            "stream": False, "echo": False, "skip_special_tokens": False, "ignore_eos": False,
+            "return_tokens_as_token_ids": True, "return_token_ids": True,
+        }
+        if logprobs is not None:  # only when asked: older servers turned speculation off for logprobs requests
+            body["logprobs"] = int(logprobs)
+        if model:
+            body["model"] = model
+        return body
+
+    def parse(self, body, *, n, max_new_tokens, eos_token_id, what):
+        choices = body.get("choices") if isinstance(body, dict) else None
+        if not isinstance(choices, list):
+            raise ServerReplyError(f"{what}: the reply has no `choices` list (not an OpenAI completions reply); "
+                                   f"reply: {_head(body)}")
+        if len(choices) != n:
+            raise ServerReplyError(f"{what}: asked for n={n} completions, the reply has {len(choices)}; reply: {_head(body)}")
+        out = []
+        for i, choice in enumerate(sorted(choices, key=lambda c: c.get("index", 0) if isinstance(c, dict) else 0)):
+            if not isinstance(choice, dict):
+                raise ServerReplyError(f"{what}: choices[{i}] is not an object; reply: {_head(body)}")
+            lp = choice.get("logprobs") if isinstance(choice.get("logprobs"), dict) else None
+            tokens = choice.get("token_ids")
+            if tokens is None and lp is not None and isinstance(lp.get("tokens"), list):
+                tokens = []
+                for text in lp["tokens"]:
+                    m = TOKEN_ID_TEXT.match(str(text))
+                    if not m:
+                        raise ServerReplyError(f"{what}: choices[{i}].logprobs.tokens holds {text!r}, not 'token_id:N' "
+                                               "(the server ignored return_tokens_as_token_ids and returns no token_ids)")
+                    tokens.append(int(m.group(1)))
+            if not isinstance(tokens, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in tokens):
+                raise ServerReplyError(f"{what}: choices[{i}] carries no emitted token ids (neither `token_ids` nor "
+                                       f"`logprobs.tokens` as 'token_id:N'; a server without return_token_ids needs "
+                                       f"--logprobs 1); reply: {_head(choice)}")
+            reason = choice.get("finish_reason")
+            if reason not in ("stop", "length"):
+                raise ServerReplyError(f"{what}: choices[{i}].finish_reason={reason!r}; allowed: 'stop' or 'length'")
+            stopped = reason == "stop"
+            ids, finish = _finish(list(tokens), stopped, False, max_new_tokens, eos_token_id, what, choice)
+            logps = _openai_logprobs(lp, len(tokens), what, i)
+            tops = _openai_top(lp, len(tokens), what, i)
+            if len(ids) > len(tokens):  # EOS appended: the server reported nothing for it
+                logps = None if logps is None else logps + (None,)
+                tops = None if tops is None else tops + ({},)
+            out.append(Completion(ids, finish, logps, tops))
+        return out
+
+
+def _openai_logprobs(lp, count, what, i):
+    if lp is None or lp.get("token_logprobs") is None:
+        return None
+    values = lp["token_logprobs"]
+    if not isinstance(values, list) or len(values) != count:
+        raise ServerReplyError(f"{what}: choices[{i}].logprobs.token_logprobs has "
+                               f"{len(values) if isinstance(values, list) else 'no'} entries for {count} tokens")
+    return tuple(None if v is None else float(v) for v in values)
+
+
+def _openai_top(lp, count, what, i):
+    if lp is None or not isinstance(lp.get("top_logprobs"), list):
+        return None
+    rows = []
+    for row in lp["top_logprobs"]:
+        entry = {}
+        for text, value in (row or {}).items():
+            m = TOKEN_ID_TEXT.match(str(text))
+            if m is None:
+                return None  # tops keyed by text, not ids: not usable as a law
+            entry[int(m.group(1))] = float(value)
+        rows.append(entry)
+    return tuple(rows) if len(rows) == count else None
+
+
+class LlamaServer(Dialect):
+    """llama.cpp's native ``POST /completion`` (``llama-server``)."""
+
+    def request(self, prompt_ids, sampling, max_new_tokens, seed, *, n=1, logprobs=None, model=None, speculative=None):
+        if n != 1:
+            raise invalid_argument("n per request", n, "1 with --api llama-server (it has no `n`)")
+        greedy = sampling.temperature == 0
+        body: dict[str, Any] = {
+            "prompt": [int(t) for t in prompt_ids], "n_predict": int(max_new_tokens), "seed": int(seed) & 0xFFFFFFFF,
+            "temperature": float(sampling.temperature), "top_k": int(sampling.top_k or 0),
+            "top_p": float(sampling.top_p or 1.0), "min_p": 0.0, "typical_p": 1.0, "top_n_sigma": -1.0,
+            "repeat_penalty": float(sampling.repetition_penalty or 1.0), "repeat_last_n": -1 if sampling.repetition_penalty else 0,
+            "presence_penalty": 0.0, "frequency_penalty": 0.0, "dry_multiplier": 0.0, "xtc_probability": 0.0,
+            "mirostat": 0, "dynatemp_range": 0.0, "ignore_eos": False, "stream": False, "cache_prompt": True,
+            "return_tokens": True, "n_probs": int(logprobs or 0), "post_sampling_probs": bool(logprobs),
+            "samplers": ["penalties", "top_k", "top_p", "temperature"] if not greedy else ["top_k"],
+        }
+        if speculative is not None:
+            body["speculative.n_max"] = None if speculative else 0  # filled by the caller with k when on
+        if model:
+            body["model"] = model
+        return body
+
+    def parse(self, body, *, n, max_new_tokens, eos_token_id, what):
+        if not isinstance(body, dict) or not isinstance(body.get("tokens"), list):
+            raise ServerReplyError(f"{what}: the reply has no `tokens` list (not a llama-server /completion reply "
+                                   f"with return_tokens); reply: {_head(body)}")
+        tokens = body["tokens"]
+        if not all(isinstance(t, int) and not isinstance(t, bool) for t in tokens):
+            raise ServerReplyError(f"{what}: `tokens` holds non-integers; reply: {_head(body)}")
+        stop_type = body.get("stop_type")
+        if stop_type not in ("eos", "limit", "word", "none", None):
+            raise ServerReplyError(f"{what}: stop_type={stop_type!r}; allowed: 'eos', 'limit'")
+        ids, finish = _finish(list(tokens), stop_type == "eos", stop_type == "word", max_new_tokens, eos_token_id,
+                              what, body)
+        logps, tops = _llama_probs(body.get("completion_probabilities"), len(tokens))
+        if logps is not None and len(ids) > len(tokens):
+            logps, tops = logps + (None,), tops + ({},)
+        timings = body.get("timings") if isinstance(body.get("timings"), dict) else {}
+        drafted = timings.get("draft_n")
+        accepted = timings.get("draft_n_accepted")
+        return [Completion(ids, finish, logps, tops,
+                           int(drafted) if isinstance(drafted, (int, float)) else None,
+                           int(accepted) if isinstance(accepted, (int, float)) else None)]
+
+
+def _llama_probs(rows, count):
+    """(logprob of each emitted token, top logprobs by id) from ``completion_probabilities``."""
+    if not isinstance(rows, list) or len(rows) != count or not rows:
+        return None, None
+    logps, tops = [], []
+    for row in rows:
+        if not isinstance(row, dict):
+            return None, None
+        if "logprob" in row:  # newer servers: logprobs
+            logps.append(float(row["logprob"]))
+            top = {int(e["id"]): float(e["logprob"]) for e in row.get("top_logprobs", []) if "id" in e}
+        elif "prob" in row:  # post_sampling_probs: probabilities
+            p = float(row["prob"])
+            logps.append(math.log(p) if p > 0 else -math.inf)
+            top = {int(e["id"]): (math.log(e["prob"]) if e["prob"] > 0 else -math.inf)
+                   for e in row.get("top_probs", []) if "id" in e}
+        else:
+            return None, None
+        tops.append(top)
+    return tuple(logps), tuple(tops)
+
+
+DIALECTS: dict[str, Dialect] = {
+    "openai-completions": OpenAICompletions(
+        "openai-completions", "/v1/completions", max_n=1024, health_paths=("/v1/models",),
+        metrics_counters={"drafts": ("vllm:spec_decode_num_drafts",),
+                          "draft_tokens": ("vllm:spec_decode_num_draft_tokens",),
+                          "accepted_tokens": ("vllm:spec_decode_num_accepted_tokens",)}),
+    "llama-server": LlamaServer(
+        "llama-server", "/completion", max_n=1, health_paths=("/health",),
+        metrics_counters={"drafts": ("llamacpp:n_drafts",),
+                          "draft_tokens": ("llamacpp:n_draft_tokens", "llamacpp:n_drafted"),
+                          "accepted_tokens": ("llamacpp:n_draft_accepted", "llamacpp:n_accepted_tokens")}),
+}
+
+
+def get_dialect(name: str) -> Dialect:
+    """The dialect called ``name`` (``--api``); an unknown name is an InvalidArgumentError (exit 2)."""
+    try:
+        return DIALECTS[name]
+    except KeyError:
+        raise invalid_argument("--api", name, "one of " + ", ".join(sorted(DIALECTS))) from None

@@ -1,0 +1,110 @@
+"""Every server response of a URL audit, persisted the moment it arrives (``<run_dir>/server/responses.jsonl``).
+
+One JSON line per request: its key (a hash of everything that determines the request: dialect, model,
+prompt ids, sampling, ``max_new_tokens``, the runner's chunk seed, the request's index, ``n``,
+speculation switch), the body sent (no credentials: the token lives in a header), the seconds it
+took and the parsed completions.  A ``--resume`` of the run reads the journal back and sends only
+the requests it lacks, so nothing received is lost and nothing is resampled.  Lines are flushed to
+the operating system one by one (a killed process keeps them); a torn last line (power loss) is
+dropped with a note, any other unreadable line is a :class:`JournalError`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any, Iterable
+
+from verifier.errors import ConfigError
+from verifier.server.dialects import Completion
+
+__all__ = ["Journal", "JournalError", "request_key", "JOURNAL_NAME"]
+
+JOURNAL_NAME = "server/responses.jsonl"
+
+
+class JournalError(ConfigError):
+    """The run folder's response journal is unreadable or was edited (exit 2): it names the line."""
+
+
+def request_key(parts: dict[str, Any]) -> str:
+    """A stable key of one request: sha256 of its determining ``parts`` as canonical JSON (hex, 32 chars)."""
+    text = json.dumps(parts, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+class Journal:
+    """The append-only response journal of one run folder (or an in-memory one when ``path`` is None).
+
+    Parameters
+    ----------
+    path : path or None
+        The JSONL file; created with its folder on the first append.
+    """
+
+    def __init__(self, path: str | Path | None) -> None:
+        self.path = Path(path) if path is not None else None
+        self._entries: dict[str, list[Completion]] = {}
+        self.notes: list[str] = []
+        self._fh = None
+        if self.path is not None and self.path.is_file():
+            self._load()
+
+    def _load(self) -> None:
+        assert self.path is not None
+        with open(self.path, "rb") as fh:
+            raw = fh.read()
+        lines = raw.split(b"\n")
+        for number, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                entry = json.loads(line)
+                completions = [Completion.from_json(c) for c in entry["completions"]]
+                key = str(entry["key"])
+            except (ValueError, KeyError, TypeError) as exc:
+                last = number == len(lines) or (number == len(lines) - 1 and not lines[-1].strip())
+                if last and not raw.endswith(b"\n"):  # torn final write: the request is simply sent again
+                    self.notes.append(f"{self.path}: dropped a torn last line {number} (an interrupted write); "
+                                      "that request is sent again")
+                    with open(self.path, "r+b") as fh:
+                        fh.truncate(len(raw) - len(line))
+                    break
+                raise JournalError(f"{self.path}: line {number} is not a journal entry ({type(exc).__name__}: {exc}); "
+                                   "the response journal was edited or corrupted -- restore it or start a new run") from None
+            self._entries[key] = completions
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, key: str) -> list[Completion] | None:
+        return self._entries.get(key)
+
+    def append(self, key: str, request: dict[str, Any], completions: Iterable[Completion], seconds: float,
+               extra: dict[str, Any] | None = None) -> None:
+        """Record one reply; written and flushed before this returns."""
+        completions = list(completions)
+        self._entries[key] = completions
+        if self.path is None:
+            return
+        if self._fh is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._fh = open(self.path, "a", encoding="utf-8")
+        entry = {"key": key, "request": request, "seconds": round(seconds, 6),
+                 "completions": [c.to_json() for c in completions], **(extra or {})}
+        self._fh.write(json.dumps(entry, separators=(",", ":")) + "\n")
+        self._fh.flush()
+
+    def sync(self) -> None:
+        """fsync the journal (called at the end of each ``generate`` call)."""
+        if self._fh is not None:
+            self._fh.flush()
+            os.fsync(self._fh.fileno())
+
+    def close(self) -> None:
+        if self._fh is not None:
+            self.sync()
+            self._fh.close()
+            self._fh = None

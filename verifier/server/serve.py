@@ -1,0 +1,220 @@
+"""``specverify serve``: the harness's own decoders behind a real HTTP completion server.
+
+A small threaded HTTP server (standard library) that answers the two dialects a URL audit speaks
+(:mod:`verifier.server.dialects`) with any registered decoder of the harness -- the reference
+speculative decoder or a mutant of the bug zoo -- on a model pair.  Uses:
+
+* try ``specverify audit --url`` end to end in a minute, without an engine install
+  (``specverify serve --decoder reference`` in one terminal, the audit in another);
+* a server whose defect is known (``--decoder full_p_fallback``), so a URL audit can be shown to
+  catch it through HTTP, concurrency, retries and the journal;
+* the test suite's real server for the URL audit's PASS and BIAS tests.
+
+Endpoints: ``GET /health``, ``GET /v1/models``, ``GET /metrics`` (Prometheus counters in vLLM's and
+llama.cpp's spellings), ``POST /v1/completions`` (token-id prompts, ``n``, ``seed``,
+``return_token_ids``) and ``POST /completion`` (llama-server: ``return_tokens``, ``timings.draft_n``,
+per-request ``speculative.n_max``; 0 samples plainly from the target).  A sampler knob the decoder
+cannot honour (min-p, presence/frequency penalties, a stop string) is refused with HTTP 400 naming
+it, never ignored.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Callable
+
+import numpy as np
+
+__all__ = ["DecoderServer", "serve_decoder", "NEUTRAL_KNOBS"]
+
+# knobs a request may carry only at their neutral value (the harness's decoders do not implement them)
+NEUTRAL_KNOBS = {"min_p": 0.0, "presence_penalty": 0.0, "frequency_penalty": 0.0, "typical_p": 1.0, "dry_multiplier": 0.0,
+                 "xtc_probability": 0.0, "mirostat": 0, "dynatemp_range": 0.0, "top_n_sigma": -1.0}
+IGNORED_FIELDS = {"model", "stream", "echo", "skip_special_tokens", "ignore_eos", "return_tokens_as_token_ids",
+                  "return_token_ids", "cache_prompt", "return_tokens", "samplers", "n_probs", "post_sampling_probs",
+                  "logprobs", "repeat_last_n"}
+
+
+class _BadRequest(Exception):
+    pass
+
+
+class DecoderServer:
+    """Serve ``make(num_draft_tokens)`` decoders over HTTP on ``host:port`` (port 0: a free one).
+
+    Parameters
+    ----------
+    make_decoder : callable
+        ``make_decoder(k)`` returns a :class:`~verifier.protocols.Decoder` for ``k`` draft tokens
+        (``k = 0``: plain target sampling, for requests with speculation off).
+    num_draft_tokens : int
+        k used unless a llama-server request sets ``speculative.n_max``.
+    vocab_size : int
+    eos_token_id : int or None
+    name : str
+        The model id ``/v1/models`` lists.
+    host : str, default "127.0.0.1"
+    port : int, default 0
+    """
+
+    def __init__(self, make_decoder: Callable[[int], Any], num_draft_tokens: int, vocab_size: int,
+                 eos_token_id: int | None, name: str, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.make_decoder, self.k, self.vocab_size, self.eos, self.name = make_decoder, num_draft_tokens, vocab_size, eos_token_id, name
+        self._decoders: dict[int, Any] = {}
+        self._lock = threading.Lock()
+        self.counters = {"drafts": 0, "draft_tokens": 0, "accepted_tokens": 0, "requests": 0}
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):  # quiet: the audit reports what matters
+                pass
+
+            def _send(self, status: int, body: Any, content_type: str = "application/json") -> None:
+                data = (body if isinstance(body, str) else json.dumps(body)).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", content_type)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self):  # noqa: N802 - http.server's name
+                if self.path == "/health":
+                    self._send(200, {"status": "ok"})
+                elif self.path == "/v1/models":
+                    self._send(200, {"object": "list", "data": [{"id": server.name, "object": "model"}]})
+                elif self.path == "/metrics":
+                    self._send(200, server.metrics_text(), "text/plain; version=0.0.4")
+                else:
+                    self._send(404, {"error": f"no route GET {self.path}"})
+
+            def do_POST(self):  # noqa: N802
+                try:
+                    length = int(self.headers.get("Content-Length", "0"))
+                    body = json.loads(self.rfile.read(length) or b"{}")
+                    if self.path in ("/v1/completions", "/completions"):
+                        self._send(200, server.openai_completion(body))
+                    elif self.path == "/completion":
+                        self._send(200, server.llama_completion(body))
+                    else:
+                        self._send(404, {"error": f"no route POST {self.path}"})
+                except (_BadRequest, ValueError) as exc:
+                    self._send(400, {"error": {"message": str(exc), "type": "invalid_request_error"}})
+
+        self.httpd = ThreadingHTTPServer((host, port), Handler)
+        self.httpd.daemon_threads = True
+        self.base_url = f"http://{host}:{self.httpd.server_address[1]}"
+        self._thread: threading.Thread | None = None
+
+    # ------------------------------------------------------------------ sampling
+    def _decoder(self, k: int):
+        if k not in self._decoders:
+            self._decoders[k] = self.make_decoder(k)
+        return self._decoders[k]
+
+    def _sample(self, body: dict[str, Any], prompt_key: str, max_key: str, k: int, n: int):
+        from verifier.sampling import SamplingConfig
+
+        for key, neutral in NEUTRAL_KNOBS.items():
+            if key in body and body[key] is not None and float(body[key]) != float(neutral):
+                raise _BadRequest(f"{key}={body[key]!r} is not supported by this server (only {neutral!r})")
+        if body.get("stop"):
+            raise _BadRequest(f"stop={body['stop']!r} is not supported by this server")
+        prompt = body.get(prompt_key)
+        if not isinstance(prompt, list) or not prompt or not all(isinstance(t, int) and 0 <= t < self.vocab_size for t in prompt):
+            raise _BadRequest(f"{prompt_key} must be a non-empty list of token ids in 0..{self.vocab_size - 1}")
+        top_k = body.get("top_k")
+        top_p = body.get("top_p")
+        rep = body.get("repetition_penalty", body.get("repeat_penalty"))
+        sampling = SamplingConfig(temperature=float(body.get("temperature", 1.0)),
+                                  top_k=int(top_k) if top_k not in (None, -1, 0) else None,
+                                  top_p=float(top_p) if top_p not in (None, 1, 1.0) else None,
+                                  repetition_penalty=float(rep) if rep not in (None, 1, 1.0) else None)
+        max_new = int(body.get(max_key) or 16)
+        seed = int(body["seed"]) if body.get("seed") is not None else int(np.random.SeedSequence().entropy % (1 << 31))
+        with self._lock:
+            decoder = self._decoder(k)
+            rows = np.asarray(decoder.generate(prompt, n, max_new, sampling, seed))
+            stats = getattr(decoder, "last_stats", None)
+            drafted = accepted = 0
+            if k > 0 and stats is not None:
+                drafted = int(stats.num_draft_tokens * len(stats.accepted_counts))
+                accepted = int(np.sum(stats.accepted_counts))
+                self.counters["drafts"] += int(len(stats.accepted_counts))
+                self.counters["draft_tokens"] += drafted
+                self.counters["accepted_tokens"] += accepted
+            self.counters["requests"] += 1
+        return [[int(t) for t in row if t >= 0] for row in rows], max_new, drafted, accepted
+
+    def openai_completion(self, body: dict[str, Any]) -> dict[str, Any]:
+        n = int(body.get("n") or 1)
+        if not 1 <= n <= 1024:
+            raise _BadRequest(f"n={n} must be in 1..1024")
+        rows, _max_new, _d, _a = self._sample(body, "prompt", "max_tokens", self.k, n)
+        choices = [{"index": i, "text": "", "token_ids": row,
+                    "finish_reason": "stop" if self.eos is not None and row and row[-1] == self.eos else "length"}
+                   for i, row in enumerate(rows)]
+        return {"id": "cmpl-specverify", "object": "text_completion", "model": self.name, "choices": choices}
+
+    def llama_completion(self, body: dict[str, Any]) -> dict[str, Any]:
+        n_max = body.get("speculative.n_max")
+        k = self.k if n_max is None else int(n_max)
+        if k not in (0, self.k):
+            raise _BadRequest(f"speculative.n_max={n_max!r}: this server has k={self.k} (or 0 to switch speculation off)")
+        rows, _max_new, drafted, accepted = self._sample(body, "prompt", "n_predict", k, 1)
+        row = rows[0]
+        eos = self.eos is not None and row and row[-1] == self.eos
+        return {"content": "", "tokens": row[:-1] if eos else row, "stop_type": "eos" if eos else "limit",
+                "timings": {"draft_n": drafted, "draft_n_accepted": accepted}}
+
+    def metrics_text(self) -> str:
+        c = self.counters
+        lines = []
+        for prefix, names in (("vllm:spec_decode_", ("num_drafts", "num_draft_tokens", "num_accepted_tokens")),
+                              ("llamacpp:", ("n_drafts", "n_draft_tokens", "n_draft_accepted"))):
+            for name, value in zip(names, (c["drafts"], c["draft_tokens"], c["accepted_tokens"])):
+                lines += [f"# TYPE {prefix}{name} counter", f"{prefix}{name}_total {float(value)}"]
+        return "\n".join(lines) + "\n"
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> "DecoderServer":
+        self._thread = threading.Thread(target=self.httpd.serve_forever, name="specverify-serve", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+    def __enter__(self) -> "DecoderServer":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def serve_decoder(decoder: str, target: str, draft: str | None = None, *, num_draft_tokens: int = 3,
+                  host: str = "127.0.0.1", port: int = 0, device: str = "cpu", dtype: str = "float32") -> DecoderServer:
+    """A :class:`DecoderServer` for the registered ``decoder`` (``reference`` or a mutant) on ``target``/``draft``
+    (model specs as in suites: ``shipped:target``, ``tabular:NAME``, a checkpoint folder); not started."""
+    from verifier.decoders import make_decoder
+    from verifier.decoders.speculative import AncestralDecoder
+    from verifier.runner.models import load_pair
+    from verifier.suite.schema import ModelPair
+
+    if draft is None:
+        draft = target.replace("target", "draft") if target.startswith("shipped:") else target
+    pair = load_pair(ModelPair(name="serve", target=target, draft=draft, device=device, dtype=dtype))
+
+    def make(k: int):
+        if k == 0:
+            return AncestralDecoder(pair.target, eos_token_id=pair.eos_token_id)
+        return make_decoder(decoder, target=pair.target, draft=pair.draft, num_draft_tokens=k)
+
+    first = make(num_draft_tokens)  # an unknown decoder name fails here, before the port is opened
+    server = DecoderServer(make, num_draft_tokens, pair.vocab_size, pair.eos_token_id, f"specverify-{decoder}", host, port)
+    server._decoders[num_draft_tokens] = first
+    return server
