@@ -563,6 +563,11 @@ def run(args: argparse.Namespace) -> int:
         context = {"target": lambda: pair.target, "draft": lambda: pair.draft, "vocab_size": lambda: pair.vocab_size,
                    "eos_token_id": lambda: pair.eos_token_id}
     context["num_draft_tokens"] = lambda: args.num_draft_tokens
+    if pair is None:  # no model: --vocab-size / --eos-token-id are what a factory taking them gets
+        if vocab is not None:
+            context["vocab_size"] = lambda: vocab
+        if eos is not None:
+            context["eos_token_id"] = lambda: eos
     if args.samples:
         if vocab is None:
             raise invalid_argument("--vocab-size", None, "an integer (or --target) to validate imported token ids")

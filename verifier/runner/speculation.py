@@ -38,6 +38,8 @@ def summarize(metas: Iterable[dict[str, Any] | None]) -> dict[str, Any] | None:
         return None
     out: dict[str, Any] = {"chunks": len(entries), "requests": sum(int(e.get("requests", 0)) for e in entries),
                            "requests_sent": sum(int(e.get("requests_sent", 0)) for e in entries)}
+    seeds = [e.get("seed_honoured") for e in entries if e.get("seed_honoured") is not None]
+    out["seed_honoured"] = None if not seeds else all(seeds)  # the server's seed contract (verifier.server.decoder)
 
     def total(values):
         values = list(values)
@@ -93,5 +95,7 @@ def describe(summary: dict[str, Any]) -> str:
         src = (summary.get("counters") or {}).get("source")
         return f"speculation: not observable ({src or 'no counters reported'}); a PASS cannot show that drafts were verified"
     head = "speculation verified" if summary.get("verified") else "SPECULATION NEVER RAN"
+    seed = {True: "; request seeds reproduce", False: "; the server IGNORES request seeds (the journal is the only "
+            "record of the samples)", None: ""}[summary.get("seed_honoured")]
     return (f"{head} -- " + "; ".join(parts) + f" over {summary.get('requests', 0):,} requests "
-            f"({summary.get('requests_sent', 0):,} sent in this session)")
+            f"({summary.get('requests_sent', 0):,} sent in this session){seed}")

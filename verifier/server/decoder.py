@@ -103,6 +103,7 @@ class ServerDecoder:
         self.draft_known = bool(draft_declared)
         self.journal = Journal(None)
         self.last_stats: DecoderStats | None = None
+        self.seed_honoured: bool | None = None  # set by the first call's seed contract probe
         self._lock = threading.Lock()
         self.settings = {"api": api, "model": model, "n_per_request": n_per_request, "speculative": speculative,
                          "logprobs": logprobs, **self.server.public()}
@@ -152,7 +153,8 @@ class ServerDecoder:
         def on_reply(j: int, reply: Any, seconds: float) -> None:
             key, body, n, what = missing[j][1]
             completions = self.dialect.parse(reply, n=n, max_new_tokens=max_new_tokens,
-                                             eos_token_id=self.eos_token_id, what=what)
+                                             eos_token_id=self.eos_token_id, what=what,
+                                             logprobs=self.logprobs is not None)
             self._check_ids(completions, what)
             with self._lock:
                 self.journal.append(key, body, completions, seconds)
@@ -162,6 +164,8 @@ class ServerDecoder:
         finally:
             self.journal.sync()
         after = read_counters(self.server, self.dialect) if missing else None
+        if missing and self.seed_honoured is None and sampling.temperature > 0:
+            self.seed_honoured = self._seed_contract(missing[0][1], max_new_tokens)
         rows = np.full((num_samples, max_new_tokens), PADDING_TOKEN_ID, dtype=np.int64)
         drafted = accepted = 0
         per_request = True
@@ -178,6 +182,25 @@ class ServerDecoder:
             before, after, len(missing), len(requests), drafted if per_request else None, accepted if per_request else None)})
         return rows
 
+    def _seed_contract(self, request: tuple, max_new_tokens: int) -> bool:
+        """Send one journaled request twice more with its seed: False when a repeat differs (the server
+        ignores ``seed``, or samples non-deterministically: reproducibility is then the journal's alone)."""
+        key, body, n, what = request
+        first = [c.token_ids for c in self.journal.get(key)]
+        repeats: list[list[tuple[int, ...]]] = []
+
+        def keep(_j: int, reply: Any, _s: float) -> None:
+            repeats.append([c.token_ids for c in self.dialect.parse(reply, n=n, max_new_tokens=max_new_tokens,
+                                                                     eos_token_id=self.eos_token_id, what=what)])
+
+        post_all(self.server, self.dialect.path, [(f"seed contract probe ({what})", body)] * 2, keep)
+        honoured = all(r == first for r in repeats)
+        if not honoured:
+            print(f"note: {self.name} ignores the request seed: the same request with seed {body.get('seed')} gave "
+                  f"different tokens ({first[0]} then {[r[0] for r in repeats]}); the response journal is the only "
+                  "record of these samples (a rerun draws new ones)")
+        return honoured
+
     def _check_ids(self, completions: list[Completion], what: str) -> None:
         for c in completions:
             bad = [t for t in c.token_ids if not 0 <= t < self.vocab_size]
@@ -190,6 +213,7 @@ class ServerDecoder:
                      drafted: int | None, accepted: int | None) -> dict[str, Any]:
         """What the chunk shows of speculation: server counters' deltas and per-request figures."""
         out: dict[str, Any] = {"requests": total, "requests_sent": sent, "requests_from_journal": total - sent,
+                               "seed_honoured": self.seed_honoured,
                                "per_request_draft_tokens": drafted, "per_request_accepted_tokens": accepted}
         if before is not None and after is not None:
             delta = counter_delta(before, after)

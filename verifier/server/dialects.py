@@ -131,8 +131,9 @@ class Dialect:
         raise NotImplementedError
 
     def parse(self, body: Any, *, n: int, max_new_tokens: int, eos_token_id: int | None,
-              what: str) -> list[Completion]:
-        """The ``n`` completions of a reply; ``what`` names the request in errors."""
+              what: str, logprobs: bool = False) -> list[Completion]:
+        """The ``n`` completions of a reply; ``what`` names the request in errors; ``logprobs``: they were
+        asked for, so a reply without them is an error."""
         raise NotImplementedError
 
 
@@ -179,7 +180,7 @@ class OpenAICompletions(Dialect):
             body["model"] = model
         return body
 
-    def parse(self, body, *, n, max_new_tokens, eos_token_id, what):
+    def parse(self, body, *, n, max_new_tokens, eos_token_id, what, logprobs=False):
         choices = body.get("choices") if isinstance(body, dict) else None
         if not isinstance(choices, list):
             raise ServerReplyError(f"{what}: the reply has no `choices` list (not an OpenAI completions reply); "
@@ -211,6 +212,9 @@ class OpenAICompletions(Dialect):
             ids, finish = _finish(list(tokens), stopped, False, max_new_tokens, eos_token_id, what, choice)
             logps = _openai_logprobs(lp, len(tokens), what, i)
             tops = _openai_top(lp, len(tokens), what, i)
+            if logprobs and logps is None:
+                raise ServerReplyError(f"{what}: logprobs were asked for and choices[{i}] has none "
+                                       f"(logprobs.token_logprobs missing); reply: {_head(choice)}")
             if len(ids) > len(tokens):  # EOS appended: the server reported nothing for it
                 logps = None if logps is None else logps + (None,)
                 tops = None if tops is None else tops + ({},)
@@ -266,7 +270,7 @@ class LlamaServer(Dialect):
             body["model"] = model
         return body
 
-    def parse(self, body, *, n, max_new_tokens, eos_token_id, what):
+    def parse(self, body, *, n, max_new_tokens, eos_token_id, what, logprobs=False):
         if not isinstance(body, dict) or not isinstance(body.get("tokens"), list):
             raise ServerReplyError(f"{what}: the reply has no `tokens` list (not a llama-server /completion reply "
                                    f"with return_tokens); reply: {_head(body)}")
@@ -279,6 +283,9 @@ class LlamaServer(Dialect):
         ids, finish = _finish(list(tokens), stop_type == "eos", stop_type == "word", max_new_tokens, eos_token_id,
                               what, body)
         logps, tops = _llama_probs(body.get("completion_probabilities"), len(tokens))
+        if logprobs and logps is None:
+            raise ServerReplyError(f"{what}: n_probs were asked for and the reply has no usable "
+                                   f"completion_probabilities (one per token); reply: {_head(body)}")
         if logps is not None and len(ids) > len(tokens):
             logps, tops = logps + (None,), tops + ({},)
         timings = body.get("timings") if isinstance(body.get("timings"), dict) else {}

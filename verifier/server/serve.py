@@ -177,6 +177,7 @@ class DecoderServer:
                               ("llamacpp:", ("n_drafts", "n_draft_tokens", "n_draft_accepted"))):
             for name, value in zip(names, (c["drafts"], c["draft_tokens"], c["accepted_tokens"])):
                 lines += [f"# TYPE {prefix}{name} counter", f"{prefix}{name}_total {float(value)}"]
+        lines += ["# TYPE specverify:requests counter", f"specverify:requests_total {float(c['requests'])}"]
         return "\n".join(lines) + "\n"
 
     # ------------------------------------------------------------------ lifecycle

@@ -1,0 +1,115 @@
+"""``specverify audit --url`` against real server processes (``specverify serve``) on the trigram3 tabular pair.
+
+Power statements (k = 2, T = 1, the pair's standard prompt, family alpha 0.001, power 0.99 per cell):
+* the audit plans n = 1,922 for TV 0.1 in every TV cell (first token, each position, the first 3
+  tokens), so the reference server at n = 2,000 must PASS (false-fail rate <= 0.001);
+* ``full_p_fallback`` moves the exact 3-token law by TV 0.184 (``n_token_law`` vs ``target_law``,
+  computed below from the exact enumerator); at n = 1,000 the joint cell sees TV >= ~0.14, so the
+  mutant server must be BIAS DETECTED (false-pass rate <= 0.01).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from fractions import Fraction
+
+import pytest
+
+from tests.server.conftest import REPO, audit, requests_served
+
+COMMON = ["--target", "tabular:trigram3", "--num-draft-tokens", "2", "--seed", "3"]
+
+
+def _report(run_dir):
+    return json.loads((run_dir / "report.json").read_text())
+
+
+def test_exact_effect_of_the_served_mutant_is_visible_at_the_tested_n():
+    from verifier.exact import n_token_law, standard_tabular_pairs, target_law, total_variation
+
+    pair = standard_tabular_pairs()["trigram3"]
+    tv = total_variation(n_token_law(pair.target, pair.draft, pair.prefix, 2, 3, "full_p_fallback"),
+                         target_law(pair.target, pair.prefix, 3))
+    assert tv == Fraction(23, 125)  # 0.184 > the joint cell's MDE at n = 1,000 (~0.14)
+
+
+def test_reference_server_passes_and_speculation_is_verified(reference_server, tmp_path):
+    run_dir = tmp_path / "run"
+    done = audit(["--url", reference_server, *COMMON, "--num-samples", "2000", "--target-tv", "0.1",
+                  "--num-concurrent", "4", "--run-dir", str(run_dir)])
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    d = _report(run_dir)["decoders"][0]
+    assert d["verdict"] == "PASS"
+    spec = d["speculation"]
+    assert spec["verified"] and spec["counters"]["draft_tokens"] > 0 and spec["requests"] == 2000
+    assert "speculation verified" in done.stdout and spec["seed_honoured"] is True
+    lines = (run_dir / "server" / "responses.jsonl").read_text().splitlines()
+    assert len(lines) == 2000  # every response persisted
+    seeds = {json.loads(line)["request"]["seed"] for line in lines}
+    assert len(seeds) == 2000  # a distinct derived seed per request
+
+
+def test_mutant_server_is_detected_and_diagnosed_through_http(mutant_server, tmp_path):
+    run_dir = tmp_path / "run"
+    done = audit(["--url", mutant_server, "--api", "llama-server", *COMMON, "--draft", "tabular:trigram3",
+                  "--num-samples", "1000", "--run-dir", str(run_dir)])
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
+    report = _report(run_dir)
+    assert report["decoders"][0]["verdict"] == "BIAS DETECTED"
+    assert report["decoders"][0]["speculation"]["per_request"]["draft_tokens"] > 0  # llama-server timings.draft_n
+    assert "full_p_fallback" in report["diagnosis"]["decoders"][0]["sentence"]
+
+
+def test_speculation_switched_off_cannot_pass(reference_server, tmp_path):
+    """llama-server requests with speculative.n_max = 0: plain target sampling, every cell passes, the
+    server's counters do not move -- UNDERPOWERED (exit 4) naming why, never PASS."""
+    run_dir = tmp_path / "run"
+    done = audit(["--url", reference_server, "--api", "llama-server", "--speculation", "off", *COMMON,
+                  "--num-samples", "2000", "--target-tv", "0.1", "--run-dir", str(run_dir)])
+    assert done.returncode == 4, done.stdout[-3000:] + done.stderr[-3000:]
+    d = _report(run_dir)["decoders"][0]
+    assert d["verdict"] == "UNDERPOWERED" and d["reason"].startswith("speculation never ran")
+    assert "SPECULATION NEVER RAN" in done.stdout
+
+
+def test_two_sample_design_with_per_request_switch(mutant_server, tmp_path):
+    """Speculation on vs off on the same llama-server (no local target law needed): the mutant differs."""
+    done = audit(["--url", mutant_server, "--api", "llama-server", "--reference-off", "--vocab-size", "3",
+                  "--prompt-ids", "1,2", "--num-samples", "1500", "--max-new-tokens", "3", "--num-draft-tokens", "2",
+                  "--run-dir", str(tmp_path / "two")])
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
+    assert (tmp_path / "two" / "speculative" / "server" / "responses.jsonl").is_file()
+    assert (tmp_path / "two" / "reference" / "server" / "responses.jsonl").is_file()
+
+
+def test_killed_audit_resumes_without_resampling(reference_server, tmp_path):
+    """SIGKILL mid-run, then --resume: every response in the journal is reused; the server answers each
+    request once (its own request counter), the journal holds exactly n lines."""
+    run_dir = tmp_path / "run"
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    before = requests_served(reference_server)
+    proc = subprocess.Popen([sys.executable, "-m", "verifier.cli", "audit", "--url", reference_server, *COMMON,
+                             "--num-samples", "1200", "--chunk-size", "400", "--num-concurrent", "2",
+                             "--run-dir", str(run_dir), "--no-progress"], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    journal = run_dir / "server" / "responses.jsonl"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and proc.poll() is None:
+        if journal.is_file() and journal.read_text().count("\n") >= 500:  # inside the second chunk
+            break
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    kept = journal.read_text().count("\n")
+    assert 0 < kept < 1200
+    done = audit(["--resume", str(run_dir)])
+    assert done.returncode in (0, 4), done.stdout[-3000:] + done.stderr[-3000:]
+    assert journal.read_text().count("\n") == 1200
+    time.sleep(0.5)
+    # + the seed contract's 2 probe requests per session, + requests in flight at the kill (answered, not journaled)
+    assert requests_served(reference_server) - before <= 1200 + 2 * 2 + 2
