@@ -21,10 +21,10 @@ REPO = Path(__file__).resolve().parents[2]
 URL_LINE = re.compile(r" at (http://127\.0\.0\.1:\d+)")
 
 
-def start_serve(decoder: str, target: str = "tabular:trigram3", k: int = 2) -> tuple[subprocess.Popen, str]:
+def start_serve(decoder: str, target: str = "tabular:trigram3", k: int = 2, *extra: str) -> tuple[subprocess.Popen, str]:
     env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     proc = subprocess.Popen([sys.executable, "-m", "verifier.cli", "serve", "--decoder", decoder, "--target", target,
-                             "--num-draft-tokens", str(k), "--port", "0"], env=env, stdout=subprocess.PIPE,
+                             "--num-draft-tokens", str(k), "--port", "0", *extra], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
     deadline = time.monotonic() + 120
     lines = []

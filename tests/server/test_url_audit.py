@@ -113,3 +113,25 @@ def test_killed_audit_resumes_without_resampling(reference_server, tmp_path):
     time.sleep(0.5)
     # + the seed contract's 2 probe requests per session, + requests in flight at the kill (answered, not journaled)
     assert requests_served(reference_server) - before <= 1200 + 2 * 2 + 2
+
+
+def test_concurrency_levels_find_a_defect_that_appears_only_under_load(tmp_path):
+    """A server correct with one request in flight and deterministic_acceptance when more arrive together (the
+    field's "corrupt only when requests are batched"; exact 3-token TV 0.595 on trigram3, k = 2): the level c1
+    (one request at a time) must not reject; at c8 about 80% of requests arrive with others in flight (measured
+    247 of 300 on this server), so its law moves by TV ~0.48, far above the joint cell's MDE (~0.18) at n = 600:
+    BIAS DETECTED (false-pass rate <= 0.01)."""
+    from tests.server.conftest import start_serve, stop
+
+    proc, url = start_serve("reference", "tabular:trigram3", 2, "--busy-decoder", "deterministic_acceptance",
+                            "--busy-above", "1")
+    try:
+        run_dir = tmp_path / "run"
+        done = audit(["--url", url, *COMMON, "--num-samples", "600", "--concurrency-levels", "1,8",
+                      "--run-dir", str(run_dir)])
+    finally:
+        stop(proc)
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
+    verdicts = {d["decoder"]: d["verdict"] for d in _report(run_dir)["decoders"]}
+    assert verdicts["c8"] == "BIAS DETECTED"
+    assert verdicts["c1"] != "BIAS DETECTED"  # UNDERPOWERED at n = 600 for TV 0.05, never rejected

@@ -81,6 +81,9 @@ class AuditSpec:
     description: str = ""
     plan_n: bool = True  # False: skip the power calculation (n given, no target TV to plan for)
     acceptance: str = "any"  # "canonical": the decoder declares min(1, p/q); its accepted-count law is checked
+    # design factors: one decoder per (name, option overrides), each with its own cells and verdict (e.g. a URL
+    # audit's concurrency levels); empty -> the one decoder.  The caller splits alpha over them.
+    variants: tuple = ()
 
 
 @dataclass
@@ -184,7 +187,8 @@ def _suite_raw(spec: AuditSpec, prompts: list[tuple[str, Any]], positions: list[
                      "max_new_tokens": int(max_new_tokens), "samples": int(num_samples),
                      **({"chunk_size": int(spec.chunk_size)} if spec.chunk_size is not None else {}), "tests": [t for t in spec.tests if t != "joint" or joint >= 2],
                      "gof_positions": list(positions), "joint_tokens": max(joint, 2)},
-        "decoders": [decoder],
+        "decoders": [decoder] if not spec.variants else [
+            {**decoder, "name": name, "options": {**dict(spec.options), **dict(override)}} for name, override in spec.variants],
         "stats": {"alpha": float(spec.alpha), "correction": "gate", "target_mde": float(spec.target_tv),
                   "power": float(spec.power)},
     }

@@ -48,6 +48,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--speculation", choices=("server", "on", "off"), default="server",
                        help="llama-server: switch speculation per request (speculative.n_max = --num-draft-tokens, or 0); "
                             "'server' sends no switch. Default: server")
+    group.add_argument("--concurrency-levels", default=None, metavar="N,N,...",
+                       help="design factor: audit at each number of requests in flight (e.g. 1,4,16), each level its own "
+                            "decoder with its own cells and verdict (alpha split over the levels). Default: --num-concurrent only")
+    group.add_argument("--mixed-batch", action="store_true",
+                       help="design factor: also audit with background requests in flight (greedy and T=0.5 rows, a longer "
+                            "prompt) sharing the server's batches with the audited ones")
+    group.add_argument("--n-levels", default=None, metavar="N,N,...",
+                       help="design factor (openai-completions): completions per request, e.g. 1,4 (`n = 1` vs `n > 1`)")
     group.add_argument("--reference-url", default=None, metavar="URL",
                        help="two-sample design: the same target served without speculation; its samples are the reference")
     group.add_argument("--reference-off", action="store_true",
@@ -110,9 +118,39 @@ def route_url(args: argparse.Namespace) -> None:
         args.blackbox_reference = URL_DECODER
         ref_options = _server_options(args, args.reference_url or args.url, False if args.reference_off else None)
         args.reference_option = list(ref_options.items())
+    args.url_variants = _variants(args)
+    if args.url_variants and args.url_described["reference"]:
+        raise invalid_argument("--concurrency-levels/--mixed-batch/--n-levels", True, "the known-target design (no "
+                               "--reference-url/--reference-off): each level is its own decoder against the target law")
     print(f"URL audit of {args.url} ({args.api}" + (f", model {args.model}" if args.model else "") +
           f", {args.num_concurrent} in flight" + (f", two-sample against {args.url_described['reference']}"
                                                    if args.url_described["reference"] else ", known target") + ")")
+
+
+def _levels(flag: str, text: str | None, low: int, high: int) -> list[int]:
+    if text is None:
+        return []
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        values = []
+    if not values or any(not low <= v <= high for v in values) or len(set(values)) != len(values):
+        raise invalid_argument(flag, text, f"distinct comma-separated integers in {low}..{high}, e.g. 1,4,16")
+    return values
+
+
+def _variants(args: argparse.Namespace) -> list[tuple[str, dict]]:
+    """The design factors as (decoder name, option overrides): one decoder per level (none: one decoder)."""
+    from verifier.server.dialects import get_dialect
+
+    out = [(f"c{c}", {"num_concurrent": c}) for c in _levels("--concurrency-levels", args.concurrency_levels, 1, 256)]
+    for n in _levels("--n-levels", args.n_levels, 1, get_dialect(args.api).max_n):
+        out.append((f"n{n}", {"n_per_request": n}))
+    if args.mixed_batch:
+        out.append((f"c{args.num_concurrent}-mixed", {"background": {"concurrent": max(2, args.num_concurrent)}}))
+    if out and not any(name == f"c{args.num_concurrent}" for name, _ in out) and not args.concurrency_levels:
+        out.insert(0, (f"c{args.num_concurrent}", {}))  # the plain level beside the factor levels
+    return out
 
 
 def bind_blackbox_journals(args: argparse.Namespace, decoder, reference) -> Path | None:

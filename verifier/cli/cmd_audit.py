@@ -366,6 +366,9 @@ def _print_summary(outcome, plan: dict) -> None:
     report = outcome.report
     d = report["decoders"][0] if report["decoders"] else {}
     verdict = d.get("verdict", report["verdict"])
+    if len(report["decoders"]) > 1:  # design factors (URL audit levels): PASS only when every level passes
+        verdicts = {x.get("verdict") for x in report["decoders"]}
+        verdict = "PASS" if verdicts == {"PASS"} else "UNDERPOWERED" if verdicts <= {"PASS", "UNDERPOWERED"} else "BIAS DETECTED"
     alpha = report["suite"]["stats"]["alpha"] if not plan.get("sequential") else plan["family_alpha"]
     print()
     print_outcome(outcome.outcome)
@@ -412,7 +415,8 @@ def _run_known_p(args, sampling) -> int:
                          sampling=sampling, num_draft_tokens=args.num_draft_tokens, max_new_tokens=args.max_new_tokens,
                          num_samples=args.num_samples,
                          target_tv=DEFAULT_TARGET_TV if args.target_tv is None else args.target_tv,
-                         alpha=args.alpha / 2 if seq else args.alpha, seed=args.seed, options=dict(args.option),
+                         alpha=(args.alpha / 2 if seq else args.alpha) / max(1, len(getattr(args, "url_variants", ()))),
+                         variants=tuple(getattr(args, "url_variants", ())), seed=args.seed, options=dict(args.option),
                          chunk_size=args.chunk_size, device=args.device, dtype=args.dtype, acceptance=args.acceptance)
         audit_plan = plan_audit(spec, pair=pair)
         for line in _blind_notes(pair, audit_plan.prompts, sampling, args.blind_tolerance, args.blind_rules, args.decoder):

@@ -23,6 +23,10 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--num-draft-tokens", type=int, default=3, metavar="K", help="Default: 3")
     parser.add_argument("--host", default="127.0.0.1", help="Default: 127.0.0.1 (loopback only)")
     parser.add_argument("--port", type=int, default=8000, help="0 picks a free port. Default: 8000")
+    parser.add_argument("--busy-decoder", default=None, metavar="NAME",
+                        help="a concurrency-dependent defect on purpose: requests that arrive with more than --busy-above "
+                             "in flight are served by this registered decoder (e.g. full_p_fallback). Default: none")
+    parser.add_argument("--busy-above", type=int, default=2, metavar="N", help="with --busy-decoder. Default: 2")
     parser.add_argument("--duration", type=float, default=None, metavar="SECONDS",
                         help="stop after this many seconds. Default: until Ctrl-C")
 
@@ -39,8 +43,11 @@ def run(args: argparse.Namespace) -> int:
     from verifier.server.serve import serve_decoder
 
     try:
+        if args.busy_above < 0:
+            raise invalid_argument("--busy-above", args.busy_above, "an integer >= 0")
         server = serve_decoder(args.decoder, args.target, args.draft, num_draft_tokens=args.num_draft_tokens,
-                               host=args.host, port=args.port)
+                               host=args.host, port=args.port, busy_decoder=args.busy_decoder,
+                               busy_above=args.busy_above if args.busy_decoder else None)
     except OSError as exc:
         raise invalid_argument("--port", args.port, f"a free port on {args.host} ({exc.strerror or exc})") from None
     except (KeyError, TypeError) as exc:

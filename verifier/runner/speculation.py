@@ -38,6 +38,7 @@ def summarize(metas: Iterable[dict[str, Any] | None]) -> dict[str, Any] | None:
         return None
     out: dict[str, Any] = {"chunks": len(entries), "requests": sum(int(e.get("requests", 0)) for e in entries),
                            "requests_sent": sum(int(e.get("requests_sent", 0)) for e in entries)}
+    out["background_requests"] = sum(int(e.get("background_requests", 0)) for e in entries)  # mixed-batch factor
     seeds = [e.get("seed_honoured") for e in entries if e.get("seed_honoured") is not None]
     out["seed_honoured"] = None if not seeds else all(seeds)  # the server's seed contract (verifier.server.decoder)
 
@@ -98,4 +99,6 @@ def describe(summary: dict[str, Any]) -> str:
     seed = {True: "; request seeds reproduce", False: "; the server IGNORES request seeds (the journal is the only "
             "record of the samples)", None: ""}[summary.get("seed_honoured")]
     return (f"{head} -- " + "; ".join(parts) + f" over {summary.get('requests', 0):,} requests "
-            f"({summary.get('requests_sent', 0):,} sent in this session){seed}")
+            f"({summary.get('requests_sent', 0):,} sent in this session"
+            + (f", beside {summary['background_requests']:,} background requests whose drafts the server counters include"
+               if summary.get("background_requests") else "") + f"){seed}")

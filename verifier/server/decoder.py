@@ -33,6 +33,8 @@ from verifier.server.metrics import SpecCounters, counter_delta, read_counters
 
 __all__ = ["ServerDecoder", "decoder", "request_seed"]
 
+BACKGROUND_EXTRA = 7  # extra prompt tokens of the mixed batch's background requests (another prompt length)
+BACKGROUND_TEMPERATURES = (0.0, 0.5)  # greedy rows and rows at another temperature beside the audited ones
 SEED_BITS = 31  # request seeds fit a signed 32-bit int (llama.cpp takes uint32, some servers int32)
 
 
@@ -68,6 +70,10 @@ class ServerDecoder:
         Ask for the top-``logprobs`` logprobs of each emitted token (journaled for the logprob checks).
     name : str or None
         Report name; default ``"<api>@<base_url>"``.
+    background : dict or None, default None
+        Mixed-batch factor: ``{"concurrent": C}`` keeps C other requests in flight while the audited ones
+        run -- alternately greedy and T = 0.5, on the prompt with :data:`BACKGROUND_EXTRA` more tokens -- so
+        they share the server's batches; their replies are discarded (counted in the chunk's figures).
     draft_declared : bool, default False
         The user named the server's draft model (``--draft MODEL``): the harness may score it (diagnosis,
         canonical acceptance).  False: ``draft_known = False`` (:mod:`verifier.runner.draft`).
@@ -84,7 +90,8 @@ class ServerDecoder:
                  api: str = "openai-completions", model: str | None = None, num_concurrent: int = 4,
                  max_retries: int = 5, request_timeout_s: float = 300.0, api_key_env: str | None = None,
                  n_per_request: int = 1, speculative: bool | None = None, logprobs: int | None = None,
-                 name: str | None = None, draft_declared: bool = False, probe: bool = True) -> None:
+                 name: str | None = None, draft_declared: bool = False, background: dict | None = None,
+                 probe: bool = True) -> None:
         self.dialect = get_dialect(api)
         self.server = ServerSettings(base_url, num_concurrent=num_concurrent, max_retries=max_retries,
                                      timeout_s=request_timeout_s, api_key_env=api_key_env)
@@ -95,6 +102,11 @@ class ServerDecoder:
         if speculative is not None and api == "openai-completions":
             raise invalid_argument("--speculation", "on" if speculative else "off", "a per-request switch only with "
                                    "--api llama-server; for an OpenAI server give the speculation-off server as --reference-url")
+        if background is not None and not (isinstance(background, dict) and set(background) <= {"concurrent"}
+                                           and isinstance(background.get("concurrent", 2), int)
+                                           and background.get("concurrent", 2) >= 1):
+            raise invalid_argument("background", background, '{"concurrent": C} with an integer C >= 1, or None')
+        self.background = background
         self.vocab_size, self.eos_token_id, self.num_draft_tokens = int(vocab_size), eos_token_id, int(num_draft_tokens)
         self.model, self.n, self.speculative, self.logprobs = model, n_per_request, speculative, logprobs
         self.name = name or f"{api}@{base_url}"
@@ -144,7 +156,8 @@ class ServerDecoder:
                                         model=self.model, speculative=self.speculative)
             if self.speculative is not None and "speculative.n_max" in body and body["speculative.n_max"] is None:
                 body["speculative.n_max"] = self.num_draft_tokens
-            key = request_key({"api": self.dialect.name, "model": self.model, "body": body})
+            key = request_key({"api": self.dialect.name, "model": self.model, "body": body,  # + the design factors
+                               "num_concurrent": self.server.num_concurrent, "background": self.background})
             requests.append((key, body, n, f"request {r} of chunk seed {seed} (seed {rseed}, {label}, prompt "
                                            f"{prompt[:6]}{'...' if len(prompt) > 6 else ''})"))
         missing = [(i, req) for i, req in enumerate(requests) if self.journal.get(req[0]) is None]
@@ -159,10 +172,12 @@ class ServerDecoder:
             with self._lock:
                 self.journal.append(key, body, completions, seconds)
 
+        load = _Background(self, prompt, max_new_tokens, seed) if self.background and missing else None
         try:
             post_all(self.server, self.dialect.path, [(req[3], req[1]) for _, req in missing], on_reply)
         finally:
             self.journal.sync()
+            background_sent = load.stop() if load is not None else 0
         after = read_counters(self.server, self.dialect) if missing else None
         if missing and self.seed_honoured is None and sampling.temperature > 0:
             self.seed_honoured = self._seed_contract(missing[0][1], max_new_tokens)
@@ -180,6 +195,8 @@ class ServerDecoder:
                     drafted, accepted = drafted + c.drafted, accepted + (c.accepted or 0)
         self.last_stats = DecoderStats(num_draft_tokens=self.num_draft_tokens, extra={"speculation": self._speculation(
             before, after, len(missing), len(requests), drafted if per_request else None, accepted if per_request else None)})
+        if self.background:
+            self.last_stats.extra["speculation"]["background_requests"] = background_sent
         return rows
 
     def _seed_contract(self, request: tuple, max_new_tokens: int) -> bool:
@@ -193,7 +210,8 @@ class ServerDecoder:
             repeats.append([c.token_ids for c in self.dialect.parse(reply, n=n, max_new_tokens=max_new_tokens,
                                                                      eos_token_id=self.eos_token_id, what=what)])
 
-        post_all(self.server, self.dialect.path, [(f"seed contract probe ({what})", body)] * 2, keep)
+        for _ in range(2):  # one at a time: the same request alone, as it was first sent
+            post_all(self.server, self.dialect.path, [(f"seed contract probe ({what})", body)], keep)
         honoured = all(r == first for r in repeats)
         if not honoured:
             print(f"note: {self.name} ignores the request seed: the same request with seed {body.get('seed')} gave "
@@ -222,6 +240,44 @@ class ServerDecoder:
 
     def close(self) -> None:
         self.journal.close()
+
+
+class _Background:
+    """The mixed batch's background load: a thread keeping ``concurrent`` other requests in flight."""
+
+    def __init__(self, owner: ServerDecoder, prompt: list[int], max_new_tokens: int, seed: int) -> None:
+        from verifier.sampling import SamplingConfig
+
+        self.stop_event, self.sent, self.errors = threading.Event(), 0, []
+        longer = prompt + [prompt[-1]] * BACKGROUND_EXTRA
+        bodies = [owner.dialect.request(longer, SamplingConfig(temperature=t), max_new_tokens, (seed + i) % (1 << SEED_BITS),
+                                        model=owner.model) for i, t in enumerate(BACKGROUND_TEMPERATURES)]
+        url, headers = owner.server.url(owner.dialect.path), owner.server.headers()
+
+        def worker(index: int) -> None:
+            import httpx
+
+            with httpx.Client(timeout=owner.server.timeout_s, headers=headers) as client:
+                i = index
+                while not self.stop_event.is_set():
+                    try:
+                        client.post(url, content=json.dumps(bodies[i % len(bodies)]))
+                        self.sent += 1
+                    except httpx.HTTPError as exc:  # the audited requests report the server's failures
+                        self.errors.append(str(exc))
+                        self.stop_event.wait(0.5)
+                    i += 1
+
+        self.threads = [threading.Thread(target=worker, args=(i,), daemon=True)
+                        for i in range(int(owner.background.get("concurrent", 2)))]
+        for t in self.threads:
+            t.start()
+
+    def stop(self) -> int:
+        self.stop_event.set()
+        for t in self.threads:
+            t.join(timeout=60)
+        return self.sent
 
 
 def decoder(base_url: str, vocab_size: int, eos_token_id: int | None = None, num_draft_tokens: int = 1,

@@ -60,10 +60,17 @@ class DecoderServer:
     """
 
     def __init__(self, make_decoder: Callable[[int], Any], num_draft_tokens: int, vocab_size: int,
-                 eos_token_id: int | None, name: str, host: str = "127.0.0.1", port: int = 0) -> None:
+                 eos_token_id: int | None, name: str, host: str = "127.0.0.1", port: int = 0,
+                 make_busy_decoder: Callable[[int], Any] | None = None, busy_above: int | None = None) -> None:
         self.make_decoder, self.k, self.vocab_size, self.eos, self.name = make_decoder, num_draft_tokens, vocab_size, eos_token_id, name
         self._decoders: dict[int, Any] = {}
+        # a concurrency-dependent defect on purpose: with more than `busy_above` requests in flight, requests are
+        # served by `make_busy_decoder(k)` (e.g. a mutant) -- corruption that appears only under load
+        self.make_busy_decoder, self.busy_above = make_busy_decoder, busy_above
+        self._busy: dict[int, Any] = {}
+        self.in_flight = 0
         self._lock = threading.Lock()
+        self._lock_flight = threading.Lock()
         self.counters = {"drafts": 0, "draft_tokens": 0, "accepted_tokens": 0, "requests": 0}
         server = self
 
@@ -92,6 +99,8 @@ class DecoderServer:
                     self._send(404, {"error": f"no route GET {self.path}"})
 
             def do_POST(self):  # noqa: N802
+                with server._lock_flight:
+                    server.in_flight += 1
                 try:
                     length = int(self.headers.get("Content-Length", "0"))
                     body = json.loads(self.rfile.read(length) or b"{}")
@@ -103,6 +112,9 @@ class DecoderServer:
                         self._send(404, {"error": f"no route POST {self.path}"})
                 except (_BadRequest, ValueError) as exc:
                     self._send(400, {"error": {"message": str(exc), "type": "invalid_request_error"}})
+                finally:
+                    with server._lock_flight:
+                        server.in_flight -= 1
 
         self.httpd = ThreadingHTTPServer((host, port), Handler)
         self.httpd.daemon_threads = True
@@ -135,8 +147,15 @@ class DecoderServer:
                                   repetition_penalty=float(rep) if rep not in (None, 1, 1.0) else None)
         max_new = int(body.get(max_key) or 16)
         seed = int(body["seed"]) if body.get("seed") is not None else int(np.random.SeedSequence().entropy % (1 << 31))
+        busy = self.busy_above is not None and k > 0 and self.in_flight > self.busy_above
         with self._lock:
-            decoder = self._decoder(k)
+            if busy:
+                self.counters["busy_requests"] = self.counters.get("busy_requests", 0) + 1
+                if k not in self._busy:
+                    self._busy[k] = self.make_busy_decoder(k)
+                decoder = self._busy[k]
+            else:
+                decoder = self._decoder(k)
             rows = np.asarray(decoder.generate(prompt, n, max_new, sampling, seed))
             stats = getattr(decoder, "last_stats", None)
             drafted = accepted = 0
@@ -177,7 +196,8 @@ class DecoderServer:
                               ("llamacpp:", ("n_drafts", "n_draft_tokens", "n_draft_accepted"))):
             for name, value in zip(names, (c["drafts"], c["draft_tokens"], c["accepted_tokens"])):
                 lines += [f"# TYPE {prefix}{name} counter", f"{prefix}{name}_total {float(value)}"]
-        lines += ["# TYPE specverify:requests counter", f"specverify:requests_total {float(c['requests'])}"]
+        lines += ["# TYPE specverify:requests counter", f"specverify:requests_total {float(c['requests'])}",
+                  "# TYPE specverify:busy_requests counter", f"specverify:busy_requests_total {float(c.get('busy_requests', 0))}"]
         return "\n".join(lines) + "\n"
 
     # ------------------------------------------------------------------ lifecycle
@@ -198,9 +218,11 @@ class DecoderServer:
 
 
 def serve_decoder(decoder: str, target: str, draft: str | None = None, *, num_draft_tokens: int = 3,
-                  host: str = "127.0.0.1", port: int = 0, device: str = "cpu", dtype: str = "float32") -> DecoderServer:
+                  host: str = "127.0.0.1", port: int = 0, device: str = "cpu", dtype: str = "float32",
+                  busy_decoder: str | None = None, busy_above: int | None = None) -> DecoderServer:
     """A :class:`DecoderServer` for the registered ``decoder`` (``reference`` or a mutant) on ``target``/``draft``
-    (model specs as in suites: ``shipped:target``, ``tabular:NAME``, a checkpoint folder); not started."""
+    (model specs as in suites: ``shipped:target``, ``tabular:NAME``, a checkpoint folder); not started.
+    ``busy_decoder`` (a registered name) serves the requests that arrive with more than ``busy_above`` in flight."""
     from verifier.decoders import make_decoder
     from verifier.decoders.speculative import AncestralDecoder
     from verifier.runner.models import load_pair
@@ -210,12 +232,19 @@ def serve_decoder(decoder: str, target: str, draft: str | None = None, *, num_dr
         draft = target.replace("target", "draft") if target.startswith("shipped:") else target
     pair = load_pair(ModelPair(name="serve", target=target, draft=draft, device=device, dtype=dtype))
 
-    def make(k: int):
-        if k == 0:
-            return AncestralDecoder(pair.target, eos_token_id=pair.eos_token_id)
-        return make_decoder(decoder, target=pair.target, draft=pair.draft, num_draft_tokens=k)
+    def maker(name: str):
+        def make(k: int):
+            if k == 0:
+                return AncestralDecoder(pair.target, eos_token_id=pair.eos_token_id)
+            return make_decoder(name, target=pair.target, draft=pair.draft, num_draft_tokens=k)
+        return make
 
-    first = make(num_draft_tokens)  # an unknown decoder name fails here, before the port is opened
-    server = DecoderServer(make, num_draft_tokens, pair.vocab_size, pair.eos_token_id, f"specverify-{decoder}", host, port)
+    first = maker(decoder)(num_draft_tokens)  # an unknown decoder name fails here, before the port is opened
+    busy = None
+    if busy_decoder is not None:
+        maker(busy_decoder)(num_draft_tokens)
+        busy = maker(busy_decoder)
+    server = DecoderServer(maker(decoder), num_draft_tokens, pair.vocab_size, pair.eos_token_id, f"specverify-{decoder}",
+                           host, port, make_busy_decoder=busy, busy_above=busy_above)
     server._decoders[num_draft_tokens] = first
     return server
