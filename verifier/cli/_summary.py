@@ -7,14 +7,14 @@ from typing import Any
 
 def acceptance_lines(decoder: dict[str, Any]) -> list[str]:
     """Lines about acceptance beside a decoder's verdict: conformance when declared, every loud
-    (far below canonical) note, else, for a ``pass`` decoder, the efficiency figure of its least
+    (far below canonical, above the coupling bound) note, else, for a ``pass`` decoder, the efficiency figure of its least
     efficient sample set."""
     lines = []
     conf = decoder.get("acceptance_conformance")
     if conf:
         lines.append(f"acceptance rule conformance: {conf['verdict']}: {conf['reason']}")
     audits = decoder.get("acceptance") or []
-    loud = [a for a in audits if a.get("far_below")]
+    loud = [a for a in audits if a.get("far_below") or a.get("above_bound")]
     if loud:
         lines += [f"acceptance ({a['label']}): {a['note']}" for a in loud]
     elif audits and decoder.get("expect") == "pass":  # a mutant's efficiency is beside the point unless loud
