@@ -139,8 +139,16 @@ class SuiteOutcome:
         if self.ok:
             return
         lines = [f"spec-verifier suite {self.suite}: {self.verdict} (exit code {self.exit_code})"]
+        diagnosis = self.report.get("diagnosis") or {}
+        diagnosed = {item.get("decoder"): item for item in diagnosis.get("decoders") or []}
         for d in self.failing_decoders():
             lines.append(f"  {d.get('decoder')}: expected {d.get('expect')}, got {d.get('verdict')} -- {d.get('reason', '')}")
+            if d.get("decoder") in diagnosed:  # which known mechanism, in plain words (verifier.diagnose.glossary)
+                from verifier.diagnose.glossary import mechanism_line
+
+                lines.append(f"    diagnosis: {mechanism_line(diagnosed[d['decoder']])}")
+            elif diagnosis.get("skipped") and d.get("verdict") == "BIAS DETECTED":
+                lines.append(f"    diagnosis skipped ({diagnosis['skipped']}): {diagnosis.get('command', '')}")
         cells = self.failing_cells()
         for cell in cells[:MAX_MESSAGE_CELLS]:
             lines.append("    " + _describe_cell(cell))

@@ -25,6 +25,21 @@ def acceptance_lines(decoder: dict[str, Any]) -> list[str]:
     return lines
 
 
+def diagnosis_lines(report: dict[str, Any]) -> list[str]:
+    """The diagnosis after BIAS DETECTED, one line per diagnosed decoder: the mechanism in plain words and
+    where to see its exact law (:func:`verifier.diagnose.glossary.mechanism_line`), or why there is none."""
+    diag = report.get("diagnosis")
+    if not diag:
+        return []
+    if diag.get("skipped"):
+        return [f"  diagnosis skipped ({diag['skipped']}); which mechanism, where: {diag.get('command', 'specverify diagnose RUN_DIR')}"]
+    if diag.get("error"):
+        return [f"  diagnosis failed ({diag['error']}); verdicts are unaffected"]
+    from verifier.diagnose.glossary import mechanism_line
+
+    return [f"  {d['decoder']:<28} diagnosis: {mechanism_line(d)}" for d in diag.get("decoders", [])]
+
+
 def print_outcome(outcome: Any) -> None:
     """Print one line per decoder, the exact stage, where decoders stopped, the verdict and the report paths.
 
@@ -36,6 +51,8 @@ def print_outcome(outcome: Any) -> None:
         print(f"  {d['decoder']:<28} expect {d['expect']:<6} -> {d['verdict']:<14} [{mark}] {d['reason']}")
         for line in acceptance_lines(d):
             print(f"  {'':<28} {line}")
+    for line in diagnosis_lines(report):
+        print(line)
     exact = report.get("exact", {})
     if exact.get("ran"):
         verdict = "every rule as declared" if exact["ok"] else f"WRONG: {', '.join(exact['wrong_rules'])}"

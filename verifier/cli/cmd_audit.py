@@ -138,8 +138,10 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="cpu", help="device of the models. Default: cpu")
     parser.add_argument("--dtype", default="float32", choices=("float32", "float64", "bfloat16", "float16"), help="Default: float32")
     from verifier import progress
+    from verifier.cli import _diagnose_args
 
     progress.add_arguments(parser)
+    _diagnose_args.add_arguments(parser)
     parser.add_argument("--export", metavar="FILE", help="also write the audited decoder's samples as JSONL")
     parser.add_argument("--json", metavar="FILE", help="write the verdict and every cell as JSON")
 
@@ -514,6 +516,13 @@ def _replay_suite_decoder(args, pair, sampling, vocab, eos):
 
 
 def run(args: argparse.Namespace) -> int:
+    from verifier.cli._diagnose_args import applied
+
+    with applied(args):  # --diagnose / --no-diagnosis (known-p audits diagnose after BIAS DETECTED)
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     _check_output_path("--json", args.json)
     _check_output_path("--export", args.export)
     _check_output_path("--save-suite", args.save_suite)

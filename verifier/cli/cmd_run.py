@@ -41,8 +41,10 @@ def register(parser: argparse.ArgumentParser) -> None:
                         "computed afresh; same as SPECVERIFY_NO_CACHE=1). Default: cached under $SPECVERIFY_CACHE_DIR "
                         "or ~/.cache/specverify.")
     from verifier import progress
+    from verifier.cli import _diagnose_args
 
     progress.add_arguments(parser)
+    _diagnose_args.add_arguments(parser)
 
 
 def _no_cache(args: argparse.Namespace) -> None:
@@ -102,6 +104,13 @@ def _check_same_suite(path: str, stored, run_dir: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from verifier.cli._diagnose_args import applied
+
+    with applied(args):  # --diagnose / --no-diagnosis
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     from verifier.errors import ConfigError, EXIT_USAGE
     from verifier.runner import load_run_suite, new_run_dir, run_suite
     from verifier.suite import load_suite, parse_suite
