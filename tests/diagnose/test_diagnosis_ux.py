@@ -168,3 +168,15 @@ def test_diagnose_mode_is_checked_and_the_cli_choices_match():
     assert DIAGNOSE_CHOICES == DIAGNOSE_MODES and mode() == "auto"
     with pytest.raises(InvalidArgumentError, match="diagnose='sometimes'.*'auto' | 'off'"):
         set_mode("sometimes")
+
+
+@pytest.mark.parametrize("command, extra", [("run", ["suite.toml"]), ("audit", ["--decoder", "reference"])])
+def test_run_and_audit_take_diagnose_and_its_alias(command, extra):
+    from verifier.cli import build_parser
+
+    parse = build_parser(command).parse_args
+    assert parse([command, *extra]).diagnose == "auto"
+    assert parse([command, *extra, "--diagnose", "off"]).diagnose == "off"
+    assert parse([command, *extra, "--no-diagnosis"]).diagnose == "off"
+    with pytest.raises(SystemExit):
+        parse([command, *extra, "--diagnose", "sometimes"])
