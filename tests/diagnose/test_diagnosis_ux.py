@@ -147,6 +147,14 @@ def test_diagnose_reuses_the_stored_diagnosis_and_recompute_forces_it(run_dir, c
     diag = [b for b in bars if b.desc == "diagnosis"]
     assert len(diag) == 1 and diag[0].total == 1 and diag[0].n == 1  # one set of one biased decoder, shown done
 
+    # a decoder report.json has no diagnosis for: computed once, then reused from diagnosis.json
+    assert main(["diagnose", str(run_dir), "--decoder", "reference"]) == 0
+    assert "reused" not in capsys.readouterr().out
+    monkeypatch.setattr(rd, "diagnose_decoders", refuse)
+    assert main(["diagnose", str(run_dir), "--decoder", "reference"]) == 0
+    out = capsys.readouterr().out
+    assert "reused the diagnosis stored in diagnosis.json" in out and "reference: no mechanism preferred" in out
+
 
 @pytest.mark.slow
 def test_no_diagnosis_skips_it_and_says_how_to_run_it_later(suite_file, tmp_path, capfd):

@@ -264,33 +264,47 @@ def auto_diagnosis(report: dict, plans: list, pairs: dict, store, stage: dict, l
     stage["diagnosis"] = time.perf_counter() - t0
 
 
-def stored_diagnosis(run_dir, report: dict, wanted: list[str]) -> dict[str, Any] | None:
-    """The diagnosis report.json already holds for ``wanted``, when it can be reused as is; else None.
+DIAGNOSIS_FILE = "diagnosis.json"  # written by `specverify diagnose` (default --out), with the inputs key it was computed for
 
-    Reused only when the run's inputs -- samples, suite, models and the statistics/diagnosis code --
-    hash to the key stored with the report (:func:`verifier.reports.cache.run_inputs_key`), the stored
-    diagnosis has an entry for every wanted decoder, and none of their sets was left to ``specverify
-    diagnose`` by the runner's budget (a set "not diagnosed automatically" or with parametric fits skipped).
+
+def stored_diagnosis(run_dir, report: dict, wanted: list[str]) -> dict[str, Any] | None:
+    """A diagnosis already computed for ``wanted`` on the same inputs, when it can be reused as is; else None.
+
+    Looked for in report.json (the runner's automatic diagnosis), then in RUN_DIR/diagnosis.json (an earlier
+    ``specverify diagnose``).  Reused only when the run's inputs -- samples, suite, models and the
+    statistics/diagnosis code -- hash to the key stored with it (:func:`verifier.reports.cache.run_inputs_key`),
+    it has an entry for every wanted decoder, and none of their sets was left to ``specverify diagnose``
+    by the runner's budget (a set "not diagnosed automatically" or with parametric fits skipped).
     """
+    import json
+    from pathlib import Path
+
     from verifier.reports.cache import KEY_FIELD, run_inputs_key
 
-    diag = report.get("diagnosis") or {}
-    stored_key = (report.get("run") or {}).get(KEY_FIELD)
-    if not stored_key or diag.get("error") or diag.get("skipped") or not isinstance(diag.get("decoders"), list):
-        return None
-    items = {d.get("decoder"): d for d in diag["decoders"]}
-    if any(name not in items for name in wanted):
-        return None
-    for name in wanted:
-        for s in items[name].get("sets") or []:
-            if s.get("fits_note") or str(s.get("note", "")).startswith("not diagnosed automatically"):
-                return None
-    if stored_key not in (run_inputs_key(run_dir, False), run_inputs_key(run_dir, True)):
-        return None
-    out = {k: v for k, v in diag.items() if k != "decoders"}
-    out["decoders"] = [items[name] for name in wanted]
-    out["reused"] = "report.json (samples, suite, models and code unchanged since it was written)"
-    return out
+    candidates = [("report.json", report.get("diagnosis") or {}, (report.get("run") or {}).get(KEY_FIELD))]
+    try:
+        earlier = json.loads((Path(run_dir) / DIAGNOSIS_FILE).read_text(encoding="utf-8"))
+        if isinstance(earlier, dict):
+            candidates.append((DIAGNOSIS_FILE, earlier, earlier.get(KEY_FIELD)))
+    except (OSError, ValueError):
+        pass
+    now = None
+    for source, diag, stored_key in candidates:
+        if not stored_key or diag.get("error") or diag.get("skipped") or not isinstance(diag.get("decoders"), list):
+            continue
+        items = {d.get("decoder"): d for d in diag["decoders"] if isinstance(d, dict)}
+        if any(name not in items for name in wanted) or any(
+                s.get("fits_note") or str(s.get("note", "")).startswith("not diagnosed automatically")
+                for name in wanted for s in items[name].get("sets") or []):
+            continue
+        now = now or (run_inputs_key(run_dir, False), run_inputs_key(run_dir, True))
+        if stored_key not in now:
+            continue
+        out = {k: v for k, v in diag.items() if k not in ("decoders", "reused")}
+        out["decoders"] = [items[name] for name in wanted]
+        out["reused"] = f"{source} (samples, suite, models and code unchanged since it was written)"
+        return out
+    return None
 
 
 def diagnose_run_dir(run_dir, *, decoders: list[str] | None = None, with_fits: bool = True,
@@ -304,7 +318,7 @@ def diagnose_run_dir(run_dir, *, decoders: list[str] | None = None, with_fits: b
     decoders : list of str, optional
         Diagnose these decoders whatever their verdict (default: every decoder with BIAS DETECTED).
     recompute : bool, default False
-        Recompute even when report.json holds a reusable diagnosis (:func:`stored_diagnosis`).
+        Recompute even when report.json or diagnosis.json holds a reusable diagnosis (:func:`stored_diagnosis`).
 
     Raises
     ------
@@ -346,4 +360,8 @@ def diagnose_run_dir(run_dir, *, decoders: list[str] | None = None, with_fits: b
            for d in suite.decoders for pr in d.prompts}
     plans = [p for p in plan_sample_sets(suite, ids, {n: pair.vocab_size for n, pair in pairs.items()})
              if p.decoder.name in wanted] if ids else []
-    return diagnose_decoders(report, plans, pairs, SampleStore(run_dir), decoders=decoders, with_fits=with_fits, log=log)
+    from verifier.reports.cache import KEY_FIELD, run_inputs_key
+
+    result = diagnose_decoders(report, plans, pairs, SampleStore(run_dir), decoders=decoders, with_fits=with_fits, log=log)
+    result[KEY_FIELD] = run_inputs_key(run_dir, False)  # lets the next `specverify diagnose` reuse diagnosis.json
+    return result
