@@ -302,7 +302,11 @@ def verifier_suite(request: pytest.FixtureRequest, verifier_options: VerifierOpt
     def run_suite(path: str | os.PathLike, *extra_args: str) -> SuiteOutcome:
         outcome = _run_suite(Path(path), verifier_options, list(extra_args))
         bad = outcome.failing_decoders()
-        detail = f"expectation failed: {', '.join(str(d.get('decoder')) for d in bad)}" if bad else ""
+        mechanisms = {item.get("decoder"): "+".join(m["name"] for m in item.get("mechanism") or [])
+                      for item in (outcome.report.get("diagnosis") or {}).get("decoders") or []}
+        names = [f"{d.get('decoder')} (mechanism {mechanisms[d.get('decoder')]})" if mechanisms.get(d.get("decoder"))
+                 else str(d.get("decoder")) for d in bad]
+        detail = f"expectation failed: {', '.join(names)}" if bad else ""
         if outcome.run_dir is not None:
             detail = (detail + "; " if detail else "") + f"report {outcome.run_dir}"
         records.append(_Record(request.node.nodeid, "suite", str(path), outcome.verdict, detail))
