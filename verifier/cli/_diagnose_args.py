@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 
 DIAGNOSE_CHOICES = ("auto", "off")  # = verifier.diagnose.run_dir.DIAGNOSE_MODES (tested), without importing numpy here
 DEFAULT_DIAGNOSE = "auto"
@@ -38,3 +39,13 @@ def applied(args: argparse.Namespace):
         yield
     finally:
         set_mode(before)
+
+
+def with_diagnose_mode(command):
+    """Decorate a command's ``run(args)`` so it runs under :func:`applied` (``--diagnose`` / ``--no-diagnosis``)."""
+    @functools.wraps(command)
+    def run(args: argparse.Namespace) -> int:
+        with applied(args):
+            return command(args)
+
+    return run

@@ -31,6 +31,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from verifier.cli._diagnose_args import with_diagnose_mode
 from verifier.errors import EXIT_BIAS, EXIT_OK, EXIT_UNDERPOWERED, EXIT_USAGE, invalid_argument
 
 HELP = "Audit a third-party decoder (module:factory), verification kernel, or imported JSONL samples."
@@ -515,14 +516,8 @@ def _replay_suite_decoder(args, pair, sampling, vocab, eos):
     return decoder, prompts, (min(counts) if counts else (args.num_samples or 2000)), groups
 
 
+@with_diagnose_mode  # --diagnose / --no-diagnosis
 def run(args: argparse.Namespace) -> int:
-    from verifier.cli._diagnose_args import applied
-
-    with applied(args):  # --diagnose / --no-diagnosis (known-p audits diagnose after BIAS DETECTED)
-        return _run(args)
-
-
-def _run(args: argparse.Namespace) -> int:
     _check_output_path("--json", args.json)
     _check_output_path("--export", args.export)
     _check_output_path("--save-suite", args.save_suite)

@@ -8,6 +8,7 @@ import sys
 import time
 from pathlib import Path
 
+from verifier.cli._diagnose_args import with_diagnose_mode
 from verifier.cli._summary import print_outcome
 
 HELP = "Run a verification suite (TOML): exact stage, sampling, statistics, verdict and reports."
@@ -109,13 +110,6 @@ def _check_same_suite(path: str, stored, run_dir: str) -> None:
             "(the stored suite is resumed); start a new run folder for a changed suite")
 
 
-def run(args: argparse.Namespace) -> int:
-    from verifier.cli._diagnose_args import applied
-
-    with applied(args):  # --diagnose / --no-diagnosis
-        return _run(args)
-
-
 def _only_decoders(suite, names: list[str]):
     """The suite with only the named decoders (``--decoder``); ConfigError (exit 2) listing the names on a miss."""
     from verifier.errors import ConfigError
@@ -131,7 +125,8 @@ def _only_decoders(suite, names: list[str]):
     return parse_suite(raw, source=suite.source, base_dir=suite.base_dir).with_profile(suite.profile)
 
 
-def _run(args: argparse.Namespace) -> int:
+@with_diagnose_mode  # --diagnose / --no-diagnosis
+def run(args: argparse.Namespace) -> int:
     from verifier.errors import ConfigError, EXIT_USAGE
     from verifier.runner import load_run_suite, new_run_dir, run_suite
     from verifier.suite import load_suite, parse_suite
