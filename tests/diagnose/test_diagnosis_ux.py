@@ -94,7 +94,8 @@ def test_reports_junit_and_the_pytest_plugin_name_the_mechanism(run_dir):
     report = _report(run_dir)
     item = report["diagnosis"]["decoders"][0]
     assert item["mechanism"] == [{"name": "full_p_fallback", "plain": PLAIN,
-                                  "reproduce": "specverify exact --rule full_p_fallback"}]
+                                  "reproduce": "specverify exact --rule full_p_fallback",
+                                  "pointer": "exact law and counterexample: specverify exact --rule full_p_fallback"}]
     md = (run_dir / "report.md").read_text()
     assert f"what the code did wrong (`full_p_fallback`): {PLAIN}" in md
     assert PLAIN.replace("(q > p)", "(q &gt; p)") in (run_dir / "report.html").read_text()

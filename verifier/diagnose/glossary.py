@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["GLOSSARY", "plain", "reproduce_command", "explain", "mechanism_entries", "mechanism_line", "glossary_markdown"]
+__all__ = ["GLOSSARY", "plain", "reproduce_command", "pointer", "explain", "mechanism_entries", "mechanism_line", "glossary_markdown"]
 
 GLOSSARY: dict[str, str] = {
     "canonical": "nothing: this is the standard lossless rule (draft from q, accept with probability min(1, p/q), "
@@ -70,17 +70,22 @@ def reproduce_command(name: str) -> str:
     return f'decoder = "{name}" in a suite'
 
 
-def explain(name: str) -> str:
-    """``NAME: sentence (exact law: specverify exact --rule NAME)``."""
+def pointer(name: str) -> str:
+    """"exact law and counterexample: specverify exact --rule NAME", or, for a decoder-level bug, where to reproduce it."""
     where = reproduce_command(name)
-    label = ("exact law and counterexample" if where.startswith("specverify")
-             else "a decoder-level bug, no exact rule; reproduce with the zoo decoder")
-    return f"{name}: {plain(name).rstrip('.')} ({label}: {where})"
+    if where.startswith("specverify"):
+        return f"exact law and counterexample: {where}"
+    return f"a decoder-level bug, no exact rule; reproduce with the zoo decoder: {where}"
+
+
+def explain(name: str) -> str:
+    """``NAME: sentence (exact law and counterexample: specverify exact --rule NAME)``."""
+    return f"{name}: {plain(name).rstrip('.')} ({pointer(name)})"
 
 
 def mechanism_entries(names: list[str]) -> list[dict[str, str]]:
     """JSON-ready glossary entries of the mechanisms named by a diagnosis (report.json ``mechanism``)."""
-    return [{"name": n, "plain": plain(n), "reproduce": reproduce_command(n)} for n in names]
+    return [{"name": n, "plain": plain(n), "reproduce": reproduce_command(n), "pointer": pointer(n)} for n in names]
 
 
 def mechanism_line(item: dict[str, Any]) -> str:
