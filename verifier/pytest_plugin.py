@@ -139,8 +139,16 @@ class SuiteOutcome:
         if self.ok:
             return
         lines = [f"spec-verifier suite {self.suite}: {self.verdict} (exit code {self.exit_code})"]
+        diagnosis = self.report.get("diagnosis") or {}
+        diagnosed = {item.get("decoder"): item for item in diagnosis.get("decoders") or []}
         for d in self.failing_decoders():
             lines.append(f"  {d.get('decoder')}: expected {d.get('expect')}, got {d.get('verdict')} -- {d.get('reason', '')}")
+            if d.get("decoder") in diagnosed:  # which known mechanism, in plain words (verifier.diagnose.glossary)
+                from verifier.diagnose.glossary import mechanism_line
+
+                lines.append(f"    diagnosis: {mechanism_line(diagnosed[d['decoder']])}")
+            elif diagnosis.get("skipped") and d.get("verdict") == "BIAS DETECTED":
+                lines.append(f"    diagnosis skipped ({diagnosis['skipped']}): {diagnosis.get('command', '')}")
         cells = self.failing_cells()
         for cell in cells[:MAX_MESSAGE_CELLS]:
             lines.append("    " + _describe_cell(cell))
@@ -294,7 +302,11 @@ def verifier_suite(request: pytest.FixtureRequest, verifier_options: VerifierOpt
     def run_suite(path: str | os.PathLike, *extra_args: str) -> SuiteOutcome:
         outcome = _run_suite(Path(path), verifier_options, list(extra_args))
         bad = outcome.failing_decoders()
-        detail = f"expectation failed: {', '.join(str(d.get('decoder')) for d in bad)}" if bad else ""
+        mechanisms = {item.get("decoder"): "+".join(m["name"] for m in item.get("mechanism") or [])
+                      for item in (outcome.report.get("diagnosis") or {}).get("decoders") or []}
+        names = [f"{d.get('decoder')} (mechanism {mechanisms[d.get('decoder')]})" if mechanisms.get(d.get("decoder"))
+                 else str(d.get("decoder")) for d in bad]
+        detail = f"expectation failed: {', '.join(names)}" if bad else ""
         if outcome.run_dir is not None:
             detail = (detail + "; " if detail else "") + f"report {outcome.run_dir}"
         records.append(_Record(request.node.nodeid, "suite", str(path), outcome.verdict, detail))

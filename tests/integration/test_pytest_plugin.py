@@ -230,11 +230,12 @@ def test_wrong(verifier_suite):
     result.stdout.fnmatch_lines([
         "*spec-verifier suite wrong.toml: FAIL (exit code 1)",
         "*full-p-fallback: expected pass, got BIAS DETECTED*",
+        "*diagnosis: full_p_fallback: after a rejected draft, the replacement token is resampled from the full target*",
         "*full-p-fallback/zero/t1/k=*/gof@1  BIAS  p=*  adj. p=*  effect tv *(CI *",
         "*reproduce: specverify run wrong.toml --profile ci --report-dir *out --no-progress --seed 3",
     ])
     result.stdout.fnmatch_lines([
         "*= spec-verifier summary =*",
         "PASS *suite */shard.toml*(test_suites.py::test_good)*report *out/shard/*",
-        "FAIL *suite wrong.toml*(test_suites.py::test_wrong)*expectation failed: full-p-fallback*",
+        "FAIL *suite wrong.toml*(test_suites.py::test_wrong)*expectation failed: full-p-fallback (mechanism full_p_fallback)*",
     ])

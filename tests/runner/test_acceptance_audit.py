@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from verifier.exact import accepted_count_law, standard_tabular_pairs
-from verifier.runner.acceptance import FAR_BELOW_FRACTION, acceptance_audit, conformance
+from verifier.runner.acceptance import FAR_BELOW_FRACTION, acceptance_audit, conformance, coupling_bound_check
 
 PAIR = standard_tabular_pairs()["trigram3"]
 LAW = np.array([float(x) for x in accepted_count_law(PAIR.target, PAIR.draft, PAIR.prefix, 2)])
@@ -53,9 +53,11 @@ def test_conformance_without_cells_is_not_tested():
 
 
 def test_acceptance_above_the_coupling_bound_is_implausible_never_a_speed_up():
-    # every first round accepts both drafts: P(draft 1 accepted) = 1 > sum min(p, q) = 0.7 (exact, trigram3)
-    a = acceptance_audit("s", "set", "d", 2, _rows([0, 0, 1000]), None, LAW)
-    assert a.above_bound and a.note.startswith("ACCEPTANCE ABOVE THE COUPLING BOUND")
-    assert "speed-up is claimed" in a.note and "x the canonical tokens" not in a.note
-    ok = acceptance_audit("s", "set", "d", 2, _rows([300, 350, 350]), None, LAW)
-    assert not ok.above_bound
+    # every first round accepts both drafts: P(draft 1 accepted) = 1 > sum min(p, q) = 0.7 (exact, trigram3);
+    # decided by coupling_bound_check over the run's sets (here a family of two at alpha = 1e-3)
+    a = acceptance_audit("s", "set", "d", 2, _rows([0, 0, 1000]), None, LAW).to_dict()
+    ok = acceptance_audit("t", "set", "d", 2, _rows([300, 350, 350]), None, LAW).to_dict()
+    res = coupling_bound_check([a, ok], 1e-3)
+    assert a["above_bound"] and a["note"].startswith("ACCEPTANCE ABOVE THE COUPLING BOUND")
+    assert "speed-up is claimed" in a["note"] and "x the canonical tokens" not in a["note"]
+    assert not ok["above_bound"] and res["rejected"] == ["s"] and res["m"] == 2

@@ -444,11 +444,12 @@ def _kernel_cells(case: KernelCase, emitted: np.ndarray, alpha: float) -> list[K
 
 def _acceptance(case: KernelCase, emitted: np.ndarray, label: str, alpha: float, declared: str) -> tuple[dict, KernelCell | None]:
     """Acceptance audit of the draws (and the conformance cell when ``declared == "canonical"``)."""
-    from verifier.runner.acceptance import acceptance_audit
+    from verifier.runner.acceptance import acceptance_audit, coupling_bound_check
 
     accepted = (emitted != PADDING_TOKEN_ID).sum(axis=1) - 1
     law = np.array([float(v) for v in case.accepted_count_law()])
     audit = acceptance_audit(case.name, f"{label} on {case.name}", label, case.num_draft_tokens, accepted, None, law).to_dict()
+    coupling_bound_check([audit], alpha)  # a family of one: this case's position-1 test at the audit's alpha
     cell = None
     if declared == "canonical":
         cell = KernelCell("accepted count (acceptance rule conformance)", accepted_count_test(accepted, law, alpha=alpha), law,

@@ -7,7 +7,7 @@ from typing import Any
 
 def acceptance_lines(decoder: dict[str, Any]) -> list[str]:
     """Lines about acceptance beside a decoder's verdict: conformance when declared, every loud
-    (far below canonical) note, else, for a ``pass`` decoder, the efficiency figure of its least
+    (far below canonical, above the coupling bound) note, else, for a ``pass`` decoder, the efficiency figure of its least
     efficient sample set."""
     lines = []
     conf = decoder.get("acceptance_conformance")
@@ -19,7 +19,7 @@ def acceptance_lines(decoder: dict[str, Any]) -> list[str]:
 
         lines.append(describe(decoder["speculation"]))
         audits = [a for a in audits if a.get("reported", True) is not False and "NO STATISTICS" not in str(a.get("note"))]
-    loud = [a for a in audits if a.get("far_below")]
+    loud = [a for a in audits if a.get("far_below") or a.get("above_bound")]
     if loud:
         lines += [f"acceptance ({a['label']}): {a['note']}" for a in loud]
     elif audits and decoder.get("expect") == "pass":  # a mutant's efficiency is beside the point unless loud
@@ -28,6 +28,21 @@ def acceptance_lines(decoder: dict[str, Any]) -> list[str]:
         where = f" ({a['label']}, the least efficient of {len(audits)} sets)" if len(audits) > 1 else ""
         lines.append(f"acceptance{where}: {a['note']}")
     return lines
+
+
+def diagnosis_lines(report: dict[str, Any]) -> list[str]:
+    """The diagnosis after BIAS DETECTED, one line per diagnosed decoder: the mechanism in plain words and
+    where to see its exact law (:func:`verifier.diagnose.glossary.mechanism_line`), or why there is none."""
+    diag = report.get("diagnosis")
+    if not diag:
+        return []
+    if diag.get("skipped"):
+        return [f"  diagnosis skipped ({diag['skipped']}); which mechanism, where: {diag.get('command', 'specverify diagnose RUN_DIR')}"]
+    if diag.get("error"):
+        return [f"  diagnosis failed ({diag['error']}); verdicts are unaffected"]
+    from verifier.diagnose.glossary import mechanism_line
+
+    return [f"  {d['decoder']:<28} diagnosis: {mechanism_line(d)}" for d in diag.get("decoders", [])]
 
 
 def print_outcome(outcome: Any) -> None:
@@ -41,6 +56,8 @@ def print_outcome(outcome: Any) -> None:
         print(f"  {d['decoder']:<28} expect {d['expect']:<6} -> {d['verdict']:<14} [{mark}] {d['reason']}")
         for line in acceptance_lines(d):
             print(f"  {'':<28} {line}")
+    for line in diagnosis_lines(report):
+        print(line)
     exact = report.get("exact", {})
     if exact.get("ran"):
         verdict = "every rule as declared" if exact["ok"] else f"WRONG: {', '.join(exact['wrong_rules'])}"

@@ -31,6 +31,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from verifier.cli._diagnose_args import with_diagnose_mode
 from verifier.errors import EXIT_BIAS, EXIT_OK, EXIT_UNDERPOWERED, EXIT_USAGE, invalid_argument
 
 HELP = "Audit a third-party decoder (module:factory), verification kernel, or imported JSONL samples."
@@ -140,8 +141,10 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="cpu", help="device of the models. Default: cpu")
     parser.add_argument("--dtype", default="float32", choices=("float32", "float64", "bfloat16", "float16"), help="Default: float32")
     from verifier import progress
+    from verifier.cli import _diagnose_args
 
     progress.add_arguments(parser)
+    _diagnose_args.add_arguments(parser)
     parser.add_argument("--export", metavar="FILE", help="also write the audited decoder's samples as JSONL")
     parser.add_argument("--json", metavar="FILE", help="write the verdict and every cell as JSON")
     from verifier.cli import _audit_url
@@ -526,6 +529,7 @@ def _replay_suite_decoder(args, pair, sampling, vocab, eos):
     return decoder, prompts, (min(counts) if counts else (args.num_samples or 2000)), groups
 
 
+@with_diagnose_mode  # --diagnose / --no-diagnosis
 def run(args: argparse.Namespace) -> int:
     _check_output_path("--json", args.json)
     _check_output_path("--export", args.export)

@@ -14,6 +14,11 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--decoder", action="append", metavar="NAME", default=None,
                         help="Diagnose this decoder whatever its verdict (repeatable). Default: every decoder with BIAS DETECTED.")
     parser.add_argument("--format", choices=("text", "json"), default="text", help="Output on stdout. Default: text.")
+    parser.add_argument("--recompute", action="store_true",
+                        help="Recompute the diagnosis even when report.json holds one for the same samples. Default: reuse it.")
+    from verifier import progress
+
+    progress.add_arguments(parser)
     parser.add_argument("--out", metavar="FILE", default=None, help="Write the diagnosis JSON here. Default: RUN_DIR/diagnosis.json.")
 
 
@@ -24,7 +29,10 @@ def run(args: argparse.Namespace) -> int:
     from verifier.diagnose.run_dir import diagnose_run_dir
     from verifier.errors import ReportWriteError
 
-    result = diagnose_run_dir(args.run_dir, decoders=args.decoder)
+    from verifier import progress
+
+    progress.from_args(args)
+    result = diagnose_run_dir(args.run_dir, decoders=args.decoder, recompute=args.recompute)
     out = Path(args.out) if args.out else Path(args.run_dir) / "diagnosis.json"
     try:
         out.write_text(json.dumps(result, indent=2, default=str) + "\n", encoding="utf-8")
@@ -34,5 +42,7 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(result, indent=2, default=str))
     else:
         print(diagnosis_text(result))
+        if result.get("reused"):
+            print(f"reused the diagnosis stored in {result['reused']}; --recompute to recompute it")
         print(f"diagnosis: {out}")
     return 0

@@ -8,6 +8,7 @@ import sys
 import time
 from pathlib import Path
 
+from verifier.cli._diagnose_args import with_diagnose_mode
 from verifier.cli._summary import print_outcome
 
 HELP = "Run a verification suite (TOML): exact stage, sampling, statistics, verdict and reports."
@@ -40,9 +41,17 @@ def register(parser: argparse.ArgumentParser) -> None:
                         help="Neither read nor write the on-disk cache of Monte Carlo null streams (same p-values, "
                         "computed afresh; same as SPECVERIFY_NO_CACHE=1). Default: cached under $SPECVERIFY_CACHE_DIR "
                         "or ~/.cache/specverify.")
+    parser.add_argument("--decoder", action="append", metavar="NAME", default=None,
+                        help="Run only this decoder of the suite (repeatable or comma-separated; like pytest -k, its "
+                             "samples and verdict are those of the full run). Default: every decoder.")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="Print the plan -- sample sets, planned n, bias cells, an estimated time -- and exit 0 "
+                             "without sampling, writing a run folder or claiming a verdict.")
     from verifier import progress
+    from verifier.cli import _diagnose_args
 
     progress.add_arguments(parser)
+    _diagnose_args.add_arguments(parser)
 
 
 def _no_cache(args: argparse.Namespace) -> None:
@@ -101,6 +110,22 @@ def _check_same_suite(path: str, stored, run_dir: str) -> None:
             "(the stored suite is resumed); start a new run folder for a changed suite")
 
 
+def _only_decoders(suite, names: list[str]):
+    """The suite with only the named decoders (``--decoder``); ConfigError (exit 2) listing the names on a miss."""
+    from verifier.errors import ConfigError
+    from verifier.suite import parse_suite
+
+    wanted = [n.strip() for arg in names for n in arg.split(",") if n.strip()]
+    known = [d.name for d in suite.decoders]
+    for name in wanted:
+        if name not in known:
+            raise ConfigError(f"--decoder={name!r} is not a decoder of {suite.source}; allowed: {', '.join(known)}")
+    raw = copy.deepcopy(suite.raw)
+    raw["decoders"] = [d for d in raw.get("decoders", []) if d.get("name") in wanted]
+    return parse_suite(raw, source=suite.source, base_dir=suite.base_dir).with_profile(suite.profile)
+
+
+@with_diagnose_mode  # --diagnose / --no-diagnosis
 def run(args: argparse.Namespace) -> int:
     from verifier.errors import ConfigError, EXIT_USAGE
     from verifier.runner import load_run_suite, new_run_dir, run_suite
@@ -112,6 +137,9 @@ def run(args: argparse.Namespace) -> int:
 
     torch.set_num_threads(args.threads)
     _no_cache(args)
+    if args.resume and (args.decoder or args.dry_run):
+        raise ConfigError(f"--resume continues the stored run; --decoder={args.decoder!r} and --dry-run={args.dry_run!r} "
+                          "are invalid with it; allowed: --decoder / --dry-run with SUITE and no --resume")
     if args.resume:
         suite, _ = load_run_suite(args.resume)
         if args.profile or args.seed is not None or args.device or args.dtype:
@@ -141,6 +169,16 @@ def run(args: argparse.Namespace) -> int:
                                           "allowed: float32, float64 or no --dtype (tabular models compute in float64)")
                     table["dtype"] = args.dtype
             suite = parse_suite(raw, source=suite.source, base_dir=suite.base_dir).with_profile(suite.profile)
+        if args.decoder:
+            suite = _only_decoders(suite, args.decoder)
+        if args.dry_run:
+            if args.shard:
+                raise ConfigError(f"--dry-run plans the whole run; --shard={args.shard!r} is invalid with it; "
+                                  "allowed: --dry-run without --shard")
+            from verifier.runner.dry_run import dry_run, render_dry_run
+
+            print(render_dry_run(dry_run(suite)))
+            return 0
         if args.shard and not args.run_dir:
             raise ConfigError(f"--shard={args.shard!r} needs --run-dir DIR (every shard of a run writes into the "
                               "same folder; `specverify merge` reads it); allowed: --shard I/N with --run-dir DIR")

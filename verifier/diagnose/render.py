@@ -54,6 +54,8 @@ def diagnosis_text(result: dict) -> str:
     lines = []
     for d in result.get("decoders", []):
         lines.append(f"{d['decoder']}: {d['sentence']}")
+        for m in d.get("mechanism") or []:  # verifier.diagnose.glossary
+            lines.append(f"  what the code did wrong ({m['name']}): {m['plain']} ({m.get('pointer') or m['reproduce']})")
         if d.get("configs"):
             lines.append(f"  {d['configs']}")
         for s in d.get("sets", []):

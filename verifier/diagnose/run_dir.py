@@ -22,7 +22,8 @@ from verifier.diagnose.render import json_safe
 from verifier.diagnose.rank import DIAGNOSIS_ALPHA, FIT_ALPHA, Ranking, combine, decide
 from verifier.diagnose.sample_set import diagnose_sample_set, fit_check
 
-__all__ = ["diagnose_decoders", "auto_diagnosis", "load_tokens", "DIAGNOSED_VERDICT"]
+__all__ = ["diagnose_decoders", "auto_diagnosis", "stored_diagnosis", "load_tokens", "DIAGNOSED_VERDICT", "DIAGNOSE_MODES", "set_mode", "mode",
+           "skipped_diagnosis"]
 
 DIAGNOSED_VERDICT = "BIAS DETECTED"
 # the runner's automatic diagnosis fits temperature/settings when the distinct rows' teacher-forced probs hold at
@@ -36,6 +37,34 @@ AUTO_DIAGNOSE_MAX_ENTRIES = 50_000_000
 BYTES_PER_ENTRY = 86
 AUTO_DIAGNOSE_MEMORY_SHARE = 0.5  # ... and only while those bytes fit this share of the memory available now
 CELL_BIAS = "BIAS"
+DIAGNOSE_MODES = ("auto", "off")  # `run`/`audit --diagnose`: after BIAS DETECTED diagnose (auto) or not (off)
+_MODE = "auto"  # one switch for the process, as verifier.progress: the CLI sets it from --diagnose / --no-diagnosis
+
+
+def set_mode(value: str) -> None:
+    """``"auto"``: the runner diagnoses every decoder with BIAS DETECTED; ``"off"``: it skips the diagnosis.
+
+    Raises
+    ------
+    InvalidArgumentError
+        ``value`` is not one of :data:`DIAGNOSE_MODES`.
+    """
+    from verifier.errors import invalid_argument
+
+    global _MODE
+    if value not in DIAGNOSE_MODES:
+        raise invalid_argument("diagnose", value, " | ".join(repr(m) for m in DIAGNOSE_MODES))
+    _MODE = value
+
+
+def mode() -> str:
+    """The process's diagnosis mode (:func:`set_mode`)."""
+    return _MODE
+
+
+def skipped_diagnosis(run_dir) -> dict[str, Any]:
+    """report.json ``diagnosis`` of a run with ``--diagnose off``: why skipped and the command that diagnoses later."""
+    return {"skipped": "--diagnose off", "command": f"specverify diagnose {run_dir}", "decoders": []}
 
 
 def auto_diagnose_budget(available: int | None = -1) -> int:
@@ -109,13 +138,26 @@ def diagnose_decoders(report: dict, plans: list, pairs: dict, store, *, decoders
 
 
 def _diagnose_decoders(report, plans, pairs, store, decoders, with_fits, log) -> dict[str, Any]:
+    from verifier import progress
+
     verdicts = {d["decoder"]: d.get("verdict") for d in report.get("decoders", [])}
     names = decoders if decoders is not None else [n for n, v in verdicts.items() if v == DIAGNOSED_VERDICT]
+    bar = progress.bar(sum(1 for p in plans if p.decoder.name in names), "diagnosis", "sets")  # 1-2 min in the ci suite
+    try:
+        return _diagnose_names(report, plans, pairs, store, names, verdicts, with_fits, log, bar)
+    finally:
+        bar.close()
+
+
+def _diagnose_names(report, plans, pairs, store, names, verdicts, with_fits, log, bar) -> dict[str, Any]:
+    from verifier.diagnose.glossary import mechanism_entries
+
     out = []
     for name in names:
+        bar.set_postfix_str(name)
         biased = verdicts.get(name) == DIAGNOSED_VERDICT
         sets, rankings, cache, too_large = [], [], {}, None
-        for plan in (p for p in plans if p.decoder.name == name):
+        for plan in _counted((p for p in plans if p.decoder.name == name), bar):
             entry = {"set_id": plan.set_id, "set": plan.label, "sampling": plan.sampling_name,
                      "biased": _set_biased(report, plan.set_id)}
             if plan.sampling.greedy:
@@ -177,6 +219,8 @@ def _diagnose_decoders(report, plans, pairs, store, decoders, with_fits, log) ->
                 fit_p = min(1.0, min(ps) * len(ps)) if ps else None  # Bonferroni over the sets
             item["decision"] = decide(total, bias_detected=biased, fit_pvalue=fit_p)
             item["status"], item["sentence"] = item["decision"]["status"], item["decision"]["sentence"]
+            if item["status"] == "consistent":  # what the code did wrong, in plain words (verifier.diagnose.glossary)
+                item["mechanism"] = mechanism_entries(item["decision"]["best"])
             item["ranking"] = total.to_dict()
             item["configs"] = _config_sentence(sets)
         else:
@@ -186,6 +230,13 @@ def _diagnose_decoders(report, plans, pairs, store, decoders, with_fits, log) ->
         out.append(item)
     # no wall time here: report.json keeps volatile figures in `run` only (run.stage_seconds["diagnosis"])
     return json_safe({"alpha": DIAGNOSIS_ALPHA, "fit_alpha": FIT_ALPHA, "decoders": out})
+
+
+def _counted(items, bar):
+    """Yield ``items``, advancing ``bar`` once each item's loop body has finished (``continue`` included)."""
+    for item in items:
+        yield item
+        bar.update(1)
 
 
 def _config_sentence(sets: list[dict]) -> str:
@@ -207,6 +258,10 @@ def auto_diagnosis(report: dict, plans: list, pairs: dict, store, stage: dict, l
     """
     if not any(d.get("verdict") == DIAGNOSED_VERDICT for d in report.get("decoders", [])):
         return
+    if _MODE == "off":
+        report["diagnosis"] = skipped_diagnosis(store.run_dir)
+        log(f"diagnosis skipped (--diagnose off); later: {report['diagnosis']['command']}")
+        return
     t0 = time.perf_counter()
     try:
         report["diagnosis"] = diagnose_decoders(report, plans, pairs, store, with_fits="small")
@@ -216,8 +271,51 @@ def auto_diagnosis(report: dict, plans: list, pairs: dict, store, stage: dict, l
     stage["diagnosis"] = time.perf_counter() - t0
 
 
+DIAGNOSIS_FILE = "diagnosis.json"  # written by `specverify diagnose` (default --out), with the inputs key it was computed for
+
+
+def stored_diagnosis(run_dir, report: dict, wanted: list[str]) -> dict[str, Any] | None:
+    """A diagnosis already computed for ``wanted`` on the same inputs, when it can be reused as is; else None.
+
+    Looked for in report.json (the runner's automatic diagnosis), then in RUN_DIR/diagnosis.json (an earlier
+    ``specverify diagnose``).  Reused only when the run's inputs -- samples, suite, models and the
+    statistics/diagnosis code -- hash to the key stored with it (:func:`verifier.reports.cache.run_inputs_key`),
+    it has an entry for every wanted decoder, and none of their sets was left to ``specverify diagnose``
+    by the runner's budget (a set "not diagnosed automatically" or with parametric fits skipped).
+    """
+    import json
+    from pathlib import Path
+
+    from verifier.reports.cache import KEY_FIELD, run_inputs_key
+
+    candidates = [("report.json", report.get("diagnosis") or {}, (report.get("run") or {}).get(KEY_FIELD))]
+    try:
+        earlier = json.loads((Path(run_dir) / DIAGNOSIS_FILE).read_text(encoding="utf-8"))
+        if isinstance(earlier, dict):
+            candidates.append((DIAGNOSIS_FILE, earlier, earlier.get(KEY_FIELD)))
+    except (OSError, ValueError):
+        pass
+    now = None
+    for source, diag, stored_key in candidates:
+        if not stored_key or diag.get("error") or diag.get("skipped") or not isinstance(diag.get("decoders"), list):
+            continue
+        items = {d.get("decoder"): d for d in diag["decoders"] if isinstance(d, dict)}
+        if any(name not in items for name in wanted) or any(
+                s.get("fits_note") or str(s.get("note", "")).startswith("not diagnosed automatically")
+                for name in wanted for s in items[name].get("sets") or []):
+            continue
+        now = now or (run_inputs_key(run_dir, False), run_inputs_key(run_dir, True))
+        if stored_key not in now:
+            continue
+        out = {k: v for k, v in diag.items() if k not in ("decoders", "reused")}
+        out["decoders"] = [items[name] for name in wanted]
+        out["reused"] = f"{source} (samples, suite, models and code unchanged since it was written)"
+        return out
+    return None
+
+
 def diagnose_run_dir(run_dir, *, decoders: list[str] | None = None, with_fits: bool = True,
-                     log: Callable[[str], None] | None = None) -> dict[str, Any]:
+                     log: Callable[[str], None] | None = None, recompute: bool = False) -> dict[str, Any]:
     """Diagnose a run folder from its stored samples and its report.json (``specverify diagnose``).
 
     Parameters
@@ -226,6 +324,8 @@ def diagnose_run_dir(run_dir, *, decoders: list[str] | None = None, with_fits: b
         Written by ``specverify run`` (run.json, samples/, report.json).
     decoders : list of str, optional
         Diagnose these decoders whatever their verdict (default: every decoder with BIAS DETECTED).
+    recompute : bool, default False
+        Recompute even when report.json or diagnosis.json holds a reusable diagnosis (:func:`stored_diagnosis`).
 
     Raises
     ------
@@ -255,6 +355,11 @@ def diagnose_run_dir(run_dir, *, decoders: list[str] | None = None, with_fits: b
         if name not in known:
             raise ConfigError(f"--decoder={name!r} is not a decoder of this run; allowed: {', '.join(known)}")
     wanted = set(decoders) if decoders else {d["decoder"] for d in report.get("decoders", []) if d.get("verdict") == DIAGNOSED_VERDICT}
+    if not recompute:  # the run already diagnosed these samples (issue 28: 168 s recomputed what report.json held)
+        order = [d["decoder"] for d in report.get("decoders", []) if d["decoder"] in wanted]
+        reused = stored_diagnosis(run_dir, report, list(decoders) if decoders else order)
+        if reused is not None:
+            return reused
     used = sorted({d.models for d in suite.decoders if d.name in wanted})
     pairs = {name: load_pair(suite.models[name], suite.base_dir) for name in used}
     # prompt ids of the pairs not loaded are placeholders: their decoders' plans are dropped below
@@ -262,4 +367,8 @@ def diagnose_run_dir(run_dir, *, decoders: list[str] | None = None, with_fits: b
            for d in suite.decoders for pr in d.prompts}
     plans = [p for p in plan_sample_sets(suite, ids, {n: pair.vocab_size for n, pair in pairs.items()})
              if p.decoder.name in wanted] if ids else []
-    return diagnose_decoders(report, plans, pairs, SampleStore(run_dir), decoders=decoders, with_fits=with_fits, log=log)
+    from verifier.reports.cache import KEY_FIELD, run_inputs_key
+
+    result = diagnose_decoders(report, plans, pairs, SampleStore(run_dir), decoders=decoders, with_fits=with_fits, log=log)
+    result[KEY_FIELD] = run_inputs_key(run_dir, False)  # lets the next `specverify diagnose` reuse diagnosis.json
+    return result

@@ -188,6 +188,20 @@ def render_html(report: dict) -> str:
         ranked=Markup(ranked) if ranked else None, plots=figs, far_below=_far_below())
 
 
+def _diagnosis_by_decoder(report: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    """{decoder: (mechanism names or status, plain line)} of the run's diagnosis (verifier.diagnose.glossary)."""
+    diag = report.get("diagnosis") or {}
+    if not diag.get("decoders"):
+        return {}
+    from verifier.diagnose.glossary import mechanism_line
+
+    out = {}
+    for item in diag["decoders"]:
+        names = "+".join(m["name"] for m in item.get("mechanism") or []) or str(item.get("status", "not diagnosed"))
+        out[item["decoder"]] = (names.replace(" ", "_"), mechanism_line(item))
+    return out
+
+
 def render_junit(report: dict) -> str:
     """junit.xml: one testsuite per decoder, one testcase per cell.
 
@@ -200,6 +214,7 @@ def render_junit(report: dict) -> str:
     for c in report.get("cells", []):
         cells_by_dec.setdefault(c.get("decoder", ""), []).append(c)
     total = failures = errors = 0
+    diagnosed = _diagnosis_by_decoder(report)
     for d in report.get("decoders", []):
         name = d["decoder"]
         suite_el = ET.SubElement(root, "testsuite", name=name)
@@ -217,6 +232,8 @@ def render_junit(report: dict) -> str:
                 text = c.get("support_violation") or (
                     f"n = {c.get('n')} rows can only see TV >= {_num(c.get('mde'))}; needs n >= {c['n_needed']} rows"
                     if c.get("verdict") == "UNDERPOWERED" and c.get("n_needed") is not None else d.get("reason", ""))
+                if name in diagnosed:  # which known mechanism (issue 28): in the message a CI page shows first
+                    msg, text = f"{msg} mechanism={diagnosed[name][0]}", f"{text}\ndiagnosis: {diagnosed[name][1]}"
                 ET.SubElement(tc, "failure", message=msg).text = text
             else:
                 ET.SubElement(tc, "system-out").text = msg

@@ -364,6 +364,8 @@ def _statistics(ctx: SuiteContext, store: SampleStore, errors: dict[str, dict], 
                 verdict.expectation_met = False  # declared, so a mismatch fails the run -- as conformance, not as bias
         verdicts.append(verdict)
     bar.close()
+    # "above the coupling bound" is decided over every set of the run at the family alpha (issue 28)
+    acceptance.coupling_bound_check([a for v in verdicts for a in v.acceptance or []], suite.stats.alpha)
     return verdicts, sets_info
 
 
