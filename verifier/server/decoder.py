@@ -197,7 +197,24 @@ class ServerDecoder:
             before, after, len(missing), len(requests), drafted if per_request else None, accepted if per_request else None)})
         if self.background:
             self.last_stats.extra["speculation"]["background_requests"] = background_sent
+        if self.speculative is False:
+            self._check_switched_off(self.last_stats.extra["speculation"])
         return rows
+
+    def _check_switched_off(self, figures: dict[str, Any]) -> None:
+        """Speculation off per request must mean no draft verified; a server that ignores the switch (some
+        llama-server builds read no ``speculative.*`` request field) would make a two-sample reference of
+        speculative samples: refused (exit 2) rather than compared."""
+        from verifier.errors import SamplingRefusedError
+
+        counted = (figures.get("counters") or {}).get("draft_tokens")
+        drafted = figures.get("per_request_draft_tokens")
+        moved = [v for v in (counted, drafted) if v]
+        if moved:
+            raise SamplingRefusedError(
+                f"speculation off was requested per request (speculative.n_max = 0) but {self.name} verified "
+                f"{max(moved):,.0f} draft tokens for those requests: it ignores the per-request switch; allowed: "
+                "start a second server without a draft model and give it as --reference-url")
 
     def _seed_contract(self, request: tuple, max_new_tokens: int) -> bool:
         """Send one journaled request twice more with its seed: False when a repeat differs (the server

@@ -253,16 +253,20 @@ class LlamaServer(Dialect):
     def request(self, prompt_ids, sampling, max_new_tokens, seed, *, n=1, logprobs=None, model=None, speculative=None):
         if n != 1:
             raise invalid_argument("n per request", n, "1 with --api llama-server (it has no `n`)")
-        greedy = sampling.temperature == 0
+        rep = sampling.repetition_penalty
         body: dict[str, Any] = {
-            "prompt": [int(t) for t in prompt_ids], "n_predict": int(max_new_tokens), "seed": int(seed) & 0xFFFFFFFF,
+            "prompt": [int(t) for t in prompt_ids], "n_predict": int(max_new_tokens), "seed": int(seed) & 0x7FFFFFFF,
             "temperature": float(sampling.temperature), "top_k": int(sampling.top_k or 0),
             "top_p": float(sampling.top_p or 1.0), "min_p": 0.0, "typical_p": 1.0, "top_n_sigma": -1.0,
-            "repeat_penalty": float(sampling.repetition_penalty or 1.0), "repeat_last_n": -1 if sampling.repetition_penalty else 0,
+            # HF's repetition penalty covers the whole context: the window is prompt + generated (-1 is refused)
+            "repeat_penalty": float(rep or 1.0), "repeat_last_n": len(prompt_ids) + int(max_new_tokens) if rep else 0,
             "presence_penalty": 0.0, "frequency_penalty": 0.0, "dry_multiplier": 0.0, "xtc_probability": 0.0,
             "mirostat": 0, "dynatemp_range": 0.0, "ignore_eos": False, "stream": False, "cache_prompt": True,
             "return_tokens": True, "n_probs": int(logprobs or 0), "post_sampling_probs": bool(logprobs),
-            "samplers": ["penalties", "top_k", "top_p", "temperature"] if not greedy else ["top_k"],
+            # the harness's processed law: penalty, temperature, top-k, top-p (top-k commutes with temperature, top-p
+            # does not: the server's default chain runs top-p on the T = 1 softmax and min-p 0.05); temperature 0 is
+            # greedy only with the temperature sampler in the chain (docs/servers.md)
+            "samplers": (["penalties"] if rep else []) + ["top_k", "temperature", "top_p"],
         }
         if speculative is not None:
             body["speculative.n_max"] = None if speculative else 0  # filled by the caller with k when on
@@ -326,9 +330,9 @@ DIALECTS: dict[str, Dialect] = {
                           "accepted_tokens": ("vllm:spec_decode_num_accepted_tokens",)}),
     "llama-server": LlamaServer(
         "llama-server", "/completion", max_n=1, health_paths=("/health",),
-        metrics_counters={"drafts": ("llamacpp:n_drafts",),
-                          "draft_tokens": ("llamacpp:n_draft_tokens", "llamacpp:n_drafted"),
-                          "accepted_tokens": ("llamacpp:n_draft_accepted", "llamacpp:n_accepted_tokens")}),
+        metrics_counters={"drafts": ("llamacpp:spec_decode_num_drafts",),
+                          "draft_tokens": ("llamacpp:spec_decode_num_draft_tokens",),
+                          "accepted_tokens": ("llamacpp:spec_decode_num_accepted_tokens",)}),
 }
 
 

@@ -193,7 +193,7 @@ class DecoderServer:
         c = self.counters
         lines = []
         for prefix, names in (("vllm:spec_decode_", ("num_drafts", "num_draft_tokens", "num_accepted_tokens")),
-                              ("llamacpp:", ("n_drafts", "n_draft_tokens", "n_draft_accepted"))):
+                              ("llamacpp:spec_decode_", ("num_drafts", "num_draft_tokens", "num_accepted_tokens"))):
             for name, value in zip(names, (c["drafts"], c["draft_tokens"], c["accepted_tokens"])):
                 lines += [f"# TYPE {prefix}{name} counter", f"{prefix}{name}_total {float(value)}"]
         lines += ["# TYPE specverify:requests counter", f"specverify:requests_total {float(c['requests'])}",
