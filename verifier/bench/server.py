@@ -1,0 +1,141 @@
+"""``specverify bench server``: a URL audit's samples/s against the server's own throughput for the same requests.
+
+Method.  For one configuration (``--url``, ``--api``, target, sampling, k, concurrency):
+
+1. **server throughput** -- the exact request bodies the audit sends (the same dialect, prompt, sampling,
+   derived seeds; :class:`verifier.server.decoder.ServerDecoder` builds them) posted with a bare httpx
+   client at the same concurrency, replies read and dropped: the most samples/s any client gets from
+   this server for this request mix;
+2. **URL audit** -- ``specverify audit --url ...`` as a user runs it (a subprocess, job child included),
+   with the same n, concurrency and seed offset: its sampling stage (``report.json``
+   ``run.stage_seconds.sampling``: HTTP, parsing, the response journal, shards) and its whole wall time;
+3. the ratios audit / server (goal >= 0.9 for the sampling stage) and the **time to a conclusive
+   verdict**: the audit's planned n for ``--conclusive-tv`` (its plan line) at the audit's measured rate,
+   plus its fixed cost (start-up, models, statistics, reports) measured in step 2.
+
+The two measurements use different seeds (the server would otherwise answer from its prompt cache
+in the same order), run one after the other on the same server, and the load average is printed beside them:
+on a shared machine compare CPU-quiet runs only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from verifier.errors import invalid_argument
+
+__all__ = ["HELP", "register", "run", "server_throughput"]
+
+HELP = "URL audit samples/s vs the server's own throughput for the same request mix; time to a conclusive verdict."
+PLAN_LINE = re.compile(r"needs n = (\d+) per prompt")
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--url", required=True, help="the running server's base URL")
+    parser.add_argument("--api", default="openai-completions", help="Default: openai-completions")
+    parser.add_argument("--target", default="shipped:target", help="Default: shipped:target")
+    parser.add_argument("--num-draft-tokens", type=int, default=3, help="Default: 3")
+    parser.add_argument("--num-samples", type=int, default=2000, help="samples per measurement. Default: 2000")
+    parser.add_argument("--num-concurrent", type=int, default=4, help="Default: 4")
+    parser.add_argument("--temperature", type=float, default=1.0, help="Default: 1.0")
+    parser.add_argument("--top-k", type=int, default=None)
+    parser.add_argument("--conclusive-tv", type=float, default=0.03, help="TV of a conclusive certificate. Default: 0.03")
+    parser.add_argument("--out", default=None, help="also write the figures as JSON")
+
+
+def _prompt_ids(target: str) -> list[int]:
+    from verifier.audit.suite_builder import default_prompt
+    from verifier.runner.models import encode_prompt, load_pair
+    from verifier.suite.schema import ModelPair, Prompt
+
+    draft = target.replace("target", "draft") if target.startswith("shipped:") else target
+    pair = load_pair(ModelPair("bench", target, draft, "cpu", "float32"))
+    kind, value = default_prompt(target, pair)
+    ids = list(value) if kind == "ids" else list(encode_prompt(Prompt("p0", value, None), pair))
+    return ids, pair.vocab_size, pair.eos_token_id
+
+
+def server_throughput(url: str, api: str, prompt: list[int], sampling, max_new_tokens: int, n: int,
+                      num_concurrent: int, seed: int) -> dict[str, Any]:
+    """Post the audit's ``n`` request bodies with a bare client; samples/s of the server for this mix."""
+    from verifier.server.client import ServerSettings, post_all
+    from verifier.server.decoder import request_seed
+    from verifier.server.dialects import get_dialect
+
+    dialect = get_dialect(api)
+    settings = ServerSettings(url, num_concurrent=num_concurrent)
+    bodies = [dialect.request(prompt, sampling, max_new_tokens, request_seed(seed, prompt, sampling.label(), i))
+              for i in range(n)]
+    start = time.perf_counter()
+    post_all(settings, dialect.path, [(f"request {i}", b) for i, b in enumerate(bodies)], lambda *_: None)
+    seconds = time.perf_counter() - start
+    return {"samples": n, "seconds": seconds, "samples_per_s": n / seconds}
+
+
+def _audit(args, seed: int) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="bench-server-") as tmp:
+        run_dir = Path(tmp) / "run"
+        cmd = [sys.executable, "-m", "verifier.cli", "audit", "--url", args.url, "--api", args.api, "--target", args.target,
+               "--num-draft-tokens", str(args.num_draft_tokens), "--num-samples", str(args.num_samples),
+               "--num-concurrent", str(args.num_concurrent), "--temperature", str(args.temperature),
+               "--target-tv", str(args.conclusive_tv), "--seed", str(seed), "--run-dir", str(run_dir), "--no-progress"]
+        if args.top_k is not None:
+            cmd += ["--top-k", str(args.top_k)]
+        start = time.perf_counter()
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        wall = time.perf_counter() - start
+        try:
+            report = json.loads((run_dir / "report.json").read_text())
+        except (OSError, ValueError):
+            raise RuntimeError(f"the audit wrote no report (exit {done.returncode}): {done.stderr[-2000:]}") from None
+        m = PLAN_LINE.search(done.stdout)
+        stages = report["run"]["stage_seconds"]
+        return {"exit_code": done.returncode, "verdict": report["verdict"], "wall_seconds": wall, "stage_seconds": stages,
+                "max_new_tokens": report["sample_sets"][0]["max_new_tokens"] if report.get("sample_sets") else None,
+                "prompt_ids": report["sample_sets"][0]["prompt_ids"] if report.get("sample_sets") else None,
+                "n_conclusive": int(m.group(1)) if m else None}
+
+
+def run(args: argparse.Namespace) -> int:
+    from verifier.sampling import SamplingConfig
+
+    if args.num_samples < 10:
+        raise invalid_argument("--num-samples", args.num_samples, "an integer >= 10")
+    sampling = SamplingConfig(temperature=args.temperature, top_k=args.top_k)
+    load = os.getloadavg()[0]
+    audit = _audit(args, seed=1)
+    prompt = audit["prompt_ids"] or _prompt_ids(args.target)[0]
+    max_new = audit["max_new_tokens"] or args.num_draft_tokens + 1
+    raw = server_throughput(args.url, args.api, prompt, sampling, max_new, args.num_samples, args.num_concurrent, seed=2)
+    sampling_s = audit["stage_seconds"].get("sampling") or float("nan")
+    audit_rate = args.num_samples / sampling_s
+    fixed = audit["wall_seconds"] - sampling_s
+    n_conc = audit["n_conclusive"]
+    out = {"url": args.url, "api": args.api, "target": args.target, "sampling": sampling.label(),
+           "num_draft_tokens": args.num_draft_tokens, "num_concurrent": args.num_concurrent, "samples": args.num_samples,
+           "max_new_tokens": max_new, "load_average": load, "server": raw, "audit": audit,
+           "audit_sampling_samples_per_s": audit_rate, "ratio_sampling": audit_rate / raw["samples_per_s"],
+           "ratio_end_to_end": (args.num_samples / audit["wall_seconds"]) / raw["samples_per_s"],
+           "conclusive_tv": args.conclusive_tv, "n_conclusive": n_conc,
+           "seconds_to_conclusive": (n_conc / audit_rate + fixed) if n_conc else None}
+    print(f"server {args.url} ({args.api}), {sampling.label()}, k={args.num_draft_tokens}, {args.num_concurrent} in flight, "
+          f"n = {args.num_samples}, {max_new} tokens per sample (load average {load:.1f})")
+    print(f"  server throughput (bare client, same requests): {raw['samples_per_s']:,.1f} samples/s")
+    print(f"  URL audit sampling stage: {audit_rate:,.1f} samples/s = {out['ratio_sampling']:.2f} of the server's "
+          f"(goal >= 0.9); end to end {out['ratio_end_to_end']:.2f} ({audit['wall_seconds']:.1f} s wall, "
+          f"{fixed:.1f} s outside sampling); verdict {audit['verdict']}")
+    if n_conc:
+        print(f"  conclusive at TV {args.conclusive_tv:g}: n = {n_conc:,} per prompt -> about "
+              f"{out['seconds_to_conclusive'] / 60:.1f} min at this rate")
+    if args.out:
+        Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
+    return 0
