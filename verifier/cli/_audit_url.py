@@ -118,6 +118,7 @@ def route_url(args: argparse.Namespace) -> None:
         args.blackbox_reference = URL_DECODER
         ref_options = _server_options(args, args.reference_url or args.url, False if args.reference_off else None)
         args.reference_option = list(ref_options.items())
+    args.url_engine = server_description(args.url, args.api, args.api_key_env)  # audit.json: the matrix row
     args.url_variants = _variants(args)
     if args.url_variants and args.url_described["reference"]:
         raise invalid_argument("--concurrency-levels/--mixed-batch/--n-levels", True, "the known-target design (no "
@@ -125,6 +126,30 @@ def route_url(args: argparse.Namespace) -> None:
     print(f"URL audit of {args.url} ({args.api}" + (f", model {args.model}" if args.model else "") +
           f", {args.num_concurrent} in flight" + (f", two-sample against {args.url_described['reference']}"
                                                    if args.url_described["reference"] else ", known target") + ")")
+
+
+def server_description(url: str, api: str, api_key_env: str | None = None) -> dict:
+    """What the server says it is (best effort: llama-server ``/props`` build, vLLM ``/version``), as an
+    engine record for audit.json and the README's audit matrix."""
+    import json as _json
+
+    from verifier.server.client import ServerSettings, get_text
+    from verifier.server.dialects import get_dialect
+
+    settings = ServerSettings(url, api_key_env=api_key_env)
+    version, name = "", f"{api} server"
+    for path, key, label in (("/props", "build_info", "llama-server"), ("/version", "version", "vllm")):
+        status, text = get_text(settings, path, timeout_s=5.0)
+        if status == 200:
+            try:
+                value = _json.loads(text).get(key)
+            except (ValueError, AttributeError):
+                continue
+            if value:
+                version, name = str(value), f"{label} (URL)"
+                break
+    return {"name": name, "version": version, "entry_point": f"POST {get_dialect(api).path} ({api})",
+            "package": "", "options": {}}
 
 
 def _levels(flag: str, text: str | None, low: int, high: int) -> list[int]:

@@ -428,8 +428,8 @@ def _run_known_p(args, sampling) -> int:
         for note in audit_plan.notes:
             print(f"note: {note}")
         plan = plan_record(audit_plan, seq, args.alpha)
-        if getattr(args, "engine_described", None):
-            plan["engine"] = args.engine_described
+        if getattr(args, "engine_described", None) or getattr(args, "url_engine", None):
+            plan["engine"] = getattr(args, "engine_described", None) or args.url_engine
         suite = audit_plan.suite
         if args.save_suite:
             from verifier.errors import ReportWriteError

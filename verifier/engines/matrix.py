@@ -126,6 +126,14 @@ def _known_p_row(folder: Path, r: dict[str, Any], root: Path) -> dict[str, Any]:
             acc.append(f"{a['mean_accepted']:.2f} accepted/round; canonical: " + ("skipped (draft unknown)" if a.get("canonical_skipped") else "unknown"))
         else:
             acc.append(f"{a['mean_accepted']:.2f} vs {a['canonical_mean_accepted']:.2f} accepted/round")
+    spec = d.get("speculation") or {}
+    if spec:  # a URL audit: the server's own counters speak for acceptance (verifier.runner.speculation)
+        part = spec.get("per_request") if (spec.get("per_request") or {}).get("draft_tokens") else spec.get("counters") or {}
+        rate = part.get("acceptance_rate")
+        acc = [f"server counters: {rate:.1%} of {part.get('draft_tokens', 0):,.0f} draft tokens accepted"
+               if rate is not None else "speculation counters not observable"]
+        if spec.get("verified") is False:
+            acc[0] += " -- SPECULATION NEVER RAN"
     side = folder / "acceptance.txt"  # an engine whose rounds start after token 1: computed by the report folder's script
     if side.is_file() and side.read_text(encoding="utf-8").strip():
         acc = [side.read_text(encoding="utf-8").strip().splitlines()[0]]
