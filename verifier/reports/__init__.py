@@ -285,6 +285,10 @@ def write_reports(report: dict, out_dir: str | Path) -> dict[str, Path]:
     """
     out = Path(out_dir)
     report = _sanitize(report)
+    if isinstance(report.get("run"), dict):  # the seal `specverify report` checks before reusing it (issue 28)
+        from verifier.reports.cache import DIGEST_FIELD, report_digest
+
+        report["run"][DIGEST_FIELD] = report_digest(report)
     texts = {
         "report.json": json.dumps(report, indent=2, sort_keys=True, allow_nan=False) + "\n",
         "report.md": render_markdown(report),
