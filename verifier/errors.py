@@ -25,6 +25,7 @@ __all__ = [
     "DecoderError",
     "DecoderOutputError",
     "ReportWriteError",
+    "StoredSampleError",
     "invalid_argument",
     "refuse_sampling",
 ]
@@ -97,6 +98,13 @@ def is_out_of_memory(exc: BaseException) -> bool:
         return True
     text = str(exc).lower() if isinstance(exc, RuntimeError) else ""
     return "out of memory" in text or "not enough memory" in text or "failed to allocate" in text
+
+
+class StoredSampleError(VerifierError):
+    """A stored sample shard (``RUN_DIR/samples/<set>/chunk-*.npz``) holds values no decoder run could
+    have written there -- an id outside the vocabulary, padding before EOS, a row of the wrong length:
+    the file was edited or corrupted after the run.  A storage error (exit 2) naming the chunk file,
+    never a verdict: delete that file and sample it again with ``specverify run --resume RUN_DIR``."""
 
 
 class ReportWriteError(VerifierError):

@@ -50,17 +50,21 @@ def auto_diagnose_budget(available: int | None = -1) -> int:
     return int(min(AUTO_DIAGNOSE_MAX_ENTRIES, AUTO_DIAGNOSE_MEMORY_SHARE * available // BYTES_PER_ENTRY))
 
 
-def load_tokens(store, plan, *, with_calls: bool = False):
+def load_tokens(store, plan, *, with_calls: bool = False, pair=None):
     """Emitted tokens of a sample set from its shards (unreadable shards skipped), and origins when stored.
 
     With ``with_calls``, also the shard (= generate call) index of each row, shape (rows,), int64.
+    With ``pair`` (its ``vocab_size`` / ``eos_token_id``), a chunk holding values no decoder could emit is
+    :class:`~verifier.errors.StoredSampleError` naming the file (``SampleStore.check_tokens``).
     """
     toks, origins, calls = [], [], []
     for i in range(plan.num_chunks):
         shard = store.read_chunk(plan.set_id, i)
         if shard is None or np.asarray(shard.tokens).shape[1:] != (plan.max_new_tokens,):
             continue
-        toks.append(np.asarray(shard.tokens, dtype=np.int64))
+        toks.append(np.asarray(shard.tokens, dtype=np.int64) if pair is None else store.check_tokens(
+            plan.set_id, i, shard, max_new_tokens=plan.max_new_tokens, vocab_size=pair.vocab_size,
+            eos_token_id=pair.eos_token_id))
         origins.append(getattr(shard, "origins", None))
         calls.append(np.full(len(toks[-1]), i, dtype=np.int64))
     tokens = np.concatenate(toks) if toks else np.zeros((0, plan.max_new_tokens), dtype=np.int64)
@@ -122,7 +126,7 @@ def _diagnose_decoders(report, plans, pairs, store, decoders, with_fits, log) ->
                 entry["note"] = "temperature 0: the greedy contract (exact match) decides; nothing to diagnose"
                 sets.append(entry)
                 continue
-            tokens, origins, calls = load_tokens(store, plan, with_calls=True)
+            tokens, origins, calls = load_tokens(store, plan, with_calls=True, pair=pairs[plan.pair])
             if not len(tokens):
                 entry["note"] = "no samples on disk"
                 sets.append(entry)

@@ -288,14 +288,16 @@ def sample_chunks(ctx: SuiteContext, store: SampleStore, *, progress: bool = Fal
 # --------------------------------------------------------------------------- stage 4
 
 
-def _load_set(store: SampleStore, plan: SampleSetPlan) -> tuple[np.ndarray, np.ndarray | None, np.ndarray, int]:
+def _load_set(store: SampleStore, plan: SampleSetPlan, pair) -> tuple[np.ndarray, np.ndarray | None, np.ndarray, int]:
+    """A sample set's stored rows; a chunk with values no decoder could emit is StoredSampleError (exit 2)."""
     toks, fras, counts, chunks = [], [], [], 0
     for i in range(plan.num_chunks):
         shard = store.read_chunk(plan.set_id, i)
         if not _valid_shard(shard, plan, i):
             continue
         chunks += 1
-        toks.append(shard.tokens)
+        toks.append(store.check_tokens(plan.set_id, i, shard, max_new_tokens=plan.max_new_tokens,
+                                       vocab_size=pair.vocab_size, eos_token_id=pair.eos_token_id))
         fras.append(shard.first_round_accepted)
         counts.append(shard.accepted_counts)
     tokens = np.concatenate(toks) if toks else np.zeros((0, plan.max_new_tokens), dtype=np.int64)
@@ -313,7 +315,7 @@ def _statistics(ctx: SuiteContext, store: SampleStore, errors: dict[str, dict], 
     sets_info: list[dict[str, Any]] = []
     for spec in suite.decoders:
         plans = [p for p in ctx.plans if p.decoder.name == spec.name]
-        loaded = {p.set_id: _load_set(store, p) for p in plans}
+        loaded = {p.set_id: _load_set(store, p, ctx.pairs[p.pair]) for p in plans}
         m = sum(count_cells(p) for p in plans)
         level = cell_level(suite.stats.alpha, m, suite.stats.correction)
         cells: list[analysis.CellResult] = []
