@@ -53,7 +53,7 @@ from verifier.runner.plan import SampleSetPlan, decoder_identity
 from verifier.runner.store import SampleStore, Shard
 from verifier.runner.verdict import DecoderVerdict, cell_level, decide, exit_code
 from verifier.suite.schema import Suite
-from verifier.validation import check_decoder_stats, check_emitted_tokens
+from verifier.validation import REPLAY_NATS, check_decoder_stats, check_emitted_tokens, same_rows_nats
 
 __all__ = ["REPORT_SCHEMA_VERSION", "RunOutcome", "run_suite", "analyze_run", "new_run_dir", "load_run_suite"]
 
@@ -163,7 +163,7 @@ def _valid_shard(shard: Shard | None, plan: SampleSetPlan, index: int) -> bool:
 
 # a chunk whose rows are, as a multiset, those of an earlier chunk of its sample set (drawn with a
 # different seed) is flagged when the chance that an i.i.d. sampler repeats them is <= exp(-SEED_REUSE_NATS)
-SEED_REUSE_NATS = 30.0  # about 1e-13
+SEED_REUSE_NATS = REPLAY_NATS  # about 1e-13 (verifier.validation, shared with the sample-file import)
 
 
 def _check_seed_used(seen: dict[tuple[str, bytes], tuple[int, int]], plan: SampleSetPlan, index: int, seed: int,
@@ -180,7 +180,6 @@ def _check_seed_used(seen: dict[tuple[str, bytes], tuple[int, int]], plan: Sampl
     if tokens.shape[0] < 2:
         return
     import hashlib
-    from math import lgamma
 
     rows, counts = np.unique(tokens, axis=0, return_counts=True)  # sorted: the multiset of rows
     key = (plan.set_id, hashlib.sha256(np.ascontiguousarray(rows).tobytes() + counts.astype(np.int64).tobytes()).digest())
@@ -189,7 +188,7 @@ def _check_seed_used(seen: dict[tuple[str, bytes], tuple[int, int]], plan: Sampl
         seen[key] = (index, seed)
         return
     n = int(counts.sum())
-    nats = -(lgamma(n + 1) - sum(lgamma(int(c) + 1) for c in counts) + float((counts * np.log(counts / n)).sum()))
+    nats = same_rows_nats(counts)
     if nats >= SEED_REUSE_NATS and earlier[1] != seed:
         raise DecoderOutputError(
             f"{decoder_name} returned for chunk {index} (seed {seed}) the same {n} rows as for chunk {earlier[0]} "
