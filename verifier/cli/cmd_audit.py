@@ -399,7 +399,9 @@ def _run_known_p(args, sampling) -> int:
         if args.prompt_ids:
             _check_prompts(pair, args.prompt_ids, "--prompt-ids")
         seq = bool(args.sequential)
-        spec = AuditSpec(decoder=args.decoder, target=args.target, draft=_draft_spec(args), prompts=tuple(prompts),
+        from verifier.audit.plugins import plugin_name
+
+        spec = AuditSpec(decoder=args.decoder, decoder_name=plugin_name(args.decoder), target=args.target, draft=_draft_spec(args), prompts=tuple(prompts),
                          sampling=sampling, num_draft_tokens=args.num_draft_tokens, max_new_tokens=args.max_new_tokens,
                          num_samples=args.num_samples,
                          target_tv=DEFAULT_TARGET_TV if args.target_tv is None else args.target_tv,
@@ -427,7 +429,10 @@ def _run_known_p(args, sampling) -> int:
             print(f"suite written to {args.save_suite}")
         run_dir = Path(args.run_dir) if args.run_dir else new_run_dir(args.report_dir or DEFAULT_REPORT_DIR, suite)
         print(f"audit run -> {run_dir}")
-    outcome = run_audit(suite, run_dir, plan, resume=bool(args.resume), sequential=seq, progress=_progress_on(args))
+    from verifier.cli._rundir import removed_on_usage_error
+
+    with removed_on_usage_error(run_dir, resume=bool(args.resume)):  # a load error leaves no half-made folder
+        outcome = run_audit(suite, run_dir, plan, resume=bool(args.resume), sequential=seq, progress=_progress_on(args))
     if getattr(args, "engine_described", None) and not args.resume:
         _numeric_floor(args, outcome, plan, suite, sampling)
     _print_summary(outcome, plan)
