@@ -203,16 +203,29 @@ def _resolve(spec: str) -> Any:
 
 
 def plugin_name(spec: str) -> str | None:
-    """The name a decoder plugin gives itself, found without building it: the ``name`` attribute of
-    the object the spec names (a class attribute of a decoder class or factory, or a decoder object's);
-    else a class's own name; None when neither is known or the plugin does not import (the load
-    itself then reports why).  Used by ``specverify audit`` to name the decoder in its report."""
+    """The name a decoder plugin gives itself, found without building it (building may load models):
+    the ``name`` attribute of the class or decoder object the spec names; for a factory function, the
+    class attribute ``name`` of the class it is annotated to return, else of the one decoder class
+    (a class with ``generate``) its module defines; else a class's own name.  None when none is
+    known or the plugin does not import (the load itself then reports why).  Used by
+    ``specverify audit`` to name the decoder in its report."""
     try:
         obj = _resolve(spec)
     except Exception:  # noqa: BLE001 - the runner loads it again and reports the error properly
         return None
-    name = getattr(obj, "name", None)
-    if isinstance(name, str) and name.strip() and not inspect.isfunction(obj):
+    if inspect.isfunction(obj):
+        returned = inspect.signature(obj).return_annotation
+        returned = None if returned is inspect.Signature.empty else returned
+        module = sys.modules.get(getattr(obj, "__module__", "") or "")
+        if isinstance(returned, str) and module is not None:
+            returned = getattr(module, returned, None)
+        if not inspect.isclass(returned) and module is not None:
+            classes = [c for c in vars(module).values() if inspect.isclass(c) and c.__module__ == module.__name__
+                       and callable(getattr(c, "generate", None)) and isinstance(getattr(c, "name", None), str)]
+            returned = classes[0] if len(classes) == 1 else None
+        obj = returned if inspect.isclass(returned) else None
+    name = getattr(obj, "name", None) if obj is not None else None
+    if isinstance(name, str) and name.strip():
         return name.strip().replace("/", "_")
     return obj.__name__ if inspect.isclass(obj) else None
 
