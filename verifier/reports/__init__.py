@@ -132,7 +132,9 @@ def render_markdown(report: dict) -> str:
 
     alpha = float(report.get("suite", {}).get("stats", {}).get("alpha", 1e-3))
     sets = {s.get("set_id"): s for s in report.get("sample_sets", [])}
-    lines = {d["decoder"]: decoder_line(d, [c for c in report.get("cells", []) if c.get("decoder") == d["decoder"]], sets, alpha)
+    target = report.get("suite", {}).get("stats", {}).get("target_mde")
+    lines = {d["decoder"]: decoder_line(d, [c for c in report.get("cells", []) if c.get("decoder") == d["decoder"]], sets, alpha,
+                                        target)
              for d in report.get("decoders", [])}
     return _env(False).get_template("report.md.j2").render(r=report, failing=_failing(report), detected=_detected(report),
                                                            far_below=_far_below(), lines=lines, legend=cell_legend(report))
@@ -160,7 +162,8 @@ def _sections(report: dict) -> list[dict]:
         fig = svg.cell_figure(cell) if cell else None
         acc = [Markup(f) for f in (svg.acceptance_figure(a) for a in (d.get("acceptance") or [])) if f]
         out.append({
-            "d": d, "line": summary.decoder_line(d, cells, sets, alpha), "cells": cells, "cell": cell,
+            "d": d, "line": summary.decoder_line(d, cells, sets, alpha, report.get("suite", {}).get("stats", {}).get("target_mde")),
+            "cells": cells, "cell": cell,
             "cell_where": summary.set_label(cell, sets) if cell else "",
             "figure": Markup(fig) if fig else None, "acceptance_figures": acc,
         })
