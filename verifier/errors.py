@@ -117,8 +117,12 @@ def invalid_argument(name: str, value: Any, allowed: str, *, where: str | None =
 
     >>> str(invalid_argument("num_draft_tokens", 0, "an integer >= 1"))
     'num_draft_tokens=0 is invalid; allowed: an integer >= 1'
+    >>> str(invalid_argument("--target", None, "a model"))  # a flag that was not given
+    '--target is missing; allowed: a model'
     """
     prefix = f"{where}: " if where else ""
+    if value is None and name.startswith("--"):  # a command-line flag not given: never "--target=None"
+        return InvalidArgumentError(f"{prefix}{name} is missing; allowed: {allowed}")
     return InvalidArgumentError(f"{prefix}{name}={value!r} is invalid; allowed: {allowed}")
 
 

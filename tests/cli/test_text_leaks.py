@@ -32,3 +32,42 @@ def test_the_report_states_the_pass_claim_as_the_cli_does(tiny_run, capsys):
     line = next(ln for ln in md.splitlines() if ln.startswith("- **exact-sampler**"))
     assert cli == "no bias >= TV 0.2" and cli in line, line
     assert "larger than TV" not in md
+
+
+def test_an_audit_report_shows_its_source_literally_and_no_profile_none(tmp_path, capsys):
+    root = Path(__file__).resolve().parents[2]
+    code = main(["audit", "--decoder", f"{root}/examples/plugins/speculative_correct.py:make", "--target",
+                 "tabular:trigram3", "--prompt-ids", "0,1", "--num-samples", "60", "--max-new-tokens", "2",
+                 "--report-dir", str(tmp_path), "--no-progress"])
+    assert code in (0, 4), capsys.readouterr().out
+    md = next(tmp_path.rglob("report.md")).read_text()
+    line = next(ln for ln in md.splitlines() if ln.startswith("Suite `"))
+    assert line.startswith("Suite `<audit ") and "&lt;" not in line and "None" not in line, line
+    html = next(tmp_path.rglob("report.html")).read_text()
+    assert "profile <code>None</code>" not in html
+
+
+def test_the_diagnosis_names_sampling_configs_by_their_settings():
+    from verifier.diagnose.run_dir import _config_sentence
+
+    sets = [{"sampling": "s", "sampling_label": "T=1", "biased": True}]
+    assert _config_sentence(sets) == "the bias appears under every sampling config (T=1)"
+    sets += [{"sampling": "t07k2", "sampling_label": "T=0.7,top_k=2", "biased": False}]
+    assert _config_sentence(sets) == "the bias appears only under sampling config T=1 (not under T=0.7,top_k=2)"
+
+
+def test_engines_never_prints_none_seconds(capsys):
+    assert main(["engines", "transformers"]) == 0
+    out = capsys.readouterr().out
+    assert "None s" not in out and "transformers" in out
+
+
+def test_a_missing_flag_is_named_as_missing_not_as_none(tmp_path, capsys):
+    path = tmp_path / "s.jsonl"
+    path.write_text('{"prompt_id": "a", "prompt_token_ids": [0, 1], "emitted_token_ids": [1, 2]}\n')
+    assert main(["audit", "--samples", str(path), "--vocab-size", "3", "--max-new-tokens", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "--target is missing; allowed: a target model" in err and "None" not in err
+    assert main(["audit", "--samples", str(path), "--max-new-tokens", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "--vocab-size is missing" in err and "None" not in err

@@ -121,7 +121,7 @@ def _diagnose_decoders(report, plans, pairs, store, decoders, with_fits, log) ->
         sets, rankings, cache, too_large = [], [], {}, None
         for plan in (p for p in plans if p.decoder.name == name):
             entry = {"set_id": plan.set_id, "set": plan.label, "sampling": plan.sampling_name,
-                     "biased": _set_biased(report, plan.set_id)}
+                     "sampling_label": plan.sampling.label(), "biased": _set_biased(report, plan.set_id)}
             if plan.sampling.greedy:
                 entry["note"] = "temperature 0: the greedy contract (exact match) decides; nothing to diagnose"
                 sets.append(entry)
@@ -186,14 +186,18 @@ def _diagnose_decoders(report, plans, pairs, store, decoders, with_fits, log) ->
 
 
 def _config_sentence(sets: list[dict]) -> str:
-    """Where the bias appears across sampling configs: "the bias appears only under t07k2"."""
-    biased = sorted({s["sampling"] for s in sets if s.get("biased")})
-    clean = sorted({s["sampling"] for s in sets if not s.get("biased")} - set(biased))
+    """Where the bias appears across sampling configs, by their settings (a suite's table names, or the
+    audit's internal "s", mean nothing to a reader): "the bias appears only under T=0.7, top-k=2"."""
+    def label(s: dict) -> str:
+        return s.get("sampling_label") or s["sampling"]
+
+    biased = sorted({label(s) for s in sets if s.get("biased")})
+    clean = sorted({label(s) for s in sets if not s.get("biased")} - set(biased))
     if not biased:
         return "no sample set has a rejected cell on its own"
     if clean:
-        return f"the bias appears only under sampling config {', '.join(biased)} (not under {', '.join(clean)})"
-    return f"the bias appears under every sampling config ({', '.join(biased)})"
+        return f"the bias appears only under sampling config {'; '.join(biased)} (not under {'; '.join(clean)})"
+    return f"the bias appears under every sampling config ({'; '.join(biased)})"
 
 
 def auto_diagnosis(report: dict, plans: list, pairs: dict, store, stage: dict, log: Callable[[str], None]) -> None:

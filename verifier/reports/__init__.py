@@ -83,6 +83,12 @@ def _md(value: Any) -> str:
     return text
 
 
+def _code(value: Any) -> str:
+    """Text for a Markdown code span outside tables: shown literally (no HTML is rendered there, so
+    ``<`` is not escaped -- "&lt;audit ...>" leaked before), only backticks and newlines replaced."""
+    return str(value).replace("`", "'").replace("\n", " ")
+
+
 def _env(autoescape: bool):
     import jinja2
 
@@ -95,6 +101,7 @@ def _env(autoescape: bool):
     )
     env.filters["num"] = _num
     env.filters["md"] = _md
+    env.filters["code"] = _code
     env.filters["pval"] = _cell_p
     env.filters["statv"] = _cell_stat
     env.filters["mdev"] = _cell_mde
