@@ -71,3 +71,40 @@ def test_a_missing_flag_is_named_as_missing_not_as_none(tmp_path, capsys):
     assert main(["audit", "--samples", str(path), "--max-new-tokens", "2"]) == 2
     err = capsys.readouterr().err
     assert "--vocab-size is missing" in err and "None" not in err
+
+
+def _bar_on_a_fresh_pty(columns: str | None) -> str:
+    """Stderr of a 10-step bar drawn on a new pseudo-terminal (which reports 0 rows x 0 columns)."""
+    import os
+    import subprocess
+    import sys
+
+    pty = pytest.importorskip("pty")
+    master, slave = pty.openpty()
+    code = ("import time; from verifier import progress; progress.configure(True); b = progress.bar(10, 'stage', 'sets'); "
+            "time.sleep(progress.DELAY_S + 0.5); b.update(5); time.sleep(0.6); b.update(5); b.close()")
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
+    if columns is not None:
+        env["COLUMNS"] = columns
+    child = subprocess.Popen([sys.executable, "-c", code], stderr=slave, stdout=subprocess.DEVNULL, env=env)
+    os.close(slave)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:  # the child closed the terminal
+            break
+        if not chunk:
+            break
+        out += chunk
+    assert child.wait(timeout=60) == 0
+    os.close(master)
+    return out.decode(errors="replace")
+
+
+def test_a_progress_bar_is_drawn_on_a_terminal_without_a_size_and_follows_columns():
+    drawn = [ln for ln in _bar_on_a_fresh_pty(None).split("\r") if "stage:" in ln]
+    assert any("50%" in ln for ln in drawn) and all(len(ln.rstrip()) <= 80 for ln in drawn), drawn
+    narrow = [ln for ln in _bar_on_a_fresh_pty("50").split("\r") if "stage:" in ln]
+    assert narrow and all(len(ln.rstrip()) <= 50 for ln in narrow) and any(len(ln.rstrip()) >= 45 for ln in narrow), narrow
