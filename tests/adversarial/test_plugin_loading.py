@@ -118,3 +118,17 @@ def test_a_suite_run_with_a_load_error_leaves_no_run_folder_but_keeps_an_existin
     kept.mkdir()
     assert main(["run", str(suite), "--run-dir", str(kept / "run"), "--no-progress"]) == EXIT_USAGE
     assert kept.is_dir() and not (kept / "run").exists()  # the folder it made is gone, the user's stays
+
+
+def test_a_plugin_that_raises_while_imported_is_one_message_not_three(tmp_path, capsys):
+    """A crash at import stays a decoder error (exit 3, with the plugin's traceback), said once: it was
+    printed as 'not sampled: ...', as the verdict's reason and where the decoder stopped."""
+    from verifier.errors import EXIT_DECODER
+
+    folder = tmp_path / "p"
+    folder.mkdir()
+    (folder / "plugin.py").write_text('raise RuntimeError("GPU library exploded at import")\n')
+    code = main(["audit", "--decoder", f"{folder / 'plugin.py'}:make", "--report-dir", str(tmp_path / "r"), *AUDIT])
+    out = capsys.readouterr().out
+    assert code == EXIT_DECODER, out
+    assert out.count("raised while being imported") == 1, out

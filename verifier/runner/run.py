@@ -209,7 +209,8 @@ def _sample(ctx: SuiteContext, store: SampleStore, progress: bool, log: Callable
     seen_chunks: dict[tuple[str, bytes], tuple[int, int]] = {}
     for spec in ctx.suite.decoders:
         if spec.name in errors:
-            log(f"  {spec.name}: not sampled: {errors[spec.name]['message']}")
+            log(f"  {spec.name}: not sampled: it could not be built ({errors[spec.name]['type']}; the error follows "
+                "with the verdict)")
             continue
         plans = [p for p in ctx.plans if p.decoder.name == spec.name]
         mine = [(p, i) for p in plans for i in range(p.num_chunks) if select is None or select(p, i)]
