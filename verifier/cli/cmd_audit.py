@@ -31,6 +31,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from verifier.cli._rundir import removed_on_usage_error
 from verifier.errors import EXIT_BIAS, EXIT_OK, EXIT_UNDERPOWERED, EXIT_USAGE, invalid_argument
 
 HELP = "Audit a third-party decoder (module:factory), verification kernel, or imported JSONL samples."
@@ -429,8 +430,6 @@ def _run_known_p(args, sampling) -> int:
             print(f"suite written to {args.save_suite}")
         run_dir = Path(args.run_dir) if args.run_dir else new_run_dir(args.report_dir or DEFAULT_REPORT_DIR, suite)
         print(f"audit run -> {run_dir}")
-    from verifier.cli._rundir import removed_on_usage_error
-
     with removed_on_usage_error(run_dir, resume=bool(args.resume)):  # a load error leaves no half-made folder
         outcome = run_audit(suite, run_dir, plan, resume=bool(args.resume), sequential=seq, progress=_progress_on(args))
     if getattr(args, "engine_described", None) and not args.resume:
