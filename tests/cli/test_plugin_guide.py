@@ -42,5 +42,7 @@ def test_the_guides_worked_example_passes_through_the_real_cli(tmp_path):
     assert out.returncode == 0, text[-3000:]
     assert re.search(r"example-speculative\s+expect pass\s+-> PASS", text), text[-3000:]
     assert "acceptance: accepts" in text and "ENGINE REPORTS NO STATISTICS" not in text
+    # one claim, one number, one wording: the verdict line, the audit's last line and the report (issue 28 item 5)
+    assert "no bias >= TV 0.1 in tokens" in text and "PASS: no bias >= TV 0.1 (total variation" in text
     md = next((tmp_path / "reports").rglob("report.md")).read_text()
-    assert "**example-speculative**" in md
+    assert "**example-speculative**" in md and "no bias >= TV 0.1 on the first 3 tokens" in md

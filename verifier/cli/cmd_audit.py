@@ -367,7 +367,7 @@ def _print_summary(outcome, plan: dict) -> None:
                 if seq["crossed"] else f"no e-process crossed; sampled the planned n = {seq['samples']}")
         print(f"sequential: {stop}")
     if verdict == "PASS":
-        print(f"PASS: no bias >= {plan['target_tv']:g} (total variation, in the law of the first token, of each position "
+        print(f"PASS: no bias >= TV {plan['target_tv']:g} (total variation, in the law of the first token, of each position "
               f"and of the first {plan['joint_tokens']} tokens) at family-wise alpha {alpha:g}, power 0.99")
     elif verdict == "UNDERPOWERED":
         need = plan["n_needed"]
