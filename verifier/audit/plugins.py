@@ -109,7 +109,8 @@ def _import_module(module_part: str, spec: str):
             del sys.modules[name]
             raise DecoderError(f"plugin {spec!r} raised while being imported: {type(exc).__name__}: {exc}") from exc
         finally:
-            sys.path.remove(folder)
+            if folder in sys.path:  # (unless the plugin took it off itself)
+                sys.path.remove(folder)
             if folder not in sys.path:  # last, so a sibling imported later (inside generate) is found but shadows nothing
                 sys.path.append(folder)
         return module
