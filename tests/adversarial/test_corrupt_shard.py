@@ -74,3 +74,25 @@ def test_a_shard_with_values_no_decoder_could_emit_is_a_storage_error(tiny_run, 
     out = capsys.readouterr()
     assert str(chunk) in out.err and why in out.err, out.err
     assert "BIAS" not in out.out + out.err and "Traceback" not in out.err
+
+
+def test_stored_acceptance_figures_outside_0_to_k_are_a_storage_error(tmp_path, capsys):
+    """A stored first_round_accepted rewritten to 99 was clipped into 0..k by the acceptance audit."""
+    from verifier.cli import main
+    from verifier.errors import EXIT_USAGE
+
+    from .test_inputs_more import write_toml
+
+    run = tmp_path / "run"
+    assert main(["run", str(write_toml(tmp_path)), "--run-dir", str(run), "--no-progress"]) in (0, 4)
+    chunk = sorted((run / "samples").rglob("chunk-*.npz"))[0]
+    with np.load(chunk, allow_pickle=False) as z:
+        arrays = {k: z[k] for k in z.files}
+    assert bool(arrays["has_first_round_accepted"])  # the reference decoder reports it
+    arrays["first_round_accepted"][3] = 99
+    with open(chunk, "wb") as fh:
+        np.savez(fh, **arrays)
+    capsys.readouterr()
+    assert main(["report", str(run), "--no-progress"]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert str(chunk) in err and "first_round_accepted" in err and "99" in err and "Traceback" not in err

@@ -298,8 +298,9 @@ def _load_set(store: SampleStore, plan: SampleSetPlan, pair) -> tuple[np.ndarray
         chunks += 1
         toks.append(store.check_tokens(plan.set_id, i, shard, max_new_tokens=plan.max_new_tokens,
                                        vocab_size=pair.vocab_size, eos_token_id=pair.eos_token_id))
-        fras.append(shard.first_round_accepted)
-        counts.append(shard.accepted_counts)
+        fra, acc = store.check_stats(plan.set_id, i, shard, num_draft_tokens=plan.num_draft_tokens)
+        fras.append(fra)
+        counts.append(acc)
     tokens = np.concatenate(toks) if toks else np.zeros((0, plan.max_new_tokens), dtype=np.int64)
     fra = np.concatenate(fras) if fras and all(f is not None for f in fras) else None
     acc = np.concatenate(counts) if counts else np.zeros(0, dtype=np.int64)

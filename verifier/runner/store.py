@@ -143,6 +143,21 @@ class SampleStore:
                 f"{eos_token_id}); it was edited or damaged after the run -- delete it and run "
                 f"`specverify run --resume {self.run_dir}` to sample it again") from None
 
+    def check_stats(self, set_id: str, chunk_index: int, shard: Shard, *, num_draft_tokens: int):
+        """The shard's ``(first_round_accepted, accepted_counts)`` when they are what a run writes
+        (:func:`verifier.validation.check_decoder_stats`: one entry per row, values in ``0..k``, -1 where
+        no round ran), else :class:`~verifier.errors.StoredSampleError` naming the chunk file."""
+        from verifier.validation import check_decoder_stats
+
+        try:
+            return check_decoder_stats(shard.first_round_accepted, shard.accepted_counts, num_draft_tokens=num_draft_tokens,
+                                       decoder_name="it", num_samples=len(shard.tokens))
+        except DecoderOutputError as exc:
+            raise StoredSampleError(
+                f"stored sample chunk {str(self.chunk_path(set_id, chunk_index))!r} is corrupt: "
+                f"{str(exc).replace('it reported ', '', 1)}; it was edited or damaged after the run -- delete it and "
+                f"run `specverify run --resume {self.run_dir}` to sample it again") from None
+
     def write_json(self, name: str, data: Any) -> Path:
         """Atomically write ``RUN_DIR/name`` as JSON."""
         path = self.run_dir / name
