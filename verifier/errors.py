@@ -25,6 +25,7 @@ __all__ = [
     "DecoderError",
     "DecoderOutputError",
     "ReportWriteError",
+    "StoredSampleError",
     "invalid_argument",
     "refuse_sampling",
 ]
@@ -99,6 +100,13 @@ def is_out_of_memory(exc: BaseException) -> bool:
     return "out of memory" in text or "not enough memory" in text or "failed to allocate" in text
 
 
+class StoredSampleError(VerifierError):
+    """A stored sample shard (``RUN_DIR/samples/<set>/chunk-*.npz``) holds values no decoder run could
+    have written there -- an id outside the vocabulary, padding before EOS, a row of the wrong length:
+    the file was edited or corrupted after the run.  A storage error (exit 2) naming the chunk file,
+    never a verdict: delete that file and sample it again with ``specverify run --resume RUN_DIR``."""
+
+
 class ReportWriteError(VerifierError):
     """The report directory cannot be written (read-only, disk full).  Samples already on disk
     are kept; rerun ``specverify report RUN_DIR`` once the directory is writable."""
@@ -109,8 +117,12 @@ def invalid_argument(name: str, value: Any, allowed: str, *, where: str | None =
 
     >>> str(invalid_argument("num_draft_tokens", 0, "an integer >= 1"))
     'num_draft_tokens=0 is invalid; allowed: an integer >= 1'
+    >>> str(invalid_argument("--target", None, "a model"))  # a flag that was not given
+    '--target is missing; allowed: a model'
     """
     prefix = f"{where}: " if where else ""
+    if value is None and name.startswith("--"):  # a command-line flag not given: never "--target=None"
+        return InvalidArgumentError(f"{prefix}{name} is missing; allowed: {allowed}")
     return InvalidArgumentError(f"{prefix}{name}={value!r} is invalid; allowed: {allowed}")
 
 

@@ -21,6 +21,7 @@ from typing import Any
 __all__ = ["configure", "enabled", "bar", "add_arguments", "from_args", "DELAY_S"]
 
 DELAY_S = 2.0  # a stage shorter than this shows no bar (issue 16: "every stage over ~2 s")
+FALLBACK_SCREEN = (80, 24)  # columns, rows of the bars where neither COLUMNS / LINES nor the terminal gives them
 _MODE: bool | None = None  # None: automatic (terminal), True / False: forced by the command line
 
 
@@ -83,8 +84,30 @@ def bar(total: int | None, desc: str, unit: str = "it", *, initial: int = 0, lea
         return _NoBar()
     from tqdm import tqdm
 
-    return tqdm(total=total, initial=initial, desc=desc, unit=unit, leave=leave, file=sys.stderr, dynamic_ncols=True,
-                delay=DELAY_S, mininterval=0.5)
+    ncols, nrows = _screen()
+    return tqdm(total=total, initial=initial, desc=desc, unit=unit, leave=leave, file=sys.stderr,
+                dynamic_ncols=ncols is None, ncols=ncols, nrows=nrows, delay=DELAY_S, mininterval=0.5)
+
+
+def _screen() -> tuple[int | None, int | None]:
+    """The bars' ``(ncols, nrows)``: ``COLUMNS`` / ``LINES`` when set (positive integers); None (tqdm
+    follows the terminal, resized or not) when stderr is a terminal that reports that size; else
+    :data:`FALLBACK_SCREEN`.  tqdm alone drew nothing on a terminal reporting 0 x 0 (a fresh pty, some
+    CI consoles: a bar at row 0 of 0 rows is hidden, 0 columns wide) and ignored ``COLUMNS``."""
+    import os
+
+    try:
+        size = os.get_terminal_size(sys.stderr.fileno())
+    except (AttributeError, ValueError, OSError):  # no terminal, or a replaced stream
+        size = os.terminal_size((0, 0))
+    out = []
+    for env, measured, fallback in (("COLUMNS", size.columns, FALLBACK_SCREEN[0]), ("LINES", size.lines, FALLBACK_SCREEN[1])):
+        try:
+            given = int(os.environ.get(env, ""))
+        except ValueError:
+            given = 0
+        out.append(given if given > 0 else None if measured > 0 else fallback)
+    return out[0], out[1]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -59,6 +59,12 @@ class DecoderStats:
         ``accepted_counts[i] == k`` means the bonus token was emitted.
     num_draft_tokens : int
         k used for the call.
+    first_round_accepted : np.ndarray or None, shape (num_samples,), int64
+        Accepted draft tokens in each row's *first* round (``0 .. k``; ``-1`` for a row in which no
+        speculative round ran).  What the acceptance audit reads: the per-position acceptance rates
+        with confidence intervals beside the verdict, and the canonical rule's first-round law when a
+        suite declares ``acceptance = "canonical"``.  None when not reported (the report then says
+        "ENGINE REPORTS NO STATISTICS"; the bias verdict never needs it).
     extra : dict
         Free-form decoder-specific figures (timings, cache sizes).
     origins : np.ndarray or None, shape (num_samples, max_new_tokens), int8

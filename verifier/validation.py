@@ -13,7 +13,12 @@ from verifier.protocols import PADDING_TOKEN_ID
 
 NO_ROUND = -1  # first_round_accepted of a row in which no speculative round ran (same as verifier.runner.acceptance.NO_ROUND)
 
-__all__ = ["check_emitted_tokens", "check_decoder_stats"]
+__all__ = ["check_emitted_tokens", "check_decoder_stats", "same_rows_nats", "repeated_block", "REPLAY_NATS"]
+
+# rows an i.i.d. sampler (any law) repeats with probability <= exp(-REPLAY_NATS) (about 1e-13) are replayed
+REPLAY_NATS = 30.0
+_PREFIX_CHECK = 32  # rows compared for every candidate block length before the whole block is
+_FULL_CHECKS = 64  # candidate block lengths compared in full (low-entropy rows pass the prefix often)
 
 
 def check_emitted_tokens(
@@ -162,3 +167,55 @@ def check_decoder_stats(first_round_accepted, accepted_counts, *, num_draft_toke
         out.append(arr)
     fra, counts = out
     return fra, (counts if counts is not None else np.zeros(0, dtype=np.int64))
+
+
+def same_rows_nats(counts) -> float:
+    """``-log`` of the largest probability, over every law, that ``n = sum(counts)`` i.i.d. rows have
+    exactly these row counts: the multinomial at the maximum-likelihood law ``counts / n``,
+    ``n! / prod(c_i!) * prod((c_i / n) ** c_i)``.  0 for a constant block (greedy: never evidence)."""
+    from math import lgamma
+
+    counts = np.asarray(counts, dtype=np.int64)
+    counts = counts[counts > 0]
+    n = int(counts.sum())
+    if n == 0:
+        return 0.0
+    log_p = lgamma(n + 1) - sum(lgamma(int(c) + 1) for c in counts) + float((counts * np.log(counts / n)).sum())
+    return max(0.0, -log_p)
+
+
+def repeated_block(rows: np.ndarray) -> tuple[int, int, float] | None:
+    """Whether the first rows recur as identical consecutive blocks (a sample file concatenated with
+    itself, a replayed batch): ``(block_rows m, repeats r, nats)`` when rows ``0..m-1`` are followed by
+    ``r - 1`` identical copies and an i.i.d. sampler of any law produces that with probability
+    ``<= exp(-nats)``, ``nats >= REPLAY_NATS``; else None.
+
+    Each later block equals block 0 with probability at most ``exp(-same_rows_nats(block 0 counts))``
+    whatever the law, independently; a block length is chosen among at most ``n / 2`` candidates, so
+    ``log n`` is paid for the search.  Constant rows (greedy) give 0 nats and are never flagged.
+    At most :data:`_FULL_CHECKS` candidate lengths (those whose first :data:`_PREFIX_CHECK` rows recur)
+    are compared in full, so the check stays O(n) on low-entropy rows.
+
+    Parameters
+    ----------
+    rows : np.ndarray, shape (n, max_new_tokens), int64
+        Rows in the order they were produced.
+    """
+    rows = np.asarray(rows)
+    n = len(rows)
+    if n < 4:
+        return None
+    _, codes = np.unique(rows.reshape(n, -1), axis=0, return_inverse=True)
+    codes = codes.reshape(-1)
+    cand = np.flatnonzero(codes[1:n // 2 + 1] == codes[0]) + 1  # block lengths m <= n / 2
+    for t in range(1, min(_PREFIX_CHECK, n // 2)):  # cheap filter: the first rows of the next block
+        cand = cand[(t >= cand) | (codes[cand + t] == codes[t])]
+    for m in cand[:_FULL_CHECKS].tolist():
+        differ = np.flatnonzero(codes[m:] != codes[:n - m])
+        r = (int(differ[0]) if len(differ) else n - m) // m + 1  # block 0 and its identical successors
+        if r < 2:
+            continue
+        nats = (r - 1) * same_rows_nats(np.bincount(codes[:m])) - float(np.log(n))
+        if nats >= REPLAY_NATS:
+            return m, r, nats
+    return None

@@ -11,6 +11,7 @@ speculative_buggy.py is this file with one line changed.
 import numpy as np
 import torch
 
+from verifier.protocols import DecoderStats
 from verifier.sampling import processed_probs
 
 
@@ -23,12 +24,13 @@ class SpeculativePlugin:
 
     def __init__(self, target, draft, num_draft_tokens, eos_token_id):
         self.target, self.draft, self.k, self.eos = target, draft, num_draft_tokens, eos_token_id
+        self.last_stats = None  # DecoderStats of the last generate call: the report's acceptance figures
 
     def probs(self, model, ids, sampling, last):  # (rows, last, vocab): next-token laws after the `last` prefixes
         with torch.no_grad():
             return processed_probs(model(torch.from_numpy(ids)).logits[:, -last:], sampling).numpy()
 
-    def round(self, ids, sampling, rng):  # one draft-verify round for rows of equal length -> emitted tokens per row
+    def round(self, ids, sampling, rng):  # one draft-verify round for rows of equal length -> (emitted, accepted) per row
         drafts, qs = ids, []
         for _ in range(self.k):  # draft k tokens from q
             qs.append(self.probs(self.draft, drafts, sampling, 1)[:, 0])
@@ -36,10 +38,11 @@ class SpeculativePlugin:
         ps = self.probs(self.target, drafts, sampling, self.k + 1)  # one target pass scores every draft
         out = []
         for r in range(len(ids)):
-            emitted = []
+            emitted, accepted = [], 0
             for i, x in enumerate(drafts[r, ids.shape[1]:]):
                 if rng.random() < min(1.0, ps[r, i, x] / qs[i][r, x]):  # accept with prob min(1, p/q)
                     emitted.append(int(x))
+                    accepted += 1
                     if x == self.eos:
                         break
                 else:  # rejected: recover from the residual max(0, p - q), normalised
@@ -48,22 +51,27 @@ class SpeculativePlugin:
                     break
             else:  # every draft accepted: bonus token from the target's last row
                 emitted.append(int(sample(ps[r, -1:], rng)[0]))
-            out.append(emitted)
+            out.append((emitted, accepted))
         return out
 
     def generate(self, prompt_ids, num_samples, max_new_tokens, sampling, seed):
         rng = np.random.default_rng(seed)
         rows = [[] for _ in range(num_samples)]
+        first, counts = np.full(num_samples, -1, dtype=np.int64), []  # -1: no round ran for that row
         while live := [r for r in range(num_samples) if len(rows[r]) < max_new_tokens and self.eos not in rows[r]]:
             for length in sorted({len(rows[r]) for r in live}):
                 group = [r for r in live if len(rows[r]) == length]
                 ids = np.array([list(prompt_ids) + rows[r] for r in group], dtype=np.int64)
-                for r, emitted in zip(group, self.round(ids, sampling, rng)):
+                for r, (emitted, accepted) in zip(group, self.round(ids, sampling, rng)):
+                    first[r] = accepted if first[r] < 0 else first[r]
+                    counts.append(accepted)
                     rows[r] += emitted
         out = np.full((num_samples, max_new_tokens), -1, dtype=np.int64)
         for r, emitted in enumerate(rows):
             emitted = emitted[: emitted.index(self.eos) + 1] if self.eos in emitted else emitted
             out[r, : min(len(emitted), max_new_tokens)] = emitted[:max_new_tokens]
+        self.last_stats = DecoderStats(rounds=len(counts), accepted_counts=np.array(counts, dtype=np.int64),
+                                       num_draft_tokens=self.k, first_round_accepted=first)
         return out
 
 

@@ -155,7 +155,7 @@ def test_planned_n_powers_every_tv_cell(tmp_path, capsys):
     assert code == EXIT_OK and res["verdict"] == "PASS"
     tv_cells = [c for c in res["cells"] if c["effect_unit"] == "tv"]
     assert tv_cells and all(c["mde"] <= 0.1 for c in tv_cells) and all(c["n"] == res["plan"]["num_samples"] for c in tv_cells)
-    assert "PASS: no bias >= 0.1 (total variation" in capsys.readouterr().out
+    assert "PASS: no bias >= TV 0.1 (total variation" in capsys.readouterr().out  # as the verdict line and report say
 
 
 def test_save_suite_reruns_the_same_audit_with_specverify_run(tmp_path):

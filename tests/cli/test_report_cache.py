@@ -91,3 +91,54 @@ def test_far_below_copy_matches_the_runner():
     from verifier.runner.acceptance import FAR_BELOW_FRACTION as source
 
     assert FAR_BELOW_FRACTION == source
+
+
+def test_a_hand_edited_report_json_is_not_believed(tmp_path, capsys):
+    """Issue 28 item 7: a forged PASS in report.json printed PASS and exited 0.
+
+    The cached report.json is bound to a digest of itself and the run's inputs (run.report_sha256):
+    an edited one is recomputed from the stored samples, so the verdict is the samples' verdict."""
+    suite = tmp_path / "tiny.toml"
+    text = TINY.read_text().replace('python_path = ["../../.."]', f'python_path = [{str(TINY.parents[3])!r}]')
+    suite.write_text(text.replace('expect = "detect"', 'expect = "pass"'))  # the biased decoder now fails the run
+    run = tmp_path / "run"
+    assert main(["run", str(suite), "--run-dir", str(run), "--no-progress"]) == 1
+    forged = _report(run)
+    forged["verdict"], forged["exit_code"] = "PASS", 0
+    for d in forged["decoders"]:
+        d.update(verdict="PASS", expectation_met=True, failing_cells=[])
+    for c in forged["cells"]:
+        c["verdict"] = "PASS"
+    (run / "report.json").write_text(json.dumps(forged))
+    capsys.readouterr()
+    assert main(["report", str(run), "--no-progress"]) == 1
+    out = capsys.readouterr()
+    assert "BIAS DETECTED" in out.out
+    assert "report.json" in out.err and "does not match" in out.err
+    again = _report(run)
+    assert again["exit_code"] == 1 and again["run"]["report_stage_seconds"].get("statistics", 0) > 0
+    # the recomputed report is trusted again: the next `report` re-renders it without recomputing
+    assert main(["report", str(run), "--no-progress"]) == 1
+    assert _report(run)["run"]["report_stage_seconds"] == {"statistics": 0.0}
+
+
+def test_a_resealed_forgery_is_caught_by_the_verdicts_rederived_from_the_cells(tmp_path, capsys):
+    """The seal is a hash anyone can recompute: a forged PASS sealed again must still not be believed
+    while its cells say BIAS (the verdicts and exit code are re-derived from the stored cells)."""
+    from verifier.reports.cache import DIGEST_FIELD, report_digest
+
+    suite = tmp_path / "tiny.toml"
+    text = TINY.read_text().replace('python_path = ["../../.."]', f'python_path = [{str(TINY.parents[3])!r}]')
+    suite.write_text(text.replace('expect = "detect"', 'expect = "pass"'))
+    run = tmp_path / "run"
+    assert main(["run", str(suite), "--run-dir", str(run), "--no-progress"]) == 1
+    forged = _report(run)
+    forged["verdict"], forged["exit_code"] = "PASS", 0
+    for d in forged["decoders"]:
+        d.update(verdict="PASS", expectation_met=True)
+    forged["run"][DIGEST_FIELD] = report_digest(forged)
+    (run / "report.json").write_text(json.dumps(forged))
+    capsys.readouterr()
+    assert main(["report", str(run), "--no-progress"]) == 1
+    err = capsys.readouterr().err
+    assert "whose cells include BIAS" in err and "recomputing" in err

@@ -114,7 +114,7 @@ def test_page_fits_a_1400px_window_with_a_figure_per_decoder_and_plain_lines_fir
     assert m["firstTop"] < 200  # the plain lines open the page
     for d in report["decoders"]:
         assert d["decoder"] in m["first"]
-    assert "no bias larger than TV" in m["first"] and "biased:" in m["first"]
+    assert "no bias >= TV" in m["first"] and "biased:" in m["first"]
 
 
 def test_html_shows_decimals_with_the_exact_fraction_on_hover(report):
@@ -156,7 +156,10 @@ def test_decoder_line_wording():
     sets = {"s": {"prompt": "ctx01", "sampling": {"temperature": 1.0}, "num_draft_tokens": 2}}
     joint = {"test": "joint@1..3", "effect_unit": "tv", "mde": 0.0612, "verdict": "PASS", "set_id": "s"}
     assert decoder_line({"verdict": "PASS"}, [joint], sets, 1e-3) == \
-        "no bias larger than TV 0.06 on the first 3 tokens at alpha 1e-3 (power 0.99)"
+        "no bias >= TV 0.061 on the first 3 tokens at alpha 1e-3 (power 0.99)"
+    # issue 28: the report states the claim as the CLI does ("no bias >= TV 0.1"), not the largest MDE
+    assert decoder_line({"verdict": "PASS"}, [joint], sets, 1e-3, 0.1) == \
+        "no bias >= TV 0.1 on the first 3 tokens at alpha 1e-3 (power 0.99)"
     gof = {"test": "gof@1", "effect_unit": "tv", "effect": 0.054, "effect_ci": [0.037, 0.070], "mde": 0.03, "pvalue": 1e-9,
            "verdict": "BIAS", "set_id": "s"}
     assert decoder_line({"verdict": "BIAS DETECTED"}, [joint, gof], sets, 1e-3) == \
@@ -196,7 +199,7 @@ def test_infinite_numbers_written_as_strings_do_not_break_the_report(report):
             c["mde"], c["effect_ci"] = "inf", ["-inf", "inf"]
     html = render_html(r)
     md = render_markdown(r)
-    assert "no bias larger than TV" in md and 'class="cell-figure"' in html
+    assert "no bias >= TV" in md and 'class="cell-figure"' in html
     d = next(d for d in r["decoders"] if d["expect"] == "detect")
     cells = [c for c in r["cells"] if c["decoder"] == d["decoder"]]
     assert most_telling_cell(cells) is not None and decoder_line(d, cells, {}, 1e-3).startswith("biased")

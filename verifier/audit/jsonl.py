@@ -256,7 +256,8 @@ def import_jsonl(path: str | Path, *, max_new_tokens: int | None = None, vocab_s
         Schema errors, an empty file, or lines of one prompt_id with different prompt_token_ids.
     DecoderOutputError
         Invalid ids, tokens after EOS, a row longer than ``max_new_tokens``, or a row that stops
-        early without EOS.  Each message names the line.
+        early without EOS.  Each message names the line.  Also rows of a cell that recur as
+        identical consecutive blocks (not independent samples; the message gives the duplicate count).
     """
     if max_new_tokens is not None and (isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1):
         raise invalid_argument("max_new_tokens", max_new_tokens, "None or an integer >= 1")
@@ -289,11 +290,32 @@ def import_jsonl(path: str | Path, *, max_new_tokens: int | None = None, vocab_s
             emitted[i, :n] = s.emitted_token_ids
             if logprobs is not None and s.target_logprobs is not None:
                 logprobs[i, :n] = s.target_logprobs
+        _check_not_replayed(path, key[0], emitted, samples)
         groups[key] = SampleGroup(
             prompt_id=key[0], sampling=key[1], prompt_token_ids=prompts[key[0]][0], emitted=emitted, target_logprobs=logprobs,
             lines=np.array([s.line for s in samples], dtype=np.int64), decoders=sorted({s.decoder for s in samples if s.decoder}),
         )
     return groups
+
+
+def _check_not_replayed(path: str | Path, prompt_id: str, emitted: np.ndarray, samples: list[ImportedSample]) -> None:
+    """Rows repeated as identical consecutive blocks (a file concatenated with itself, a replayed batch)
+    are not independent samples: counted as such they fake a verdict (an exact decoder's rows repeated 8
+    times gave BIAS DETECTED).  :class:`~verifier.errors.DecoderOutputError` (exit 3, like the runner's
+    check on a decoder that replays rows) when an i.i.d. sampler repeats them with probability
+    ``<= exp(-REPLAY_NATS)`` (:func:`verifier.validation.repeated_block`)."""
+    from verifier.validation import repeated_block
+
+    found = repeated_block(emitted)
+    if found is None:
+        return
+    m, r, nats = found
+    lines = [s.line for s in samples]
+    raise DecoderOutputError(
+        f"{Path(path).name}: the {m} rows of prompt_id={prompt_id!r} on lines {lines[0]}..{lines[m - 1]} recur as "
+        f"{r - 1} identical block(s) (lines {lines[m]}..{lines[r * m - 1]}): {(r - 1) * m} of {len(samples)} rows are "
+        f"duplicates, which independent samples of any law repeat with probability <= exp(-{nats:.0f}); allowed: "
+        "independent samples, each row drawn once (was the file concatenated with itself, or a seed reused?)")
 
 
 def export_jsonl(path: str | Path, emitted: np.ndarray, *, prompt_id: str, prompt_token_ids: Sequence[int] | None = None,

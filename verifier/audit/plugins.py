@@ -52,9 +52,13 @@ __all__ = [
     "resolve_plugin_spec",
     "plugin_source",
     "file_sha256",
+    "plugin_name",
 ]
 
 KERNEL_ARITY = 4  # (target_probs, draft_probs, draft_token_ids, generator)
+KERNEL_PARAMETER_NAMES = frozenset({"target_probs", "draft_probs", "draft_token_ids", "generator"})
+# factory arguments the harness fills by name when it knows them (verifier.runner.plan.build_decoder)
+OFFERED_ARGUMENTS = ("target", "draft", "target_model", "draft_model", "num_draft_tokens", "vocab_size", "eos_token_id")
 
 
 class PluginLoadError(ConfigError):
@@ -91,14 +95,24 @@ def _import_module(module_part: str, spec: str):
         assert mod_spec is not None and mod_spec.loader is not None  # a .py file always has a loader
         module = importlib.util.module_from_spec(mod_spec)
         sys.modules[name] = module
+        folder = str(path.parent)
+        sys.path.insert(0, folder)  # as `python plugin.py` does: its sibling modules import (`from helper import f`)
         try:
             mod_spec.loader.exec_module(module)
         except KeyboardInterrupt:
             del sys.modules[name]
             raise
+        except ModuleNotFoundError as exc:  # a dependency, not a crash: one clear load error (exit 2)
+            del sys.modules[name]
+            raise _missing_module(spec, exc, folder) from None
         except BaseException as exc:  # the plugin's own code failed (SystemExit included)
             del sys.modules[name]
             raise DecoderError(f"plugin {spec!r} raised while being imported: {type(exc).__name__}: {exc}") from exc
+        finally:
+            if folder in sys.path:  # (unless the plugin took it off itself)
+                sys.path.remove(folder)
+            if folder not in sys.path:  # last, so a sibling imported later (inside generate) is found but shadows nothing
+                sys.path.append(folder)
         return module
     try:
         return importlib.import_module(module_part)
@@ -108,11 +122,20 @@ def _import_module(module_part: str, spec: str):
                 f"plugin spec={spec!r}: module {module_part!r} not found (is it installed or on PYTHONPATH?); "
                 "allowed: an importable module or a path to a .py file"
             ) from None
-        raise DecoderError(f"plugin {spec!r} raised while being imported: {type(exc).__name__}: {exc}") from exc
+        raise _missing_module(spec, exc, None) from None
     except KeyboardInterrupt:
         raise
     except BaseException as exc:  # SystemExit included
         raise DecoderError(f"plugin {spec!r} raised while being imported: {type(exc).__name__}: {exc}") from exc
+
+
+def _missing_module(spec: str, exc: ModuleNotFoundError, folder: str | None) -> PluginLoadError:
+    """A module the plugin imports is not found: a load error naming it and where it was looked for."""
+    where = f"the plugin's folder {folder!r}, " if folder else ""
+    return PluginLoadError(
+        f"plugin spec={spec!r} imports module {exc.name!r}, which is not found ({where}PYTHONPATH and the installed "
+        f"packages were searched); allowed: a module installed in this environment, beside the plugin file, or on "
+        f"PYTHONPATH (a suite: python_path = [...])")
 
 
 def _is_path(module_part: str) -> bool:
@@ -180,6 +203,34 @@ def _resolve(spec: str) -> Any:
     return obj
 
 
+def plugin_name(spec: str) -> str | None:
+    """The name a decoder plugin gives itself, found without building it (building may load models):
+    the ``name`` attribute of the class or decoder object the spec names; for a factory function, the
+    class attribute ``name`` of the class it is annotated to return, else of the one decoder class
+    (a class with ``generate``) its module defines; else a class's own name.  None when none is
+    known or the plugin does not import (the load itself then reports why).  Used by
+    ``specverify audit`` to name the decoder in its report."""
+    try:
+        obj = _resolve(spec)
+    except Exception:  # noqa: BLE001 - the runner loads it again and reports the error properly
+        return None
+    if inspect.isfunction(obj):
+        returned = inspect.signature(obj).return_annotation
+        returned = None if returned is inspect.Signature.empty else returned
+        module = sys.modules.get(getattr(obj, "__module__", "") or "")
+        if isinstance(returned, str) and module is not None:
+            returned = getattr(module, returned, None)
+        if not inspect.isclass(returned) and module is not None:
+            classes = [c for c in vars(module).values() if inspect.isclass(c) and c.__module__ == module.__name__
+                       and callable(getattr(c, "generate", None)) and isinstance(getattr(c, "name", None), str)]
+            returned = classes[0] if len(classes) == 1 else None
+        obj = returned if inspect.isclass(returned) else None
+    name = getattr(obj, "name", None) if obj is not None else None
+    if isinstance(name, str) and name.strip():
+        return name.strip().replace("/", "_")
+    return obj.__name__ if inspect.isclass(obj) else None
+
+
 def _is_kernel_function(obj: Any) -> bool:
     if not callable(obj) or inspect.isclass(obj):
         return False
@@ -208,14 +259,21 @@ def _build(spec: str, factory: Callable[..., Any], options: dict[str, Any], cont
     try:
         inspect.signature(factory).bind(**options)
     except TypeError as exc:
+        params = inspect.signature(factory).parameters
+        offered = sorted(context) if context else list(OFFERED_ARGUMENTS)
         if "unexpected keyword" in str(exc):
-            names = [n for n, p in inspect.signature(factory).parameters.items() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+            names = [n for n, p in params.items() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
             hint = f" -- allowed options: {names}"
-        elif _is_kernel_function(factory):
+        elif KERNEL_PARAMETER_NAMES & set(params) and _is_kernel_function(factory):
             hint = " -- it looks like a VerificationKernel (four positional arguments), not a Decoder factory"
         elif "missing" in str(exc):
-            hint = (" -- give it with --option NAME=VALUE; `target`, `draft`, `vocab_size`, `eos_token_id` are offered "
-                    "when a model is known (specverify audit --target MODEL, or a suite's [models])")
+            missing = [n for n, p in params.items() if p.default is p.empty and n not in options
+                       and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+            hint = (f" -- the harness passes a factory argument by its name, and offers only {offered} (each when "
+                    f"known: a model from `specverify audit --target MODEL` or a suite's [models]); give {missing} "
+                    "another way: --option NAME=VALUE, a suite's options = {...}, or a default value")
+            if "k" in missing:
+                hint += "; the number of draft tokens is offered as `num_draft_tokens`, not `k`"
         else:
             hint = ""
         raise PluginLoadError(f"plugin {spec!r} cannot be built from options {sorted(options)}: {exc}{hint}") from None

@@ -75,6 +75,7 @@ class AuditSpec:
     tests: tuple = ("gof", "joint", "surprisal", "pit", "accepted")
     gof_positions: tuple | None = None
     name: str = "audit"
+    decoder_name: str | None = None  # the decoder's name in the report (default "decoder"; the CLI: its `name`)
     device: str = "cpu"
     dtype: str = "float32"
     max_planned_samples: int = MAX_PLANNED_SAMPLES
@@ -166,7 +167,8 @@ def default_prompt(target: str, pair: Any) -> tuple[str, Any]:
 
 def _suite_raw(spec: AuditSpec, prompts: list[tuple[str, Any]], positions: list[int], joint: int,
                num_samples: int, max_new_tokens: int, description: str) -> dict:
-    decoder: dict[str, Any] = {"name": spec.name if spec.name != "audit" else "decoder", "decoder": spec.decoder,
+    default = spec.decoder_name or "decoder"
+    decoder: dict[str, Any] = {"name": spec.name if spec.name != "audit" else default, "decoder": spec.decoder,
                                "expect": "pass"}
     if spec.acceptance != "any":
         decoder["acceptance"] = spec.acceptance

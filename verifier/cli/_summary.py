@@ -51,9 +51,13 @@ def print_outcome(outcome: Any) -> None:
     ``outcome`` is a runner outcome: ``.report`` (the report.json dict), ``.exit_code``, ``.run_dir``.
     """
     report = outcome.report
+    stopped = {e.get("decoder"): e.get("message") for e in report.get("stopped", [])}
     for d in report["decoders"]:
         mark = "ok" if d["expectation_met"] else f"EXPECTED {d['expect'].upper()}"
-        print(f"  {d['decoder']:<28} expect {d['expect']:<6} -> {d['verdict']:<14} [{mark}] {d['reason']}")
+        reason = d["reason"]
+        if d.get("error") and stopped.get(d["decoder"]) == d["error"].get("message"):  # said once, where it stopped
+            reason = f"decoder error: {d['error'].get('type', 'DecoderError')} (where it stopped, below)"
+        print(f"  {d['decoder']:<28} expect {d['expect']:<6} -> {d['verdict']:<14} [{mark}] {reason}")
         for line in acceptance_lines(d):
             print(f"  {'':<28} {line}")
     for line in diagnosis_lines(report):

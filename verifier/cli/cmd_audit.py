@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from verifier.cli._diagnose_args import with_diagnose_mode
+from verifier.cli._rundir import removed_on_usage_error
 from verifier.errors import EXIT_BIAS, EXIT_OK, EXIT_UNDERPOWERED, EXIT_USAGE, invalid_argument
 
 HELP = "Audit a third-party decoder (module:factory), verification kernel, or imported JSONL samples."
@@ -381,7 +382,7 @@ def _print_summary(outcome, plan: dict) -> None:
                 if seq["crossed"] else f"no e-process crossed; sampled the planned n = {seq['samples']}")
         print(f"sequential: {stop}")
     if verdict == "PASS":
-        print(f"PASS: no bias >= {plan['target_tv']:g} (total variation, in the law of the first token, of each position "
+        print(f"PASS: no bias >= TV {plan['target_tv']:g} (total variation, in the law of the first token, of each position "
               f"and of the first {plan['joint_tokens']} tokens) at family-wise alpha {alpha:g}, power 0.99")
     elif verdict == "UNDERPOWERED":
         need = plan["n_needed"]
@@ -414,7 +415,9 @@ def _run_known_p(args, sampling) -> int:
         if args.prompt_ids:
             _check_prompts(pair, args.prompt_ids, "--prompt-ids")
         seq = bool(args.sequential)
-        spec = AuditSpec(decoder=args.decoder, target=args.target, draft=_draft_spec(args), prompts=tuple(prompts),
+        from verifier.audit.plugins import plugin_name
+
+        spec = AuditSpec(decoder=args.decoder, decoder_name=plugin_name(args.decoder), target=args.target, draft=_draft_spec(args), prompts=tuple(prompts),
                          sampling=sampling, num_draft_tokens=args.num_draft_tokens, max_new_tokens=args.max_new_tokens,
                          num_samples=args.num_samples,
                          target_tv=DEFAULT_TARGET_TV if args.target_tv is None else args.target_tv,
@@ -443,7 +446,8 @@ def _run_known_p(args, sampling) -> int:
             print(f"suite written to {args.save_suite}")
         run_dir = Path(args.run_dir) if args.run_dir else new_run_dir(args.report_dir or DEFAULT_REPORT_DIR, suite)
         print(f"audit run -> {run_dir}")
-    outcome = run_audit(suite, run_dir, plan, resume=bool(args.resume), sequential=seq, progress=_progress_on(args))
+    with removed_on_usage_error(run_dir, resume=bool(args.resume)):  # a load error leaves no half-made folder
+        outcome = run_audit(suite, run_dir, plan, resume=bool(args.resume), sequential=seq, progress=_progress_on(args))
     if getattr(args, "engine_described", None) and not args.resume:
         _numeric_floor(args, outcome, plan, suite, sampling)
     _print_summary(outcome, plan)

@@ -30,7 +30,9 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_OK
     print(f"engines folder: {engines_dir()} (set SPECVERIFY_ENGINES_DIR to move it)")
     for r in rows:
-        state = f"installed ({r['install_seconds']} s install)" if r["installed"] else f"NOT installed -- install: {r['install']}"
+        took = r["install_seconds"]  # None: installed by hand, not by its install script (nothing recorded)
+        state = ((f"installed ({took} s install)" if took is not None else "installed (install time not recorded)")
+                 if r["installed"] else f"NOT installed -- install: {r['install']}")
         print(f"\n{r['name']}  [{r['kind']}]  {r['package']}=={r['version']}  {state}")
         print(f"  drives: {r['entry_point']}")
         print(f"  runs: {r.get('runtime', '')}")

@@ -194,7 +194,10 @@ def run(args: argparse.Namespace) -> int:
             print(f"  {e['decoder']} stopped at {e['set']}, chunk {e['chunk']}: {e['message']}")
         print(f"when every shard is done: specverify merge {run_dir} ...")
         return 3 if done.errors else 0
-    outcome = run_suite(suite, run_dir, resume=bool(args.resume), progress=_progress(args))
+    from verifier.cli._rundir import removed_on_usage_error
+
+    with removed_on_usage_error(run_dir, resume=bool(args.resume)):  # a load error leaves no half-made folder
+        outcome = run_suite(suite, run_dir, resume=bool(args.resume), progress=_progress(args))
     print()
     print_outcome(outcome)
     print(_stage_line(outcome.stage_seconds, outcome.report.get("run", {}).get("time_to_verdict")))

@@ -79,17 +79,21 @@ def auto_diagnose_budget(available: int | None = -1) -> int:
     return int(min(AUTO_DIAGNOSE_MAX_ENTRIES, AUTO_DIAGNOSE_MEMORY_SHARE * available // BYTES_PER_ENTRY))
 
 
-def load_tokens(store, plan, *, with_calls: bool = False):
+def load_tokens(store, plan, *, with_calls: bool = False, pair=None):
     """Emitted tokens of a sample set from its shards (unreadable shards skipped), and origins when stored.
 
     With ``with_calls``, also the shard (= generate call) index of each row, shape (rows,), int64.
+    With ``pair`` (its ``vocab_size`` / ``eos_token_id``), a chunk holding values no decoder could emit is
+    :class:`~verifier.errors.StoredSampleError` naming the file (``SampleStore.check_tokens``).
     """
     toks, origins, calls = [], [], []
     for i in range(plan.num_chunks):
         shard = store.read_chunk(plan.set_id, i)
         if shard is None or np.asarray(shard.tokens).shape[1:] != (plan.max_new_tokens,):
             continue
-        toks.append(np.asarray(shard.tokens, dtype=np.int64))
+        toks.append(np.asarray(shard.tokens, dtype=np.int64) if pair is None else store.check_tokens(
+            plan.set_id, i, shard, max_new_tokens=plan.max_new_tokens, vocab_size=pair.vocab_size,
+            eos_token_id=pair.eos_token_id))
         origins.append(getattr(shard, "origins", None))
         calls.append(np.full(len(toks[-1]), i, dtype=np.int64))
     tokens = np.concatenate(toks) if toks else np.zeros((0, plan.max_new_tokens), dtype=np.int64)
@@ -159,7 +163,7 @@ def _diagnose_names(report, plans, pairs, store, names, verdicts, with_fits, log
         sets, rankings, cache, too_large = [], [], {}, None
         for plan in _counted((p for p in plans if p.decoder.name == name), bar):
             entry = {"set_id": plan.set_id, "set": plan.label, "sampling": plan.sampling_name,
-                     "biased": _set_biased(report, plan.set_id)}
+                     "sampling_label": plan.sampling.label(), "biased": _set_biased(report, plan.set_id)}
             if plan.sampling.greedy:
                 entry["note"] = "temperature 0: the greedy contract (exact match) decides; nothing to diagnose"
                 sets.append(entry)
@@ -171,7 +175,7 @@ def _diagnose_names(report, plans, pairs, store, names, verdicts, with_fits, log
                     "uses (--draft MODEL) where it is known")
                 sets.append(entry)
                 continue
-            tokens, origins, calls = load_tokens(store, plan, with_calls=True)
+            tokens, origins, calls = load_tokens(store, plan, with_calls=True, pair=pairs[plan.pair])
             if not len(tokens):
                 entry["note"] = "no samples on disk"
                 sets.append(entry)
@@ -240,14 +244,18 @@ def _counted(items, bar):
 
 
 def _config_sentence(sets: list[dict]) -> str:
-    """Where the bias appears across sampling configs: "the bias appears only under t07k2"."""
-    biased = sorted({s["sampling"] for s in sets if s.get("biased")})
-    clean = sorted({s["sampling"] for s in sets if not s.get("biased")} - set(biased))
+    """Where the bias appears across sampling configs, by their settings (a suite's table names, or the
+    audit's internal "s", mean nothing to a reader): "the bias appears only under T=0.7, top-k=2"."""
+    def label(s: dict) -> str:
+        return s.get("sampling_label") or s["sampling"]
+
+    biased = sorted({label(s) for s in sets if s.get("biased")})
+    clean = sorted({label(s) for s in sets if not s.get("biased")} - set(biased))
     if not biased:
         return "no sample set has a rejected cell on its own"
     if clean:
-        return f"the bias appears only under sampling config {', '.join(biased)} (not under {', '.join(clean)})"
-    return f"the bias appears under every sampling config ({', '.join(biased)})"
+        return f"the bias appears only under sampling config {'; '.join(biased)} (not under {'; '.join(clean)})"
+    return f"the bias appears under every sampling config ({'; '.join(biased)})"
 
 
 def auto_diagnosis(report: dict, plans: list, pairs: dict, store, stage: dict, log: Callable[[str], None]) -> None:

@@ -83,6 +83,12 @@ def _md(value: Any) -> str:
     return text
 
 
+def _code(value: Any) -> str:
+    """Text for a Markdown code span outside tables: shown literally (no HTML is rendered there, so
+    ``<`` is not escaped -- "&lt;audit ...>" leaked before), only backticks and newlines replaced."""
+    return str(value).replace("`", "'").replace("\n", " ")
+
+
 def _env(autoescape: bool):
     import jinja2
 
@@ -95,6 +101,7 @@ def _env(autoescape: bool):
     )
     env.filters["num"] = _num
     env.filters["md"] = _md
+    env.filters["code"] = _code
     env.filters["pval"] = _cell_p
     env.filters["statv"] = _cell_stat
     env.filters["mdev"] = _cell_mde
@@ -132,7 +139,9 @@ def render_markdown(report: dict) -> str:
 
     alpha = float(report.get("suite", {}).get("stats", {}).get("alpha", 1e-3))
     sets = {s.get("set_id"): s for s in report.get("sample_sets", [])}
-    lines = {d["decoder"]: decoder_line(d, [c for c in report.get("cells", []) if c.get("decoder") == d["decoder"]], sets, alpha)
+    target = report.get("suite", {}).get("stats", {}).get("target_mde")
+    lines = {d["decoder"]: decoder_line(d, [c for c in report.get("cells", []) if c.get("decoder") == d["decoder"]], sets, alpha,
+                                        target)
              for d in report.get("decoders", [])}
     return _env(False).get_template("report.md.j2").render(r=report, failing=_failing(report), detected=_detected(report),
                                                            far_below=_far_below(), lines=lines, legend=cell_legend(report))
@@ -160,7 +169,8 @@ def _sections(report: dict) -> list[dict]:
         fig = svg.cell_figure(cell) if cell else None
         acc = [Markup(f) for f in (svg.acceptance_figure(a) for a in (d.get("acceptance") or [])) if f]
         out.append({
-            "d": d, "line": summary.decoder_line(d, cells, sets, alpha), "cells": cells, "cell": cell,
+            "d": d, "line": summary.decoder_line(d, cells, sets, alpha, report.get("suite", {}).get("stats", {}).get("target_mde")),
+            "cells": cells, "cell": cell,
             "cell_where": summary.set_label(cell, sets) if cell else "",
             "figure": Markup(fig) if fig else None, "acceptance_figures": acc,
         })
@@ -302,6 +312,10 @@ def write_reports(report: dict, out_dir: str | Path) -> dict[str, Path]:
     """
     out = Path(out_dir)
     report = _sanitize(report)
+    if isinstance(report.get("run"), dict):  # the seal `specverify report` checks before reusing it (issue 28)
+        from verifier.reports.cache import DIGEST_FIELD, report_digest
+
+        report["run"][DIGEST_FIELD] = report_digest(report)
     texts = {
         "report.json": json.dumps(report, indent=2, sort_keys=True, allow_nan=False) + "\n",
         "report.md": render_markdown(report),

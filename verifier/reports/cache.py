@@ -16,6 +16,14 @@ nor the runner (:func:`try_rerender`: ``specverify report`` re-renders in about 
 
 Only JSON is read back (report.json), never pickles: a run folder received from someone else
 cannot run code through this cache.
+
+report.json is believed only as written (issue 28 item 7): :func:`report_digest` is a SHA-256 of the
+report's whole content (statistics, cells, verdicts, exit code and the inputs key; not the
+regeneration's own time stamps), stored as ``run.report_sha256`` by every writer
+(:func:`verifier.reports.write_reports`).  A report.json whose content no longer matches it (edited by
+hand: a forged PASS) is never re-rendered: :func:`try_rerender` says so and ``specverify report``
+recomputes every statistic and the verdict from the stored samples.  The digest is a seal against
+edits and corruption, not a signature: a report.json is no evidence on its own -- the samples are.
 """
 
 from __future__ import annotations
@@ -25,9 +33,13 @@ import json
 from pathlib import Path
 from typing import Any
 
-__all__ = ["inputs_key", "run_inputs_key", "cached_report", "rerender", "try_rerender", "KEY_FIELD"]
+__all__ = ["inputs_key", "run_inputs_key", "cached_report", "rerender", "try_rerender", "report_digest", "verdicts_disagree",
+           "KEY_FIELD", "DIGEST_FIELD"]
 
 KEY_FIELD = "inputs_sha256"  # report.json run.<KEY_FIELD>
+DIGEST_FIELD = "report_sha256"  # report.json run.<DIGEST_FIELD>: report_digest() of the rest
+# run.* entries a re-render rewrites (and the digest itself): outside the digest
+_VOLATILE_RUN_KEYS = (DIGEST_FIELD, "regenerated_at", "report_stage_seconds", "regenerated_from")
 _RENDER_ONLY = ("reports", "cli")  # verifier/ subpackages that cannot change a statistic
 
 
@@ -107,6 +119,63 @@ def _models_digest(suite_dict: dict[str, Any]) -> str | None:
     return h.hexdigest()
 
 
+def report_digest(report: dict[str, Any]) -> str:
+    """SHA-256 of a (strict-JSON) report's canonical JSON, without :data:`_VOLATILE_RUN_KEYS`."""
+    run = report.get("run")
+    body = dict(report)
+    if isinstance(run, dict):
+        body["run"] = {k: v for k, v in run.items() if k not in _VOLATILE_RUN_KEYS}
+    text = json.dumps(body, sort_keys=True, allow_nan=False, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+_EXIT_OK, _EXIT_BIAS, _EXIT_DECODER, _EXIT_UNDERPOWERED = 0, 1, 3, 4  # verifier.errors (torch-free copy)
+
+
+def verdicts_disagree(report: dict[str, Any]) -> str | None:
+    """Why the verdicts of a report.json do not follow from its stored cells (None: they do).
+
+    Re-derived, as :mod:`verifier.runner.verdict` derives them: a cell with a support violation is BIAS;
+    a decoder with a BIAS cell is BIAS DETECTED (or ERROR), one with PASS has no BIAS or UNDERPOWERED
+    cell; each expectation (pass: PASS, detect: BIAS DETECTED or invalid output); the exit code
+    from those and the exact stage.  A sealed report whose verdict was rewritten with a new seal is
+    caught here unless its cells were rewritten to match too -- then only recomputing (``--recompute``)
+    from the samples can tell."""
+    try:
+        cells: dict[str, list[dict]] = {}
+        for c in report.get("cells", []):
+            if c.get("support_violation") and c.get("verdict") != "BIAS":
+                return f"has cell {c.get('id')!r} with a support violation but verdict {c.get('verdict')!r}"
+            cells.setdefault(c.get("decoder"), []).append(c)
+        codes = []
+        for d in report.get("decoders", []):
+            mine = [c.get("verdict") for c in cells.get(d.get("decoder"), [])]
+            verdict, expect = d.get("verdict"), d.get("expect")
+            if "BIAS" in mine and verdict not in ("BIAS DETECTED", "ERROR"):
+                return f"says {verdict} for decoder {d.get('decoder')!r}, whose cells include BIAS"
+            if verdict == "PASS" and (not mine or any(v != "PASS" for v in mine)):
+                return f"says PASS for decoder {d.get('decoder')!r}, whose cells are not all PASS"
+            met = ((expect == "pass" and verdict == "PASS") or (expect == "detect" and verdict == "BIAS DETECTED")
+                   or (expect == "detect" and verdict == "ERROR" and (d.get("error") or {}).get("kind") == "invalid_output"))
+            if bool(d.get("expectation_met")) != met:
+                return f"says expectation_met={d.get('expectation_met')} for decoder {d.get('decoder')!r} ({verdict}, expect {expect})"
+            codes.append((verdict, expect, met))
+        exact_ok = bool((report.get("exact") or {}).get("ok", True))
+        if any(v == "ERROR" and not met for v, _e, met in codes):
+            code = _EXIT_DECODER
+        elif not exact_ok or any(not met and v != "UNDERPOWERED" for v, _e, met in codes):
+            code = _EXIT_BIAS
+        elif any(v == "UNDERPOWERED" for v, _e, _m in codes):
+            code = _EXIT_UNDERPOWERED if all(e == "pass" for v, e, _m in codes if v == "UNDERPOWERED") else _EXIT_BIAS
+        else:
+            code = _EXIT_OK
+    except (AttributeError, TypeError) as exc:  # not the shape the runner writes
+        return f"is malformed ({exc})"
+    if report.get("exit_code") != code:
+        return f"says exit code {report.get('exit_code')!r} where its verdicts give {code}"
+    return None
+
+
 def run_inputs_key(run_dir: str | Path, allow_partial: bool) -> str | None:
     """:func:`inputs_key` with the suite as stored in the run folder's run.json (None: no run.json)."""
     try:
@@ -126,6 +195,19 @@ def try_rerender(run_dir: str | Path, out_dir: str | Path | None, allow_partial:
     key = run_inputs_key(run_dir, allow_partial)
     report = cached_report(run_dir, key) if key else None
     if report is None:
+        return None
+    stored = report["run"].get(DIGEST_FIELD)
+    why = None
+    if stored != report_digest(report):  # edited (or written before the seal): the samples decide
+        why = ("has no run.report_sha256 (written by an older version)" if stored is None else
+               "does not match its own digest run.report_sha256 (edited by hand or corrupted)")
+    else:
+        why = verdicts_disagree(report)
+    if why is not None:
+        import sys
+
+        print(f"note: {Path(run_dir) / 'report.json'} {why}: its statistics and verdict are not reused; "
+              "recomputing them from the stored samples", file=sys.stderr)
         return None
     from verifier.errors import ReportWriteError
 

@@ -107,17 +107,24 @@ def most_telling_cell(cells: list[dict]) -> dict | None:
     return sorted(pool, key=_tells)[0]
 
 
-def _pass_line(d: dict, cells: list[dict], alpha: float) -> str:
+def _pass_line(d: dict, cells: list[dict], alpha: float, target_mde: float | None = None) -> str:
+    """The PASS claim in the words and with the number of the verdict's reason on the CLI
+    (:func:`verifier.runner.coverage.pass_reason`): "no bias >= TV <target_mde>" -- every TV cell's MDE
+    is at most the suite's target, so that is the claim; the largest MDE only without a target."""
     tv = [c for c in cells if c.get("effect_unit") in TV_UNITS and _real(c.get("mde")) is not None]
     joint = [c for c in tv if str(c.get("test", "")).startswith("joint@1..")]
     at = f" at alpha {_alpha_text(alpha)}"
+
+    def bound(worst: dict) -> str:
+        return f"{target_mde:g}" if _real(target_mde) is not None else f"{_real(worst['mde']):.2g}"
+
     if joint:
         worst = max(joint, key=lambda c: _real(c["mde"]))
         j = worst["test"][len("joint@1.."):]
-        return f"no bias larger than TV {_real(worst['mde']):.2f} on the first {j} tokens{at} (power 0.99)"
+        return f"no bias >= TV {bound(worst)} on the first {j} tokens{at} (power 0.99)"
     if tv:
         worst = max(tv, key=lambda c: _real(c["mde"]))
-        return f"no bias larger than TV {_real(worst['mde']):.2f} at any tested token position{at} (power 0.99)"
+        return f"no bias >= TV {bound(worst)} at any tested token position{at} (power 0.99)"
     greedy = [c for c in cells if c.get("test") == "greedy"]
     if greedy:
         return f"every row equals the target's greedy output ({sum(c.get('n') or 0 for c in greedy)} rows)"
@@ -141,10 +148,12 @@ def _effect_text(c: dict) -> str:
     return f"{test_phrase(c.get('test', ''))} p={decimal(c.get('pvalue'), 2)}"
 
 
-def decoder_line(d: dict, cells: list[dict], sets: dict[str, dict], alpha: float) -> str:
+def decoder_line(d: dict, cells: list[dict], sets: dict[str, dict], alpha: float,
+                 target_mde: float | None = None) -> str:
     """One plain sentence for a decoder, without the multiple-testing wording (that goes to the details).
 
-    PASS: 'no bias larger than TV 0.09 on the first 3 tokens at alpha 1e-3 (power 0.99)';
+    PASS: 'no bias >= TV 0.1 on the first 3 tokens at alpha 1e-3 (power 0.99)' (the suite's target_mde, as
+    the CLI states it);
     BIAS DETECTED: 'biased: first-token TV 0.054 [0.037, 0.070] (prompt ctx01, T=1, k=2)';
     UNDERPOWERED: the cell that cannot see the target and the n it needs; ERROR: the error.
     """
@@ -153,7 +162,7 @@ def decoder_line(d: dict, cells: list[dict], sets: dict[str, dict], alpha: float
         err = d.get("error") or {}
         return f"error: {err.get('type', 'DecoderError')}: {err.get('message', d.get('reason', ''))}"
     if verdict == "PASS":
-        return _pass_line(d, cells, alpha)
+        return _pass_line(d, cells, alpha, target_mde)
     if verdict == "UNDERPOWERED":
         under = [c for c in cells if c.get("verdict") == "UNDERPOWERED"]
         if under:

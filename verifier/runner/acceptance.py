@@ -53,6 +53,12 @@ from scipy import stats as sps
 __all__ = ["FAR_BELOW_FRACTION", "CONFIDENCE", "NO_ROUND", "AcceptanceAudit", "acceptance_audit", "clopper_pearson", "conformance",
            "CONFORMS", "NONCONFORMING", "NOT_TESTED", "BOUND_TEST", "coupling_bound_check", "holm_reject"]
 
+# how a decoder reports its statistics: named wherever the report says it reported none
+HOW_TO_REPORT = ("To report them, set `last_stats = verifier.protocols.DecoderStats(rounds=..., accepted_counts=..., "
+                 "num_draft_tokens=k, first_round_accepted=...)` after each generate call: first_round_accepted = "
+                 "accepted drafts in each row's first round, shape (num_samples,); accepted_counts = accepted drafts "
+                 "of every round; optional origins (num_samples, max_new_tokens) for the diagnosis (docs/plugins.md)")
+
 FAR_BELOW_FRACTION = 0.5  # "far below canonical": the observed mean accepted drafts is < half the canonical's (upper CI end)
 CONFIDENCE = 0.99  # confidence of every interval in the audit
 CONFORMS, NONCONFORMING, NOT_TESTED = "CONFORMS", "NONCONFORMING", "NOT TESTED"
@@ -186,7 +192,7 @@ def acceptance_audit(set_id: str, label: str, decoder: str, num_draft_tokens: in
         else:
             why = "no last_stats.first_round_accepted"
         audit.note = (f"ENGINE REPORTS NO STATISTICS: {why}, so its acceptance is not reported or audited (no zeros are "
-                      "assumed; the bias verdict never needs it)")
+                      f"assumed; the bias verdict never needs it). {HOW_TO_REPORT}")
         return audit
     fra = np.clip(fra_all[fra_all != NO_ROUND], 0, k)
     n = fra.size

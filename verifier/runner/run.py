@@ -53,7 +53,7 @@ from verifier.runner.plan import SampleSetPlan, decoder_identity
 from verifier.runner.store import SampleStore, Shard
 from verifier.runner.verdict import DecoderVerdict, cell_level, decide, exit_code
 from verifier.suite.schema import Suite
-from verifier.validation import check_decoder_stats, check_emitted_tokens
+from verifier.validation import REPLAY_NATS, check_decoder_stats, check_emitted_tokens, same_rows_nats
 
 __all__ = ["REPORT_SCHEMA_VERSION", "RunOutcome", "run_suite", "analyze_run", "new_run_dir", "load_run_suite"]
 
@@ -163,7 +163,7 @@ def _valid_shard(shard: Shard | None, plan: SampleSetPlan, index: int) -> bool:
 
 # a chunk whose rows are, as a multiset, those of an earlier chunk of its sample set (drawn with a
 # different seed) is flagged when the chance that an i.i.d. sampler repeats them is <= exp(-SEED_REUSE_NATS)
-SEED_REUSE_NATS = 30.0  # about 1e-13
+SEED_REUSE_NATS = REPLAY_NATS  # about 1e-13 (verifier.validation, shared with the sample-file import)
 
 
 def _check_seed_used(seen: dict[tuple[str, bytes], tuple[int, int]], plan: SampleSetPlan, index: int, seed: int,
@@ -180,7 +180,6 @@ def _check_seed_used(seen: dict[tuple[str, bytes], tuple[int, int]], plan: Sampl
     if tokens.shape[0] < 2:
         return
     import hashlib
-    from math import lgamma
 
     rows, counts = np.unique(tokens, axis=0, return_counts=True)  # sorted: the multiset of rows
     key = (plan.set_id, hashlib.sha256(np.ascontiguousarray(rows).tobytes() + counts.astype(np.int64).tobytes()).digest())
@@ -189,7 +188,7 @@ def _check_seed_used(seen: dict[tuple[str, bytes], tuple[int, int]], plan: Sampl
         seen[key] = (index, seed)
         return
     n = int(counts.sum())
-    nats = -(lgamma(n + 1) - sum(lgamma(int(c) + 1) for c in counts) + float((counts * np.log(counts / n)).sum()))
+    nats = same_rows_nats(counts)
     if nats >= SEED_REUSE_NATS and earlier[1] != seed:
         raise DecoderOutputError(
             f"{decoder_name} returned for chunk {index} (seed {seed}) the same {n} rows as for chunk {earlier[0]} "
@@ -211,7 +210,8 @@ def _sample(ctx: SuiteContext, store: SampleStore, progress: bool, log: Callable
     seen_chunks: dict[tuple[str, bytes], tuple[int, int]] = {}
     for spec in ctx.suite.decoders:
         if spec.name in errors:
-            log(f"  {spec.name}: not sampled: {errors[spec.name]['message']}")
+            log(f"  {spec.name}: not sampled: it could not be built ({errors[spec.name]['type']}; the error follows "
+                "with the verdict)")
             continue
         plans = [p for p in ctx.plans if p.decoder.name == spec.name]
         mine = [(p, i) for p in plans for i in range(p.num_chunks) if select is None or select(p, i)]
@@ -292,8 +292,10 @@ def sample_chunks(ctx: SuiteContext, store: SampleStore, *, progress: bool = Fal
 # --------------------------------------------------------------------------- stage 4
 
 
-def _load_set(store: SampleStore, plan: SampleSetPlan,
+def _load_set(store: SampleStore, plan: SampleSetPlan, pair,
               speculation: list | None = None) -> tuple[np.ndarray, np.ndarray | None, np.ndarray, int]:
+    """A sample set's stored rows; a chunk with values no decoder could emit is StoredSampleError (exit 2).
+    ``speculation`` collects each chunk's speculation figures (verifier.runner.speculation)."""
     toks, fras, counts, chunks = [], [], [], 0
     for i in range(plan.num_chunks):
         shard = store.read_chunk(plan.set_id, i)
@@ -302,9 +304,11 @@ def _load_set(store: SampleStore, plan: SampleSetPlan,
         if speculation is not None:
             speculation.append(shard.meta.get("speculation"))
         chunks += 1
-        toks.append(shard.tokens)
-        fras.append(shard.first_round_accepted)
-        counts.append(shard.accepted_counts)
+        toks.append(store.check_tokens(plan.set_id, i, shard, max_new_tokens=plan.max_new_tokens,
+                                       vocab_size=pair.vocab_size, eos_token_id=pair.eos_token_id))
+        fra, acc = store.check_stats(plan.set_id, i, shard, num_draft_tokens=plan.num_draft_tokens)
+        fras.append(fra)
+        counts.append(acc)
     tokens = np.concatenate(toks) if toks else np.zeros((0, plan.max_new_tokens), dtype=np.int64)
     fra = np.concatenate(fras) if fras and all(f is not None for f in fras) else None
     acc = np.concatenate(counts) if counts else np.zeros(0, dtype=np.int64)
@@ -321,7 +325,7 @@ def _statistics(ctx: SuiteContext, store: SampleStore, errors: dict[str, dict], 
     for spec in suite.decoders:
         plans = [p for p in ctx.plans if p.decoder.name == spec.name]
         spec_metas: list = []  # the chunks' speculation counters, where the decoder reports them
-        loaded = {p.set_id: _load_set(store, p, spec_metas) for p in plans}
+        loaded = {p.set_id: _load_set(store, p, ctx.pairs[p.pair], spec_metas) for p in plans}
         m = sum(count_cells(p) for p in plans)
         level = cell_level(suite.stats.alpha, m, suite.stats.correction)
         cells: list[analysis.CellResult] = []

@@ -212,6 +212,7 @@ def merge_runs(run_dirs: Sequence[str | Path], out_dir: str | Path, *, allow_par
                               "merge only shards of one `specverify run SUITE --profile P --seed S`")
     _check_same_plugins(dirs, _run.RUN_FILE)
     _check_complete(dirs, allow_partial)
+    _check_out_dir(out, dirs, first)
     out_store = SampleStore(out)
     if not (out / _run.RUN_FILE).is_file():
         out_store.write_json(_run.RUN_FILE, {**json.loads((first_dir / _run.RUN_FILE).read_text(encoding="utf-8")),
@@ -245,6 +246,28 @@ def merge_runs(run_dirs: Sequence[str | Path], out_dir: str | Path, *, allow_par
         out_store.write_json(_run.STOPPED_FILE, list(first_stop.values()))
     log(f"merged {len(dirs)} run folder(s) into {out} ({copied} chunk files copied)")
     return _run.analyze_run(out, log=log, allow_partial=allow_partial)
+
+
+def _check_out_dir(out: Path, dirs: list[Path], suite) -> None:
+    """The merged folder is one of the shards, new, or an earlier merge of the same suite (merged again):
+    a folder holding another run (another suite, profile or seed, or samples without a run.json) is
+    refused as ``run --run-dir`` refuses it -- else the merge analysed that other run (issue 28)."""
+    from verifier.runner import run as _run
+
+    if any(d.resolve() == out.resolve() for d in dirs):
+        return
+    where = f"--out={str(out)!r}"
+    if (out / _run.RUN_FILE).is_file():
+        stored, _ = _run.load_run_suite(out)
+        if stored.to_dict() != suite.to_dict():
+            raise ConfigError(
+                f"{where} already holds a run of suite {stored.name!r} (profile {stored.profile}, seed {stored.seed}); "
+                f"merging shards of suite {suite.name!r} (profile {suite.profile}, seed {suite.seed}) there would "
+                "report on that other run. Allowed: an --out that does not exist yet, or an earlier merge of the "
+                "same suite, profile and seed")
+    elif (out / "samples").is_dir() and any((out / "samples").rglob("chunk-*.npz")):
+        raise ConfigError(f"{where} holds sample files but no {_run.RUN_FILE}: not a merge of these shards. "
+                          "Allowed: an --out that does not exist yet, or an earlier merge of the same suite")
 
 
 def _check_same_plugins(dirs: list[Path], run_file: str) -> None:

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from verifier.errors import ReportWriteError
+from verifier.errors import DecoderOutputError, ReportWriteError, StoredSampleError
 
 __all__ = ["Shard", "SampleStore", "set_id_for"]
 
@@ -116,6 +116,47 @@ class SampleStore:
                 return Shard(z["tokens"], fra, z["accepted_counts"], meta, z["origins"] if "origins" in z.files else None)
         except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):  # truncated or corrupt shard
             return None
+
+    def check_tokens(self, set_id: str, chunk_index: int, shard: Shard, *, max_new_tokens: int, vocab_size: int,
+                     eos_token_id: int | None) -> np.ndarray:
+        """The shard's tokens as int64 when they are what a decoder run writes (the checks of
+        :func:`verifier.validation.check_emitted_tokens`, which every chunk passed before it was
+        stored), else :class:`~verifier.errors.StoredSampleError` naming the chunk file.
+
+        A stored chunk is an input read back, not a decoder's output: -1 rows or an id outside the
+        vocabulary mean the file changed after the run, so they must not become a verdict."""
+        from verifier.validation import check_emitted_tokens
+
+        path = self.chunk_path(set_id, chunk_index)
+        tokens = np.asarray(shard.tokens)
+        try:
+            if tokens.ndim != 2 or not np.issubdtype(tokens.dtype, np.integer):
+                raise DecoderOutputError(f"tokens of shape={tokens.shape}, dtype={tokens.dtype}; allowed: a 2-D "
+                                         f"integer array (rows, max_new_tokens={max_new_tokens})")
+            return check_emitted_tokens(tokens.astype(np.int64, copy=False), num_samples=len(tokens),
+                                        max_new_tokens=max_new_tokens, vocab_size=vocab_size,
+                                        eos_token_id=eos_token_id, decoder_name="it")
+        except DecoderOutputError as exc:
+            what = str(exc).replace("it returned invalid output in ", "", 1).replace("it returned ", "", 1)
+            raise StoredSampleError(
+                f"stored sample chunk {str(path)!r} is corrupt: {what} (vocab_size={vocab_size}, eos_token_id="
+                f"{eos_token_id}); it was edited or damaged after the run -- delete it and run "
+                f"`specverify run --resume {self.run_dir}` to sample it again") from None
+
+    def check_stats(self, set_id: str, chunk_index: int, shard: Shard, *, num_draft_tokens: int):
+        """The shard's ``(first_round_accepted, accepted_counts)`` when they are what a run writes
+        (:func:`verifier.validation.check_decoder_stats`: one entry per row, values in ``0..k``, -1 where
+        no round ran), else :class:`~verifier.errors.StoredSampleError` naming the chunk file."""
+        from verifier.validation import check_decoder_stats
+
+        try:
+            return check_decoder_stats(shard.first_round_accepted, shard.accepted_counts, num_draft_tokens=num_draft_tokens,
+                                       decoder_name="it", num_samples=len(shard.tokens))
+        except DecoderOutputError as exc:
+            raise StoredSampleError(
+                f"stored sample chunk {str(self.chunk_path(set_id, chunk_index))!r} is corrupt: "
+                f"{str(exc).replace('it reported ', '', 1)}; it was edited or damaged after the run -- delete it and "
+                f"run `specverify run --resume {self.run_dir}` to sample it again") from None
 
     def write_json(self, name: str, data: Any) -> Path:
         """Atomically write ``RUN_DIR/name`` as JSON."""
