@@ -27,7 +27,7 @@ for k in 3 1; do
     run="$(mktemp -d)/run"
     start=$(date +%s)
     # shellcheck disable=SC2086  # flags are two words each
-    specverify audit --url "http://127.0.0.1:$port" --api llama-server --target shipped:target --num-draft-tokens "$k" \
+    python -m verifier.cli audit --url "http://127.0.0.1:$port" --api llama-server --target shipped:target --num-draft-tokens "$k" \
       $flags --target-tv "$tv" --run-dir "$run" --no-progress | tee "$run.log" || true
     mkdir -p "$out/$name"
     cp "$run"/report.json "$run"/report.md "$run"/report.html "$run"/junit.xml "$run"/audit.json "$out/$name/"

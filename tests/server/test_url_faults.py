@@ -61,7 +61,11 @@ class FaultServer:
                 status, text, *extra = outer.reply(count, body)
                 self._send(status, text, *extra)
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        class Quiet(ThreadingHTTPServer):
+            def handle_error(self, request, client_address):  # a client that hung up (a cancelled retry): not news
+                pass
+
+        self.httpd = Quiet(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
