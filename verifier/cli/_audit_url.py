@@ -120,7 +120,7 @@ def route_url(args: argparse.Namespace) -> None:
         args.reference_option = list(ref_options.items())
     args.url_engine = server_description(args.url, args.api, args.api_key_env)  # audit.json: the matrix row
     args.url_variants = _variants(args)
-    if args.url_variants and args.url_described["reference"]:
+    if (args.concurrency_levels or args.mixed_batch or args.n_levels) and args.url_described["reference"]:
         raise invalid_argument("--concurrency-levels/--mixed-batch/--n-levels", True, "the known-target design (no "
                                "--reference-url/--reference-off): each level is its own decoder against the target law")
     print(f"URL audit of {args.url} ({args.api}" + (f", model {args.model}" if args.model else "") +
@@ -175,7 +175,7 @@ def _variants(args: argparse.Namespace) -> list[tuple[str, dict]]:
         out.append((f"c{args.num_concurrent}-mixed", {"background": {"concurrent": max(2, args.num_concurrent)}}))
     if out and not any(name == f"c{args.num_concurrent}" for name, _ in out) and not args.concurrency_levels:
         out.insert(0, (f"c{args.num_concurrent}", {}))  # the plain level beside the factor levels
-    return out
+    return out or [(args.api, {})]  # one decoder, named after the server kind (reports, junit, the matrix)
 
 
 def bind_blackbox_journals(args: argparse.Namespace, decoder, reference) -> Path | None:
