@@ -26,7 +26,9 @@ crash"):
 2. on Linux the child asks the kernel for ``SIGKILL`` when its parent dies (``prctl(PR_SET_PDEATHSIG)``
    via ctypes, set between fork and exec), which covers ``kill -9`` of the harness and crashes no Python
    code runs after.  The kernel ties this to the *thread* that forked: launch from the main thread (or
-   another thread that lives as long as the server), never from a short-lived worker thread;
+   another thread that lives as long as the server), never from a short-lived worker thread.  The signal
+   reaches only that child; vLLM's server forks helpers (its EngineCore), so it runs under a small
+   supervisor that gets SIGTERM instead and then SIGKILLs the whole process group;
 3. an ``atexit`` hook stops every server still running when the interpreter exits normally.
 
 Each server's stdout and stderr go to one log file (``.log_path``); every error raised here ends with
@@ -163,12 +165,13 @@ def _stop_all_at_exit() -> None:
 atexit.register(_stop_all_at_exit)
 
 
-def _death_signal_hook():
-    """A ``preexec_fn`` that makes the child get SIGKILL when its parent thread dies (Linux), else None.
+def _death_signal_hook(sig: int = signal.SIGKILL):
+    """A ``preexec_fn`` that makes the child get ``sig`` when its parent thread dies (Linux), else None.
 
     libc is loaded here, in the parent: the hook itself only calls ``prctl`` and ``getppid`` (no
     imports, no allocation worth the name) between fork and exec.  If the parent died before the
-    ``prctl`` took effect, the child exits at once.
+    ``prctl`` took effect, the child exits at once.  The setting survives ``exec`` but not ``fork``:
+    it covers the direct child only (see :data:`_SUPERVISOR` for servers that fork helpers).
     """
     if not sys.platform.startswith("linux"):
         return None
@@ -180,11 +183,35 @@ def _death_signal_hook():
     parent = os.getpid()
 
     def hook() -> None:
-        prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        prctl(PR_SET_PDEATHSIG, sig, 0, 0, 0)
         if os.getppid() != parent:  # the parent is already gone: do not start an orphan server
             os._exit(1)
 
     return hook
+
+
+# The direct child of the harness for servers that fork helper processes (vLLM's API server forks its
+# EngineCore and a multiprocessing resource tracker: measured, both outlive a SIGKILLed harness when only the
+# API server gets the parent-death signal).  It runs ``argv[2:]`` in its own process group (the session the
+# launcher created), gets SIGTERM when the harness dies (PR_SET_PDEATHSIG), and on SIGTERM -- from that or from
+# ServerProcess.stop() -- gives the server ``argv[1]`` seconds, then SIGKILLs the whole group, itself included.
+# Otherwise it exits with the server's status.  The handler is installed before the server starts.
+_SUPERVISOR = """\
+import os, signal, subprocess, sys, time
+grace, stop = float(sys.argv[1]), []
+signal.signal(signal.SIGTERM, lambda *_: stop.append(1))  # only a flag: waiting in a handler would spin on Popen's lock
+child = subprocess.Popen(sys.argv[2:])
+while child.poll() is None and not stop:
+    time.sleep(0.2)
+if stop:
+    if child.poll() is None:
+        child.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while child.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    os.killpg(0, signal.SIGKILL)
+sys.exit(child.returncode)
+"""
 
 
 class ServerProcess:
@@ -204,21 +231,25 @@ class ServerProcess:
     log_path : Path
         stdout + stderr of the server; kept after :meth:`stop`.
     pid : int
+        The process the harness started: the server itself, or for servers that fork helpers (vLLM) the
+        supervisor that runs it; either way the leader of the server's process group.
     """
 
     def __init__(self, name: str, command: Sequence[str], port: int, log_path: Path, env: dict[str, str] | None,
-                 health_path: str):
+                 health_path: str, supervise: bool = False):
         self.name = name
         self.command = tuple(command)
+        argv, hook = self.command, _death_signal_hook(signal.SIGKILL)
+        if supervise:  # a server that forks helpers: a supervisor takes the whole group down with it
+            argv, hook = (sys.executable, "-c", _SUPERVISOR, str(STOP_GRACE_S), *self.command), _death_signal_hook(signal.SIGTERM)
         self.port = port
         self.base_url = f"http://{LOOPBACK}:{port}"
         self.log_path = log_path
         self.health_path = health_path
         self._log = open(log_path, "ab")
         try:
-            self._proc = subprocess.Popen(self.command, stdin=subprocess.DEVNULL, stdout=self._log,
-                                          stderr=subprocess.STDOUT, env=env, start_new_session=True,
-                                          preexec_fn=_death_signal_hook())
+            self._proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
+                                          env=env, start_new_session=True, preexec_fn=hook)
         except OSError as exc:
             self._log.close()
             raise ServerStartError(f"{name}: could not execute {self.command[0]!r}: {exc}") from exc
@@ -340,13 +371,13 @@ def _bind_failed(server: ServerProcess) -> bool:
 
 
 def _launch(name: str, build_argv, port: int | None, log_path, env, health_path: str,
-            startup_timeout_s: float) -> ServerProcess:
+            startup_timeout_s: float, supervise: bool = False) -> ServerProcess:
     """Start ``build_argv(port)``, wait for readiness; retry on a fresh port if an auto-picked one was taken."""
     attempts = 1 if port is not None else PORT_RETRIES
     log = _log_file(name, log_path)
     for attempt in range(attempts):
         chosen = port if port is not None else free_port()
-        server = ServerProcess(name, build_argv(chosen), chosen, log, env, health_path)
+        server = ServerProcess(name, build_argv(chosen), chosen, log, env, health_path, supervise)
         try:
             server.wait_ready(startup_timeout_s)
             return server
@@ -550,4 +581,4 @@ def launch_vllm_server(target: str | os.PathLike | None = None, draft: str | os.
         return cmd + list(extra_args)
 
     env = {**os.environ, **VLLM_ENV}
-    return _launch("vllm", argv, port, log_path, env, "/health", startup_timeout_s)
+    return _launch("vllm", argv, port, log_path, env, "/health", startup_timeout_s, supervise=True)
