@@ -160,6 +160,28 @@ def test_the_server_dies_with_a_killed_parent(install, tmp_path):
     assert not survived, f"llama-server pid {pid} outlived its killed parent"
 
 
+def test_ctrl_c_in_the_harness_stops_the_server(install, tmp_path):
+    """SIGINT (Ctrl-C) of a harness inside ``with launch_llama_server(...)``: KeyboardInterrupt unwinds the
+    block, which stops the server before the harness exits -- by SIGTERM, which llama-server logs as
+    "cleaning up before exit" (the parent-death SIGKILL, the fallback, leaves no such line)."""
+    code = textwrap.dedent(f"""
+        import time
+        from verifier.server.launch import launch_llama_server
+        with launch_llama_server({str(install.target_gguf)!r}, None, parallel=1, threads=1,
+                                 log_path={str(tmp_path / 'ctrl-c.log')!r}) as s:
+            print(s.pid, flush=True)
+            time.sleep(600)
+    """)
+    harness = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    pid = int(harness.stdout.readline())
+    assert not _gone(pid)
+    harness.send_signal(signal.SIGINT)
+    _, err = harness.communicate(timeout=60)
+    assert "KeyboardInterrupt" in err and _gone(pid), err[-2000:]
+    assert "cleaning up before exit" in (tmp_path / "ctrl-c.log").read_text(errors="replace")
+
+
 def test_missing_install_names_the_install_command(tmp_path, monkeypatch):
     monkeypatch.setenv(ENGINES_DIR_ENV, str(tmp_path / "no-engines"))
     with pytest.raises(EngineNotInstalledError, match=re.escape(INSTALL_COMMAND)):
