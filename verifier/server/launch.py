@@ -54,7 +54,6 @@ import threading
 import time
 import urllib.error
 import urllib.request
-import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -152,7 +151,7 @@ def llama_server_install() -> LlamaServerInstall:
 
 # -- the process -------------------------------------------------------------------------------------
 
-_LIVE: "weakref.WeakSet[ServerProcess]" = weakref.WeakSet()  # servers to stop at interpreter exit
+_LIVE: "set[ServerProcess]" = set()  # servers to stop at interpreter exit (strong refs: a dropped one is stopped too)
 _LIVE_LOCK = threading.Lock()
 
 
@@ -262,7 +261,8 @@ class ServerProcess:
         self.command = tuple(command)
         argv, hook = self.command, _death_signal_hook(signal.SIGKILL)
         if supervise:  # a server with helper processes: a supervisor takes the whole group down with it
-            argv, hook = (sys.executable, "-c", _SUPERVISOR, str(STOP_GRACE_S), *self.command), _death_signal_hook(signal.SIGTERM)
+            argv = (sys.executable, "-c", _SUPERVISOR, str(STOP_GRACE_S), *self.command)
+            hook = _death_signal_hook(signal.SIGTERM)
         self.port = port
         self.base_url = f"http://{LOOPBACK}:{port}"
         self.log_path = log_path
@@ -606,7 +606,8 @@ def launch_vllm_server(target: str | os.PathLike | None = None, draft: str | os.
     for what, path, want in (("python", Path(python), "file"), ("target", Path(target), "dir"),
                              ("draft", Path(draft) if draft is not None else None, "dir")):
         if path is not None and not (path.is_file() if want == "file" else path.is_dir()):
-            raise invalid_argument(what, str(path), "an existing file" if want == "file" else "an existing checkpoint folder")
+            raise invalid_argument(what, str(path),
+                                   "an existing file" if want == "file" else "an existing checkpoint folder")
     spec = None
     if draft is not None:
         spec = {"method": "draft_model", "model": str(draft), "num_speculative_tokens": draft_max}
@@ -615,8 +616,8 @@ def launch_vllm_server(target: str | os.PathLike | None = None, draft: str | os.
 
     def argv(chosen_port: int) -> list[str]:
         cmd = [str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(target), "--host", LOOPBACK,
-               "--port", str(chosen_port), "--dtype", "float32", "--enforce-eager", "--gpu-memory-utilization", "0.1", "--seed", "0", "--max-num-seqs", str(parallel),
-               "--max-logprobs", str(max_logprobs)]
+               "--port", str(chosen_port), "--dtype", "float32", "--enforce-eager", "--gpu-memory-utilization", "0.1",
+               "--seed", "0", "--max-num-seqs", str(parallel), "--max-logprobs", str(max_logprobs)]
         if spec is not None:
             cmd += ["--speculative-config", json.dumps(spec)]
         return cmd + list(extra_args)
