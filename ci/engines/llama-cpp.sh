@@ -2,10 +2,13 @@
 # Install llama.cpp (as vendored in the llama-cpp-python 0.3.36 sdist, llama.cpp commit 0c1e570) for the
 # `llama.cpp` and `llama-cpp-python` decoder adapters. One build serves both:
 #  1. pip download the sdist (no deps; 74 MB, has llama.cpp and its convert_hf_to_gguf.py), unpack to src/;
-#  2. cmake + ninja, -j${SPECVERIFY_BUILD_JOBS:-2}, only the targets needed: llama-speculative (which brings
-#     the shared libllama/libggml that llama-cpp-python loads through LLAMA_CPP_LIB_PATH); GGML_NATIVE,
-#     no tests, no server, no tools, no curl/openssl. This is the long step (about 20 min on 2 free cores);
-#     rerunning the script on an existing folder rebuilds nothing that is up to date;
+#  2. cmake + ninja, -j${SPECVERIFY_BUILD_JOBS:-2}, one build of only the targets needed: llama-speculative
+#     (which brings the shared libllama/libggml that llama-cpp-python loads through LLAMA_CPP_LIB_PATH) and
+#     llama-server (OpenAI-compatible HTTP server, for `specverify audit --url`; docs/servers.md). GGML_NATIVE,
+#     no tests, no curl/openssl, no web UI (neither npm nor the prebuilt-asset download: the server serves an
+#     empty UI; its API is unaffected); LLAMA_BUILD_TOOLS=ON only because the server lives under tools/ (other
+#     tools are configured, not built). This is the long step (about 25 min on 2 free cores); rerunning the
+#     script on an existing folder rebuilds nothing that is up to date;
 #  3. ci/engines/llama_cpp/variants.py: copies of examples/speculative/speculative.cpp that print token ids
 #     (two fprintf lines, algorithm untouched) plus the controls (one defect patched each), in bin/;
 #  4. ci/engines/llama_cpp/convert.py: the shipped HF checkpoints -> models/{target,draft}.gguf, f32, with
@@ -36,9 +39,10 @@ t1=$(date +%s)
 
 generator=(); command -v ninja >/dev/null && generator=(-G Ninja)
 cmake -S "$dest/src/vendor/llama.cpp" -B "$dest/build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON \
-  -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DGGML_NATIVE=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF \
-  -DLLAMA_BUILD_TOOLS=OFF -DCMAKE_EXPORT_COMPILE_COMMANDS=ON >/dev/null
-nice -n 10 cmake --build "$dest/build" -j"$jobs" --target llama-speculative
+  -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DGGML_NATIVE=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_TOOLS=ON \
+  -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_APP=OFF \
+  -DCMAKE_EXPORT_COMPILE_COMMANDS=ON >/dev/null
+nice -n 10 cmake --build "$dest/build" -j"$jobs" --target llama-speculative llama-server
 t2=$(date +%s)
 nice -n 10 python ci/engines/llama_cpp/variants.py "$dest"
 t3=$(date +%s)

@@ -5,7 +5,8 @@ Both drive the llama.cpp vendored in the ``llama-cpp-python==0.3.36`` sdist (lla
 
 ========================  =====================================================================
 ``src/``                  the sdist, byte for byte (``vendor/llama.cpp/`` and ``llama_cpp/``)
-``build/bin/``            the shared libllama/libggml (and the original ``llama-speculative``)
+``build/bin/``            the shared libllama/libggml, the original ``llama-speculative`` and ``llama-server``
+                          (started by :mod:`verifier.server.launch`)
 ``bin/``                  ``llama-speculative-ids`` and its controls (``ci/engines/llama_cpp/variants.py``)
 ``models/{target,draft}.gguf``  the shipped checkpoints in f32, converted by the sdist's converter
 ``venv/``                 llama-cpp-python's Python dependencies + a ``.pth`` to ``src/``
