@@ -101,6 +101,12 @@ def route_url(args: argparse.Namespace) -> None:
         if url is not None:
             ServerSettings(url, num_concurrent=args.num_concurrent, max_retries=args.max_retries,
                            timeout_s=args.request_timeout, api_key_env=args.api_key_env)
+    if args.max_new_tokens is None and not args.resume:
+        # servers never draft a request's last token (llama-server caps a draft at n_predict - generated - 1,
+        # docs/servers.md): k + 1 tokens would leave k = 1 unspeculated and k > 1 one draft short
+        args.max_new_tokens = args.num_draft_tokens + 2
+        print(f"note: --max-new-tokens {args.max_new_tokens} (k + 2: a server drafts no request's last token, so a "
+              "full round of k drafts needs k + 2 tokens)")
     speculative = {"server": None, "on": True, "off": False}[args.speculation]
     if args.reference_off and speculative is None:
         speculative = True  # the arm under test asks for speculation explicitly, the reference for none
