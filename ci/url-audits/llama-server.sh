@@ -15,7 +15,7 @@ mkdir -p "$out"
 pid=""
 stop() { [ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null; pid=""; }
 trap stop EXIT INT TERM
-for k in 3 1; do
+for k in ${ONLY_K:-3 1}; do
   port=$((18200 + k))
   "$E/build/bin/llama-server" -m "$E/models/target.gguf" -md "$E/models/draft.gguf" --spec-type draft-simple \
     --spec-draft-n-max "$k" --host 127.0.0.1 --port "$port" --metrics -np 4 -t 1 -td 1 --no-webui \
