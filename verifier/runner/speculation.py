@@ -78,7 +78,7 @@ def apply_guard(verdict, summary: dict[str, Any] | None) -> None:
         return
     why = _why_none(summary)
     verdict.speculation = dict(summary, verified=why is None)
-    if why is not None and verdict.verdict == PASS:
+    if why is not None and verdict.verdict in (PASS, UNDERPOWERED):
         verdict.verdict = UNDERPOWERED
         verdict.reason = NO_SPECULATION_REASON.format(why=why) + f" (the bias cells alone: {verdict.reason})"
         verdict.expectation_met = False
