@@ -1,0 +1,142 @@
+"""Issue 28 items 1 and 8: the job process stops when told, dies with its dispatcher, and ends
+with its verdict.
+
+Real processes and a real plugin (``_plug.py``), no mocks:
+
+* a job started with SIGINT ignored (``specverify run ... &`` from a script: a non-interactive
+  shell starts background jobs so) kept sampling after ``kill -INT``; now exit 130 whether the
+  SIGINT reaches the whole group or the dispatcher alone, and the job child restores the handler
+  by itself too;
+* SIGKILL of the dispatcher left the job child sampling; now the child dies with it;
+* a plugin's non-daemon thread kept the job alive after the verdict; now the job ends with it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.adversarial.test_plugin_exits import REPO, write_suite
+
+pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals and process groups")
+
+
+def _env(**extra: str) -> dict[str, str]:
+    return dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""), **extra)
+
+
+def _ignore_sigint() -> None:  # what a non-interactive shell does to a background job
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _start(args: list[str], env: dict[str, str], ignore_sigint: bool = False) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "verifier.cli", *args], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=_ignore_sigint if ignore_sigint else None)
+
+
+def _wait_for(path: Path, proc: subprocess.Popen, timeout: float = 240) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.is_file() and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    assert path.is_file(), f"{path} never appeared (exit {proc.poll()})"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie (dead, not yet reaped by its new parent) counts as gone
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+@pytest.mark.parametrize("whole_group", [True, False])
+def test_ctrl_c_stops_a_job_started_with_sigint_ignored(tmp_path, whole_group):
+    """Before the fix: the child inherited SIG_IGN, the job slept on, communicate() timed out."""
+    suite = write_suite(tmp_path / "s", options='{ mode = "sleep" }')
+    pid_file = tmp_path / "plugin.pid"
+    proc = _start(["run", str(suite), "--run-dir", str(tmp_path / "run"), "--no-progress"],
+                  _env(PLUG_PID_FILE=str(pid_file)), ignore_sigint=True)
+    try:
+        _wait_for(pid_file, proc)  # inside generate()
+        if whole_group:
+            os.killpg(proc.pid, signal.SIGINT)
+        else:
+            proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, err[-2000:]
+    assert "interrupted" in err and "Traceback" not in err
+
+
+def test_job_child_started_with_sigint_ignored_restores_it(tmp_path):
+    """The child alone (as a dispatcher off the main thread starts it, SIG_IGN inherited): SIGINT
+    gives verdict 130.  Before the fix it slept on."""
+    suite = write_suite(tmp_path / "s", options='{ mode = "sleep" }')
+    pid_file, verdict = tmp_path / "plugin.pid", tmp_path / "verdict.json"
+    proc = _start(["run", str(suite), "--run-dir", str(tmp_path / "run"), "--no-progress"],
+                  _env(PLUG_PID_FILE=str(pid_file), SPECVERIFY_VERDICT_FILE=str(verdict)), ignore_sigint=True)
+    try:
+        _wait_for(pid_file, proc)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert json.loads(verdict.read_text())["exit_code"] == 130, err[-2000:]
+    assert proc.returncode == 130 and "Traceback" not in err
+
+
+def test_sigkill_of_the_dispatcher_ends_the_job_child(tmp_path):
+    """Before the fix the child went on sampling (and writing the run folder) for 120 s."""
+    suite = write_suite(tmp_path / "s", options='{ mode = "sleep" }')
+    pid_file = tmp_path / "plugin.pid"
+    proc = _start(["run", str(suite), "--run-dir", str(tmp_path / "run"), "--no-progress"],
+                  _env(PLUG_PID_FILE=str(pid_file)))
+    try:
+        _wait_for(pid_file, proc)
+        child = int(pid_file.read_text())
+        assert child != proc.pid and _alive(child)
+        proc.kill()
+        proc.communicate(timeout=30)
+        deadline = time.monotonic() + 15
+        while _alive(child) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not _alive(child), "the job child outlived its dispatcher"
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL) if _group_alive(proc.pid) else None
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+def test_non_daemon_plugin_thread_does_not_keep_the_job_alive(tmp_path):
+    """The plugin leaves a thread sleeping 600 s; the job ends with its verdict (exit 0) at once.
+    Before the fix the interpreter waited for the thread and the run hit the timeout."""
+    suite = write_suite(tmp_path / "s", options='{ mode = "thread" }')
+    proc = _start(["run", str(suite), "--run-dir", str(tmp_path / "run"), "--no-progress"], _env())
+    try:
+        out, err = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 0, err[-2000:]
+    assert json.loads((tmp_path / "run" / "report.json").read_text())["decoders"][0]["verdict"] != "ERROR"
+
