@@ -140,3 +140,39 @@ def test_non_daemon_plugin_thread_does_not_keep_the_job_alive(tmp_path):
     assert proc.returncode == 0, err[-2000:]
     assert json.loads((tmp_path / "run" / "report.json").read_text())["decoders"][0]["verdict"] != "ERROR"
 
+
+def test_resume_racing_a_live_job_is_refused(tmp_path):
+    """Before the fix the resume started sampling the same folder (here: it hung in the sleeping
+    decoder until the timeout); now it is refused at once, exit 2, naming the folder and the pid."""
+    from tests.adversarial.test_plugin_exits import cli
+
+    suite = write_suite(tmp_path / "s", options='{ mode = "sleep" }')
+    run_dir, pid_file = tmp_path / "run", tmp_path / "plugin.pid"
+    proc = _start(["run", str(suite), "--run-dir", str(run_dir), "--no-progress"], _env(PLUG_PID_FILE=str(pid_file)))
+    try:
+        _wait_for(pid_file, proc)
+        raced = cli("run", "--resume", str(run_dir), timeout=60)
+        fresh = cli("run", str(suite), "--run-dir", str(run_dir), timeout=60)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate(timeout=30)
+    for done in (raced, fresh):
+        assert done.returncode == 2, done.stderr[-2000:]
+        assert "being written by another specverify job" in done.stderr and pid_file.read_text() in done.stderr
+        assert "Traceback" not in done.stderr
+
+
+def test_resume_removes_temporary_shards_a_killed_job_left(tmp_path):
+    """A SIGKILL between mkstemp and os.replace leaves samples/<set>/.tmp-*.npz; before the fix no
+    resume ever removed it."""
+    from verifier.cli import main
+
+    suite = write_suite(tmp_path / "s")
+    run_dir = tmp_path / "run"
+    assert main(["run", str(suite), "--run-dir", str(run_dir), "--no-progress"]) == 0
+    set_dir = next((run_dir / "samples").iterdir())
+    stale = [set_dir / ".tmp-k1ll3d.npz", run_dir / ".tmp-report.json"]
+    for p in stale:
+        p.write_bytes(b"PK\x03\x04 half a shard")
+    assert main(["run", "--resume", str(run_dir), "--no-progress"]) == 0  # the lock is free again in-process
+    assert not any(p.exists() for p in stale)

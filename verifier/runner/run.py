@@ -423,15 +423,29 @@ def run_suite(suite: Suite, run_dir: str | Path, *, resume: bool = False, progre
     ------
     ConfigError, ModelLoadError
         Bad suite content found while loading models or prompts (exit 2); without ``resume``, a
-        ``run_dir`` that already holds a run; sizes beyond available memory; a device absent here;
+        ``run_dir`` that already holds a run; a ``run_dir`` another job is writing
+        (:mod:`verifier.runner.lock`); sizes beyond available memory; a device absent here;
         on ``resume``, a plugin file changed since the run started (:mod:`verifier.runner.guards`).
     ReportWriteError
         ``run_dir`` cannot be written (samples already written are kept).
     """
+    from verifier.runner.lock import run_dir_lock
+
+    with run_dir_lock(run_dir):  # one writer per run folder: a resume racing a live job is refused (exit 2)
+        return _run_suite(suite, run_dir, resume=resume, progress=progress, log=log)
+
+
+def _run_suite(suite: Suite, run_dir: str | Path, *, resume: bool, progress: bool,
+               log: Callable[[str], None]) -> RunOutcome:
+    from verifier.runner.lock import remove_stale_temp_files
+
     store = SampleStore(run_dir)
     stage: dict[str, float] = {}
     started = _now()
-    if not resume:
+    if resume:
+        for path in remove_stale_temp_files(run_dir):  # left by a writer killed mid-write
+            log(f"removed {path.relative_to(run_dir)}: a temporary file left by a job killed mid-write")
+    else:
         guards.check_fresh_run_dir(run_dir, RUN_FILE)
         store.write_json(RUN_FILE, {"schema_version": REPORT_SCHEMA_VERSION, "suite": suite.to_dict(),
                                     "created_at": started, "run_id": Path(run_dir).name})
