@@ -8,6 +8,8 @@ never EOS), honest about its seed; ``mode`` injects one misbehaviour:
 * ``os_exit``: ``os._exit(0)`` from ``generate`` (the process ends at once, no cleanup);
 * ``sleep``: ``generate`` sleeps 120 s (a long job to interrupt); with ``PLUG_PID_FILE`` set in the
   environment it first writes its process id there;
+* ``block_alarm``: ``generate`` blocks SIGALRM, then sleeps 120 s (a call that never comes back to
+  the interpreter's signal handlers);
 * ``thread``: ``generate`` leaves a non-daemon thread sleeping 600 s behind;
 * ``stats_raises`` / ``name_raises``: the ``last_stats`` / ``name`` property raises;
 * ``meta``: ``generate`` returns an int64 tensor on the ``meta`` device;
@@ -44,6 +46,11 @@ class Uniform:
                 with open(os.environ["PLUG_PID_FILE"], "w") as fh:
                     fh.write(str(os.getpid()))
             time.sleep(120)
+        if self.mode == "block_alarm":
+            import signal
+
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
+            time.sleep(120)
         if self.mode == "thread":
             threading.Thread(target=time.sleep, args=(600,), daemon=False).start()
         if self.mode == "surrogate":
@@ -51,7 +58,10 @@ class Uniform:
         if self.mode == "close_stdout":
             sys.stdout.close()
         if self.mode == "close_fd1":
-            os.close(1)
+            try:
+                os.close(1)
+            except OSError:  # closed by the previous call already
+                pass
         if self.mode == "meta":
             import torch
 

@@ -176,3 +176,31 @@ def test_resume_removes_temporary_shards_a_killed_job_left(tmp_path):
         p.write_bytes(b"PK\x03\x04 half a shard")
     assert main(["run", "--resume", str(run_dir), "--no-progress"]) == 0  # the lock is free again in-process
     assert not any(p.exists() for p in stale)
+
+
+@pytest.mark.parametrize("mode", ["sleep", "block_alarm"])
+def test_call_timeout_stops_a_hanging_decoder_naming_the_call(tmp_path, mode):
+    """A generate() that sleeps 120 s hung the run (there was no limit).  With --call-timeout 2: exit 3
+    within seconds, the call and the limit named; 'sleep' is interrupted in the call (report written,
+    verdict ERROR), 'block_alarm' never returns to Python and the job child's watchdog ends it."""
+    from tests.adversarial.test_plugin_exits import cli
+
+    suite = write_suite(tmp_path / "s", options=f'{{ mode = "{mode}" }}', expect="pass")
+    run_dir = tmp_path / "run"
+    started = time.monotonic()
+    done = cli("run", str(suite), "--run-dir", str(run_dir), "--no-progress", "--call-timeout", "2", timeout=90)
+    assert done.returncode == 3, done.stderr[-2000:]
+    assert time.monotonic() - started < 60
+    text = done.stdout + done.stderr
+    assert "generate(prompt_ids=[0], num_samples=100, max_new_tokens=2, sampling=T=1, seed=" in text
+    assert "did not return within --call-timeout=2 s" in text and "Traceback (most" not in done.stderr
+    if mode == "sleep":
+        assert json.loads((run_dir / "report.json").read_text())["decoders"][0]["verdict"] == "ERROR"
+
+
+def test_call_timeout_must_be_positive(tmp_path, capsys):
+    from verifier.cli import main
+
+    suite = write_suite(tmp_path / "s")
+    assert main(["run", str(suite), "--run-dir", str(tmp_path / "run"), "--call-timeout", "0"]) == 2
+    assert "--call-timeout=0.0 is invalid; allowed: a finite number of seconds > 0" in capsys.readouterr().err

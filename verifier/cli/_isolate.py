@@ -39,6 +39,7 @@ verdict.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import signal
@@ -192,6 +193,7 @@ def child_setup() -> None:
     started with it ignored, and the child dies with the dispatcher that started it."""
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    sys.stdout, sys.stderr = _private_stream(sys.stdout), _private_stream(sys.stderr)
     try:
         parent = int(os.environ.pop(PARENT_ENV, ""))  # popped: a process this one starts has another parent
     except ValueError:
@@ -202,6 +204,33 @@ def child_setup() -> None:
         threading.Thread(target=_watch_parent, args=(parent,), name="specverify-parent-watchdog", daemon=True).start()
     if os.getppid() != parent:  # the parent died before the death signal was armed
         os._exit(EXIT_INTERRUPTED)
+
+
+class _KeptOpen(io.TextIOWrapper):
+    """The job's own stdout/stderr: plugin code that closes ``sys.stdout`` only flushes it."""
+
+    def close(self) -> None:
+        try:
+            self.flush()
+        except (OSError, ValueError):
+            pass
+
+
+def _private_stream(stream):
+    """``stream`` re-opened on a duplicate of its file descriptor, lone surrogates escaped: plugin
+    code that closes ``sys.stdout`` or file descriptor 1 cannot silence (or crash) the harness's
+    report lines.  ``stream`` itself when it has no file descriptor."""
+    try:
+        fd = os.dup(stream.fileno())
+    except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
+        return stream
+    try:
+        stream.flush()
+    except (OSError, ValueError):
+        pass
+    return _KeptOpen(io.open(fd, "wb"),
+                     encoding=getattr(stream, "encoding", None) or "utf-8", errors="backslashreplace",
+                     line_buffering=getattr(stream, "line_buffering", True), write_through=getattr(stream, "write_through", False))
 
 
 def _die_with_parent(parent: int) -> bool:

@@ -6,7 +6,9 @@ A second job on a locked folder is refused at once with :class:`~verifier.errors
 (exit 2) naming the folder and the pid holding it -- before the fix a ``--resume`` raced a job
 still sampling there (e.g. the job child of a dispatcher killed by SIGKILL) and both rewrote the
 reports.  The lock is ``fcntl.flock`` on an open file: the kernel drops it when the process ends,
-however it ends (SIGKILL included), so a stale lock file never blocks a later resume.  Where
+however it ends (SIGKILL included), so a stale lock file never blocks a later resume.  A job that
+ends normally removes the file while it still holds the lock (a shard worker only when it is the
+last holder), so a finished run folder holds no lock file.  Where
 ``fcntl`` does not exist (Windows) the lock is a no-op.
 
 Under the exclusive lock a resume removes the temporary files (``.tmp-*``) a killed writer left
@@ -78,7 +80,14 @@ def run_dir_lock(run_dir: str | Path, *, shared: bool = False) -> Iterator[None]
         yield
     finally:
         del _held[key]
-        os.close(fd)  # releases the lock
+        try:  # the folder keeps no lock file: removed while still held (a shard worker: if it is the last holder)
+            if shared:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            os.unlink(path)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)  # releases the lock
 
 
 def _holder(fd: int) -> str:

@@ -46,6 +46,7 @@ from verifier._tracebacks import crash_traceback
 from verifier.reports import cache as report_cache
 from verifier.runner import acceptance, analysis, guards
 from verifier.runner.assemble import REPORT_SCHEMA_VERSION, build_report, environment
+from verifier._call_timeout import CallTimeout, call_deadline
 from verifier.runner.cells import acceptance_cells, count_cells, draft_unknown, expected_preflight, set_cells
 from verifier.runner.clock import since_process_start
 from verifier.runner.context import SuiteContext
@@ -53,7 +54,7 @@ from verifier.runner.plan import SampleSetPlan, decoder_identity
 from verifier.runner.store import SampleStore, Shard
 from verifier.runner.verdict import DecoderVerdict, cell_level, decide, exit_code
 from verifier.suite.schema import Suite
-from verifier.validation import check_decoder_stats, check_emitted_tokens
+from verifier.validation import check_decoder_stats, check_emitted_tokens, plugin_attribute
 
 __all__ = ["REPORT_SCHEMA_VERSION", "RunOutcome", "run_suite", "analyze_run", "new_run_dir", "load_run_suite"]
 
@@ -229,9 +230,14 @@ def _sample(ctx: SuiteContext, store: SampleStore, progress: bool, log: Callable
                 try:
                     decoder = ctx.decoder(spec, plan.num_draft_tokens)
                     try:
-                        out = decoder.generate(list(plan.prompt_ids), rows, plan.max_new_tokens, plan.sampling, seed)
+                        call = (f"{spec.name}: generate(prompt_ids={list(plan.prompt_ids)[:8]}, num_samples={rows}, "
+                                f"max_new_tokens={plan.max_new_tokens}, sampling={plan.sampling.label()}, seed={seed})")
+                        with call_deadline(call):  # --call-timeout (default: no limit)
+                            out = decoder.generate(list(plan.prompt_ids), rows, plan.max_new_tokens, plan.sampling, seed)
                     except (DecoderError, ResourceError, KeyboardInterrupt):
                         raise
+                    except CallTimeout as exc:
+                        raise DecoderError(str(exc)) from None
                     except SamplingRefusedError as exc:  # a setting the decoder cannot express: usage (exit 2), no crash
                         raise SamplingRefusedError(f"decoders[{spec.name}] at {plan.label}: {exc}") from None
                     except BaseException as exc:  # SystemExit from plugin code too: a crash, never a clean exit
@@ -246,11 +252,15 @@ def _sample(ctx: SuiteContext, store: SampleStore, progress: bool, log: Callable
                                                   vocab_size=pair.vocab_size, eos_token_id=pair.eos_token_id,
                                                   decoder_name=spec.name)
                     _check_seed_used(seen_chunks, plan, index, seed, tokens, spec.name)
-                    stats = getattr(decoder, "last_stats", None)
-                    fra = getattr(stats, "first_round_accepted", None) if stats is not None else None
-                    counts = getattr(stats, "accepted_counts", None) if stats is not None else None
+                    stats = plugin_attribute(decoder, "last_stats", None, decoder_name=spec.name)
+                    fra = plugin_attribute(stats, "first_round_accepted", None, decoder_name=f"{spec.name}.last_stats")
+                    counts = plugin_attribute(stats, "accepted_counts", None, decoder_name=f"{spec.name}.last_stats")
                     fra, counts = check_decoder_stats(fra, counts, num_draft_tokens=plan.num_draft_tokens,
                                                       decoder_name=spec.name, num_samples=rows)
+                    origins = plugin_attribute(stats, "origins", None, decoder_name=f"{spec.name}.last_stats")
+                    meta = {"set_key": plan.key, "set_id": plan.set_id, "chunk": index, "seed": seed,
+                            "num_samples": rows, "suite_seed": ctx.suite.seed,
+                            "decoder": decoder_identity(spec, decoder, plan.num_draft_tokens)}
                 except DecoderError as exc:
                     kept = sum(1 for i in range(plan.num_chunks) if store.chunk_path(plan.set_id, i).is_file())
                     errors[spec.name] = {
@@ -262,10 +272,7 @@ def _sample(ctx: SuiteContext, store: SampleStore, progress: bool, log: Callable
                     }
                     log(f"  {spec.name}: stopped at {plan.label}, chunk {index} (seed {seed}): {exc}")
                     break
-                meta = {"set_key": plan.key, "set_id": plan.set_id, "chunk": index, "seed": seed,
-                        "num_samples": rows, "suite_seed": ctx.suite.seed,
-                        "decoder": decoder_identity(spec, decoder, plan.num_draft_tokens)}
-                origins = getattr(stats, "origins", None)  # optional per-token origins (diagnosis localization)
+                # optional per-token origins (diagnosis localization)
                 origins = origins if origins is not None and np.shape(origins) == tokens.shape else None
                 store.write_chunk(plan.set_id, index, Shard(tokens, fra, counts, meta, origins))
                 bar.update(rows)
