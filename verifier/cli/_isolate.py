@@ -17,8 +17,10 @@ on its mmap'd chunks; older glibc and other C libraries ignore it), appended to 
 user set, unless the user already chose ``glibc.malloc.hugetlb``: 21% less CPU at V = 256k, the
 same samples and p-values.  It is not the default: in a fresh-machine CI run with it, two Ctrl-C
 tests saw the job still running 60 s after SIGINT (right after the engine builds; not reproduced
-since, cause not established -- synchronous huge-page compaction on fragmented memory is the
-suspect), and a CI gate must stop when told.
+since; issue 28 found the same two tests fail whenever the test run starts with SIGINT ignored --
+a background CI job -- with or without huge pages, fixed below, so huge pages are most likely not
+the cause, but the default was not changed back without a fresh-machine rerun), and a CI gate must
+stop when told.
 
 Argument parsing (``--help``, usage errors) happens in the parent first, so those stay cheap and
 never start a child.  Ctrl-C reaches the child from the terminal (same process group); a SIGINT
