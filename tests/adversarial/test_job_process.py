@@ -143,7 +143,8 @@ def test_non_daemon_plugin_thread_does_not_keep_the_job_alive(tmp_path):
 
 def test_resume_racing_a_live_job_is_refused(tmp_path):
     """Before the fix the resume started sampling the same folder (here: it hung in the sleeping
-    decoder until the timeout); now it is refused at once, exit 2, naming the folder and the pid."""
+    decoder until the timeout) and report / merge wrote reports into it; now each is refused at
+    once, exit 2, naming the folder and the pid."""
     from tests.adversarial.test_plugin_exits import cli
 
     suite = write_suite(tmp_path / "s", options='{ mode = "sleep" }')
@@ -153,10 +154,12 @@ def test_resume_racing_a_live_job_is_refused(tmp_path):
         _wait_for(pid_file, proc)
         raced = cli("run", "--resume", str(run_dir), timeout=60)
         fresh = cli("run", str(suite), "--run-dir", str(run_dir), timeout=60)
+        reported = cli("report", str(run_dir), timeout=60)  # would write reports into the live folder
+        merged = cli("merge", str(run_dir), timeout=60)
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.communicate(timeout=30)
-    for done in (raced, fresh):
+    for done in (raced, fresh, reported, merged):
         assert done.returncode == 2, done.stderr[-2000:]
         assert "being written by another specverify job" in done.stderr and pid_file.read_text() in done.stderr
         assert "Traceback" not in done.stderr

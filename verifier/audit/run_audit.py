@@ -86,7 +86,7 @@ def run_audit(suite: Any, run_dir: str | Path, plan: dict, *, resume: bool = Fal
     from verifier.runner import guards
     from verifier.runner.run import RUN_FILE
 
-    from verifier.runner.lock import remove_stale_temp_files, run_dir_lock
+    from verifier._run_lock import remove_stale_temp_files, run_dir_lock
 
     with run_dir_lock(run_dir):  # one writer per run folder (run_suite takes it again, re-entrant)
         if not resume:

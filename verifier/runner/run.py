@@ -431,12 +431,12 @@ def run_suite(suite: Suite, run_dir: str | Path, *, resume: bool = False, progre
     ConfigError, ModelLoadError
         Bad suite content found while loading models or prompts (exit 2); without ``resume``, a
         ``run_dir`` that already holds a run; a ``run_dir`` another job is writing
-        (:mod:`verifier.runner.lock`); sizes beyond available memory; a device absent here;
+        (:mod:`verifier._run_lock`); sizes beyond available memory; a device absent here;
         on ``resume``, a plugin file changed since the run started (:mod:`verifier.runner.guards`).
     ReportWriteError
         ``run_dir`` cannot be written (samples already written are kept).
     """
-    from verifier.runner.lock import run_dir_lock
+    from verifier._run_lock import run_dir_lock
 
     with run_dir_lock(run_dir):  # one writer per run folder: a resume racing a live job is refused (exit 2)
         return _run_suite(suite, run_dir, resume=resume, progress=progress, log=log)
@@ -444,7 +444,7 @@ def run_suite(suite: Suite, run_dir: str | Path, *, resume: bool = False, progre
 
 def _run_suite(suite: Suite, run_dir: str | Path, *, resume: bool, progress: bool,
                log: Callable[[str], None]) -> RunOutcome:
-    from verifier.runner.lock import remove_stale_temp_files
+    from verifier._run_lock import remove_stale_temp_files
 
     store = SampleStore(run_dir)
     stage: dict[str, float] = {}

@@ -33,8 +33,12 @@ _held: dict[str, list] = {}  # resolved folder -> [fd, shared, depth]: re-entran
 
 
 @contextlib.contextmanager
-def run_dir_lock(run_dir: str | Path, *, shared: bool = False) -> Iterator[None]:
+def run_dir_lock(run_dir: str | Path, *, shared: bool = False, optional: bool = False) -> Iterator[None]:
     """Hold the run folder's lock for the ``with`` block (created with the folder when absent).
+
+    ``optional`` (``specverify report`` / ``merge`` reading a folder): a folder that does not exist
+    is not created and one whose lock file cannot be created (read-only) is read unlocked -- no job
+    can be writing there -- while a folder a job holds is still refused.
 
     Raises
     ------
@@ -58,10 +62,16 @@ def run_dir_lock(run_dir: str | Path, *, shared: bool = False) -> Iterator[None]
             _held[key][2] -= 1
         return
     path = folder / LOCK_FILE
+    if optional and not folder.is_dir():
+        yield
+        return
     try:
         folder.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as exc:
+        if optional:
+            yield
+            return
         raise ReportWriteError(f"cannot write run folder {str(folder)!r} (lock file {LOCK_FILE}): {exc.strerror or exc}") from None
     try:
         fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
