@@ -33,6 +33,7 @@ from verifier.errors import EXIT_DECODER, invalid_argument
 __all__ = ["CALL_TIMEOUT_ENV", "CallTimeout", "add_argument", "apply", "call_deadline"]
 
 CALL_TIMEOUT_ENV = "SPECVERIFY_CALL_TIMEOUT"  # seconds per generate call; unset or empty: no limit
+MAX_CALL_TIMEOUT_S = 1e6  # ~11.6 days; timers overflow time_t near 1e10 s, and a longer limit is no limit
 HARD_GRACE_S = 30.0  # at most this long after the deadline, a call that never came back to Python ends the job child
 
 
@@ -60,8 +61,9 @@ def apply(args) -> None:
     value = getattr(args, "call_timeout", None)
     if value is None:
         return
-    if not (math.isfinite(value) and value > 0):
-        raise invalid_argument("--call-timeout", value, "a finite number of seconds > 0 (or no option: no limit)")
+    if not (math.isfinite(value) and 0 < value <= MAX_CALL_TIMEOUT_S):
+        raise invalid_argument("--call-timeout", value, f"a number of seconds in (0, {MAX_CALL_TIMEOUT_S:g}] "
+                               "(or no option: no limit)")
     os.environ[CALL_TIMEOUT_ENV] = repr(float(value))
 
 
@@ -70,7 +72,7 @@ def _seconds() -> float | None:
         value = float(os.environ.get(CALL_TIMEOUT_ENV) or "nan")
     except ValueError:
         return None
-    return value if math.isfinite(value) and value > 0 else None
+    return value if math.isfinite(value) and 0 < value <= MAX_CALL_TIMEOUT_S else None
 
 
 @contextlib.contextmanager

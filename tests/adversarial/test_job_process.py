@@ -205,5 +205,7 @@ def test_call_timeout_must_be_positive(tmp_path, capsys):
     from verifier.cli import main
 
     suite = write_suite(tmp_path / "s")
-    assert main(["run", str(suite), "--run-dir", str(tmp_path / "run"), "--call-timeout", "0"]) == 2
-    assert "--call-timeout=0.0 is invalid; allowed: a finite number of seconds > 0" in capsys.readouterr().err
+    for bad in ("0", "-1", "nan", "inf", "1e300"):  # 1e300 overflowed setitimer / the watchdog's Timer
+        assert main(["run", str(suite), "--run-dir", str(tmp_path / "run"), "--call-timeout", bad]) == 2
+        assert "is invalid; allowed: a number of seconds in (0, 1e+06]" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
