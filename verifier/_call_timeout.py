@@ -7,7 +7,8 @@ to the runner) every ``generate`` call of the runner gets S seconds:
 * on the main thread, ``SIGALRM`` (``setitimer``) raises :class:`CallTimeout` inside the call;
   the runner records it like any decoder crash -- exit 3, the decoder's verdict ERROR, a message
   naming the call (``generate(prompt_ids=..., num_samples=..., ...)``) and the limit, samples
-  written so far kept, the other decoders still run;
+  written so far kept, the other decoders still run; black-box audits get the same limit through
+  :class:`verifier.audit.plugins.PluginDecoder`;
 * a call stuck in C code that never returns to the interpreter cannot be interrupted so: in a job
   child (:mod:`verifier.cli._isolate`), a watchdog thread ends the process a grace period after the
   deadline (the limit itself, at least 1 s and at most :data:`HARD_GRACE_S`) with the same message
@@ -79,9 +80,22 @@ def _seconds() -> float | None:
 def call_deadline(what: str) -> Iterator[None]:
     """Raise :class:`CallTimeout` in the ``with`` block after ``--call-timeout`` seconds (no-op without one)."""
     seconds = _seconds()
-    if seconds is None:
+    if seconds is None or _active:  # no limit, or inside an outer deadline already (one alarm at a time)
         yield
         return
+    _active.append(what)
+    try:
+        with _armed(what, seconds):
+            yield
+    finally:
+        _active.pop()
+
+
+_active: list[str] = []  # the call under a deadline now (nested call_deadline blocks share the outer one)
+
+
+@contextlib.contextmanager
+def _armed(what: str, seconds: float) -> Iterator[None]:
     armed = threading.current_thread() is threading.main_thread() and hasattr(signal, "setitimer")
     old = None
     if armed:

@@ -209,3 +209,17 @@ def test_call_timeout_must_be_positive(tmp_path, capsys):
         assert main(["run", str(suite), "--run-dir", str(tmp_path / "run"), "--call-timeout", bad]) == 2
         assert "is invalid; allowed: a number of seconds in (0, 1e+06]" in capsys.readouterr().err
     assert not (tmp_path / "run").exists()
+
+
+def test_call_timeout_also_bounds_a_black_box_audit(tmp_path):
+    """Black-box audits call the plugin through PluginDecoder, not the runner: the same limit applies
+    (before, a sleeping decoder made the audit wait the full sleep)."""
+    from tests.adversarial.test_plugin_exits import PLUG, cli
+
+    (tmp_path / "plug.py").write_text(PLUG.read_text())
+    started = time.monotonic()
+    done = cli("audit", "--decoder", f"{tmp_path / 'plug.py'}:make", "--option", "mode=sleep", "--blackbox",
+               "--target", "tabular:bigram4_eos", "--prompt-ids", "0", "--num-samples", "100", "--max-new-tokens", "2",
+               "--call-timeout", "2", timeout=100)
+    assert done.returncode == 3, done.stderr[-2000:]
+    assert "did not return within --call-timeout=2 s" in done.stderr and time.monotonic() - started < 60

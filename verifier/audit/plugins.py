@@ -364,10 +364,16 @@ class PluginDecoder:
         DecoderOutputError
             The plugin returned invalid output; the message shows the first bad row (exit 3).
         """
+        from verifier._call_timeout import CallTimeout, call_deadline
+
         try:
-            out = self.inner.generate(list(prompt_ids), num_samples, max_new_tokens, sampling, seed)
+            with call_deadline(f"{self.name}: generate(prompt_ids={list(prompt_ids)[:8]}, num_samples={num_samples}, "
+                               f"max_new_tokens={max_new_tokens}, sampling={sampling.label()}, seed={seed})"):
+                out = self.inner.generate(list(prompt_ids), num_samples, max_new_tokens, sampling, seed)
         except KeyboardInterrupt:
             raise
+        except CallTimeout as exc:  # --call-timeout
+            raise DecoderError(str(exc)) from None
         except BaseException as exc:  # SystemExit included
             if is_out_of_memory(exc):  # the machine, not the decoder: no exit 3
                 raise ResourceError(
