@@ -57,16 +57,20 @@ def plugin_traceback(exc: BaseException) -> str:
 def crash_traceback(exc: BaseException) -> str:
     """What a run records of a decoder crash (``stopped.json`` / report.json ``stopped[].traceback``):
     the plugin's frames, or with ``SPECVERIFY_DEBUG=1`` the full traceback."""
+    from verifier.errors import printable
+
     if debug_enabled():
-        return "".join(traceback.format_exception(exc)).rstrip("\n")
-    return plugin_traceback(exc)
+        return printable("".join(traceback.format_exception(exc)).rstrip("\n"))
+    return printable(plugin_traceback(exc))
 
 
 def format_error(exc: BaseException, command: str, *, debug: bool = False) -> str:
     """The CLI's error text for a :class:`VerifierError`: the message line, then the plugin's frames
     (or, with ``debug`` / ``--debug`` / ``SPECVERIFY_DEBUG=1``, the full traceback)."""
-    head = f"specverify {command}: error: {type(exc).__name__}: {exc}"
+    from verifier.errors import printable
+
+    head = printable(f"specverify {command}: error: {type(exc).__name__}: {exc}")
     if debug or debug_enabled():
-        return "".join(traceback.format_exception(exc)).rstrip("\n") + "\n" + head
-    frames = plugin_traceback(exc)
+        return printable("".join(traceback.format_exception(exc)).rstrip("\n")) + "\n" + head
+    frames = printable(plugin_traceback(exc))
     return f"{head}\n{frames}" if frames else head

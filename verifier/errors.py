@@ -27,6 +27,7 @@ __all__ = [
     "ReportWriteError",
     "StoredSampleError",
     "invalid_argument",
+    "printable",
     "refuse_sampling",
 ]
 
@@ -38,9 +39,26 @@ EXIT_UNDERPOWERED = 4  # some cell's minimum detectable effect is above the suit
 
 
 class VerifierError(Exception):
-    """Root of every error raised by spec-verifier.  Catch this to catch them all."""
+    """Root of every error raised by spec-verifier.  Catch this to catch them all.
+
+    String arguments are made printable: a lone surrogate (``"\\udcff"``, e.g. from a plugin's
+    exception text or a file name decoded with ``surrogateescape``) becomes its backslash escape,
+    so the message can always be printed and written to a UTF-8 report.
+    """
 
     exit_code: int = EXIT_USAGE
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*(printable(a) if isinstance(a, str) else a for a in args))
+
+
+def printable(text: str) -> str:
+    """``text`` with every lone surrogate replaced by its backslash escape (valid UTF-8 throughout).
+
+    >>> printable("bad \\udcff byte")
+    'bad \\\\udcff byte'
+    """
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 class InvalidArgumentError(VerifierError, ValueError):

@@ -32,7 +32,11 @@ import torch
 
 from verifier.errors import invalid_argument
 
-__all__ = ["SamplingConfig", "processed_probs", "GREEDY"]
+__all__ = ["SamplingConfig", "processed_probs", "GREEDY", "MIN_TEMPERATURE"]
+
+# The smallest positive temperature: any float32 logit (|x| <= 3.4e38) over it stays finite in
+# float64 (3.4e38 / 1.9e-270 = 1.8e308), so softmax never sees inf - inf; 5e-324 made every prob NaN.
+MIN_TEMPERATURE = 1e-260
 
 
 @dataclass(frozen=True)
@@ -65,8 +69,9 @@ class SamplingConfig:
 
     def __post_init__(self) -> None:
         t = self.temperature
-        if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t < 0:
-            raise invalid_argument("temperature", t, "a finite number >= 0 (0 = greedy)")
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t < 0 or 0 < t < MIN_TEMPERATURE:
+            raise invalid_argument("temperature", t, f"0 (greedy) or a finite number >= {MIN_TEMPERATURE:g} (below it logits / "
+                                   "temperature overflow float64 and every processed prob is NaN)")
         k = self.top_k
         if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
             raise invalid_argument("top_k", k, "None or an integer >= 1")

@@ -13,12 +13,35 @@ from verifier.protocols import PADDING_TOKEN_ID
 
 NO_ROUND = -1  # first_round_accepted of a row in which no speculative round ran (same as verifier.runner.acceptance.NO_ROUND)
 
-__all__ = ["check_emitted_tokens", "check_decoder_stats", "same_rows_nats", "repeated_block", "REPLAY_NATS"]
+__all__ = ["check_emitted_tokens", "check_decoder_stats", "same_rows_nats", "repeated_block", "REPLAY_NATS",
+           "plugin_attribute"]
 
 # rows an i.i.d. sampler (any law) repeats with probability <= exp(-REPLAY_NATS) (about 1e-13) are replayed
 REPLAY_NATS = 30.0
 _PREFIX_CHECK = 32  # rows compared for every candidate block length before the whole block is
 _FULL_CHECKS = 64  # candidate block lengths compared in full (low-entropy rows pass the prefix often)
+
+_MISSING = object()
+
+
+def plugin_attribute(obj, name: str, default=None, *, decoder_name: str = "decoder"):
+    """``getattr(obj, name, default)`` on plugin code: a property that raises is a decoder error.
+
+    Raises
+    ------
+    DecoderError
+        Reading the attribute raised (exit 3); the message names the property and the exception.
+        ``KeyboardInterrupt`` passes through.
+    """
+    from verifier.errors import DecoderError
+
+    try:
+        return getattr(obj, name, default)
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # SystemExit included: plugin code, never a clean exit
+        raise DecoderError(f"{decoder_name}: reading its `{name}` property raised {type(exc).__name__}: {exc}; "
+                           f"allowed: a `{name}` attribute or property that returns a value") from exc
 
 
 def check_emitted_tokens(
@@ -58,7 +81,16 @@ def check_emitted_tokens(
     """
     arr = emitted
     if hasattr(arr, "detach") and hasattr(arr, "cpu"):  # torch.Tensor without importing torch
-        arr = arr.detach().cpu().numpy()
+        device = getattr(getattr(arr, "device", None), "type", None)
+        if device == "meta":  # shape and dtype only: there are no tokens to copy
+            raise DecoderOutputError(f"{decoder_name} returned a tensor on the 'meta' device (shape {tuple(arr.shape)}, "
+                                     "no data); allowed: a numpy.ndarray or a torch.Tensor on cpu or cuda, of int64")
+        try:
+            arr = arr.detach().cpu().numpy()
+        except (RuntimeError, TypeError, ValueError, NotImplementedError) as exc:
+            raise DecoderOutputError(f"{decoder_name} returned a {type(emitted).__name__} on device {device!r} that cannot be "
+                                     f"copied to a numpy array ({type(exc).__name__}: {exc}); allowed: a numpy.ndarray or a "
+                                     "torch.Tensor on cpu or cuda, of int64") from None
     if not isinstance(arr, np.ndarray):
         raise DecoderOutputError(f"{decoder_name} returned {type(emitted).__name__}; allowed: numpy.ndarray or torch.Tensor of int64")
     if arr.dtype != np.int64:

@@ -41,7 +41,7 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
-from verifier.errors import ConfigError, DecoderOutputError, InvalidArgumentError, invalid_argument
+from verifier.errors import ConfigError, DecoderOutputError, InvalidArgumentError, SamplingRefusedError, invalid_argument
 from verifier.protocols import PADDING_TOKEN_ID
 from verifier.sampling import SamplingConfig
 
@@ -53,6 +53,8 @@ __all__ = [
     "import_jsonl",
     "export_jsonl",
     "ReplayDecoder",
+    "ReplayPlan",
+    "replay_plan",
     "LogprobCheck",
     "compare_target_logprobs",
 ]
@@ -263,9 +265,15 @@ def import_jsonl(path: str | Path, *, max_new_tokens: int | None = None, vocab_s
         raise invalid_argument("max_new_tokens", max_new_tokens, "None or an integer >= 1")
     rows: dict[tuple[str, SamplingConfig], list[ImportedSample]] = {}
     prompts: dict[str, tuple[tuple[int, ...] | None, int]] = {}
+    fits = False  # a row within max_new_tokens was seen: a longer one is then the decoder's, not the flag's
     for s in iter_jsonl_samples(path, vocab_size=vocab_size, eos_token_id=eos_token_id):
         if max_new_tokens is not None and len(s.emitted_token_ids) > max_new_tokens:
+            if not fits:  # every row so far is longer: the stated length is wrong (usage, exit 2)
+                raise SampleFileError(f"{Path(path).name} line {s.line}: {len(s.emitted_token_ids)} emitted tokens > "
+                                      f"max_new_tokens={max_new_tokens} (--max-new-tokens), and no earlier row fits; "
+                                      "allowed: the max_new_tokens the samples were generated with")
             raise DecoderOutputError(f"{Path(path).name} line {s.line}: {len(s.emitted_token_ids)} emitted tokens > max_new_tokens={max_new_tokens}")
+        fits = fits or max_new_tokens is not None
         known = prompts.setdefault(s.prompt_id, (s.prompt_token_ids, s.line))
         if s.prompt_token_ids is not None and known[0] is not None and known[0] != s.prompt_token_ids:
             raise SampleFileError(f"{Path(path).name} line {s.line}: field 'prompt_token_ids' differs from line {known[1]} for prompt_id={s.prompt_id!r}")
@@ -276,7 +284,12 @@ def import_jsonl(path: str | Path, *, max_new_tokens: int | None = None, vocab_s
         raise SampleFileError(f"sample file {str(path)!r} holds no samples")
     groups = {}
     for key, samples in rows.items():
-        width = max_new_tokens or max(len(s.emitted_token_ids) for s in samples)
+        longest = max(len(s.emitted_token_ids) for s in samples)
+        width = max_new_tokens or longest
+        if longest < width and (eos_token_id is None or all(s.emitted_token_ids[-1] != eos_token_id for s in samples)):
+            raise SampleFileError(f"{Path(path).name}: every row of prompt_id={key[0]!r} ({key[1].label()}) is at most {longest} "
+                                  f"tokens long without EOS, but max_new_tokens={max_new_tokens} (--max-new-tokens); "
+                                  f"allowed: max_new_tokens <= {longest}, the length the samples were generated with")
         emitted = np.full((len(samples), width), PADDING_TOKEN_ID, dtype=np.int64)
         has_lp = any(s.target_logprobs is not None for s in samples)
         logprobs = np.full((len(samples), width), np.nan) if has_lp else None
@@ -316,6 +329,58 @@ def _check_not_replayed(path: str | Path, prompt_id: str, emitted: np.ndarray, s
         f"{r - 1} identical block(s) (lines {lines[m]}..{lines[r * m - 1]}): {(r - 1) * m} of {len(samples)} rows are "
         f"duplicates, which independent samples of any law repeat with probability <= exp(-{nats:.0f}); allowed: "
         "independent samples, each row drawn once (was the file concatenated with itself, or a seed reused?)")
+
+DEFAULT_REPLAY_TOKENS = 4  # tokens audited per row when --max-new-tokens is not given (fewer if the rows are shorter)
+
+
+@dataclass(frozen=True)
+class ReplayPlan:
+    """What a known-p audit of imported samples replays: checked against the file before any run."""
+
+    prompts: list[list[int]]
+    num_samples: int
+    max_new_tokens: int
+    notes: list[str]
+
+
+def replay_plan(groups: dict[tuple[str, SamplingConfig], SampleGroup], sampling: SamplingConfig, *,
+                prompt_ids: Sequence[Sequence[int]] = (), max_new_tokens: int | None = None,
+                source: str = "sample file") -> ReplayPlan:
+    """The prompts, rows per prompt and tokens per row to audit, or a usage error before sampling.
+
+    Rows of another sampling config (or of prompts not in ``prompt_ids``) are not audited; each such
+    group gets a note saying so.
+
+    Raises
+    ------
+    SampleFileError
+        (exit 2) no rows with ``sampling``; a prompt of ``prompt_ids`` with no rows for it;
+        ``max_new_tokens`` beyond the rows' length.
+    """
+    audited = [g for g in groups.values() if g.sampling == sampling]
+    if not audited:
+        held = sorted({g.sampling.label() for g in groups.values()})
+        raise SampleFileError(f"{source}: no rows with sampling {sampling.label()} (the --temperature / --top-k / --top-p "
+                              f"/ --repetition-penalty given); the file holds {held}; allowed: the sampling options of one of them")
+    if prompt_ids:
+        have = {g.prompt_token_ids: g for g in audited}
+        missing = [list(p) for p in prompt_ids if tuple(int(t) for t in p) not in have]
+        if missing:
+            raise SampleFileError(f"{source}: --prompt-ids {missing[0]} has no rows with sampling {sampling.label()}; "
+                                  f"allowed: prompt ids the file holds for it: {[list(k) for k in have if k is not None]}")
+        audited = [have[tuple(int(t) for t in p)] for p in prompt_ids]
+    width = min(g.emitted.shape[1] for g in audited)
+    if max_new_tokens is None:
+        max_new_tokens = min(DEFAULT_REPLAY_TOKENS, width)
+    elif max_new_tokens > width:
+        narrow = min(audited, key=lambda g: g.emitted.shape[1])
+        raise SampleFileError(f"{source}: --max-new-tokens={max_new_tokens} but the rows of prompt_id={narrow.prompt_id!r} "
+                              f"are {width} tokens long; allowed: --max-new-tokens <= {width}")
+    notes = [f"{g.num_samples} rows of prompt_id={g.prompt_id!r} with sampling {g.sampling.label()} are not audited "
+             f"(this audit: sampling {sampling.label()}{', --prompt-ids' if prompt_ids else ''}); audit them with their "
+             "own sampling options" for g in groups.values() if not any(g is a for a in audited)]
+    return ReplayPlan([list(g.prompt_token_ids) if g.prompt_token_ids is not None else [] for g in audited],
+                      min(g.num_samples for g in audited), max_new_tokens, notes)
 
 
 def export_jsonl(path: str | Path, emitted: np.ndarray, *, prompt_id: str, prompt_token_ids: Sequence[int] | None = None,
@@ -400,21 +465,21 @@ class ReplayDecoder:
 
         Raises
         ------
-        SampleFileError
+        SamplingRefusedError
             No group for this prompt and sampling config, too few samples, or rows narrower than
-            ``max_new_tokens``.
+            ``max_new_tokens`` (a usage error, exit 2: :func:`replay_plan` checks these up front).
         """
         key = (tuple(int(t) for t in prompt_ids), sampling)
         group = self._by_prompt.get(key)
-        if group is None:
-            raise SampleFileError(f"no imported samples for prompt_token_ids={list(key[0])} with sampling {sampling.label()}; "
+        if group is None:  # SamplingRefusedError: exit 2 even from inside generate (the runner lets it through)
+            raise SamplingRefusedError(f"no imported samples for prompt_token_ids={list(key[0])} with sampling {sampling.label()}; "
                                   f"available: {[(list(k[0]), k[1].label()) for k in self._by_prompt]}")
         served = self._offsets.setdefault(key, {})
         if seed not in served:
             served[seed] = max((o + n for o, n in served.values()), default=0), num_samples
         start = served[seed][0]
         if group.num_samples < start + num_samples or group.emitted.shape[1] < max_new_tokens:
-            raise SampleFileError(f"prompt_id={group.prompt_id!r} has {group.num_samples} samples x {group.emitted.shape[1]} tokens; "
+            raise SamplingRefusedError(f"prompt_id={group.prompt_id!r} has {group.num_samples} samples x {group.emitted.shape[1]} tokens; "
                                   f"asked for rows {start}..{start + num_samples - 1} x {max_new_tokens} tokens")
         return group.emitted[start:start + num_samples, :max_new_tokens].copy()
 

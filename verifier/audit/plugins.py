@@ -38,7 +38,7 @@ import torch
 from verifier.errors import ConfigError, DecoderError, DecoderOutputError, ResourceError, VerifierError, is_out_of_memory
 from verifier.protocols import PADDING_TOKEN_ID, DecoderStats
 from verifier.sampling import SamplingConfig
-from verifier.validation import check_emitted_tokens
+from verifier.validation import check_emitted_tokens, plugin_attribute
 
 __all__ = [
     "PluginLoadError",
@@ -81,7 +81,7 @@ def _split_spec(spec: str) -> tuple[str, str]:
 def _import_module(module_part: str, spec: str):
     is_path = _is_path(module_part)
     if is_path:
-        path = Path(module_part).expanduser().resolve()
+        path = _resolved_file(module_part, spec)
         if path.suffix != ".py":
             raise PluginLoadError(f"plugin spec={spec!r}: {str(path)!r} is not a Python source file; "
                                   "allowed: a path ending in .py, or an importable package.module")
@@ -138,6 +138,18 @@ def _missing_module(spec: str, exc: ModuleNotFoundError, folder: str | None) -> 
         f"PYTHONPATH (a suite: python_path = [...])")
 
 
+def _resolved_file(module_part: str, spec: str) -> Path:
+    """The absolute path of a plugin file; :class:`PluginLoadError` for a symlink loop or a path
+    that cannot be resolved (``Path.resolve`` raises RuntimeError / OSError then)."""
+    try:
+        path = Path(module_part).expanduser().resolve()
+        path.is_file()  # ELOOP on the last component shows here
+        return path
+    except (RuntimeError, OSError) as exc:
+        raise PluginLoadError(f"plugin spec={spec!r}: path {module_part!r} cannot be resolved ({exc}); "
+                              "allowed: an existing .py file (no symbolic link loop)") from None
+
+
 def _is_path(module_part: str) -> bool:
     return module_part.endswith(".py") or "/" in module_part or "\\" in module_part
 
@@ -175,8 +187,11 @@ def plugin_source(spec: str) -> Path | None:
     except PluginLoadError:
         return None
     if _is_path(module_part):
-        path = Path(module_part).expanduser().resolve()
-        return path if path.is_file() else None
+        try:
+            path = _resolved_file(module_part, spec)
+            return path if path.is_file() else None
+        except PluginLoadError:  # the build reports it
+            return None
     try:
         found = importlib.util.find_spec(module_part)
     except KeyboardInterrupt:
@@ -383,19 +398,19 @@ class PluginDecoder:
 
     def __init__(self, decoder: Any, *, vocab_size: int | None = None, eos_token_id: int | None = None, name: str | None = None) -> None:
         self.inner = decoder
-        self.name = name or str(getattr(decoder, "name", type(decoder).__name__))
-        vs = vocab_size if vocab_size is not None else getattr(decoder, "vocab_size", None)
+        self.name = name or str(plugin_attribute(decoder, "name", type(decoder).__name__, decoder_name=type(decoder).__name__))
+        vs = vocab_size if vocab_size is not None else plugin_attribute(decoder, "vocab_size", None, decoder_name=self.name)
         if not isinstance(vs, int) or isinstance(vs, bool) or vs < 1:
             raise PluginLoadError(
                 f"decoder {self.name!r} has vocab_size={vs!r}; allowed: an integer >= 1 (set a `vocab_size` attribute or pass vocab_size=)"
             )
         self.vocab_size = vs
-        self.eos_token_id = eos_token_id if eos_token_id is not None else getattr(decoder, "eos_token_id", None)
+        self.eos_token_id = eos_token_id if eos_token_id is not None else plugin_attribute(decoder, "eos_token_id", None, decoder_name=self.name)
 
     @property
     def last_stats(self) -> DecoderStats | None:
         """The inner decoder's ``last_stats`` if it has one."""
-        return getattr(self.inner, "last_stats", None)
+        return plugin_attribute(self.inner, "last_stats", None, decoder_name=self.name)
 
     def generate(self, prompt_ids: Sequence[int], num_samples: int, max_new_tokens: int, sampling: SamplingConfig, seed: int) -> np.ndarray:
         """Call the plugin's ``generate`` and validate the result (shape, dtype, ids, EOS padding).
@@ -407,10 +422,16 @@ class PluginDecoder:
         DecoderOutputError
             The plugin returned invalid output; the message shows the first bad row (exit 3).
         """
+        from verifier._call_timeout import CallTimeout, call_deadline
+
         try:
-            out = self.inner.generate(list(prompt_ids), num_samples, max_new_tokens, sampling, seed)
+            with call_deadline(f"{self.name}: generate(prompt_ids={list(prompt_ids)[:8]}, num_samples={num_samples}, "
+                               f"max_new_tokens={max_new_tokens}, sampling={sampling.label()}, seed={seed})"):
+                out = self.inner.generate(list(prompt_ids), num_samples, max_new_tokens, sampling, seed)
         except KeyboardInterrupt:
             raise
+        except CallTimeout as exc:  # --call-timeout
+            raise DecoderError(str(exc)) from None
         except BaseException as exc:  # SystemExit included
             if is_out_of_memory(exc):  # the machine, not the decoder: no exit 3
                 raise ResourceError(
@@ -525,7 +546,8 @@ def load_decoder(spec: str, /, *, vocab_size: int | None = None, eos_token_id: i
         As :func:`load_plugin`.
     """
     dec = load_plugin(spec, "decoder", context, **options)
-    return PluginDecoder(dec, vocab_size=vocab_size, eos_token_id=eos_token_id, name=getattr(dec, "name", None) or spec)
+    name = plugin_attribute(dec, "name", None, decoder_name=spec)
+    return PluginDecoder(dec, vocab_size=vocab_size, eos_token_id=eos_token_id, name=str(name) if name else spec)
 
 
 def load_kernel(spec: str, /, **options: Any) -> PluginKernel:

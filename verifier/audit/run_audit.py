@@ -86,13 +86,18 @@ def run_audit(suite: Any, run_dir: str | Path, plan: dict, *, resume: bool = Fal
     from verifier.runner import guards
     from verifier.runner.run import RUN_FILE
 
-    if not resume:
-        guards.check_fresh_run_dir(run_dir, RUN_FILE)  # before audit.json: never overwrite another run's plan
-    store = SampleStore(run_dir)
-    store.write_json(PLAN_FILE, plan)
-    if not sequential:
-        return AuditOutcome(run_suite(suite, run_dir, resume=resume, progress=progress, log=log), plan)
-    return _run_sequential(suite, store, plan, resume=resume, progress=progress, log=log)
+    from verifier._run_lock import remove_stale_temp_files, run_dir_lock
+
+    with run_dir_lock(run_dir):  # one writer per run folder (run_suite takes it again, re-entrant)
+        if not resume:
+            guards.check_fresh_run_dir(run_dir, RUN_FILE)  # before audit.json: never overwrite another run's plan
+        elif sequential:
+            remove_stale_temp_files(run_dir)
+        store = SampleStore(run_dir)
+        store.write_json(PLAN_FILE, plan)
+        if not sequential:
+            return AuditOutcome(run_suite(suite, run_dir, resume=resume, progress=progress, log=log), plan)
+        return _run_sequential(suite, store, plan, resume=resume, progress=progress, log=log)
 
 
 def _monitors(ctx: Any, alpha: float) -> list[tuple[Any, str, Any, Callable[[np.ndarray], np.ndarray]]]:

@@ -236,8 +236,10 @@ def _run_iv(args: argparse.Namespace) -> None:
     for n in args.samples or ():
         if n < 1:
             raise invalid_argument("--samples", n, "integers >= 1")
-    if args.threads < 1:
-        raise invalid_argument("--threads", args.threads, "a whole number >= 1")
+    from verifier.cli.cmd_run import max_threads
+
+    if not 1 <= args.threads <= max_threads():  # passed on to `specverify run --threads`, which allows this much
+        raise invalid_argument("--threads", args.threads, f"a whole number 1..{max_threads()}")
     if args.timeout is not None and not (math.isfinite(args.timeout) and args.timeout > 0):
         raise invalid_argument("--timeout", args.timeout, "a finite number of seconds > 0")
     if args.dtype not in DTYPES:

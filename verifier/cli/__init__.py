@@ -83,6 +83,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     import os
 
+    from verifier.cli import _isolate
+
+    if argv is None and os.environ.get(_isolate.VERDICT_ENV):  # a job child: ends with its verdict
+        _isolate.child_setup()
+        try:
+            code = _main_words(argv)
+        except SystemExit as exc:  # argparse (usage error, --help): the verdict is written
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else EXIT_USAGE)
+        _isolate.child_exit(code)
+    return _main_words(argv)
+
+
+def _main_words(argv: Sequence[str] | None) -> int:
+    import os
+
     words = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in words  # anywhere on the line
     words = [w for w in words if w != "--debug"]

@@ -144,6 +144,9 @@ def register(parser: argparse.ArgumentParser) -> None:
     from verifier import progress
     from verifier.cli import _diagnose_args
 
+    from verifier import _call_timeout
+
+    _call_timeout.add_argument(parser)
     progress.add_arguments(parser)
     _diagnose_args.add_arguments(parser)
     parser.add_argument("--export", metavar="FILE", help="also write the audited decoder's samples as JSONL")
@@ -520,12 +523,16 @@ def _export(path: str, run_dir: Path, suite) -> None:
 
 def _replay_suite_decoder(args, pair, sampling, vocab, eos):
     """--samples in known-p mode: the imported rows, replayed through the runner (one chunk per prompt)."""
-    from verifier.audit.jsonl import ReplayDecoder, compare_target_logprobs, import_jsonl
+    from verifier.audit.jsonl import ReplayDecoder, compare_target_logprobs, import_jsonl, replay_plan
 
     groups = import_jsonl(args.samples, max_new_tokens=args.max_new_tokens, vocab_size=vocab, eos_token_id=eos)
     decoder = ReplayDecoder(groups, vocab_size=vocab, eos_token_id=eos, name=f"imported:{Path(args.samples).name}")
-    prompts = args.prompt_ids or [list(g.prompt_token_ids) for g in groups.values() if g.sampling == sampling]
-    counts = [g.num_samples for g in groups.values() if g.sampling == sampling]
+    plan = replay_plan(groups, sampling, prompt_ids=args.prompt_ids, max_new_tokens=args.max_new_tokens,
+                       source=Path(args.samples).name)  # usage mismatches: exit 2 before any run
+    for note in plan.notes:
+        print(f"note: {note}")
+    args.max_new_tokens = plan.max_new_tokens
+    prompts, counts = plan.prompts, [plan.num_samples]
     if pair is not None:
         for g in groups.values():
             if g.target_logprobs is not None:
@@ -535,6 +542,9 @@ def _replay_suite_decoder(args, pair, sampling, vocab, eos):
 
 @with_diagnose_mode  # --diagnose / --no-diagnosis
 def run(args: argparse.Namespace) -> int:
+    from verifier import _call_timeout
+
+    _call_timeout.apply(args)  # --call-timeout: checked (exit 2) and handed to the runner
     _check_output_path("--json", args.json)
     _check_output_path("--export", args.export)
     _check_output_path("--save-suite", args.save_suite)
@@ -627,8 +637,6 @@ def _run_replay(args, decoder, prompts, num_samples, sampling) -> int:
         ns = argparse.Namespace(**vars(args))
         ns.decoder, ns.prompt_ids, ns.prompt, ns.resume = specs["imported"], [list(p) for p in prompts], [], None
         ns.num_samples, ns.chunk_size, ns.sequential, ns.save_suite = num_samples, num_samples, False, None
-        if ns.max_new_tokens is None:
-            ns.max_new_tokens = 4
         return _run_known_p(ns, sampling)
 
 

@@ -52,6 +52,9 @@ def run(args: argparse.Namespace) -> int:
     else:
         suite, _ = load_run_suite(args.run_dirs[0])
         out = new_run_dir(args.report_dir, suite)
-    outcome = merge_runs(args.run_dirs, out, allow_partial=args.allow_partial)
+    from verifier._run_lock import run_dir_lock
+
+    with run_dir_lock(out, optional=not args.out and len(args.run_dirs) == 1):  # one writer per run folder (exit 2)
+        outcome = merge_runs(args.run_dirs, out, allow_partial=args.allow_partial)
     print_outcome(outcome)
     return outcome.exit_code

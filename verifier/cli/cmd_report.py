@@ -33,13 +33,21 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from verifier import progress
+
+    progress.from_args(args)
+    from verifier._run_lock import run_dir_lock
+
+    with run_dir_lock(args.run_dir, optional=True):  # a run folder a job is writing is refused (exit 2)
+        return _report(args)
+
+
+def _report(args: argparse.Namespace) -> int:
     import datetime as dt
     from types import SimpleNamespace
 
-    from verifier import progress
     from verifier.reports import cache
 
-    progress.from_args(args)
     now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     hit = None if args.recompute else cache.try_rerender(args.run_dir, args.out, args.allow_partial, now)
     if hit is not None:  # same inputs: no torch import, no model, no statistic

@@ -15,6 +15,15 @@ HELP = "Run a verification suite (TOML): exact stage, sampling, statistics, verd
 
 DEFAULT_REPORT_DIR = "reports"  # runs go to <report-dir>/<suite name>/<run id>/
 DEFAULT_CPU_THREADS = 1  # tiny models: intra-op threads cost more in synchronisation than they save
+THREADS_PER_CPU = 4  # --threads above this many per CPU only adds synchronisation
+MAX_THREADS = 1024  # and never above this: OpenMP allocates per thread (--threads 100000 crashed the job)
+
+
+def max_threads() -> int:
+    """The largest ``--threads`` allowed here: ``THREADS_PER_CPU`` per CPU, at most ``MAX_THREADS``."""
+    import os
+
+    return max(1, min(MAX_THREADS, THREADS_PER_CPU * (os.cpu_count() or 1)))
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -36,7 +45,8 @@ def register(parser: argparse.ArgumentParser) -> None:
                         help="Model weights dtype for every model (accept/reject arithmetic stays float64). Default: each [models.*] table's dtype.")
     parser.add_argument("--threads", metavar="N", type=int, default=DEFAULT_CPU_THREADS,
                         help="torch intra-op threads on CPU. Tiny models sample fastest on one thread (measured 7x faster "
-                        f"than two on a busy 2-core machine); raise it for large CPU models. Default: {DEFAULT_CPU_THREADS}.")
+                        f"than two on a busy 2-core machine); raise it for large CPU models (at most {THREADS_PER_CPU} per CPU, "
+                        f"{MAX_THREADS} in all). Default: {DEFAULT_CPU_THREADS}.")
     parser.add_argument("--no-cache", action="store_true",
                         help="Neither read nor write the on-disk cache of Monte Carlo null streams (same p-values, "
                         "computed afresh; same as SPECVERIFY_NO_CACHE=1). Default: cached under $SPECVERIFY_CACHE_DIR "
@@ -49,7 +59,9 @@ def register(parser: argparse.ArgumentParser) -> None:
                              "without sampling, writing a run folder or claiming a verdict.")
     from verifier import progress
     from verifier.cli import _diagnose_args
+    from verifier import _call_timeout as call_timeout
 
+    call_timeout.add_argument(parser)
     progress.add_arguments(parser)
     _diagnose_args.add_arguments(parser)
 
@@ -131,8 +143,10 @@ def run(args: argparse.Namespace) -> int:
     from verifier.runner import load_run_suite, new_run_dir, run_suite
     from verifier.suite import load_suite, parse_suite
 
-    if args.threads < 1:
-        raise ConfigError(f"--threads={args.threads!r} is invalid; allowed: an integer >= 1")
+    most = max_threads()
+    if not 1 <= args.threads <= most:  # torch/OpenMP allocate per thread: 100000 ran out of memory or segfaulted
+        raise ConfigError(f"--threads={args.threads!r} is invalid; allowed: an integer 1..{most} "
+                          f"(at most {THREADS_PER_CPU} per CPU of this machine, never over {MAX_THREADS})")
     import torch
 
     torch.set_num_threads(args.threads)
@@ -140,6 +154,9 @@ def run(args: argparse.Namespace) -> int:
     if args.resume and (args.decoder or args.dry_run):
         raise ConfigError(f"--resume continues the stored run; --decoder={args.decoder!r} and --dry-run={args.dry_run!r} "
                           "are invalid with it; allowed: --decoder / --dry-run with SUITE and no --resume")
+    from verifier import _call_timeout as call_timeout
+
+    call_timeout.apply(args)
     if args.resume:
         suite, _ = load_run_suite(args.resume)
         if args.profile or args.seed is not None or args.device or args.dtype:

@@ -286,7 +286,7 @@ def render_junit(report: dict) -> str:
 
 def _write(path: Path, text: str) -> None:
     tmp = path.with_name(f".tmp-{path.name}")
-    tmp.write_text(text, encoding="utf-8")
+    tmp.write_text(text, encoding="utf-8", errors="backslashreplace")  # a lone surrogate from plugin text: escaped
     os.replace(tmp, path)
 
 

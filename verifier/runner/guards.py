@@ -210,6 +210,9 @@ def check_device(device: str, where: str) -> None:
         dev = torch.device(device)
     except (RuntimeError, TypeError, ValueError) as exc:
         raise ConfigError(f"{where}={device!r} is not a torch device ({exc}); allowed: cpu, cuda, cuda:N, mps") from None
+    if dev.type == "meta":  # shapes without data: every model would sample nothing (tabular ones ignored it)
+        raise ConfigError(f"{where}={device!r}: the meta device holds no data, so no model can sample on it; "
+                          "allowed: cpu, cuda, cuda:N, mps")
     if dev.type == "cuda":
         if not torch.cuda.is_available():
             raise ConfigError(f"{where}={device!r}: CUDA is not available on this machine "

@@ -258,8 +258,16 @@ def _resolve_one(spec: str, role: str, base_dir: Path, where: str) -> tuple[Any,
             raise ConfigError(f"{where}={spec!r} gave {type(obj).__name__}; allowed: a TabularLM or a torch causal LM")
         return obj, None
     path = Path(spec).expanduser()
-    if not path.is_absolute():
-        path = (base_dir / path).resolve()
+    try:
+        if not path.is_absolute():
+            path = (base_dir / path).resolve()
+        path.stat()
+    except FileNotFoundError:
+        pass  # reported just below
+    except (RuntimeError, OSError) as exc:  # a symbolic link loop (ELOOP), a permission error
+        raise ModelLoadError(f"{where}={spec!r}: model path {str(path)!r} cannot be resolved ({exc}); expected a "
+                             "checkpoint folder with config.json and model.safetensors (no symbolic link loop), "
+                             "or shipped:target / tabular:NAME") from None
     if not path.exists():
         raise ModelLoadError(f"{where}={spec!r}: model path {str(path)!r} does not exist; expected a checkpoint "
                              "folder with config.json and model.safetensors, or shipped:target / tabular:NAME")

@@ -160,12 +160,16 @@ def decoder_identity(spec: DecoderSpec, decoder: Any, num_draft_tokens: int) -> 
     """What a shard records about the decoder that produced it."""
     from verifier.runner.draft import declared_draft_known
 
+    from verifier.validation import plugin_attribute
+
     cls = type(decoder)
     return {
         "name": spec.name, "decoder": spec.decoder, "options": spec.options,
         "class": f"{cls.__module__}.{cls.__qualname__}", "num_draft_tokens": num_draft_tokens,
-        "reported_name": str(getattr(decoder, "name", "")),
-        "settings": _json_safe(getattr(decoder, "settings", None)),  # what an adapter forced (e.g. HF assisted generation)
+        # read from plugin code: a property that raises is a decoder error (exit 3) naming it
+        "reported_name": str(plugin_attribute(decoder, "name", "", decoder_name=spec.name)),
+        # what an adapter forced (e.g. HF assisted generation)
+        "settings": _json_safe(plugin_attribute(decoder, "settings", None, decoder_name=spec.name)),
         "draft_known": declared_draft_known(decoder),  # False: it loads its own draft (verifier.runner.draft)
     }
 

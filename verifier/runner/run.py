@@ -46,6 +46,7 @@ from verifier._tracebacks import crash_traceback
 from verifier.reports import cache as report_cache
 from verifier.runner import acceptance, analysis, guards, speculation
 from verifier.runner.assemble import REPORT_SCHEMA_VERSION, build_report, environment
+from verifier._call_timeout import CallTimeout, call_deadline
 from verifier.runner.cells import acceptance_cells, count_cells, draft_unknown, expected_preflight, set_cells
 from verifier.runner.clock import since_process_start
 from verifier.runner.context import SuiteContext
@@ -53,7 +54,7 @@ from verifier.runner.plan import SampleSetPlan, decoder_identity
 from verifier.runner.store import SampleStore, Shard
 from verifier.runner.verdict import DecoderVerdict, cell_level, decide, exit_code
 from verifier.suite.schema import Suite
-from verifier.validation import REPLAY_NATS, check_decoder_stats, check_emitted_tokens, same_rows_nats
+from verifier.validation import REPLAY_NATS, check_decoder_stats, check_emitted_tokens, plugin_attribute, same_rows_nats
 
 __all__ = ["REPORT_SCHEMA_VERSION", "RunOutcome", "run_suite", "analyze_run", "new_run_dir", "load_run_suite"]
 
@@ -230,9 +231,14 @@ def _sample(ctx: SuiteContext, store: SampleStore, progress: bool, log: Callable
                 try:
                     decoder = ctx.decoder(spec, plan.num_draft_tokens)
                     try:
-                        out = decoder.generate(list(plan.prompt_ids), rows, plan.max_new_tokens, plan.sampling, seed)
+                        call = (f"{spec.name}: generate(prompt_ids={list(plan.prompt_ids)[:8]}, num_samples={rows}, "
+                                f"max_new_tokens={plan.max_new_tokens}, sampling={plan.sampling.label()}, seed={seed})")
+                        with call_deadline(call):  # --call-timeout (default: no limit)
+                            out = decoder.generate(list(plan.prompt_ids), rows, plan.max_new_tokens, plan.sampling, seed)
                     except (DecoderError, ResourceError, KeyboardInterrupt):
                         raise
+                    except CallTimeout as exc:
+                        raise DecoderError(str(exc)) from None
                     except SamplingRefusedError as exc:  # a setting the decoder cannot express: usage (exit 2), no crash
                         raise SamplingRefusedError(f"decoders[{spec.name}] at {plan.label}: {exc}") from None
                     except BaseException as exc:  # SystemExit from plugin code too: a crash, never a clean exit
@@ -247,11 +253,18 @@ def _sample(ctx: SuiteContext, store: SampleStore, progress: bool, log: Callable
                                                   vocab_size=pair.vocab_size, eos_token_id=pair.eos_token_id,
                                                   decoder_name=spec.name)
                     _check_seed_used(seen_chunks, plan, index, seed, tokens, spec.name)
-                    stats = getattr(decoder, "last_stats", None)
-                    fra = getattr(stats, "first_round_accepted", None) if stats is not None else None
-                    counts = getattr(stats, "accepted_counts", None) if stats is not None else None
+                    stats = plugin_attribute(decoder, "last_stats", None, decoder_name=spec.name)
+                    fra = plugin_attribute(stats, "first_round_accepted", None, decoder_name=f"{spec.name}.last_stats")
+                    counts = plugin_attribute(stats, "accepted_counts", None, decoder_name=f"{spec.name}.last_stats")
                     fra, counts = check_decoder_stats(fra, counts, num_draft_tokens=plan.num_draft_tokens,
                                                       decoder_name=spec.name, num_samples=rows)
+                    origins = plugin_attribute(stats, "origins", None, decoder_name=f"{spec.name}.last_stats")
+                    meta = {"set_key": plan.key, "set_id": plan.set_id, "chunk": index, "seed": seed,
+                            "num_samples": rows, "suite_seed": ctx.suite.seed,
+                            "decoder": decoder_identity(spec, decoder, plan.num_draft_tokens)}
+                    extra = plugin_attribute(stats, "extra", None, decoder_name=f"{spec.name}.last_stats")
+                    if isinstance(extra, dict) and isinstance(extra.get("speculation"), dict):  # verifier.runner.speculation
+                        meta["speculation"] = extra["speculation"]
                 except DecoderError as exc:
                     kept = sum(1 for i in range(plan.num_chunks) if store.chunk_path(plan.set_id, i).is_file())
                     errors[spec.name] = {
@@ -263,13 +276,7 @@ def _sample(ctx: SuiteContext, store: SampleStore, progress: bool, log: Callable
                     }
                     log(f"  {spec.name}: stopped at {plan.label}, chunk {index} (seed {seed}): {exc}")
                     break
-                meta = {"set_key": plan.key, "set_id": plan.set_id, "chunk": index, "seed": seed,
-                        "num_samples": rows, "suite_seed": ctx.suite.seed,
-                        "decoder": decoder_identity(spec, decoder, plan.num_draft_tokens)}
-                extra = getattr(stats, "extra", None)
-                if isinstance(extra, dict) and isinstance(extra.get("speculation"), dict):  # verifier.runner.speculation
-                    meta["speculation"] = extra["speculation"]
-                origins = getattr(stats, "origins", None)  # optional per-token origins (diagnosis localization)
+                # optional per-token origins (diagnosis localization)
                 origins = origins if origins is not None and np.shape(origins) == tokens.shape else None
                 store.write_chunk(plan.set_id, index, Shard(tokens, fra, counts, meta, origins))
                 bar.update(rows)
@@ -438,15 +445,29 @@ def run_suite(suite: Suite, run_dir: str | Path, *, resume: bool = False, progre
     ------
     ConfigError, ModelLoadError
         Bad suite content found while loading models or prompts (exit 2); without ``resume``, a
-        ``run_dir`` that already holds a run; sizes beyond available memory; a device absent here;
+        ``run_dir`` that already holds a run; a ``run_dir`` another job is writing
+        (:mod:`verifier._run_lock`); sizes beyond available memory; a device absent here;
         on ``resume``, a plugin file changed since the run started (:mod:`verifier.runner.guards`).
     ReportWriteError
         ``run_dir`` cannot be written (samples already written are kept).
     """
+    from verifier._run_lock import run_dir_lock
+
+    with run_dir_lock(run_dir):  # one writer per run folder: a resume racing a live job is refused (exit 2)
+        return _run_suite(suite, run_dir, resume=resume, progress=progress, log=log)
+
+
+def _run_suite(suite: Suite, run_dir: str | Path, *, resume: bool, progress: bool,
+               log: Callable[[str], None]) -> RunOutcome:
+    from verifier._run_lock import remove_stale_temp_files
+
     store = SampleStore(run_dir)
     stage: dict[str, float] = {}
     started = _now()
-    if not resume:
+    if resume:
+        for path in remove_stale_temp_files(run_dir):  # left by a writer killed mid-write
+            log(f"removed {path.relative_to(run_dir)}: a temporary file left by a job killed mid-write")
+    else:
         guards.check_fresh_run_dir(run_dir, RUN_FILE)
         store.write_json(RUN_FILE, {"schema_version": REPORT_SCHEMA_VERSION, "suite": suite.to_dict(),
                                     "created_at": started, "run_id": Path(run_dir).name})

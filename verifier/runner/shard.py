@@ -122,6 +122,14 @@ def run_shard(suite, run_dir: str | Path, shard: ShardSpec, *, progress: bool = 
     ReportWriteError
         ``run_dir`` cannot be written.
     """
+    from verifier._run_lock import run_dir_lock
+
+    with run_dir_lock(run_dir, shared=True):  # shard workers share the folder; a run or resume there is refused
+        return _run_shard(suite, run_dir, shard, progress=progress, log=log)
+
+
+def _run_shard(suite, run_dir: str | Path, shard: ShardSpec, *, progress: bool,
+               log: Callable[[str], None]) -> ShardOutcome:
     from verifier.runner import guards
     from verifier.runner import run as _run
     from verifier.runner.store import SampleStore

@@ -9,7 +9,21 @@ the same law at the same n.  The p-value is the classical
 ``p = (1 + #{b : T_b >= T_obs}) / (1 + B)``
 
 which is exactly valid (``P(p <= a) <= a`` for every ``a``) because the B null draws are
-independent of the observed counts (Davison & Hinkley 1997, §4.2.1).  For a two-sided test
+independent of the observed counts (Davison & Hinkley 1997, §4.2.1).
+
+The seed is not a hash of the law's bytes: a law computed from float32 logits differs in its
+last bits from one CPU to another (AVX2 vs AVX-512 summation order), and a seed from its bytes
+then drew an independent null sample on each -- a clean cell's p-value moved by its whole Monte
+Carlo error (0.8 vs 1.0 for a statistic equal to 3e-5 relative, issue 28).  The seed hashes
+``(kind, n, categories)`` and the law's summaries (entropy, sum of squares, mean and second moment
+of the scores) to :data:`SEED_DIGITS` significant digits (:func:`_seed`): a law moved by rounding
+keeps its seed (unless a summary sits within ~1e-7 relative of a rounding boundary: about 1 cell
+in 2,500), and ``multinomial`` driven by the same uniforms on an almost equal law gives almost
+every draw equal (common random numbers), so the p-value moves by the rounding, not by Monte
+Carlo error.  The draws stay independent of the observed counts, so validity is unchanged; two
+genuinely different laws whose summaries agree to SEED_DIGITS digits share uniforms, which
+correlates their Monte Carlo errors, not their data.  The cache (and its on-disk copy) is still
+keyed by the exact bytes.  For a two-sided test
 ``p = min(1, 2 min(p_upper, p_lower))`` (equal tails; valid by a union bound).  A single
 observed value may stop early (:func:`sequential_pvalue`, Besag & Clifford 1991): a clearly
 clean cell needs a few thousand draws, not ``B``.
@@ -48,6 +62,7 @@ MIN_DRAWS = 1000
 DRAWS_PER_ALPHA = 20  # B = 20 / alpha resolves p-values down to alpha / 20 (Monte Carlo s.e. of a p near alpha ~ 22%)
 _CHUNK_ELEMENTS = 2_000_000  # counts simulated per chunk (16 MB of int64)
 STOP_EXCEEDANCES = 20  # Besag-Clifford early stop (sequential_pvalue)
+SEED_DIGITS = 3  # significant digits of the law's summaries in a stream's seed (_seed): float rounding keeps it
 _CACHE_SIZE = 64
 _CACHE_BYTES = 256_000_000  # draws (and sorted copies) held over all cached streams; LRU streams beyond it are dropped
 _cache: OrderedDict[bytes, "_Stream"] = OrderedDict()
@@ -79,6 +94,7 @@ class _Stream:
     """The deterministic stream of null draws of one (statistic, law, n): generated in fixed chunks."""
 
     def __init__(self, seed: int, kind: str, probs: np.ndarray, n: int, scores: np.ndarray | None) -> None:
+        self.seed = seed
         self.rng = np.random.default_rng(seed)
         self.kind, self.probs, self.n, self.scores = kind, probs, n, scores
         self.max_chunk = max(1000, _CHUNK_ELEMENTS // probs.size)  # draws per chunk: 1000, doubling up to this
@@ -184,6 +200,17 @@ def _check_observed(observed) -> np.ndarray:
     return obs
 
 
+def _seed(kind: str, probs: np.ndarray, n: int, scores: np.ndarray | None) -> int:
+    """A null stream's seed: a hash of ``(kind, n, categories)`` and of the law's summaries rounded
+    to :data:`SEED_DIGITS` significant digits -- the same for a law moved by float rounding."""
+    support = probs > 0
+    summaries = [-float(probs[support] @ np.log(probs[support])), float(probs @ probs)]
+    if scores is not None:
+        summaries += [float(probs @ scores), float(probs @ scores ** 2)]
+    text = f"{kind}|{n}|{probs.size}|" + "|".join(f"{x:.{SEED_DIGITS - 1}e}" for x in summaries)
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little")
+
+
 def _stream(kind: str, probs, n: int, scores=None) -> _Stream:
     probs, n, scores = _check_law(kind, probs, n, scores)
     h = hashlib.blake2b(digest_size=16)
@@ -194,7 +221,7 @@ def _stream(kind: str, probs, n: int, scores=None) -> _Stream:
         if key in _cache:
             _cache.move_to_end(key)
             return _cache[key]
-        stream = _cache[key] = _Stream(int.from_bytes(key[:8], "little"), kind, probs, n, scores)
+        stream = _cache[key] = _Stream(_seed(kind, probs, n, scores), kind, probs, n, scores)
         if nullcache.enabled():
             stream.path = nullcache.entry_path(key, _code_version())
             hit = None if stream.path is None else nullcache.load(stream.path, kind=kind, n=n, categories=probs.size)
@@ -211,7 +238,7 @@ def _code_version() -> bytes:
     """What makes the draws, for the on-disk key (nullcache.code_version of the statistic and the stream)."""
     global _version
     if _version is None:
-        _version = nullcache.code_version(statistic, _Stream, _stream, _CHUNK_ELEMENTS)
+        _version = nullcache.code_version(statistic, _Stream, _stream, _seed, SEED_DIGITS, _CHUNK_ELEMENTS)
     return _version
 
 

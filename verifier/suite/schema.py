@@ -39,6 +39,7 @@ from __future__ import annotations
 import copy
 import math
 import re
+import stat
 import tomllib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -222,6 +223,17 @@ def _replace(spec: DecoderSpec, **changes: Any) -> DecoderSpec:
 # --------------------------------------------------------------------------- loading
 
 
+MAX_SUITE_BYTES = 16 * 2**20  # a suite is a few KiB of TOML; anything far larger is the wrong file
+
+
+def _file_kind(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
 def load_suite(path: str | Path, profile: str | None = None) -> Suite:
     """Read and validate a suite TOML file.
 
@@ -245,6 +257,13 @@ def load_suite(path: str | Path, profile: str | None = None) -> Suite:
     """
     path = Path(path)
     try:
+        info = path.stat()
+        if not stat.S_ISREG(info.st_mode):  # a FIFO blocks, /dev/zero never ends, a folder is no file
+            raise ConfigError(f"suite file {str(path)!r} is {_file_kind(info.st_mode)}, not a regular file; "
+                              "allowed: a TOML file such as suites/ci.toml")
+        if info.st_size > MAX_SUITE_BYTES:
+            raise ConfigError(f"suite file {str(path)!r} is {info.st_size} bytes; allowed: a TOML file of at most "
+                              f"{MAX_SUITE_BYTES} bytes")
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ConfigError(f"suite file {str(path)!r} does not exist") from None
@@ -320,6 +339,9 @@ def _positive(r: _Reader, key: str, value: Any, minimum: float = 1) -> None:
         r._fail(r.path(key), value, f">= {minimum}")
 
 
+DEFAULT_GOF_POSITIONS = (1, 2)  # per-position cells by default; beyond max_new_tokens they are skipped, not refused
+
+
 def _parse_decoder_grid(r: _Reader, base: Mapping[str, Any]) -> dict[str, Any]:
     """Grid keys shared by ``[defaults]`` and each ``[[decoders]]`` entry."""
     g: dict[str, Any] = {}
@@ -343,10 +365,15 @@ def _parse_decoder_grid(r: _Reader, base: Mapping[str, Any]) -> dict[str, Any]:
         r._fail(r.path("tests"), g["tests"], "a non-empty list of " + " | ".join(map(repr, TEST_NAMES)))
     for t in g["tests"]:
         _check_choice(r, "tests", t, TEST_NAMES)
-    g["gof_positions"] = r.get_list("gof_positions", int, base.get("gof_positions", [1, 2]))
+    g["gof_positions"] = r.get_list("gof_positions", int, base.get("gof_positions", list(DEFAULT_GOF_POSITIONS)))
     for t in g["gof_positions"]:
         if not 1 <= t <= MAX_GOF_POSITION:
             r._fail(r.path("gof_positions"), g["gof_positions"], f"positions in 1..{MAX_GOF_POSITION}")
+    beyond = [t for t in g["gof_positions"] if t > g["max_new_tokens"]]
+    if beyond and list(g["gof_positions"]) != list(DEFAULT_GOF_POSITIONS):  # a chosen position no row reaches: no cell
+        r._fail(r.path("gof_positions"), g["gof_positions"],
+                f"positions in 1..max_new_tokens={g['max_new_tokens']} (position {beyond[0]} is never emitted, so its "
+                "cell would silently not exist); raise max_new_tokens or drop the position")
     g["joint_tokens"] = r.get("joint_tokens", int, base.get("joint_tokens", 2))
     if not 2 <= g["joint_tokens"] <= MAX_GOF_POSITION:
         r._fail(r.path("joint_tokens"), g["joint_tokens"], f"an integer in 2..{MAX_GOF_POSITION}")
