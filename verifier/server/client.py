@@ -29,6 +29,7 @@ USAGE_STATUS = frozenset({400, 401, 403, 404, 405, 413, 422})  # the request is 
 BACKOFF_BASE_S = 0.5  # first retry after ~0.5 s, doubling
 BACKOFF_MAX_S = 30.0  # one wait never longer than this (a Retry-After above it is capped)
 BODY_HEAD_CHARS = 300  # how much of an error reply a message shows
+GET_MAX_BYTES = 16 << 20  # a GET (health, /metrics, /props) reply longer than this is not read on
 
 
 class ServerError(DecoderError):
@@ -118,8 +119,10 @@ async def _post_one(client, settings: ServerSettings, url: str, body: dict[str, 
     attempt = 0
     while True:
         wait = None
-        try:
-            reply = await client.post(url, content=json.dumps(body))
+        try:  # one deadline for the whole exchange: httpx's timeout bounds each read, so a slow drip never trips it
+            reply = await asyncio.wait_for(client.post(url, content=json.dumps(body)), settings.timeout_s)
+        except asyncio.TimeoutError:
+            problem, wait = f"no complete reply within {settings.timeout_s:g} s (--request-timeout)", -1.0
         except httpx.TimeoutException as exc:
             problem, wait = f"no reply within {settings.timeout_s:g} s ({type(exc).__name__})", -1.0
         except httpx.TransportError as exc:
@@ -223,8 +226,17 @@ def get_text(settings: ServerSettings, path: str, *, timeout_s: float | None = N
     """GET ``path``: ``(status, body)``; a transport failure is ``(0, reason)``."""
     import httpx
 
+    limit = timeout_s or min(settings.timeout_s, 30.0)
+    deadline = time.monotonic() + limit  # the whole reply, not each read: a slow drip is cut off
     try:
-        reply = httpx.get(settings.url(path), headers=settings.headers(), timeout=timeout_s or min(settings.timeout_s, 30.0))
+        with httpx.stream("GET", settings.url(path), headers=settings.headers(), timeout=limit) as reply:
+            data = bytearray()
+            for chunk in reply.iter_bytes():
+                data += chunk
+                if time.monotonic() > deadline:
+                    return 0, f"no complete reply within {limit:g} s"
+                if len(data) > GET_MAX_BYTES:
+                    return 0, f"reply longer than {GET_MAX_BYTES:,} bytes"
+            return reply.status_code, data.decode(reply.encoding or "utf-8", errors="replace")
     except httpx.HTTPError as exc:
         return 0, f"{type(exc).__name__}: {exc}"
-    return reply.status_code, reply.text

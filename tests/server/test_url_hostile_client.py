@@ -1,0 +1,45 @@
+"""The URL audit's client against hostile servers: one deadline per whole reply (a slow drip is cut off)."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from verifier.errors import EXIT_DECODER
+from verifier.server.client import ServerError, ServerSettings
+
+from tests.server.hostile import decoder, generate, hostile, ok  # noqa: F401  (hostile: a fixture)
+
+
+def _drip(text):
+    def drip(handler):  # a valid reply, one byte every 0.2 s: each read is quick, the whole takes many seconds
+        data = text.encode()
+        handler.send_response(200)
+        handler.send_header("Content-Length", str(len(data)))
+        handler.end_headers()
+        for b in data:
+            handler.wfile.write(bytes([b]))
+            handler.wfile.flush()
+            time.sleep(0.2)
+    return drip
+
+
+def test_a_slow_drip_reply_is_cut_off_at_the_request_timeout(hostile):
+    drip = _drip(json.dumps({"choices": [{"index": 0, "token_ids": [1, 1, 1], "finish_reason": "length"}]}))
+    s = hostile(lambda count, body: drip)
+    start = time.monotonic()
+    with pytest.raises(ServerError, match=r"no complete reply within 1 s \(--request-timeout\)") as info:
+        generate(decoder(s.url, request_timeout_s=1.0), n=1)
+    assert time.monotonic() - start < 6 and info.value.exit_code == EXIT_DECODER
+
+
+def test_a_slow_drip_metrics_page_is_cut_off(hostile):
+    from verifier.server.client import get_text
+
+    s = hostile(ok, lambda path: _drip("# TYPE vllm:spec_decode_num_draft_tokens counter\n" * 3))
+    start = time.monotonic()
+    status, text = get_text(ServerSettings(s.url), "/metrics", timeout_s=1.0)
+    assert status == 0 and time.monotonic() - start < 2.5
+
