@@ -1,4 +1,5 @@
-"""The URL audit's client against hostile servers: one deadline per whole reply (a slow drip is cut off)."""
+"""The URL audit's client against hostile servers: one deadline per whole reply (a slow drip is cut off),
+root endpoints of a base URL ending in ``/v1``."""
 
 from __future__ import annotations
 
@@ -43,3 +44,10 @@ def test_a_slow_drip_metrics_page_is_cut_off(hostile):
     status, text = get_text(ServerSettings(s.url), "/metrics", timeout_s=1.0)
     assert status == 0 and time.monotonic() - start < 2.5
 
+
+def test_a_base_url_ending_in_v1_reads_root_endpoints_at_the_root():
+    settings = ServerSettings("http://127.0.0.1:8000/v1")
+    assert settings.url("/v1/completions") == "http://127.0.0.1:8000/v1/completions"
+    assert settings.url("/metrics") == "http://127.0.0.1:8000/metrics"  # vLLM serves /metrics at the root
+    assert settings.url("/health") == "http://127.0.0.1:8000/health"
+    assert ServerSettings("http://h:1/").url("/metrics") == "http://h:1/metrics"

@@ -87,6 +87,8 @@ class ServerSettings:
         base = self.base_url.rstrip("/")
         if base.endswith("/v1") and path.startswith("/v1/"):
             path = path[3:]
+        elif base.endswith("/v1"):  # /metrics, /health, /props, /version live at the server's root, not under /v1
+            base = base[:-3]
         return base + path
 
     def headers(self) -> dict[str, str]:
