@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from verifier.errors import ConfigError, DecoderError, InvalidArgumentError
+from verifier.errors import ConfigError, DecoderError, InvalidArgumentError, SamplingRefusedError
 
 __all__ = ["ServerSettings", "ServerError", "ServerUsageError", "post_all", "get_text", "RETRY_STATUS"]
 
@@ -38,9 +38,11 @@ class ServerError(DecoderError):
     continues without resampling them."""
 
 
-class ServerUsageError(ConfigError):
+class ServerUsageError(SamplingRefusedError, ConfigError):
     """The server refused what we sent (4xx: unknown field or model, authentication) or cannot be
-    reached at all before the first sample.  Exit 2: fix ``--url``/``--api``/``--model``/the token."""
+    reached at all before the first sample.  Exit 2: fix ``--url``/``--api``/``--model``/the token --
+    also when raised inside ``generate`` (a :class:`~verifier.errors.SamplingRefusedError`, which the
+    runner lets through as a usage error instead of calling it a crash)."""
 
 
 @dataclass(frozen=True)
