@@ -93,11 +93,23 @@ class Completion:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "Completion":
+        """The completion :meth:`to_json` wrote; a value it cannot have written (a token id that is not an
+        integer, an unknown finish, a negative or non-integer draft count) is a ValueError, never coerced."""
+        def count(value):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+                raise ValueError(f"draft count {value!r} is not an integer >= 0")
+            return value
+
+        ids = data["token_ids"]
+        if not isinstance(ids, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
+            raise ValueError(f"token_ids={_head(ids)} is not a list of integers")
+        if data["finish"] not in ("length", "eos", "stop"):
+            raise ValueError(f"finish={data['finish']!r} is not 'length', 'eos' or 'stop'")
         tops = data.get("top_logprobs")
-        return cls(tuple(int(t) for t in data["token_ids"]), str(data["finish"]),
+        return cls(tuple(ids), data["finish"],
                    None if data.get("logprobs") is None else tuple(data["logprobs"]),
                    None if tops is None else tuple({int(k): float(v) for k, v in row.items()} for row in tops),
-                   data.get("drafted"), data.get("accepted"))
+                   count(data.get("drafted")), count(data.get("accepted")))
 
 
 @dataclass(frozen=True)
