@@ -51,3 +51,27 @@ def test_a_base_url_ending_in_v1_reads_root_endpoints_at_the_root():
     assert settings.url("/metrics") == "http://127.0.0.1:8000/metrics"  # vLLM serves /metrics at the root
     assert settings.url("/health") == "http://127.0.0.1:8000/health"
     assert ServerSettings("http://h:1/").url("/metrics") == "http://h:1/metrics"
+
+
+@pytest.mark.parametrize("url, problem", [
+    ("http://127.0.0.1:notaport", "Port could not be cast"),  # httpx.InvalidURL was a traceback at the first GET
+    ("http://127.0.0.1:99999", "Port out of range"),
+    ("http://user:s3cret@127.0.0.1:8000", "credentials in the URL"),  # would be written to the suite and reports
+    ("http://127.0.0.1:8000/?key=s3cret", "a query or fragment"),
+    ("http://127.0.0.1:8000#x", "a query or fragment"),
+    ("http://127.0.0.1:8000 ", "it holds whitespace"),
+])
+def test_a_url_the_client_cannot_use_is_refused_before_any_request(url, problem):
+    from verifier.errors import InvalidArgumentError
+
+    with pytest.raises(InvalidArgumentError, match=rf"--url=.* is invalid \({problem}"):
+        ServerSettings(url)
+
+
+def test_cli_a_url_with_a_bad_port_is_exit_2_without_a_traceback(tmp_path):
+    from tests.server.conftest import audit
+
+    done = audit(["--url", "http://127.0.0.1:notaport", "--target", "tabular:trigram3", "--num-samples", "10",
+                  "--run-dir", str(tmp_path / "a")])
+    assert done.returncode == 2 and "--url='http://127.0.0.1:notaport' is invalid" in done.stderr
+    assert "Traceback" not in done.stdout + done.stderr

@@ -73,8 +73,25 @@ class ServerSettings:
         from urllib.parse import urlsplit
 
         url = urlsplit(self.base_url) if isinstance(self.base_url, str) else None
+        problem = None
         if url is None or url.scheme not in ("http", "https") or not url.netloc:
-            raise InvalidArgumentError(f"--url={self.base_url!r} is invalid; allowed: http://HOST:PORT or https://HOST[:PORT]")
+            problem = "not an http(s) URL"
+        elif any(c.isspace() for c in self.base_url):
+            problem = "it holds whitespace"
+        elif url.username is not None or url.password is not None:  # it would land in the suite, reports, journal
+            problem = "credentials in the URL (give the token's variable with --api-key-env)"
+        elif url.query or url.fragment or self.base_url.endswith(("?", "#")):
+            problem = "a query or fragment (the endpoint's path is appended to the base URL)"
+        elif not url.hostname:
+            problem = "no host"
+        else:
+            try:
+                url.port  # noqa: B018  raises for a port that is not a number in 0..65535
+            except ValueError as exc:
+                problem = str(exc)
+        if problem:
+            raise InvalidArgumentError(f"--url={self.base_url!r} is invalid ({problem}); allowed: http://HOST:PORT or "
+                                       "https://HOST[:PORT], optionally with a path such as /v1")
         for name, value, low in (("--num-concurrent", self.num_concurrent, 1), ("--max-retries", self.max_retries, 0)):
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise InvalidArgumentError(f"{name}={value!r} is invalid; allowed: an integer >= {low}")
