@@ -61,3 +61,17 @@ def test_llama_server_figures_that_are_not_counts_or_probabilities_are_reply_err
     with pytest.raises(ServerReplyError, match=match) as info:
         generate(dec, n=2)
     assert "seed" in str(info.value)
+
+
+@pytest.mark.parametrize("api, text", [
+    ("openai-completions", '{"choices": [{"index": 0, "token_ids": [0, 1, 2], "finish_reason": "length"}]}'),
+    ("llama-server", '{"tokens": [0, 1, 2], "stop_type": "eos"}'),
+])
+def test_tokens_after_eos_are_a_reply_error_and_never_journaled(hostile, tmp_path, api, text):
+    s = hostile(lambda count, body: (200, text))
+    dec = decoder(s.url, api=api)
+    dec.bind_run_dir(tmp_path)
+    with pytest.raises(ServerReplyError, match=r"emitted tokens after EOS \(id 0 at position 0") as info:
+        generate(dec, n=1)
+    assert "seed" in str(info.value)
+    assert not (tmp_path / "server" / "responses.jsonl").exists() or not (tmp_path / "server" / "responses.jsonl").read_text()

@@ -153,6 +153,9 @@ class Dialect:
 def _finish(tokens: list[int], stopped_at_eos: bool, other_stop: bool, max_new_tokens: int, eos: int | None,
             what: str, body: Any) -> tuple[tuple[int, ...], str]:
     """Check the emitted tokens' length against the stop reason; append EOS where the server omits it."""
+    if eos is not None and eos in tokens[:-1]:  # before the journal keeps it: a resume would replay it
+        raise ServerReplyError(f"{what}: the server emitted tokens after EOS (id {eos} at position {tokens.index(eos)} "
+                               f"of {tokens}; ignore_eos=false was sent); reply: {_head(body)}")
     if stopped_at_eos and eos is not None and (not tokens or tokens[-1] != eos) and len(tokens) < max_new_tokens:
         tokens = tokens + [eos]
     if not tokens:
