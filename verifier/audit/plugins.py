@@ -35,7 +35,8 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
-from verifier.errors import ConfigError, DecoderError, DecoderOutputError, ResourceError, VerifierError, is_out_of_memory
+from verifier.errors import (ConfigError, DecoderError, DecoderOutputError, ResourceError, SamplingRefusedError,
+                             VerifierError, is_out_of_memory)
 from verifier.protocols import PADDING_TOKEN_ID, DecoderStats
 from verifier.sampling import SamplingConfig
 from verifier.validation import check_emitted_tokens, plugin_attribute
@@ -428,11 +429,13 @@ class PluginDecoder:
             with call_deadline(f"{self.name}: generate(prompt_ids={list(prompt_ids)[:8]}, num_samples={num_samples}, "
                                f"max_new_tokens={max_new_tokens}, sampling={sampling.label()}, seed={seed})"):
                 out = self.inner.generate(list(prompt_ids), num_samples, max_new_tokens, sampling, seed)
-        except KeyboardInterrupt:
+        except (KeyboardInterrupt, SamplingRefusedError):  # a refused setting is usage (exit 2) wherever raised
             raise
         except CallTimeout as exc:  # --call-timeout
             raise DecoderError(str(exc)) from None
         except BaseException as exc:  # SystemExit included
+            if isinstance(exc, VerifierError) and type(self.inner).__module__.startswith("verifier."):
+                raise  # the harness's own decoders (a URL audit's server) raise errors that name what went wrong
             if is_out_of_memory(exc):  # the machine, not the decoder: no exit 3
                 raise ResourceError(
                     f"{self.name}: generate(num_samples={num_samples}, max_new_tokens={max_new_tokens}) ran out of "

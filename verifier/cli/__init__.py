@@ -126,6 +126,8 @@ def _main(words: list[str], argv: Sequence[str] | None, debug: bool) -> int:
     asks_help = any(w in ("-h", "--help") for w in words)  # parsed here: no job process for --help
     if argv is None and command in _isolate.ISOLATED_COMMANDS and not asks_help and not os.environ.get(_isolate.VERDICT_ENV):
         return _isolate.run_in_child(words, command)  # the child parses (usage errors, --help) and runs
+    if argv is None:
+        _isolate.child_signals()  # a child job process: a forwarded SIGINT must interrupt it
     parser = build_parser(command if command in _command_names() else None)
     try:
         args = parser.parse_args(words)  # argparse exits with code 2 on usage errors, 0 after --help

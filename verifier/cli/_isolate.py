@@ -54,7 +54,7 @@ from typing import Sequence
 
 from verifier.errors import EXIT_DECODER
 
-__all__ = ["VERDICT_ENV", "ISOLATED_COMMANDS", "run_in_child", "write_verdict", "child_setup", "child_exit"]
+__all__ = ["VERDICT_ENV", "ISOLATED_COMMANDS", "run_in_child", "write_verdict", "child_setup", "child_exit", "child_signals"]
 
 VERDICT_ENV = "SPECVERIFY_VERDICT_FILE"  # set in the child: where main() writes its exit code last
 PARENT_ENV = "SPECVERIFY_PARENT_PID"  # set in the child: the dispatcher's pid (the child dies with it)
@@ -66,6 +66,17 @@ FORWARD_DELAY_S = 1.0  # a terminal Ctrl-C reaches the child directly; forward o
 POLL_S = 0.2
 HUGEPAGE_TUNABLE = "glibc.malloc.hugetlb"  # 1: madvise(MADV_HUGEPAGE) on malloc's mmap'd chunks (glibc >= 2.35)
 HUGEPAGES_ENV = "SPECVERIFY_HUGEPAGES"  # "1": the job child runs with HUGEPAGE_TUNABLE=1 (opt-in)
+
+
+def child_signals() -> None:
+    """In a child job process: take SIGINT even when it started ignored (a shell starts background jobs with
+    SIGINT ignored, and an ignored signal stays ignored across exec); the parent takes it either way and
+    forwards it, so an ignored one here made ``kill -INT`` of a backgrounded audit do nothing."""
+    if os.environ.get(VERDICT_ENV) and signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        try:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+        except ValueError:  # not the main thread
+            pass
 
 
 def write_verdict(exit_code: int) -> None:

@@ -240,7 +240,8 @@ def _sample(ctx: SuiteContext, store: SampleStore, progress: bool, log: Callable
                     except CallTimeout as exc:
                         raise DecoderError(str(exc)) from None
                     except SamplingRefusedError as exc:  # a setting the decoder cannot express: usage (exit 2), no crash
-                        raise SamplingRefusedError(f"decoders[{spec.name}] at {plan.label}: {exc}") from None
+                        # (also a URL audit's refused request or edited response journal: same class, same exit)
+                        raise type(exc)(f"decoders[{spec.name}] at {plan.label}: {exc}") from None
                     except BaseException as exc:  # SystemExit from plugin code too: a crash, never a clean exit
                         if is_out_of_memory(exc):  # the machine, not the decoder (exit 2, shards so far kept)
                             raise ResourceError(

@@ -49,7 +49,10 @@ def summarize(metas: Iterable[dict[str, Any] | None]) -> dict[str, Any] | None:
     sent = [e for e in entries if int(e.get("requests_sent", 0)) > 0]  # journal replays carry no fresh counter delta
     counters = [e.get("counters") or {} for e in sent]
     out["counters"] = {key: total(c.get(key) for c in counters) for key in ("drafts", "draft_tokens", "accepted_tokens")}
-    out["counters"]["source"] = next((c.get("source") for c in counters if c.get("source")), None)
+    # the source that explains a missing total (a chunk whose counters were unusable) before any other
+    out["counters"]["source"] = next((c.get("source") for c in counters if c.get("source") and c.get("draft_tokens") is None
+                                      and c.get("drafts") is None), None) or next((c.get("source") for c in counters
+                                                                                   if c.get("source")), None)
     out["per_request"] = {"draft_tokens": total(e.get("per_request_draft_tokens") for e in entries),
                           "accepted_tokens": total(e.get("per_request_accepted_tokens") for e in entries)}
     for part in (out["counters"], out["per_request"]):
@@ -69,6 +72,15 @@ def _why_none(summary: dict[str, Any]) -> str | None:
     return None
 
 
+def _drafts_seen(summary: dict[str, Any]) -> bool | None:
+    """True when a figure shows draft tokens proposed; None when no figure says (not observable: the
+    report must not claim speculation was verified)."""
+    per, cnt = summary["per_request"], summary["counters"]
+    seen = [v for v in (per.get("draft_tokens"), cnt.get("draft_tokens"),
+                        cnt.get("drafts") if cnt.get("draft_tokens") is None else None) if v is not None]
+    return True if any(v > 0 for v in seen) else None
+
+
 def apply_guard(verdict, summary: dict[str, Any] | None) -> None:
     """Turn ``verdict`` (a :class:`~verifier.runner.verdict.DecoderVerdict`) from PASS into UNDERPOWERED
     when ``summary`` shows that no draft was verified; BIAS and ERROR stand (bias is bias either way)."""
@@ -77,7 +89,7 @@ def apply_guard(verdict, summary: dict[str, Any] | None) -> None:
     if summary is None:
         return
     why = _why_none(summary)
-    verdict.speculation = dict(summary, verified=why is None)
+    verdict.speculation = dict(summary, verified=False if why is not None else _drafts_seen(summary))
     if why is not None and verdict.verdict in (PASS, UNDERPOWERED):
         verdict.verdict = UNDERPOWERED
         verdict.reason = NO_SPECULATION_REASON.format(why=why) + f" (the bias cells alone: {verdict.reason})"

@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from verifier.errors import ConfigError, DecoderError, InvalidArgumentError
+from verifier.errors import ConfigError, DecoderError, InvalidArgumentError, SamplingRefusedError
 
 __all__ = ["ServerSettings", "ServerError", "ServerUsageError", "post_all", "get_text", "RETRY_STATUS"]
 
@@ -29,6 +29,7 @@ USAGE_STATUS = frozenset({400, 401, 403, 404, 405, 413, 422})  # the request is 
 BACKOFF_BASE_S = 0.5  # first retry after ~0.5 s, doubling
 BACKOFF_MAX_S = 30.0  # one wait never longer than this (a Retry-After above it is capped)
 BODY_HEAD_CHARS = 300  # how much of an error reply a message shows
+GET_MAX_BYTES = 16 << 20  # a GET (health, /metrics, /props) reply longer than this is not read on
 
 
 class ServerError(DecoderError):
@@ -37,9 +38,11 @@ class ServerError(DecoderError):
     continues without resampling them."""
 
 
-class ServerUsageError(ConfigError):
+class ServerUsageError(SamplingRefusedError, ConfigError):
     """The server refused what we sent (4xx: unknown field or model, authentication) or cannot be
-    reached at all before the first sample.  Exit 2: fix ``--url``/``--api``/``--model``/the token."""
+    reached at all before the first sample.  Exit 2: fix ``--url``/``--api``/``--model``/the token --
+    also when raised inside ``generate`` (a :class:`~verifier.errors.SamplingRefusedError`, which the
+    runner lets through as a usage error instead of calling it a crash)."""
 
 
 @dataclass(frozen=True)
@@ -70,8 +73,25 @@ class ServerSettings:
         from urllib.parse import urlsplit
 
         url = urlsplit(self.base_url) if isinstance(self.base_url, str) else None
+        problem = None
         if url is None or url.scheme not in ("http", "https") or not url.netloc:
-            raise InvalidArgumentError(f"--url={self.base_url!r} is invalid; allowed: http://HOST:PORT or https://HOST[:PORT]")
+            problem = "not an http(s) URL"
+        elif any(c.isspace() for c in self.base_url):
+            problem = "it holds whitespace"
+        elif url.username is not None or url.password is not None:  # it would land in the suite, reports, journal
+            problem = "credentials in the URL (give the token's variable with --api-key-env)"
+        elif url.query or url.fragment or self.base_url.endswith(("?", "#")):
+            problem = "a query or fragment (the endpoint's path is appended to the base URL)"
+        elif not url.hostname:
+            problem = "no host"
+        else:
+            try:
+                url.port  # noqa: B018  raises for a port that is not a number in 0..65535
+            except ValueError as exc:
+                problem = str(exc)
+        if problem:
+            raise InvalidArgumentError(f"--url={self.base_url!r} is invalid ({problem}); allowed: http://HOST:PORT or "
+                                       "https://HOST[:PORT], optionally with a path such as /v1")
         for name, value, low in (("--num-concurrent", self.num_concurrent, 1), ("--max-retries", self.max_retries, 0)):
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise InvalidArgumentError(f"{name}={value!r} is invalid; allowed: an integer >= {low}")
@@ -86,6 +106,8 @@ class ServerSettings:
         base = self.base_url.rstrip("/")
         if base.endswith("/v1") and path.startswith("/v1/"):
             path = path[3:]
+        elif base.endswith("/v1"):  # /metrics, /health, /props, /version live at the server's root, not under /v1
+            base = base[:-3]
         return base + path
 
     def headers(self) -> dict[str, str]:
@@ -118,8 +140,10 @@ async def _post_one(client, settings: ServerSettings, url: str, body: dict[str, 
     attempt = 0
     while True:
         wait = None
-        try:
-            reply = await client.post(url, content=json.dumps(body))
+        try:  # one deadline for the whole exchange: httpx's timeout bounds each read, so a slow drip never trips it
+            reply = await asyncio.wait_for(client.post(url, content=json.dumps(body)), settings.timeout_s)
+        except asyncio.TimeoutError:
+            problem, wait = f"no complete reply within {settings.timeout_s:g} s (--request-timeout)", -1.0
         except httpx.TimeoutException as exc:
             problem, wait = f"no reply within {settings.timeout_s:g} s ({type(exc).__name__})", -1.0
         except httpx.TransportError as exc:
@@ -223,8 +247,17 @@ def get_text(settings: ServerSettings, path: str, *, timeout_s: float | None = N
     """GET ``path``: ``(status, body)``; a transport failure is ``(0, reason)``."""
     import httpx
 
+    limit = timeout_s or min(settings.timeout_s, 30.0)
+    deadline = time.monotonic() + limit  # the whole reply, not each read: a slow drip is cut off
     try:
-        reply = httpx.get(settings.url(path), headers=settings.headers(), timeout=timeout_s or min(settings.timeout_s, 30.0))
+        with httpx.stream("GET", settings.url(path), headers=settings.headers(), timeout=limit) as reply:
+            data = bytearray()
+            for chunk in reply.iter_bytes():
+                data += chunk
+                if time.monotonic() > deadline:
+                    return 0, f"no complete reply within {limit:g} s"
+                if len(data) > GET_MAX_BYTES:
+                    return 0, f"reply longer than {GET_MAX_BYTES:,} bytes"
+            return reply.status_code, data.decode(reply.encoding or "utf-8", errors="replace")
     except httpx.HTTPError as exc:
         return 0, f"{type(exc).__name__}: {exc}"
-    return reply.status_code, reply.text

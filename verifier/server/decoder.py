@@ -138,7 +138,7 @@ class ServerDecoder:
     def bind_run_dir(self, run_dir: str | Path) -> None:
         """Persist replies in ``run_dir``'s response journal (and reuse the ones already there)."""
         self.journal.close()
-        self.journal = Journal(Path(run_dir) / JOURNAL_NAME)
+        self.journal = Journal(Path(run_dir) / JOURNAL_NAME, server=self.server.base_url)
         for note in self.journal.notes:
             print(f"note: {note}")
 
@@ -186,7 +186,8 @@ class ServerDecoder:
         per_request = True
         i = 0
         for key, _body, n, _what in requests:
-            for c in self.journal.get(key)[:n]:
+            self._check_journaled(key, n, max_new_tokens)
+            for c in self.journal.get(key):
                 rows[i, :len(c.token_ids)] = c.token_ids
                 i += 1
                 if c.drafted is None:
@@ -235,6 +236,31 @@ class ServerDecoder:
                   f"different tokens ({first[0]} then {[r[0] for r in repeats]}); the response journal is the only "
                   "record of these samples (a rerun draws new ones)")
         return honoured
+
+    def _check_journaled(self, key: str, n: int, max_new_tokens: int) -> None:
+        """A journal entry read back must be what a reply to that request could have been (``n`` completions
+        of 1..max_new_tokens ids in the vocabulary, shorter only when ending at EOS); an edited entry is a
+        JournalError (exit 2) naming its line, never samples."""
+        from verifier.server.journal import JournalError
+
+        completions = self.journal.get(key)
+        problem = None
+        if len(completions) != n:
+            problem = f"{len(completions)} completions for a request of n={n}"
+        for c in completions:
+            if problem:
+                break
+            ids = c.token_ids
+            if not 1 <= len(ids) <= max_new_tokens:
+                problem = f"{len(ids)} tokens for max_new_tokens={max_new_tokens}"
+            elif any(not 0 <= t < self.vocab_size for t in ids):
+                problem = f"token ids {list(ids)} outside the vocabulary 0..{self.vocab_size - 1}"
+            elif len(ids) < max_new_tokens and (self.eos_token_id is None or ids[-1] != self.eos_token_id):
+                problem = f"{len(ids)} of {max_new_tokens} tokens without ending at EOS (id {self.eos_token_id})"
+        if problem:
+            raise JournalError(f"{self.journal.where(key)}: the journaled reply holds {problem}; no server reply "
+                               "passes those checks, so the response journal was edited or corrupted -- restore it "
+                               "or start a new run")
 
     def _check_ids(self, completions: list[Completion], what: str) -> None:
         for c in completions:

@@ -39,6 +39,7 @@ __all__ = ["Completion", "Dialect", "OpenAICompletions", "LlamaServer", "DIALECT
 
 TOKEN_ID_TEXT = re.compile(r"^token_id:(-?\d+)$")  # vLLM's return_tokens_as_token_ids spelling of a token
 REPLY_HEAD_CHARS = 300  # how much of an unexpected reply an error message shows
+LOGPROB_SLACK = 1e-3  # a reported logprob above this is not a log probability (rounding may give a hair above 0)
 
 
 class ServerReplyError(DecoderOutputError):
@@ -92,11 +93,23 @@ class Completion:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "Completion":
+        """The completion :meth:`to_json` wrote; a value it cannot have written (a token id that is not an
+        integer, an unknown finish, a negative or non-integer draft count) is a ValueError, never coerced."""
+        def count(value):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+                raise ValueError(f"draft count {value!r} is not an integer >= 0")
+            return value
+
+        ids = data["token_ids"]
+        if not isinstance(ids, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
+            raise ValueError(f"token_ids={_head(ids)} is not a list of integers")
+        if data["finish"] not in ("length", "eos", "stop"):
+            raise ValueError(f"finish={data['finish']!r} is not 'length', 'eos' or 'stop'")
         tops = data.get("top_logprobs")
-        return cls(tuple(int(t) for t in data["token_ids"]), str(data["finish"]),
+        return cls(tuple(ids), data["finish"],
                    None if data.get("logprobs") is None else tuple(data["logprobs"]),
                    None if tops is None else tuple({int(k): float(v) for k, v in row.items()} for row in tops),
-                   data.get("drafted"), data.get("accepted"))
+                   count(data.get("drafted")), count(data.get("accepted")))
 
 
 @dataclass(frozen=True)
@@ -140,6 +153,9 @@ class Dialect:
 def _finish(tokens: list[int], stopped_at_eos: bool, other_stop: bool, max_new_tokens: int, eos: int | None,
             what: str, body: Any) -> tuple[tuple[int, ...], str]:
     """Check the emitted tokens' length against the stop reason; append EOS where the server omits it."""
+    if eos is not None and eos in tokens[:-1]:  # before the journal keeps it: a resume would replay it
+        raise ServerReplyError(f"{what}: the server emitted tokens after EOS (id {eos} at position {tokens.index(eos)} "
+                               f"of {tokens}; ignore_eos=false was sent); reply: {_head(body)}")
     if stopped_at_eos and eos is not None and (not tokens or tokens[-1] != eos) and len(tokens) < max_new_tokens:
         tokens = tokens + [eos]
     if not tokens:
@@ -187,10 +203,18 @@ class OpenAICompletions(Dialect):
                                    f"reply: {_head(body)}")
         if len(choices) != n:
             raise ServerReplyError(f"{what}: asked for n={n} completions, the reply has {len(choices)}; reply: {_head(body)}")
-        out = []
-        for i, choice in enumerate(sorted(choices, key=lambda c: c.get("index", 0) if isinstance(c, dict) else 0)):
+        for i, choice in enumerate(choices):
             if not isinstance(choice, dict):
                 raise ServerReplyError(f"{what}: choices[{i}] is not an object; reply: {_head(body)}")
+        indices = [c.get("index") for c in choices]
+        if any(v is not None for v in indices):  # each completion once, in the order the server numbered them
+            if (not all(isinstance(v, int) and not isinstance(v, bool) for v in indices)
+                    or sorted(indices) != list(range(n))):
+                raise ServerReplyError(f"{what}: the choices' `index` fields are {indices}; allowed: each of "
+                                       f"0..{n - 1} once (n={n}); reply: {_head(body)}")
+            choices = sorted(choices, key=lambda c: c["index"])
+        out = []
+        for i, choice in enumerate(choices):
             lp = choice.get("logprobs") if isinstance(choice.get("logprobs"), dict) else None
             tokens = choice.get("token_ids")
             if tokens is None and lp is not None and isinstance(lp.get("tokens"), list):
@@ -211,7 +235,7 @@ class OpenAICompletions(Dialect):
             stopped = reason == "stop"
             ids, finish = _finish(list(tokens), stopped, False, max_new_tokens, eos_token_id, what, choice)
             logps = _openai_logprobs(lp, len(tokens), what, i)
-            tops = _openai_top(lp, len(tokens), what, i)
+            tops = _openai_top(lp, len(tokens), what, i, body)
             if logprobs and logps is None:
                 raise ServerReplyError(f"{what}: logprobs were asked for and choices[{i}] has none "
                                        f"(logprobs.token_logprobs missing); reply: {_head(choice)}")
@@ -229,20 +253,36 @@ def _openai_logprobs(lp, count, what, i):
     if not isinstance(values, list) or len(values) != count:
         raise ServerReplyError(f"{what}: choices[{i}].logprobs.token_logprobs has "
                                f"{len(values) if isinstance(values, list) else 'no'} entries for {count} tokens")
-    return tuple(None if v is None else float(v) for v in values)
+    return tuple(None if v is None else _logprob(v, f"{what}: choices[{i}].logprobs.token_logprobs", values)
+                 for v in values)
 
 
-def _openai_top(lp, count, what, i):
+def _logprob(value: Any, where: str, shown: Any) -> float:
+    """A reported natural-log probability: a number <= 0 (up to rounding) or -inf; anything else is a
+    :class:`ServerReplyError` naming ``where``."""
+    if (isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value)
+            or value > LOGPROB_SLACK):
+        raise ServerReplyError(f"{where} holds {value!r}; allowed: a log probability (a number <= 0, or -inf); "
+                               f"reply: {_head(shown)}")
+    return float(value)
+
+
+def _openai_top(lp, count, what, i, body=None):
     if lp is None or not isinstance(lp.get("top_logprobs"), list):
         return None
     rows = []
     for row in lp["top_logprobs"]:
+        if row is None:
+            row = {}
+        if not isinstance(row, dict):
+            raise ServerReplyError(f"{what}: choices[{i}].logprobs.top_logprobs holds {_head(row)}; allowed: one "
+                                   "object {token: logprob} per emitted token")
         entry = {}
-        for text, value in (row or {}).items():
+        for text, value in row.items():
             m = TOKEN_ID_TEXT.match(str(text))
             if m is None:
                 return None  # tops keyed by text, not ids: not usable as a law
-            entry[int(m.group(1))] = float(value)
+            entry[int(m.group(1))] = _logprob(value, f"{what}: choices[{i}].logprobs.top_logprobs", row)
         rows.append(entry)
     return tuple(rows) if len(rows) == count else None
 
@@ -286,18 +326,38 @@ class LlamaServer(Dialect):
             raise ServerReplyError(f"{what}: stop_type={stop_type!r}; allowed: 'eos', 'limit'")
         ids, finish = _finish(list(tokens), stop_type == "eos", stop_type == "word", max_new_tokens, eos_token_id,
                               what, body)
-        logps, tops = _llama_probs(body.get("completion_probabilities"), len(tokens))
+        try:
+            logps, tops = _llama_probs(body.get("completion_probabilities"), len(tokens))
+        except ServerReplyError as exc:
+            raise ServerReplyError(f"{what}: {exc}") from None
+        except (ValueError, TypeError, KeyError, AttributeError, OverflowError) as exc:
+            raise ServerReplyError(f"{what}: completion_probabilities is malformed ({type(exc).__name__}: {exc}); "
+                                   f"reply: {_head(body)}") from None
         if logprobs and logps is None:
             raise ServerReplyError(f"{what}: n_probs were asked for and the reply has no usable "
                                    f"completion_probabilities (one per token); reply: {_head(body)}")
         if logps is not None and len(ids) > len(tokens):
             logps, tops = logps + (None,), tops + ({},)
         timings = body.get("timings") if isinstance(body.get("timings"), dict) else {}
-        drafted = timings.get("draft_n")
-        accepted = timings.get("draft_n_accepted")
-        return [Completion(ids, finish, logps, tops,
-                           int(drafted) if isinstance(drafted, (int, float)) else None,
-                           int(accepted) if isinstance(accepted, (int, float)) else None)]
+        drafted = _count(timings.get("draft_n"), "timings.draft_n", what, body)
+        accepted = _count(timings.get("draft_n_accepted"), "timings.draft_n_accepted", what, body)
+        if drafted is not None and accepted is not None and accepted > drafted:
+            raise ServerReplyError(f"{what}: timings.draft_n_accepted={accepted} exceeds timings.draft_n={drafted} "
+                                   f"(more draft tokens accepted than proposed); reply: {_head(body)}")
+        return [Completion(ids, finish, logps, tops, drafted, accepted if drafted is not None else None)]
+
+
+def _count(value: Any, name: str, what: str, body: Any) -> int | None:
+    """A per-request draft figure: None when absent, else a count (an integer >= 0); anything else is a
+    :class:`ServerReplyError` -- the speculation guard must not read a negative, NaN or boolean figure."""
+    if value is None:
+        return None
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ServerReplyError(f"{what}: {name}={value!r}; allowed: a count of draft tokens (an integer >= 0); "
+                               f"reply: {_head(body)}")
+    return value
 
 
 def _llama_probs(rows, count):
@@ -309,17 +369,28 @@ def _llama_probs(rows, count):
         if not isinstance(row, dict):
             return None, None
         if "logprob" in row:  # newer servers: logprobs
-            logps.append(float(row["logprob"]))
-            top = {int(e["id"]): float(e["logprob"]) for e in row.get("top_logprobs", []) if "id" in e}
+            logps.append(_logprob(row["logprob"], "completion_probabilities[].logprob", row))
+            top = {_id(e["id"]): _logprob(e["logprob"], "completion_probabilities[].top_logprobs", row)
+                   for e in row.get("top_logprobs", []) if "id" in e}
         elif "prob" in row:  # post_sampling_probs: probabilities
-            p = float(row["prob"])
-            logps.append(math.log(p) if p > 0 else -math.inf)
-            top = {int(e["id"]): (math.log(e["prob"]) if e["prob"] > 0 else -math.inf)
-                   for e in row.get("top_probs", []) if "id" in e}
+            logps.append(_prob_log(row["prob"], row))
+            top = {_id(e["id"]): _prob_log(e["prob"], row) for e in row.get("top_probs", []) if "id" in e}
         else:
             return None, None
         tops.append(top)
     return tuple(logps), tuple(tops)
+
+
+def _id(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"token id {value!r} is not an integer")
+    return value
+
+
+def _prob_log(value: Any, row: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0 + LOGPROB_SLACK:
+        raise ValueError(f"probability {value!r} is not a number in [0, 1]")
+    return math.log(value) if value > 0 else -math.inf
 
 
 DIALECTS: dict[str, Dialect] = {

@@ -17,7 +17,7 @@ import os
 from pathlib import Path
 from typing import Any, Iterable
 
-from verifier.errors import ConfigError
+from verifier.errors import ConfigError, SamplingRefusedError
 from verifier.server.dialects import Completion
 
 __all__ = ["Journal", "JournalError", "request_key", "JOURNAL_NAME"]
@@ -25,8 +25,18 @@ __all__ = ["Journal", "JournalError", "request_key", "JOURNAL_NAME"]
 JOURNAL_NAME = "server/responses.jsonl"
 
 
-class JournalError(ConfigError):
-    """The run folder's response journal is unreadable or was edited (exit 2): it names the line."""
+class JournalError(SamplingRefusedError, ConfigError):
+    """The run folder's response journal is unreadable or was edited (exit 2): it names the line.  Exit 2
+    also when found inside ``generate`` (a :class:`~verifier.errors.SamplingRefusedError`, which the runner
+    lets through as a usage error instead of calling it a crash of the server)."""
+
+
+def entry_digest(entry: dict[str, Any]) -> str:
+    """sha256 (hex, 16 chars) of an entry's key, request and completions as canonical JSON: written with each
+    line, so a line edited by hand (another token, a dropped completion) no longer matches it."""
+    parts = {"key": entry.get("key"), "request": entry.get("request"), "completions": entry.get("completions")}
+    text = json.dumps(parts, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def request_key(parts: dict[str, Any]) -> str:
@@ -42,11 +52,16 @@ class Journal:
     ----------
     path : path or None
         The JSONL file; created with its folder on the first append.
+    server : str or None
+        The base URL whose replies this journal holds: recorded in each entry, and an entry recorded
+        from another server is a :class:`JournalError` (its replies are not this server's samples).
     """
 
-    def __init__(self, path: str | Path | None) -> None:
+    def __init__(self, path: str | Path | None, server: str | None = None) -> None:
         self.path = Path(path) if path is not None else None
+        self.server = server
         self._entries: dict[str, list[Completion]] = {}
+        self._lines: dict[str, int] = {}  # key -> line number, for entries read from the file
         self.notes: list[str] = []
         self._fh = None
         if self.path is not None and self.path.is_file():
@@ -57,14 +72,20 @@ class Journal:
         with open(self.path, "rb") as fh:
             raw = fh.read()
         lines = raw.split(b"\n")
+        others: dict[str, int] = {}  # replies recorded from another base URL (a server restarted elsewhere, or a copy)
         for number, line in enumerate(lines, 1):
             if not line.strip():
                 continue
             try:
                 entry = json.loads(line)
                 completions = [Completion.from_json(c) for c in entry["completions"]]
-                key = str(entry["key"])
-            except (ValueError, KeyError, TypeError) as exc:
+                key = entry["key"]
+                if not isinstance(key, str):
+                    raise TypeError(f"key={key!r} is not a string")
+                if "digest" in entry and entry["digest"] != entry_digest(entry):
+                    raise ValueError(f"its digest {entry['digest']!r} does not match its content "
+                                     f"({entry_digest(entry)!r}): the line was edited after it was written")
+            except (ValueError, KeyError, TypeError, AttributeError) as exc:
                 last = number == len(lines) or (number == len(lines) - 1 and not lines[-1].strip())
                 if last and not raw.endswith(b"\n"):  # torn final write: the request is simply sent again
                     self.notes.append(f"{self.path}: dropped a torn last line {number} (an interrupted write); "
@@ -74,7 +95,18 @@ class Journal:
                     break
                 raise JournalError(f"{self.path}: line {number} is not a journal entry ({type(exc).__name__}: {exc}); "
                                    "the response journal was edited or corrupted -- restore it or start a new run") from None
+            recorded = entry.get("server")
+            if recorded is not None and self.server is not None and recorded != self.server:
+                others[recorded] = others.get(recorded, 0) + 1
             self._entries[key] = completions
+            self._lines[key] = number
+        for url, count in others.items():  # reused, as the same server's (restarted on another port), but said
+            self.notes.append(f"{self.path}: {count} journaled replies came from {url}, not {self.server}; they are "
+                              "reused as this server's samples -- if it is another server, audit it in a new run folder")
+
+    def where(self, key: str) -> str:
+        """Where ``key``'s entry came from (``path:line``, or "this session")."""
+        return f"{self.path}:{self._lines[key]}" if key in self._lines else "this session"
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -92,8 +124,10 @@ class Journal:
         if self._fh is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._fh = open(self.path, "a", encoding="utf-8")
-        entry = {"key": key, "request": request, "seconds": round(seconds, 6),
+        entry = {"key": key, **({"server": self.server} if self.server else {}), "request": request,
+                 "seconds": round(seconds, 6),
                  "completions": [c.to_json() for c in completions], **(extra or {})}
+        entry["digest"] = entry_digest(entry)
         self._fh.write(json.dumps(entry, separators=(",", ":")) + "\n")
         self._fh.flush()
 

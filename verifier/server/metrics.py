@@ -81,9 +81,29 @@ def read_counters(settings, dialect) -> SpecCounters:
 
 
 def counter_delta(before: SpecCounters, after: SpecCounters) -> SpecCounters:
-    """``after - before`` per counter (None where either is missing)."""
+    """``after - before`` per counter (None where either is missing).
+
+    Counters only grow: a delta that is negative (the server restarted, or lies), not finite, or
+    with more tokens accepted than drafted is no evidence of speculation either way -- every figure
+    is then None and ``source`` says why (the guard reads None as "not observable", never as
+    "verified").
+    """
+    import math
+
     def sub(a, b):
         return None if a is None or b is None else a - b
 
-    return SpecCounters(sub(after.drafts, before.drafts), sub(after.draft_tokens, before.draft_tokens),
-                        sub(after.accepted_tokens, before.accepted_tokens), after.source)
+    delta = {"drafts": sub(after.drafts, before.drafts), "draft_tokens": sub(after.draft_tokens, before.draft_tokens),
+             "accepted_tokens": sub(after.accepted_tokens, before.accepted_tokens)}
+    bad = [f"{name} {before_v!r} -> {after_v!r}" for name, before_v, after_v, d in
+           (("drafts", before.drafts, after.drafts, delta["drafts"]),
+            ("draft tokens", before.draft_tokens, after.draft_tokens, delta["draft_tokens"]),
+            ("accepted tokens", before.accepted_tokens, after.accepted_tokens, delta["accepted_tokens"]))
+           if d is not None and not (math.isfinite(d) and d >= 0)]
+    d_tok, a_tok = delta["draft_tokens"], delta["accepted_tokens"]
+    if not bad and d_tok is not None and a_tok is not None and a_tok > d_tok:
+        bad.append(f"{a_tok:g} accepted of {d_tok:g} draft tokens")
+    if bad:
+        return SpecCounters(None, None, None, f"{after.source}: counters unusable ({'; '.join(bad)}: a counter went "
+                                              "backwards or is not a count -- server restarted or misreporting)")
+    return SpecCounters(delta["drafts"], delta["draft_tokens"], delta["accepted_tokens"], after.source)
