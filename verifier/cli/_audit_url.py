@@ -56,6 +56,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                             "prompt) sharing the server's batches with the audited ones")
     group.add_argument("--n-levels", default=None, metavar="N,N,...",
                        help="design factor (openai-completions): completions per request, e.g. 1,4 (`n = 1` vs `n > 1`)")
+    group.add_argument("--speculation-unverified", action="store_true",
+                       help="accept a PASS from a server that exposes no speculation counters and no per-request draft "
+                            "figures (default: such a run is UNDERPOWERED, 'speculation not observable')")
     group.add_argument("--reference-url", default=None, metavar="URL",
                        help="two-sample design: the same target served without speculation; its samples are the reference")
     group.add_argument("--reference-off", action="store_true",
@@ -66,7 +69,7 @@ def _server_options(args: argparse.Namespace, url: str, speculative: bool | None
     options = {"base_url": url, "api": args.api, "num_concurrent": args.num_concurrent, "max_retries": args.max_retries,
                "request_timeout_s": args.request_timeout, "n_per_request": args.n_per_request}
     for key, value in (("model", args.model), ("api_key_env", args.api_key_env), ("logprobs", args.logprobs),
-                       ("speculative", speculative)):
+                       ("speculative", speculative), ("require_speculation", False if args.speculation_unverified else None)):
         if value is not None:
             options[key] = value
     return options

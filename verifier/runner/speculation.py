@@ -15,7 +15,12 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-__all__ = ["summarize", "apply_guard", "describe", "NO_SPECULATION_REASON"]
+__all__ = ["summarize", "apply_guard", "describe", "NO_SPECULATION_REASON", "UNOBSERVABLE_REASON"]
+
+UNOBSERVABLE_REASON = ("speculation not observable: the server exposes no speculation counters (vLLM /metrics; "
+                       "llama-server --metrics) and no per-request draft figures, so nothing shows that a draft was "
+                       "verified; pass --speculation-unverified to accept the bias verdict without that evidence "
+                       "(the report then says so)")
 
 NO_SPECULATION_REASON = ("speculation never ran: {why}; these samples are plain target sampling and say nothing about "
                          "speculative decoding (start the server with a draft model / speculative config, and check that "
@@ -39,6 +44,7 @@ def summarize(metas: Iterable[dict[str, Any] | None]) -> dict[str, Any] | None:
     out: dict[str, Any] = {"chunks": len(entries), "requests": sum(int(e.get("requests", 0)) for e in entries),
                            "requests_sent": sum(int(e.get("requests_sent", 0)) for e in entries)}
     out["background_requests"] = sum(int(e.get("background_requests", 0)) for e in entries)  # mixed-batch factor
+    out["required"] = any(e.get("required", False) for e in entries)  # the decoder asks for the evidence
     seeds = [e.get("seed_honoured") for e in entries if e.get("seed_honoured") is not None]
     out["seed_honoured"] = None if not seeds else all(seeds)  # the server's seed contract (verifier.server.decoder)
 
@@ -93,6 +99,11 @@ def apply_guard(verdict, summary: dict[str, Any] | None) -> None:
     if why is not None and verdict.verdict in (PASS, UNDERPOWERED):
         verdict.verdict = UNDERPOWERED
         verdict.reason = NO_SPECULATION_REASON.format(why=why) + f" (the bias cells alone: {verdict.reason})"
+        verdict.expectation_met = False
+    elif verdict.speculation["verified"] is None and summary.get("required") and verdict.verdict == PASS:
+        # nothing shows a draft: a certificate of speculative decoding needs evidence that it ran
+        verdict.verdict = UNDERPOWERED
+        verdict.reason = (f"{UNOBSERVABLE_REASON} (the bias cells alone: {verdict.reason})")
         verdict.expectation_met = False
 
 

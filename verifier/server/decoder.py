@@ -74,6 +74,9 @@ class ServerDecoder:
         Mixed-batch factor: ``{"concurrent": C}`` keeps C other requests in flight while the audited ones
         run -- alternately greedy and T = 0.5, on the prompt with :data:`BACKGROUND_EXTRA` more tokens -- so
         they share the server's batches; their replies are discarded (counted in the chunk's figures).
+    require_speculation : bool, default True
+        A PASS needs the server's own figures to show drafts (:mod:`verifier.runner.speculation`); False
+        (``--speculation-unverified``) accepts a server that exposes none, and the report says so.
     draft_declared : bool, default False
         The user named the server's draft model (``--draft MODEL``): the harness may score it (diagnosis,
         canonical acceptance).  False: ``draft_known = False`` (:mod:`verifier.runner.draft`).
@@ -91,7 +94,7 @@ class ServerDecoder:
                  max_retries: int = 5, request_timeout_s: float = 300.0, api_key_env: str | None = None,
                  n_per_request: int = 1, speculative: bool | None = None, logprobs: int | None = None,
                  name: str | None = None, draft_declared: bool = False, background: dict | None = None,
-                 probe: bool = True) -> None:
+                 require_speculation: bool = True, probe: bool = True) -> None:
         self.dialect = get_dialect(api)
         self.server = ServerSettings(base_url, num_concurrent=num_concurrent, max_retries=max_retries,
                                      timeout_s=request_timeout_s, api_key_env=api_key_env)
@@ -107,6 +110,7 @@ class ServerDecoder:
                                            and background.get("concurrent", 2) >= 1):
             raise invalid_argument("background", background, '{"concurrent": C} with an integer C >= 1, or None')
         self.background = background
+        self.require_speculation = bool(require_speculation)
         self.vocab_size, self.eos_token_id, self.num_draft_tokens = int(vocab_size), eos_token_id, int(num_draft_tokens)
         self.model, self.n, self.speculative, self.logprobs = model, n_per_request, speculative, logprobs
         self.name = name or f"{api}@{base_url}"
@@ -274,7 +278,7 @@ class ServerDecoder:
                      drafted: int | None, accepted: int | None) -> dict[str, Any]:
         """What the chunk shows of speculation: server counters' deltas and per-request figures."""
         out: dict[str, Any] = {"requests": total, "requests_sent": sent, "requests_from_journal": total - sent,
-                               "seed_honoured": self.seed_honoured,
+                               "seed_honoured": self.seed_honoured, "required": self.require_speculation,
                                "per_request_draft_tokens": drafted, "per_request_accepted_tokens": accepted}
         if before is not None and after is not None:
             delta = counter_delta(before, after)
