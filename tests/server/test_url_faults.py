@@ -206,7 +206,7 @@ def test_cli_exit_codes_for_unreachable_and_misbehaving_servers(server, tmp_path
     done = audit(["--url", "http://127.0.0.1:9", "--target", "tabular:trigram3", "--num-samples", "10",
                   "--run-dir", str(tmp_path / "a")])
     assert done.returncode == EXIT_USAGE and "does not answer" in done.stderr and "Traceback" not in done.stderr
-    s = server(lambda count, body: (200, '{"choices": [{"index": 0, "token_ids": [1, 7, 1], "finish_reason": "length"}]}'))
+    s = server(lambda count, body: (200, '{"choices": [{"index": 0, "token_ids": [1, 7, 1, 1], "finish_reason": "length"}]}'))  # k + 2 tokens
     done = audit(["--url", s.url, "--target", "tabular:trigram3", "--num-draft-tokens", "2", "--num-samples", "10", "--max-retries", "0",
                   "--run-dir", str(tmp_path / "b")])
     assert done.returncode == EXIT_DECODER, done.stdout[-2000:] + done.stderr[-2000:]
