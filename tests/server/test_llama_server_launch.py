@@ -165,7 +165,8 @@ def test_ctrl_c_in_the_harness_stops_the_server(install, tmp_path):
     block, which stops the server before the harness exits -- by SIGTERM, which llama-server logs as
     "cleaning up before exit" (the parent-death SIGKILL, the fallback, leaves no such line)."""
     code = textwrap.dedent(f"""
-        import time
+        import signal, time
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # a test run started in the background ignores it
         from verifier.server.launch import launch_llama_server
         with launch_llama_server({str(install.target_gguf)!r}, None, parallel=1, threads=1,
                                  log_path={str(tmp_path / 'ctrl-c.log')!r}) as s:

@@ -30,10 +30,12 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from verifier.errors import DecoderOutputError, invalid_argument
-from verifier.sampling import SamplingConfig
+
+if TYPE_CHECKING:  # annotations only: `specverify --help` imports this module and must stay numpy/torch-free
+    from verifier.sampling import SamplingConfig
 
 __all__ = ["Completion", "Dialect", "OpenAICompletions", "LlamaServer", "DIALECTS", "get_dialect", "ServerReplyError"]
 
