@@ -153,13 +153,12 @@ class ServerDecoder:
         prompt = [int(t) for t in prompt_ids]
         label = sampling.label()
         requests = []  # (key, body, n, what)
+        switch = None if self.speculative is None else self.num_draft_tokens if self.speculative else 0
         for r in range(-(-num_samples // self.n)):
             n = min(self.n, num_samples - r * self.n)
             rseed = request_seed(seed, prompt, label, r)
             body = self.dialect.request(prompt, sampling, max_new_tokens, rseed, n=n, logprobs=self.logprobs,
-                                        model=self.model, speculative=self.speculative)
-            if self.speculative is not None and "speculative.n_max" in body and body["speculative.n_max"] is None:
-                body["speculative.n_max"] = self.num_draft_tokens
+                                        model=self.model, draft_tokens=switch)
             key = request_key({"api": self.dialect.name, "model": self.model, "body": body,  # + the design factors
                                "num_concurrent": self.server.num_concurrent, "background": self.background})
             requests.append((key, body, n, f"request {r} of chunk seed {seed} (seed {rseed}, {label}, prompt "
@@ -181,7 +180,7 @@ class ServerDecoder:
             post_all(self.server, self.dialect.path, [(req[3], req[1]) for _, req in missing], on_reply)
         finally:
             self.journal.sync()
-            background_sent = load.stop() if load is not None else 0
+            background_sent, background_failed = load.stop() if load is not None else (0, 0)
         after = read_counters(self.server, self.dialect) if missing else None
         if missing and self.seed_honoured is None and sampling.temperature > 0:
             self.seed_honoured = self._seed_contract(missing[0][1], max_new_tokens)
@@ -201,7 +200,8 @@ class ServerDecoder:
         self.last_stats = DecoderStats(num_draft_tokens=self.num_draft_tokens, extra={"speculation": self._speculation(
             before, after, len(missing), len(requests), drafted if per_request else None, accepted if per_request else None)})
         if self.background:
-            self.last_stats.extra["speculation"]["background_requests"] = background_sent
+            self.last_stats.extra["speculation"].update(background_requests=background_sent,
+                                                        background_failed=background_failed)
         if self.speculative is False:
             self._check_switched_off(self.last_stats.extra["speculation"])
         return rows
@@ -295,7 +295,7 @@ class _Background:
     def __init__(self, owner: ServerDecoder, prompt: list[int], max_new_tokens: int, seed: int) -> None:
         from verifier.sampling import SamplingConfig
 
-        self.stop_event, self.sent, self.errors = threading.Event(), 0, []
+        self.stop_event, self.sent, self.failed = threading.Event(), 0, 0
         longer = prompt + [prompt[-1]] * BACKGROUND_EXTRA
         bodies = [owner.dialect.request(longer, SamplingConfig(temperature=t), max_new_tokens, (seed + i) % (1 << SEED_BITS),
                                         model=owner.model) for i, t in enumerate(BACKGROUND_TEMPERATURES)]
@@ -310,8 +310,8 @@ class _Background:
                     try:
                         client.post(url, content=json.dumps(bodies[i % len(bodies)]))
                         self.sent += 1
-                    except httpx.HTTPError as exc:  # the audited requests report the server's failures
-                        self.errors.append(str(exc))
+                    except httpx.HTTPError:  # the audited requests report the server's failures
+                        self.failed += 1
                         self.stop_event.wait(0.5)
                     i += 1
 
@@ -320,11 +320,12 @@ class _Background:
         for t in self.threads:
             t.start()
 
-    def stop(self) -> int:
+    def stop(self) -> tuple[int, int]:
+        """Stop the load; ``(requests answered, requests that failed)``."""
         self.stop_event.set()
         for t in self.threads:
             t.join(timeout=60)
-        return self.sent
+        return self.sent, self.failed
 
 
 def decoder(base_url: str, vocab_size: int, eos_token_id: int | None = None, num_draft_tokens: int = 1,
@@ -334,21 +335,3 @@ def decoder(base_url: str, vocab_size: int, eos_token_id: int | None = None, num
     return ServerDecoder(base_url, vocab_size=vocab_size, eos_token_id=eos_token_id,
                          num_draft_tokens=num_draft_tokens, **options)
 
-
-def describe_journal(run_dir: str | Path) -> dict[str, Any]:
-    """Counts of a run folder's response journal (for reports): requests, completions, seconds."""
-    path = Path(run_dir) / JOURNAL_NAME
-    if not path.is_file():
-        return {}
-    requests = completions = 0
-    seconds = 0.0
-    with open(path, encoding="utf-8") as fh:
-        for line in fh:
-            try:
-                entry = json.loads(line)
-            except ValueError:
-                continue
-            requests += 1
-            completions += len(entry.get("completions", []))
-            seconds += float(entry.get("seconds", 0.0))
-    return {"requests": requests, "completions": completions, "request_seconds": seconds, "path": str(path)}

@@ -141,8 +141,9 @@ class Dialect:
 
     def request(self, prompt_ids: Sequence[int], sampling: SamplingConfig, max_new_tokens: int, seed: int, *,
                 n: int = 1, logprobs: int | None = None, model: str | None = None,
-                speculative: bool | None = None) -> dict[str, Any]:
-        """The JSON body of one request (``n`` completions of ``prompt_ids``)."""
+                draft_tokens: int | None = None) -> dict[str, Any]:
+        """The JSON body of one request (``n`` completions of ``prompt_ids``); ``draft_tokens``: the per-request
+        speculation switch to send (k on, 0 off; None: none)."""
         raise NotImplementedError
 
     def parse(self, body: Any, *, n: int, max_new_tokens: int, eos_token_id: int | None,
@@ -179,9 +180,9 @@ def _finish(tokens: list[int], stopped_at_eos: bool, other_stop: bool, max_new_t
 class OpenAICompletions(Dialect):
     """``POST /v1/completions`` with token-id prompts (vLLM, SGLang, MLX-LM, providers)."""
 
-    def request(self, prompt_ids, sampling, max_new_tokens, seed, *, n=1, logprobs=None, model=None, speculative=None):
-        if speculative is not None:
-            raise invalid_argument("speculation per request", speculative, "not with --api openai-completions (no "
+    def request(self, prompt_ids, sampling, max_new_tokens, seed, *, n=1, logprobs=None, model=None, draft_tokens=None):
+        if draft_tokens is not None:
+            raise invalid_argument("speculation per request", draft_tokens, "not with --api openai-completions (no "
                                    "per-request switch): give the speculation-off server as --reference-url")
         body: dict[str, Any] = {
             "prompt": [int(t) for t in prompt_ids], "max_tokens": int(max_new_tokens), "n": int(n), "seed": int(seed),
@@ -292,7 +293,7 @@ def _openai_top(lp, count, what, i, body=None):
 class LlamaServer(Dialect):
     """llama.cpp's native ``POST /completion`` (``llama-server``)."""
 
-    def request(self, prompt_ids, sampling, max_new_tokens, seed, *, n=1, logprobs=None, model=None, speculative=None):
+    def request(self, prompt_ids, sampling, max_new_tokens, seed, *, n=1, logprobs=None, model=None, draft_tokens=None):
         if n != 1:
             raise invalid_argument("n per request", n, "1 with --api llama-server (it has no `n`)")
         rep = sampling.repetition_penalty
@@ -310,8 +311,8 @@ class LlamaServer(Dialect):
             # greedy only with the temperature sampler in the chain (docs/servers.md)
             "samplers": (["penalties"] if rep else []) + ["top_k", "temperature", "top_p"],
         }
-        if speculative is not None:
-            body["speculative.n_max"] = None if speculative else 0  # filled by the caller with k when on
+        if draft_tokens is not None:
+            body["speculative.n_max"] = int(draft_tokens)
         if model:
             body["model"] = model
         return body

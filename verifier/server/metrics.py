@@ -36,10 +36,6 @@ class SpecCounters:
     accepted_tokens: float | None
     source: str
 
-    @property
-    def available(self) -> bool:
-        return self.draft_tokens is not None or self.drafts is not None
-
     def to_json(self) -> dict[str, Any]:
         return {"drafts": self.drafts, "draft_tokens": self.draft_tokens, "accepted_tokens": self.accepted_tokens,
                 "source": self.source}
