@@ -18,11 +18,11 @@ VOCAB = 5
 
 
 class Hostile:
-    """POST -> ``post(count, body)`` = (status, text) or a callable(handler) writing the reply itself;
+    """POST -> ``post(count, body)`` = (status, text[, extra headers]) or a callable(handler) writing the reply itself;
     GET ``path`` -> ``get(path)`` = text (200) or such a callable, default ``{"data": []}``."""
 
     def __init__(self, post, get=None):
-        self.count, self.bodies = 0, []
+        self.count, self.bodies, self.headers = 0, [], []
         self._lock = threading.Lock()
         outer = self
 
@@ -32,9 +32,11 @@ class Hostile:
             def log_message(self, *args):
                 pass
 
-            def _send(self, status, text):
+            def _send(self, status, text, extra=()):
                 data = text.encode()
                 self.send_response(status)
+                for k, v in extra:  # e.g. Retry-After
+                    self.send_header(k, v)
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
@@ -52,13 +54,18 @@ class Hostile:
                     outer.count += 1
                     count = outer.count
                     outer.bodies.append(body)
+                    outer.headers.append(dict(self.headers))
                 out = post(count, body)
                 try:
                     out(self) if callable(out) else self._send(*out)
                 except (BrokenPipeError, ConnectionResetError):  # the client gave up: expected in these tests
                     pass
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        class Quiet(ThreadingHTTPServer):
+            def handle_error(self, request, client_address):  # a client that hung up (a cancelled retry): not news
+                pass
+
+        self.httpd = Quiet(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()

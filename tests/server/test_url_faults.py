@@ -1,6 +1,6 @@
 """Faults of a URL audit's server, each a clear error naming what was sent and what came back.
 
-A small in-process HTTP server (standard library, a thread) injects the faults -- allowed for these
+The in-process HTTP server of tests/server/hostile.py (standard library, a thread) injects the faults -- allowed for these
 cases only; the PASS/BIAS behaviour is tested against real server processes (test_url_audit.py).
 Exit codes: 2 for usage (unreachable before the first sample, 4xx), 3 for a misbehaving server
 (5xx/429 after the retries, malformed replies, wrong token counts, ids outside the vocabulary);
@@ -10,8 +10,6 @@ responses received before a failure stay in the journal and a resume sends only 
 from __future__ import annotations
 
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
 import pytest
@@ -22,81 +20,14 @@ from verifier.server.client import ServerError, ServerUsageError
 from verifier.server.decoder import ServerDecoder
 from verifier.server.dialects import ServerReplyError
 
-VOCAB = 5
-
-
-class FaultServer:
-    """``reply(count, body) -> (status, text)`` answers POST /v1/completions; count = POSTs so far (1-based)."""
-
-    def __init__(self, reply):
-        self.reply, self.count, self.bodies, self.headers = reply, 0, [], []
-        self._lock = threading.Lock()
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args):
-                pass
-
-            def _send(self, status, text, extra=()):
-                data = text.encode()
-                self.send_response(status)
-                for k, v in extra:
-                    self.send_header(k, v)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def do_GET(self):  # noqa: N802
-                self._send(200, json.dumps({"data": []}) if self.path == "/v1/models" else "")
-
-            def do_POST(self):  # noqa: N802
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                with outer._lock:
-                    outer.count += 1
-                    count = outer.count
-                    outer.bodies.append(body)
-                    outer.headers.append(dict(self.headers))
-                status, text, *extra = outer.reply(count, body)
-                self._send(status, text, *extra)
-
-        class Quiet(ThreadingHTTPServer):
-            def handle_error(self, request, client_address):  # a client that hung up (a cancelled retry): not news
-                pass
-
-        self.httpd = Quiet(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def close(self):
-        self.httpd.shutdown()
-        self.httpd.server_close()
-
-
-def seeded_tokens(body):
-    """A deterministic 'sampler': tokens from the request seed (honours seeds)."""
-    rng = np.random.default_rng(body["seed"])
-    return [int(t) for t in rng.integers(1, VOCAB, size=body["max_tokens"])]
-
-
-def ok(count, body):
-    return 200, json.dumps({"choices": [{"index": i, "token_ids": seeded_tokens(body), "finish_reason": "length"}
-                                        for i in range(body.get("n", 1))]})
+from tests.server.hostile import VOCAB, hostile, ok  # noqa: F401  (hostile: the fixture `server` wraps)
+from tests.server.hostile import tokens as seeded_tokens
 
 
 @pytest.fixture
-def server(request):
-    made = []
-
-    def make(reply):
-        made.append(FaultServer(reply))
-        return made[-1]
-
-    yield make
-    for s in made:
-        s.close()
+def server(hostile):
+    """``server(reply)``: a fault-injecting server answering ``reply(count, body) -> (status, text[, headers])``."""
+    return hostile
 
 
 def decoder(url, **kw):
