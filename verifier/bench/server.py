@@ -52,18 +52,6 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default=None, help="also write the figures as JSON")
 
 
-def _prompt_ids(target: str) -> list[int]:
-    from verifier.audit.suite_builder import default_prompt
-    from verifier.runner.models import encode_prompt, load_pair
-    from verifier.suite.schema import ModelPair, Prompt
-
-    draft = target.replace("target", "draft") if target.startswith("shipped:") else target
-    pair = load_pair(ModelPair("bench", target, draft, "cpu", "float32"))
-    kind, value = default_prompt(target, pair)
-    ids = list(value) if kind == "ids" else list(encode_prompt(Prompt("p0", value, None), pair))
-    return ids, pair.vocab_size, pair.eos_token_id
-
-
 def server_throughput(url: str, api: str, prompt: list[int], sampling, max_new_tokens: int, n: int,
                       num_concurrent: int, seed: int) -> dict[str, Any]:
     """Post the audit's ``n`` request bodies with a bare client; samples/s of the server for this mix."""
@@ -95,13 +83,15 @@ def _audit(args, seed: int) -> dict[str, Any]:
         wall = time.perf_counter() - start
         try:
             report = json.loads((run_dir / "report.json").read_text())
+            if not report.get("sample_sets"):
+                raise ValueError("no sample set")
         except (OSError, ValueError):
             raise RuntimeError(f"the audit wrote no report (exit {done.returncode}): {done.stderr[-2000:]}") from None
         m = PLAN_LINE.search(done.stdout)
         stages = report["run"]["stage_seconds"]
         return {"exit_code": done.returncode, "verdict": report["verdict"], "wall_seconds": wall, "stage_seconds": stages,
-                "max_new_tokens": report["sample_sets"][0]["max_new_tokens"] if report.get("sample_sets") else None,
-                "prompt_ids": report["sample_sets"][0]["prompt_ids"] if report.get("sample_sets") else None,
+                "max_new_tokens": report["sample_sets"][0]["max_new_tokens"],
+                "prompt_ids": report["sample_sets"][0]["prompt_ids"],
                 "n_conclusive": int(m.group(1)) if m else None}
 
 
@@ -113,8 +103,8 @@ def run(args: argparse.Namespace) -> int:
     sampling = SamplingConfig(temperature=args.temperature, top_k=args.top_k)
     load = os.getloadavg()[0]
     audit = _audit(args, seed=1)
-    prompt = audit["prompt_ids"] or _prompt_ids(args.target)[0]
-    max_new = audit["max_new_tokens"] or args.num_draft_tokens + 1
+    prompt = audit["prompt_ids"]  # the audit's own prompt: the bare client sends the same requests
+    max_new = audit["max_new_tokens"]
     raw = server_throughput(args.url, args.api, prompt, sampling, max_new, args.num_samples, args.num_concurrent, seed=2)
     sampling_s = audit["stage_seconds"].get("sampling") or float("nan")
     audit_rate = args.num_samples / sampling_s
