@@ -16,3 +16,39 @@ if "SPECVERIFY_CACHE_DIR" not in os.environ:
     _folder = tempfile.mkdtemp(prefix="specverify-test-cache-")
     os.environ["SPECVERIFY_CACHE_DIR"] = _folder
     atexit.register(shutil.rmtree, _folder, True)
+
+
+# --- test tiers (issue 30) ---------------------------------------------------------------------------------
+# The README's test command runs the quick tier: every module, one real-engine smoke test per installed engine,
+# the same assertions and statistical guarantees. Tests marked ``full`` (the rest of the engine matrix, the
+# slow statistical calibrations, the browser tests, the long server audits) run with ``--full``, as `.ci/run`
+# does. Deselected tests are counted in pytest's summary line ("N deselected") and named in the header.
+import pytest  # noqa: E402
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("specverify", "spec-verifier test tiers")
+    group.addoption("--full", action="store_true", default=False,
+                    help="run the full tier (tests marked `full` too: every engine test, slow statistical tests, "
+                         "browser tests). Default: the quick tier, which deselects them.")
+
+
+def _full_tier(config) -> bool:
+    return bool(config.getoption("--full"))
+
+
+def pytest_report_header(config):
+    if _full_tier(config):
+        return "spec-verifier: full tier (every test)"
+    return "spec-verifier: quick tier (tests marked `full` are deselected; `--full` runs every test)"
+
+
+def pytest_collection_modifyitems(config, items):
+    if _full_tier(config):
+        return
+    kept, dropped = [], []
+    for item in items:
+        (dropped if item.get_closest_marker("full") is not None else kept).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept

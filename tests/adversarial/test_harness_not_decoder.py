@@ -163,6 +163,7 @@ def test_jsonl_audit_usage_mismatch_is_exit_2(tmp_path, capsys, extra, message):
     assert code == EXIT_USAGE and message in err, err[-2000:]
 
 
+@pytest.mark.full  # 29 s; the JSONL import checks of tests/audit stay quick
 def test_jsonl_audit_notes_rows_of_another_sampling_config(tmp_path, capsys):
     """Before: the 30 rows at T=0.7 were dropped without a word (and the default 4 tokens asked of
     3-token rows was a decoder error)."""

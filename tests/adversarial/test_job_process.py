@@ -141,6 +141,7 @@ def test_non_daemon_plugin_thread_does_not_keep_the_job_alive(tmp_path):
     assert json.loads((tmp_path / "run" / "report.json").read_text())["decoders"][0]["verdict"] != "ERROR"
 
 
+@pytest.mark.full  # 13 s; the run-folder lock unit tests stay quick
 def test_resume_racing_a_live_job_is_refused(tmp_path):
     """Before the fix the resume started sampling the same folder (here: it hung in the sleeping
     decoder until the timeout) and report / merge wrote reports into it; now each is refused at
@@ -181,7 +182,7 @@ def test_resume_removes_temporary_shards_a_killed_job_left(tmp_path):
     assert not any(p.exists() for p in stale)
 
 
-@pytest.mark.parametrize("mode", ["sleep", "block_alarm"])
+@pytest.mark.parametrize("mode", ["sleep", pytest.param("block_alarm", marks=pytest.mark.full)])
 def test_call_timeout_stops_a_hanging_decoder_naming_the_call(tmp_path, mode):
     """A generate() that sleeps 120 s hung the run (there was no limit).  With --call-timeout 2: exit 3
     within seconds, the call and the limit named; 'sleep' is interrupted in the call (report written,
@@ -211,6 +212,7 @@ def test_call_timeout_must_be_positive(tmp_path, capsys):
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.full  # 6 s; --call-timeout on `run` stays quick
 def test_call_timeout_also_bounds_a_black_box_audit(tmp_path):
     """Black-box audits call the plugin through PluginDecoder, not the runner: the same limit applies
     (before, a sleeping decoder made the audit wait the full sleep)."""

@@ -152,7 +152,7 @@ def test_exit_codes_pass_through_the_child_process(tmp_path):
     assert usage.returncode == EXIT_USAGE and "invalid int value" in usage.stderr
 
 
-@pytest.mark.parametrize("whole_group", [True, False])
+@pytest.mark.parametrize("whole_group", [True, pytest.param(False, marks=pytest.mark.full)])
 def test_ctrl_c_still_stops_the_job(tmp_path, whole_group):
     """Ctrl-C in a terminal signals the whole process group; a CI runner may signal only the parent
     (forwarded to the child).  Either way: exit 130 and the interrupted message, within seconds."""

@@ -97,6 +97,7 @@ def test_temperature_scaled_decoders_never_get_a_false_pass_at_defaults(tmp_path
         assert res["verdict"] != "PASS" and code in (EXIT_BIAS, EXIT_UNDERPOWERED)
 
 
+@pytest.mark.full  # 46 s; the other audit pipeline detections stay quick
 @pytest.mark.slow
 def test_temperature_x1_1_is_detected_at_the_n_planned_for_tv_0_03(tmp_path):
     """--target-tv 0.03 plans n so every TV cell sees TV 0.03 at power 0.99; the decoder's first-3-token

@@ -38,7 +38,8 @@ def _write(path, lines):
     return path
 
 
-@pytest.mark.parametrize("kernel, expected", [(None, "PASS"), (full_p_fallback_kernel, "BIAS DETECTED")])
+@pytest.mark.parametrize("kernel, expected", [(None, "PASS"),
+                                              pytest.param(full_p_fallback_kernel, "BIAS DETECTED", marks=pytest.mark.full)])
 def test_round_trip_export_import_same_verdict_and_pvalues(tmp_path, kernel, expected):
     """Reference speculative decoder (k=1) and its full-p-fallback mutant on the bigram4_eos
     tabular pair, 2000 samples of 3 tokens from prompts [0] and [1] (seed 21, alpha 1e-3).  The

@@ -17,6 +17,7 @@ from verifier.cli import main
 from verifier.errors import EXIT_USAGE
 
 
+@pytest.mark.full  # 7 s
 def test_cpu_dry_run_runs_the_grid_and_the_throughput_table(tmp_path, capsys):
     out = tmp_path / "gpu.json"
     assert main(["bench", "gpu", "--device", "cpu", "--work-dir", str(tmp_path / "w"), "--out", str(out)]) == 0

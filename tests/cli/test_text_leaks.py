@@ -103,6 +103,7 @@ def _bar_on_a_fresh_pty(columns: str | None) -> str:
     return out.decode(errors="replace")
 
 
+@pytest.mark.full  # 6 s; bars on a terminal stay covered by test_progress_and_errors
 def test_a_progress_bar_is_drawn_on_a_terminal_without_a_size_and_follows_columns():
     drawn = [ln for ln in _bar_on_a_fresh_pty(None).split("\r") if "stage:" in ln]
     assert any("50%" in ln for ln in drawn) and all(len(ln.rstrip()) <= 80 for ln in drawn), drawn

@@ -37,7 +37,9 @@ def _general_kernel(*args):  # the reference kernel, but not `verify_chain` itse
     return verify_chain(*args)
 
 
-@pytest.mark.parametrize("cfg,threads", [(c, 2) for c in CONFIGS] + [(CONFIGS[0], 1), (CONFIGS[3], 1)],
+# quick tier: top-p at 2 threads and the two 1-thread cases; the other configurations at 2 threads in the full tier (5-15 s each)
+@pytest.mark.parametrize("cfg,threads", [(c, 2) if c is CONFIGS[2] else pytest.param(c, 2, marks=pytest.mark.full) for c in CONFIGS]
+                         + [(CONFIGS[0], 1), (CONFIGS[3], 1)],
                          ids=lambda v: v.label() if isinstance(v, SamplingConfig) else f"threads{v}")
 def test_fused_round_emits_the_general_paths_tokens(pair, cfg, threads, monkeypatch):
     torch.set_num_threads(threads)

@@ -18,7 +18,7 @@ from verifier.diagnose.rank import rank_mechanisms
 
 from tests.diagnose._helpers import CI_K, CI_TOKENS, PROMPT, T07K2, T1, trigram3, wrapped
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.full]
 ALPHA, N = 1e-3, 30_000
 
 

@@ -51,13 +51,15 @@ def test_the_lists_cover_the_zoo():
     assert len(MUTANTS) == 11 and set(ZOO_RULE_KERNELS) == {"softmax_residual", "shared_uniform"}
 
 
-@pytest.mark.parametrize("name", MUTANTS)
+# quick tier: one mutant visible only under processing (target_unprocessed, 4 s); the rest in the full tier
+@pytest.mark.parametrize("name", [n if n == "target_unprocessed" else pytest.param(n, marks=pytest.mark.full) for n in MUTANTS])
 def test_shipped_mutants_are_diagnosed_as_themselves(shipped, name):
     target, draft = shipped[:2]
     d = _diagnose(shipped, make_decoder(name, target, draft, K), T07K20 if name in PROCESSING_ONLY else T1, 1506, True)
     assert d["status"] == "consistent" and mechanism_for_decoder(name) in d["best"], d["sentence"]
 
 
+@pytest.mark.full  # 10-22 s each
 @pytest.mark.parametrize("rule", sorted(ZOO_RULE_KERNELS))
 def test_shipped_zoo_rules_are_diagnosed_as_themselves(shipped, rule):
     target, draft = shipped[:2]

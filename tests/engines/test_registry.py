@@ -80,6 +80,7 @@ def test_engines_command_lists_every_engine_installed_or_not(tmp_path, monkeypat
     assert rows[0]["options"]["block_verification"] == {"default": False, "allowed": [False, True], "help": rows[0]["options"]["block_verification"]["help"]}
 
 
+@pytest.mark.full  # 12 s (a pytest subprocess per engine)
 def test_a_missing_engine_fails_its_tests_under_ci_and_skips_them_outside(tmp_path):
     """The contract .ci/run relies on: with CI set, an engine test cannot pass by skipping."""
     import os

@@ -111,6 +111,7 @@ def test_merging_different_runs_is_refused(runs, tmp_path):
         merge_runs([runs / "shard0", other], tmp_path / "m")
 
 
+@pytest.mark.full  # 12 s; the in-process shard merge tests stay quick
 @pytest.mark.slow
 def test_torchrun_two_local_processes_give_the_single_process_report(runs, tmp_path):
     """`torchrun --nproc-per-node=2` (gloo): each rank samples shard RANK/2, rank 0 gathers and merges."""

@@ -38,6 +38,7 @@ def test_exact_effect_of_the_served_mutant_is_visible_at_the_tested_n():
     assert tv == Fraction(23, 125)  # 0.184 > the joint cell's MDE at n = 1,000 (~0.14)
 
 
+@pytest.mark.full  # 30-60 s: a full URL audit; test_mutant_server_is_detected_and_diagnosed_through_http stays quick
 def test_reference_server_passes_and_speculation_is_verified(reference_server, tmp_path):
     run_dir = tmp_path / "run"
     done = audit(["--url", reference_server, *COMMON, "--num-samples", "2000", "--target-tv", "0.1",
@@ -65,6 +66,7 @@ def test_mutant_server_is_detected_and_diagnosed_through_http(mutant_server, tmp
     assert "full_p_fallback" in report["diagnosis"]["decoders"][0]["sentence"]
 
 
+@pytest.mark.full  # 30-60 s: a full URL audit; test_mutant_server_is_detected_and_diagnosed_through_http stays quick
 def test_speculation_switched_off_cannot_pass(reference_server, tmp_path):
     """llama-server requests with speculative.n_max = 0: plain target sampling, every cell passes, the
     server's counters do not move -- UNDERPOWERED (exit 4) naming why, never PASS."""
@@ -77,6 +79,7 @@ def test_speculation_switched_off_cannot_pass(reference_server, tmp_path):
     assert "SPECULATION NEVER RAN" in done.stdout
 
 
+@pytest.mark.full  # 30-60 s: a full URL audit; test_mutant_server_is_detected_and_diagnosed_through_http stays quick
 def test_two_sample_design_with_per_request_switch(mutant_server, tmp_path):
     """Speculation on vs off on the same llama-server (no local target law needed): the mutant differs."""
     done = audit(["--url", mutant_server, "--api", "llama-server", "--reference-off", "--vocab-size", "3",
@@ -87,6 +90,7 @@ def test_two_sample_design_with_per_request_switch(mutant_server, tmp_path):
     assert (tmp_path / "two" / "reference" / "server" / "responses.jsonl").is_file()
 
 
+@pytest.mark.full  # 30-60 s: a full URL audit; test_mutant_server_is_detected_and_diagnosed_through_http stays quick
 def test_killed_audit_resumes_without_resampling(reference_server, tmp_path):
     """SIGKILL mid-run, then --resume: every response in the journal is reused; the server answers each
     request once (its own request counter), the journal holds exactly n lines."""
@@ -115,6 +119,7 @@ def test_killed_audit_resumes_without_resampling(reference_server, tmp_path):
     assert requests_served(reference_server) - before <= 1200 + 2 * 2 + 2
 
 
+@pytest.mark.full  # 30-60 s: a full URL audit; test_mutant_server_is_detected_and_diagnosed_through_http stays quick
 def test_concurrency_levels_find_a_defect_that_appears_only_under_load(tmp_path):
     """A server correct with one request in flight and deterministic_acceptance when more arrive together (the
     field's "corrupt only when requests are batched"; exact 3-token TV 0.595 on trigram3, k = 2): the level c1

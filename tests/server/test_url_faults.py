@@ -62,6 +62,7 @@ def test_malformed_replies_are_server_errors_naming_request_and_reply(server, te
     assert "seed" in str(info.value)  # names the request that got it
 
 
+@pytest.mark.full  # 13 s of backoff waits; tests/server/test_url_hostile_client.py stays quick
 def test_429_and_5xx_storms_are_retried_with_backoff(server):
     s = server(lambda count, body: (429, "slow down", [("Retry-After", "0")]) if count <= 3
                else (503, "busy") if count <= 5 else ok(count, body))
@@ -131,6 +132,7 @@ def test_unset_token_variable_is_refused_before_any_request():
         decoder("http://127.0.0.1:9", api_key_env="SPECVERIFY_UNSET_VAR")
 
 
+@pytest.mark.full  # 19 s; test_url_hostile_exits.py stays quick
 def test_cli_exit_codes_for_unreachable_and_misbehaving_servers(server, tmp_path):
     from tests.server.conftest import audit
 

@@ -29,7 +29,7 @@ from verifier.stats import (
 
 from .laws import full_p_fallback_law
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.full]
 
 ALPHA = 0.01
 RUNS = 2000

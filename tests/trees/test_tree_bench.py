@@ -15,6 +15,7 @@ from verifier.exact import standard_tabular_pairs, target_law
 from verifier.exact.tree_laws import tree_accepted_count_law, tree_n_token_law
 
 
+@pytest.mark.full  # 9 s
 def test_detect_rows_use_the_exact_tree_law_and_its_oracle():
     rows = detect_tree_rows(["residual_not_updated"], ["unigram3/3"], seeds=3, max_factor=1.5)
     assert [(r.rule, r.case, r.battery) for r in rows] == [("residual_not_updated", "unigram3/3", "window")]

@@ -21,6 +21,7 @@ from verifier.cli import main
 TREE_SUITE = Path(__file__).resolve().parents[2] / "suites" / "tree.toml"
 
 
+@pytest.mark.full  # 113 s; tree decoders, kernels and laws keep their quick tests
 @pytest.mark.slow
 def test_tree_suite_lossless_pass_and_every_tree_mutant_is_detected(tmp_path, capsys):
     code = main(["run", str(TREE_SUITE), "--run-dir", str(tmp_path / "tree"), "--no-progress"])
