@@ -10,6 +10,11 @@ two-sample (``--reference-url URL``, or ``--reference-off`` on llama-server)
     Speculation on vs off: the same requests to a second server without speculation, or to the
     same server with speculation switched off per request; the black-box cells
     (:func:`verifier.audit.blackbox_audit`).
+self-reported (``--design self-reported``, the default without ``--target`` and reference flags)
+    No local model: the law at every emitted position is rebuilt from the top logprobs the server
+    returns (``--logprobs K``, ``--top-k <= K``), with a randomized PIT, a first-token chi-square,
+    collision cells and a logprob consistency cell (:mod:`verifier.server.self_audit`);
+    ``--reference-url`` is then the speculation-off server the consistency cell scores with.
 
 The token for a protected endpoint is read from the environment variable named by
 ``--api-key-env``; no flag carries it, so no report, suite or journal does.
@@ -22,7 +27,9 @@ from pathlib import Path
 
 from verifier.errors import invalid_argument
 
-__all__ = ["add_arguments", "route_url", "bind_blackbox_journals", "URL_DECODER"]
+__all__ = ["add_arguments", "route_url", "bind_blackbox_journals", "run_self_reported", "URL_DECODER", "DESIGNS"]
+
+DESIGNS = ("known-target", "two-sample", "self-reported")
 
 URL_DECODER = "verifier.server.decoder:decoder"  # the plugin factory a URL audit's suite names
 
@@ -63,6 +70,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="two-sample design: the same target served without speculation; its samples are the reference")
     group.add_argument("--reference-off", action="store_true",
                        help="two-sample design on llama-server: the reference is the same server with speculation off per request")
+    group.add_argument("--design", choices=DESIGNS, default=None,
+                       help="known-target (--target loaded here), two-sample (--reference-url / --reference-off) or "
+                            "self-reported (no local model: the samples against the top logprobs the server reports; "
+                            "needs --logprobs K, --top-k <= K, --vocab-size, --prompt-ids; --reference-url is then the "
+                            "speculation-off server of the consistency cell). Default: known-target with --target, "
+                            "two-sample with a reference flag, else self-reported")
+    group.add_argument("--collisions", type=int, default=200, metavar="N",
+                       help="self-reported: completions per collision cell (one seeded, one unseeded; identical disjoint "
+                            "pairs against the law's collision probability); 0 skips them. Default: 200")
+    group.add_argument("--consistency-positions", type=int, default=32, metavar="N",
+                       help="self-reported: emitted positions re-scored with speculation off (uniform, seeded by --seed) "
+                            "to check the reported logprobs. Default: 32")
+    group.add_argument("--reported-logprobs", choices=("raw", "processed"), default=None,
+                       help="self-reported: what the server's logprobs are -- raw (temperature 1, before any sampler: vLLM's "
+                            "default) or processed (after the sampler chain: llama-server post_sampling_probs, which "
+                            "--api llama-server asks for). Default: the dialect's")
 
 
 def _server_options(args: argparse.Namespace, url: str, speculative: bool | None) -> dict:
@@ -91,6 +114,17 @@ def route_url(args: argparse.Namespace) -> None:
     dialect = get_dialect(args.api)
     if args.option:
         raise invalid_argument("--option", dict(args.option), "no --option with --url (the server options are flags)")
+    if args.design is None:
+        args.design = ("known-target" if args.target and not (args.reference_url or args.reference_off) else
+                       "two-sample" if args.reference_url or args.reference_off else "self-reported")
+    if args.design == "self-reported":
+        _check_self_reported(args, dialect)
+        return
+    if args.design == "two-sample" and not (args.reference_url or args.reference_off):
+        raise invalid_argument("--design", "two-sample", "with --reference-url URL or --reference-off")
+    if args.design == "known-target" and not args.target:
+        raise invalid_argument("--target", None, "the model the server claims to serve, for --design known-target (or "
+                               "--design self-reported: no local model)")
     if args.reference_url and args.reference_off:
         raise invalid_argument("--reference-off", True, "either --reference-url URL or --reference-off, not both")
     if args.reference_off and args.api != "llama-server":
@@ -135,6 +169,86 @@ def route_url(args: argparse.Namespace) -> None:
     print(f"URL audit of {args.url} ({args.api}" + (f", model {args.model}" if args.model else "") +
           f", {args.num_concurrent} in flight" + (f", two-sample against {args.url_described['reference']}"
                                                    if args.url_described["reference"] else ", known target") + ")")
+
+
+def _check_self_reported(args: argparse.Namespace, dialect) -> None:
+    """Every option of the self-reported design checked before any request (exit 2 naming the flag)."""
+    from verifier.server.client import ServerSettings
+    from verifier.server.reported_law import check_design
+
+    for flag, bad in (("--target", args.target), ("--reference-off", args.reference_off), ("--resume", args.resume),
+                      ("--prompt", args.prompt[:1] or None), ("--concurrency-levels", args.concurrency_levels),
+                      ("--mixed-batch", args.mixed_batch or None), ("--n-levels", args.n_levels),
+                      ("--sequential", args.sequential or None), ("--export", args.export)):
+        if bad:
+            raise invalid_argument(flag, bad, "not with --design self-reported (no local model; the speculation-off "
+                                   "server is --reference-url, or llama-server's per-request switch; rerun with the same "
+                                   "--run-dir to continue)")
+    if args.vocab_size is None or args.vocab_size < 1:
+        raise invalid_argument("--vocab-size", args.vocab_size, "the served model's vocabulary size (an integer >= 1) "
+                               "with --design self-reported: emitted ids and reported laws are checked against it")
+    if not args.prompt_ids:
+        raise invalid_argument("--prompt-ids", None, "token ids (comma-separated, repeatable) with --design "
+                               "self-reported: without a local tokenizer prompts are sent as ids")
+    if args.logprobs is not None and not 1 <= args.logprobs <= 20:
+        raise invalid_argument("--logprobs", args.logprobs, "an integer in 1..20 (top logprobs per emitted token)")
+    from verifier.cli.cmd_audit import _sampling
+
+    sampling = _sampling(args)
+    check_design(sampling, args.logprobs, args.vocab_size)  # --logprobs, --top-k <= K, no greedy / penalty
+    if args.collisions == 1 or args.collisions < 0:
+        raise invalid_argument("--collisions", args.collisions, "0 (no collision cells) or an integer >= 2 (pairs)")
+    if args.consistency_positions < 0:
+        raise invalid_argument("--consistency-positions", args.consistency_positions, "an integer >= 0")
+    if args.num_samples is not None and args.num_samples < 1:
+        raise invalid_argument("--num-samples", args.num_samples, "an integer >= 1")
+    if args.speculation == "off":
+        raise invalid_argument("--speculation", "off", "'server' or 'on' with --design self-reported (the audited "
+                               "sample is the speculative one)")
+    if args.speculation != "server" and args.api != "llama-server":
+        raise invalid_argument("--speculation", args.speculation, "'server' with --api " + args.api)
+    if not 1 <= args.n_per_request <= dialect.max_n:
+        raise invalid_argument("--n-per-request", args.n_per_request, f"an integer in 1..{dialect.max_n} for --api {args.api}")
+    for url in (args.url, args.reference_url):
+        if url is not None:
+            ServerSettings(url, num_concurrent=args.num_concurrent, max_retries=args.max_retries,
+                           timeout_s=args.request_timeout, api_key_env=args.api_key_env)
+    if args.max_new_tokens is None:
+        args.max_new_tokens = args.num_draft_tokens + 2
+        print(f"note: --max-new-tokens {args.max_new_tokens} (k + 2: a server drafts no request's last token)")
+    if args.max_new_tokens < 1:
+        raise invalid_argument("--max-new-tokens", args.max_new_tokens, "an integer >= 1")
+    if args.reference_url is None and args.api != "llama-server":
+        print("note: no --reference-url: the consistency cell cannot score with speculation off on --api "
+              f"{args.api} (no per-request switch), so this audit cannot PASS")
+    print(f"URL audit of {args.url} ({args.api}, self-reported design: the samples against the top-{args.logprobs} "
+          "logprobs the server reports" + (f"; speculation-off reference {args.reference_url}" if args.reference_url else "")
+          + ")")
+
+
+def run_self_reported(args: argparse.Namespace) -> int:
+    """Run ``--design self-reported`` (:func:`verifier.server.self_audit.run_self_reported`) with the checked flags."""
+    import time
+
+    from verifier.cli.cmd_audit import DEFAULT_REPORT_DIR, _sampling
+    from verifier.server.self_audit import SelfReportedSpec, run_self_reported as run
+    from verifier.audit.suite_builder import DEFAULT_TARGET_TV
+
+    run_dir = Path(args.run_dir) if args.run_dir else (Path(args.report_dir or DEFAULT_REPORT_DIR) / "url-self-reported"
+                                                       / time.strftime("%Y%m%d-%H%M%S"))
+    print(f"audit run -> {run_dir}")
+    spec = SelfReportedSpec(
+        url=args.url, api=args.api, prompts=[list(p) for p in args.prompt_ids], sampling=_sampling(args),
+        logprobs=args.logprobs, vocab_size=args.vocab_size, max_new_tokens=args.max_new_tokens,
+        num_draft_tokens=args.num_draft_tokens, run_dir=run_dir, eos_token_id=args.eos_token_id,
+        reference_url=args.reference_url, model=args.model,
+        server={"num_concurrent": args.num_concurrent, "max_retries": args.max_retries,
+                "timeout_s": args.request_timeout, "api_key_env": args.api_key_env},
+        n_per_request=args.n_per_request, speculative=True if args.speculation == "on" else None,
+        num_samples=args.num_samples, target_tv=DEFAULT_TARGET_TV if args.target_tv is None else args.target_tv,
+        alpha=args.alpha, seed=args.seed, collisions=args.collisions, consistency_positions=args.consistency_positions,
+        convention=args.reported_logprobs, require_speculation=not args.speculation_unverified)
+    return run(spec)
 
 
 def server_description(url: str, api: str, api_key_env: str | None = None) -> dict:

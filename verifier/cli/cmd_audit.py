@@ -560,6 +560,10 @@ def run(args: argparse.Namespace) -> int:
         from verifier.cli._audit_url import route_url
 
         route_url(args)  # -> --decoder verifier.server.decoder:decoder with the server options (two-sample: a reference too)
+        if args.design == "self-reported":  # no local model: verifier.server.self_audit
+            from verifier.cli._audit_url import run_self_reported
+
+            return run_self_reported(args)
     elif args.reference_url or args.reference_off:
         raise invalid_argument("--reference-url" if args.reference_url else "--reference-off",
                                args.reference_url or True, "with --url BASE_URL")

@@ -131,6 +131,11 @@ class Dialect:
     metrics_counters : dict[str, tuple[str, ...]]
         Prometheus counter names (``/metrics``) of ``drafts``, ``draft_tokens`` and
         ``accepted_tokens``, each with the spellings seen across versions.
+    reported_law : {"raw", "processed"}
+        What the top logprobs of a reply are (docs/servers.md): ``"raw"`` = the model's softmax at
+        temperature 1 before any sampler (vLLM's default ``--logprobs-mode raw_logprobs``);
+        ``"processed"`` = the law after the sampler chain (llama-server with ``post_sampling_probs``,
+        which this dialect sends).  :mod:`verifier.server.reported_law` rebuilds the processed law from it.
     """
 
     name: str
@@ -138,12 +143,14 @@ class Dialect:
     max_n: int
     health_paths: tuple[str, ...]
     metrics_counters: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    reported_law: str = "raw"
 
-    def request(self, prompt_ids: Sequence[int], sampling: SamplingConfig, max_new_tokens: int, seed: int, *,
+    def request(self, prompt_ids: Sequence[int], sampling: SamplingConfig, max_new_tokens: int, seed: int | None, *,
                 n: int = 1, logprobs: int | None = None, model: str | None = None,
                 draft_tokens: int | None = None) -> dict[str, Any]:
-        """The JSON body of one request (``n`` completions of ``prompt_ids``); ``draft_tokens``: the per-request
-        speculation switch to send (k on, 0 off; None: none)."""
+        """The JSON body of one request (``n`` completions of ``prompt_ids``); ``seed`` None sends no seed field
+        (an unseeded request: the server's own randomness); ``draft_tokens``: the per-request speculation
+        switch to send (k on, 0 off; None: none)."""
         raise NotImplementedError
 
     def parse(self, body: Any, *, n: int, max_new_tokens: int, eos_token_id: int | None,
@@ -185,7 +192,7 @@ class OpenAICompletions(Dialect):
             raise invalid_argument("speculation per request", draft_tokens, "not with --api openai-completions (no "
                                    "per-request switch): give the speculation-off server as --reference-url")
         body: dict[str, Any] = {
-            "prompt": [int(t) for t in prompt_ids], "max_tokens": int(max_new_tokens), "n": int(n), "seed": int(seed),
+            "prompt": [int(t) for t in prompt_ids], "max_tokens": int(max_new_tokens), "n": int(n),
             "temperature": float(sampling.temperature), "top_p": float(sampling.top_p or 1.0),
             "top_k": int(sampling.top_k) if sampling.top_k else -1, "min_p": 0.0,
             "presence_penalty": 0.0, "frequency_penalty": 0.0,
@@ -193,6 +200,8 @@ class OpenAICompletions(Dialect):
             "stream": False, "echo": False, "skip_special_tokens": False, "ignore_eos": False,
             "return_tokens_as_token_ids": True, "return_token_ids": True,
         }
+        if seed is not None:
+            body["seed"] = int(seed)
         if logprobs is not None:  # only when asked: older servers turned speculation off for logprobs requests
             body["logprobs"] = int(logprobs)
         if model:
@@ -298,7 +307,7 @@ class LlamaServer(Dialect):
             raise invalid_argument("n per request", n, "1 with --api llama-server (it has no `n`)")
         rep = sampling.repetition_penalty
         body: dict[str, Any] = {
-            "prompt": [int(t) for t in prompt_ids], "n_predict": int(max_new_tokens), "seed": int(seed) & 0x7FFFFFFF,
+            "prompt": [int(t) for t in prompt_ids], "n_predict": int(max_new_tokens),
             "temperature": float(sampling.temperature), "top_k": int(sampling.top_k or 0),
             "top_p": float(sampling.top_p or 1.0), "min_p": 0.0, "typical_p": 1.0, "top_n_sigma": -1.0,
             # HF's repetition penalty covers the whole context: the window is prompt + generated (-1 is refused)
@@ -311,6 +320,8 @@ class LlamaServer(Dialect):
             # greedy only with the temperature sampler in the chain (docs/servers.md)
             "samplers": (["penalties"] if rep else []) + ["top_k", "temperature", "top_p"],
         }
+        if seed is not None:  # none: llama-server draws a fresh seed (LLAMA_DEFAULT_SEED)
+            body["seed"] = int(seed) & 0x7FFFFFFF
         if draft_tokens is not None:
             body["speculative.n_max"] = int(draft_tokens)
         if model:
@@ -403,7 +414,7 @@ DIALECTS: dict[str, Dialect] = {
                           "draft_tokens": ("vllm:spec_decode_num_draft_tokens",),
                           "accepted_tokens": ("vllm:spec_decode_num_accepted_tokens",)}),
     "llama-server": LlamaServer(
-        "llama-server", "/completion", max_n=1, health_paths=("/health",),
+        "llama-server", "/completion", max_n=1, health_paths=("/health",), reported_law="processed",
         metrics_counters={"drafts": ("llamacpp:spec_decode_num_drafts",),
                           "draft_tokens": ("llamacpp:spec_decode_num_draft_tokens",),
                           "accepted_tokens": ("llamacpp:spec_decode_num_accepted_tokens",)}),

@@ -16,18 +16,39 @@ llama.cpp's spellings), ``POST /v1/completions`` (token-id prompts, ``n``, ``see
 per-request ``speculative.n_max``; 0 samples plainly from the target).  A sampler knob the decoder
 cannot honour (min-p, presence/frequency penalties, a stop string) is refused with HTTP 400 naming
 it, never ignored.
+
+Logprobs, honestly: ``logprobs: K`` (OpenAI) or ``n_probs: K`` (llama-server) returns, at every
+emitted position, the target's law at that prefix in the dialect's convention -- vLLM's raw
+log-softmax at temperature 1 (``token_logprobs``, ``top_logprobs`` keyed ``"token_id:N"``, the top K
+plus the emitted token, a log prob of 0 floored at :data:`LOGPROB_FLOOR` as vLLM does), llama-server's
+post-sampling probabilities with ``post_sampling_probs`` (``prob``, ``top_probs``: the processed law,
+zero probs left out) and its raw ``logprob`` / ``top_logprobs`` without.
+
+Defects on purpose (:data:`DEFECTS`, ``specverify serve --defect NAME``), each a bug seen in servers:
+``shared-seed`` samples every request with one seed (the request's ``seed`` ignored, unseeded requests
+too), so independent requests return the same completion; ``spec-logprobs`` reports the draft's law
+instead of the target's for requests served with speculation on (speculation-off requests report the
+target's), so the reported logprobs change with speculation.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable
 
 import numpy as np
 
-__all__ = ["DecoderServer", "serve_decoder", "NEUTRAL_KNOBS"]
+__all__ = ["DecoderServer", "serve_decoder", "NEUTRAL_KNOBS", "DEFECTS", "LOGPROB_FLOOR"]
+
+DEFECTS = {
+    "shared-seed": "every request is sampled with one seed (the request's seed ignored; unseeded requests too)",
+    "spec-logprobs": "logprobs are the draft's law when the request is served with speculation on",
+}
+SHARED_SEED = 0  # the one seed of the shared-seed defect
+LOGPROB_FLOOR = -9999.0  # vLLM's floor for a reported logprob (-inf is not JSON)
 
 # knobs a request may carry only at their neutral value (the harness's decoders do not implement them)
 NEUTRAL_KNOBS = {"min_p": 0.0, "presence_penalty": 0.0, "frequency_penalty": 0.0, "typical_p": 1.0, "dry_multiplier": 0.0,
@@ -57,12 +78,22 @@ class DecoderServer:
         The model id ``/v1/models`` lists.
     host : str, default "127.0.0.1"
     port : int, default 0
+    scorer : _Scorer or None
+        The target's (and draft's) law at every prefix, for logprobs; None: a request asking for
+        logprobs is refused (HTTP 400).
+    defects : tuple of str
+        Names from :data:`DEFECTS` (module docstring).
     """
 
     def __init__(self, make_decoder: Callable[[int], Any], num_draft_tokens: int, vocab_size: int,
                  eos_token_id: int | None, name: str, host: str = "127.0.0.1", port: int = 0,
-                 make_busy_decoder: Callable[[int], Any] | None = None, busy_above: int | None = None) -> None:
+                 make_busy_decoder: Callable[[int], Any] | None = None, busy_above: int | None = None,
+                 scorer: "_Scorer | None" = None, defects: tuple[str, ...] = ()) -> None:
         self.make_decoder, self.k, self.vocab_size, self.eos, self.name = make_decoder, num_draft_tokens, vocab_size, eos_token_id, name
+        unknown = [d for d in defects if d not in DEFECTS]
+        if unknown:
+            raise ValueError(f"defect {unknown[0]!r} is unknown; allowed: {', '.join(DEFECTS)}")
+        self.scorer, self.defects = scorer, frozenset(defects)
         self._decoders: dict[int, Any] = {}
         # a concurrency-dependent defect on purpose: with more than `busy_above` requests in flight, requests are
         # served by `make_busy_decoder(k)` (e.g. a mutant) -- corruption that appears only under load
@@ -147,6 +178,8 @@ class DecoderServer:
                                   repetition_penalty=float(rep) if rep not in (None, 1, 1.0) else None)
         max_new = int(body.get(max_key) or 16)
         seed = int(body["seed"]) if body.get("seed") is not None else int(np.random.SeedSequence().entropy % (1 << 31))
+        if "shared-seed" in self.defects:
+            seed = SHARED_SEED
         busy = self.busy_above is not None and k > 0 and self.in_flight > self.busy_above
         with self._lock:
             if busy:
@@ -166,16 +199,33 @@ class DecoderServer:
                 self.counters["draft_tokens"] += drafted
                 self.counters["accepted_tokens"] += accepted
             self.counters["requests"] += 1
-        return [[int(t) for t in row if t >= 0] for row in rows], max_new, drafted, accepted
+        return [[int(t) for t in row if t >= 0] for row in rows], max_new, drafted, accepted, sampling
+
+    def _probs(self, prompt: list[int], rows: list[list[int]], sampling, top: int, k: int, post_sampling: bool):
+        """Per row, per emitted position: ``(prob of the emitted token, [(id, prob)] top `top` by prob)`` of the
+        law the reply reports (the target's; the draft's under the spec-logprobs defect when ``k > 0``)."""
+        if self.scorer is None:
+            raise _BadRequest("logprobs are not available from this server")
+        source = "draft" if "spec-logprobs" in self.defects and k > 0 else "target"
+        return self.scorer.rows(prompt, rows, sampling, top, processed=post_sampling, source=source)
 
     def openai_completion(self, body: dict[str, Any]) -> dict[str, Any]:
         n = int(body.get("n") or 1)
         if not 1 <= n <= 1024:
             raise _BadRequest(f"n={n} must be in 1..1024")
-        rows, _max_new, _d, _a = self._sample(body, "prompt", "max_tokens", self.k, n)
+        rows, _max_new, _d, _a, sampling = self._sample(body, "prompt", "max_tokens", self.k, n)
         choices = [{"index": i, "text": "", "token_ids": row,
                     "finish_reason": "stop" if self.eos is not None and row and row[-1] == self.eos else "length"}
                    for i, row in enumerate(rows)]
+        top = body.get("logprobs")
+        if top:  # vLLM: raw log-softmax (T = 1), the top K plus the emitted token, keyed "token_id:N"
+            probs = self._probs(body["prompt"], rows, sampling, int(top), self.k, post_sampling=False)
+            for choice, row, per_position in zip(choices, rows, probs):
+                choice["logprobs"] = {
+                    "tokens": [f"token_id:{t}" for t in row], "text_offset": [0] * len(row),
+                    "token_logprobs": [_log(p) for p, _tops in per_position],
+                    "top_logprobs": [{**{f"token_id:{i}": _log(q) for i, q in tops}, f"token_id:{t}": _log(p)}
+                                     for t, (p, tops) in zip(row, per_position)]}
         return {"id": "cmpl-specverify", "object": "text_completion", "model": self.name, "choices": choices}
 
     def llama_completion(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -183,11 +233,27 @@ class DecoderServer:
         k = self.k if n_max is None else int(n_max)
         if k not in (0, self.k):
             raise _BadRequest(f"speculative.n_max={n_max!r}: this server has k={self.k} (or 0 to switch speculation off)")
-        rows, _max_new, drafted, accepted = self._sample(body, "prompt", "n_predict", k, 1)
+        rows, _max_new, drafted, accepted, sampling = self._sample(body, "prompt", "n_predict", k, 1)
         row = rows[0]
         eos = self.eos is not None and row and row[-1] == self.eos
-        return {"content": "", "tokens": row[:-1] if eos else row, "stop_type": "eos" if eos else "limit",
-                "timings": {"draft_n": drafted, "draft_n_accepted": accepted}}
+        tokens = row[:-1] if eos else row  # llama-server does not return the EOS token
+        reply = {"content": "", "tokens": tokens, "stop_type": "eos" if eos else "limit",
+                 "timings": {"draft_n": drafted, "draft_n_accepted": accepted}}
+        top = body.get("n_probs")
+        if top and tokens:  # one row per returned token; post_sampling_probs: the processed law as probabilities
+            post = bool(body.get("post_sampling_probs"))
+            per_position = self._probs(body["prompt"], [tokens], sampling, int(top), k, post_sampling=post)[0]
+            if post:
+                reply["completion_probabilities"] = [
+                    {"id": t, "token": "", "bytes": [], "prob": p,
+                     "top_probs": [{"id": i, "token": "", "bytes": [], "prob": q} for i, q in tops if q > 0]}
+                    for t, (p, tops) in zip(tokens, per_position)]
+            else:
+                reply["completion_probabilities"] = [
+                    {"id": t, "token": "", "bytes": [], "logprob": _log(p),
+                     "top_logprobs": [{"id": i, "token": "", "bytes": [], "logprob": _log(q)} for i, q in tops if q > 0]}
+                    for t, (p, tops) in zip(tokens, per_position)]
+        return reply
 
     def metrics_text(self) -> str:
         c = self.counters
@@ -217,12 +283,42 @@ class DecoderServer:
         self.stop()
 
 
+def _log(p: float) -> float:
+    return math.log(p) if p > 0 else LOGPROB_FLOOR
+
+
+class _Scorer:
+    """The target's (or the draft's) law at every emitted prefix, for the logprobs of a reply."""
+
+    def __init__(self, target, draft=None) -> None:
+        self.refs = {"target": target, "draft": draft}
+
+    def rows(self, prompt: list[int], rows: list[list[int]], sampling, top: int, *, processed: bool, source: str):
+        """For each row and emitted position j: ``(p(row[j]), [(id, p)] the `top` largest, prob descending, ties
+        by id)`` under the law at ``prompt + row[:j]`` -- processed at ``sampling`` or raw (temperature 1)."""
+        from verifier.sampling import SamplingConfig
+
+        ref = self.refs[source] or self.refs["target"]
+        use = sampling if processed else SamplingConfig()
+        out: list[list] = [[] for _ in rows]
+        for j in range(max((len(r) for r in rows), default=0)):  # rows reaching position j share its prefix length
+            live = [i for i, r in enumerate(rows) if len(r) > j]
+            probs = ref.next_probs(np.asarray([list(prompt) + rows[i][:j] for i in live], dtype=np.int64), use)
+            for i, law in zip(live, probs):
+                order = np.lexsort((np.arange(law.size), -law))[:top]
+                out[i].append((float(law[rows[i][j]]), [(int(t), float(law[t])) for t in order]))
+        return out
+
+
 def serve_decoder(decoder: str, target: str, draft: str | None = None, *, num_draft_tokens: int = 3,
                   host: str = "127.0.0.1", port: int = 0, device: str = "cpu", dtype: str = "float32",
-                  busy_decoder: str | None = None, busy_above: int | None = None) -> DecoderServer:
+                  busy_decoder: str | None = None, busy_above: int | None = None,
+                  defects: tuple[str, ...] = ()) -> DecoderServer:
     """A :class:`DecoderServer` for the registered ``decoder`` (``reference`` or a mutant) on ``target``/``draft``
     (model specs as in suites: ``shipped:target``, ``tabular:NAME``, a checkpoint folder); not started.
-    ``busy_decoder`` (a registered name) serves the requests that arrive with more than ``busy_above`` in flight."""
+    ``busy_decoder`` (a registered name) serves the requests that arrive with more than ``busy_above`` in flight;
+    ``num_draft_tokens`` 0 serves plain target sampling (a speculation-off reference server); ``defects``:
+    names from :data:`DEFECTS`."""
     from verifier.decoders import make_decoder
     from verifier.decoders.speculative import AncestralDecoder
     from verifier.runner.models import load_pair
@@ -245,6 +341,7 @@ def serve_decoder(decoder: str, target: str, draft: str | None = None, *, num_dr
         maker(busy_decoder)(num_draft_tokens)
         busy = maker(busy_decoder)
     server = DecoderServer(maker(decoder), num_draft_tokens, pair.vocab_size, pair.eos_token_id, f"specverify-{decoder}",
-                           host, port, make_busy_decoder=busy, busy_above=busy_above)
+                           host, port, make_busy_decoder=busy, busy_above=busy_above,
+                           scorer=_Scorer(pair.reference, pair.draft_reference), defects=tuple(defects))
     server._decoders[num_draft_tokens] = first
     return server

@@ -1,0 +1,83 @@
+"""The statistics of the self-reported design without a server: the rebuilt law and the collision test.
+
+Test the tester: a law rebuilt from top-K rows equals :func:`verifier.sampling.processed_probs` of the
+full logits; the collision test holds its level under the null (a simulated correct server) and
+rejects a shared random stream.
+"""
+
+from __future__ import annotations
+
+import math
+from itertools import product
+
+import numpy as np
+import pytest
+
+from verifier.sampling import SamplingConfig, processed_probs
+from verifier.server.collisions import collision_test, identical_pairs, poisson_binomial_sf
+from verifier.server.reported_law import ReportedLaw, Undefined, law_tv, rebuild_law
+
+
+def _top(logprobs: np.ndarray, k: int) -> dict[int, float]:
+    order = np.argsort(-logprobs, kind="stable")[:k]
+    return {int(t): float(logprobs[t]) for t in order}
+
+
+@pytest.mark.parametrize("sampling", [SamplingConfig(temperature=0.7, top_k=4), SamplingConfig(temperature=1.3, top_k=4, top_p=0.8),
+                                      SamplingConfig(top_k=1)])
+def test_raw_rows_rebuild_the_processed_law_exactly(sampling):
+    rng = np.random.default_rng(0)
+    logits = rng.normal(size=50) * 2
+    raw = np.log(processed_probs(logits, SamplingConfig()).numpy())
+    want = processed_probs(logits, sampling).numpy()
+    law = rebuild_law(_top(raw, 6), sampling, "raw")  # top-6 rows, top_k 4 <= 6
+    assert isinstance(law, ReportedLaw)
+    assert np.allclose(law.dense(50), want, atol=1e-12)
+
+
+def test_processed_rows_are_renormalised_and_must_hold_the_kept_set():
+    sampling = SamplingConfig(temperature=0.7, top_k=3)
+    law = np.array([0.5, 0.3, 0.2])
+    row = {i: math.log(p) for i, p in enumerate(law)}
+    assert np.allclose(rebuild_law(row, sampling, "processed").probs, law)
+    partial = rebuild_law({0: math.log(0.5), 1: math.log(0.3)}, sampling, "processed")
+    assert isinstance(partial, Undefined) and "kept set is larger" in partial.reason
+
+
+@pytest.mark.parametrize("row, reason", [(None, "no reported logprobs"), ({}, "no reported logprobs"),
+                                         ({0: -0.1, 1: -0.2}, "sum to"), ({0: math.log(0.4)}, "holds 1 of the top_k=2")])
+def test_rows_that_cannot_define_the_law_say_why(row, reason):
+    out = rebuild_law(row, SamplingConfig(top_k=2), "raw")
+    assert isinstance(out, Undefined) and reason in out.reason
+
+
+def test_law_tv_and_pit_ranking():
+    a = ReportedLaw(np.array([3, 1]), np.array([0.5, 0.5]))
+    assert a.cdf_below(1) == 0.0 and a.cdf_below(3) == 0.5  # ties by id
+    assert law_tv(a, a) == 0.0
+
+
+def test_poisson_binomial_matches_enumeration():
+    probs = [0.1, 0.5, 0.3, 0.05]
+    for k in range(6):
+        exact = sum(np.prod([p if b else 1 - p for p, b in zip(probs, bits)])
+                    for bits in product([0, 1], repeat=4) if sum(bits) >= k)
+        assert poisson_binomial_sf(probs, k) == pytest.approx(exact, abs=1e-12)
+
+
+def test_collision_test_holds_its_level_and_sees_a_shared_stream():
+    """Null: 400 simulated audits of 200 independent draws from a 4-token law over 3 positions (collision prob
+    ~0.04), alpha 0.05: the rejection rate stays below 0.05 + 3 standard errors.  A shared stream (every
+    request identical) is rejected at alpha 1e-6 (seed 0)."""
+    rng = np.random.default_rng(0)
+    law = np.array([0.55, 0.25, 0.15, 0.05])
+    rejections = 0
+    for _ in range(400):
+        draws = rng.choice(4, size=(200, 3), p=law)
+        pi = law[draws].prod(axis=1)
+        res = collision_test(pi[0::2], identical_pairs(draws.tolist()), alpha=0.05)
+        rejections += res.pvalue <= 0.05
+    assert rejections / 400 <= 0.05 + 3 * math.sqrt(0.05 * 0.95 / 400)
+    same = [[0, 1, 2]] * 200
+    res = collision_test([law[0] * law[1] * law[2]] * 100, identical_pairs(same), alpha=1e-6)
+    assert res.pvalue < 1e-6 and res.statistic == 100 and res.mde < 1.0

@@ -1,0 +1,164 @@
+"""``specverify audit --url --design self-reported`` against real ``specverify serve`` processes (trigram3 pair, k = 2).
+
+No local model in the audit: every law comes from the logprobs the server reports.  Settings shared
+by the audits below: prompt ``0,1``, T = 1, top-3 logprobs (the whole vocabulary of 3), 4 tokens per
+completion, family alpha 0.001 (gate: Holm + Cauchy over gof@1, pit and the two collision cells),
+power 0.99, seed 3 (the audit's request seeds, PIT draws and consistency positions).  Effects and
+power, measured on these servers (reports/benchmarks-style numbers are in each test's docstring):
+
+* correct server, n = 600, ``--target-tv 0.15``: gof@1 states MDE <= 0.15 TV, so PASS unless a cell
+  falsely rejects (family false-fail rate <= 0.001);
+* ``full_p_fallback``: the PIT's KS distance is ~0.11 over 1,600 positions (n = 400), above its
+  MDE 0.084 at the per-cell alpha 1.25e-4 and power 0.99: BIAS DETECTED (false-pass rate <= 0.01);
+* ``--defect spec-logprobs``: the reported law (the draft's) is TV ~0.6 from the speculation-off
+  one at the worst of 32 positions, far above the target TV 0.05: UNDERPOWERED, never PASS;
+* ``--defect shared-seed``: every pair of the 100 collision completions is identical (50 pairs
+  against an expected ~4; the cells reject from ~12), seeded and unseeded: BIAS DETECTED.
+"""
+
+from __future__ import annotations
+
+import json
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from tests.server.conftest import audit, start_serve, stop
+
+COMMON = ["--vocab-size", "3", "--prompt-ids", "0,1", "--logprobs", "3", "--num-draft-tokens", "2", "--seed", "3"]
+SERVERS = {"reference": ("reference",), "k0": ("reference", "tabular:trigram3", 0), "mutant": ("full_p_fallback",),
+           "shared_seed": ("reference", "tabular:trigram3", 2, "--defect", "shared-seed"),
+           "spec_logprobs": ("reference", "tabular:trigram3", 2, "--defect", "spec-logprobs")}
+
+
+@pytest.fixture(scope="module")
+def servers():
+    """The five servers, started at once (each loads torch: ~10 s apiece on 2 cores)."""
+    with ThreadPoolExecutor(len(SERVERS)) as pool:
+        started = dict(zip(SERVERS, pool.map(lambda args: start_serve(*args), SERVERS.values())))
+    yield {name: url for name, (_proc, url) in started.items()}
+    for proc, _url in started.values():
+        stop(proc)
+
+
+def _cells(run_dir):
+    report = json.loads((run_dir / "report.json").read_text())
+    return report, {c["test"]: c for c in report["cells"]}
+
+
+def test_correct_server_passes_design2_and_its_collision_cells(servers, tmp_path):
+    """OpenAI dialect (raw logprobs), speculation-off reference server for the prompt law and the consistency cell."""
+    run_dir = tmp_path / "run"
+    done = audit(["--url", servers["reference"], "--reference-url", servers["k0"], "--design", "self-reported", *COMMON,
+                  "--num-samples", "600", "--target-tv", "0.15", "--collisions", "100", "--run-dir", str(run_dir)])
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    report, cells = _cells(run_dir)
+    d = report["decoders"][0]
+    assert d["verdict"] == "PASS" and d["speculation"]["verified"]
+    assert cells["gof@1"]["mde"] <= 0.15 and cells["pit"]["verdict"] == "PASS"
+    assert cells["collision (seeded)"]["verdict"] == cells["collision (unseeded)"]["verdict"] == "PASS"
+    assert cells["consistency"]["effect"] < 1e-9  # the same target law with speculation on and off
+    assert report["sample_sets"][0]["reported_positions"]["undefined"] == 0
+    assert (run_dir / "junit.xml").is_file() and (run_dir / "server" / "responses.jsonl").is_file()
+    assert (run_dir / "server" / "reference-responses.jsonl").is_file()
+
+
+def test_mutant_is_bias_detected_by_the_pit(servers, tmp_path):
+    run_dir = tmp_path / "run"
+    done = audit(["--url", servers["mutant"], "--api", "llama-server", *COMMON, "--num-samples", "400",
+                  "--collisions", "0", "--run-dir", str(run_dir)])
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
+    report, cells = _cells(run_dir)
+    assert report["decoders"][0]["verdict"] == "BIAS DETECTED"
+    assert cells["pit"]["verdict"] == "BIAS" and cells["consistency"]["verdict"] == "PASS"
+
+
+def test_consistency_cell_flags_logprobs_reported_from_the_draft(servers, tmp_path):
+    """llama-server dialect: the per-request switch (speculative.n_max = 0) gives the speculation-off rows."""
+    run_dir = tmp_path / "run"
+    done = audit(["--url", servers["spec_logprobs"], "--api", "llama-server", *COMMON, "--num-samples", "300",
+                  "--collisions", "0", "--run-dir", str(run_dir)])
+    assert done.returncode == 4, done.stdout[-3000:] + done.stderr[-3000:]
+    report, cells = _cells(run_dir)
+    d = report["decoders"][0]
+    assert d["verdict"] == "UNDERPOWERED" and d["reason"].startswith("reported logprobs differ with speculation on")
+    assert cells["consistency"]["effect"] > 0.3 and cells["consistency"]["extra"]["finding"]
+
+
+def test_collision_cells_flag_a_shared_seed_seeded_and_unseeded(servers, tmp_path):
+    run_dir = tmp_path / "run"
+    done = audit(["--url", servers["shared_seed"], "--api", "llama-server", *COMMON, "--num-samples", "200",
+                  "--collisions", "100", "--run-dir", str(run_dir)])
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
+    _report, cells = _cells(run_dir)
+    for kind in ("seeded", "unseeded"):
+        cell = cells[f"collision ({kind})"]
+        assert cell["verdict"] == "BIAS" and cell["extra"]["identical_pairs"] == 50
+        assert cell["extra"]["distinct_completions"] == 1
+
+
+def test_openai_server_without_a_reference_cannot_pass(servers, tmp_path):
+    """No per-request switch and no --reference-url: the reported logprobs are never checked, so no PASS."""
+    run_dir = tmp_path / "run"
+    done = audit(["--url", servers["reference"], *COMMON, "--num-samples", "200", "--target-tv", "0.3",
+                  "--collisions", "0", "--run-dir", str(run_dir)])
+    assert done.returncode == 4, done.stdout[-3000:] + done.stderr[-3000:]
+    report, cells = _cells(run_dir)
+    assert "not checked against speculation off" in report["decoders"][0]["reason"]
+    assert cells["consistency"]["verdict"] == "UNDERPOWERED" and cells["consistency"]["n"] == 0
+
+
+def test_served_logprobs_are_the_targets_law(servers):
+    """Both dialects, speculation on: the reported law at each emitted position is the target's at that prefix."""
+    import math
+
+    import httpx
+    import numpy as np
+
+    from verifier.exact import standard_tabular_pairs
+    from verifier.runner.models import ReferenceModel
+
+    pair = standard_tabular_pairs()["trigram3"]
+    ref = ReferenceModel(pair.target, 3, None)
+    from verifier.sampling import SamplingConfig
+
+    body = {"prompt": [0, 1], "max_tokens": 4, "n": 3, "seed": 9, "logprobs": 3, "temperature": 1.0}
+    for choice in httpx.post(servers["reference"] + "/v1/completions", json=body, timeout=30).json()["choices"]:
+        ids = choice["token_ids"]
+        for j, row in enumerate(choice["logprobs"]["top_logprobs"]):
+            law = ref.next_probs(np.array([[0, 1] + ids[:j]]), SamplingConfig())[0]
+            got = {int(k.split(":")[1]): math.exp(v) for k, v in row.items()}
+            assert all(abs(got.get(t, 0.0) - law[t]) < 1e-12 for t in range(3))
+    body = {"prompt": [0, 1], "n_predict": 4, "seed": 9, "n_probs": 3, "post_sampling_probs": True, "temperature": 0.7,
+            "top_k": 2}
+    reply = httpx.post(servers["reference"] + "/completion", json=body, timeout=30).json()
+    for j, row in enumerate(reply["completion_probabilities"]):
+        law = ref.next_probs(np.array([[0, 1] + reply["tokens"][:j]]), SamplingConfig(temperature=0.7, top_k=2))[0]
+        assert {e["id"]: e["prob"] for e in row["top_probs"]} == pytest.approx({t: p for t, p in enumerate(law) if p > 0})
+
+
+BAD = [
+    (["--top-k", "5", "--logprobs", "2"], "--top-k=5 is invalid; allowed: <= --logprobs 2"),
+    (["--logprobs", None], "--logprobs is missing"),
+    (["--vocab-size", None], "--vocab-size"),
+    (["--collisions", "1"], "--collisions=1 is invalid"),
+    (["--temperature", "0"], "--temperature=0.0 is invalid"),
+    (["--target", "tabular:trigram3", "--design", "self-reported"], "--target='tabular:trigram3' is invalid"),
+]
+
+
+@pytest.mark.parametrize("change, message", BAD, ids=[b[1].split()[0] for b in BAD])
+def test_bad_inputs_are_usage_errors_before_any_request(change, message, tmp_path):
+    """Exit 2 with a message naming the flag and what is allowed; the URL is never contacted (port 9)."""
+    args = list(COMMON)
+    for flag, value in zip(change[::2], change[1::2]):
+        if flag in args:
+            i = args.index(flag)
+            del args[i:i + 2]
+        if value is not None:
+            args += [flag, value]
+    done = audit(["--url", "http://127.0.0.1:9", "--api", "llama-server", *args, "--run-dir", str(tmp_path / "r")],
+                 timeout=120)
+    assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-2000:]
+    assert message in done.stderr, done.stderr[-2000:]
+    assert not (tmp_path / "r").exists()
