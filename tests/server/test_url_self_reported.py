@@ -73,6 +73,7 @@ def test_mutant_is_bias_detected_by_the_pit(servers, tmp_path):
     assert cells["pit"]["verdict"] == "BIAS" and cells["consistency"]["verdict"] == "PASS"
 
 
+@pytest.mark.full  # 6-15 s: an audit through HTTP; the correct-server test runs these cells in the quick tier
 def test_consistency_cell_flags_logprobs_reported_from_the_draft(servers, tmp_path):
     """llama-server dialect: the per-request switch (speculative.n_max = 0) gives the speculation-off rows."""
     run_dir = tmp_path / "run"
@@ -85,6 +86,7 @@ def test_consistency_cell_flags_logprobs_reported_from_the_draft(servers, tmp_pa
     assert cells["consistency"]["effect"] > 0.3 and cells["consistency"]["extra"]["finding"]
 
 
+@pytest.mark.full  # 6-15 s: an audit through HTTP; the correct-server test runs these cells in the quick tier
 def test_collision_cells_flag_a_shared_seed_seeded_and_unseeded(servers, tmp_path):
     run_dir = tmp_path / "run"
     done = audit(["--url", servers["shared_seed"], "--api", "llama-server", *COMMON, "--num-samples", "200",
@@ -97,6 +99,7 @@ def test_collision_cells_flag_a_shared_seed_seeded_and_unseeded(servers, tmp_pat
         assert cell["extra"]["distinct_completions"] == 1
 
 
+@pytest.mark.full  # 6-15 s: an audit through HTTP; the correct-server test runs these cells in the quick tier
 def test_openai_server_without_a_reference_cannot_pass(servers, tmp_path):
     """No per-request switch and no --reference-url: the reported logprobs are never checked, so no PASS."""
     run_dir = tmp_path / "run"
@@ -147,7 +150,9 @@ BAD = [
 ]
 
 
-@pytest.mark.parametrize("change, message", BAD, ids=[b[1].split()[0] for b in BAD])
+# quick tier: the first bad input; the rest (about 3 s each, a CLI process apiece) in the full tier
+@pytest.mark.parametrize("change, message", [pytest.param(*b, marks=[pytest.mark.full] if i else []) for i, b in enumerate(BAD)],
+                         ids=[b[1].split()[0] for b in BAD])
 def test_bad_inputs_are_usage_errors_before_any_request(change, message, tmp_path):
     """Exit 2 with a message naming the flag and what is allowed; the URL is never contacted (port 9)."""
     args = list(COMMON)
