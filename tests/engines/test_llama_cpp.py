@@ -43,6 +43,7 @@ def test_engine_as_shipped_is_biased_at_the_first_drafted_token(engine, tmp_path
     assert "gof@1" not in biased  # token 1 is a plain target sample: unaffected
 
 
+@pytest.mark.full  # 12 s; the quick tier keeps the as-shipped finding (and llama-cpp-python's no-bias smoke test)
 def test_control_with_the_draft_token_patched_shows_no_bias(engine, tmp_path, capsys):
     """Same setting, control=sampled_draft, n = 400, target TV 0.25 (every cell powered at n = 400):
     PASS; a correct engine fails this with prob <= 1e-3."""

@@ -33,6 +33,7 @@ def engine(require_engine):
     return require_engine("mlx-lm")
 
 
+@pytest.mark.full  # 6 s; quick smoke: test_short_audit_sees_no_bias_and_flags_acceptance
 def test_acceptance_is_token_matching_not_the_canonical_rule(engine, shipped):
     """k = 1, T = 1, n = 200 (seed 7): first-round accepts ~ Binomial(n, sum p q = 0.024) (fresh_target_match);
     the canonical rule would accept with prob sum min(p, q) = 0.51.  Both binomial tests at alpha 1e-3:

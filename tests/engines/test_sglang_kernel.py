@@ -35,6 +35,7 @@ def test_chain_k4_at_n_tells_the_two_acceptance_laws_apart():
     assert N >= samples_needed(block, canonical, alpha=ALPHA, power=0.999)
 
 
+@pytest.mark.full  # 10-12 s each; quick smoke: test_draft_token_with_target_prob_zero_is_always_rejected
 @pytest.mark.parametrize("block_verification, rule", [(False, "canonical"), (True, "block_verification")])
 def test_emits_the_target_law_and_accepts_by_its_own_rule(engine, block_verification, rule):
     """n = 1200 draws of chain-k4 (seed 4): no emitted-token cell rejects (a correct kernel fails with

@@ -44,6 +44,7 @@ def sampler(require_engine):
     return require_engine("vllm-sampler")
 
 
+@pytest.mark.full  # 56 s; quick smoke: test_rejection_sample_passes_and_reproduces
 def test_vllm_engine_is_biased_at_the_second_token(engine, tmp_path, capsys):
     run = tmp_path / "run"
     code = main(["audit", "--engine", "vllm", "--num-draft-tokens", "1", "--num-samples", "300", "--max-new-tokens", "2",
@@ -65,6 +66,7 @@ def test_bad_engine_option_is_a_usage_error(engine, capsys):
         make_engine("vllm", num_draft_tokens=0)
 
 
+@pytest.mark.full  # 7 s
 def test_corrupt_model_file_is_exit_3(engine, tmp_path):
     """The engine itself fails to load a checkpoint (the harness never reads this copy): DecoderError, exit 3,
     with vLLM's own traceback.  (Through the CLI the harness loads --target first and refuses it with exit 2.)"""
@@ -80,6 +82,7 @@ def test_corrupt_model_file_is_exit_3(engine, tmp_path):
         dec.close()
 
 
+@pytest.mark.full  # 32 s
 def test_top_k_without_top_p_crashes_in_the_prefill_step_and_the_control_does_not(engine):
     """Second defect (FINDINGS.md, "top-k crash"): with top-k and no top-p, the rejection sampler hands vLLM's CPU
     ``apply_top_k_only`` zero target rows in the prefill step (no drafts yet) and ``k.max()`` raises on the empty
