@@ -39,6 +39,8 @@ def test_ci_suite_reference_passes_and_every_mutant_is_detected(tmp_path, capsys
     assert any(a["far_below"] for a in decoders["fresh_target_match"]["acceptance"])  # PASS + the loud note
     assert "ACCEPTANCE FAR BELOW CANONICAL" in out
     assert_matches_golden(report)  # issue 17: same verdicts and p-values as before the scale work
+    diagnosed = {d["decoder"] for d in report["diagnosis"]["decoders"]}  # every biased decoder, no passing one
+    assert diagnosed == set(verdicts), diagnosed
     _check_verdicts_do_not_depend_on_last_stats(tmp_path / "ci", report)
 
 
