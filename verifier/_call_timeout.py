@@ -105,7 +105,7 @@ def _armed(what: str, seconds: float) -> Iterator[None]:
         old = signal.signal(signal.SIGALRM, on_alarm)
         signal.setitimer(signal.ITIMER_REAL, seconds)
     watchdog = None
-    from verifier.cli._isolate import VERDICT_ENV
+    from verifier._verdict_file import VERDICT_ENV
 
     if os.environ.get(VERDICT_ENV):
         watchdog = threading.Timer(seconds + min(HARD_GRACE_S, max(1.0, seconds)), _hard_stop, args=(what, seconds))
@@ -122,7 +122,7 @@ def _armed(what: str, seconds: float) -> Iterator[None]:
 
 
 def _hard_stop(what: str, seconds: float) -> None:
-    from verifier.cli._isolate import write_verdict
+    from verifier._verdict_file import write_verdict
 
     try:
         print(f"specverify: error: {CallTimeout(what, seconds)}; the call never returned to Python (stuck in native code), "

@@ -40,13 +40,12 @@ KEY_FIELD = "inputs_sha256"  # report.json run.<KEY_FIELD>
 DIGEST_FIELD = "report_sha256"  # report.json run.<DIGEST_FIELD>: report_digest() of the rest
 # run.* entries a re-render rewrites (and the digest itself): outside the digest
 _VOLATILE_RUN_KEYS = (DIGEST_FIELD, "regenerated_at", "report_stage_seconds", "regenerated_from")
+_PACKAGE = Path(__file__).resolve().parents[1]  # verifier/
 _RENDER_ONLY = ("reports", "cli")  # verifier/ subpackages that cannot change a statistic
 
 
 def _code_digest() -> str:
-    import verifier
-
-    root = Path(verifier.__file__).resolve().parent
+    root = _PACKAGE
     h = hashlib.sha256()
     for path in sorted(root.rglob("*.py")):
         rel = path.relative_to(root)
@@ -107,9 +106,7 @@ def _models_digest(suite_dict: dict[str, Any]) -> str | None:
             if not spec or spec.startswith("tabular:"):
                 continue
             if spec.startswith("shipped:"):  # package data, verifier/models/shipped/NAME (torch-free: no loader import)
-                import verifier
-
-                h.update(_files_digest(Path(verifier.__file__).resolve().parent / "models" / "shipped"
+                h.update(_files_digest(_PACKAGE / "models" / "shipped"
                                        / spec.split(":", 1)[1]).encode())
                 continue
             path = Path(spec) if Path(spec).is_absolute() else base / spec
