@@ -8,7 +8,7 @@
 
 from __future__ import annotations
 
-from verifier.cli.cmd_audit import _draft_spec, _write_json
+from verifier.cli._audit_common import _draft_spec, _write_json
 from verifier.errors import EXIT_BIAS, EXIT_OK, EXIT_UNDERPOWERED, invalid_argument
 
 __all__ = ["_run_kernel", "_kernel_exit", "_write_kernel_report", "_route_decoder_engine"]

@@ -22,7 +22,7 @@ HELP = "Audit a tree / multi-draft verification kernel (built-in name or module:
 
 
 def register(parser: argparse.ArgumentParser) -> None:
-    from verifier.cli.cmd_audit import _option
+    from verifier.cli._audit_common import _option
 
     parser.add_argument("--kernel", required=True, metavar="NAME|SPEC",
                         help="built-in tree kernel (iid_multi_draft, wor_recursive_rejection, topk_target_only, or a tree mutant) "
