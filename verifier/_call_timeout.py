@@ -8,7 +8,7 @@ to the runner) every ``generate`` call of the runner gets S seconds:
   the runner records it like any decoder crash -- exit 3, the decoder's verdict ERROR, a message
   naming the call (``generate(prompt_ids=..., num_samples=..., ...)``) and the limit, samples
   written so far kept, the other decoders still run; black-box audits get the same limit through
-  :class:`verifier.audit.plugins.PluginDecoder`;
+  :class:`verifier.plugins.PluginDecoder`;
 * a call stuck in C code that never returns to the interpreter cannot be interrupted so: in a job
   child (:mod:`verifier.cli._isolate`), a watchdog thread ends the process a grace period after the
   deadline (the limit itself, at least 1 s and at most :data:`HARD_GRACE_S`) with the same message

@@ -120,8 +120,8 @@ A kernel adapter is a plain function with the kernel signature, e.g. wrapping a 
 """
 
 from verifier.audit.blackbox import BlackBoxResult, blackbox_audit, blackbox_samples_needed
-from verifier.audit.hf_assisted import HFAssistedDecoder, make_hf_assisted_decoder
-from verifier.audit.hf_kernel import (
+from verifier.engines.hf_assisted import HFAssistedDecoder, make_hf_assisted_decoder
+from verifier.engines.hf_kernel import (
     ensemble_step_law,
     hf_speculative_kernel,
     hf_supports_ensemble_weight,
@@ -145,7 +145,7 @@ from verifier.audit.kernel_audit import (
     blind_cell_reasons,
     standard_kernel_cases,
 )
-from verifier.audit.plugins import PluginDecoder, PluginKernel, PluginLoadError, load_decoder, load_kernel, load_plugin
+from verifier.plugins import PluginDecoder, PluginKernel, PluginLoadError, load_decoder, load_kernel, load_plugin
 
 from verifier.audit.run_audit import run_audit
 from verifier.audit.suite_builder import AuditPlan, AuditSpec, plan_audit

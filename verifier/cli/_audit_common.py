@@ -137,7 +137,7 @@ def _draft_unknown_why(pair, decoder: str | None) -> str:
     if pair is not None and pair.draft_reference is None:
         return "--draft unknown"
     if decoder and ":" in decoder:
-        from verifier.audit.plugins import _resolve
+        from verifier.plugins import _resolve
 
         try:
             factory = _resolve(decoder)

@@ -134,7 +134,7 @@ def _run_known_p(args, sampling) -> int:
         if args.prompt_ids:
             _check_prompts(pair, args.prompt_ids, "--prompt-ids")
         seq = bool(args.sequential)
-        from verifier.audit.plugins import plugin_name
+        from verifier.plugins import plugin_name
 
         spec = AuditSpec(decoder=args.decoder, decoder_name=plugin_name(args.decoder), target=args.target, draft=_draft_spec(args), prompts=tuple(prompts),
                          sampling=sampling, num_draft_tokens=args.num_draft_tokens, max_new_tokens=args.max_new_tokens,
@@ -189,7 +189,7 @@ def _numeric_floor(args, outcome, plan: dict, suite, sampling) -> None:
     from verifier.runner.models import load_pair
 
     report = outcome.report
-    from verifier.audit.plugins import load_plugin
+    from verifier.plugins import load_plugin
 
     engine = get_engine(args.engine_described["name"])
     decoder = load_plugin(args.decoder, "decoder", None, **dict(args.option))  # a second instance: the runner's is closed

@@ -139,7 +139,7 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 def _run_blackbox(args, decoder, pair, prompts, sampling, vocab, eos, context, num_samples) -> int:
     from verifier.audit.blackbox import blackbox_audit
-    from verifier.audit.plugins import load_decoder
+    from verifier.plugins import load_decoder
 
     if args.blackbox_reference:
         reference = load_decoder(args.blackbox_reference, vocab_size=vocab, eos_token_id=eos, context=context,
@@ -202,7 +202,7 @@ def run(args: argparse.Namespace) -> int:
     sampling = _sampling(args)
     if args.resume or (args.decoder and not (args.blackbox or args.blackbox_reference)):
         return _run_known_p(args, sampling)
-    from verifier.audit.plugins import load_decoder
+    from verifier.plugins import load_decoder
 
     pair = _pair(args)
     _check_model_flags(args, pair)

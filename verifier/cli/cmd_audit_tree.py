@@ -50,9 +50,9 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def _load(spec: str, options: dict):
-    from verifier.audit.plugins import _resolve
+    from verifier.plugins import _resolve
     from verifier.decoders.tree_kernels import TREE_KERNELS
-    from verifier.audit.plugins import PluginLoadError
+    from verifier.plugins import PluginLoadError
 
     name = spec.replace("-", "_")
     if name in TREE_KERNELS:
