@@ -6,7 +6,7 @@
 
 The check has no statistics of its own: it lends the decoder and the target to the suite runner
 (:mod:`verifier.audit._live`), builds an audit suite (:func:`verifier.audit.suite_builder.plan_audit`)
-and runs it with :func:`verifier.runner.run_suite` in a temporary run folder -- the very cells,
+and runs it with :func:`verifier.pipeline.run_suite` in a temporary run folder -- the very cells,
 corrections and verdicts of ``specverify run`` and ``specverify audit``.
 
 Cells of one prompt (each gets one hypothesis test; see :mod:`verifier.runner.analysis`)

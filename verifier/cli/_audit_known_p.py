@@ -112,9 +112,10 @@ def _print_summary(outcome, plan: dict) -> None:
 
 
 def _run_known_p(args, sampling) -> int:
-    from verifier.audit.run_audit import PLAN_FILE, plan_record, run_audit
+    from verifier.audit.sequential import PLAN_FILE, plan_record
     from verifier.audit.suite_builder import DEFAULT_TARGET_TV, AuditSpec, plan_audit, suite_toml
-    from verifier.runner import load_run_suite, new_run_dir
+    from verifier.pipeline import run_audit
+    from verifier.runner.run import load_run_suite, new_run_dir
 
     if args.resume:
         suite, _info = load_run_suite(args.resume)

@@ -6,7 +6,7 @@ Modes (exactly one of ``--decoder``, ``--kernel``, ``--samples``, ``--resume``):
   (:mod:`verifier.audit.suite_builder`: the suite runner's cells -- gof at every enumerable
   position, joint, surprisal, pit, accepted) with n planned from ``--target-tv``, and run by the
   suite runner (chunked ``generate`` calls with distinct seeds, shards on disk, reports, exit codes
-  0 / 1 / 2 / 3 / 4).  ``--sequential`` stops early (:mod:`verifier.audit.run_audit`).
+  0 / 1 / 2 / 3 / 4).  ``--sequential`` stops early (:func:`verifier.pipeline.run_audit`).
   ``SPEC`` is a plugin ``module:factory`` / ``path/to/file.py:factory`` or a registered decoder
   name (``reference``, a mutant of the bug zoo).  ``--save-suite FILE`` writes the suite as TOML.
 * ``--resume RUN_DIR``: continue an interrupted audit run.

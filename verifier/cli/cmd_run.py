@@ -132,7 +132,8 @@ def _only_decoders(suite, names: list[str]):
 @with_diagnose_mode  # --diagnose / --no-diagnosis
 def run(args: argparse.Namespace) -> int:
     from verifier.errors import ConfigError, EXIT_USAGE
-    from verifier.runner import load_run_suite, new_run_dir, run_suite
+    from verifier.pipeline import run_suite
+    from verifier.runner.run import load_run_suite, new_run_dir
     from verifier.suite import load_suite, parse_suite
 
     most = max_threads()
