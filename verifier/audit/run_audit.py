@@ -33,6 +33,8 @@ __all__ = ["AuditOutcome", "run_audit", "PLAN_FILE", "SEQUENTIAL_FILE"]
 
 PLAN_FILE = "audit.json"  # the power plan of an audit run (read back by --resume)
 SEQUENTIAL_FILE = "sequential.json"
+# the advice of an UNDERPOWERED reason (verifier.runner.verdict.more_rows_advice): the audit's flag, not the suite's knob
+MORE_ROWS = "rerun `specverify audit` with --num-samples {n}"
 
 
 @dataclass
@@ -85,10 +87,11 @@ def run_audit(suite: Any, run_dir: str | Path, plan: dict, *, resume: bool = Fal
 
     from verifier.runner import guards
     from verifier.runner.run import RUN_FILE
+    from verifier.runner.verdict import more_rows_advice
 
     from verifier._run_lock import remove_stale_temp_files, run_dir_lock
 
-    with run_dir_lock(run_dir):  # one writer per run folder (run_suite takes it again, re-entrant)
+    with run_dir_lock(run_dir), more_rows_advice(MORE_ROWS):  # one writer per run folder (run_suite takes it again)
         if not resume:
             guards.check_fresh_run_dir(run_dir, RUN_FILE)  # before audit.json: never overwrite another run's plan
         elif sequential:
