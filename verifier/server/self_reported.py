@@ -31,7 +31,8 @@ import numpy as np
 
 from verifier.server.reported_law import ReportedLaw, Undefined, rebuild_law
 
-__all__ = ["VERIFICATION_ROW", "PositionLaws", "position_laws", "pit_inputs", "self_reported_cells", "undefined_guard", "path_probs"]
+__all__ = ["UNDEFINED_REASON", "VERIFICATION_ROW", "PositionLaws", "position_laws", "pit_inputs", "self_reported_cells",
+           "undefined_guard", "path_probs"]
 
 UNDEFINED_REASON = "reported logprobs cannot define the law"  # how undefined_guard's reason begins
 EXAMPLES_SHOWN = 3  # undefined positions named in the report per reason
