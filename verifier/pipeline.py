@@ -196,10 +196,12 @@ def run_audit(suite: Any, run_dir: str | Path, plan: dict, *, resume: bool = Fal
     verifier.audit.sequential.AuditOutcome
     """
     from verifier._run_lock import remove_stale_temp_files, run_dir_lock
-    from verifier.audit.sequential import PLAN_FILE, AuditOutcome
+    from verifier.audit.sequential import MORE_ROWS, PLAN_FILE, AuditOutcome
     from verifier.runner import guards
+    from verifier.runner.verdict import more_rows_advice
 
-    with run_dir_lock(run_dir):  # one writer per run folder (run_suite takes it again, re-entrant)
+    # one writer per run folder (run_suite takes it again, re-entrant); an UNDERPOWERED reason names the audit's flag
+    with run_dir_lock(run_dir), more_rows_advice(MORE_ROWS):
         if not resume:
             guards.check_fresh_run_dir(run_dir, stages.RUN_FILE)  # before audit.json: never overwrite another run's plan
         elif sequential:

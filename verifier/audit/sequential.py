@@ -37,6 +37,8 @@ __all__ = ["AuditOutcome", "plan_record", "monitors", "sample_until_crossed", "s
 
 PLAN_FILE = "audit.json"  # the power plan of an audit run (read back by --resume)
 SEQUENTIAL_FILE = "sequential.json"
+# the advice of an UNDERPOWERED reason (verifier.runner.verdict.more_rows_advice): the audit's flag, not the suite's knob
+MORE_ROWS = "rerun `specverify audit` with --num-samples {n}"
 
 
 @dataclass
