@@ -8,7 +8,7 @@ to the runner) every ``generate`` call of the runner gets S seconds:
   the runner records it like any decoder crash -- exit 3, the decoder's verdict ERROR, a message
   naming the call (``generate(prompt_ids=..., num_samples=..., ...)``) and the limit, samples
   written so far kept, the other decoders still run; black-box audits get the same limit through
-  :class:`verifier.audit.plugins.PluginDecoder`;
+  :class:`verifier.plugins.PluginDecoder`;
 * a call stuck in C code that never returns to the interpreter cannot be interrupted so: in a job
   child (:mod:`verifier.cli._isolate`), a watchdog thread ends the process a grace period after the
   deadline (the limit itself, at least 1 s and at most :data:`HARD_GRACE_S`) with the same message
@@ -105,7 +105,7 @@ def _armed(what: str, seconds: float) -> Iterator[None]:
         old = signal.signal(signal.SIGALRM, on_alarm)
         signal.setitimer(signal.ITIMER_REAL, seconds)
     watchdog = None
-    from verifier.cli._isolate import VERDICT_ENV
+    from verifier._verdict_file import VERDICT_ENV
 
     if os.environ.get(VERDICT_ENV):
         watchdog = threading.Timer(seconds + min(HARD_GRACE_S, max(1.0, seconds)), _hard_stop, args=(what, seconds))
@@ -122,7 +122,7 @@ def _armed(what: str, seconds: float) -> Iterator[None]:
 
 
 def _hard_stop(what: str, seconds: float) -> None:
-    from verifier.cli._isolate import write_verdict
+    from verifier._verdict_file import write_verdict
 
     try:
         print(f"specverify: error: {CallTimeout(what, seconds)}; the call never returned to Python (stuck in native code), "

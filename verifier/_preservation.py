@@ -177,15 +177,9 @@ class _PendingCell:
     detail: str = ""
 
 
-def _check(decoder, scorer, prompts, sampling, n, max_new_tokens, alpha, seed, seed_from_env,
-           num_gof_positions, min_effect, name, *, reproduce_hint):
-    command = reproduce_hint or _reproduce_command(seed, seed_from_env)
-    if not sampling.greedy:  # every statistical check goes through the suite runner
-        from verifier._preservation_run import check_through_runner
-
-        return check_through_runner(decoder, scorer.model, prompts, sampling, num_samples=n, max_new_tokens=max_new_tokens,
-                                    alpha=alpha, seed=seed, num_gof_positions=num_gof_positions, min_effect=min_effect,
-                                    name=name, reproduce=command)
+def greedy_check(decoder, scorer, prompts, sampling, n, max_new_tokens, alpha, seed, name, command) -> PreservationResult:
+    """Temperature 0: every row must be the target's greedy continuation (no statistics; the
+    statistical checks go through the suite runner, :mod:`verifier._preservation_run`)."""
     from verifier.validation import check_emitted_tokens
 
     pending: list[_PendingCell] = []
@@ -244,7 +238,7 @@ def _verdict(cells: list[PreservationCell]) -> tuple[str, str]:
     return "PASS", "every row equals the target's greedy continuation (temperature 0: exact match, no statistics)"
 
 
-def _reproduce_command(seed: int, seed_from_env: bool) -> str:
+def reproduce_command(seed: int, seed_from_env: bool) -> str:
     """One shell command that reruns this check with the same seed."""
     env = f"{SEED_ENV_VAR}={seed} " if seed_from_env else ""
     current = os.environ.get("PYTEST_CURRENT_TEST")

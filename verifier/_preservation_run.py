@@ -69,7 +69,7 @@ def check_through_runner(decoder, target_model, prompts, sampling, *, num_sample
     from verifier.audit._live import lending
     from verifier.audit.suite_builder import DEFAULT_CHUNK_SIZE, AuditSpec, plan_audit
     from verifier.errors import DecoderError, DecoderOutputError
-    from verifier.runner import run_suite
+    from verifier.pipeline import run_suite
 
     # k only bounds the decoder's reported accepted counts (no acceptance audit here: the draft is not given)
     k = getattr(decoder, "num_draft_tokens", None)

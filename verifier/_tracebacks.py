@@ -24,9 +24,7 @@ def debug_enabled() -> bool:
 
 
 def _package_dir() -> str:
-    import verifier
-
-    return str(Path(verifier.__file__).resolve().parent) + os.sep
+    return str(Path(__file__).resolve().parent) + os.sep  # this module sits at the package root
 
 
 def _original(exc: BaseException) -> BaseException:

@@ -6,7 +6,7 @@
 
 The check has no statistics of its own: it lends the decoder and the target to the suite runner
 (:mod:`verifier.audit._live`), builds an audit suite (:func:`verifier.audit.suite_builder.plan_audit`)
-and runs it with :func:`verifier.runner.run_suite` in a temporary run folder -- the very cells,
+and runs it with :func:`verifier.pipeline.run_suite` in a temporary run folder -- the very cells,
 corrections and verdicts of ``specverify run`` and ``specverify audit``.
 
 Cells of one prompt (each gets one hypothesis test; see :mod:`verifier.runner.analysis`)
@@ -42,9 +42,11 @@ from verifier._preservation import (
     PreservationCell,
     PreservationError,
     PreservationResult,
-    _check,
     _Scorer,
+    greedy_check,
+    reproduce_command,
 )
+from verifier._preservation_run import check_through_runner
 from verifier.errors import invalid_argument
 from verifier.sampling import SamplingConfig
 
@@ -272,9 +274,16 @@ def check_preserves_target(decoder, target, prompts, sampling: SamplingConfig, *
                            reproduce_hint: str | None = None) -> PreservationResult:
     """Like :func:`assert_preserves_target` but returns the :class:`PreservationResult` whatever
     the verdict (raises only for bad arguments and invalid decoder output)."""
-    args = _check_iv(decoder, target, prompts, sampling, num_samples, max_new_tokens, alpha, seed,
-                     num_gof_positions, min_effect, name)
-    return _check(*args, reproduce_hint=reproduce_hint)
+    (decoder, scorer, prompts, sampling, n, max_new_tokens, alpha, seed, seed_from_env, num_gof_positions, min_effect,
+     name) = _check_iv(decoder, target, prompts, sampling, num_samples, max_new_tokens, alpha, seed, num_gof_positions,
+                       min_effect, name)
+    command = reproduce_hint or reproduce_command(seed, seed_from_env)
+    if sampling.greedy:  # temperature 0: an exact match against the target's greedy continuation
+        return greedy_check(decoder, scorer, prompts, sampling, n, max_new_tokens, alpha, seed, name, command)
+    # every statistical check goes through the suite runner
+    return check_through_runner(decoder, scorer.model, prompts, sampling, num_samples=n, max_new_tokens=max_new_tokens,
+                                alpha=alpha, seed=seed, num_gof_positions=num_gof_positions, min_effect=min_effect,
+                                name=name, reproduce=command)
 
 
 def _check_iv(decoder, target, prompts, sampling, num_samples, max_new_tokens, alpha, seed,

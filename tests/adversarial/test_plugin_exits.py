@@ -83,7 +83,7 @@ def test_system_exit_in_plugin_is_a_decoder_error(tmp_path, capsys, mode):
 def test_system_exit_at_plugin_import_is_a_decoder_error(tmp_path):
     (tmp_path / "dies.py").write_text("raise SystemExit(0)\n")
     with pytest.raises(DecoderError, match="SystemExit"):
-        from verifier.audit.plugins import load_plugin
+        from verifier.plugins import load_plugin
 
         load_plugin(f"{tmp_path / 'dies.py'}:make", "decoder")
     suite = write_suite(tmp_path / "s", decoder=f"{tmp_path / 'dies.py'}:make")
@@ -93,7 +93,7 @@ def test_system_exit_at_plugin_import_is_a_decoder_error(tmp_path):
 def test_system_exit_in_kernel_is_a_decoder_error(tmp_path):
     import torch
 
-    from verifier.audit.plugins import PluginKernel
+    from verifier.plugins import PluginKernel
 
     def kernel(target_probs, draft_probs, draft_token_ids, generator):
         raise SystemExit(0)
@@ -105,7 +105,7 @@ def test_system_exit_in_kernel_is_a_decoder_error(tmp_path):
 
 def test_keyboard_interrupt_from_plugin_is_not_swallowed(tmp_path):
     """Ctrl-C must still stop the run (exit 130 from the dispatcher), not become a decoder error."""
-    from verifier.audit.plugins import PluginDecoder
+    from verifier.plugins import PluginDecoder
 
     class Stops:
         vocab_size = 3

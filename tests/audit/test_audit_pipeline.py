@@ -148,6 +148,7 @@ def test_underpowered_budget_names_the_n_needed(tmp_path, capsys):
     need = res["plan"]["n_needed"]
     assert code == EXIT_UNDERPOWERED and res["verdict"] == "UNDERPOWERED" and need > 500
     assert f"n needed: {need}" in out and f"--num-samples {need}" in out
+    assert "rerun `specverify audit` with --num-samples" in res["reason"] and "`samples`" not in res["reason"]
 
 
 def test_planned_n_powers_every_tv_cell(tmp_path, capsys):

@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from verifier.api import check_preserves_target
-from verifier.audit.hf_assisted import HFAssistedDecoder
-from verifier.audit.hf_kernel import ensemble_step_law
+from verifier.engines.hf_assisted import HFAssistedDecoder
+from verifier.engines.hf_kernel import ensemble_step_law
 from verifier.exact import step_law
 from verifier.sampling import SamplingConfig, processed_probs
 from verifier.stats import samples_needed

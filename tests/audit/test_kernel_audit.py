@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from verifier.audit.hf_kernel import ensemble_step_law, make_hf_kernel
+from verifier.engines.hf_kernel import ensemble_step_law, make_hf_kernel
 from verifier.audit.kernel_audit import KernelCase, adversarial_case, audit_kernel, blind_cell_reasons, standard_kernel_cases
 from verifier.decoders.kernels import full_p_fallback_kernel, verify_chain
 from verifier.exact import step_law

@@ -6,7 +6,7 @@ import sys
 import pytest
 
 from .plugin_sources import BAD_IMPORT_PLUGIN, BAD_KERNEL_PLUGIN, BROKEN_PLUGIN, TINY_SPEC_PLUGIN
-from verifier.audit.plugins import PluginLoadError, load_decoder, load_kernel, load_plugin
+from verifier.plugins import PluginLoadError, load_decoder, load_kernel, load_plugin
 from verifier.errors import EXIT_DECODER, EXIT_USAGE, DecoderError, DecoderOutputError
 from verifier.exact import step_law
 from verifier.exact.tabular import TabularLM
@@ -31,7 +31,7 @@ def test_kernel_loaded_by_spec_is_the_function_or_built_by_its_factory():
     from verifier.decoders.kernels import verify_chain
 
     assert load_plugin("verifier.decoders.kernels:verify_chain", "kernel") is verify_chain
-    hf = load_kernel("verifier.audit.hf_kernel:make_hf_kernel", assistant_ensemble_weight=0.5)
+    hf = load_kernel("verifier.engines.hf_kernel:make_hf_kernel", assistant_ensemble_weight=0.5)
     assert hf.inner.assistant_ensemble_weight == 0.5
 
 
@@ -82,7 +82,7 @@ def test_crashing_or_invalid_plugins_are_exit_code_3_with_the_first_bad_row(plug
 
 def test_kernel_plugin_inside_the_reference_decoder_is_validated(tmp_path):
     """A third-party kernel run in the reference decoding loop: invalid output is exit 3, first bad row shown."""
-    from verifier.audit.plugins import make_speculative_with_kernel
+    from verifier.plugins import make_speculative_with_kernel
     from verifier.exact import standard_tabular_pairs
     from verifier.models.tabular import TabularCausalLM
 

@@ -1,5 +1,6 @@
 """``bench detect`` and ``bench trees`` check ``rules`` / ``cases`` / ``seeds`` with one shared check
-(:func:`verifier.bench._common.names_from`, :func:`~verifier.bench._common.check_seeds`); the messages
+(:func:`verifier.bench._common.names_from`, :func:`~verifier.bench._common.check_seeds`,
+:func:`~verifier.bench._common.check_detect_args`); the messages
 are the ones each benchmark gave before the checks were shared."""
 
 from __future__ import annotations
@@ -40,3 +41,13 @@ def test_names_from_defaults_to_the_registry_in_its_order_and_keeps_the_given_or
     for bad in (0, -1, 2.5, "3"):
         with pytest.raises(InvalidArgumentError, match="seeds"):
             check_seeds(bad)
+
+
+@pytest.mark.parametrize("fn", [detect.detect_rows, trees.detect_tree_rows, trees.detect_decoder_mutant_rows,
+                                detect.detect_decoder_rows])
+def test_every_detect_benchmark_checks_alpha_power_and_max_factor_alike(fn):
+    """One check (:func:`verifier.bench._common.check_detect_args`) for every samples-to-detect benchmark."""
+    assert _message(fn, alpha=1.5) == str(invalid_argument("alpha", 1.5, "a number in (0, 1)"))
+    assert _message(fn, power=0) == str(invalid_argument("power", 0, "a number in (0, 1)"))
+    assert _message(fn, max_factor=0.5) == str(invalid_argument("max_factor", 0.5, "a number >= 1"))
+    assert _message(fn, seeds=0) == str(invalid_argument("seeds", 0, "an integer >= 1"))

@@ -57,7 +57,7 @@ def test_changed_samples_or_recompute_compute_again(run_dir, tmp_path):
 
 
 def test_models_outside_the_package_code_are_keyed_or_never_reused(tmp_path):
-    from verifier.reports.cache import inputs_key
+    from verifier.runner.inputs_key import inputs_key
 
     def suite(target):
         return {"raw": {"models": {"m": {"target": target, "draft": target}}}, "base_dir": str(tmp_path)}
@@ -125,7 +125,7 @@ def test_a_hand_edited_report_json_is_not_believed(tmp_path, capsys):
 def test_a_resealed_forgery_is_caught_by_the_verdicts_rederived_from_the_cells(tmp_path, capsys):
     """The seal is a hash anyone can recompute: a forged PASS sealed again must still not be believed
     while its cells say BIAS (the verdicts and exit code are re-derived from the stored cells)."""
-    from verifier.reports.cache import DIGEST_FIELD, report_digest
+    from verifier.reports.digest import DIGEST_FIELD, report_digest
 
     suite = tmp_path / "tiny.toml"
     text = TINY.read_text().replace('python_path = ["../../.."]', f'python_path = [{str(TINY.parents[3])!r}]')

@@ -12,7 +12,7 @@ import json
 
 from verifier.cli import main
 from verifier.diagnose import run_dir as diag_run_dir
-from verifier.runner import run_suite
+from verifier.pipeline import run_suite
 from verifier.suite import load_suite
 
 SUITE = """

@@ -67,7 +67,7 @@ def suite_file(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def run_dir(suite_file):
-    from verifier.runner import run_suite
+    from verifier.pipeline import run_suite
     from verifier.suite import load_suite
 
     out = suite_file.parent / "run"

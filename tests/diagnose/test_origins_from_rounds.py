@@ -36,7 +36,7 @@ def test_our_decoders_counts_give_their_own_origins(name):
 
 @pytest.mark.slow
 def test_transformers_round_recorder_gives_origins():
-    from verifier.audit.hf_assisted import HFAssistedDecoder
+    from verifier.engines.hf_assisted import HFAssistedDecoder
     from verifier.models import load_tokenizer
     from verifier.sampling import SamplingConfig
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from verifier.cli import main
-from verifier.runner import run_suite
+from verifier.pipeline import run_suite
 
 REPO = Path(__file__).resolve().parents[2]
 

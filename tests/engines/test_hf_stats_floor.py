@@ -20,7 +20,7 @@ PROMPT_TEXT = "def foo(x):\n    return foo(x)\ndef "
 
 
 def test_recorder_counts_prompt_lookup_rounds():
-    from verifier.audit import hf_assisted
+    from verifier.engines import hf_assisted
     from verifier.models import load_model, load_tokenizer
 
     rounds = hf_assisted._install_round_recorder()
@@ -40,7 +40,7 @@ def test_recorder_counts_prompt_lookup_rounds():
 
 
 def test_decoder_stats_for_prompt_lookup_are_reported():
-    from verifier.audit.hf_assisted import HFAssistedDecoder
+    from verifier.engines.hf_assisted import HFAssistedDecoder
     from verifier.models import load_tokenizer
     from verifier.sampling import SamplingConfig
 
@@ -71,7 +71,7 @@ def _report(verdict="PASS"):
 
 
 def test_floor_of_the_hf_decoder_is_zero_and_a_moved_law_blocks_pass():
-    from verifier.audit.hf_assisted import HFAssistedDecoder
+    from verifier.engines.hf_assisted import HFAssistedDecoder
     from verifier.engines.floor import apply_floor, measure_floor
     from verifier.runner.models import load_pair
     from verifier.sampling import SamplingConfig

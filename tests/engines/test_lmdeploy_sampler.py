@@ -10,7 +10,7 @@ import torch
 
 from verifier.audit.kernel_audit import audit_kernel, standard_kernel_cases
 from verifier.audit.kernel_report import kernel_audit_report
-from verifier.audit.plugins import load_kernel
+from verifier.plugins import load_kernel
 from verifier.cli import main
 from verifier.engines import make_engine
 from verifier.errors import InvalidArgumentError

@@ -12,7 +12,7 @@ import torch
 
 from verifier.audit.kernel_audit import KernelCase, audit_kernel, standard_kernel_cases
 from verifier.audit.kernel_report import kernel_audit_report
-from verifier.audit.plugins import PluginLoadError, load_kernel
+from verifier.plugins import PluginLoadError, load_kernel
 from verifier.engines import make_engine
 from verifier.engines.block_verification import block_accepted_count_law
 from verifier.errors import InvalidArgumentError

@@ -35,7 +35,7 @@ def translator_setup(require_engine):
 def _laws(setup, patched):
     from transformers.generation.candidate_generator import AssistantToTargetTranslator
 
-    from verifier.audit.hf_assisted import _patch_usd_logit_order
+    from verifier.engines.hf_assisted import _patch_usd_logit_order
 
     tt, at, target, draft = setup
     original = AssistantToTargetTranslator.get_target_logits

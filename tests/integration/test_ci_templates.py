@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 GITHUB = ROOT / "ci" / "github" / "specverify.yml"
 GITLAB = ROOT / "ci" / "gitlab" / "specverify.gitlab-ci.yml"
 ARTIFACTS = ("report.html", "junit.xml")
-LAUNCHER = "verifier.runner.torchrun"
+LAUNCHER = "verifier.cli.torchrun"
 
 
 def _load(path: Path) -> dict:
@@ -48,7 +48,7 @@ def _check(argv: list[str]) -> dict[str, str]:
 
         outer = get_args_parser().parse_args(argv[1:])
         assert outer.module and outer.training_script == LAUNCHER, argv
-        from verifier.runner.torchrun import build_parser as launcher_parser
+        from verifier.cli.torchrun import build_parser as launcher_parser
 
         inner = outer.training_script_args
         args = _parse(launcher_parser(), inner)

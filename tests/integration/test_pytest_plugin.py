@@ -14,7 +14,7 @@ import pytest
 import verifier.api  # noqa: F401,E402
 import verifier.pytest_plugin  # noqa: F401,E402
 import verifier.reports  # noqa: F401,E402
-import verifier.runner  # noqa: F401,E402
+import verifier.pipeline  # noqa: F401,E402  (the run order: imports the runner's stages)
 import verifier.suite.schema  # noqa: F401,E402
 
 pytest_plugins = ["pytester"]

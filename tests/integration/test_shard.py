@@ -23,7 +23,8 @@ import pytest
 
 from verifier.cli import main
 from verifier.errors import EXIT_USAGE, ConfigError, InvalidArgumentError
-from verifier.runner.shard import ShardSpec, merge_runs, parse_shard
+from verifier.pipeline import merge_runs
+from verifier.runner.shard import ShardSpec, parse_shard
 
 ROOT = Path(__file__).resolve().parents[2]
 SUITE = ROOT / "tests" / "integration" / "suites" / "shard.toml"
@@ -118,7 +119,7 @@ def test_torchrun_two_local_processes_give_the_single_process_report(runs, tmp_p
     run_dir = tmp_path / "torchrun"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-           "-m", "verifier.runner.torchrun", str(SUITE), "--run-dir", str(run_dir), "--no-progress"]
+           "-m", "verifier.cli.torchrun", str(SUITE), "--run-dir", str(run_dir), "--no-progress"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
     single = _report(runs / "single")
     assert proc.returncode == (0 if single["exit_code"] == 0 else 1), proc.stdout + proc.stderr

@@ -164,6 +164,13 @@ def test_decoder_line_wording():
            "verdict": "BIAS", "set_id": "s"}
     assert decoder_line({"verdict": "BIAS DETECTED"}, [joint, gof], sets, 1e-3) == \
         "biased: first-token TV 0.054 [0.037, 0.07] (prompt ctx01, T=1, k=2)"
+    weak = {"test": "gof@1", "effect_unit": "tv", "mde": 0.2, "n": 300, "n_needed": 5278, "verdict": "UNDERPOWERED"}
+    assert decoder_line({"verdict": "UNDERPOWERED"}, [weak], sets, 1e-3) == \
+        "underpowered: first-token can only see TV >= 0.2 with n = 300; needs n >= 5278 rows per sample set"
+    # no MDE to quote (a cell without samples): the decoder's reason, never "can only see TV >=  with n = 0"
+    empty = {"test": "collision (seeded)", "effect_unit": "collision", "mde": None, "n": 0, "verdict": "UNDERPOWERED"}
+    assert decoder_line({"verdict": "UNDERPOWERED", "reason": "reported logprobs cannot define the law at ..."},
+                        [empty], sets, 1e-3) == "underpowered: reported logprobs cannot define the law at ..."
 
 
 def test_most_telling_cell_prefers_a_support_violation_then_the_smallest_p():

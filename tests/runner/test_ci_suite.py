@@ -51,7 +51,7 @@ def _check_verdicts_do_not_depend_on_last_stats(run_dir, report):
     changed the per-cell level of every other cell and the verdict of non-canonical decoders."""
     import numpy as np
 
-    from verifier.runner import analyze_run
+    from verifier.pipeline import analyze_run
     from verifier.runner.store import SampleStore, Shard
 
     store = SampleStore(run_dir)

@@ -48,3 +48,18 @@ def test_run_with_pit_only_cells_exits_4(write_suite, tmp_path):
     assert main(["run", str(write_suite(text)), "--run-dir", str(run_dir), "--no-progress"]) == 4
     (d,) = json.loads((run_dir / "report.json").read_text())["decoders"]
     assert d["verdict"] == "UNDERPOWERED" and d["reason"] == NO_TV_CELL_REASON
+
+
+def test_underpowered_advice_names_the_commands_flag():
+    """The rows needed are named; how to get them depends on the command: a suite's `samples` by default,
+    ``--num-samples`` inside :func:`more_rows_advice` (set by `specverify audit` and the URL audits)."""
+    from verifier.runner.verdict import MORE_ROWS, more_rows_advice
+
+    weak = _cell("gof@1", mde=0.2, n=300)
+    weak.n_needed = 5278
+    v = decide("d", "pass", [weak], alpha=1e-3, correction="gate", target_mde=0.05)
+    assert v.verdict == "UNDERPOWERED" and v.reason.endswith("(cell d/s/gof@1, now 300): " + MORE_ROWS)
+    with more_rows_advice("rerun with --num-samples {n}"):
+        v = decide("d", "pass", [weak], alpha=1e-3, correction="gate", target_mde=0.05)
+    assert v.reason.endswith("now 300): rerun with --num-samples 5278") and "`samples`" not in v.reason
+    assert decide("d", "pass", [weak], alpha=1e-3, correction="gate", target_mde=0.05).reason.endswith(MORE_ROWS)

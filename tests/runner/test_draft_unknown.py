@@ -36,7 +36,7 @@ def retokenized(tmp_path_factory):
 
 def test_declarations():
     assert is_unknown("unknown") and is_unknown(" Unknown ") and not is_unknown("shipped:draft")
-    from verifier.audit.plugins import _resolve
+    from verifier.plugins import _resolve
 
     assert declared_draft_known(_resolve(f"{PLUGIN}:OwnDraft")) is False
     assert declared_draft_known(_resolve(f"{PLUGIN}:OwnDraftUndeclared")) is True

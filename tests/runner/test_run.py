@@ -21,7 +21,7 @@ import pytest
 from verifier.cli import main
 from verifier.errors import EXIT_BIAS, EXIT_DECODER, EXIT_OK, EXIT_UNDERPOWERED, EXIT_USAGE, ReportWriteError
 from verifier.reports import write_reports
-from verifier.runner import analyze_run
+from verifier.pipeline import analyze_run
 
 from .conftest import EXACT_DECODER, REPO, TINY, strip_volatile, suite_text
 

@@ -81,3 +81,30 @@ def test_collision_test_holds_its_level_and_sees_a_shared_stream():
     same = [[0, 1, 2]] * 200
     res = collision_test([law[0] * law[1] * law[2]] * 100, identical_pairs(same), alpha=1e-6)
     assert res.pvalue < 1e-6 and res.statistic == 100 and res.mde < 1.0
+
+
+def test_llama_server_verification_rows_are_named_and_more_samples_are_not_advised():
+    """llama-server's row for a token of a speculative verification step (prob 1.0, no top entries) is counted
+    under its own reason, and the undefined guard leads an UNDERPOWERED verdict with it: more samples cannot
+    define those positions (an n-only reason would send the user after the wrong fix)."""
+    from verifier.runner.analysis import CellResult
+    from verifier.runner.verdict import decide
+    from verifier.server.dialects import Completion
+    from verifier.server.self_reported import UNDEFINED_REASON, VERIFICATION_ROW, position_laws, undefined_guard
+
+    row = {0: math.log(0.6), 1: math.log(0.4)}
+    spec_step = Completion((0, 1, 1), "length", (math.log(0.6), 0.0, math.log(0.4)), (row, {}, row))
+    no_row = Completion((1, 0, 0), "length", (math.log(0.4), -0.5, math.log(0.6)), (row, {}, row))
+    laws = position_laws([spec_step, no_row], SamplingConfig(top_k=2), "processed", vocab_size=2)
+    assert laws.undefined == {VERIFICATION_ROW: 1, "no reported logprobs at this position": 1}
+    assert laws.examples[VERIFICATION_ROW] == ["completion 0, position 2"]
+    weak = CellResult("d/s/gof@1", decoder="d", set_id="s", test="gof@1", method="m", n=2, statistic=1.0, pvalue=0.5,
+                      effect=0.0, effect_unit="tv", mde=0.9)
+    verdict = decide("d", "pass", [weak], alpha=1e-3, correction="gate", target_mde=0.05)
+    assert verdict.verdict == "UNDERPOWERED" and not verdict.reason.startswith(UNDEFINED_REASON)
+    undefined_guard(verdict, laws, 0.05)
+    assert verdict.verdict == "UNDERPOWERED" and verdict.reason.startswith(UNDEFINED_REASON + " at 2 of 6 emitted")
+    assert VERIFICATION_ROW in verdict.reason and "(the cells alone: 1 of 1 cells underpowered" in verdict.reason
+    again = verdict.reason
+    undefined_guard(verdict, laws, 0.05)  # a second prompt's laws do not nest the reason
+    assert verdict.reason == again

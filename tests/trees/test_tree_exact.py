@@ -157,10 +157,10 @@ def test_docstring_examples_of_the_tree_modules():
 
 
 def test_suite_opt_in_key_runs_the_tree_stage():
-    from verifier.runner.run import _exact_stage
+    from verifier.runner.run import exact_stage
     from verifier.suite.schema import parse_suite
 
     base = {"schema_version": 1, "name": "t", "exact": {"rules": ["canonical"], "cases": ["seed_fallback"]}}
-    assert {r["rule"] for r in _exact_stage(parse_suite(base))["findings"]} == {"canonical"}
-    out = _exact_stage(parse_suite({**base, "exact": {**base["exact"], "trees": True}}))
+    assert {r["rule"] for r in exact_stage(parse_suite(base))["findings"]} == {"canonical"}
+    out = exact_stage(parse_suite({**base, "exact": {**base["exact"], "trees": True}}))
     assert out["ok"] and {r["rule"] for r in out["findings"]} >= set(TREE_RULES)

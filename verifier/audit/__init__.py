@@ -22,7 +22,7 @@ sample files           :func:`import_jsonl` / :func:`iter_jsonl_samples` (stream
 
 Command line: ``specverify audit --decoder SPEC --target MODEL ...`` (known-p) builds an audit suite
 (:mod:`verifier.audit.suite_builder`: the runner's cells, n planned from ``--target-tv``) and runs it
-through :func:`verifier.runner.run_suite` (:mod:`verifier.audit.run_audit`, also ``--sequential``);
+through :func:`verifier.pipeline.run_audit` (fixed n, or ``--sequential``: :mod:`verifier.audit.sequential`);
 ``--blackbox`` / ``--blackbox-reference SPEC`` (two-sample), ``--kernel SPEC``, ``--samples FILE``.
 :func:`verifier.api.assert_preserves_target` and the pytest fixtures run the same suites.
 
@@ -120,8 +120,8 @@ A kernel adapter is a plain function with the kernel signature, e.g. wrapping a 
 """
 
 from verifier.audit.blackbox import BlackBoxResult, blackbox_audit, blackbox_samples_needed
-from verifier.audit.hf_assisted import HFAssistedDecoder, make_hf_assisted_decoder
-from verifier.audit.hf_kernel import (
+from verifier.engines.hf_assisted import HFAssistedDecoder, make_hf_assisted_decoder
+from verifier.engines.hf_kernel import (
     ensemble_step_law,
     hf_speculative_kernel,
     hf_supports_ensemble_weight,
@@ -145,9 +145,8 @@ from verifier.audit.kernel_audit import (
     blind_cell_reasons,
     standard_kernel_cases,
 )
-from verifier.audit.plugins import PluginDecoder, PluginKernel, PluginLoadError, load_decoder, load_kernel, load_plugin
+from verifier.plugins import PluginDecoder, PluginKernel, PluginLoadError, load_decoder, load_kernel, load_plugin
 
-from verifier.audit.run_audit import run_audit
 from verifier.audit.suite_builder import AuditPlan, AuditSpec, plan_audit
 
 __all__ = [
@@ -182,6 +181,5 @@ __all__ = [
     "make_hf_kernel",
     "patched_speculative_sampling",
     "plan_audit",
-    "run_audit",
     "standard_kernel_cases",
 ]

@@ -152,7 +152,7 @@ def blackbox_audit(decoder, reference, prompts: Sequence[Sequence[int]], samplin
     Parameters
     ----------
     decoder : Decoder
-        The speculative system under test (wrap plugins with :func:`~verifier.audit.plugins.load_decoder`).
+        The speculative system under test (wrap plugins with :func:`~verifier.plugins.load_decoder`).
     reference : Decoder
         Plain sampling from the same target (e.g. :class:`verifier.decoders.speculative.AncestralDecoder`
         or the same serving engine with speculation off).
@@ -187,7 +187,7 @@ def blackbox_audit(decoder, reference, prompts: Sequence[Sequence[int]], samplin
     InvalidArgumentError
         Bad arguments.
     """
-    from verifier.audit.plugins import PluginDecoder
+    from verifier.plugins import PluginDecoder
     from verifier.runner.chunking import default_chunk_size
 
     if chunk_size is None and isinstance(vocab_size, int) and vocab_size >= 1:

@@ -35,7 +35,7 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from verifier.audit.plugins import PluginKernel
+from verifier.plugins import PluginKernel
 from verifier.errors import invalid_argument
 from verifier.exact.rules import RULES, get_rule
 from verifier.exact.step import step_law
@@ -239,7 +239,7 @@ def adversarial_case(law: str | Callable[[tuple, tuple], Sequence[Fraction]], *,
     law : str or callable
         A rule name from :data:`verifier.exact.RULES` (its ``step_law(...).output_law``), or a function
         ``(target_probs, draft_probs) -> output law`` in fractions (e.g. a lossy option's law such as
-        :func:`verifier.audit.hf_kernel.ensemble_step_law` with a fixed weight).
+        :func:`verifier.engines.hf_kernel.ensemble_step_law` with a fixed weight).
     vocab_size : int, default 4
     num_draft_tokens : int, default 1
         The found pair is repeated at every draft position (and the target row once more for the bonus).
@@ -303,7 +303,7 @@ def draw_kernel_samples(kernel: VerificationKernel, case: KernelCase, num_draws:
     Parameters
     ----------
     kernel : VerificationKernel
-        Wrapped in :class:`~verifier.audit.plugins.PluginKernel` unless it already is, so a crash or
+        Wrapped in :class:`~verifier.plugins.PluginKernel` unless it already is, so a crash or
         invalid output raises ``DecoderError`` / ``DecoderOutputError`` (exit 3).
     case : KernelCase
     num_draws : int
@@ -466,7 +466,7 @@ def audit_kernel(kernel: VerificationKernel, case: KernelCase, *, num_draws: int
     ----------
     kernel : VerificationKernel
         E.g. :func:`verifier.decoders.kernels.verify_chain`, a mutant, a plugin from
-        :func:`~verifier.audit.plugins.load_kernel`, or :func:`~verifier.audit.hf_kernel.make_hf_kernel`.
+        :func:`~verifier.plugins.load_kernel`, or :func:`~verifier.engines.hf_kernel.make_hf_kernel`.
     case : KernelCase
     num_draws : int, default 200000
     seed : int, default 0

@@ -2,7 +2,7 @@
 
 ``specverify audit``, :func:`verifier.api.check_preserves_target` and the pytest fixtures do not
 have statistics of their own: they describe the audit as a suite (the same schema as
-``suites/*.toml``) and run it through :func:`verifier.runner.run_suite`.  This module builds that
+``suites/*.toml``) and run it through :func:`verifier.pipeline.run_suite`.  This module builds that
 suite.
 
 Cells (the suite runner's, per prompt): ``gof@t`` at every position whose marginal law can be

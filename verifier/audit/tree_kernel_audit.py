@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from verifier.audit.kernel_audit import DEFAULT_BATCH, KERNEL_TARGET_TV, KernelCell, _KernelVerdict
-from verifier.audit.plugins import check_kernel_output
+from verifier.plugins import check_kernel_output
 from verifier.errors import DecoderError, invalid_argument
 from verifier.exact.cases import standard_tabular_pairs
 from verifier.exact.laws import target_law

@@ -10,7 +10,7 @@ import time
 from typing import Any, Collection, Sequence
 
 __all__ = ["machine_facts", "md_table", "fmt_n", "fmt_ratio", "load_average", "Stopwatch", "peak_rss_mib", "names_from",
-           "check_seeds"]
+           "check_seeds", "check_detect_args"]
 
 
 def load_average() -> tuple[float, float, float] | None:
@@ -135,6 +135,19 @@ def names_from(argument: str, names: Sequence[str] | None, registry: Collection[
         if name not in registry:
             raise invalid_argument(argument, name, sorted(registry))
     return out
+
+
+def check_detect_args(*, seeds: Any, alpha: float, power: float, max_factor: float) -> None:
+    """The arguments every samples-to-detect benchmark takes (``bench detect``, ``bench trees``): ``seeds``
+    an integer >= 1, ``alpha`` and ``power`` in (0, 1), ``max_factor`` >= 1; else InvalidArgumentError."""
+    from verifier.errors import invalid_argument
+
+    check_seeds(seeds)
+    for name, v in (("alpha", alpha), ("power", power)):
+        if not 0 < v < 1:
+            raise invalid_argument(name, v, "a number in (0, 1)")
+    if not max_factor >= 1:
+        raise invalid_argument("max_factor", max_factor, "a number >= 1")
 
 
 def check_seeds(seeds: Any) -> int:

@@ -25,7 +25,8 @@ PROCESSING_ONLY = {"draft_raw_q", "target_unprocessed"}  # visible only under pr
 
 def _audit(decoder: str, target: str, sampling: dict, seed: int, sequential: bool, run_dir: Path, k: int = 2,
            max_new_tokens: int = 3, prompts=()) -> tuple[str, dict, float]:
-    from verifier.audit.run_audit import plan_record, run_audit
+    from verifier.audit.sequential import plan_record
+    from verifier.pipeline import run_audit
     from verifier.audit.suite_builder import AuditSpec, plan_audit
     from verifier.sampling import SamplingConfig
 

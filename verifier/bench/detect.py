@@ -41,9 +41,8 @@ from dataclasses import asdict, dataclass
 from typing import Any, Sequence
 
 from verifier.bench._battery import BatterySpec, TupleLaw, first_rejections
-from verifier.bench._common import check_seeds, fmt_n, fmt_ratio, md_table, names_from
+from verifier.bench._common import check_detect_args, fmt_n, fmt_ratio, md_table, names_from
 from verifier.bench._oracle import np_oracle_samples
-from verifier.errors import invalid_argument
 from verifier.runner.verdict import cell_level
 
 __all__ = ["HELP", "DetectRow", "GOAL_RATIO", "detect_rows", "detect_decoder_rows", "register", "run", "render_markdown"]
@@ -148,12 +147,7 @@ def detect_rows(rules: Sequence[str] | None = None, cases: Sequence[str] | None 
     all_cases = {c.name: c for c in standard_cases()}
     rule_names = names_from("rules", rules, RULES)
     case_names = names_from("cases", cases, all_cases)
-    check_seeds(seeds)
-    for name, v in (("alpha", alpha), ("power", power)):
-        if not 0 < v < 1:
-            raise invalid_argument(name, v, "a number in (0, 1)")
-    if not max_factor >= 1:
-        raise invalid_argument("max_factor", max_factor, "a number >= 1")
+    check_detect_args(seeds=seeds, alpha=alpha, power=power, max_factor=max_factor)
 
     rows: list[DetectRow] = []
     for ci, cname in enumerate(case_names):
@@ -224,6 +218,7 @@ def detect_decoder_rows(suite_path: str = "suites/ci.toml", *, seeds: int = DEFA
     """
     from verifier.bench._decoder_laws import suite_decoder_cases
 
+    check_detect_args(seeds=seeds, alpha=alpha, power=power, max_factor=max_factor)
     rows: list[DetectRow] = []
     skipped = []
     for i, c in enumerate(suite_decoder_cases(suite_path)):

@@ -236,7 +236,7 @@ def _run_iv(args: argparse.Namespace) -> None:
     for n in args.samples or ():
         if n < 1:
             raise invalid_argument("--samples", n, "integers >= 1")
-    from verifier.cli.cmd_run import max_threads
+    from verifier._threads import max_threads
 
     if not 1 <= args.threads <= max_threads():  # passed on to `specverify run --threads`, which allows this much
         raise invalid_argument("--threads", args.threads, f"a whole number 1..{max_threads()}")

@@ -11,7 +11,7 @@ of one torch thread each.  Decoders:
 
 * ``plain``: :class:`verifier.decoders.AncestralDecoder` (batched target sampling, KV cache);
 * ``speculative``: :class:`verifier.decoders.SpeculativeDecoder` (the reference, batched, k drafts);
-* ``hf_assisted``: :class:`verifier.audit.hf_assisted.HFAssistedDecoder` (``target.generate(...,
+* ``hf_assisted``: :class:`verifier.engines.hf_assisted.HFAssistedDecoder` (``target.generate(...,
   assistant_model=draft, do_sample=True)``, one sample per call -- what transformers supports --
   spread over the N worker processes); fewer samples, rate = samples / seconds.
 
@@ -116,7 +116,7 @@ def measure(job: dict[str, Any]) -> dict[str, Any]:
     prompt = _prompt_ids(job["target"], job.get("prompt", DEFAULT_PROMPT))
     kind = job["decoder"]
     if kind == "hf_assisted":
-        from verifier.audit.hf_assisted import HFAssistedDecoder
+        from verifier.engines.hf_assisted import HFAssistedDecoder
 
         decoder = HFAssistedDecoder(job["target"], job["draft"], job["num_draft_tokens"], num_workers=job.get("threads"),
                                     device=job["device"], dtype=job.get("dtype"))

@@ -34,7 +34,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from verifier.bench._common import check_seeds, fmt_n, fmt_ratio, md_table, names_from
+from verifier.bench._common import check_detect_args, fmt_n, fmt_ratio, md_table, names_from
 from verifier.bench.detect import DEFAULT_ALPHA, DEFAULT_MAX_FACTOR, DEFAULT_POWER, DetectRow, _measure, batteries
 from verifier.errors import invalid_argument
 
@@ -55,6 +55,11 @@ Z99 = 2.5758293035489004  # two-sided 99% normal quantile
 
 
 # -- detect -----------------------------------------------------------------------------------------
+
+def _check_battery(which: str) -> None:
+    if which not in ("window", "default", "both"):
+        raise invalid_argument("battery", which, "window | default | both")
+
 
 def _batteries(num_tokens: int, alpha: float, which: str) -> dict:
     specs = batteries(num_tokens, alpha)
@@ -99,9 +104,8 @@ def detect_tree_rows(rules: Sequence[str] | None = None, cases: Sequence[str] | 
     all_cases = {c.name: c for c in standard_tree_cases()}
     rule_names = names_from("rules", rules, TREE_RULES)
     case_names = names_from("cases", cases, all_cases)
-    check_seeds(seeds)
-    if battery not in ("window", "default", "both"):
-        raise invalid_argument("battery", battery, "window | default | both")
+    check_detect_args(seeds=seeds, alpha=alpha, power=power, max_factor=max_factor)
+    _check_battery(battery)
     from verifier.exact import total_variation
 
     found: dict[str, dict] = {}  # case -> rule -> law
@@ -161,6 +165,8 @@ def detect_decoder_mutant_rows(names: Sequence[str] = ("tree_mask_sees_sibling",
     from verifier.exact import standard_tabular_pairs, target_law
     from verifier.exact.tree_shape import parse_tree, tree_depth
 
+    check_detect_args(seeds=seeds, alpha=alpha, power=power, max_factor=max_factor)
+    _check_battery(battery)
     p = standard_tabular_pairs()[pair]
     tlaw = target_law(p.target, p.prefix, num_tokens)
     rows: list[DetectRow] = []

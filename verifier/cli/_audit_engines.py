@@ -8,7 +8,7 @@
 
 from __future__ import annotations
 
-from verifier.cli.cmd_audit import _draft_spec, _write_json
+from verifier.cli._audit_common import _draft_spec, _write_json
 from verifier.errors import EXIT_BIAS, EXIT_OK, EXIT_UNDERPOWERED, invalid_argument
 
 __all__ = ["_run_kernel", "_kernel_exit", "_write_kernel_report", "_route_decoder_engine"]
@@ -16,11 +16,11 @@ __all__ = ["_run_kernel", "_kernel_exit", "_write_kernel_report", "_route_decode
 
 def _run_kernel(args) -> int:
     from verifier.audit.kernel_audit import adversarial_case, audit_kernel, standard_kernel_cases
-    from verifier.audit.plugins import load_kernel
+    from verifier.plugins import load_kernel
 
     engine = None
     if args.engine:
-        from verifier.audit.plugins import PluginKernel
+        from verifier.plugins import PluginKernel
         from verifier.engines import get_engine
 
         engine = get_engine(args.engine)

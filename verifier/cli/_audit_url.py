@@ -192,7 +192,7 @@ def _check_self_reported(args: argparse.Namespace, dialect) -> None:
                                "self-reported: without a local tokenizer prompts are sent as ids")
     if args.logprobs is not None and not 1 <= args.logprobs <= 20:
         raise invalid_argument("--logprobs", args.logprobs, "an integer in 1..20 (top logprobs per emitted token)")
-    from verifier.cli.cmd_audit import _sampling
+    from verifier.cli._audit_common import _sampling
 
     sampling = _sampling(args)
     check_design(sampling, args.logprobs, args.vocab_size)  # --logprobs, --top-k <= K, no greedy / penalty
@@ -230,7 +230,7 @@ def run_self_reported(args: argparse.Namespace) -> int:
     """Run ``--design self-reported`` (:func:`verifier.server.self_audit.run_self_reported`) with the checked flags."""
     import time
 
-    from verifier.cli.cmd_audit import DEFAULT_REPORT_DIR, _sampling
+    from verifier.cli._audit_common import DEFAULT_REPORT_DIR, _sampling
     from verifier.server.self_audit import SelfReportedSpec, run_self_reported as run
     from verifier.audit.suite_builder import DEFAULT_TARGET_TV
 

@@ -52,11 +52,11 @@ import time
 from pathlib import Path
 from typing import Sequence
 
+from verifier._verdict_file import VERDICT_ENV, write_verdict  # the child's side of the verdict file
 from verifier.errors import EXIT_DECODER
 
 __all__ = ["VERDICT_ENV", "ISOLATED_COMMANDS", "run_in_child", "write_verdict", "child_setup", "child_exit", "child_signals"]
 
-VERDICT_ENV = "SPECVERIFY_VERDICT_FILE"  # set in the child: where main() writes its exit code last
 PARENT_ENV = "SPECVERIFY_PARENT_PID"  # set in the child: the dispatcher's pid (the child dies with it)
 PR_SET_PDEATHSIG = 1  # linux/prctl.h: signal the caller when its parent thread dies
 PARENT_POLL_S = 1.0  # the watchdog's period where PR_SET_PDEATHSIG is unavailable
@@ -77,17 +77,6 @@ def child_signals() -> None:
             signal.signal(signal.SIGINT, signal.default_int_handler)
         except ValueError:  # not the main thread
             pass
-
-
-def write_verdict(exit_code: int) -> None:
-    """In the child: record ``exit_code`` in the verdict file (atomic), if the parent asked for one."""
-    path = os.environ.get(VERDICT_ENV)
-    if not path:
-        return
-    tmp = f"{path}.tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump({"exit_code": int(exit_code), "pid": os.getpid()}, fh)
-    os.replace(tmp, path)
 
 
 def _read_verdict(path: Path) -> int | None:

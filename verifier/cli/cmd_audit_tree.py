@@ -22,7 +22,7 @@ HELP = "Audit a tree / multi-draft verification kernel (built-in name or module:
 
 
 def register(parser: argparse.ArgumentParser) -> None:
-    from verifier.cli.cmd_audit import _option
+    from verifier.cli._audit_common import _option
 
     parser.add_argument("--kernel", required=True, metavar="NAME|SPEC",
                         help="built-in tree kernel (iid_multi_draft, wor_recursive_rejection, topk_target_only, or a tree mutant) "
@@ -50,9 +50,9 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def _load(spec: str, options: dict):
-    from verifier.audit.plugins import _resolve
+    from verifier.plugins import _resolve
     from verifier.decoders.tree_kernels import TREE_KERNELS
-    from verifier.audit.plugins import PluginLoadError
+    from verifier.plugins import PluginLoadError
 
     name = spec.replace("-", "_")
     if name in TREE_KERNELS:

@@ -33,8 +33,8 @@ def run(args: argparse.Namespace) -> int:
     from verifier import progress
 
     progress.from_args(args)
-    from verifier.runner import load_run_suite, new_run_dir
-    from verifier.runner.shard import merge_runs
+    from verifier.pipeline import merge_runs
+    from verifier.runner.run import load_run_suite, new_run_dir
 
     seen: dict = {}
     for d in args.run_dirs:

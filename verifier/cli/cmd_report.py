@@ -56,7 +56,7 @@ def _report(args: argparse.Namespace) -> int:
         print_outcome(SimpleNamespace(report=report, exit_code=code, run_dir=args.out or args.run_dir))
         return code
     from verifier.cli.cmd_run import _no_cache
-    from verifier.runner import analyze_run
+    from verifier.pipeline import analyze_run
 
     _no_cache(args)
     outcome = analyze_run(args.run_dir, out_dir=args.out, allow_partial=args.allow_partial, recompute=args.recompute)

@@ -8,6 +8,7 @@ import sys
 import time
 from pathlib import Path
 
+from verifier._threads import MAX_THREADS, THREADS_PER_CPU, max_threads
 from verifier.cli._diagnose_args import with_diagnose_mode
 from verifier.cli._summary import print_outcome
 
@@ -15,15 +16,6 @@ HELP = "Run a verification suite (TOML): exact stage, sampling, statistics, verd
 
 DEFAULT_REPORT_DIR = "reports"  # runs go to <report-dir>/<suite name>/<run id>/
 DEFAULT_CPU_THREADS = 1  # tiny models: intra-op threads cost more in synchronisation than they save
-THREADS_PER_CPU = 4  # --threads above this many per CPU only adds synchronisation
-MAX_THREADS = 1024  # and never above this: OpenMP allocates per thread (--threads 100000 crashed the job)
-
-
-def max_threads() -> int:
-    """The largest ``--threads`` allowed here: ``THREADS_PER_CPU`` per CPU, at most ``MAX_THREADS``."""
-    import os
-
-    return max(1, min(MAX_THREADS, THREADS_PER_CPU * (os.cpu_count() or 1)))
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -140,7 +132,8 @@ def _only_decoders(suite, names: list[str]):
 @with_diagnose_mode  # --diagnose / --no-diagnosis
 def run(args: argparse.Namespace) -> int:
     from verifier.errors import ConfigError, EXIT_USAGE
-    from verifier.runner import load_run_suite, new_run_dir, run_suite
+    from verifier.pipeline import run_suite
+    from verifier.runner.run import load_run_suite, new_run_dir
     from verifier.suite import load_suite, parse_suite
 
     most = max_threads()

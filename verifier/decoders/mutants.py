@@ -11,14 +11,12 @@ cell outside that set has the reference's law, and a mutant there must *not* be 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable
-
 import torch
 
 from verifier.decoders import kernels as K
 from verifier.decoders.kernels import sample_from_probs
 from verifier.decoders.lossless import block_verification_kernel, fresh_target_match_kernel
+from verifier.decoders.spec import DecoderSpec
 from verifier.decoders.speculative import AncestralDecoder, SpeculativeDecoder
 from verifier.errors import invalid_argument
 from verifier.sampling import SamplingConfig, processed_probs
@@ -26,33 +24,6 @@ from verifier.sampling import SamplingConfig, processed_probs
 __all__ = ["DecoderSpec", "DECODER_REGISTRY", "make_decoder", "mutant_names"]
 
 _UNPROCESSED = SamplingConfig()  # what a decoder gets when it forgets the user's sampling params
-
-
-@dataclass(frozen=True)
-class DecoderSpec:
-    """One registered decoder.
-
-    Attributes
-    ----------
-    name : str
-        Stable snake_case identifier used by suites.
-    description : str
-        The defect in one sentence.
-    declared : {"exact", "biased", "lossy"}
-        What its law is supposed to be.
-    visible_when : str
-        Sampling configs, k, batch and positions under which the law differs from the target's.
-    factory : callable (target, draft, num_draft_tokens, **options) -> decoder
-    kernel : callable or None
-        The kernel-level variant it plugs in, when the defect lives in the verify step.
-    """
-
-    name: str
-    description: str
-    declared: str
-    visible_when: str
-    factory: Callable
-    kernel: Callable | None = None
 
 
 class GreedyDraftSoftmaxQDecoder(SpeculativeDecoder):
@@ -188,7 +159,7 @@ def make_decoder(name: str, target, draft, num_draft_tokens: int = 4, **options)
     TypeError
         If ``options`` holds a keyword the decoder does not take.
     """
-    from verifier.decoders.tree_mutants import TREE_DECODER_REGISTRY  # tree decoders (their module imports this one)
+    from verifier.decoders.tree_mutants import TREE_DECODER_REGISTRY  # tree decoders, loaded when a name is looked up
 
     spec = DECODER_REGISTRY.get(name) or TREE_DECODER_REGISTRY.get(name)
     if spec is None:

@@ -1,6 +1,6 @@
 """The tree decoder zoo: the reference tree decoder, the lossless tree rules and the tree mutants by name.
 
-:data:`TREE_DECODER_REGISTRY` maps ``tree_<name>`` to a :class:`~verifier.decoders.mutants.DecoderSpec`
+:data:`TREE_DECODER_REGISTRY` maps ``tree_<name>`` to a :class:`~verifier.decoders.spec.DecoderSpec`
 whose factory takes ``(target, draft, num_draft_tokens, tree=..., **options)``;
 :func:`verifier.decoders.make_decoder` finds these names too.  ``num_draft_tokens`` must equal the
 tree's depth (accepted draft tokens per round are 0..depth); without ``tree`` the chain of
@@ -23,7 +23,7 @@ tree's depth (accepted draft tokens per round are 0..depth); without ``tree`` th
 
 from __future__ import annotations
 
-from verifier.decoders.mutants import DecoderSpec
+from verifier.decoders.spec import DecoderSpec
 from verifier.decoders.tree_decoder import TreeDecoder
 from verifier.decoders.tree_kernels import TREE_KERNELS
 from verifier.errors import invalid_argument

@@ -18,7 +18,8 @@ import numpy as np
 import torch
 from scipy import optimize, stats
 
-from verifier.diagnose.likelihood import SequenceProbs, sequence_ends
+from verifier.diagnose.likelihood import SequenceProbs
+from verifier.diagnose.rows import sequence_ends
 from verifier.diagnose.rank import DIAGNOSIS_ALPHA
 from verifier.sampling import SamplingConfig, processed_probs
 

@@ -281,7 +281,7 @@ def count_classes(num_draft_tokens: int, num_tokens: int) -> list[tuple[tuple[in
 
 def _position_logs(seqs) -> dict[str, np.ndarray]:
     """Per distinct row and position, log of: q(x), min(p, q)(x), residual(x), 1 - sum min(p, q), p(x)."""
-    from verifier.diagnose.likelihood import _pick_all
+    from verifier.diagnose.rows import _pick_all
 
     p, q = seqs.p, seqs.q
     m = np.minimum(p, q)
@@ -300,7 +300,7 @@ def _call_tables(seqs, num_draft_tokens: int) -> tuple[np.ndarray, np.ndarray, l
     Both are products along the row of teacher-forced probs: exact at any vocabulary, O(C T) per row
     after the O(T V) logs.  Returns ((C, rows), (C, rows), classes).
     """
-    from verifier.diagnose.likelihood import sequence_ends
+    from verifier.diagnose.rows import sequence_ends
 
     k = num_draft_tokens
     steps = seqs.tokens.shape[1]
@@ -387,7 +387,7 @@ def law_log_likelihood(name: str, seqs, num_draft_tokens: int, *, per_position: 
 
     Returns like :func:`verifier.diagnose.likelihood.log_likelihood`: (rows,) or ((rows,), (rows, steps)).
     """
-    from verifier.diagnose.likelihood import sequence_ends
+    from verifier.diagnose.rows import sequence_ends
 
     law = latent_law(name, seqs, num_draft_tokens)
     tokens = np.asarray(seqs.tokens, dtype=np.int64)

@@ -79,7 +79,7 @@ def kv_stale_log_weights(seqs, num_draft_tokens: int, *, draws: int = MC_DRAWS, 
     ``exp`` of each entry is an unbiased estimate of the row's probability under the stale KV cache
     (its first ``ends[i]`` tokens; default: up to and including EOS).
     """
-    from verifier.diagnose.likelihood import sequence_ends
+    from verifier.diagnose.rows import sequence_ends
 
     k = num_draft_tokens
     rng = np.random.default_rng(seed)
@@ -185,7 +185,7 @@ def kv_stale_mc_log_likelihood(seqs, num_draft_tokens: int, *, per_position: boo
     the per-position part as differences of the estimated prefix log-probabilities (each prefix
     length its own run, seed ``seed + length``).
     """
-    from verifier.diagnose.likelihood import sequence_ends
+    from verifier.diagnose.rows import sequence_ends
 
     ends = sequence_ends(np.asarray(seqs.tokens), seqs.eos_token_id)
     total = _log_mean(kv_stale_log_weights(seqs, num_draft_tokens, draws=draws, seed=seed))

@@ -31,8 +31,8 @@ from typing import Callable
 import numpy as np
 
 from verifier.diagnose.mechanisms import Mechanism, Views
+from verifier.diagnose.rows import _log, _pick, sequence_ends, unique_rows  # noqa: F401  unique_rows: re-exported
 from verifier.errors import invalid_argument
-from verifier.protocols import PADDING_TOKEN_ID
 
 __all__ = ["SequenceProbs", "log_likelihood", "target_log_likelihood", "sequence_ends", "unique_rows", "suffix_draft_rows"]
 
@@ -90,40 +90,6 @@ class SequenceProbs:
         return SequenceProbs(self.tokens[sel], self.p[sel], self.q[sel], pick(self.p_raw), pick(self.q_raw),
                              self.eos_token_id, self.prompt, self.draft_after, pick(self.weights), self.target_after,
                              self.penalised)
-
-
-def sequence_ends(tokens: np.ndarray, eos_token_id: int | None) -> np.ndarray:
-    """Number of emitted tokens of each row (up to and including EOS; -1 padding excluded), shape (rows,)."""
-    n, steps = tokens.shape
-    stop = tokens == PADDING_TOKEN_ID
-    if eos_token_id is not None:
-        stop = stop | np.concatenate([np.zeros((n, 1), dtype=bool), tokens[:, :-1] == eos_token_id], axis=1)
-    first = np.where(stop.any(axis=1), stop.argmax(axis=1), steps)
-    return first.astype(np.int64)
-
-
-def unique_rows(tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Distinct emitted rows and how often each occurs: ((distinct, max_new_tokens), (distinct,)).
-
-    Identical rows have identical teacher-forced probs, so likelihoods are computed once per distinct row.
-    """
-    uniq, counts = np.unique(np.asarray(tokens, dtype=np.int64), axis=0, return_counts=True)
-    return uniq, counts.astype(np.float64)
-
-
-def _log(x: np.ndarray) -> np.ndarray:
-    with np.errstate(divide="ignore"):
-        return np.log(np.clip(x, 0.0, None))
-
-
-def _pick(rows: np.ndarray, x: np.ndarray) -> np.ndarray:
-    return np.take_along_axis(rows, x[:, None], axis=1)[:, 0]
-
-
-def _pick_all(rows: np.ndarray, tokens: np.ndarray) -> np.ndarray:
-    """``rows[i, t, tokens[i, t]]`` (padding read as token 0), shape (rows, steps)."""
-    x = np.where(tokens < 0, 0, tokens)
-    return np.take_along_axis(rows, x[..., None], axis=2)[..., 0]
 
 
 def target_log_likelihood(seqs: SequenceProbs, view: str = "p") -> np.ndarray:

@@ -16,7 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from verifier.diagnose.likelihood import SequenceProbs, sequence_ends
+from verifier.diagnose.likelihood import SequenceProbs
+from verifier.diagnose.rows import sequence_ends
 from verifier.errors import InvalidArgumentError
 
 __all__ = ["ORIGIN_ACCEPTED", "ORIGIN_RECOVERED", "ORIGIN_BONUS", "ORIGIN_SUFFIX", "ORIGIN_CODES", "localize",

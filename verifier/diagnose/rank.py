@@ -168,7 +168,7 @@ def rank_mechanisms(seqs: SequenceProbs, num_draft_tokens: int, *, mechanisms=No
 
 def _target_per_position(seqs: SequenceProbs) -> np.ndarray:
     """``log p_t(x_t)`` per row and position (0 after a row's end): the canonical rule's conditional log-probs."""
-    from verifier.diagnose.likelihood import sequence_ends
+    from verifier.diagnose.rows import sequence_ends
 
     x = np.where(seqs.tokens < 0, 0, seqs.tokens)
     with np.errstate(divide="ignore"):

@@ -1,8 +1,7 @@
-"""Text, JSON-safe form and figures of a diagnosis (CLI output, report.json/md/html "Diagnosis" section).
+"""Text and JSON-safe form of a diagnosis (CLI output, report.json/md/html "Diagnosis" section).
 
 The report templates include ``diagnosis.md.j2`` / ``diagnosis.html.j2`` (verifier/reports/templates);
-the figure is :func:`diagnosis_figures` (observed vs target vs best-mechanism law on the most telling
-position of each diagnosed decoder).
+the figure is drawn by the reports (:func:`verifier.reports.plots.diagnosis_figures`).
 """
 
 from __future__ import annotations
@@ -10,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-__all__ = ["json_safe", "diagnosis_text", "diagnosis_figures", "localization_rows"]
+__all__ = ["json_safe", "diagnosis_text", "localization_rows"]
 
 
 def json_safe(obj: Any) -> Any:
@@ -77,51 +76,3 @@ def diagnosis_text(result: dict) -> str:
     return "\n".join(lines)
 
 
-MAX_PANELS = 4  # decoders drawn in the diagnosis figure (~1 s per panel on a loaded CPU; report.json has every plot)
-
-
-def diagnosis_figures(report: dict) -> dict[str, str]:
-    """{"all": base64 PNG}: one panel per diagnosed decoder (at most MAX_PANELS), observed vs target vs the
-    best mechanism's law on its most telling position, all in one figure (one PNG costs far less than many)."""
-    from verifier.reports import plots
-
-    panels = []
-    for d in (report.get("diagnosis") or {}).get("decoders", []):
-        sets = [s for s in d.get("sets", []) if s.get("plot")]
-        if sets:
-            panels.append((d["decoder"], max(sets, key=_lr)))
-    if not panels:
-        return {}
-    png = _figure(plots, panels[:MAX_PANELS])
-    return {"all": png} if png else {}
-
-
-def _lr(s: dict) -> float:
-    v = (s.get("decision") or {}).get("log_lr")
-    if isinstance(v, str):
-        return math.inf if v == "inf" else -math.inf
-    return -math.inf if v is None else v
-
-
-def _figure(plots, panels) -> str | None:
-    import numpy as np
-
-    @plots._plain_text
-    def draw() -> str:
-        cols = min(3, len(panels))
-        rows = -(-len(panels) // cols)
-        fig, axes = plots.plt.subplots(rows, cols, figsize=(4.2 * cols, 2.6 * rows), squeeze=False)
-        for ax in axes.ravel()[len(panels):]:
-            ax.axis("off")
-        for ax, (decoder, s) in zip(axes.ravel(), panels):
-            pl = s["plot"]
-            x = np.arange(len(pl["labels"]))
-            ax.bar(x - 0.27, pl["observed"], 0.27, label="observed")
-            ax.bar(x, pl["target"], 0.27, label="target")
-            ax.bar(x + 0.27, pl["mechanism_law"], 0.27, label=pl["mechanism"])
-            ax.set_xticks(x, pl["labels"], rotation=45, fontsize=6)
-            ax.set_title(f"{decoder}: {s['sampling']}, position {pl['position']}", fontsize=7)
-            ax.legend(fontsize=6)
-        return plots._png(fig)
-
-    return draw()

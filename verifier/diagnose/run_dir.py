@@ -294,7 +294,7 @@ def stored_diagnosis(run_dir, report: dict, wanted: list[str]) -> dict[str, Any]
     import json
     from pathlib import Path
 
-    from verifier.reports.cache import KEY_FIELD, run_inputs_key
+    from verifier.runner.inputs_key import KEY_FIELD, run_inputs_key
 
     candidates = [("report.json", report.get("diagnosis") or {}, (report.get("run") or {}).get(KEY_FIELD))]
     try:
@@ -375,7 +375,7 @@ def diagnose_run_dir(run_dir, *, decoders: list[str] | None = None, with_fits: b
            for d in suite.decoders for pr in d.prompts}
     plans = [p for p in plan_sample_sets(suite, ids, {n: pair.vocab_size for n, pair in pairs.items()})
              if p.decoder.name in wanted] if ids else []
-    from verifier.reports.cache import KEY_FIELD, run_inputs_key
+    from verifier.runner.inputs_key import KEY_FIELD, run_inputs_key
 
     result = diagnose_decoders(report, plans, pairs, SampleStore(run_dir), decoders=decoders, with_fits=with_fits, log=log)
     result[KEY_FIELD] = run_inputs_key(run_dir, False)  # lets the next `specverify diagnose` reuse diagnosis.json

@@ -14,7 +14,8 @@ import numpy as np
 from verifier.diagnose import fit as fits
 from verifier.diagnose.inputs import MAX_LAW_OUTCOMES, joint_codes, mechanism_law, sequence_probs
 from verifier.diagnose.latent import GROUPED
-from verifier.diagnose.likelihood import SequenceProbs, log_likelihood, sequence_ends
+from verifier.diagnose.likelihood import SequenceProbs, log_likelihood
+from verifier.diagnose.rows import sequence_ends
 from verifier.diagnose.localize import localize
 from verifier.diagnose.mechanisms import MECHANISMS
 from verifier.diagnose.rank import FIT_ALPHA, Ranking, decide, rank_mechanisms

@@ -12,10 +12,11 @@ runtime; each adapter says which stub it uses and why.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import sys
 import types
 from pathlib import Path
+
+from verifier._import_file import import_file
 
 __all__ = ["load_engine_file", "file_sha256"]
 
@@ -68,14 +69,4 @@ def load_engine_file(tag: str, src_root: Path, dotted: str, stubs: dict[str, typ
     for stub_name, stub in (stubs or {}).items():
         stub.__name__ = f"{root}.{stub_name}"
         sys.modules.setdefault(stub.__name__, stub)
-    path = src_root.joinpath(*parts).with_suffix(".py")
-    spec = importlib.util.spec_from_file_location(full, path)
-    assert spec is not None and spec.loader is not None  # a .py path always has a loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[full] = module
-    try:
-        spec.loader.exec_module(module)
-    except BaseException:
-        del sys.modules[full]
-        raise
-    return module
+    return import_file(full, src_root.joinpath(*parts).with_suffix(".py"))

@@ -15,8 +15,8 @@ the replies.
 
 from __future__ import annotations
 
-import importlib.util
 import os
+import runpy
 import sys
 import traceback
 from pathlib import Path
@@ -25,16 +25,14 @@ _HERE = Path(__file__).resolve().parent
 # Python put this script's folder (verifier/engines/) first on sys.path; take it off, or an adapter module
 # there (llama_cpp.py, vllm.py, ...) would shadow the engine package of the same name inside the worker.
 sys.path = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
-_wire_spec = importlib.util.spec_from_file_location("_specverify_wire", _HERE / "_wire.py")  # without the verifier package
-_wire = importlib.util.module_from_spec(_wire_spec)
-_wire_spec.loader.exec_module(_wire)
+# the package's one "import a file as a module" (verifier/_import_file.py, standard library only), run by path:
+# the engine's Python has no verifier package
+_import_file = runpy.run_path(str(_HERE.parent / "_import_file.py"))["import_file"]
+_wire = _import_file("_specverify_wire", _HERE / "_wire.py")
 
 
 def _load_handler(path: str):
-    spec = importlib.util.spec_from_file_location(f"specverify_worker_{Path(path).stem}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.Handler
+    return _import_file(f"specverify_worker_{Path(path).stem}", path).Handler
 
 
 def main() -> int:

@@ -1,7 +1,7 @@
 """``transformers``: Hugging Face ``generate`` speculative paths, in-process (transformers is a harness dependency).
 
 ``specverify audit --engine transformers --engine-arg mode=MODE`` drives
-:class:`verifier.audit.hf_assisted.HFAssistedDecoder` (``do_sample=True``, batch size 1, a fixed ``k``):
+:class:`verifier.engines.hf_assisted.HFAssistedDecoder` (``do_sample=True``, batch size 1, a fixed ``k``):
 
 =======================  ==================================================================================
 ``assisted``             ``generate(assistant_model=draft)``: ``AssistedCandidateGenerator`` + ``_speculative_sampling``
@@ -131,7 +131,7 @@ def decoder(target_model: str = "shipped:target", draft_model: str = "shipped:dr
     InvalidArgumentError
         (exit 2) a bad option value.
     """
-    from verifier.audit.hf_assisted import HFAssistedDecoder
+    from verifier.engines.hf_assisted import HFAssistedDecoder
 
     opts = TransformersEngine.resolve_options({"mode": mode, "max_matching_ngram_size": max_matching_ngram_size,
                                                "assistant_model": assistant_model, "num_workers": num_workers,

@@ -32,8 +32,8 @@ sample (the binary drafts only after it), so round 1 starts after token 1.  Engi
 per-round accepted counts from the accept flags, and ``n_drafted`` / ``n_accept`` as the binary
 prints them (``DecoderStats.extra``).  ``first_round_accepted`` is not reported: the harness's
 canonical first-round law is at the prompt, this engine's first round is one token later.  Per-token
-origins (:func:`verifier.engines._llama_cpp_run.token_origins`) come from the accept flags; the audit
-folder's ``predict.py`` turns them into the first round's acceptance next to canonical.
+origins (:func:`verifier.engines._llama_cpp_run.token_origins`) come from the accept flags; :mod:`verifier.engines.reproductions.llama_cpp`
+(``python -m verifier.diagnose.reproduce llama.cpp RUN_DIR``) turns them into the first round's acceptance next to canonical.
 
 ``control`` (off by default) selects a copy with one defect patched (see the audit report):
 ``sampled_draft`` (draft token = the draft sampler's sample, not the most probable candidate),

@@ -13,7 +13,8 @@ Two report kinds are understood:
   ``audit.json``, which holds the engine's description), one row per report folder.
 
 Acceptance: the report's acceptance audit, or the first line of ``acceptance.txt`` in the report folder where
-that exists (engines whose first round starts after token 1, e.g. llama.cpp: written by the folder's script).
+that exists (engines whose first round starts after token 1, e.g. llama.cpp: written by
+``python -m verifier.diagnose.reproduce ENGINE RUN_DIR=REPORT_DIR``).
 Root cause of a BIAS DETECTED: the first line starting with ``Root cause:`` in ``FINDINGS.md`` of the
 report folder or of the engine's folder (``reports/audits/<engine>-<version>/FINDINGS.md``); a BIAS
 without one says "root cause: not written up" (never left blank).  With ``--readme FILE`` the table
@@ -137,7 +138,7 @@ def _known_p_row(folder: Path, r: dict[str, Any], root: Path) -> dict[str, Any]:
                if rate is not None else "speculation counters not observable"]
         if spec.get("verified") is False:
             acc[0] += " -- SPECULATION NEVER RAN"
-    side = folder / "acceptance.txt"  # an engine whose rounds start after token 1: computed by the report folder's script
+    side = folder / "acceptance.txt"  # an engine whose rounds start after token 1: written by verifier.diagnose.reproduce
     if side.is_file() and side.read_text(encoding="utf-8").strip():
         acc = [side.read_text(encoding="utf-8").strip().splitlines()[0]]
     conf = d.get("acceptance_conformance") or {}

@@ -29,7 +29,7 @@ prompt step, draws candidate 1 with *its* first uniform -- the same number.  So 
 ``p1``'s CDF and ``x1`` has the law :func:`inverse_cdf_law` of ``q`` on that interval, not ``q``.  The CDFs
 are walked in token-id order without top-k / top-p, and by decreasing prob once top-p has sorted the kept
 tokens (:func:`walk_order`).  (Replayed token by token from the engine's seeds in
-``reports/audits/openvino-genai-2026.4.1.0/replay.py``.)
+:mod:`verifier.engines.reproductions.openvino_replay`.)
 
 ``rule="canonical"`` gives the lossless rule (accept iff ``u < p(x) / q(x)``, ``u ~ U(0, 1)``, residual
 ``max(p - q, 0)`` at the same position), whose law is ``p``.

@@ -190,7 +190,7 @@ def render_html(report: dict) -> str:
     ranked = svg.ranked_pvalues(report.get("cells", []), level)
     figs = {}
     if report.get("diagnosis"):  # issue 15: observed vs target vs best-mechanism law per diagnosed decoder
-        from verifier.diagnose.render import diagnosis_figures
+        from verifier.reports.plots import diagnosis_figures
 
         figs["diagnosis"] = diagnosis_figures(report)
     return _env(True).get_template("report.html.j2").render(
@@ -313,7 +313,7 @@ def write_reports(report: dict, out_dir: str | Path) -> dict[str, Path]:
     out = Path(out_dir)
     report = _sanitize(report)
     if isinstance(report.get("run"), dict):  # the seal `specverify report` checks before reusing it (issue 28)
-        from verifier.reports.cache import DIGEST_FIELD, report_digest
+        from verifier.reports.digest import DIGEST_FIELD, report_digest
 
         report["run"][DIGEST_FIELD] = report_digest(report)
     texts = {

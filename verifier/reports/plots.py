@@ -1,15 +1,18 @@
-"""Matplotlib helpers (base64 PNG) -- used by verifier.diagnose.render; report.html's own figures are inline SVG (reports/svg.py).
+"""Matplotlib helpers (base64 PNG); report.html's own figures are inline SVG (reports/svg.py).
 
 * :func:`failing_cell_bars` -- observed vs expected counts on the pooled categories of a cell;
 * :func:`pit_figure` -- randomized-PIT histogram (summed over a decoder's PIT cells) and QQ plot;
 * :func:`ranked_pvalues` -- every cell's adjusted p-value, ranked, against the rejection level;
-* :func:`acceptance_lengths` -- the per-round accepted-draft distribution of each decoder and k.
+* :func:`acceptance_lengths` -- the per-round accepted-draft distribution of each decoder and k;
+* :func:`diagnosis_figures` -- the diagnosis (report.json ``diagnosis``): observed vs target vs the best
+  mechanism's law on each diagnosed decoder's most telling position.
 """
 
 from __future__ import annotations
 
 import base64
 import io
+import math
 from typing import Any
 
 import matplotlib
@@ -18,7 +21,7 @@ matplotlib.use("Agg")  # no display: reports are rendered headless
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-__all__ = ["failing_cell_bars", "pit_figure", "ranked_pvalues", "acceptance_lengths"]
+__all__ = ["failing_cell_bars", "pit_figure", "ranked_pvalues", "acceptance_lengths", "diagnosis_figures"]
 
 DPI = 80  # small PNGs keep report.html self-contained and light
 MAX_BARS = 24  # categories drawn per failing cell (the rest are summed into "other")
@@ -158,3 +161,49 @@ def acceptance_lengths(sample_sets: list[dict[str, Any]]) -> str | None:
         ax.set_title(f"k = {k}", fontsize=9)
         ax.legend(fontsize=6)
     return _png(fig)
+
+
+MAX_PANELS = 4  # decoders drawn in the diagnosis figure (~1 s per panel on a loaded CPU; report.json has every plot)
+
+
+def diagnosis_figures(report: dict) -> dict[str, str]:
+    """{"all": base64 PNG}: one panel per diagnosed decoder (at most MAX_PANELS), observed vs target vs the
+    best mechanism's law on its most telling position, all in one figure (one PNG costs far less than many)."""
+    panels = []
+    for d in (report.get("diagnosis") or {}).get("decoders", []):
+        sets = [s for s in d.get("sets", []) if s.get("plot")]
+        if sets:
+            panels.append((d["decoder"], max(sets, key=_log_lr)))
+    if not panels:
+        return {}
+    png = _diagnosis_figure(panels[:MAX_PANELS])
+    return {"all": png} if png else {}
+
+
+def _log_lr(s: dict) -> float:
+    v = (s.get("decision") or {}).get("log_lr")
+    if isinstance(v, str):
+        return math.inf if v == "inf" else -math.inf
+    return -math.inf if v is None else v
+
+
+def _diagnosis_figure(panels) -> str | None:
+    @_plain_text
+    def draw() -> str:
+        cols = min(3, len(panels))
+        rows = -(-len(panels) // cols)
+        fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 2.6 * rows), squeeze=False)
+        for ax in axes.ravel()[len(panels):]:
+            ax.axis("off")
+        for ax, (decoder, s) in zip(axes.ravel(), panels):
+            pl = s["plot"]
+            x = np.arange(len(pl["labels"]))
+            ax.bar(x - 0.27, pl["observed"], 0.27, label="observed")
+            ax.bar(x, pl["target"], 0.27, label="target")
+            ax.bar(x + 0.27, pl["mechanism_law"], 0.27, label=pl["mechanism"])
+            ax.set_xticks(x, pl["labels"], rotation=45, fontsize=6)
+            ax.set_title(f"{decoder}: {s['sampling']}, position {pl['position']}", fontsize=7)
+            ax.legend(fontsize=6)
+        return _png(fig)
+
+    return draw()

@@ -164,7 +164,9 @@ def decoder_line(d: dict, cells: list[dict], sets: dict[str, dict], alpha: float
     if verdict == "PASS":
         return _pass_line(d, cells, alpha, target_mde)
     if verdict == "UNDERPOWERED":
-        under = [c for c in cells if c.get("verdict") == "UNDERPOWERED"]
+        # a cell with an MDE names what more rows buy; one without (n = 0, a consistency check) says nothing: the
+        # decoder's reason does (a guard's: rows without a reported law, speculation never ran)
+        under = [c for c in cells if c.get("verdict") == "UNDERPOWERED" and _real(c.get("mde")) is not None]
         if under:
             c = max(under, key=lambda c: _real(c.get("mde")) or 0.0)
             need = f"; needs n >= {c['n_needed']} rows per sample set" if c.get("n_needed") is not None else ""

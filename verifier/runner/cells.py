@@ -8,7 +8,7 @@
   which never depends on the decoder's ``last_stats``;
 * :func:`acceptance_cells` -- the acceptance audit and, where declared, the conformance cell;
 * :func:`tv_cells` -- the TV cells as (plan, label, law, tokens -> category ids), for monitors such
-  as the sequential audit (:mod:`verifier.audit.run_audit`).
+  as the sequential audit (:mod:`verifier.audit.sequential`).
 """
 
 from __future__ import annotations

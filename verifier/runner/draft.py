@@ -52,7 +52,7 @@ def is_unknown(spec: Any) -> bool:
 def declared_draft_known(obj: Any) -> bool:
     """The ``draft_known`` a decoder (or its factory/class) declares; True when it declares nothing.
 
-    Wrappers (``.inner``, as :class:`verifier.audit.plugins.PluginDecoder`) are looked through.
+    Wrappers (``.inner``, as :class:`verifier.plugins.PluginDecoder`) are looked through.
     """
     seen = 0
     while obj is not None and seen < 8:

@@ -1,7 +1,7 @@
 """``specverify run SUITE --dry-run``: what a run would do -- sample sets, cells, planned n, a time estimate.
 
 Like ``pytest --collect-only``: the suite is loaded, its models and prompts too (a plan needs the prompt
-ids and vocabularies), the sample sets are planned exactly as :func:`verifier.runner.run_suite` plans them,
+ids and vocabularies), the sample sets are planned exactly as :func:`verifier.pipeline.run_suite` plans them,
 and nothing is written: no run folder, no samples, no verdict.  The sampling time is estimated per
 sample set from timed probe ``generate`` calls (a 1-row warm-up, then :data:`PROBE_ROWS` / 8 and
 :data:`PROBE_ROWS` rows at chunk 0's seed; the tokens are discarded): a per-call and a per-row cost,
@@ -71,7 +71,7 @@ def dry_run(suite: Any, *, probe: bool = True) -> DryRun:
     Raises
     ------
     ConfigError, ModelLoadError
-        As :func:`verifier.runner.run_suite` before sampling (models, prompts, sizes, decoder arguments).
+        As :func:`verifier.pipeline.run_suite` before sampling (models, prompts, sizes, decoder arguments).
     """
     from verifier.runner.cells import count_cells
     from verifier.runner.context import SuiteContext

@@ -50,7 +50,7 @@ def plugin_hashes(suite: Any) -> dict[str, dict[str, Any]]:
     (call after the suite's ``python_path`` is added).  ``path``/``sha256`` are None when the
     source cannot be found (the decoder build then reports why).
     """
-    from verifier.audit.plugins import file_sha256, plugin_source, resolve_plugin_spec
+    from verifier.plugins import file_sha256, plugin_source, resolve_plugin_spec
 
     out: dict[str, dict[str, Any]] = {}
     for d in suite.decoders:

@@ -128,7 +128,7 @@ def build_decoder(spec: DecoderSpec, pair: Any, num_draft_tokens: int, where: st
     }
     if not getattr(pair, "draft_known", True):  # draft = "unknown": nothing to offer (verifier.runner.draft)
         context.pop("draft"), context.pop("draft_model")
-    from verifier.audit.plugins import load_plugin, resolve_plugin_spec  # one loader for suites and audit
+    from verifier.plugins import load_plugin, resolve_plugin_spec  # one loader for suites and audit
 
     # an option naming a plugin file (e.g. inject_kernel = "kern.py:fn") is the file beside the suite, too
     options = {key: resolve_plugin_spec(value, base_dir or ".")

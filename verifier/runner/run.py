@@ -1,29 +1,28 @@
-"""The main job: exact stage, sampling, statistics, verdict, reports -- with resume.
+"""The runner's stages: exact stage, models, sampling into resumable shards, statistics and verdict.
 
-Stages, in order (each one's wall time is recorded and printed at the end):
+The order they run in -- and the diagnosis and report files after them -- is owned by
+:mod:`verifier.pipeline` (``run_suite``, ``analyze_run``, ``run_audit``, ``merge_runs``); nothing here
+calls a later stage.
 
-1. **exact** -- :func:`verifier.exact.run_exact_stage` on the suite's rules and cases; a rule whose
-   exact verdict contradicts its declared status fails the run before any sampling.
-2. **models** -- load every model pair the decoders use, encode prompts, plan the sample sets.
-3. **sampling** -- per sample set and chunk: ``Decoder.generate`` with the chunk's derived seed,
-   :func:`verifier.validation.check_emitted_tokens`, then the shard is written atomically.  A
-   chunk whose shard is already on disk (``--resume``) is never sampled again.  A decoder that
-   raises or returns invalid output stops *its* sampling; shards so far are kept and the report
-   says where it stopped.
-4. **statistics** -- cells per sample set (:mod:`verifier.runner.analysis`) against expected laws
-   from the target's processed probs; correction and verdict per decoder
+1. **exact** -- :func:`exact_stage`: :func:`verifier.exact.run_exact_stage` on the suite's rules and
+   cases; a rule whose exact verdict contradicts its declared status fails the run before any sampling.
+2. **models** -- :func:`prepare`: load every model pair the decoders use, encode prompts, plan the
+   sample sets (:class:`~verifier.runner.context.SuiteContext`), check plugin files and expected laws.
+3. **sampling** -- :func:`sample_chunks`: per sample set and chunk, ``Decoder.generate`` with the
+   chunk's derived seed, :func:`verifier.validation.check_emitted_tokens`, then the shard is written
+   atomically.  A chunk whose shard is already on disk (``--resume``) is never sampled again.  A
+   decoder that raises or returns invalid output stops *its* sampling; shards so far are kept and
+   the report says where it stopped.
+4. **statistics and verdict** -- :func:`assess`: cells per sample set (:mod:`verifier.runner.analysis`)
+   against expected laws from the target's processed probs; correction and verdict per decoder
    (:mod:`verifier.runner.verdict`); beside it, never inside it, the acceptance audit and -- where
-   declared -- acceptance rule conformance (:mod:`verifier.runner.acceptance`).
-5. **reports** -- report.json / report.md / report.html / junit.xml (:mod:`verifier.reports`).
-
-:func:`analyze_run` repeats stages 2, 4 and 5 from stored shards (``specverify report RUN_DIR``).
+   declared -- acceptance rule conformance (:mod:`verifier.runner.acceptance`); the report dict.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
 import json
-import sys
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -37,26 +36,27 @@ from verifier.errors import (
     ConfigError,
     DecoderError,
     DecoderOutputError,
-    ReportWriteError,
     ResourceError,
     SamplingRefusedError,
     is_out_of_memory,
 )
 from verifier._tracebacks import crash_traceback
-from verifier.reports import cache as report_cache
 from verifier.runner import acceptance, analysis, guards, speculation
 from verifier.runner.assemble import REPORT_SCHEMA_VERSION, build_report, environment
 from verifier._call_timeout import CallTimeout, call_deadline
 from verifier.runner.cells import acceptance_cells, count_cells, draft_unknown, expected_preflight, set_cells
 from verifier.runner.clock import since_process_start
 from verifier.runner.context import SuiteContext
+from verifier.runner.inputs_key import KEY_FIELD, run_inputs_key
 from verifier.runner.plan import SampleSetPlan, decoder_identity
 from verifier.runner.store import SampleStore, Shard
 from verifier.runner.verdict import DecoderVerdict, cell_level, decide, exit_code
 from verifier.suite.schema import Suite
 from verifier.validation import REPLAY_NATS, check_decoder_stats, check_emitted_tokens, plugin_attribute, same_rows_nats
 
-__all__ = ["REPORT_SCHEMA_VERSION", "RunOutcome", "run_suite", "analyze_run", "new_run_dir", "load_run_suite"]
+__all__ = ["REPORT_SCHEMA_VERSION", "RUN_FILE", "STOPPED_FILE", "RunOutcome", "new_run_dir", "load_run_suite", "utc_now",
+           "start_run", "exact_stage", "prepare", "sample_chunks", "record_stops", "assess", "exact_failed_report",
+           "regeneration"]
 
 _Context = SuiteContext  # the old private name (bench modules, shards)
 
@@ -66,7 +66,7 @@ STOPPED_FILE = "stopped.json"
 
 @dataclass
 class RunOutcome:
-    """What :func:`run_suite` / :func:`analyze_run` produced."""
+    """What :func:`verifier.pipeline.run_suite` / :func:`~verifier.pipeline.analyze_run` produced."""
 
     run_dir: Path
     report: dict[str, Any]
@@ -74,7 +74,7 @@ class RunOutcome:
     stage_seconds: dict[str, float] = field(default_factory=dict)
 
 
-def _now() -> str:
+def utc_now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
@@ -114,7 +114,8 @@ def load_run_suite(run_dir: str | Path) -> tuple[Suite, dict[str, Any]]:
 # --------------------------------------------------------------------------- stage 1
 
 
-def _exact_stage(suite: Suite) -> dict[str, Any]:
+def exact_stage(suite: Suite) -> dict[str, Any]:
+    """Stage 1: the suite's exact rules and cases; ``{"ran", "ok", "findings", "wrong_rules"}``."""
     if not suite.exact["enabled"]:
         return {"ran": False, "ok": True, "findings": []}
     from verifier.exact import run_exact_stage, standard_cases
@@ -381,90 +382,37 @@ def _statistics(ctx: SuiteContext, store: SampleStore, errors: dict[str, dict], 
     return verdicts, sets_info
 
 
-def _finish(ctx_or_suite, store: SampleStore, errors: dict, exact: dict, stage: dict, info: dict,
-            log: Callable[[str], None], out_dir: Path | None = None, allow_partial: bool = False,
-            run_stages: dict | None = None) -> RunOutcome:
-    from verifier.reports import write_reports
+def assess(ctx: SuiteContext, store: SampleStore, errors: dict, exact: dict, stage: dict, info: dict,
+           log: Callable[[str], None], *, allow_partial: bool = False, regenerating: bool = False) -> tuple[dict, int]:
+    """Stage 4: statistics and verdict of the stored samples -> ``(report dict, exit code)``.
 
-    ctx = ctx_or_suite
+    Times the statistics into ``stage["statistics"]``; a run (not a regeneration) logs its time to
+    verdict here, before the diagnosis and the report files (issue 17).
+    """
     t0 = time.perf_counter()
     verdicts, sets_info = _statistics(ctx, store, errors, allow_partial)
     stage["statistics"] = time.perf_counter() - t0
     code = exit_code(verdicts, exact_ok=exact["ok"])
     report = build_report(ctx.suite, environment(ctx.suite), exact, verdicts, sets_info, errors, code, info)
-    if run_stages is None:  # the verdict is known here, before the diagnosis and the report files (issue 17)
+    if not regenerating:  # the verdict is known here, before the diagnosis and the report files (issue 17)
         report["run"]["time_to_verdict"] = ttv = since_process_start()
         log(f"time to verdict: {ttv['wall_seconds']:.1f} s since {ttv['wall_from']} ({ttv['cpu_seconds']:.1f} s CPU): "
             f"{report['verdict']} (exit {code}); diagnosis and reports follow")
-    report["run"][report_cache.KEY_FIELD] = report_cache.run_inputs_key(store.run_dir, allow_partial)
+    report["run"][KEY_FIELD] = run_inputs_key(store.run_dir, allow_partial)
     report["samples_planned"] = sum(s["samples"] for s in sets_info)
     report["samples_missing"] = sum(s["samples_missing"] for s in sets_info)
     if report["samples_missing"]:
         log(f"partial report: {report['samples_missing']} of {report['samples_planned']} samples are missing")
-    from verifier.diagnose.run_dir import auto_diagnosis  # after BIAS DETECTED: which mechanism, where (issue 15)
-
-    auto_diagnosis(report, ctx.plans, ctx.pairs, store, stage, log)
-    t0 = time.perf_counter()
-    target = Path(out_dir) if out_dir is not None else store.run_dir
-    report["run"]["stage_seconds"] = stage if run_stages is None else run_stages  # a regeneration keeps the run's figures
-    if run_stages is not None:
-        report["run"]["report_stage_seconds"] = stage  # ... and adds its own (issue 16)
-    try:
-        write_reports(report, target)
-    except ReportWriteError as exc:
-        raise ReportWriteError(f"{exc}; the samples are kept in {store.samples_dir} -- rerun "
-                               f"`specverify report {store.run_dir} --out DIR` with a writable DIR") from None
-    stage["reports"] = time.perf_counter() - t0
-    report["run"]["stage_seconds"] = stage if run_stages is None else run_stages
-    return RunOutcome(target, report, code, stage)
+    return report, code
 
 
-def run_suite(suite: Suite, run_dir: str | Path, *, resume: bool = False, progress: bool = True,
-              log: Callable[[str], None] = print) -> RunOutcome:
-    """Run a suite end to end into ``run_dir`` (or continue the run there when ``resume``).
-
-    Parameters
-    ----------
-    suite : Suite
-        With its profile applied (:func:`verifier.suite.load_suite`).  On resume, pass the suite
-        from :func:`load_run_suite` so the plan is exactly the stored one.
-    run_dir : path
-        Run folder (``reports/<suite>/<run-id>``); created if absent.
-    resume : bool, default False
-        Keep every valid shard already in ``run_dir``; sample only missing chunks.
-    progress : bool, default True
-        Show tqdm progress bars (samples/s, ETA) on stderr.
-    log : callable
-        Receives one-line progress messages.
-
-    Returns
-    -------
-    RunOutcome
-        ``exit_code`` per :mod:`verifier.errors` (0 ok, 1 bias/undetected, 3 decoder error, 4 underpowered).
-
-    Raises
-    ------
-    ConfigError, ModelLoadError
-        Bad suite content found while loading models or prompts (exit 2); without ``resume``, a
-        ``run_dir`` that already holds a run; a ``run_dir`` another job is writing
-        (:mod:`verifier._run_lock`); sizes beyond available memory; a device absent here;
-        on ``resume``, a plugin file changed since the run started (:mod:`verifier.runner.guards`).
-    ReportWriteError
-        ``run_dir`` cannot be written (samples already written are kept).
-    """
-    from verifier._run_lock import run_dir_lock
-
-    with run_dir_lock(run_dir):  # one writer per run folder: a resume racing a live job is refused (exit 2)
-        return _run_suite(suite, run_dir, resume=resume, progress=progress, log=log)
-
-
-def _run_suite(suite: Suite, run_dir: str | Path, *, resume: bool, progress: bool,
-               log: Callable[[str], None]) -> RunOutcome:
+def start_run(store: SampleStore, suite: Suite, *, resume: bool, log: Callable[[str], None]) -> str:
+    """Before the exact stage: a resume removes temporary files left by a writer killed mid-write; a fresh
+    run refuses a folder that holds a run and writes ``run.json``.  Returns the start time (UTC)."""
     from verifier._run_lock import remove_stale_temp_files
 
-    store = SampleStore(run_dir)
-    stage: dict[str, float] = {}
-    started = _now()
+    started = utc_now()
+    run_dir = store.run_dir
     if resume:
         for path in remove_stale_temp_files(run_dir):  # left by a writer killed mid-write
             log(f"removed {path.relative_to(run_dir)}: a temporary file left by a job killed mid-write")
@@ -472,75 +420,42 @@ def _run_suite(suite: Suite, run_dir: str | Path, *, resume: bool, progress: boo
         guards.check_fresh_run_dir(run_dir, RUN_FILE)
         store.write_json(RUN_FILE, {"schema_version": REPORT_SCHEMA_VERSION, "suite": suite.to_dict(),
                                     "created_at": started, "run_id": Path(run_dir).name})
-    t0 = time.perf_counter()
-    exact = _exact_stage(suite)
-    stage["exact"] = time.perf_counter() - t0
-    info = {"run_id": Path(run_dir).name, "started_at": started, "resumed": resume}
-    if not exact["ok"]:
-        log(f"exact stage: rules contradict their declared status: {', '.join(exact['wrong_rules'])}; no sampling")
-    t0 = time.perf_counter()
+    return started
+
+
+def prepare(suite: Suite, store: SampleStore, *, resume: bool) -> SuiteContext:
+    """Stage 2 (models): model pairs, prompts and sample-set plans; plugin files recorded in ``run.json``
+    (a resume refuses a changed one); the expected laws' sizes checked before any sample."""
     ctx = SuiteContext(suite)
     guards.record_plugins(store, suite, RUN_FILE, check=resume)
     expected_preflight(ctx)
-    stage["models"] = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    errors: dict[str, dict] = {}
-    if exact["ok"]:
-        errors = _sample(ctx, store, progress, log)
-    stage["sampling"] = time.perf_counter() - t0
+    return ctx
+
+
+def record_stops(store: SampleStore, errors: dict[str, dict]) -> None:
+    """``stopped.json``: where each stopped decoder stopped (removed when none did)."""
     if errors:
         store.write_json(STOPPED_FILE, list(errors.values()))
     elif (store.run_dir / STOPPED_FILE).exists():
         (store.run_dir / STOPPED_FILE).unlink()
-    info["finished_at"] = _now()
-    if not exact["ok"]:
-        return _exact_failed(ctx, exact, stage, info, store)
-    return _finish(ctx, store, errors, exact, stage, info, log)
 
 
-def _exact_failed(ctx: SuiteContext, exact: dict, stage: dict, info: dict, store: SampleStore) -> RunOutcome:
-    from verifier.reports import write_reports
-
+def exact_failed_report(ctx: SuiteContext, exact: dict, stage: dict, info: dict) -> dict:
+    """The report of a run stopped by the exact stage (no sampling, exit 1)."""
     report = build_report(ctx.suite, environment(ctx.suite), exact, [], [], {}, EXIT_BIAS, info)
     report["run"]["stage_seconds"] = stage
-    write_reports(report, store.run_dir)
-    return RunOutcome(store.run_dir, report, EXIT_BIAS, stage)
+    return report
 
 
-def analyze_run(run_dir: str | Path, *, out_dir: str | Path | None = None,
-                log: Callable[[str], None] = print, allow_partial: bool = False, recompute: bool = False) -> RunOutcome:
-    """Recompute statistics, verdict and reports from a run folder's shards, without sampling.
-
-    ``allow_partial`` reports on the samples present when shards are missing or unreadable (the
-    report then gives ``samples_missing`` per sample set and in total); without it that is an error.
-
-    Raises
-    ------
-    ConfigError
-        ``run_dir`` is not a run folder, or (without ``allow_partial``) samples of a decoder that did
-        not stop are missing or unreadable -- the message names the chunk files.
-    ReportWriteError
-        The output folder cannot be written (the samples are untouched).
-    """
-    suite, run_file = load_run_suite(run_dir)
+def regeneration(run_dir: str | Path, run_file: dict) -> tuple[dict, dict, dict | None]:
+    """What ``specverify report`` reads back besides the samples: ``(errors, info, run_stages)`` --
+    the decoders that stopped, the run's identity, and the stage times of the run that drew the samples."""
     store = SampleStore(run_dir)
-    hit = None if recompute else report_cache.try_rerender(run_dir, out_dir, allow_partial, _now())
-    if hit is not None:  # same inputs: re-render only (issue 16: `report` was slower than the run)
-        report, stage = hit
-        return RunOutcome(Path(out_dir) if out_dir else store.run_dir, report, int(report.get("exit_code", 0)), stage)
-    stage: dict[str, float] = {}
-    t0 = time.perf_counter()
-    exact = _exact_stage(suite)
-    stage["exact"] = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    ctx = SuiteContext(suite)
-    stage["models"] = time.perf_counter() - t0
     errors = {}
-    stopped = store.run_dir / STOPPED_FILE
-    if stopped.exists():
+    if (store.run_dir / STOPPED_FILE).exists():
         errors = {e["decoder"]: e for e in store.read_json(STOPPED_FILE)}
     info = {"run_id": run_file.get("run_id", Path(run_dir).name), "started_at": run_file.get("created_at"),
-            "regenerated_at": _now(), "resumed": False}
+            "regenerated_at": utc_now(), "resumed": False}
     run_stages = None
     previous = store.run_dir / "report.json"
     if previous.is_file():  # keep the stage times of the run that drew the samples (report.json run.stage_seconds)
@@ -548,5 +463,4 @@ def analyze_run(run_dir: str | Path, *, out_dir: str | Path | None = None,
             run_stages = dict(json.loads(previous.read_text(encoding="utf-8"))["run"]["stage_seconds"])
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             run_stages = None
-    return _finish(ctx, store, errors, exact, stage, info, log, out_dir=Path(out_dir) if out_dir else None,
-                   allow_partial=allow_partial, run_stages=run_stages)
+    return errors, info, run_stages

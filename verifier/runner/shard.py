@@ -8,16 +8,16 @@ shard gets a similar mix of decoders and prompts).  A chunk's seed is a pure fun
 
 * shards never share a seed stream and never write the same chunk, and
 * the union of all shards is, chunk for chunk, the sample set an unsharded run draws:
-  :func:`merge_runs` therefore gives the same report.json as one process (timestamps aside).
+  merging them (:func:`verifier.pipeline.merge_runs`) gives the same report.json as one process (timestamps aside).
 
 A shard's run folder is a normal run folder (``run.json`` + ``samples/``) plus a marker
 ``shard-I-of-N.json``; shards may write into one shared folder or into separate ones.
-``merge_runs`` checks the folders hold the same suite, that every shard ``0..N-1`` finished
-(or, for an unsharded input, nothing is missing), copies the shards into one run folder and runs
-the statistics, verdict and reports there (:func:`verifier.runner.analyze_run`).
+:func:`merge_shards` checks the folders hold the same suite, that every shard ``0..N-1`` finished
+(or, for an unsharded input, nothing is missing) and copies the shards into one run folder; the
+pipeline then runs the statistics, verdict and reports there (:func:`verifier.pipeline.merge_runs`).
 
 Any scheduler can drive the two steps -- a Slurm array job, Ray tasks, Kubernetes jobs, or the
-``torchrun`` launcher in :mod:`verifier.runner.torchrun`.
+``torchrun`` launcher in :mod:`verifier.cli.torchrun`.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from typing import Any, Callable, Sequence
 
 from verifier.errors import ConfigError, invalid_argument
 
-__all__ = ["ShardSpec", "ShardOutcome", "parse_shard", "run_shard", "merge_runs", "shard_marker_name"]
+__all__ = ["ShardSpec", "ShardOutcome", "parse_shard", "run_shard", "merge_shards", "shard_marker_name"]
 
 SHARD_MARKER_GLOB = "shard-*-of-*.json"
 _SHARD_RE = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")
@@ -137,7 +137,7 @@ def _run_shard(suite, run_dir: str | Path, shard: ShardSpec, *, progress: bool,
     started = time.perf_counter()
     store = SampleStore(run_dir)
     run_file = {"schema_version": _run.REPORT_SCHEMA_VERSION, "suite": suite.to_dict(),
-                "created_at": _run._now(), "run_id": Path(run_dir).name}
+                "created_at": _run.utc_now(), "run_id": Path(run_dir).name}
     existing = Path(run_dir) / _run.RUN_FILE
     if existing.is_file():
         stored, _ = _run.load_run_suite(run_dir)
@@ -159,7 +159,7 @@ def _run_shard(suite, run_dir: str | Path, shard: ShardSpec, *, progress: bool,
     # finding for the merge to report, not a reason to sample again).
     marker = {"shard": shard.index, "num_shards": shard.count, "suite_seed": suite.seed, "profile": suite.profile,
               "chunks": chunks, "missing_chunks": len(mine) - len(on_disk), "complete": True,
-              "stopped": list(errors.values()), "finished_at": _run._now()}
+              "stopped": list(errors.values()), "finished_at": _run.utc_now()}
     store.write_json(shard_marker_name(shard), marker)
     samples = sum(p.chunk_rows(i) for p, i in on_disk)
     return ShardOutcome(Path(run_dir), shard, chunks, samples, list(errors.values()), time.perf_counter() - started)
@@ -176,9 +176,10 @@ def _markers(run_dir: Path) -> list[dict[str, Any]]:
     return out
 
 
-def merge_runs(run_dirs: Sequence[str | Path], out_dir: str | Path, *, allow_partial: bool = False,
-               log: Callable[[str], None] = print):
-    """Combine shard run folders into ``out_dir`` and produce its verdict and reports.
+def merge_shards(run_dirs: Sequence[str | Path], out_dir: str | Path, *, allow_partial: bool = False,
+                 log: Callable[[str], None] = print) -> Path:
+    """Combine shard run folders into ``out_dir`` (checked, samples copied, stops merged); its verdict and
+    reports come after, from :func:`verifier.pipeline.merge_runs`.
 
     Parameters
     ----------
@@ -186,8 +187,7 @@ def merge_runs(run_dirs: Sequence[str | Path], out_dir: str | Path, *, allow_par
         Run folders written by ``specverify run --shard I/N`` (or unsharded runs of the same
         suite).  ``out_dir`` may be one of them.
     out_dir : path
-        The merged run folder; receives ``run.json``, every shard's samples, ``report.json``,
-        ``report.md``, ``report.html`` and ``junit.xml``.
+        The merged run folder; receives ``run.json``, every shard's samples and ``stopped.json``.
     allow_partial : bool, default False
         Report on whatever samples exist even when shards are missing or chunk files unreadable
         (their cells have fewer samples and may be UNDERPOWERED; the report says how many samples
@@ -195,8 +195,8 @@ def merge_runs(run_dirs: Sequence[str | Path], out_dir: str | Path, *, allow_par
 
     Returns
     -------
-    verifier.runner.RunOutcome
-        The merged report and its exit code (same rules as ``specverify run``).
+    Path
+        ``out_dir``.
 
     Raises
     ------
@@ -253,7 +253,7 @@ def merge_runs(run_dirs: Sequence[str | Path], out_dir: str | Path, *, allow_par
     if first_stop:
         out_store.write_json(_run.STOPPED_FILE, list(first_stop.values()))
     log(f"merged {len(dirs)} run folder(s) into {out} ({copied} chunk files copied)")
-    return _run.analyze_run(out, log=log, allow_partial=allow_partial)
+    return out
 
 
 def _check_out_dir(out: Path, dirs: list[Path], suite) -> None:

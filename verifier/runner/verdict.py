@@ -22,8 +22,10 @@ Expectation ``pass`` is met by ``PASS``; ``detect`` by ``BIAS DETECTED`` (an inv
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 
@@ -32,10 +34,25 @@ from verifier.runner.analysis import CellResult
 from verifier.runner.coverage import NO_TV_CELL_REASON, has_tv_cell, pass_reason
 
 __all__ = ["PASS", "BIAS", "UNDERPOWERED", "ERROR", "DecoderVerdict", "decide", "cell_level", "exit_code",
-           "underpowered_reason"]
+           "underpowered_reason", "MORE_ROWS", "more_rows_advice"]
 
 PASS, BIAS, UNDERPOWERED, ERROR = "PASS", "BIAS DETECTED", "UNDERPOWERED", "ERROR"
 CELL_PASS, CELL_BIAS, CELL_UNDERPOWERED = "PASS", "BIAS", "UNDERPOWERED"
+# what an UNDERPOWERED reason tells the user to raise ({n}: the rows per sample set needed); a suite's knob by default,
+# a command's flag where the command sets it (:func:`more_rows_advice`: `specverify audit` -> --num-samples)
+MORE_ROWS = "raise `samples` of this decoder (rows = samples x the profile's sample_scale)"
+_MORE_ROWS: contextvars.ContextVar[str] = contextvars.ContextVar("more_rows", default=MORE_ROWS)
+
+
+@contextlib.contextmanager
+def more_rows_advice(text: str) -> Iterator[None]:
+    """Within the block, UNDERPOWERED reasons (:func:`underpowered_reason`) end with ``text`` (``{n}`` = the rows
+    needed) instead of :data:`MORE_ROWS`: a command names its own flag (``specverify audit``: ``--num-samples``)."""
+    token = _MORE_ROWS.set(text)
+    try:
+        yield
+    finally:
+        _MORE_ROWS.reset(token)
 
 
 def cell_level(alpha: float, num_cells: int, correction: str) -> float:
@@ -173,7 +190,7 @@ def underpowered_reason(cells: list[CellResult], target_mde: float) -> str:
     if len(needed) == len(weak) and needed:
         most = max(weak, key=lambda c: c.n_needed)
         reason += (f"; the largest n needed is n >= {most.n_needed} rows per sample set (cell {most.id}, now "
-                   f"{most.n}): raise `samples` of this decoder (rows = samples x the profile's sample_scale)")
+                   f"{most.n}): " + _MORE_ROWS.get().replace("{n}", str(most.n_needed)))
     elif needed:
         reason += f"; {len(needed)} cell(s) reach it with more rows (see n_needed per cell), {len(weak) - len(needed)} cannot"
     else:

@@ -13,8 +13,9 @@ Positions
 Requests
     For each, the prefix (prompt + the tokens emitted before it) with ``max_tokens = 1`` and the same
     top-K logprobs and sampling, with speculation off: to ``--reference-url`` (a server without a
-    draft), else to the same server with the dialect's per-request switch (llama-server
-    ``speculative.n_max = 0``).
+    draft), else to the same server (llama-server): a one-token request is never drafted (a server
+    drafts no request's last token), and the dialect's per-request switch ``speculative.n_max = 0`` is
+    sent as well (llama-server 0c1e570 ignores it: docs/servers.md).
 Comparison
     Total variation between the two rebuilt processed laws (:func:`verifier.server.reported_law.law_tv`);
     the cell reports the largest (and where), the mean, and positions the reference could not define.
@@ -101,7 +102,7 @@ def compare(picks: Sequence[tuple[int, int]], laws, completions: Sequence[Any], 
     sampling, convention, vocab_size
         As for :func:`verifier.server.reported_law.rebuild_law`.
     reference : str
-        Named in the result (``--reference-url`` or "same server, speculation off per request").
+        Named in the result (``--reference-url`` or "same server, one-token requests").
     """
     out = ConsistencyResult(reference=reference)
     tvs = []

@@ -39,7 +39,14 @@ from verifier.server.journal import JOURNAL_NAME, Journal, request_key
 __all__ = ["SelfReportedSpec", "run_self_reported", "REFERENCE_JOURNAL"]
 
 REFERENCE_JOURNAL = "server/reference-responses.jsonl"
+# an UNDERPOWERED reason's advice (verifier.runner.verdict.more_rows_advice): this command's flag
+MORE_ROWS = "rerun with --num-samples {n} (the same --run-dir sends only the missing requests)"
 DESIGN = "self-reported"
+# llama-server's speculation-off rows: one-token requests, which no build drafts (a draft is capped at n_predict -
+# generated - 1, tools/server/server-context.cpp get_n_draft_max); the per-request `speculative.n_max = 0` is sent
+# too, but build 0c1e570 parses it inside `#if 0` (tools/server/server-schema.cpp) and ignores it
+SAME_SERVER_OFF = ("same server, one-token requests (a server drafts no request's last token; speculative.n_max = 0 "
+                   "is sent as well, which llama-server 0c1e570 ignores)")
 
 
 @dataclass
@@ -137,7 +144,7 @@ def run_self_reported(spec: SelfReportedSpec) -> int:
         From the client and the dialect (exit 2 / 3), with every reply received so far journaled.
     """
     from verifier.runner import speculation
-    from verifier.runner.verdict import cell_level, decide, exit_code
+    from verifier.runner.verdict import cell_level, decide, exit_code, more_rows_advice
     from verifier.server.consistency import choose_positions, compare, consistency_cell, consistency_guard
     from verifier.server.metrics import counter_delta, read_counters
     from verifier.server.reported_law import Undefined, rebuild_law
@@ -151,7 +158,7 @@ def run_self_reported(spec: SelfReportedSpec) -> int:
     off_switch = spec.reference_url is None and spec.api == "llama-server"
     ref = _Sender(spec, spec.reference_url, REFERENCE_JOURNAL) if spec.reference_url else main
     reference = (spec.reference_url if spec.reference_url else
-                 "same server, speculation off per request (speculative.n_max = 0)" if off_switch else None)
+                 SAME_SERVER_OFF if off_switch else None)
     name = spec.api
     label = spec.sampling.label()
     bias_tests = 2 + (2 if spec.collisions >= 2 else 0)
@@ -235,8 +242,9 @@ def run_self_reported(spec: SelfReportedSpec) -> int:
     main.close()
     if ref is not main:
         ref.close()
-    verdict = decide(name, "pass", cells, alpha=spec.alpha, correction="gate", target_mde=spec.target_tv,
-                     max_new_tokens=spec.max_new_tokens)
+    with more_rows_advice(MORE_ROWS):
+        verdict = decide(name, "pass", cells, alpha=spec.alpha, correction="gate", target_mde=spec.target_tv,
+                         max_new_tokens=spec.max_new_tokens)
     for laws in laws_all:
         undefined_guard(verdict, laws, spec.target_tv)
     for cell in extra_cells:

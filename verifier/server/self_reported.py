@@ -31,9 +31,16 @@ import numpy as np
 
 from verifier.server.reported_law import ReportedLaw, Undefined, rebuild_law
 
-__all__ = ["PositionLaws", "position_laws", "pit_inputs", "self_reported_cells", "undefined_guard", "path_probs"]
+__all__ = ["UNDEFINED_REASON", "VERIFICATION_ROW", "PositionLaws", "position_laws", "pit_inputs", "self_reported_cells",
+           "undefined_guard", "path_probs"]
 
+UNDEFINED_REASON = "reported logprobs cannot define the law"  # how undefined_guard's reason begins
 EXAMPLES_SHOWN = 3  # undefined positions named in the report per reason
+# an empty top list with the emitted token at prob 1.0 (logprob 0.0) although top logprobs were asked for: what
+# llama-server returns for every token emitted by a speculative verification step (`// TODO: set result.probs`,
+# tools/server/server-context.cpp, the draft-acceptance loop of update_slots; docs/servers.md)
+VERIFICATION_ROW = ("no top logprobs and prob 1.0 (llama-server reports no probabilities for tokens of a speculative "
+                    "verification step)")
 
 
 @dataclass
@@ -77,6 +84,8 @@ def position_laws(completions: Sequence[Any], sampling, convention: str, vocab_s
         laws = []
         for j in range(len(c.token_ids)):
             law = rebuild_law(rows[j] if j < len(rows) else None, sampling, convention, vocab_size=vocab_size)
+            if isinstance(law, Undefined) and j < len(rows) and not rows[j] and (c.logprobs or ())[j:j + 1] == (0.0,):
+                law = Undefined(VERIFICATION_ROW)  # no top entries and prob 1.0: llama-server's verification-step row
             if isinstance(law, Undefined):
                 out.undefined[law.reason] += 1
                 shown = out.examples.setdefault(law.reason, [])
@@ -159,17 +168,21 @@ def self_reported_cells(completions: Sequence[Any], laws: PositionLaws, prompt_l
 
 def undefined_guard(verdict, laws: PositionLaws, target_tv: float) -> None:
     """Turn PASS into UNDERPOWERED when more than ``target_tv`` of the emitted positions have no usable reported
-    law (they are left out of the PIT and could hide a departure of that size); the reason names the causes."""
+    law (they are left out of the PIT and could hide a departure of that size); the reason names the causes.
+    An UNDERPOWERED verdict gets the same reason first (more samples do not define those positions; the cells'
+    own reason follows); BIAS and ERROR stand."""
     from verifier.runner.verdict import PASS, UNDERPOWERED
 
     if not laws.positions:
         return
     frac = laws.num_undefined / laws.positions
-    if frac > target_tv and verdict.verdict == PASS:
+    if verdict.reason.startswith(UNDEFINED_REASON):  # another prompt's laws said it already
+        return
+    if frac > target_tv and verdict.verdict in (PASS, UNDERPOWERED):  # more samples cannot fix it: say so first
         top = laws.undefined.most_common(2)
         why = "; ".join(f"{n} x {r} (e.g. {', '.join(laws.examples[r][:2])})" for r, n in top)
         verdict.verdict = UNDERPOWERED
         verdict.expectation_met = False
-        verdict.reason = (f"reported logprobs cannot define the law at {laws.num_undefined} of {laws.positions} emitted "
+        verdict.reason = (f"{UNDEFINED_REASON} at {laws.num_undefined} of {laws.positions} emitted "
                           f"positions ({frac:.1%} > target TV {target_tv:g}): {why}; the PIT leaves them out and could "
                           f"miss a bias of that size (the cells alone: {verdict.reason})")

@@ -2,7 +2,7 @@
 # The configurations session 4 left out (k = 1 while speculating; T = 0.7 with top-k 50 and top-p 0.9 at k = 1 and 3),
 # each with prefix caching off (the pipeline keeps speculating) and on (the engine default), n = N per configuration
 # (below what TV 0.03 needs: UNDERPOWERED with the n needed in each report).  Run folders (samples, for
-# predict.py) go to RUNS (default /tmp/engb_ov).  Usage: bash reports/audits/openvino-genai-2026.4.1.0/run-more.sh [NAME ...]
+# `python -m verifier.diagnose.reproduce openvino-genai RUN_DIR`) go to RUNS (default /tmp/engb_ov).  Usage: bash reports/audits/openvino-genai-2026.4.1.0/run-more.sh [NAME ...]
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
 out=reports/audits/openvino-genai-2026.4.1.0

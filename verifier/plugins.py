@@ -35,6 +35,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
+from verifier._import_file import import_file
 from verifier.errors import (ConfigError, DecoderError, DecoderOutputError, ResourceError, SamplingRefusedError,
                              VerifierError, is_out_of_memory)
 from verifier.protocols import PADDING_TOKEN_ID, DecoderStats
@@ -92,22 +93,15 @@ def _import_module(module_part: str, spec: str):
         name = f"_specverify_plugin_{path.stem}_{hashlib.sha1(str(path).encode()).hexdigest()[:10]}"
         if name in sys.modules:
             return sys.modules[name]
-        mod_spec = importlib.util.spec_from_file_location(name, path)
-        assert mod_spec is not None and mod_spec.loader is not None  # a .py file always has a loader
-        module = importlib.util.module_from_spec(mod_spec)
-        sys.modules[name] = module
         folder = str(path.parent)
         sys.path.insert(0, folder)  # as `python plugin.py` does: its sibling modules import (`from helper import f`)
         try:
-            mod_spec.loader.exec_module(module)
+            module = import_file(name, path)  # (a failed import leaves no sys.modules entry)
         except KeyboardInterrupt:
-            del sys.modules[name]
             raise
         except ModuleNotFoundError as exc:  # a dependency, not a crash: one clear load error (exit 2)
-            del sys.modules[name]
             raise _missing_module(spec, exc, folder) from None
         except BaseException as exc:  # the plugin's own code failed (SystemExit included)
-            del sys.modules[name]
             raise DecoderError(f"plugin {spec!r} raised while being imported: {type(exc).__name__}: {exc}") from exc
         finally:
             if folder in sys.path:  # (unless the plugin took it off itself)
@@ -342,7 +336,7 @@ def load_plugin(spec: str, kind: str = "decoder", context: dict[str, Callable[[]
 
     Examples
     --------
-    >>> kernel = load_plugin("verifier.audit.hf_kernel:hf_speculative_kernel", "kernel")
+    >>> kernel = load_plugin("verifier.engines.hf_kernel:hf_speculative_kernel", "kernel")
     >>> callable(kernel)
     True
     """
@@ -572,7 +566,7 @@ def make_speculative_with_kernel(target: Any, draft: Any, num_draft_tokens: int,
     test it end to end (cache rollback, bonus position, EOS) as well as at kernel level::
 
         [[decoders]]
-        decoder = "verifier.audit.plugins:make_speculative_with_kernel"
+        decoder = "verifier.plugins:make_speculative_with_kernel"
         options = { kernel = "my_kernels:verify" }
 
     Parameters

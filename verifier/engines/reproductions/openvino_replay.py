@@ -1,7 +1,9 @@
 """Replay OpenVINO GenAI's tokens 1-2 draw by draw from each call's ``rng_seed`` and compare with the engine.
 
-Usage: python reports/audits/openvino-genai-2026.4.1.0/replay.py [--k 3] [--temperature 1] [--top-k K] [--top-p P]
+Usage: python -m verifier.engines.reproductions.openvino_replay [--k 3] [--temperature 1] [--top-k K] [--top-p P]
        [--seeds 1-40] [--prefix-caching on|off]
+
+Needs the engine installed (``bash ci/engines/openvino-genai.sh``).
 
 1. Runs the engine (its venv, ``SPECVERIFY_ENGINES_DIR``) once per seed: one fresh ``generate`` per seed on one
    pipeline, ``max_new_tokens = k + 1`` (k + 2 for k = 1: with k + 1 = 2 the draft proposes nothing).
@@ -20,9 +22,10 @@ Usage: python reports/audits/openvino-genai-2026.4.1.0/replay.py [--k 3] [--temp
    (D seeded differently) to show that the shared seed is needed.
 """
 
+from __future__ import annotations
+
 import argparse
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -30,16 +33,21 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from verifier.engines.base import engines_dir
+from verifier.engines.reproductions._common import SHIPPED_PROMPT
 from verifier.models.loading import load_model
 
-PROMPT = [272, 70, 221]  # "def "
-ENGINE_DIR = Path(os.environ.get("SPECVERIFY_ENGINES_DIR", Path(__file__).resolve().parents[3] / ".engines")) / "openvino-genai-2026.4.1.0"
-WORKER = Path(__file__).resolve().parents[3] / "verifier" / "engines" / "workers" / "openvino_genai.py"
+__all__ = ["MT", "processed", "draw", "replay", "main"]
+
+PROMPT = SHIPPED_PROMPT  # "def "
+ENGINE_FOLDER = "openvino-genai-2026.4.1.0"
+_PACKAGE = Path(__file__).resolve().parents[2]  # verifier/
+WORKER = _PACKAGE / "engines" / "workers" / "openvino_genai.py"
+IMPORT_FILE = _PACKAGE / "_import_file.py"  # run by path in the engine's Python (no verifier package there)
 
 PROBE = """
-import importlib.util, json, sys
-spec = importlib.util.spec_from_file_location("ov_worker", sys.argv[1]); w = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(w)
+import json, runpy, sys
+w = runpy.run_path(sys.argv[3])["import_file"]("ov_worker", sys.argv[1])
 a = json.loads(sys.argv[2])
 h = w.Handler(a["models"] + "/target", a["models"] + "/draft", a["k"], eos_token_id=0, prefix_caching=a["prefix_caching"])
 for s in a["seeds"]:
@@ -112,8 +120,8 @@ def replay(seed, target, draft, t, top_k, top_p, independent_draft=False):
     return [t1, t2], "replaced"
 
 
-def main():
-    ap = argparse.ArgumentParser()
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="python -m verifier.engines.reproductions.openvino_replay")
     ap.add_argument("--k", type=int, default=3)
     ap.add_argument("--temperature", type=float, default=1.0)
     ap.add_argument("--top-k", type=int, default=None)
@@ -121,12 +129,14 @@ def main():
     ap.add_argument("--seeds", default="1-40")
     ap.add_argument("--prefix-caching", default="off", choices=("on", "off"))
     ap.add_argument("--independent-draft", action="store_true")
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
+    engine_dir = engines_dir() / ENGINE_FOLDER
     lo, hi = (int(v) for v in a.seeds.split("-"))
     sampling = {"temperature": a.temperature, "top_k": a.top_k, "top_p": a.top_p}
-    args = {"models": str(ENGINE_DIR / "models"), "k": a.k, "prefix_caching": a.prefix_caching == "on", "prompt": PROMPT,
+    args = {"models": str(engine_dir / "models"), "k": a.k, "prefix_caching": a.prefix_caching == "on", "prompt": PROMPT,
             "max_new_tokens": a.k + 1 if a.k > 1 else 3, "sampling": sampling, "seeds": list(range(lo, hi + 1))}
-    out = subprocess.run([str(ENGINE_DIR / "venv" / "bin" / "python"), "-c", PROBE, str(WORKER), json.dumps(args)],
+    out = subprocess.run([str(engine_dir / "venv" / "bin" / "python"), "-c", PROBE, str(WORKER), json.dumps(args),
+                          str(IMPORT_FILE)],
                          capture_output=True, text=True, check=True).stdout
     target, draft = load_model("shipped:target"), load_model("shipped:draft")
     agree = 0
