@@ -108,3 +108,26 @@ def test_llama_server_verification_rows_are_named_and_more_samples_are_not_advis
     again = verdict.reason
     undefined_guard(verdict, laws, 0.05)  # a second prompt's laws do not nest the reason
     assert verdict.reason == again
+
+
+def test_an_unchecked_consistency_cell_leads_an_underpowered_reason_not_the_n_advice():
+    """openai-completions without --reference-url: the consistency cell compares nothing, so no number of samples
+    can make the run PASS; an UNDERPOWERED verdict must say what is missing before the cells' "rerun with n" advice."""
+    from verifier.runner.analysis import CellResult
+    from verifier.runner.verdict import decide
+    from verifier.server.consistency import ConsistencyResult, consistency_cell, consistency_guard
+
+    cell = consistency_cell("d/s/consistency", ConsistencyResult(reference="not run: no speculation-off reference"),
+                            0.05, decoder="d", set_id="s")
+    assert cell.effect is None and cell.verdict == "UNDERPOWERED"
+    weak = CellResult("d/s/gof@1", decoder="d", set_id="s", test="gof@1", method="m", n=2, statistic=1.0, pvalue=0.5,
+                      effect=0.0, effect_unit="tv", mde=0.9)
+    verdict = decide("d", "pass", [weak], alpha=1e-3, correction="gate", target_mde=0.05)
+    assert verdict.verdict == "UNDERPOWERED"
+    consistency_guard(verdict, cell, 0.05)
+    assert verdict.verdict == "UNDERPOWERED"
+    assert verdict.reason.startswith("reported logprobs were not checked against speculation off")
+    assert "--reference-url" in verdict.reason and "more samples alone cannot PASS" in verdict.reason
+    again = verdict.reason
+    consistency_guard(verdict, cell, 0.05)  # a second prompt's guard does not nest the reason
+    assert verdict.reason == again

@@ -151,16 +151,24 @@ def consistency_cell(cell_id: str, result: ConsistencyResult, target_tv: float, 
 def consistency_guard(verdict, cell, target_tv: float, independent_tests: Sequence[str] = ("gof@1",)) -> None:
     """The self-reported design cannot certify when the consistency cell is above ``target_tv`` (or compared
     nothing): PASS -> UNDERPOWERED, and BIAS -> UNDERPOWERED unless a cell whose test is in ``independent_tests``
-    (it uses no speculative row) found it; the reason names the finding and where."""
+    (it uses no speculative row) found it; the reason names the finding and where.  An UNDERPOWERED verdict whose
+    consistency cell compared nothing leads with the missing check (more samples alone can never PASS it)."""
     from verifier.runner.verdict import BIAS, CELL_BIAS, PASS, UNDERPOWERED
 
-    if cell.verdict == "PASS" or verdict.verdict not in (PASS, BIAS):
+    if cell.verdict == "PASS":
+        return
+    unchecked = (f"reported logprobs were not checked against speculation off ({cell.method}); the self-reported design "
+                 "needs that check: give --reference-url (a server without speculation) or use --api llama-server")
+    if verdict.verdict == UNDERPOWERED and cell.effect is None and not verdict.reason.startswith(unchecked):
+        # more samples alone can never make this run PASS: lead with the missing check, not the n advice
+        verdict.reason = f"{unchecked}; more samples alone cannot PASS (the cells alone: {verdict.reason})"
+        return
+    if verdict.verdict not in (PASS, BIAS):
         return
     if verdict.verdict == BIAS and any(c.verdict == CELL_BIAS and c.test in independent_tests for c in verdict.cells):
         return
     if cell.effect is None:
-        why = (f"reported logprobs were not checked against speculation off ({cell.method}); the self-reported design "
-               "needs that check: give --reference-url (a server without speculation) or use --api llama-server")
+        why = unchecked
     else:
         why = (f"{FINDING}: TV {cell.effect:.3g} > target TV {target_tv:g} at {cell.extra.get('where')}; the law the "
                "server reports with speculation on is not the one it reports without, so the self-reported cells "
