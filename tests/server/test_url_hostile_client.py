@@ -75,3 +75,24 @@ def test_cli_a_url_with_a_bad_port_is_exit_2_without_a_traceback(tmp_path):
                   "--run-dir", str(tmp_path / "a")])
     assert done.returncode == 2 and "--url='http://127.0.0.1:notaport' is invalid" in done.stderr
     assert "Traceback" not in done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("status", [301, 307, 308])
+def test_a_redirected_post_is_a_usage_error_naming_the_location(hostile, status):
+    """A redirect means --url is not the endpoint's address (http -> https, a moved path): exit 2 naming where it
+    points, never followed (a POST's body would be dropped or sent twice) and never retried."""
+    from verifier.errors import EXIT_USAGE
+
+    s = hostile(lambda count, body: (status, "", [("Location", "https://elsewhere.example/v1/completions")]))
+    with pytest.raises(Exception, match=rf"redirected with HTTP {status} to 'https://elsewhere.example/v1/compl") as info:
+        generate(decoder(s.url, max_retries=3), n=1)
+    assert info.value.exit_code == EXIT_USAGE and s.count == 1
+
+
+@pytest.mark.parametrize("field, value, allowed", [("num_concurrent", 0, "1..256"), ("num_concurrent", 257, "1..256"),
+                                                   ("max_retries", 101, "0..100")])
+def test_concurrency_and_retries_have_bounds(field, value, allowed):
+    from verifier.errors import InvalidArgumentError
+
+    with pytest.raises(InvalidArgumentError, match=rf"={value} is invalid; allowed: an integer in {allowed}"):
+        ServerSettings("http://127.0.0.1:8000", **{field: value})

@@ -26,6 +26,8 @@ __all__ = ["ServerSettings", "ServerError", "ServerUsageError", "post_all", "get
 
 RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})  # overload and transient server faults: retried
 USAGE_STATUS = frozenset({400, 401, 403, 404, 405, 413, 422})  # the request is wrong for this server: exit 2
+MAX_CONCURRENT = 256  # requests in flight: one socket each; the same bound as --concurrency-levels
+MAX_RETRIES = 100  # with backoff capped at 30 s a larger count only hides a dead server for hours
 BACKOFF_BASE_S = 0.5  # first retry after ~0.5 s, doubling
 BACKOFF_MAX_S = 30.0  # one wait never longer than this (a Retry-After above it is capped)
 BODY_HEAD_CHARS = 300  # how much of an error reply a message shows
@@ -92,9 +94,10 @@ class ServerSettings:
         if problem:
             raise InvalidArgumentError(f"--url={self.base_url!r} is invalid ({problem}); allowed: http://HOST:PORT or "
                                        "https://HOST[:PORT], optionally with a path such as /v1")
-        for name, value, low in (("--num-concurrent", self.num_concurrent, 1), ("--max-retries", self.max_retries, 0)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise InvalidArgumentError(f"{name}={value!r} is invalid; allowed: an integer >= {low}")
+        for name, value, low, high in (("--num-concurrent", self.num_concurrent, 1, MAX_CONCURRENT),
+                                       ("--max-retries", self.max_retries, 0, MAX_RETRIES)):
+            if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+                raise InvalidArgumentError(f"{name}={value!r} is invalid; allowed: an integer in {low}..{high}")
         if not (isinstance(self.timeout_s, (int, float)) and self.timeout_s > 0 and self.timeout_s < float("inf")):
             raise InvalidArgumentError(f"--request-timeout={self.timeout_s!r} is invalid; allowed: seconds > 0")
         if self.api_key_env is not None and not os.environ.get(self.api_key_env):
@@ -157,6 +160,11 @@ async def _post_one(client, settings: ServerSettings, url: str, body: dict[str, 
 
                     raise ServerReplyError(f"{what}: POST {url} answered 200 with a body that is not JSON: "
                                            f"{_head(reply.text)!r} (sent: {_describe(body)})") from None
+            if 300 <= reply.status_code < 400:  # a POST is not followed: its body would be dropped or sent again
+                where = reply.headers.get("location")
+                raise ServerUsageError(f"{what}: POST {url} was redirected with HTTP {reply.status_code}"
+                                       + (f" to {where!r}" if where else " (no Location header)")
+                                       + " -- give the final address as --url (redirects are not followed)")
             if reply.status_code in USAGE_STATUS:
                 hint = (" -- set the token's environment variable and pass its name with --api-key-env"
                         if reply.status_code in (401, 403) else " -- check --api, --model and the sampling settings")
