@@ -31,11 +31,10 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 
 
-# Modules kept at an old path only so that an old command line keeps working; each runs its new home
-# (a higher layer) as ``__main__`` and defines nothing else.  The one allowed kind of upward call.
-COMPAT_SHIMS: dict[str, str] = {
-    "verifier.runner.torchrun": "verifier.cli.torchrun",  # `torchrun ... -m verifier.runner.torchrun` in job scripts
-}
+# Modules kept at an old path only so that an old command line keeps working by running its new home (a higher
+# layer) as ``__main__``: the one kind of upward call this table would allow.  None now (the old
+# ``-m verifier.runner.torchrun`` prints the new command and exits 2 instead of importing upward).
+COMPAT_SHIMS: dict[str, str] = {}
 
 
 def layer_of(unit: str) -> int:

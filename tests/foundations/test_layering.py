@@ -243,6 +243,15 @@ def test_compatibility_shims_only_run_their_new_home(graph):
         assert not defined, f"{shim} defines {[getattr(n, 'name', '=') for n in defined]}; a shim only runs {target}"
 
 
+def test_the_old_torchrun_path_names_the_new_command_without_importing_upward(graph):
+    import subprocess
+    import sys
+
+    assert graph["verifier.runner.torchrun"] <= set()  # imports nothing of the package
+    done = subprocess.run([sys.executable, "-m", "verifier.runner.torchrun", "suite.toml"], capture_output=True, text=True)
+    assert done.returncode == 2 and "-m verifier.cli.torchrun" in done.stderr and "Traceback" not in done.stderr
+
+
 def test_units_of_one_layer_form_no_circle(graph):
     within = unit_graph_within_layers(graph)
     cycles = find_cycles(within)
