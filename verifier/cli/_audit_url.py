@@ -55,7 +55,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--n-per-request", type=int, default=1, metavar="N",
                        help="completions per request (`n`; openai-completions only). Default: 1")
     group.add_argument("--logprobs", type=int, default=None, metavar="K",
-                       help="also ask for the top-K logprobs of each emitted token (kept in the response journal). Default: none")
+                       help="also ask for the top-K logprobs of each emitted token (kept in the response journal); known target: "
+                            "the numeric floor's K. Default: none (the floor asks for 20)")
     group.add_argument("--speculation", choices=("server", "on", "off"), default="server",
                        help="llama-server: switch speculation per request (speculative.n_max = --num-draft-tokens, or 0); "
                             "'server' sends no switch. Default: server")
