@@ -3,7 +3,8 @@
 ``--decoder SPEC --target MODEL``, ``--resume RUN_DIR`` and ``--samples FILE`` against ``--target``:
 an audit suite is planned (:mod:`verifier.audit.suite_builder`), run by :func:`verifier.pipeline.run_audit`
 (fixed n or ``--sequential``), summarised, and optionally exported as JSONL; an ``--engine`` decoder
-audit then measures its numeric floor (:mod:`verifier.engines.floor`).
+audit then measures its numeric floor (:mod:`verifier.engines.floor`), a known-target ``--url`` audit
+the server's (:mod:`verifier.server.floor`).
 """
 
 from __future__ import annotations
@@ -103,6 +104,17 @@ def _print_summary(outcome, plan: dict) -> None:
     if verdict == "PASS":
         print(f"PASS: no bias >= TV {plan['target_tv']:g} (total variation, in the law of the first token, of each position "
               f"and of the first {plan['joint_tokens']} tokens) at family-wise alpha {alpha:g}, power 0.99")
+        floor = (report.get("numeric_floor") or {}).get("max_tv")
+        if floor is not None:  # the law audited is --target's; the engine's/server's own law is within the floor of it
+            print(f"numeric floor TV {floor:.3g} <= target TV: the decoder's own target law is within {floor:.3g} of "
+                  f"--target's at the checked positions, so against it this PASS rules out biases >= TV "
+                  f"{plan['target_tv'] + floor:.3g} (target TV + floor)")
+    elif verdict == "UNDERPOWERED" and (report.get("numeric_floor") or {}).get("above_target"):
+        f = report["numeric_floor"]
+        print(f"UNDERPOWERED: numeric floor TV {f['max_tv']:.3g} > target TV {plan['target_tv']:g}"
+              + (f" at {f['where']}" if f.get("where") else "") + ": the law audited is not the one the decoder's own "
+              "target gives, so more samples cannot PASS -- audit the exact weights/numerics of --target, or a "
+              "--target-tv above the floor")
     elif verdict == "UNDERPOWERED":
         need = plan["n_needed"]
         worst = sorted(((v or 0, k) for k, v in plan["needed"].items()), reverse=True)[:3]
@@ -153,6 +165,10 @@ def _run_known_p(args, sampling) -> int:
         plan = plan_record(audit_plan, seq, args.alpha)
         if getattr(args, "engine_described", None) or getattr(args, "url_engine", None):
             plan["engine"] = getattr(args, "engine_described", None) or args.url_engine
+        from verifier.cli._audit_url import floor_plan
+
+        if floor_plan(args) is not None:  # known-target URL audit: kept in audit.json, so --resume measures it too
+            plan["server_floor"] = floor_plan(args)
         suite = audit_plan.suite
         if args.save_suite:
             from verifier.errors import ReportWriteError
@@ -170,12 +186,17 @@ def _run_known_p(args, sampling) -> int:
         outcome = run_audit(suite, run_dir, plan, resume=bool(args.resume), sequential=seq, progress=_progress_on(args))
     if getattr(args, "engine_described", None) and not args.resume:
         _numeric_floor(args, outcome, plan, suite, sampling)
+    elif plan.get("server_floor") and outcome.report.get("decoders"):
+        from verifier.cli._audit_url import measure_url_floor
+
+        measure_url_floor(outcome, plan, suite)
     _print_summary(outcome, plan)
     report = outcome.report
     d = report["decoders"][0] if report["decoders"] else {}
     _write_json(args.json, {"mode": "known-p", "verdict": d.get("verdict", report["verdict"]), "exit_code": outcome.exit_code,
                             "plan": plan, "run_dir": str(outcome.outcome.run_dir), "reason": d.get("reason", ""),
-                            "cells": report["cells"], "sequential": outcome.sequential, "seed": suite.seed})
+                            "cells": report["cells"], "sequential": outcome.sequential, "seed": suite.seed,
+                            "numeric_floor": report.get("numeric_floor")})
     if args.export:
         _export(args.export, outcome.outcome.run_dir, suite)
     return outcome.exit_code

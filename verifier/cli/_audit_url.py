@@ -5,7 +5,9 @@ Designs
 known target (``--target MODEL``, the open weights the endpoint claims to serve)
     Rewritten to the known-p audit of the plugin ``verifier.server.decoder:decoder`` with the
     server options, so the suite runner, the report, ``--resume`` and the diagnosis are the same
-    as for any decoder; the server drafts with its own model (``--draft unknown``).
+    as for any decoder; the server drafts with its own model (``--draft unknown``).  Then the
+    numeric floor (:mod:`verifier.server.floor`, :func:`measure_url_floor`): the server's reported
+    law with speculation off vs ``--target``'s at a seeded sample of positions.
 two-sample (``--reference-url URL``, or ``--reference-off`` on llama-server)
     Speculation on vs off: the same requests to a second server without speculation, or to the
     same server with speculation switched off per request; the black-box cells
@@ -27,11 +29,13 @@ from pathlib import Path
 
 from verifier.errors import invalid_argument
 
-__all__ = ["add_arguments", "route_url", "bind_blackbox_journals", "run_self_reported", "URL_DECODER", "DESIGNS"]
+__all__ = ["add_arguments", "route_url", "bind_blackbox_journals", "run_self_reported", "floor_plan", "measure_url_floor",
+           "URL_DECODER", "DESIGNS"]
 
 DESIGNS = ("known-target", "two-sample", "self-reported")
 
 URL_DECODER = "verifier.server.decoder:decoder"  # the plugin factory a URL audit's suite names
+MAX_FLOOR_POSITIONS = 1000  # --floor-positions: one request each, per prompt and sampling config
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -51,7 +55,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--n-per-request", type=int, default=1, metavar="N",
                        help="completions per request (`n`; openai-completions only). Default: 1")
     group.add_argument("--logprobs", type=int, default=None, metavar="K",
-                       help="also ask for the top-K logprobs of each emitted token (kept in the response journal). Default: none")
+                       help="also ask for the top-K logprobs of each emitted token (kept in the response journal); known target: "
+                            "the numeric floor's K. Default: none (the floor asks for 20)")
     group.add_argument("--speculation", choices=("server", "on", "off"), default="server",
                        help="llama-server: switch speculation per request (speculative.n_max = --num-draft-tokens, or 0); "
                             "'server' sends no switch. Default: server")
@@ -82,6 +87,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--consistency-positions", type=int, default=32, metavar="N",
                        help="self-reported: emitted positions re-scored with speculation off (uniform, seeded by --seed) "
                             "to check the reported logprobs. Default: 32")
+    group.add_argument("--floor-positions", type=int, default=None, metavar="N",
+                       help="known target: positions per prompt (the prompt + N-1 emitted prefixes, seeded) at which the "
+                            "server's reported top-K law (one-token requests, speculation off; K = --logprobs or 20) is "
+                            "compared with --target's -- the numeric floor; a floor above --target-tv turns PASS into "
+                            "UNDERPOWERED; 0 skips it. Default: 8")
     group.add_argument("--reported-logprobs", choices=("raw", "processed"), default=None,
                        help="self-reported: what the server's logprobs are -- raw (temperature 1, before any sampler: vLLM's "
                             "default) or processed (after the sampler chain: llama-server post_sampling_probs, which "
@@ -117,6 +127,9 @@ def route_url(args: argparse.Namespace) -> None:
     if args.design is None:
         args.design = ("known-target" if args.target and not (args.reference_url or args.reference_off) else
                        "two-sample" if args.reference_url or args.reference_off else "self-reported")
+    if args.floor_positions is not None and args.design != "known-target":
+        raise invalid_argument("--floor-positions", args.floor_positions, "with the known-target design (--target, "
+                               "no --reference-url/--reference-off): the floor compares the server with --target")
     if args.design == "self-reported":
         _check_self_reported(args, dialect)
         return
@@ -134,6 +147,11 @@ def route_url(args: argparse.Namespace) -> None:
         raise invalid_argument("--speculation", args.speculation, "'server' with --api " + args.api + " (no per-request switch)")
     if not 1 <= args.n_per_request <= dialect.max_n:
         raise invalid_argument("--n-per-request", args.n_per_request, f"an integer in 1..{dialect.max_n} for --api {args.api}")
+    if args.floor_positions is not None and not 0 <= args.floor_positions <= MAX_FLOOR_POSITIONS:
+        raise invalid_argument("--floor-positions", args.floor_positions, f"an integer in 0..{MAX_FLOOR_POSITIONS} "
+                               "(0: no numeric floor)")
+    if args.logprobs is not None and not 1 <= args.logprobs <= 20:
+        raise invalid_argument("--logprobs", args.logprobs, "an integer in 1..20 (top logprobs per emitted token)")
     for url in (args.url, args.reference_url):  # checked here: exit 2 before a model is loaded
         if url is not None:
             ServerSettings(url, num_concurrent=args.num_concurrent, max_retries=args.max_retries,
@@ -318,3 +336,104 @@ def bind_blackbox_journals(args: argparse.Namespace, decoder, reference) -> Path
             dec.bind_run_dir(folder / arm)
     print(f"responses: {folder} (rerun with --run-dir {folder} to continue without resampling)")
     return folder
+
+
+def floor_plan(args: argparse.Namespace) -> dict | None:
+    """The known-target floor's settings, kept in the run's plan (audit.json) so ``--resume`` measures it too;
+    None for other designs, or with ``--floor-positions 0`` (``{"positions": 0}``: stated as not measured)."""
+    from verifier.server.floor import DEFAULT_POSITIONS, MAX_LOGPROBS
+
+    if getattr(args, "design", None) != "known-target" or not getattr(args, "url", None):
+        return None
+    positions = DEFAULT_POSITIONS if args.floor_positions is None else int(args.floor_positions)
+    return {"positions": positions, "logprobs": int(args.logprobs or MAX_LOGPROBS)}
+
+
+def _sets(run_dir: Path) -> list[dict]:
+    """Per stored sample set: its prompt, sampling, server options and first chunk's rows (from the set key)."""
+    import json as _json
+
+    from verifier.runner.store import SampleStore
+    from verifier.sampling import SamplingConfig
+
+    store, out = SampleStore(run_dir), []
+    if not store.samples_dir.is_dir():
+        return out
+    for set_dir in sorted(p for p in store.samples_dir.iterdir() if p.is_dir()):
+        shard = store.read_chunk(set_dir.name, 0)
+        key = shard.meta.get("set_key", "") if shard is not None else ""
+        parts = dict(part.split("=", 1) for part in key.split("|") if "=" in part)
+        try:
+            out.append({"prompt": tuple(_json.loads(parts["prompt"])), "sampling": SamplingConfig(**_json.loads(parts["sampling"])),
+                        "options": _json.loads(parts["options"]), "rows": shard.tokens})
+        except (KeyError, ValueError, TypeError):
+            continue
+    return out
+
+
+def measure_url_floor(outcome, plan: dict, suite) -> None:
+    """Known-target URL audit: measure the numeric floor (:mod:`verifier.server.floor`) and apply it to the report
+    (:func:`verifier.engines.floor.apply_floor`: a floor above the target TV turns PASS into UNDERPOWERED; a BIAS
+    stands with the floor beside it); the reports are written again.  A server that cannot answer the floor's
+    requests leaves the floor "not measured" (stated; the verdict then assumes it serves --target's law)."""
+    from verifier.engines.floor import FLOOR_KEY, apply_floor
+    from verifier.reports import write_reports
+    from verifier.runner.models import load_pair
+    from verifier.server.client import ServerError, ServerSettings, ServerUsageError
+    from verifier.server.dialects import ServerReplyError, get_dialect
+    from verifier.server.floor import FLOOR_JOURNAL, choose_prefixes, measure_server_floor
+    from verifier.server.journal import Journal
+
+    settings_plan = plan["server_floor"]
+    report, run_dir = outcome.report, Path(outcome.outcome.run_dir)
+    sets = _sets(run_dir)
+    measured = "the server's reported law with speculation off vs --target's processed law, worst checked position"
+    if settings_plan["positions"] == 0 or not sets:
+        why = "--floor-positions 0" if sets else "no stored samples to take prefixes from"
+        report[FLOOR_KEY] = {"max_tv": None, "rows": [], "source": f"not measured ({why}): the verdict assumes the "
+                             "server serves --target's law"}
+        print(f"numeric floor: {report[FLOOR_KEY]['source']}")
+        write_reports(report, run_dir)
+        return
+    options = sets[0]["options"]
+    dialect = get_dialect(options.get("api", "openai-completions"))
+    settings = ServerSettings(options["base_url"], num_concurrent=int(options.get("num_concurrent", 4)),
+                              max_retries=int(options.get("max_retries", 5)),
+                              timeout_s=float(options.get("request_timeout_s", 300.0)), api_key_env=options.get("api_key_env"))
+    pair = load_pair(suite.models["audit"], suite.base_dir)
+    prompts = [tuple(p) for p in plan["prompts"]]
+    jobs, done = [], set()
+    for s in sets:
+        if (s["prompt"], s["sampling"].label()) in done:
+            continue
+        done.add((s["prompt"], s["sampling"].label()))
+        index = prompts.index(s["prompt"]) if s["prompt"] in prompts else len(prompts)
+        if index == len(prompts):
+            prompts.append(s["prompt"])
+        for prefix in choose_prefixes(s["prompt"], s["rows"], settings_plan["positions"], suite.seed, pair.eos_token_id):
+            jobs.append((index, prefix, s["sampling"]))
+    journal = Journal(run_dir / FLOOR_JOURNAL, server=settings.base_url)
+    try:
+        floor = measure_server_floor(settings, dialect, pair.reference, jobs, logprobs=settings_plan["logprobs"],
+                                     prompt_lengths=[len(p) for p in prompts], journal=journal,
+                                     model=options.get("model"), eos_token_id=pair.eos_token_id)
+    except (ServerError, ServerUsageError, ServerReplyError) as exc:
+        report[FLOOR_KEY] = {"max_tv": None, "rows": [], "source": f"not measured: the server did not answer the floor's "
+                             f"one-token logprob requests ({exc}); the verdict assumes it serves --target's law"}
+        print(f"numeric floor: {report[FLOOR_KEY]['source']} -- give --logprobs K the server allows, or --floor-positions 0")
+        write_reports(report, run_dir)
+        return
+    finally:
+        journal.close()
+    if floor["max_tv"] is None:
+        floor["source"] += ("; not measured: no row defined a law (" +
+                            ", ".join(f"{n} x {r}" for r, n in floor["undefined"].items()) + ")")
+        report[FLOOR_KEY] = floor
+        print(f"numeric floor: {floor['source']}")
+        write_reports(report, run_dir)
+        return
+    outcome.outcome.exit_code = apply_floor(report, floor, plan["target_tv"], measured=measured)
+    above = report[FLOOR_KEY]["above_target"]
+    print(f"numeric floor: TV {floor['max_tv']:.3g} at {floor['where']} ({len(floor['rows'])} positions, top-"
+          f"{floor['logprobs']} rows; target TV {plan['target_tv']:g}{': ABOVE it -> no PASS' if above else ''})")
+    write_reports(report, run_dir)

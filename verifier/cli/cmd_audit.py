@@ -192,9 +192,9 @@ def run(args: argparse.Namespace) -> int:
             from verifier.cli._audit_url import run_self_reported
 
             return run_self_reported(args)
-    elif args.reference_url or args.reference_off:
-        raise invalid_argument("--reference-url" if args.reference_url else "--reference-off",
-                               args.reference_url or True, "with --url BASE_URL")
+    elif args.reference_url or args.reference_off or args.floor_positions is not None:
+        flag = "--reference-url" if args.reference_url else "--reference-off" if args.reference_off else "--floor-positions"
+        raise invalid_argument(flag, args.reference_url or args.floor_positions or True, "with --url BASE_URL")
     if args.engine and _route_decoder_engine(args):
         sampling = _sampling(args)
         args.engine_class.check_sampling(sampling)  # exit 2 before the engine starts

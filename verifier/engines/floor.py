@@ -25,6 +25,7 @@ import numpy as np
 __all__ = ["measure_floor", "apply_floor", "logits_source", "FLOOR_KEY"]
 
 FLOOR_KEY = "numeric_floor"  # report.json key
+ENGINE_MEASURED = "the engine's own target law vs the HF reference, first token, worst prompt and config"
 
 
 def logits_source(decoder: Any) -> Callable[[Sequence[int]], np.ndarray] | None:
@@ -92,17 +93,21 @@ def measure_floor(target_logits: Callable[[Sequence[int]], np.ndarray], referenc
                       "Hugging Face reference (float64 processing of both), per prompt and sampling config"}
 
 
-def apply_floor(report: dict[str, Any], floor: dict[str, Any], target_tv: float) -> int:
+def apply_floor(report: dict[str, Any], floor: dict[str, Any], target_tv: float, *,
+                measured: str = ENGINE_MEASURED) -> int:
     """Put ``floor`` into ``report`` (``report["numeric_floor"]``); a floor above ``target_tv`` turns PASS into UNDERPOWERED.
 
     Parameters
     ----------
     report : dict
-        A runner report (one audited decoder); changed in place.
+        A runner report; changed in place.  Each PASS decoder becomes UNDERPOWERED; the report's verdict
+        changes only from PASS (a BIAS DETECTED of another decoder stays the report's verdict).
     floor : dict
-        :func:`measure_floor`.
+        :func:`measure_floor` (or :func:`verifier.server.floor.measure_server_floor`; its ``where`` is named).
     target_tv : float
         The audit's target TV.
+    measured : str
+        What the floor compares, in the reason's words (default: the engine's target law vs the HF reference).
 
     Returns
     -------
@@ -117,15 +122,20 @@ def apply_floor(report: dict[str, Any], floor: dict[str, Any], target_tv: float)
     report[FLOOR_KEY] = floor
     if max_tv is None:
         return int(report["exit_code"])
-    line = (f"numeric floor TV {max_tv:.3g} (the engine's own target law vs the HF reference, first token, worst prompt and "
-            f"config; {floor['source']})")
+    where = f" at {floor['where']}" if floor.get("where") else ""
+    line = f"numeric floor TV {max_tv:.3g} ({measured}{where}; {floor['source']})"
     for d in report.get("decoders", []):
         if floor["above_target"] and d.get("verdict") == "PASS":
             d["verdict"], d["expectation_met"] = "UNDERPOWERED", False
-            d["reason"] = (f"{line} > target TV {target_tv:g}: the audit cannot tell this engine from one whose law moved by "
+            d["reason"] = (f"{line} > target TV {target_tv:g}: the audit cannot tell a lossless decoder from one whose law moved by "
                            f"the floor, so no PASS; " + d.get("reason", ""))
-            report["verdict"], report["exit_code"] = "UNDERPOWERED", EXIT_UNDERPOWERED
-            report["summary"] = f"{d['decoder']}: UNDERPOWERED (numeric floor {max_tv:.3g} > target TV {target_tv:g}) -> exit {EXIT_UNDERPOWERED}"
+            if report.get("verdict") in ("PASS", "UNDERPOWERED"):  # a BIAS DETECTED elsewhere in the report stays
+                report["verdict"], report["exit_code"] = "UNDERPOWERED", EXIT_UNDERPOWERED
+                report["summary"] = (f"{d['decoder']}: UNDERPOWERED (numeric floor {max_tv:.3g} > target TV {target_tv:g}) "
+                                     f"-> exit {EXIT_UNDERPOWERED}")
         else:
             d["reason"] = f"{d.get('reason', '')}; {line} {'>' if floor['above_target'] else '<='} target TV {target_tv:g}"
+            if floor["above_target"] and d.get("verdict") == "BIAS DETECTED":
+                d["reason"] += (" (the bias stands against the reference's law; the part of it up to the floor may be "
+                                "the decoder's own target numerics rather than its speculative sampling)")
     return int(report["exit_code"])

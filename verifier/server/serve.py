@@ -28,7 +28,10 @@ Defects on purpose (:data:`DEFECTS`, ``specverify serve --defect NAME``), each a
 ``shared-seed`` samples every request with one seed (the request's ``seed`` ignored, unseeded requests
 too), so independent requests return the same completion; ``spec-logprobs`` reports the draft's law
 instead of the target's for requests served with speculation on (speculation-off requests report the
-target's), so the reported logprobs change with speculation.
+target's), so the reported logprobs change with speculation; ``cold-logprobs`` reports every law at
+:data:`COLD_SCALE` times the temperature (logits / (0.4 T)) while sampling at T -- the reported law is
+not the sampled one, as when a server's logprob path runs other weights or numerics than its sampler
+(the known-target floor, :mod:`verifier.server.floor`, must then refuse a PASS).
 """
 
 from __future__ import annotations
@@ -46,7 +49,9 @@ __all__ = ["DecoderServer", "serve_decoder", "NEUTRAL_KNOBS", "DEFECTS", "LOGPRO
 DEFECTS = {
     "shared-seed": "every request is sampled with one seed (the request's seed ignored; unseeded requests too)",
     "spec-logprobs": "logprobs are the draft's law when the request is served with speculation on",
+    "cold-logprobs": "logprobs are the target's at COLD_SCALE x the temperature (sampling unchanged): another numeric path",
 }
+COLD_SCALE = 0.4  # cold-logprobs: the reported law's temperature factor (trigram3 at the standard prompt: TV 0.225)
 SHARED_SEED = 0  # the one seed of the shared-seed defect
 LOGPROB_FLOOR = -9999.0  # vLLM's floor for a reported logprob (-inf is not JSON)
 
@@ -207,7 +212,8 @@ class DecoderServer:
         if self.scorer is None:
             raise _BadRequest("logprobs are not available from this server")
         source = "draft" if "spec-logprobs" in self.defects and k > 0 else "target"
-        return self.scorer.rows(prompt, rows, sampling, top, processed=post_sampling, source=source)
+        scale = COLD_SCALE if "cold-logprobs" in self.defects else 1.0
+        return self.scorer.rows(prompt, rows, sampling, top, processed=post_sampling, source=source, scale=scale)
 
     def openai_completion(self, body: dict[str, Any]) -> dict[str, Any]:
         n = int(body.get("n") or 1)
@@ -293,13 +299,19 @@ class _Scorer:
     def __init__(self, target, draft=None) -> None:
         self.refs = {"target": target, "draft": draft}
 
-    def rows(self, prompt: list[int], rows: list[list[int]], sampling, top: int, *, processed: bool, source: str):
+    def rows(self, prompt: list[int], rows: list[list[int]], sampling, top: int, *, processed: bool, source: str,
+             scale: float = 1.0):
         """For each row and emitted position j: ``(p(row[j]), [(id, p)] the `top` largest, prob descending, ties
-        by id)`` under the law at ``prompt + row[:j]`` -- processed at ``sampling`` or raw (temperature 1)."""
+        by id)`` under the law at ``prompt + row[:j]`` -- processed at ``sampling`` or raw (temperature 1); the
+        temperature times ``scale`` (the cold-logprobs defect)."""
+        import dataclasses
+
         from verifier.sampling import SamplingConfig
 
         ref = self.refs[source] or self.refs["target"]
         use = sampling if processed else SamplingConfig()
+        if scale != 1.0 and use.temperature > 0:
+            use = dataclasses.replace(use, temperature=use.temperature * scale)
         out: list[list] = [[] for _ in rows]
         for j in range(max((len(r) for r in rows), default=0)):  # rows reaching position j share its prefix length
             live = [i for i, r in enumerate(rows) if len(r) > j]
