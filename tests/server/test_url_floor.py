@@ -69,6 +69,9 @@ def test_reported_law_other_than_the_target_cannot_pass(servers, tmp_path):
     assert floor["above_target"] and floor["max_tv"] >= 0.22  # 0.225 at the prompt alone (exact)
     assert d["reason"].startswith("numeric floor TV") and "no PASS" in d["reason"] and floor["where"] in d["reason"]
     assert "more samples cannot PASS" in done.stdout and "--num-samples" not in done.stdout.split("UNDERPOWERED:")[-1]
+    # the sampling checks alone passed; the time-to-verdict line must not announce that PASS as the verdict
+    line = next(x for x in done.stdout.splitlines() if x.startswith("time to verdict:"))
+    assert "PASS before the numeric floor (exit 0 unless the numeric floor changes it)" in line, line
 
 
 def test_server_serving_another_model_is_never_a_pass(servers, tmp_path):

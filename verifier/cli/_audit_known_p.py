@@ -10,6 +10,7 @@ the server's (:mod:`verifier.server.floor`).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 from pathlib import Path
 
@@ -182,7 +183,11 @@ def _run_known_p(args, sampling) -> int:
             print(f"suite written to {args.save_suite}")
         run_dir = Path(args.run_dir) if args.run_dir else new_run_dir(args.report_dir or DEFAULT_REPORT_DIR, suite)
         print(f"audit run -> {run_dir}")
-    with removed_on_usage_error(run_dir, resume=bool(args.resume)):  # a load error leaves no half-made folder
+    from verifier.runner.run import verdict_pending
+
+    floor_follows = bool(getattr(args, "engine_described", None) and not args.resume) or bool(plan.get("server_floor"))
+    with removed_on_usage_error(run_dir, resume=bool(args.resume)), (  # a load error leaves no half-made folder
+            verdict_pending("the numeric floor") if floor_follows else contextlib.nullcontext()):
         outcome = run_audit(suite, run_dir, plan, resume=bool(args.resume), sequential=seq, progress=_progress_on(args))
     if getattr(args, "engine_described", None) and not args.resume:
         _numeric_floor(args, outcome, plan, suite, sampling)

@@ -21,6 +21,8 @@ calls a later stage.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import datetime as _dt
 import json
 import time
@@ -382,6 +384,21 @@ def _statistics(ctx: SuiteContext, store: SampleStore, errors: dict[str, dict], 
     return verdicts, sets_info
 
 
+# a check that runs after the verdict and may still change it (an audit's numeric floor): the time-to-verdict line
+# then says the verdict is provisional instead of announcing a PASS the final report may not carry
+_PENDING_CHECK: contextvars.ContextVar[str | None] = contextvars.ContextVar("pending_check", default=None)
+
+
+@contextlib.contextmanager
+def verdict_pending(check: str):
+    """Within the block the ``time to verdict:`` line names ``check`` (e.g. "the numeric floor") as still to come."""
+    token = _PENDING_CHECK.set(check)
+    try:
+        yield
+    finally:
+        _PENDING_CHECK.reset(token)
+
+
 def assess(ctx: SuiteContext, store: SampleStore, errors: dict, exact: dict, stage: dict, info: dict,
            log: Callable[[str], None], *, allow_partial: bool = False, regenerating: bool = False) -> tuple[dict, int]:
     """Stage 4: statistics and verdict of the stored samples -> ``(report dict, exit code)``.
@@ -396,8 +413,11 @@ def assess(ctx: SuiteContext, store: SampleStore, errors: dict, exact: dict, sta
     report = build_report(ctx.suite, environment(ctx.suite), exact, verdicts, sets_info, errors, code, info)
     if not regenerating:  # the verdict is known here, before the diagnosis and the report files (issue 17)
         report["run"]["time_to_verdict"] = ttv = since_process_start()
+        pending = _PENDING_CHECK.get()
+        said = (f"{report['verdict']} (exit {code})" if pending is None else
+                f"{report['verdict']} before {pending} (exit {code} unless {pending} changes it)")
         log(f"time to verdict: {ttv['wall_seconds']:.1f} s since {ttv['wall_from']} ({ttv['cpu_seconds']:.1f} s CPU): "
-            f"{report['verdict']} (exit {code}); diagnosis and reports follow")
+            f"{said}; diagnosis and reports follow")
     report["run"][KEY_FIELD] = run_inputs_key(store.run_dir, allow_partial)
     report["samples_planned"] = sum(s["samples"] for s in sets_info)
     report["samples_missing"] = sum(s["samples_missing"] for s in sets_info)
