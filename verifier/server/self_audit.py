@@ -108,6 +108,15 @@ class _Sender:
 
                     raise DecoderOutputError(f"{what}: the server emitted token id {bad[0]} outside 0..{self.spec.vocab_size - 1} "
                                              "(--vocab-size); is it serving another model?")
+                for j, row in enumerate(c.top_logprobs or ()):
+                    bad = [t for t in row if not 0 <= t < self.spec.vocab_size]
+                    if bad:
+                        from verifier.errors import DecoderOutputError
+
+                        raise DecoderOutputError(
+                            f"{what}: the server's top logprobs at emitted position {j + 1} name token id {bad[0]} "
+                            f"outside 0..{self.spec.vocab_size - 1} (--vocab-size); row: {_row(row)}; is it serving "
+                            "another model?")
             self.journal.append(keys[i], body, completions, seconds)
 
         try:
@@ -118,6 +127,12 @@ class _Sender:
 
     def close(self) -> None:
         self.journal.close()
+
+
+def _row(row: dict) -> str:
+    """A reported row as an error shows it (ids and logprobs, the first 8)."""
+    shown = ", ".join(f"{t}: {v:.4g}" for t, v in list(row.items())[:8])
+    return "{" + shown + (", ..." if len(row) > 8 else "") + "}"
 
 
 def _body(spec: SelfReportedSpec, prompt, max_new: int, seed: int | None, *, n: int = 1, off: bool = False) -> dict:
@@ -175,6 +190,13 @@ def run_self_reported(spec: SelfReportedSpec) -> int:
                                                                                            off=off_switch), 1, 1)])[0][0]
         prompt_law = rebuild_law((prompt_reply.top_logprobs or [None])[0], spec.sampling, convention,
                                  vocab_size=spec.vocab_size)
+        if isinstance(prompt_law, Undefined) and prompt_law.not_a_law:
+            from verifier.server.dialects import ServerReplyError
+
+            raise ServerReplyError(f"prompt law of prompt {p_index}: sent a one-token request for prompt {prompt[:8]} "
+                                   f"with top-{spec.logprobs} logprobs; the reported row "
+                                   f"{_row((prompt_reply.top_logprobs or [{}])[0])} is not the log probabilities of "
+                                   f"any law ({prompt_law.reason})")
         if isinstance(prompt_law, Undefined):
             from verifier.errors import SamplingRefusedError
 

@@ -1,0 +1,101 @@
+"""Self-reported design against lying servers whose top-logprob rows are not one law's (stdlib server, in process).
+
+Each lie must end in a clear error (exit 3: the server misreports, naming the row) -- never a traceback, never a
+law silently repaired into a PASS or a false BIAS: a token id listed twice (a JSON reader keeps one value), ids
+outside the vocabulary (a negative id wrapped onto another token), and probs over the whole vocabulary that do not
+sum to 1 (renormalised into a law the server never reported).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from tests.server.hostile import hostile  # noqa: F401  (fixture)
+from verifier.errors import DecoderOutputError
+from verifier.sampling import SamplingConfig
+from verifier.server.dialects import ServerReplyError
+from verifier.server.reported_law import Undefined, rebuild_law
+from verifier.server.self_audit import SelfReportedSpec, run_self_reported
+
+LAW = [0.5, 0.3, 0.2]  # the honest law at every position (vocabulary of 3)
+
+
+def _llama(edit):
+    """A llama-server /completion that samples LAW and reports ``edit(entries)`` as each row's top_probs."""
+    def post(count, body):
+        rng = np.random.default_rng(body.get("seed", count))
+        toks = [int(t) for t in rng.choice(3, size=body["n_predict"], p=LAW)]
+        rows = [{"id": t, "prob": LAW[t], "top_probs": [{"id": i, "prob": p} for i, p in edit(list(enumerate(LAW)))]}
+                for t in toks]
+        return 200, json.dumps({"tokens": toks, "stop_type": "limit", "completion_probabilities": rows,
+                                "timings": {"draft_n": 2, "draft_n_accepted": 1}})
+    return post
+
+
+def _openai(row_text):
+    """An OpenAI /v1/completions whose top_logprobs row is the literal JSON ``row_text``."""
+    def post(count, body):
+        choices = ",".join(
+            '{"index": %d, "token_ids": [0], "finish_reason": "length", "logprobs": {"token_logprobs": [%r], '
+            '"top_logprobs": [%s]}}' % (i, math.log(LAW[0]), row_text) for i in range(body.get("n", 1)))
+        return 200, '{"choices": [%s]}' % choices
+    return post
+
+
+def _spec(url, tmp_path, api="llama-server"):
+    return SelfReportedSpec(url=url, api=api, prompts=[[0, 1]], sampling=SamplingConfig(), logprobs=3, vocab_size=3,
+                            max_new_tokens=1 if api != "llama-server" else 2, num_draft_tokens=2,
+                            run_dir=tmp_path / "run", num_samples=20, collisions=0, consistency_positions=2,
+                            server={"max_retries": 0})
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda e: e + [e[0]], "lists token id 0 more than once"),
+    (lambda e: [(0, e[0][1] / 2), (0, e[0][1] / 2)] + e[1:], "lists token id 0 more than once"),
+])
+def test_a_row_that_names_a_token_twice_is_a_server_reply_error(hostile, tmp_path, edit, message):
+    """Before: the dict kept the last entry -- a repeated entry PASSed, a split one (0.25 + 0.25 for token 0) was
+    renormalised into another law and the honest sampler was called BIASED."""
+    server = hostile(_llama(edit))
+    with pytest.raises(ServerReplyError, match=message):
+        run_self_reported(_spec(server.url, tmp_path))
+
+
+def test_a_repeated_token_id_key_in_an_openai_row_is_a_server_reply_error(hostile, tmp_path):
+    """JSON objects with a repeated key: Python's reader keeps the last value silently."""
+    lp = [math.log(p) for p in LAW]
+    server = hostile(_openai('{"token_id:0": %r, "token_id:0": %r, "token_id:1": %r, "token_id:2": %r}'
+                             % (lp[0] - math.log(2), lp[0] - math.log(2), lp[1], lp[2])))
+    with pytest.raises(ServerReplyError, match="holds the key 'token_id:0' more than once"):
+        run_self_reported(_spec(server.url, tmp_path, api="openai-completions"))
+
+
+@pytest.mark.parametrize("extra", [(-1, 0.1), (10, 0.1), (10, 0.0)])
+def test_row_ids_outside_the_vocabulary_are_decoder_output_errors(hostile, tmp_path, extra):
+    """Before: id 10 with mass crashed with an IndexError traceback (exit 3 'without writing its verdict'); id -1 was
+    wrapped onto token 2 by numpy indexing (a false BIAS); id 10 at prob 0 was accepted."""
+    server = hostile(_llama(lambda e: [(i, p * (1 - extra[1])) for i, p in e] + [extra]))
+    with pytest.raises(DecoderOutputError, match=f"name token id {extra[0]} outside 0..2"):
+        run_self_reported(_spec(server.url, tmp_path))
+
+
+@pytest.mark.parametrize("scale", [0.5, 1.5])
+def test_a_prompt_row_that_is_no_law_is_a_server_error_not_a_usage_error(hostile, tmp_path, scale):
+    """Probs over the whole vocabulary summing to 0.5 were renormalised (PASS); both that and a sum of 1.5 were a
+    usage error (exit 2) although nothing the user passes can fix a server that misreports."""
+    server = hostile(_llama(lambda e: [(i, p * scale) for i, p in e]))
+    with pytest.raises(ServerReplyError, match="is not the log probabilities of any law"):
+        run_self_reported(_spec(server.url, tmp_path))
+
+
+def test_a_row_over_the_whole_vocabulary_must_sum_to_one():
+    row = {i: math.log(p / 2) for i, p in enumerate(LAW)}
+    for convention in ("raw", "processed"):
+        out = rebuild_law(row, SamplingConfig(), convention, vocab_size=3)
+        assert isinstance(out, Undefined) and out.not_a_law and "sum to 0.5 < 1" in out.reason
+    assert not isinstance(rebuild_law({i: math.log(p) for i, p in enumerate(LAW)}, SamplingConfig(), "processed",
+                                      vocab_size=3), Undefined)
