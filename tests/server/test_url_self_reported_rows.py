@@ -99,3 +99,28 @@ def test_a_row_over_the_whole_vocabulary_must_sum_to_one():
         assert isinstance(out, Undefined) and out.not_a_law and "sum to 0.5 < 1" in out.reason
     assert not isinstance(rebuild_law({i: math.log(p) for i, p in enumerate(LAW)}, SamplingConfig(), "processed",
                                       vocab_size=3), Undefined)
+
+
+@pytest.mark.parametrize("flag, value, message", [
+    ("--alpha", "0", "--alpha=0.0 is invalid"),
+    ("--alpha", "1", "--alpha=1.0 is invalid"),
+    ("--target-tv", "0", "--target-tv=0.0 is invalid"),
+    ("--target-tv", "nan", "--target-tv=nan is invalid"),
+    ("--target-tv", "1.5", "--target-tv=1.5 is invalid"),
+    ("--seed", "-1", "--seed=-1 is invalid"),
+    ("--eos-token-id", "3", "--eos-token-id=3 is invalid"),
+])
+def test_statistics_flags_are_refused_before_any_request(hostile, tmp_path, flag, value, message):
+    """Before: --alpha 0/1 and --target-tv 0 were refused only after every sample request had been sent (the
+    statistics' own checks), --seed -1 crashed with a numpy traceback after them (exit 3 'without writing its
+    verdict'), --target-tv nan ran to a nonsense UNDERPOWERED ('TV 0 > target TV nan'), --target-tv 1.5 PASSed
+    ('no bias >= TV 1.5') and an EOS id outside --vocab-size was taken."""
+    from tests.server.conftest import audit
+
+    server = hostile(_llama(lambda e: e))
+    done = audit(["--url", server.url, "--api", "llama-server", "--design", "self-reported", "--vocab-size", "3",
+                  "--prompt-ids", "0,1", "--logprobs", "3", "--num-draft-tokens", "2", "--max-new-tokens", "2",
+                  "--num-samples", "10", "--collisions", "0", flag, value, "--run-dir", str(tmp_path / "r")], timeout=120)
+    assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-2000:]
+    assert message in done.stderr, done.stderr[-2000:]
+    assert server.count == 0 and not (tmp_path / "r" / "server").exists()
