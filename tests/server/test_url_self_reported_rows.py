@@ -124,3 +124,39 @@ def test_statistics_flags_are_refused_before_any_request(hostile, tmp_path, flag
     assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-2000:]
     assert message in done.stderr, done.stderr[-2000:]
     assert server.count == 0 and not (tmp_path / "r" / "server").exists()
+
+
+def _finished_run(hostile, tmp_path):
+    server = hostile(_llama(lambda e: e))
+    spec = _spec(server.url, tmp_path)
+    assert run_self_reported(spec) in (0, 4)
+    return server, spec
+
+
+def test_journaled_replies_are_checked_against_this_runs_vocabulary(hostile, tmp_path):
+    """The same --run-dir rerun with a smaller --vocab-size: the journaled replies hold ids outside it.  Before: an
+    IndexError traceback (exit 3 'without writing its verdict'); now a JournalError (exit 2) naming the line."""
+    from verifier.server.journal import JournalError
+
+    server, spec = _finished_run(hostile, tmp_path)
+    sent = server.count
+    spec.vocab_size, spec.logprobs = 2, 3
+    with pytest.raises(JournalError, match=r"responses.jsonl:1: the journaled reply to prompt law .* outside 0..1"):
+        run_self_reported(spec)
+    assert server.count == sent  # nothing sent
+
+
+def test_a_journal_line_edited_with_its_digest_removed_is_refused(hostile, tmp_path):
+    """Before: a line without a `digest` was read as an old journal's, so an edit plus deleting the digest passed."""
+    from verifier.server.journal import JOURNAL_NAME, JournalError
+
+    _server, spec = _finished_run(hostile, tmp_path)
+    path = spec.run_dir / JOURNAL_NAME
+    lines = path.read_text().splitlines()
+    entry = json.loads(lines[3])
+    del entry["digest"]
+    entry["completions"][0]["token_ids"] = [2, 2]
+    lines[3] = json.dumps(entry)
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(JournalError, match="line 4 has no digest"):
+        run_self_reported(spec)

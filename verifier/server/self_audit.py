@@ -96,27 +96,28 @@ class _Sender:
         missing = [i for i, k in enumerate(keys) if self.journal.get(k) is None]
         self.last_sent = len(missing)  # the rest were read back from the journal
 
+        for i, k in enumerate(keys):  # read back from the journal: checked as a fresh reply is, before use
+            if self.journal.get(k) is not None:
+                what, _body, n, max_new = jobs[i]
+                problem = self._problem(self.journal.get(k), n, max_new)
+                if problem:
+                    from verifier.server.journal import JournalError
+
+                    raise JournalError(f"{self.journal.where(k)}: the journaled reply to {what} holds {problem}; it "
+                                       "cannot be a reply to this audit's request (edited, or journaled by a run with "
+                                       "other settings, e.g. another --vocab-size) -- restore the journal or start a "
+                                       "new run folder")
+
         def on_reply(j: int, reply: Any, seconds: float) -> None:
             i = missing[j]
             what, body, n, max_new = jobs[i]
             completions = self.dialect.parse(reply, n=n, max_new_tokens=max_new, eos_token_id=self.spec.eos_token_id,
                                              what=what, logprobs=True)
-            for c in completions:
-                bad = [t for t in c.token_ids if not 0 <= t < self.spec.vocab_size]
-                if bad:
-                    from verifier.errors import DecoderOutputError
+            problem = self._problem(completions, n, max_new)
+            if problem:
+                from verifier.errors import DecoderOutputError
 
-                    raise DecoderOutputError(f"{what}: the server emitted token id {bad[0]} outside 0..{self.spec.vocab_size - 1} "
-                                             "(--vocab-size); is it serving another model?")
-                for j, row in enumerate(c.top_logprobs or ()):
-                    bad = [t for t in row if not 0 <= t < self.spec.vocab_size]
-                    if bad:
-                        from verifier.errors import DecoderOutputError
-
-                        raise DecoderOutputError(
-                            f"{what}: the server's top logprobs at emitted position {j + 1} name token id {bad[0]} "
-                            f"outside 0..{self.spec.vocab_size - 1} (--vocab-size); row: {_row(row)}; is it serving "
-                            "another model?")
+                raise DecoderOutputError(f"{what}: the server's reply holds {problem}; is it serving another model?")
             self.journal.append(keys[i], body, completions, seconds)
 
         try:
@@ -124,6 +125,28 @@ class _Sender:
         finally:
             self.journal.sync()
         return [self.journal.get(k) for k in keys]
+
+    def _problem(self, completions: list[Completion], n: int, max_new: int) -> str | None:
+        """What makes ``completions`` impossible as the reply to a request of ``n`` completions of at most
+        ``max_new`` tokens in 0..vocab_size - 1 (emitted ids and the ids of every top-logprobs row), or None."""
+        vocab, eos = self.spec.vocab_size, self.spec.eos_token_id
+        if len(completions) != n:
+            return f"{len(completions)} completions for a request of n={n}"
+        for c in completions:
+            ids = c.token_ids
+            bad = [t for t in ids if not 0 <= t < vocab]
+            if bad:
+                return f"token id {bad[0]} outside 0..{vocab - 1} (--vocab-size) among the emitted {list(ids)}"
+            if not 1 <= len(ids) <= max_new:
+                return f"{len(ids)} tokens for max_new_tokens={max_new}"
+            if len(ids) < max_new and (eos is None or ids[-1] != eos):
+                return f"{len(ids)} of {max_new} tokens without ending at EOS (id {eos})"
+            for j, row in enumerate(c.top_logprobs or ()):
+                bad = [t for t in row if not 0 <= t < vocab]
+                if bad:
+                    return (f"top logprobs at emitted position {j + 1} that name token id {bad[0]} outside "
+                            f"0..{vocab - 1} (--vocab-size): {_row(row)}")
+        return None
 
     def close(self) -> None:
         self.journal.close()
