@@ -160,3 +160,31 @@ def test_a_journal_line_edited_with_its_digest_removed_is_refused(hostile, tmp_p
     path.write_text("\n".join(lines) + "\n")
     with pytest.raises(JournalError, match="line 4 has no digest"):
         run_self_reported(spec)
+
+
+def test_a_self_reported_audit_refuses_another_designs_run_folder(hostile, tmp_path):
+    """Before: it wrote its report.json/md/html/junit over a known-target run's (run.json and samples kept)."""
+    from verifier.errors import ConfigError
+
+    server = hostile(_llama(lambda e: e))
+    spec = _spec(server.url, tmp_path)
+    spec.run_dir.mkdir()
+    (spec.run_dir / "run.json").write_text("{}")
+    (spec.run_dir / "report.json").write_text('{"verdict": "PASS"}')
+    with pytest.raises(ConfigError, match="already holds a run of the suite runner"):
+        run_self_reported(spec)
+    (spec.run_dir / "run.json").unlink()
+    with pytest.raises(ConfigError, match="report of another audit"):
+        run_self_reported(spec)
+    assert server.count == 0 and (spec.run_dir / "report.json").read_text() == '{"verdict": "PASS"}'
+
+
+def test_a_suite_run_refuses_a_self_reported_audits_folder(hostile, tmp_path):
+    """Before: a known-target audit (or `run --run-dir`) overwrote a self-reported audit's reports."""
+    from verifier.errors import ConfigError
+    from verifier.runner.guards import check_fresh_run_dir
+
+    _server, spec = _finished_run(hostile, tmp_path)
+    with pytest.raises(ConfigError, match="self-reported audit"):
+        check_fresh_run_dir(spec.run_dir, "run.json")
+    assert run_self_reported(spec) in (0, 4)  # its own command continues it

@@ -152,6 +152,30 @@ class _Sender:
         self.journal.close()
 
 
+def _check_run_dir(run_dir: Path) -> None:
+    """A run folder of another kind (a suite run or a known-target / two-sample audit: ``run.json``; a report of
+    another design) is refused (ConfigError, exit 2): this design would overwrite its reports.  Its own folder is
+    continued (the journal)."""
+    import json
+
+    from verifier.errors import ConfigError
+
+    other = None
+    if (run_dir / "run.json").is_file():
+        other = "a run of the suite runner (run.json: a suite, or a known-target / two-sample audit)"
+    elif (run_dir / "report.json").is_file():
+        try:
+            design = json.loads((run_dir / "report.json").read_text()).get("design", {}).get("name")
+        except (OSError, ValueError, AttributeError):
+            design = "unreadable"
+        if design != DESIGN:
+            other = f"the report of another audit (report.json design {design!r})"
+    if other:
+        raise ConfigError(f"--run-dir={str(run_dir)!r} already holds {other}; a self-reported audit would overwrite "
+                          "its reports. Allowed: a --run-dir that does not exist yet, or one of a self-reported audit "
+                          "to continue it")
+
+
 def _row(row: dict) -> str:
     """A reported row as an error shows it (ids and logprobs, the first 8)."""
     shown = ", ".join(f"{t}: {v:.4g}" for t, v in list(row.items())[:8])
@@ -189,6 +213,7 @@ def run_self_reported(spec: SelfReportedSpec) -> int:
     from verifier.server.self_reported import position_laws, self_reported_cells, undefined_guard
 
     started = time.monotonic()
+    _check_run_dir(spec.run_dir)
     spec.run_dir.mkdir(parents=True, exist_ok=True)
     dialect = get_dialect(spec.api)
     convention = spec.convention or dialect.reported_law
