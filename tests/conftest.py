@@ -26,8 +26,15 @@ if "SPECVERIFY_CACHE_DIR" not in os.environ:
 import pytest  # noqa: E402
 
 
-def pytest_addoption(parser):
+def pytest_addoption(parser, pluginmanager):
     group = parser.getgroup("specverify", "spec-verifier test tiers")
+    if not pluginmanager.has_plugin("xdist"):
+        # `-p no:xdist` (README, Tests): pyproject's addopts still pass `-n auto --dist loadfile`, which pytest would
+        # refuse as unrecognized arguments without the plugin; take them and run in one process
+        group._addoption("-n", "--numprocesses", dest="numprocesses", default=None,  # as xdist registers it (a
+                         # lowercase short option: addoption reserves those for pytest itself)
+                         help="(pytest-xdist is off: ignored, one process)")
+        group.addoption("--dist", dest="dist", default="no", help="(pytest-xdist is off: ignored)")
     group.addoption("--full", action="store_true", default=False,
                     help="run the full tier (tests marked `full` too: every engine test, slow statistical tests, "
                          "browser tests). Default: the quick tier, which deselects them.")

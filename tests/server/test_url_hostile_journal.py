@@ -57,10 +57,22 @@ def test_an_edited_journal_line_is_refused_naming_it(hostile, tmp_path, change, 
     (lambda e: e["completions"][0].update(token_ids=[1]), "1 of 3 tokens without ending at EOS"),
 ])
 def test_a_journal_entry_no_reply_could_be_is_refused_without_a_digest(hostile, tmp_path, change, match):
-    """Lines without a digest (written before digests, or with it removed) are still checked against the request."""
+    """Lines without a digest (a journal written before digests) are still checked against the request."""
     s, path = _journaled(hostile, tmp_path)
-    _edit(path, 0, lambda e: (change(e), e.pop("digest")))
+    for i in range(len(path.read_text().splitlines())):  # no line has a digest: an old journal
+        _edit(path, i, lambda e: e.pop("digest"))
+    _edit(path, 0, change)
     with pytest.raises(JournalError, match=rf"responses.jsonl:1: the journaled reply holds {match}") as info:
+        _resume(s, tmp_path)
+    assert info.value.exit_code == EXIT_USAGE and s.count == 4 + 2  # nothing resent before the refusal
+
+
+def test_a_line_whose_digest_was_removed_beside_signed_lines_is_refused(hostile, tmp_path):
+    """An in-vocabulary edit passes every content check; with its digest deleted it was read as an old journal's
+    line.  Every line this version writes carries one, so a line without it beside signed lines was edited."""
+    s, path = _journaled(hostile, tmp_path)
+    _edit(path, 1, lambda e: (e["completions"][0].update(token_ids=[4, 4, 4]), e.pop("digest")))
+    with pytest.raises(JournalError, match="line 2 has no digest while line") as info:
         _resume(s, tmp_path)
     assert info.value.exit_code == EXIT_USAGE and s.count == 4 + 2  # nothing resent before the refusal
 

@@ -220,6 +220,19 @@ def _check_self_reported(args: argparse.Namespace, dialect) -> None:
         raise invalid_argument("--consistency-positions", args.consistency_positions, "an integer >= 0")
     if args.num_samples is not None and args.num_samples < 1:
         raise invalid_argument("--num-samples", args.num_samples, "an integer >= 1")
+    # the statistics' own checks run only after every request was sent: refuse here, before the first one
+    import math
+
+    from verifier.stats._validate import check_alpha
+
+    check_alpha(args.alpha, "--alpha")
+    if args.target_tv is not None and not (math.isfinite(args.target_tv) and 0 < args.target_tv <= 1):
+        raise invalid_argument("--target-tv", args.target_tv, "a total variation in (0, 1]")
+    if args.seed < 0:
+        raise invalid_argument("--seed", args.seed, "an integer >= 0")
+    if args.eos_token_id is not None and not 0 <= args.eos_token_id < args.vocab_size:
+        raise invalid_argument("--eos-token-id", args.eos_token_id, f"a token id in 0..{args.vocab_size - 1} "
+                               "(--vocab-size), or unset")
     if args.speculation == "off":
         raise invalid_argument("--speculation", "off", "'server' or 'on' with --design self-reported (the audited "
                                "sample is the speculative one)")

@@ -41,6 +41,11 @@ def check_fresh_run_dir(run_dir: str | Path, run_file: str) -> None:
             f"--run-dir={str(run_dir)!r} already holds a run; a new run would overwrite its samples. "
             f"Allowed: `specverify run --resume {run_dir}` to continue that run, `specverify report {run_dir}` to "
             "report on it again, or a --run-dir that does not exist yet")
+    if (run_dir / "server" / "responses.jsonl").is_file():  # a self-reported URL audit keeps no run file
+        raise ConfigError(
+            f"--run-dir={str(run_dir)!r} already holds a URL audit's response journal (server/responses.jsonl) and no "
+            f"{run_file}: a self-reported audit (`--design self-reported`); a new run would overwrite its reports. "
+            "Allowed: that audit's own command with this --run-dir to continue it, or a --run-dir that does not exist yet")
 
 
 def plugin_hashes(suite: Any) -> dict[str, dict[str, Any]]:

@@ -136,6 +136,24 @@ def _describe(body: dict[str, Any]) -> str:
     return f"{ids}, " + ", ".join(f"{k}={v!r}" for k, v in list(shown.items())[:8])
 
 
+class _RepeatedTokenKey(Exception):
+    """A reply object repeats a ``"token_id:N"`` key (raised from the JSON reader; not a ValueError, which means
+    "not JSON")."""
+
+
+def _token_keys_once(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``object_pairs_hook`` of a reply: a dict, refusing a repeated ``token_id:N`` key (vLLM's
+    ``return_tokens_as_token_ids`` spelling), which ``json`` would silently resolve to its last value."""
+    out = dict(pairs)
+    if len(out) < len(pairs):
+        seen: set[str] = set()
+        for key, _value in pairs:
+            if key in seen and key.startswith("token_id:"):
+                raise _RepeatedTokenKey(repr(key))
+            seen.add(key)
+    return out
+
+
 async def _post_one(client, settings: ServerSettings, url: str, body: dict[str, Any], what: str,
                     stats: dict[str, int]) -> Any:
     import httpx
@@ -154,7 +172,13 @@ async def _post_one(client, settings: ServerSettings, url: str, body: dict[str, 
         else:
             if reply.status_code == 200:
                 try:
-                    return reply.json()
+                    return reply.json(object_pairs_hook=_token_keys_once)
+                except _RepeatedTokenKey as exc:
+                    from verifier.server.dialects import ServerReplyError
+
+                    raise ServerReplyError(f"{what}: POST {url} answered an object that holds the key {exc} more than "
+                                           f"once (a top-logprobs row names each token once; a JSON reader keeps only "
+                                           f"the last value): {_head(reply.text)!r} (sent: {_describe(body)})") from None
                 except ValueError:
                     from verifier.server.dialects import ServerReplyError
 

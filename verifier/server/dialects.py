@@ -384,13 +384,18 @@ def _llama_probs(rows, count):
             return None, None
         if "logprob" in row:  # newer servers: logprobs
             logps.append(_logprob(row["logprob"], "completion_probabilities[].logprob", row))
-            top = {_id(e["id"]): _logprob(e["logprob"], "completion_probabilities[].top_logprobs", row)
-                   for e in row.get("top_logprobs", []) if "id" in e}
+            entries = [(_id(e["id"]), _logprob(e["logprob"], "completion_probabilities[].top_logprobs", row))
+                       for e in row.get("top_logprobs", []) if "id" in e]
         elif "prob" in row:  # post_sampling_probs: probabilities
             logps.append(_prob_log(row["prob"], row))
-            top = {_id(e["id"]): _prob_log(e["prob"], row) for e in row.get("top_probs", []) if "id" in e}
+            entries = [(_id(e["id"]), _prob_log(e["prob"], row)) for e in row.get("top_probs", []) if "id" in e]
         else:
             return None, None
+        top = dict(entries)
+        if len(top) < len(entries):  # a dict would keep the last value and drop the rest: not one law's row
+            twice = next(t for t in top if sum(i == t for i, _v in entries) > 1)
+            raise ServerReplyError(f"completion_probabilities[{len(tops)}] lists token id {twice} more than once "
+                                   f"(a row of top probabilities names each token once); row: {_head(row)}")
         tops.append(top)
     return tuple(logps), tuple(tops)
 

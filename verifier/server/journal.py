@@ -73,6 +73,7 @@ class Journal:
             raw = fh.read()
         lines = raw.split(b"\n")
         others: dict[str, int] = {}  # replies recorded from another base URL (a server restarted elsewhere, or a copy)
+        signed, unsigned = 0, None  # lines with a digest; the first line without one
         for number, line in enumerate(lines, 1):
             if not line.strip():
                 continue
@@ -95,6 +96,14 @@ class Journal:
                     break
                 raise JournalError(f"{self.path}: line {number} is not a journal entry ({type(exc).__name__}: {exc}); "
                                    "the response journal was edited or corrupted -- restore it or start a new run") from None
+            if "digest" in entry:
+                signed += 1
+            elif unsigned is None:
+                unsigned = number
+            if signed and unsigned is not None:  # every line this version writes has one: its digest was removed
+                raise JournalError(f"{self.path}: line {unsigned} has no digest while line(s) beside it have one (every "
+                                   "line is written with its digest): the line was edited and its digest removed -- "
+                                   "restore the journal or start a new run")
             recorded = entry.get("server")
             if recorded is not None and self.server is not None and recorded != self.server:
                 others[recorded] = others.get(recorded, 0) + 1

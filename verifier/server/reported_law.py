@@ -77,6 +77,7 @@ class Undefined:
     """A position whose reported row cannot define the processed law; ``reason`` says why."""
 
     reason: str
+    not_a_law: bool = False  # the row is not the log probs of any law (the server misreports), not merely incomplete
 
 
 def check_design(sampling, logprobs: int | None, vocab_size: int | None) -> None:
@@ -144,10 +145,15 @@ def rebuild_law(row: Mapping[int, float] | None, sampling, convention: str, *,
     ids = np.fromiter(row.keys(), dtype=np.int64, count=len(row))
     values = np.fromiter(row.values(), dtype=np.float64, count=len(row))
     if np.isnan(values).any() or values.max() > math.log1p(MASS_TOL):
-        return Undefined(f"a reported logprob above 0 ({values.max():.3g})")
+        return Undefined(f"a reported logprob above 0 ({values.max():.3g})", True)
     mass = float(np.exp(values).sum())
     if mass > 1 + MASS_TOL:
-        return Undefined(f"the reported probs sum to {mass:.6g} > 1 (not one law)")
+        return Undefined(f"the reported probs sum to {mass:.6g} > 1 (not one law)", True)
+    if vocab_size is not None and len(ids) >= vocab_size and mass < 1 - MASS_TOL:
+        # every id of the vocabulary is in the row: log probs of one law sum to 1 (raw log-softmax and post-sampling
+        # probs alike); renormalising would certify a law the server never reported
+        return Undefined(f"the reported probs of all {len(ids)} token ids (--vocab-size {vocab_size}) sum to "
+                         f"{mass:.6g} < 1 (not one law)", True)
     whole = mass >= 1 - MASS_TOL or (vocab_size is not None and len(ids) >= vocab_size)
     if convention == "processed":
         if not whole:
@@ -162,7 +168,7 @@ def rebuild_law(row: Mapping[int, float] | None, sampling, convention: str, *,
         use = sampling
     finite = np.isfinite(values)
     if not finite.any():
-        return Undefined("every reported logprob is -inf")
+        return Undefined("every reported logprob is -inf", True)
     ids, values = ids[finite], values[finite]
     from verifier.sampling import processed_probs
 

@@ -96,18 +96,28 @@ class _Sender:
         missing = [i for i, k in enumerate(keys) if self.journal.get(k) is None]
         self.last_sent = len(missing)  # the rest were read back from the journal
 
+        for i, k in enumerate(keys):  # read back from the journal: checked as a fresh reply is, before use
+            if self.journal.get(k) is not None:
+                what, _body, n, max_new = jobs[i]
+                problem = self._problem(self.journal.get(k), n, max_new)
+                if problem:
+                    from verifier.server.journal import JournalError
+
+                    raise JournalError(f"{self.journal.where(k)}: the journaled reply to {what} holds {problem}; it "
+                                       "cannot be a reply to this audit's request (edited, or journaled by a run with "
+                                       "other settings, e.g. another --vocab-size) -- restore the journal or start a "
+                                       "new run folder")
+
         def on_reply(j: int, reply: Any, seconds: float) -> None:
             i = missing[j]
             what, body, n, max_new = jobs[i]
             completions = self.dialect.parse(reply, n=n, max_new_tokens=max_new, eos_token_id=self.spec.eos_token_id,
                                              what=what, logprobs=True)
-            for c in completions:
-                bad = [t for t in c.token_ids if not 0 <= t < self.spec.vocab_size]
-                if bad:
-                    from verifier.errors import DecoderOutputError
+            problem = self._problem(completions, n, max_new)
+            if problem:
+                from verifier.errors import DecoderOutputError
 
-                    raise DecoderOutputError(f"{what}: the server emitted token id {bad[0]} outside 0..{self.spec.vocab_size - 1} "
-                                             "(--vocab-size); is it serving another model?")
+                raise DecoderOutputError(f"{what}: the server's reply holds {problem}; is it serving another model?")
             self.journal.append(keys[i], body, completions, seconds)
 
         try:
@@ -116,8 +126,60 @@ class _Sender:
             self.journal.sync()
         return [self.journal.get(k) for k in keys]
 
+    def _problem(self, completions: list[Completion], n: int, max_new: int) -> str | None:
+        """What makes ``completions`` impossible as the reply to a request of ``n`` completions of at most
+        ``max_new`` tokens in 0..vocab_size - 1 (emitted ids and the ids of every top-logprobs row), or None."""
+        vocab, eos = self.spec.vocab_size, self.spec.eos_token_id
+        if len(completions) != n:
+            return f"{len(completions)} completions for a request of n={n}"
+        for c in completions:
+            ids = c.token_ids
+            bad = [t for t in ids if not 0 <= t < vocab]
+            if bad:
+                return f"token id {bad[0]} outside 0..{vocab - 1} (--vocab-size) among the emitted {list(ids)}"
+            if not 1 <= len(ids) <= max_new:
+                return f"{len(ids)} tokens for max_new_tokens={max_new}"
+            if len(ids) < max_new and (eos is None or ids[-1] != eos):
+                return f"{len(ids)} of {max_new} tokens without ending at EOS (id {eos})"
+            for j, row in enumerate(c.top_logprobs or ()):
+                bad = [t for t in row if not 0 <= t < vocab]
+                if bad:
+                    return (f"top logprobs at emitted position {j + 1} that name token id {bad[0]} outside "
+                            f"0..{vocab - 1} (--vocab-size): {_row(row)}")
+        return None
+
     def close(self) -> None:
         self.journal.close()
+
+
+def _check_run_dir(run_dir: Path) -> None:
+    """A run folder of another kind (a suite run or a known-target / two-sample audit: ``run.json``; a report of
+    another design) is refused (ConfigError, exit 2): this design would overwrite its reports.  Its own folder is
+    continued (the journal)."""
+    import json
+
+    from verifier.errors import ConfigError
+
+    other = None
+    if (run_dir / "run.json").is_file():
+        other = "a run of the suite runner (run.json: a suite, or a known-target / two-sample audit)"
+    elif (run_dir / "report.json").is_file():
+        try:
+            design = json.loads((run_dir / "report.json").read_text()).get("design", {}).get("name")
+        except (OSError, ValueError, AttributeError):
+            design = "unreadable"
+        if design != DESIGN:
+            other = f"the report of another audit (report.json design {design!r})"
+    if other:
+        raise ConfigError(f"--run-dir={str(run_dir)!r} already holds {other}; a self-reported audit would overwrite "
+                          "its reports. Allowed: a --run-dir that does not exist yet, or one of a self-reported audit "
+                          "to continue it")
+
+
+def _row(row: dict) -> str:
+    """A reported row as an error shows it (ids and logprobs, the first 8)."""
+    shown = ", ".join(f"{t}: {v:.4g}" for t, v in list(row.items())[:8])
+    return "{" + shown + (", ..." if len(row) > 8 else "") + "}"
 
 
 def _body(spec: SelfReportedSpec, prompt, max_new: int, seed: int | None, *, n: int = 1, off: bool = False) -> dict:
@@ -151,6 +213,7 @@ def run_self_reported(spec: SelfReportedSpec) -> int:
     from verifier.server.self_reported import position_laws, self_reported_cells, undefined_guard
 
     started = time.monotonic()
+    _check_run_dir(spec.run_dir)
     spec.run_dir.mkdir(parents=True, exist_ok=True)
     dialect = get_dialect(spec.api)
     convention = spec.convention or dialect.reported_law
@@ -175,6 +238,13 @@ def run_self_reported(spec: SelfReportedSpec) -> int:
                                                                                            off=off_switch), 1, 1)])[0][0]
         prompt_law = rebuild_law((prompt_reply.top_logprobs or [None])[0], spec.sampling, convention,
                                  vocab_size=spec.vocab_size)
+        if isinstance(prompt_law, Undefined) and prompt_law.not_a_law:
+            from verifier.server.dialects import ServerReplyError
+
+            raise ServerReplyError(f"prompt law of prompt {p_index}: sent a one-token request for prompt {prompt[:8]} "
+                                   f"with top-{spec.logprobs} logprobs; the reported row "
+                                   f"{_row((prompt_reply.top_logprobs or [{}])[0])} is not the log probabilities of "
+                                   f"any law ({prompt_law.reason})")
         if isinstance(prompt_law, Undefined):
             from verifier.errors import SamplingRefusedError
 
