@@ -167,3 +167,19 @@ def test_bad_inputs_are_usage_errors_before_any_request(change, message, tmp_pat
     assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-2000:]
     assert message in done.stderr, done.stderr[-2000:]
     assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.full  # ~10 s: an audit through HTTP
+def test_a_bias_that_rests_on_the_logprob_convention_says_so(servers, tmp_path):
+    """A lossless server whose raw rows (OpenAI dialect) are read as processed ones at T = 0.7: the
+    rebuilt law misses the temperature, so the cells reject (TV between the T = 1 and T = 0.7 laws), and the BIAS
+    reason must name the assumed convention and the flag that changes it -- the verdict is about the rows' meaning,
+    which the audit cannot check by itself when only the temperature differs."""
+    run_dir = tmp_path / "run"
+    done = audit(["--url", servers["reference"], "--reference-url", servers["k0"], "--design", "self-reported", *COMMON,
+                  "--temperature", "0.7", "--reported-logprobs", "processed", "--num-samples", "1000", "--collisions", "0",
+                  "--run-dir", str(run_dir)])  # OpenAI dialect: `specverify serve` reports raw rows there
+    report, _cells_ = _cells(run_dir)
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
+    reason = report["decoders"][0]["reason"]
+    assert "assumes the server reports processed logprobs" in reason and "--reported-logprobs raw" in reason, reason

@@ -320,6 +320,12 @@ def run_self_reported(spec: SelfReportedSpec) -> int:
     for cell in extra_cells:
         consistency_guard(verdict, cell, spec.target_tv)
     speculation.apply_guard(verdict, speculation.summarize(spec_entries))
+    if verdict.verdict == "BIAS DETECTED" and (spec.sampling.temperature != 1.0 or (spec.sampling.top_p or 1.0) < 1.0):
+        # the rebuilt law applies the sampling to the rows when they are raw: rows that were already processed
+        # (vLLM --logprobs-mode processed_logprobs) would have it applied twice -- say which convention was assumed
+        other = "processed" if convention == "raw" else "raw"
+        verdict.reason += (f"; this assumes the server reports {convention} logprobs (--reported-logprobs {convention}); "
+                           f"if it reports {other} ones, rerun with --reported-logprobs {other} before concluding")
     verdict.cells = cells + extra_cells
     code = exit_code([verdict])
     report = _report(spec, verdict, sets, code, time.monotonic() - started, reference, convention)
