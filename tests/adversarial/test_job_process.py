@@ -44,9 +44,10 @@ def _start(args: list[str], env: dict[str, str], ignore_sigint: bool = False) ->
 
 def _wait_for(path: Path, proc: subprocess.Popen, timeout: float = 240) -> None:
     deadline = time.monotonic() + timeout
-    while not path.is_file() and time.monotonic() < deadline and proc.poll() is None:
+    # the plugin opens the file, then writes: wait for its content, not only the name (an empty read raced it once)
+    while not (path.is_file() and path.read_text().strip()) and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.2)
-    assert path.is_file(), f"{path} never appeared (exit {proc.poll()})"
+    assert path.is_file() and path.read_text().strip(), f"{path} never appeared with content (exit {proc.poll()})"
 
 
 def _alive(pid: int) -> bool:
