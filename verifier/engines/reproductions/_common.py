@@ -57,3 +57,31 @@ def clopper_pearson(k: int, n: int, confidence: float = 0.99) -> tuple[float, fl
     lo = sps.beta.ppf(a, k, n - k + 1) if k > 0 else 0.0
     hi = sps.beta.ppf(1 - a, k + 1, n - k) if k < n else 1.0
     return float(lo), float(hi)
+
+
+def acceptance_by_position(orig, canonical: float, predicted: float, source: str, out, report_dir=None, *,
+                           above_note: str = "ABOVE THE COUPLING BOUND") -> None:
+    """Print the observed first-round acceptance per draft position from per-token origins ``orig`` (rows x tokens:
+    0 = an accepted draft, -1 past the end) with 99% Clopper-Pearson intervals, against the acceptance ``predicted``
+    from the engine's source (``source`` names the rule) and the canonical ``sum min(p, q)``; position 1's line goes to
+    ``REPORT_DIR/acceptance.txt`` (the README audit matrix reads it)."""
+    from pathlib import Path
+
+    reached = orig[:, 1] >= 0
+    acc = int((orig[reached, 1] == 0).sum())
+    lo, hi = clopper_pearson(acc, int(reached.sum()))
+    note = above_note if lo > canonical else "FAR BELOW CANONICAL" if hi < 0.5 * canonical else ""
+    out(f"    ACCEPTANCE first round, draft position 1 (token 2): observed {acc / reached.sum():.3f} "
+        f"[99% CI {lo:.3f}, {hi:.3f}] (n={int(reached.sum())}); predicted from the source ({source}) "
+        f"{predicted:.3f}; canonical sum min(p, q) {canonical:.3f} {note}")
+    if report_dir:
+        Path(report_dir, "acceptance.txt").write_text(
+            f"draft position 1 (token 2; round 1 starts after token 1): {acc / reached.sum():.3f} [99% CI {lo:.3f}, {hi:.3f}] "
+            f"vs canonical {canonical:.3f} (predicted from the source {predicted:.3f}) {note.split(' (')[0]}\n")
+    for j in range(2, orig.shape[1]):
+        alive = (orig[:, 1:j] == 0).all(1) & (orig[:, j] >= 0)
+        if alive.sum():
+            a_j = int((orig[alive, j] == 0).sum())
+            lo, hi = clopper_pearson(a_j, int(alive.sum()))
+            out(f"        draft position {j}: observed {a_j / alive.sum():.3f} [99% CI {lo:.3f}, {hi:.3f}] "
+                f"(n={int(alive.sum())}, rounds that reached it)")

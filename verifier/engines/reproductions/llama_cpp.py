@@ -16,12 +16,11 @@ step; here the model probs are floats).
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
-from verifier.engines.reproductions._common import chi2_p, clopper_pearson, first_two_token_probs
+from verifier.engines.reproductions._common import acceptance_by_position, chi2_p, first_two_token_probs
 
 __all__ = ["VARIANTS", "CONTROL_OF_BINARY", "step_law_float", "predict", "score_set"]
 
@@ -91,23 +90,6 @@ def score_set(run_dir: str, set_name: str, prompt, sampling, shards, target, dra
         binary = shards[0].meta.get("decoder", {}).get("settings", {}).get("binary", "")
         variant = CONTROL_OF_BINARY.get(binary, "as shipped")
         orig = np.concatenate(origins)
-        reached = orig[:, 1] >= 0
-        acc = int((orig[reached, 1] == 0).sum())
-        lo, hi = clopper_pearson(acc, int(reached.sum()))
-        canon = law["canonical acceptance"]
-        note = ("ABOVE THE COUPLING BOUND (canonical = the most any lossless rule drafting from this q accepts)"
-                if lo > canon else "FAR BELOW CANONICAL" if hi < 0.5 * canon else "")
-        out(f"    ACCEPTANCE first round, draft position 1 (token 2): observed {acc / reached.sum():.3f} "
-            f"[99% CI {lo:.3f}, {hi:.3f}] (n={int(reached.sum())}); predicted from the source ({variant}) "
-            f"{law[variant + ' acceptance']:.3f}; canonical sum min(p, q) {canon:.3f} {note}")
-        if report_dir:
-            Path(report_dir, "acceptance.txt").write_text(
-                f"draft position 1 (token 2; round 1 starts after token 1): {acc / reached.sum():.3f} [99% CI {lo:.3f}, {hi:.3f}] "
-                f"vs canonical {canon:.3f} (predicted from the source {law[variant + ' acceptance']:.3f}) {note.split(' (')[0]}\n")
-        for j in range(2, orig.shape[1]):
-            alive = (orig[:, 1:j] == 0).all(1) & (orig[:, j] >= 0)
-            if alive.sum():
-                a_j = int((orig[alive, j] == 0).sum())
-                lo, hi = clopper_pearson(a_j, int(alive.sum()))
-                out(f"        draft position {j}: observed {a_j / alive.sum():.3f} [99% CI {lo:.3f}, {hi:.3f}] "
-                    f"(n={int(alive.sum())}, rounds that reached it)")
+        acceptance_by_position(orig, law["canonical acceptance"], law[variant + " acceptance"], variant, out, report_dir,
+                               above_note="ABOVE THE COUPLING BOUND (canonical = the most any lossless rule "
+                                          "drafting from this q accepts)")

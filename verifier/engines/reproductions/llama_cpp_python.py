@@ -14,12 +14,11 @@ origins from the proposals and the emitted tokens), 99% Clopper-Pearson interval
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
-from verifier.engines.reproductions._common import clopper_pearson, first_two_token_probs
+from verifier.engines.reproductions._common import acceptance_by_position, first_two_token_probs
 
 __all__ = ["predict", "score_set"]
 
@@ -45,22 +44,5 @@ def score_set(run_dir: str, set_name: str, prompt, sampling, shards, target, dra
         out("    no per-token origins stored (run made before the worker reported them)")
         return
     orig = np.concatenate([s.origins for s in shards])
-    reached = orig[:, 1] >= 0
-    acc = int((orig[reached, 1] == 0).sum())
-    lo, hi = clopper_pearson(acc, int(reached.sum()))
-    canon = law["canonical"]
-    note = "ABOVE THE COUPLING BOUND" if lo > law["canonical"] else "FAR BELOW CANONICAL" if hi < 0.5 * law["canonical"] else ""
-    out(f"    ACCEPTANCE first round, draft position 1 (token 2): observed {acc / reached.sum():.3f} [99% CI {lo:.3f}, "
-        f"{hi:.3f}] (n={int(reached.sum())}); predicted from the source (target-match, greedy draft) "
-        f"{law['target-match greedy']:.3f}; canonical sum min(p, q) {law['canonical']:.3f} {note}")
-    if report_dir:
-        Path(report_dir, "acceptance.txt").write_text(
-            f"draft position 1 (token 2; round 1 starts after token 1): {acc / reached.sum():.3f} [99% CI {lo:.3f}, {hi:.3f}] "
-            f"vs canonical {canon:.3f} (predicted from the source {law['target-match greedy']:.3f}) {note.split(' (')[0]}\n")
-    for j in range(2, orig.shape[1]):
-        alive = (orig[:, 1:j] == 0).all(1) & (orig[:, j] >= 0)
-        if alive.sum():
-            a_j = int((orig[alive, j] == 0).sum())
-            lo, hi = clopper_pearson(a_j, int(alive.sum()))
-            out(f"        draft position {j}: observed {a_j / alive.sum():.3f} [99% CI {lo:.3f}, {hi:.3f}] "
-                f"(n={int(alive.sum())} rounds that reached it)")
+    acceptance_by_position(orig, law["canonical"], law["target-match greedy"], "target-match, greedy draft", out,
+                           report_dir)
