@@ -32,6 +32,10 @@ def run(args: argparse.Namespace) -> int:
     from verifier import progress
 
     progress.from_args(args)
+    from verifier.server.folder import not_for_self_reported, self_reported_report
+
+    if self_reported_report(args.run_dir) is not None:
+        raise not_for_self_reported("diagnose", args.run_dir)
     result = diagnose_run_dir(args.run_dir, decoders=args.decoder, recompute=args.recompute)
     out = Path(args.out) if args.out else Path(args.run_dir) / "diagnosis.json"
     try:

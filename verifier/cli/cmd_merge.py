@@ -36,8 +36,12 @@ def run(args: argparse.Namespace) -> int:
     from verifier.pipeline import merge_runs
     from verifier.runner.run import load_run_suite, new_run_dir
 
+    from verifier.server.folder import not_for_self_reported, self_reported_report
+
     seen: dict = {}
     for d in args.run_dirs:
+        if self_reported_report(d) is not None:
+            raise not_for_self_reported("merge", d)
         key = Path(d).resolve()
         if key in seen:
             from verifier.errors import invalid_argument

@@ -18,7 +18,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     from verifier import progress
 
     progress.add_arguments(parser)
-    parser.add_argument("run_dir", metavar="RUN_DIR", help="A run folder written by `specverify run`.")
+    parser.add_argument("run_dir", metavar="RUN_DIR", help="A run folder written by `specverify run` or `specverify audit` (a self-reported URL audit's folder too: its reports are re-rendered from its sealed report.json).")
     parser.add_argument("--out", metavar="DIR", default=None, help="Write the reports here instead of RUN_DIR. Default: RUN_DIR.")
     parser.add_argument("--allow-partial", action="store_true",
                         help="Report on the samples present when chunk files are missing or unreadable (the report says "
@@ -49,6 +49,16 @@ def _report(args: argparse.Namespace) -> int:
     from verifier.reports import cache
 
     now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    from verifier.server.folder import not_for_self_reported, rerender_self_reported, self_reported_report
+
+    self_reported = self_reported_report(args.run_dir)
+    if self_reported is not None:  # a URL audit's folder: replies journaled, no sample chunks (verifier.server.folder)
+        if args.recompute:
+            raise not_for_self_reported("report --recompute", args.run_dir)
+        report = rerender_self_reported(args.run_dir, self_reported, args.out, now)
+        code = int(report.get("exit_code", 0))
+        print_outcome(SimpleNamespace(report=report, exit_code=code, run_dir=args.out or args.run_dir))
+        return code
     hit = None if args.recompute else cache.try_rerender(args.run_dir, args.out, args.allow_partial, now)
     if hit is not None:  # same inputs: no torch import, no model, no statistic
         report, _stage = hit
