@@ -183,3 +183,24 @@ def test_a_bias_that_rests_on_the_logprob_convention_says_so(servers, tmp_path):
     assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
     reason = report["decoders"][0]["reason"]
     assert "assumes the server reports processed logprobs" in reason and "--reported-logprobs raw" in reason, reason
+
+
+@pytest.mark.full  # ~15 s: one more server and an audit through HTTP; the correct-server test runs the matching check
+def test_a_reference_serving_another_model_is_no_accusation(servers, tmp_path):
+    """The correct server audited with a --reference-url that serves ``tabular:unigram3`` (speculation off; first-token
+    TV ~0.3 from trigram3 at the prompt).  gof@1 tests the samples against the reference's prompt law, so before the
+    reference guard it rejected (a false BIAS, the break-it finding of session 9).  The audited server's own one-token row
+    now shows the two servers disagree: UNDERPOWERED naming the mismatch, never BIAS.  Seed 3, family alpha 0.001,
+    n = 600: gof@1 alone rejects a 0.3 TV with power ~1."""
+    proc, other = start_serve("reference", "tabular:unigram3", 0)
+    try:
+        run_dir = tmp_path / "run"
+        done = audit(["--url", servers["reference"], "--reference-url", other, "--design", "self-reported", *COMMON,
+                      "--num-samples", "600", "--target-tv", "0.15", "--collisions", "0", "--run-dir", str(run_dir)])
+    finally:
+        stop(proc)
+    assert done.returncode == 4, done.stdout[-3000:] + done.stderr[-3000:]
+    report, cells = _cells(run_dir)
+    assert cells["gof@1"]["verdict"] == "BIAS"  # the cell itself still sees the difference
+    assert "reports another law than the audited server" in report["decoders"][0]["reason"]
+    assert report["design"]["reference_prompt_law_tv"][0]["tv"] > 0.15

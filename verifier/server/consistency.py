@@ -35,11 +35,12 @@ import numpy as np
 
 from verifier.server.reported_law import ReportedLaw, Undefined, law_tv, rebuild_law
 
-__all__ = ["choose_positions", "compare", "ConsistencyResult", "consistency_cell", "consistency_guard",
+__all__ = ["choose_positions", "compare", "ConsistencyResult", "consistency_cell", "consistency_guard", "reference_guard", "REFERENCE_MISMATCH",
            "FINDING", "STREAM"]
 
 STREAM = 0xC0DE  # the consistency sample's generator stream (beside the audit seed)
 FINDING = "reported logprobs differ with speculation on"
+REFERENCE_MISMATCH = "the --reference-url server reports another law than the audited server"
 
 
 def choose_positions(laws, count: int, seed: int) -> list[tuple[int, int]]:
@@ -176,3 +177,26 @@ def consistency_guard(verdict, cell, target_tv: float, independent_tests: Sequen
     verdict.verdict = UNDERPOWERED
     verdict.expectation_met = False
     verdict.reason = f"{why} (the cells alone: {verdict.reason})"
+
+
+def reference_guard(verdict, checks: Sequence[dict], target_tv: float) -> None:
+    """With ``--reference-url`` the prompt law of ``gof@1`` comes from the reference server; the audited server's own
+    one-token row at each prompt (a one-token request drafts nothing) is compared with it (``checks``: one dict per
+    prompt, ``tv`` = TV of the two rebuilt laws or None when the audited server's row defines no law, ``where``).
+    Above ``target_tv`` the two servers do not serve the same law, so a ``gof@1`` BIAS would accuse the audited
+    server's sampler of the reference's difference: PASS or BIAS -> UNDERPOWERED, unless a cell that uses only the
+    audited server's own rows (``pit``, the collision cells) found the bias, which stands."""
+    from verifier.runner.verdict import BIAS, CELL_BIAS, PASS, UNDERPOWERED
+
+    bad = [c for c in checks if c.get("tv") is None or c["tv"] > target_tv]
+    if not bad or verdict.verdict not in (PASS, BIAS):
+        return
+    if verdict.verdict == BIAS and any(c.verdict == CELL_BIAS and c.test != "gof@1" for c in verdict.cells):
+        return
+    first = bad[0]
+    how = ("defines no law" if first.get("tv") is None else f"TV {first['tv']:.3g} > target TV {target_tv:g}")
+    verdict.verdict = UNDERPOWERED
+    verdict.expectation_met = False
+    verdict.reason = (f"{REFERENCE_MISMATCH} at {first['where']} (the audited server's own one-token row: {how}): the "
+                      "two do not serve the same target and sampling, so gof@1 cannot certify (or accuse) the audited "
+                      f"sampler; check --reference-url (the cells alone: {verdict.reason})")

@@ -207,9 +207,10 @@ def run_self_reported(spec: SelfReportedSpec) -> int:
     """
     from verifier.runner import speculation
     from verifier.runner.verdict import cell_level, decide, exit_code, more_rows_advice
-    from verifier.server.consistency import choose_positions, compare, consistency_cell, consistency_guard
+    from verifier.server.consistency import (choose_positions, compare, consistency_cell, consistency_guard,
+                                             reference_guard)
     from verifier.server.metrics import counter_delta, read_counters
-    from verifier.server.reported_law import Undefined, rebuild_law
+    from verifier.server.reported_law import Undefined, law_tv, rebuild_law
     from verifier.server.self_reported import position_laws, self_reported_cells, undefined_guard
 
     started = time.monotonic()
@@ -226,7 +227,7 @@ def run_self_reported(spec: SelfReportedSpec) -> int:
     label = spec.sampling.label()
     bias_tests = 2 + (2 if spec.collisions >= 2 else 0)
     cell_alpha = cell_level(spec.alpha, bias_tests * len(spec.prompts), "gate")
-    cells, extra_cells, sets, laws_all, spec_entries = [], [], [], [], []
+    cells, extra_cells, sets, laws_all, spec_entries, reference_checks = [], [], [], [], [], []
     from verifier.server.decoder import request_seed
 
     for p_index, prompt in enumerate(spec.prompts):
@@ -251,6 +252,12 @@ def run_self_reported(spec: SelfReportedSpec) -> int:
             raise SamplingRefusedError(f"the server's reported logprobs at prompt {prompt[:8]} define no law "
                                        f"({prompt_law.reason}); allowed: a server that reports its top logprobs "
                                        f"(--logprobs K with --top-k <= K)")
+        if ref is not main:  # the reference's law must be the audited server's own (consistency.reference_guard)
+            own = main.send("prompt-law-own", [(f"own prompt law of prompt {p_index}", _body(spec, prompt, 1, rseed),
+                                                1, 1)])[0][0]
+            own_law = rebuild_law((own.top_logprobs or [None])[0], spec.sampling, convention, vocab_size=spec.vocab_size)
+            reference_checks.append({"where": f"prompt {p_index}", "tv": None if isinstance(own_law, Undefined)
+                                     else float(law_tv(own_law, prompt_law))})
         # 2. n
         n = spec.num_samples or _plan_n(spec, prompt_law, cell_alpha)
         print(f"prompt {p_index}: {n} completions of {spec.max_new_tokens} tokens" +
@@ -319,6 +326,7 @@ def run_self_reported(spec: SelfReportedSpec) -> int:
         undefined_guard(verdict, laws, spec.target_tv)
     for cell in extra_cells:
         consistency_guard(verdict, cell, spec.target_tv)
+    reference_guard(verdict, reference_checks, spec.target_tv)
     speculation.apply_guard(verdict, speculation.summarize(spec_entries))
     if verdict.verdict == "BIAS DETECTED" and (spec.sampling.temperature != 1.0 or (spec.sampling.top_p or 1.0) < 1.0):
         # the rebuilt law applies the sampling to the rows when they are raw: rows that were already processed
@@ -328,7 +336,7 @@ def run_self_reported(spec: SelfReportedSpec) -> int:
                            f"if it reports {other} ones, rerun with --reported-logprobs {other} before concluding")
     verdict.cells = cells + extra_cells
     code = exit_code([verdict])
-    report = _report(spec, verdict, sets, code, time.monotonic() - started, reference, convention)
+    report = _report(spec, verdict, sets, code, time.monotonic() - started, reference, convention, reference_checks)
     from verifier.reports import write_reports
 
     write_reports(report, spec.run_dir)
@@ -370,7 +378,8 @@ def _collision_cell(cell_id: str, kind: str, got: list[Completion], spec: SelfRe
                "distinct_completions": len({tuple(c.token_ids) for c in got})}, **meta)
 
 
-def _report(spec: SelfReportedSpec, verdict, sets: list[dict], code: int, seconds: float, reference, convention) -> dict:
+def _report(spec: SelfReportedSpec, verdict, sets: list[dict], code: int, seconds: float, reference, convention,
+            reference_checks: list[dict]) -> dict:
     import importlib.metadata as md
     import os
 
@@ -398,6 +407,7 @@ def _report(spec: SelfReportedSpec, verdict, sets: list[dict], code: int, second
         "decoders": [verdict.to_dict()], "sample_sets": sets, "cells": cells, "stopped": [],
         "samples_missing": 0, "samples_planned": sum(s["samples"] for s in sets),
         "design": {"name": DESIGN, "url": spec.url, "api": spec.api, "reference": reference, "convention": convention,
+                   "reference_prompt_law_tv": reference_checks,
                    "logprobs": spec.logprobs, "collisions": spec.collisions,
                    "consistency_positions": spec.consistency_positions},
         "run": {"run_id": spec.run_dir.name, "stage_seconds": {"audit": seconds},
