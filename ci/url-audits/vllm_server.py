@@ -5,7 +5,7 @@ CONTROL servers with one CPU defect of reports/audits/vllm-0.32.0/FINDINGS.md fi
 `python -m verifier.cli audit --url ... --api openai-completions`, copies the reports to
 reports/audits/vllm-server-0.32.0/<config>/ and stops the server (also on Ctrl-C or an error).
 
-    python ci/url-audits/vllm_server.py [--num-samples N]      # not run by .ci/run: ~2 min per server start
+    python ci/url-audits/vllm_server.py [--num-samples N] [--only CONFIG,...] [--work-dir DIR]   # not run by .ci/run: ~2 min per server start
 """
 
 from __future__ import annotations
@@ -25,9 +25,13 @@ sys.path.insert(0, str(REPO))
 
 CONFIGS = [  # (folder, k, sampling flags, patches)
     ("t1-k1", 1, ["--temperature", "1.0"], ()),
+    ("t1-k3", 3, ["--temperature", "1.0"], ()),
     ("control-cpu-expand-t1-k1", 1, ["--temperature", "1.0"], ("cpu_expand",)),
     ("t07-topk8-k1", 1, ["--temperature", "0.7", "--top-k", "8"], ()),
     ("control-both-t07-topk8-k1", 1, ["--temperature", "0.7", "--top-k", "8"], ("cpu_expand", "empty_top_k")),
+    ("control-cpu-expand-t1-k3", 3, ["--temperature", "1.0"], ("cpu_expand",)),
+    ("t07-topk8-k3", 3, ["--temperature", "0.7", "--top-k", "8"], ()),
+    ("control-both-t07-topk8-k3", 3, ["--temperature", "0.7", "--top-k", "8"], ("cpu_expand", "empty_top_k")),
 ]
 
 
@@ -38,6 +42,9 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--num-samples", type=int, default=1000)
     parser.add_argument("--only", default=None, help="comma-separated config folders")
+    parser.add_argument("--work-dir", default=None,
+                        help="keep each audit's run folder here (<work-dir>/<config>: samples and reply journal, for "
+                        "`specverify report` / `diagnose`); default: a temporary folder, removed")
     args = parser.parse_args()
     install = VLLMInstall.require_installed()
     out_root = REPO / "reports" / "audits" / "vllm-server-0.32.0"
@@ -49,7 +56,7 @@ def main() -> int:
             up = time.time() - start
             model = json.loads(urllib.request.urlopen(server.base_url + "/v1/models").read())["data"][0]["id"]
             with tempfile.TemporaryDirectory() as tmp:
-                run = Path(tmp) / "run"
+                run = Path(args.work_dir) / name if args.work_dir else Path(tmp) / "run"
                 cmd = [sys.executable, "-m", "verifier.cli", "audit", "--url", server.base_url, "--model", model,
                        "--api", "openai-completions", "--target", "shipped:target", "--num-draft-tokens", str(k),
                        *flags, "--num-samples", str(args.num_samples), "--run-dir", str(run), "--no-progress"]
