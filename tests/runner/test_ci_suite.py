@@ -76,8 +76,8 @@ def assert_matches_golden(report: dict) -> None:
     (tests/runner/data/ci_cells_golden.json, written from ``specverify run suites/ci.toml`` at commit
     20a4b8c): scale work must not move a result.  Tabular cells are bit-identical; the shipped
     transformer's float32 output layer now runs on the scored positions only (``logits_to_keep``),
-    which moves its probs by float32 rounding: asymptotic p-values by < 1e-4 relative, Monte Carlo
-    ones within Monte Carlo error.  Issue 28: the Monte Carlo cells (13 of 44 moved, every verdict
+    which moves its probs by float32 rounding -- and float32 rounding differs across CPUs, so shipped cells are
+    compared by result (below), tabular ones to 1e-12 and Monte Carlo ones within Monte Carlo error.  Issue 28: the Monte Carlo cells (13 of 44 moved, every verdict
     the same; two small-sample gof cells now report the other pooling) were regenerated when null
     streams stopped being seeded by the law's bytes (verifier.stats.montecarlo._seed): seeded so,
     another CPU's float32 rounding of the shipped law drew an independent null and
@@ -89,9 +89,20 @@ def assert_matches_golden(report: dict) -> None:
     assert set(cells) == set(golden["cells"])
     for cid, want in golden["cells"].items():
         got = cells[cid]["pvalue"]
+        if "@shipped/" in cid:
+            # The shipped transformer runs in float32: its law differs in the last bits across CPUs (AMD EPYC vs
+            # Intel Xeon, thread count), which flips a sampled token wherever a uniform falls within rounding of a
+            # CDF edge, so its samples -- and p-values -- are not bit-stable across machines (measured on a fresh
+            # Intel Xeon: the reference's gof@2 0.486 -> 0.454, kv_not_rolled_back's gof@2 2.0709e-278 ->
+            # 2.0703e-278; 2 threads vs xdist workers moved them differently).  What must not move is the result:
+            # a cell that rejected (p <= 1e-4, the Monte Carlo floor 1e-5 included) still rejects, and one far
+            # from rejecting (p > 0.01; every cell's corrected alpha is below that) stays so.
+            assert want["pvalue"] <= 1e-4 or want["pvalue"] > 0.01, (cid, want)  # the golden file has no middle case
+            assert (got <= 1e-4) if want["pvalue"] <= 1e-4 else (got > 0.01), (cid, got, want)
+            continue
         if "monte-carlo" in want["method"]:
             tol = 4 * (want["pvalue"] * (1 - want["pvalue"]) / 1000) ** 0.5 + 1e-3
         else:
-            tol = (1e-4 if "@shipped/" in cid else 1e-12) * abs(want["pvalue"])
+            tol = 1e-12 * abs(want["pvalue"])  # tabular pairs: float64 laws, bit-identical samples
         assert abs(got - want["pvalue"]) <= tol, (cid, got, want)
 
