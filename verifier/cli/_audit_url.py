@@ -56,7 +56,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="completions per request (`n`; openai-completions only). Default: 1")
     group.add_argument("--logprobs", type=int, default=None, metavar="K",
                        help="also ask for the top-K logprobs of each emitted token (kept in the response journal); known target: "
-                            "the numeric floor's K. Default: none (the floor asks for 20)")
+                            "the numeric floor's K (above the server's cap -- vLLM --max-logprobs, default 20 -- the server refuses the "
+                            "request: exit 2). Default: none (the floor asks for 20)")
     group.add_argument("--speculation", choices=("server", "on", "off"), default="server",
                        help="llama-server: switch speculation per request (speculative.n_max = --num-draft-tokens, or 0); "
                             "'server' sends no switch. Default: server")
@@ -150,8 +151,9 @@ def route_url(args: argparse.Namespace) -> None:
     if args.floor_positions is not None and not 0 <= args.floor_positions <= MAX_FLOOR_POSITIONS:
         raise invalid_argument("--floor-positions", args.floor_positions, f"an integer in 0..{MAX_FLOOR_POSITIONS} "
                                "(0: no numeric floor)")
-    if args.logprobs is not None and not 1 <= args.logprobs <= 20:
-        raise invalid_argument("--logprobs", args.logprobs, "an integer in 1..20 (top logprobs per emitted token)")
+    if args.logprobs is not None and args.logprobs < 1:
+        raise invalid_argument("--logprobs", args.logprobs, "an integer >= 1 (top logprobs per emitted token; the "
+                               "server's own cap applies, e.g. vLLM --max-logprobs, default 20)")
     for url in (args.url, args.reference_url):  # checked here: exit 2 before a model is loaded
         if url is not None:
             ServerSettings(url, num_concurrent=args.num_concurrent, max_retries=args.max_retries,
@@ -208,8 +210,9 @@ def _check_self_reported(args: argparse.Namespace, dialect) -> None:
     if not args.prompt_ids:
         raise invalid_argument("--prompt-ids", None, "token ids (comma-separated, repeatable) with --design "
                                "self-reported: without a local tokenizer prompts are sent as ids")
-    if args.logprobs is not None and not 1 <= args.logprobs <= 20:
-        raise invalid_argument("--logprobs", args.logprobs, "an integer in 1..20 (top logprobs per emitted token)")
+    if args.logprobs is not None and args.logprobs < 1:
+        raise invalid_argument("--logprobs", args.logprobs, "an integer >= 1 (top logprobs per emitted token; the "
+                               "server's own cap applies, e.g. vLLM --max-logprobs, default 20)")
     from verifier.cli._audit_common import _sampling
 
     sampling = _sampling(args)
