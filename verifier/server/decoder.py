@@ -100,8 +100,8 @@ class ServerDecoder:
                                      timeout_s=request_timeout_s, api_key_env=api_key_env)
         if isinstance(n_per_request, bool) or not isinstance(n_per_request, int) or not 1 <= n_per_request <= self.dialect.max_n:
             raise invalid_argument("--n-per-request", n_per_request, f"an integer in 1..{self.dialect.max_n} for --api {api}")
-        if logprobs is not None and (isinstance(logprobs, bool) or not isinstance(logprobs, int) or not 1 <= logprobs <= 20):
-            raise invalid_argument("--logprobs", logprobs, "an integer in 1..20 (top logprobs per emitted token)")
+        if logprobs is not None and (isinstance(logprobs, bool) or not isinstance(logprobs, int) or logprobs < 1):
+            raise invalid_argument("--logprobs", logprobs, "an integer >= 1 (top logprobs per emitted token; the server's own cap applies)")
         if speculative is not None and api == "openai-completions":
             raise invalid_argument("--speculation", "on" if speculative else "off", "a per-request switch only with "
                                    "--api llama-server; for an OpenAI server give the speculation-off server as --reference-url")
