@@ -35,7 +35,7 @@ from typing import Any
 from verifier.reports.digest import DIGEST_FIELD, report_digest
 from verifier.runner.inputs_key import KEY_FIELD, inputs_key, run_inputs_key
 
-__all__ = ["inputs_key", "run_inputs_key", "cached_report", "rerender", "try_rerender", "report_digest", "verdicts_disagree",
+__all__ = ["inputs_key", "run_inputs_key", "cached_report", "rerender", "try_rerender", "report_digest", "verdicts_disagree", "seal_problem",
            "KEY_FIELD", "DIGEST_FIELD"]
 
 _EXIT_OK, _EXIT_BIAS, _EXIT_DECODER, _EXIT_UNDERPOWERED = 0, 1, 3, 4  # verifier.errors (torch-free copy)
@@ -94,13 +94,7 @@ def try_rerender(run_dir: str | Path, out_dir: str | Path | None, allow_partial:
     report = cached_report(run_dir, key) if key else None
     if report is None:
         return None
-    stored = report["run"].get(DIGEST_FIELD)
-    why = None
-    if stored != report_digest(report):  # edited (or written before the seal): the samples decide
-        why = ("has no run.report_sha256 (written by an older version)" if stored is None else
-               "does not match its own digest run.report_sha256 (edited by hand or corrupted)")
-    else:
-        why = verdicts_disagree(report)
+    why = seal_problem(report)
     if why is not None:
         import sys
 
@@ -114,6 +108,16 @@ def try_rerender(run_dir: str | Path, out_dir: str | Path | None, allow_partial:
     except ReportWriteError as exc:  # the same hint as the runner's
         raise ReportWriteError(f"{exc}; the samples are kept in {Path(run_dir) / 'samples'} -- rerun "
                                f"`specverify report {run_dir} --out DIR` with a writable DIR") from None
+
+
+def seal_problem(report: dict[str, Any]) -> str | None:
+    """Why a report.json cannot be re-rendered as it stands (None: it can): no seal ``run.report_sha256``, a seal
+    that does not match (edited by hand or corrupted), or verdicts that do not follow from its cells."""
+    stored = report["run"].get(DIGEST_FIELD)
+    if stored != report_digest(report):  # edited (or written before the seal)
+        return ("has no run.report_sha256 (written by an older version)" if stored is None else
+                "does not match its own digest run.report_sha256 (edited by hand or corrupted)")
+    return verdicts_disagree(report)
 
 
 def cached_report(run_dir: str | Path, key: str) -> dict[str, Any] | None:

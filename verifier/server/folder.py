@@ -80,23 +80,15 @@ def rerender_self_reported(run_dir: str | Path, report: dict[str, Any], out_dir:
         ``out_dir`` cannot be written.
     """
     from verifier.reports import write_reports
-    from verifier.reports.cache import verdicts_disagree
-    from verifier.reports.digest import DIGEST_FIELD, report_digest
+    from verifier.reports.cache import seal_problem
 
     path = Path(run_dir) / "report.json"
-    run = report.get("run")
-    stored = run.get(DIGEST_FIELD) if isinstance(run, dict) else None
+    if not isinstance(report.get("run"), dict):
+        raise ConfigError(f"{path} is not a report.json the audit wrote (no run record); " + _RERUN.format(run_dir=run_dir))
     try:
-        digest = report_digest(report)
+        why = seal_problem(report)
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"{path} is not a report.json the audit wrote ({exc}); " + _RERUN.format(run_dir=run_dir)) from None
-    why = None
-    if stored is None:
-        why = "has no seal run.report_sha256"
-    elif stored != digest:
-        why = "does not match its own seal run.report_sha256 (edited by hand or corrupted)"
-    else:
-        why = verdicts_disagree(report)
     if why is not None:
         raise ConfigError(f"{path} {why}; its verdict is not re-rendered. To recompute the statistics, "
                           + _RERUN.format(run_dir=run_dir))
