@@ -17,8 +17,8 @@ GOOD = b'{"prompt_id": "p0", "prompt_token_ids": [0, 1], "emitted_token_ids": [1
 @pytest.mark.parametrize("name, data, where", [
     ("latin1.jsonl", GOOD + b'{"prompt_id": "p\xff0", "emitted_token_ids": [1]}\n', "line 2"),
     ("plain.jsonl.gz", GOOD, "line 1"),  # named .gz, not gzip
-    ("truncated.jsonl.gz", gzip.compress(GOOD * 50)[:40], "line 1"),
-])
+    ("truncated.jsonl.gz", gzip.compress(GOOD * 50, mtime=0)[:40], "line 1"),
+], ids=["latin1", "plain-named-gz", "truncated-gz"])  # fixed ids and mtime: xdist workers must collect the same names
 def test_unreadable_sample_file_is_a_usage_error(tmp_path, capsys, name, data, where):
     path = tmp_path / name
     path.write_bytes(data)
