@@ -23,12 +23,14 @@ class TableSampler:
     a decoder whose output law is at TV ``bias * TV(target, draft)`` from the target's.
     ``sharpen`` != 1 raises every row to that power and renormalises (a temperature error:
     ``sharpen = 1 / T_used`` for a target meant to run at T = 1).
+    ``paired_rows`` makes rows ``2i`` and ``2i + 1`` share one random stream (the second repeats the
+    first): every marginal and joint law stays the target's, only the collision cell can see it.
     """
 
     def __init__(self, target_model: TabularLM, draft_model: TabularLM, bias: float = 0.0,
                  crash_after_calls: int | None = None, garbage: bool = False, sleep_s: float = 0.0,
                  report_accepted: bool = False, num_draft_tokens: int = 1, sharpen: float = 1.0,
-                 stats_rows: int | None = None) -> None:
+                 stats_rows: int | None = None, paired_rows: bool = False) -> None:
         self.target, self.draft = target_model, draft_model
         self.table = target_model.float_table()
         mix = draft_model.float_table()
@@ -44,6 +46,7 @@ class TableSampler:
         self.report_accepted = report_accepted
         self.stats_rows = stats_rows  # report_accepted with arrays of this length (a malformed figure) instead of num_samples
         self.last_stats = None
+        self.paired_rows = paired_rows
         self.name = "table-sampler"
 
     def generate(self, prompt_ids, num_samples, max_new_tokens, sampling, seed):
@@ -71,6 +74,8 @@ class TableSampler:
             bad = np.full(out.shape, np.nan)  # a NaN probability row cast to ids
             with np.errstate(invalid="ignore"):
                 return bad.astype(np.int64)
+        if self.paired_rows:  # BUG on purpose: two requests per random stream
+            out[1::2] = out[0:num_samples - 1:2]
         if self.report_accepted:  # a plain sampler "accepts" nothing: a wrong accepted-count law
             rows = num_samples if self.stats_rows is None else self.stats_rows
             self.last_stats = DecoderStats(rounds=num_samples, accepted_counts=np.zeros(rows, np.int64),

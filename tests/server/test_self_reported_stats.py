@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from verifier.sampling import SamplingConfig, processed_probs
-from verifier.server.collisions import collision_test, identical_pairs, poisson_binomial_sf
+from verifier.stats.collisions import collision_test, identical_pairs, poisson_binomial_sf
 from verifier.server.reported_law import ReportedLaw, Undefined, law_tv, rebuild_law
 
 

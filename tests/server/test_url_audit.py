@@ -143,3 +143,30 @@ def test_concurrency_levels_find_a_defect_that_appears_only_under_load(tmp_path)
     verdicts = {d["decoder"]: d["verdict"] for d in _report(run_dir)["decoders"]}
     assert verdicts["c8"] == "BIAS DETECTED"
     assert verdicts["c1"] != "BIAS DETECTED"  # UNDERPOWERED at n = 600 for TV 0.05, never rejected
+
+
+@pytest.mark.full  # 40-80 s: two URL audit decoders of 800 requests; tests/runner/test_collision_cell.py is the quick one
+def test_unseeded_factor_finds_requests_that_share_a_random_stream(tmp_path):
+    """``--unseeded`` against ``specverify serve --defect paired-unseeded`` (unseeded requests 2i and 2i + 1 in
+    arrival order get one seed; seeded requests are correct).  One request in flight, so arrival order is send
+    order and every one of the 400 pairs of the unseeded decoder is identical, where the exact 3-token law of
+    trigram3 (k = 2, T = 1) expects 400 * sum_x P(x)^2 of them: the collision cell rejects far below alpha.
+    Each completion still has the target's law, so the seeded decoder (c1) must not be BIAS (false-fail rate
+    <= 0.001), and the unseeded one is BIAS DETECTED through its collision cell."""
+    from tests.server.conftest import start_serve, stop
+
+    proc, url = start_serve("reference", "tabular:trigram3", 2, "--defect", "paired-unseeded")
+    try:
+        run_dir = tmp_path / "run"
+        done = audit(["--url", url, *COMMON, "--num-samples", "800", "--num-concurrent", "1", "--unseeded",
+                      "--floor-positions", "0", "--run-dir", str(run_dir)])
+    finally:
+        stop(proc)
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
+    report = _report(run_dir)
+    verdicts = {d["decoder"]: d["verdict"] for d in report["decoders"]}
+    assert verdicts["c1-unseeded"] == "BIAS DETECTED" and verdicts["c1"] != "BIAS DETECTED", verdicts
+    cells = {(c["decoder"], c["test"]): c for c in report["cells"]}
+    bad = cells[("c1-unseeded", "collision@1..3")]
+    assert bad["verdict"] == "BIAS" and bad["statistic"] == 400 and bad["pvalue"] < 1e-50
+    assert cells[("c1", "collision@1..3")]["verdict"] == "PASS"

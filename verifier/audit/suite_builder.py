@@ -277,10 +277,10 @@ def plan_audit(spec: AuditSpec, *, base_dir: str | Path = ".", pair: Any = None)
         while depth < min(max_new_tokens, MAX_GOF_POSITION) and support ** depth <= MAX_PREFIXES:
             depth += 1
         positions = depth
-    joint = min(MAX_JOINT_TOKENS, max_new_tokens, positions) if "joint" in spec.tests or "surprisal" in spec.tests else 0
+    joint = min(MAX_JOINT_TOKENS, max_new_tokens, positions) if {"joint", "surprisal", "collision"} & set(spec.tests) else 0
     laws = _laws(pair, prompts, spec.sampling, positions, joint)  # pooled where too large: J is never lowered for V
     pooled_cells = [f"gof@{t}" for t in range(1, positions + 1) if any(law.pooled(t) for law in laws)]
-    pooled_cells += [f"joint@1..{joint}", f"surprisal@1..{joint}"] if any(law.joint_keys is not None for law in laws) else []
+    pooled_cells += [f"joint@1..{joint}", f"surprisal@1..{joint}", f"collision@1..{joint}"] if any(law.joint_keys is not None for law in laws) else []
     for note in sorted({law.note() for law in laws if law.note()}):
         notes.append(f"{', '.join(pooled_cells)}: expected laws {note}; these cells test the pooled categories "
                      "(data-blind: chosen from the target alone)")
@@ -289,7 +289,8 @@ def plan_audit(spec: AuditSpec, *, base_dir: str | Path = ".", pair: Any = None)
     # the bias cells the verdict corrects over (as verifier.runner.cells.count_cells); `accepted` is the
     # acceptance audit beside the verdict, never a bias cell, so it is neither counted nor planned
     per_prompt = (len(gof_positions) * ("gof" in spec.tests) + int("joint" in spec.tests and joint >= 2)
-                  + int("surprisal" in spec.tests and joint >= 1) + int("pit" in spec.tests))
+                  + int("surprisal" in spec.tests and joint >= 1) + int("pit" in spec.tests)
+                  + int("collision" in spec.tests and joint >= 1))
     level = cell_level(spec.alpha, per_prompt * len(prompts), "gate")
 
     needed: dict[str, int | None] = {}

@@ -127,6 +127,7 @@ def _print_summary(outcome, plan: dict) -> None:
 def _run_known_p(args, sampling) -> int:
     from verifier.audit.sequential import PLAN_FILE, plan_record
     from verifier.audit.suite_builder import DEFAULT_TARGET_TV, AuditSpec, plan_audit, suite_toml
+    from verifier.cli._audit_url import URL_TESTS
     from verifier.pipeline import run_audit
     from verifier.runner.run import load_run_suite, new_run_dir
 
@@ -156,7 +157,9 @@ def _run_known_p(args, sampling) -> int:
                          target_tv=DEFAULT_TARGET_TV if args.target_tv is None else args.target_tv,
                          alpha=(args.alpha / 2 if seq else args.alpha) / max(1, len(getattr(args, "url_variants", ()))),
                          variants=tuple(getattr(args, "url_variants", ())), seed=args.seed, options=dict(args.option),
-                         chunk_size=args.chunk_size, device=args.device, dtype=args.dtype, acceptance=args.acceptance)
+                         chunk_size=args.chunk_size, device=args.device, dtype=args.dtype, acceptance=args.acceptance,
+                         # a URL audit also tests independence: identical pairs of requests vs the exact collision prob
+                         **({"tests": URL_TESTS} if getattr(args, "url", None) else {}))
         audit_plan = plan_audit(spec, pair=pair)
         for line in _blind_notes(pair, audit_plan.prompts, sampling, args.blind_tolerance, args.blind_rules, args.decoder):
             print(line)

@@ -30,11 +30,12 @@ from pathlib import Path
 from verifier.errors import invalid_argument
 
 __all__ = ["add_arguments", "route_url", "bind_blackbox_journals", "run_self_reported", "floor_plan", "measure_url_floor",
-           "URL_DECODER", "DESIGNS"]
+           "URL_DECODER", "DESIGNS", "URL_TESTS"]
 
 DESIGNS = ("known-target", "two-sample", "self-reported")
 
 URL_DECODER = "verifier.server.decoder:decoder"  # the plugin factory a URL audit's suite names
+URL_TESTS = ("gof", "joint", "surprisal", "pit", "collision", "accepted")  # known target: + the collision cell
 MAX_FLOOR_POSITIONS = 1000  # --floor-positions: one request each, per prompt and sampling config
 
 
@@ -67,6 +68,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--mixed-batch", action="store_true",
                        help="design factor: also audit with background requests in flight (greedy and T=0.5 rows, a longer "
                             "prompt) sharing the server's batches with the audited ones")
+    group.add_argument("--unseeded", action="store_true",
+                       help="design factor (known target): also audit requests that carry no seed field (the server's own "
+                            "randomness); its collision cell sees requests that share one random stream")
     group.add_argument("--n-levels", default=None, metavar="N,N,...",
                        help="design factor (openai-completions): completions per request, e.g. 1,4 (`n = 1` vs `n > 1`)")
     group.add_argument("--speculation-unverified", action="store_true",
@@ -183,8 +187,8 @@ def route_url(args: argparse.Namespace) -> None:
         args.reference_option = list(ref_options.items())
     args.url_engine = server_description(args.url, args.api, args.api_key_env)  # audit.json: the matrix row
     args.url_variants = _variants(args)
-    if (args.concurrency_levels or args.mixed_batch or args.n_levels) and args.url_described["reference"]:
-        raise invalid_argument("--concurrency-levels/--mixed-batch/--n-levels", True, "the known-target design (no "
+    if (args.concurrency_levels or args.mixed_batch or args.n_levels or args.unseeded) and args.url_described["reference"]:
+        raise invalid_argument("--concurrency-levels/--mixed-batch/--n-levels/--unseeded", True, "the known-target design (no "
                                "--reference-url/--reference-off): each level is its own decoder against the target law")
     print(f"URL audit of {args.url} ({args.api}" + (f", model {args.model}" if args.model else "") +
           f", {args.num_concurrent} in flight" + (f", two-sample against {args.url_described['reference']}"
@@ -199,6 +203,7 @@ def _check_self_reported(args: argparse.Namespace, dialect) -> None:
     for flag, bad in (("--target", args.target), ("--reference-off", args.reference_off), ("--resume", args.resume),
                       ("--prompt", args.prompt[:1] or None), ("--concurrency-levels", args.concurrency_levels),
                       ("--mixed-batch", args.mixed_batch or None), ("--n-levels", args.n_levels),
+                      ("--unseeded", args.unseeded or None),
                       ("--sequential", args.sequential or None), ("--export", args.export)):
         if bad:
             raise invalid_argument(flag, bad, "not with --design self-reported (no local model; the speculation-off "
@@ -330,6 +335,8 @@ def _variants(args: argparse.Namespace) -> list[tuple[str, dict]]:
         out.append((f"n{n}", {"n_per_request": n}))
     if args.mixed_batch:
         out.append((f"c{args.num_concurrent}-mixed", {"background": {"concurrent": max(2, args.num_concurrent)}}))
+    if getattr(args, "unseeded", False):
+        out.append((f"c{args.num_concurrent}-unseeded", {"seeded": False}))
     if out and not any(name == f"c{args.num_concurrent}" for name, _ in out) and not args.concurrency_levels:
         out.insert(0, (f"c{args.num_concurrent}", {}))  # the plain level beside the factor levels
     return out or [(args.api, {})]  # one decoder, named after the server kind (reports, junit, the matrix)

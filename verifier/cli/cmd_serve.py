@@ -29,11 +29,12 @@ def register(parser: argparse.ArgumentParser) -> None:
                              "in flight are served by this registered decoder (e.g. full_p_fallback). Default: none")
     parser.add_argument("--busy-above", type=int, default=2, metavar="N", help="with --busy-decoder. Default: 2")
     parser.add_argument("--defect", action="append", default=[], metavar="NAME",
-                        choices=("shared-seed", "spec-logprobs", "cold-logprobs"),
+                        choices=("shared-seed", "spec-logprobs", "cold-logprobs", "paired-unseeded"),
                         help="a field bug on purpose (repeatable): shared-seed = every request sampled with one seed "
                              "(request seeds ignored, unseeded requests too); spec-logprobs = logprobs reported from the "
                              "draft when speculation is on; cold-logprobs = logprobs reported at 0.4x the temperature "
-                             "(sampling unchanged: another numeric path). Default: none")
+                             "(sampling unchanged: another numeric path); paired-unseeded = unseeded requests share one "
+                             "random stream per two arrivals (seeded requests correct). Default: none")
     parser.add_argument("--duration", type=float, default=None, metavar="SECONDS",
                         help="stop after this many seconds. Default: until Ctrl-C")
 

@@ -21,6 +21,12 @@ Cells of one sample set (decoder, prompt, sampling config, num_draft_tokens):
     ``u = F(x^-) + V * p(x)`` with tokens ordered by target prob descending and ``V`` from a
     generator independent of the decoder's; under the null the u's are iid Uniform(0, 1):
     one-sample Kolmogorov-Smirnov test (scipy).  Its effect and MDE are KS distances.
+``collision@1..J``
+    Identical disjoint pairs of whole continuations (the first J emitted tokens, rows ``2i`` and
+    ``2i + 1`` in sampling order) against the exact collision probability: one-sided exact
+    Poisson-binomial test (:mod:`verifier.stats.collisions`).  Only a decoder whose rows are not
+    independent (a shared or repeated random stream, an ignored seed) fails it; every other cell
+    sees one row at a time.  Its effect and MDE are an excess per-pair collision probability.
 ``accepted``
     Not a bias cell: the test name asks for the acceptance audit (:mod:`verifier.runner.acceptance`),
     reported beside the verdict; only a decoder declaring ``acceptance = "canonical"`` gets its
@@ -49,7 +55,7 @@ from scipy import stats as sps
 from verifier.protocols import PADDING_TOKEN_ID
 from verifier.stats.pooling import pool_categories
 
-__all__ = ["CellResult", "violation_text", "n_needed_for", "gof_cell", "surprisal_cell", "pit_cell", "randomized_pit", "token_counts", "joint_counts"]
+__all__ = ["CellResult", "violation_text", "n_needed_for", "gof_cell", "surprisal_cell", "pit_cell", "collision_cell", "randomized_pit", "token_counts", "joint_counts"]
 
 CI_LEVEL = 0.95  # confidence of the effect (TV) interval shown in reports
 ENDED = -1  # category index meaning "the row had already ended (EOS) before this position"
@@ -257,6 +263,50 @@ def surprisal_cell(cell_id: str, counts: np.ndarray, expected_probs: np.ndarray,
         cell_alpha=cell_alpha, support_violation=violation,
         extra={"entropy": res.entropy, "varentropy": res.varentropy, "num_resamples": res.num_resamples}, **meta,
     )
+
+
+def collision_cell(cell_id: str, window: np.ndarray, row_probs: np.ndarray, collision_prob: float, *, cell_alpha: float,
+                   power: float, **meta: Any) -> CellResult:
+    """Collision test of a sample set's rows in sampling order (module docstring, ``collision@1..J``).
+
+    Parameters
+    ----------
+    window : np.ndarray, shape (rows, J), int64
+        The first J emitted tokens of every row, in the order the decoder returned them (padding -1 after EOS).
+    row_probs : np.ndarray, shape (rows,), float64
+        Exact probability of each row's window under the processed target law (a pooled category's
+        mass where the law is pooled: at least the row's own probability, so the test stays valid).
+    collision_prob : float
+        Exact collision probability ``sum_x P(x)^2`` of the window's law (reported).
+    cell_alpha, power : float
+        Per-cell level and the power at which the MDE is stated.
+
+    Returns
+    -------
+    CellResult
+        ``statistic`` = identical pairs; ``effect`` = observed minus expected identical share per pair;
+        ``mde`` in the same unit (``effect_unit = "collision"``).  Fewer than 2 rows: ``n = 0``, p = 1.
+    """
+    from verifier.stats.collisions import collision_test, identical_pairs
+
+    test = meta.pop("test", "collision")
+    rows = int(window.shape[0])
+    if rows < 2:
+        return CellResult(cell_id, test=test, method="fewer than 2 rows: no pair", n=0, statistic=math.nan,
+                          pvalue=1.0, effect_unit="collision", **meta)
+    same = identical_pairs([tuple(r) for r in window.tolist()])
+    res = collision_test(row_probs[0:2 * same.size:2], same, collision_prob=collision_prob, alpha=cell_alpha,
+                         power=power)
+    return CellResult(
+        cell_id, test=test,
+        method=(f"identical disjoint pairs in sampling order, first {window.shape[1]} tokens, one-sided exact "
+                f"Poisson-binomial test against the exact law (collision prob {res.collision_prob:.3g}; "
+                f"{res.statistic} identical of {res.pairs} pairs, {res.expected:.3g} expected; rejects from "
+                f"{res.critical})"),
+        n=res.pairs, statistic=float(res.statistic), pvalue=res.pvalue, effect=res.excess, effect_unit="collision",
+        mde=res.mde, cell_alpha=cell_alpha,
+        extra={"identical_pairs": res.statistic, "expected": res.expected, "collision_prob": res.collision_prob,
+               "critical": res.critical, "distinct_rows": len({tuple(r) for r in window.tolist()})}, **meta)
 
 
 def randomized_pit(tokens: np.ndarray, probs: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, tuple]:

@@ -4,7 +4,7 @@
 * :func:`expected_laws` / :func:`accepted_law` -- the expected laws (:mod:`verifier.runner.expected`),
   cached in the context and enumerated before sampling by :func:`expected_preflight`;
 * :func:`set_cells` -- the bias cells of one sample set (``gof@t``, ``joint@1..J``,
-  ``surprisal@1..J``, ``pit``; ``greedy`` at temperature 0) and :func:`count_cells` their number,
+  ``surprisal@1..J``, ``pit``, ``collision@1..J``; ``greedy`` at temperature 0) and :func:`count_cells` their number,
   which never depends on the decoder's ``last_stats``;
 * :func:`acceptance_cells` -- the acceptance audit and, where declared, the conformance cell;
 * :func:`tv_cells` -- the TV cells as (plan, label, law, tokens -> category ids), for monitors such
@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 import numpy as np
@@ -35,7 +36,7 @@ def position_plan(plan: SampleSetPlan) -> tuple[list[int], int]:
     spec = plan.decoder
     positions = [t for t in spec.gof_positions if t <= plan.max_new_tokens] if "gof" in spec.tests else []
     window = min(spec.joint_tokens, plan.max_new_tokens)
-    jt = window if ("joint" in spec.tests and window == spec.joint_tokens) or "surprisal" in spec.tests else 0
+    jt = window if ("joint" in spec.tests and window == spec.joint_tokens) or {"surprisal", "collision"} & set(spec.tests) else 0
     return positions, jt
 
 
@@ -130,6 +131,13 @@ def set_cells(ctx: SuiteContext, plan: SampleSetPlan, tokens: np.ndarray,
             cells.append(noted(analysis.surprisal_cell(f"{base}/surprisal@1..{jt}", laws.joint_counts(tokens),
                                                        laws.joint, cell_alpha=alpha, power=power, label_fn=tuple_label,
                                                        test=f"surprisal@1..{jt}", **meta), pooled_joint))
+        if jt and "collision" in spec.tests:
+            codes = laws.joint_codes(tokens)
+            probs = np.append(laws.joint, 0.0)[codes]  # the pooled "other" category: its mass (>= the row's own)
+            exact = float(np.dot(laws.joint, laws.joint)) if not pooled_joint else math.nan
+            cells.append(noted(analysis.collision_cell(f"{base}/collision@1..{jt}", tokens[:, :jt], probs, exact,
+                                                       cell_alpha=alpha, power=power, test=f"collision@1..{jt}",
+                                                       **meta), pooled_joint))
     if "pit" in spec.tests:
         u_parts, violations = [], []
         vrng = np.random.default_rng(stream_seed(suite.seed, "pit|" + plan.key))  # independent of the decoder
@@ -210,6 +218,7 @@ def count_cells(plan: SampleSetPlan) -> int:
     n = len([t for t in spec.gof_positions if t <= plan.max_new_tokens]) if "gof" in spec.tests else 0
     n += int("joint" in spec.tests and plan.max_new_tokens >= spec.joint_tokens)
     n += int("surprisal" in spec.tests) + int("pit" in spec.tests)
+    n += int("collision" in spec.tests and plan.max_new_tokens >= 1)
     return n
 
 

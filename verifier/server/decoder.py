@@ -77,6 +77,11 @@ class ServerDecoder:
     require_speculation : bool, default True
         A PASS needs the server's own figures to show drafts (:mod:`verifier.runner.speculation`); False
         (``--speculation-unverified``) accepts a server that exposes none, and the report says so.
+    seeded : bool, default True
+        Send each request's hashed seed; False (``--unseeded``) sends no seed field, so the server's own
+        randomness decides -- the collision cell then sees requests that share one random stream.  An
+        unseeded request's journal key holds the chunk seed and request index (identical bodies stay
+        distinct requests), and the seed contract is not probed.
     draft_declared : bool, default False
         The user named the server's draft model (``--draft MODEL``): the harness may score it (diagnosis,
         canonical acceptance).  False: ``draft_known = False`` (:mod:`verifier.runner.draft`).
@@ -94,7 +99,7 @@ class ServerDecoder:
                  max_retries: int = 5, request_timeout_s: float = 300.0, api_key_env: str | None = None,
                  n_per_request: int = 1, speculative: bool | None = None, logprobs: int | None = None,
                  name: str | None = None, draft_declared: bool = False, background: dict | None = None,
-                 require_speculation: bool = True, probe: bool = True) -> None:
+                 require_speculation: bool = True, seeded: bool = True, probe: bool = True) -> None:
         self.dialect = get_dialect(api)
         self.server = ServerSettings(base_url, num_concurrent=num_concurrent, max_retries=max_retries,
                                      timeout_s=request_timeout_s, api_key_env=api_key_env)
@@ -111,6 +116,9 @@ class ServerDecoder:
             raise invalid_argument("background", background, '{"concurrent": C} with an integer C >= 1, or None')
         self.background = background
         self.require_speculation = bool(require_speculation)
+        if not isinstance(seeded, bool):
+            raise invalid_argument("seeded", seeded, "True (hashed request seeds) or False (no seed field)")
+        self.seeded = seeded
         self.vocab_size, self.eos_token_id, self.num_draft_tokens = int(vocab_size), eos_token_id, int(num_draft_tokens)
         self.model, self.n, self.speculative, self.logprobs = model, n_per_request, speculative, logprobs
         self.name = name or f"{api}@{base_url}"
@@ -156,11 +164,14 @@ class ServerDecoder:
         switch = None if self.speculative is None else self.num_draft_tokens if self.speculative else 0
         for r in range(-(-num_samples // self.n)):
             n = min(self.n, num_samples - r * self.n)
-            rseed = request_seed(seed, prompt, label, r)
+            rseed = request_seed(seed, prompt, label, r) if self.seeded else None
             body = self.dialect.request(prompt, sampling, max_new_tokens, rseed, n=n, logprobs=self.logprobs,
                                         model=self.model, draft_tokens=switch)
-            key = request_key({"api": self.dialect.name, "model": self.model, "body": body,  # + the design factors
-                               "num_concurrent": self.server.num_concurrent, "background": self.background})
+            parts = {"api": self.dialect.name, "model": self.model, "body": body,  # + the design factors
+                     "num_concurrent": self.server.num_concurrent, "background": self.background}
+            if not self.seeded:  # identical bodies: the chunk seed and index keep the requests apart in the journal
+                parts["unseeded_request"] = [int(seed), r]
+            key = request_key(parts)
             requests.append((key, body, n, f"request {r} of chunk seed {seed} (seed {rseed}, {label}, prompt "
                                            f"{prompt[:6]}{'...' if len(prompt) > 6 else ''})"))
         missing = [(i, req) for i, req in enumerate(requests) if self.journal.get(req[0]) is None]
@@ -182,7 +193,7 @@ class ServerDecoder:
             self.journal.sync()
             background_sent, background_failed = load.stop() if load is not None else (0, 0)
         after = read_counters(self.server, self.dialect) if missing else None
-        if missing and self.seed_honoured is None and sampling.temperature > 0:
+        if missing and self.seeded and self.seed_honoured is None and sampling.temperature > 0:
             self.seed_honoured = self._seed_contract(missing[0][1], max_new_tokens)
         rows = np.full((num_samples, max_new_tokens), PADDING_TOKEN_ID, dtype=np.int64)
         drafted = accepted = 0

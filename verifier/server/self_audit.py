@@ -10,7 +10,7 @@ local model.  Per prompt, in this order:
 3. the audited sample: n requests with distinct hashed seeds and the top-K logprobs of every
    emitted token; the server's speculation counters read around it;
 4. the cells ``gof@1`` and ``pit`` (:mod:`verifier.server.self_reported`), the collision cells
-   ``collision-seeded`` / ``collision-unseeded`` (:mod:`verifier.server.collisions`; ``--collisions N``
+   ``collision-seeded`` / ``collision-unseeded`` (:mod:`verifier.stats.collisions`; ``--collisions N``
    completions each, the second without a seed field) and the ``consistency`` cell
    (:mod:`verifier.server.consistency`; ``--consistency-positions`` re-scored with speculation off).
 
@@ -351,7 +351,7 @@ def _collision_cell(cell_id: str, kind: str, got: list[Completion], spec: SelfRe
     import math
 
     from verifier.runner.analysis import CellResult
-    from verifier.server.collisions import collision_test, identical_pairs
+    from verifier.stats.collisions import collision_test, identical_pairs
     from verifier.server.self_reported import path_probs, position_laws
 
     laws = position_laws(got, spec.sampling, convention, spec.vocab_size)

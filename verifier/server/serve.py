@@ -31,7 +31,10 @@ instead of the target's for requests served with speculation on (speculation-off
 target's), so the reported logprobs change with speculation; ``cold-logprobs`` reports every law at
 :data:`COLD_SCALE` times the temperature (logits / (0.4 T)) while sampling at T -- the reported law is
 not the sampled one, as when a server's logprob path runs other weights or numerics than its sampler
-(the known-target floor, :mod:`verifier.server.floor`, must then refuse a PASS).
+(the known-target floor, :mod:`verifier.server.floor`, must then refuse a PASS); ``paired-unseeded`` gives
+the unseeded requests ``2i`` and ``2i + 1`` (in arrival order) one seed, so each completion has the target's
+law and only pairs repeat -- the field's "unseeded requests share one random stream", which every
+marginal cell misses and the collision cell sees (seeded requests are served correctly).
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ DEFECTS = {
     "shared-seed": "every request is sampled with one seed (the request's seed ignored; unseeded requests too)",
     "spec-logprobs": "logprobs are the draft's law when the request is served with speculation on",
     "cold-logprobs": "logprobs are the target's at COLD_SCALE x the temperature (sampling unchanged): another numeric path",
+    "paired-unseeded": "requests without a seed share one random stream per two arrivals (seeded requests are correct)",
 }
 COLD_SCALE = 0.4  # cold-logprobs: the reported law's temperature factor (trigram3 at the standard prompt: TV 0.225)
 SHARED_SEED = 0  # the one seed of the shared-seed defect
@@ -183,6 +187,12 @@ class DecoderServer:
                                   repetition_penalty=float(rep) if rep not in (None, 1, 1.0) else None)
         max_new = int(body.get(max_key) or 16)
         seed = int(body["seed"]) if body.get("seed") is not None else int(np.random.SeedSequence().entropy % (1 << 31))
+        if "paired-unseeded" in self.defects and body.get("seed") is None:
+            with self._lock:
+                self._unseeded = getattr(self, "_unseeded", -1) + 1
+                if self._unseeded % 2 == 0:
+                    self._pair_seed = seed
+                seed = self._pair_seed
         if "shared-seed" in self.defects:
             seed = SHARED_SEED
         busy = self.busy_above is not None and k > 0 and self.in_flight > self.busy_above

@@ -63,7 +63,7 @@ __all__ = [
 ]
 
 SCHEMA_VERSION = 1  # bump when a key changes meaning; old files then fail with a clear message
-TEST_NAMES = ("gof", "joint", "surprisal", "pit", "accepted")  # per-sample-set statistics a decoder can ask for
+TEST_NAMES = ("gof", "joint", "surprisal", "pit", "collision", "accepted")  # per-sample-set statistics a decoder can ask for
 CORRECTIONS = ("gate", "audit")  # gate: Holm(alpha/2) + Cauchy combination(alpha/2); audit: Benjamini-Yekutieli (the cells share samples)
 EXPECTATIONS = ("pass", "detect")
 ACCEPTANCE_RULES = ("any", "canonical")  # "canonical": the accepted-count law is checked (acceptance rule conformance)

@@ -89,23 +89,45 @@ def poisson_binomial_sf(probs: Sequence[float], k: int) -> float:
     >>> round(poisson_binomial_sf([0.5, 0.5], 1), 6)
     0.75
     """
-    pmf = _pmf(np.asarray(probs, dtype=np.float64))
-    return float(min(1.0, pmf[max(0, int(k)):].sum()))
+    pi = np.asarray(probs, dtype=np.float64)
+    return _tail(_pmf(pi), int(k), pi)
 
 
-def _pmf(probs: np.ndarray) -> np.ndarray:
-    pmf = np.ones(1)
+def _pmf(probs: np.ndarray) -> tuple[np.ndarray, float]:
+    """Law of ``S`` on ``0..L-1`` by convolution, and the mass left out above it.  ``L`` caps the support at
+    ``mean + 40 sd + 100`` (the upper tail beyond it is below a Bernstein bound of about 1e-25): the mass
+    that would pass the cap is counted in ``lost`` and :func:`_tail` adds it back, so p-values stay upper
+    bounds, and the cost is O(m L) rather than O(m^2) for many pairs of small collision probability."""
+    mean, var = float(probs.sum()), float((probs * (1.0 - probs)).sum())
+    cap = int(min(probs.size, math.ceil(mean + 40.0 * math.sqrt(var) + 100.0))) + 1
+    pmf, lost = np.ones(1), 0.0
     for p in probs:
-        nxt = np.zeros(pmf.size + 1)
-        nxt[:-1] += pmf * (1.0 - p)
-        nxt[1:] += pmf * p
+        if pmf.size == cap:
+            lost += float(pmf[-1] * p)
+        nxt = np.zeros(min(pmf.size + 1, cap))
+        nxt[:pmf.size] += pmf[:nxt.size] * (1.0 - p)
+        nxt[1:] += pmf[:nxt.size - 1] * p
         pmf = nxt
-    return pmf
+    return pmf, lost
 
 
-def _critical(pmf: np.ndarray, alpha: float) -> int:
+def _tail(law: tuple[np.ndarray, float], s: int, probs: np.ndarray) -> float:
+    """``P(S >= s)`` from :func:`_pmf`'s law: the kept tail plus the mass left out; beyond the cap, the
+    Bernstein bound ``exp(-t^2 / (2 (var + t / 3)))``, ``t = s - mean``."""
+    pmf, lost = law
+    if s > probs.size:
+        return 0.0  # more identical pairs than pairs
+    if s < pmf.size:
+        return float(min(1.0, pmf[max(0, s):].sum() + lost))
+    mean, var = float(probs.sum()), float((probs * (1.0 - probs)).sum())
+    t = s - mean
+    return float(min(1.0, lost + math.exp(-t * t / (2.0 * (var + t / 3.0))))) if t > 0 else 1.0
+
+
+def _critical(law: tuple[np.ndarray, float], alpha: float) -> int:
     """Smallest ``s`` with ``P(S >= s) <= alpha``."""
-    tail = np.cumsum(pmf[::-1])[::-1]  # tail[s] = P(S >= s)
+    pmf, lost = law
+    tail = np.cumsum(pmf[::-1])[::-1] + lost  # tail[s] >= P(S >= s)
     hits = np.flatnonzero(tail <= alpha)
     return int(hits[0]) if hits.size else pmf.size
 
@@ -120,7 +142,7 @@ def collision_mde(probs: Sequence[float], *, alpha: float, power: float) -> floa
     lo, hi = 0.0, 1.0
     while hi - lo > MDE_TOL:
         mid = (lo + hi) / 2
-        if _pmf(np.minimum(1.0, pi + mid))[crit:].sum() >= power:
+        if _pmf(np.minimum(1.0, pi + mid))[0][crit:].sum() >= power:
             hi = mid
         else:
             lo = mid
@@ -176,7 +198,7 @@ def collision_test(first_probs: Sequence[float], identical: Sequence[bool], *, c
     pi, same = _collision_iv(first_probs, identical, alpha, power)
     pmf = _pmf(pi)
     s = int(same.sum())
-    pvalue = float(min(1.0, pmf[s:].sum()))
+    pvalue = _tail(pmf, s, pi)
     c = float(pi.mean()) if collision_prob is None else float(collision_prob)
     return CollisionResult(statistic=s, pvalue=pvalue, pairs=int(pi.size), expected=float(pi.sum()), collision_prob=c,
                            critical=_critical(pmf, alpha), mde=collision_mde(pi, alpha=alpha, power=power),
