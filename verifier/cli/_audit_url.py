@@ -145,11 +145,14 @@ def route_url(args: argparse.Namespace) -> None:
                                "--design self-reported: no local model)")
     if args.reference_url and args.reference_off:
         raise invalid_argument("--reference-off", True, "either --reference-url URL or --reference-off, not both")
-    if args.reference_off and args.api != "llama-server":
-        raise invalid_argument("--reference-off", True, "with --api llama-server (a per-request speculation switch); "
-                               "for other servers start one without speculation and give it as --reference-url")
-    if args.speculation != "server" and args.api != "llama-server":
+    if args.reference_off and not dialect.has_switch:
+        raise invalid_argument("--reference-off", True, "with --api llama-server or mlx-lm (a per-request speculation "
+                               "switch); for other servers start one without speculation and give it as --reference-url")
+    if args.speculation != "server" and not dialect.has_switch:
         raise invalid_argument("--speculation", args.speculation, "'server' with --api " + args.api + " (no per-request switch)")
+    if dialect.needs_text and (not args.target or args.target.startswith("tabular:")):
+        raise invalid_argument("--target", args.target, f"a checkpoint with a tokenizer (e.g. shipped:target) with --api "
+                               f"{args.api}: the server takes text prompts, written by the target's tokenizer")
     if not 1 <= args.n_per_request <= dialect.max_n:
         raise invalid_argument("--n-per-request", args.n_per_request, f"an integer in 1..{dialect.max_n} for --api {args.api}")
     if args.floor_positions is not None and not 0 <= args.floor_positions <= MAX_FLOOR_POSITIONS:
@@ -178,12 +181,16 @@ def route_url(args: argparse.Namespace) -> None:
                           "n_per_request": args.n_per_request, "speculation": args.speculation,
                           "reference": args.reference_url or ("same server, speculation off" if args.reference_off else None)}
     options = _server_options(args, args.url, speculative)
+    if dialect.needs_text:
+        options["tokenizer"] = args.target
     if declared:
         options["draft_declared"] = True
     args.decoder, args.option = URL_DECODER, list(options.items())
     if args.reference_url or args.reference_off:
         args.blackbox_reference = URL_DECODER
         ref_options = _server_options(args, args.reference_url or args.url, False if args.reference_off else None)
+        if dialect.needs_text:
+            ref_options["tokenizer"] = args.target
         args.reference_option = list(ref_options.items())
     args.url_engine = server_description(args.url, args.api, args.api_key_env)  # audit.json: the matrix row
     args.url_variants = _variants(args)
@@ -244,7 +251,10 @@ def _check_self_reported(args: argparse.Namespace, dialect) -> None:
     if args.speculation == "off":
         raise invalid_argument("--speculation", "off", "'server' or 'on' with --design self-reported (the audited "
                                "sample is the speculative one)")
-    if args.speculation != "server" and args.api != "llama-server":
+    if not dialect.ids_with_top_logprobs:
+        raise invalid_argument("--design", "self-reported", f"known-target (--target) or two-sample with --api {args.api}: "
+                               "this server cannot return the emitted ids and the top logprobs in one reply")
+    if args.speculation != "server" and not dialect.has_switch:
         raise invalid_argument("--speculation", args.speculation, "'server' with --api " + args.api)
     if not 1 <= args.n_per_request <= dialect.max_n:
         raise invalid_argument("--n-per-request", args.n_per_request, f"an integer in 1..{dialect.max_n} for --api {args.api}")
@@ -368,8 +378,11 @@ def floor_plan(args: argparse.Namespace) -> dict | None:
 
     if getattr(args, "design", None) != "known-target" or not getattr(args, "url", None):
         return None
+    from verifier.server.dialects import MLX_MAX_TOP_LOGPROBS
+
     positions = DEFAULT_POSITIONS if args.floor_positions is None else int(args.floor_positions)
-    return {"positions": positions, "logprobs": int(args.logprobs or MAX_LOGPROBS)}
+    default = MLX_MAX_TOP_LOGPROBS if args.api == "mlx-lm" else MAX_LOGPROBS  # mlx_lm server caps top_logprobs at 11
+    return {"positions": positions, "logprobs": int(args.logprobs or default)}
 
 
 def _sets(run_dir: Path) -> list[dict]:
@@ -424,6 +437,8 @@ def measure_url_floor(outcome, plan: dict, suite) -> None:
                               max_retries=int(options.get("max_retries", 5)),
                               timeout_s=float(options.get("request_timeout_s", 300.0)), api_key_env=options.get("api_key_env"))
     pair = load_pair(suite.models["audit"], suite.base_dir)
+    if dialect.needs_text:
+        dialect = dialect.with_text(pair.tokenizer)
     prompts = [tuple(p) for p in plan["prompts"]]
     jobs, done = [], set()
     for s in sets:

@@ -77,6 +77,9 @@ class ServerDecoder:
     require_speculation : bool, default True
         A PASS needs the server's own figures to show drafts (:mod:`verifier.runner.speculation`); False
         (``--speculation-unverified``) accepts a server that exposes none, and the report says so.
+    tokenizer : str or None
+        The target's tokenizer (a checkpoint folder or ``shipped:NAME``), for dialects that take text prompts
+        (``mlx-lm``); required there.
     seeded : bool, default True
         Send each request's hashed seed; False (``--unseeded``) sends no seed field, so the server's own
         randomness decides -- the collision cell then sees requests that share one random stream.  An
@@ -99,17 +102,25 @@ class ServerDecoder:
                  max_retries: int = 5, request_timeout_s: float = 300.0, api_key_env: str | None = None,
                  n_per_request: int = 1, speculative: bool | None = None, logprobs: int | None = None,
                  name: str | None = None, draft_declared: bool = False, background: dict | None = None,
-                 require_speculation: bool = True, seeded: bool = True, probe: bool = True) -> None:
+                 require_speculation: bool = True, seeded: bool = True, tokenizer: str | None = None,
+                 probe: bool = True) -> None:
         self.dialect = get_dialect(api)
+        if self.dialect.needs_text:  # text prompts (mlx-lm): written by the target's own tokenizer
+            if not tokenizer:
+                raise invalid_argument("--api", api, "with --target (its tokenizer writes the text prompt this server takes)")
+            from verifier.models.loading import load_tokenizer
+
+            self.dialect = self.dialect.with_text(load_tokenizer(tokenizer))
         self.server = ServerSettings(base_url, num_concurrent=num_concurrent, max_retries=max_retries,
                                      timeout_s=request_timeout_s, api_key_env=api_key_env)
         if isinstance(n_per_request, bool) or not isinstance(n_per_request, int) or not 1 <= n_per_request <= self.dialect.max_n:
             raise invalid_argument("--n-per-request", n_per_request, f"an integer in 1..{self.dialect.max_n} for --api {api}")
         if logprobs is not None and (isinstance(logprobs, bool) or not isinstance(logprobs, int) or logprobs < 1):
             raise invalid_argument("--logprobs", logprobs, "an integer >= 1 (top logprobs per emitted token; the server's own cap applies)")
-        if speculative is not None and api == "openai-completions":
+        if speculative is not None and not self.dialect.has_switch:
             raise invalid_argument("--speculation", "on" if speculative else "off", "a per-request switch only with "
-                                   "--api llama-server; for an OpenAI server give the speculation-off server as --reference-url")
+                                   "--api llama-server or mlx-lm; for an OpenAI server give the speculation-off server as "
+                                   "--reference-url")
         if background is not None and not (isinstance(background, dict) and set(background) <= {"concurrent"}
                                            and isinstance(background.get("concurrent", 2), int)
                                            and background.get("concurrent", 2) >= 1):
@@ -165,8 +176,9 @@ class ServerDecoder:
         for r in range(-(-num_samples // self.n)):
             n = min(self.n, num_samples - r * self.n)
             rseed = request_seed(seed, prompt, label, r) if self.seeded else None
-            body = self.dialect.request(prompt, sampling, max_new_tokens, rseed, n=n, logprobs=self.logprobs,
-                                        model=self.model, draft_tokens=switch)
+            body = self.dialect.request(prompt, sampling, max_new_tokens, rseed, n=n, model=self.model,
+                                        logprobs=self.logprobs if self.dialect.ids_with_top_logprobs else None,
+                                        draft_tokens=switch)
             parts = {"api": self.dialect.name, "model": self.model, "body": body,  # + the design factors
                      "num_concurrent": self.server.num_concurrent, "background": self.background}
             if not self.seeded:  # identical bodies: the chunk seed and index keep the requests apart in the journal
@@ -181,7 +193,7 @@ class ServerDecoder:
             key, body, n, what = missing[j][1]
             completions = self.dialect.parse(reply, n=n, max_new_tokens=max_new_tokens,
                                              eos_token_id=self.eos_token_id, what=what,
-                                             logprobs=self.logprobs is not None)
+                                             logprobs=self.logprobs is not None and self.dialect.ids_with_top_logprobs)
             self._check_ids(completions, what)
             with self._lock:
                 self.journal.append(key, body, completions, seconds)

@@ -17,6 +17,13 @@ Dialects
 ``llama-server``
     llama.cpp's native ``POST /completion`` (``return_tokens``; ``n_probs`` top probabilities;
     per-request ``speculative.n_max``).  One completion per request.
+``mlx-lm``
+    MLX-LM's ``mlx_lm server`` ``POST /v1/completions`` (docs/servers.md "MLX-LM server"): text prompts
+    only, so the prompt ids are decoded with the target's tokenizer and refused unless they re-encode to
+    the same ids; emitted ids from ``logprobs: true`` (``logprobs.content[i].id``); top rows
+    (``top_logprobs`` <= 11) only in one-token requests (the numeric floor), because with them each entry's
+    ``id`` is the first top entry's, not the sampled token; per-request ``num_draft_tokens``; no ``n``;
+    no speculation counters.
 
 Raises (from :meth:`Dialect.parse`)
 ------------------------------------
@@ -37,11 +44,13 @@ from verifier.errors import DecoderOutputError, invalid_argument
 if TYPE_CHECKING:  # annotations only: `specverify --help` imports this module and must stay numpy/torch-free
     from verifier.sampling import SamplingConfig
 
-__all__ = ["Completion", "Dialect", "OpenAICompletions", "LlamaServer", "DIALECTS", "get_dialect", "ServerReplyError"]
+__all__ = ["Completion", "Dialect", "OpenAICompletions", "LlamaServer", "MLXLM", "DIALECTS", "get_dialect",
+           "ServerReplyError", "MLX_MAX_TOP_LOGPROBS"]
 
 TOKEN_ID_TEXT = re.compile(r"^token_id:(-?\d+)$")  # vLLM's return_tokens_as_token_ids spelling of a token
 REPLY_HEAD_CHARS = 300  # how much of an unexpected reply an error message shows
 LOGPROB_SLACK = 1e-3  # a reported logprob above this is not a log probability (rounding may give a hair above 0)
+MLX_MAX_TOP_LOGPROBS = 11  # mlx_lm server: _validate("top_logprobs", int, max_val=11)
 
 
 class ServerReplyError(DecoderOutputError):
@@ -136,6 +145,14 @@ class Dialect:
         temperature 1 before any sampler (vLLM's default ``--logprobs-mode raw_logprobs``);
         ``"processed"`` = the law after the sampler chain (llama-server with ``post_sampling_probs``,
         which this dialect sends).  :mod:`verifier.server.reported_law` rebuilds the processed law from it.
+    has_switch : bool
+        The server takes a per-request speculation switch (``--speculation on|off``, ``--reference-off``).
+    ids_with_top_logprobs : bool
+        A reply can carry the emitted ids and top rows at once (False: rows only in one-token requests).
+    needs_text : bool
+        Prompts are sent as text: :meth:`with_text` must give the decoder of the target's tokenizer.
+    text_of : callable or None
+        ``ids -> text`` for ``needs_text`` dialects (set by :meth:`with_text`).
     """
 
     name: str
@@ -144,6 +161,29 @@ class Dialect:
     health_paths: tuple[str, ...]
     metrics_counters: dict[str, tuple[str, ...]] = field(default_factory=dict)
     reported_law: str = "raw"
+    has_switch: bool = False
+    ids_with_top_logprobs: bool = True
+    needs_text: bool = False
+    text_of: Any = None
+
+    def with_text(self, tokenizer: Any) -> "Dialect":
+        """This dialect with prompts written as text by ``tokenizer`` (a Hugging Face tokenizer: ``decode``,
+        and ``encode`` with its default special tokens, as the server encodes); unchanged when prompts are ids."""
+        if not self.needs_text:
+            return self
+        import dataclasses
+
+        def text_of(ids: Sequence[int]) -> str:
+            ids = [int(t) for t in ids]
+            text = tokenizer.decode(ids)
+            again = list(tokenizer.encode(text))
+            if again != ids:
+                raise invalid_argument("prompt", ids, f"token ids that --api {self.name} can send (it takes text "
+                                       f"prompts: the ids are decoded to {text!r}, which the target's tokenizer "
+                                       f"encodes as {again}); choose a prompt that round-trips")
+            return text
+
+        return dataclasses.replace(self, text_of=text_of)
 
     def request(self, prompt_ids: Sequence[int], sampling: SamplingConfig, max_new_tokens: int, seed: int | None, *,
                 n: int = 1, logprobs: int | None = None, model: str | None = None,
@@ -412,6 +452,78 @@ def _prob_log(value: Any, row: Any) -> float:
     return math.log(value) if value > 0 else -math.inf
 
 
+class MLXLM(Dialect):
+    """MLX-LM's ``POST /v1/completions`` (``mlx_lm server``; module docstring, docs/servers.md)."""
+
+    def request(self, prompt_ids, sampling, max_new_tokens, seed, *, n=1, logprobs=None, model=None, draft_tokens=None):
+        if n != 1:
+            raise invalid_argument("n per request", n, "1 with --api mlx-lm (the server ignores `n`)")
+        if self.text_of is None:
+            raise invalid_argument("--api", self.name, "with --target (its tokenizer writes the text prompt this "
+                                   "server takes)")
+        if logprobs is not None and not 1 <= int(logprobs) <= MLX_MAX_TOP_LOGPROBS:
+            raise invalid_argument("--logprobs", logprobs, f"an integer in 1..{MLX_MAX_TOP_LOGPROBS} with --api mlx-lm "
+                                   "(the server's top_logprobs cap)")
+        if logprobs is not None and max_new_tokens != 1:
+            raise invalid_argument("--logprobs", logprobs, "top logprobs only in one-token requests with --api mlx-lm "
+                                   "(with them each entry's id is the first top entry's, not the emitted token)")
+        if sampling.repetition_penalty not in (None, 1.0):
+            raise invalid_argument("--repetition-penalty", sampling.repetition_penalty, "none with --api mlx-lm (its "
+                                   "penalty covers the last 20 tokens only, not the whole context)")
+        if sampling.top_p not in (None, 1.0) and sampling.top_k:
+            raise invalid_argument("--top-p", sampling.top_p, "1.0 with --top-k on --api mlx-lm (it applies top-p "
+                                   "before top-k; the audited law applies it after)")
+        if sampling.top_p not in (None, 1.0) and sampling.temperature not in (0.0, 1.0):
+            raise invalid_argument("--top-p", sampling.top_p, "1.0, or temperature 1, with --api mlx-lm (it applies "
+                                   "top-p before the temperature; the audited law applies it after)")
+        body: dict[str, Any] = {
+            "prompt": self.text_of(prompt_ids), "max_tokens": int(max_new_tokens),
+            "temperature": float(sampling.temperature), "top_p": float(sampling.top_p or 1.0),
+            "top_k": int(sampling.top_k or 0), "min_p": 0.0, "repetition_penalty": 0.0, "presence_penalty": 0.0,
+            "frequency_penalty": 0.0, "xtc_probability": 0.0, "logprobs": True, "stream": False,
+        }
+        if logprobs is not None:
+            body["top_logprobs"] = int(logprobs)
+        if seed is not None:
+            body["seed"] = int(seed)
+        if draft_tokens is not None:
+            body["num_draft_tokens"] = int(draft_tokens)
+        if model:  # another name makes the server load that path: sent only when the user gives --model
+            body["model"] = model
+        return body
+
+    def parse(self, body, *, n, max_new_tokens, eos_token_id, what, logprobs=False):
+        choices = body.get("choices") if isinstance(body, dict) else None
+        if not isinstance(choices, list) or len(choices) != 1 or not isinstance(choices[0], dict):
+            raise ServerReplyError(f"{what}: the reply has no one-element `choices` list (not an mlx_lm server "
+                                   f"completion); reply: {_head(body)}")
+        choice = choices[0]
+        lp = choice.get("logprobs")
+        content = lp.get("content") if isinstance(lp, dict) else None
+        if not isinstance(content, list) or not all(isinstance(e, dict) for e in content):
+            raise ServerReplyError(f"{what}: choices[0].logprobs.content is missing (logprobs: true was sent; the "
+                                   f"emitted ids come from it); reply: {_head(choice)}")
+        tops = None
+        try:
+            if any("top_logprobs" in e for e in content):
+                if max_new_tokens != 1:
+                    raise ServerReplyError(f"{what}: top_logprobs in a {max_new_tokens}-token reply (not asked for)")
+                tops = tuple({_id(t.get("id")): _logprob(t.get("logprob"), "logprobs.content[].top_logprobs", e)
+                              for t in e.get("top_logprobs") or ()} for e in content)
+            tokens = [_id(e.get("id")) for e in content]
+        except (TypeError, AttributeError) as exc:
+            raise ServerReplyError(f"{what}: choices[0].logprobs.content is malformed ({exc}); reply: "
+                                   f"{_head(choice)}") from None
+        logps = tuple(_logprob(e.get("logprob"), "logprobs.content[].logprob", e) for e in content)
+        reason = choice.get("finish_reason")
+        if reason not in ("stop", "length"):
+            raise ServerReplyError(f"{what}: choices[0].finish_reason={reason!r}; allowed: 'stop' or 'length'")
+        ids, finish = _finish(tokens, reason == "stop", False, max_new_tokens, eos_token_id, what, choice)
+        if len(ids) > len(tokens):
+            logps, tops = logps + (None,), None if tops is None else tops + ({},)
+        return [Completion(ids, finish, None if tops is not None else logps, tops)]
+
+
 DIALECTS: dict[str, Dialect] = {
     "openai-completions": OpenAICompletions(
         "openai-completions", "/v1/completions", max_n=1024, health_paths=("/v1/models",),
@@ -419,10 +531,13 @@ DIALECTS: dict[str, Dialect] = {
                           "draft_tokens": ("vllm:spec_decode_num_draft_tokens",),
                           "accepted_tokens": ("vllm:spec_decode_num_accepted_tokens",)}),
     "llama-server": LlamaServer(
-        "llama-server", "/completion", max_n=1, health_paths=("/health",), reported_law="processed",
+        "llama-server", "/completion", max_n=1, health_paths=("/health",), reported_law="processed", has_switch=True,
         metrics_counters={"drafts": ("llamacpp:spec_decode_num_drafts",),
                           "draft_tokens": ("llamacpp:spec_decode_num_draft_tokens",),
                           "accepted_tokens": ("llamacpp:spec_decode_num_accepted_tokens",)}),
+    # no /metrics: the speculation guard says "not observable" (--speculation-unverified accepts that)
+    "mlx-lm": MLXLM("mlx-lm", "/v1/completions", max_n=1, health_paths=("/health",), has_switch=True,
+                    ids_with_top_logprobs=False, needs_text=True),
 }
 
 

@@ -217,7 +217,7 @@ def measure_server_floor(settings, dialect, reference, jobs: Sequence[tuple[int,
     from verifier.server.client import post_all
     from verifier.server.journal import request_key
 
-    switch = 0 if dialect.name == "llama-server" else None
+    switch = 0 if dialect.has_switch else None
     bodies, keys = [], []
     for i, prefix, sampling in jobs:
         body = dialect.request(list(prefix), sampling, 1, FLOOR_SEED, n=1, logprobs=int(logprobs), model=model,

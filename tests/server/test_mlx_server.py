@@ -1,0 +1,97 @@
+"""``specverify audit --url --api mlx-lm`` against MLX-LM's real server (mlx-lm 0.32.2, CPU) on the shipped pair.
+
+Needs ``bash ci/engines/mlx-lm.sh``: without it these tests skip naming that command, except under CI (``CI``
+set), where a missing install FAILS.  Each audit: known target, k = 1, T = 0.7, top-k 8, prompt "def ", n = 367
+planned for TV 0.2 at family alpha 0.001 and power 0.99 per cell, seed 0 (about 30-60 s per audit on 2 cores).
+
+* As shipped (prompt cache on), every request after the first runs the target on a context that lacks one of the
+  prompt's tokens (reports/audits/mlx-lm-server-0.32.2/FINDINGS.md): measured TV 0.4-0.5 at the first token and
+  tokens outside the top-8 set (support violations), so the audit must say BIAS DETECTED (false-pass rate <= 0.01
+  by the cells' power at TV 0.2).
+* With the prompt-cache fix (``patches=("prompt_cache",)``, nothing else changed) the server samples the target's
+  law: PASS (false-fail rate <= 0.001), with an exact numeric floor (the top-11 rows hold the top-8 set).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from tests.server.conftest import audit
+from verifier.engines.base import EngineNotInstalledError
+
+COMMON = ["--api", "mlx-lm", "--target", "shipped:target", "--num-draft-tokens", "1", "--temperature", "0.7",
+          "--top-k", "8", "--target-tv", "0.2", "--seed", "0", "--speculation-unverified"]
+
+
+@pytest.fixture(scope="module")
+def mlx_installed():
+    from verifier.engines.mlx_lm_engine import MLXLM
+
+    try:
+        return MLXLM.require_installed()
+    except EngineNotInstalledError as exc:
+        if os.environ.get("CI"):
+            pytest.fail(f"MLX-LM not installed under CI: {exc}")
+        pytest.skip(f"MLX-LM not installed: {exc}")
+
+
+def _audit(server, run_dir):
+    done = audit(["--url", server.base_url, *COMMON, "--run-dir", str(run_dir)])
+    return done, json.loads((run_dir / "report.json").read_text())
+
+
+@pytest.mark.full  # 40-80 s: a server start and one URL audit; the dialect's request/parse tests are quick
+def test_mlx_server_as_shipped_is_biased_by_its_prompt_cache(mlx_installed, tmp_path):
+    from verifier.server.launch_mlx import launch_mlx_server
+
+    with launch_mlx_server(num_draft_tokens=1) as server:
+        done, report = _audit(server, tmp_path / "run")
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-2000:]
+    assert report["decoders"][0]["verdict"] == "BIAS DETECTED"
+    gof1 = next(c for c in report["cells"] if c["test"] == "gof@1")
+    assert gof1["verdict"] == "BIAS" and gof1["effect"] > 0.2
+
+
+@pytest.mark.full  # 40-80 s: a server start and one URL audit; the dialect's request/parse tests are quick
+def test_mlx_server_with_the_prompt_cache_fix_passes(mlx_installed, tmp_path):
+    from verifier.server.launch_mlx import launch_mlx_server
+
+    with launch_mlx_server(num_draft_tokens=1, patches=("prompt_cache",)) as server:
+        done, report = _audit(server, tmp_path / "run")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert report["decoders"][0]["verdict"] == "PASS"
+    assert report["numeric_floor"]["max_tv"] < 1e-3  # exact: the top-11 rows hold the top-8 set
+
+
+def test_mlx_dialect_writes_text_prompts_and_reads_ids_from_logprobs():
+    """The request body and reply parsing of ``--api mlx-lm`` (no server: the shapes of mlx_lm/server.py 0.32.2)."""
+    from verifier.errors import InvalidArgumentError
+    from verifier.models.loading import load_tokenizer
+    from verifier.sampling import SamplingConfig
+    from verifier.server.dialects import ServerReplyError, get_dialect
+
+    dialect = get_dialect("mlx-lm").with_text(load_tokenizer("shipped:target"))
+    body = dialect.request([272, 70, 221], SamplingConfig(temperature=0.7, top_k=8), 3, 5, draft_tokens=0)
+    assert body["prompt"] == "def " and body["logprobs"] is True and "top_logprobs" not in body
+    assert body["top_k"] == 8 and body["seed"] == 5 and body["num_draft_tokens"] == 0 and "n" not in body
+    with pytest.raises(InvalidArgumentError, match="--logprobs"):
+        dialect.request([272, 70, 221], SamplingConfig(), 3, 5, logprobs=5)  # ids would be wrong with top rows
+    with pytest.raises(InvalidArgumentError, match="--logprobs"):
+        dialect.request([272, 70, 221], SamplingConfig(), 1, 5, logprobs=12)  # the server's cap is 11
+    with pytest.raises(InvalidArgumentError, match="--top-p"):
+        dialect.request([272, 70, 221], SamplingConfig(temperature=0.7, top_p=0.9), 3, 5)
+    reply = {"choices": [{"index": 0, "finish_reason": "stop", "text": "x",
+                          "logprobs": {"content": [{"id": 90, "logprob": -0.5}, {"id": 0, "logprob": -1.2}]}}]}
+    (c,) = dialect.parse(reply, n=1, max_new_tokens=3, eos_token_id=0, what="r")
+    assert c.token_ids == (90, 0) and c.finish == "eos"
+    row = {"id": 90, "token": "a", "logprob": -0.1}
+    tops = {"choices": [{"index": 0, "finish_reason": "length",
+                         "logprobs": {"content": [dict(row, top_logprobs=[row, {"id": 7, "token": "b", "logprob": -2.5}])]}}]}
+    (c,) = dialect.parse(tops, n=1, max_new_tokens=1, eos_token_id=0, what="r", logprobs=True)
+    assert c.top_logprobs == ({90: -0.1, 7: -2.5},)
+    with pytest.raises(ServerReplyError, match="logprobs.content"):
+        dialect.parse({"choices": [{"index": 0, "finish_reason": "length", "text": "x"}]}, n=1, max_new_tokens=3,
+                      eos_token_id=0, what="r")
