@@ -65,10 +65,13 @@ def read_counters(settings, dialect) -> SpecCounters:
     """GET ``/metrics`` and read the dialect's speculation counters (never raises)."""
     from verifier.server.client import get_text
 
+    if not dialect.metrics_counters:  # e.g. mlx_lm server: no /metrics at all
+        return SpecCounters(None, None, None, f"--api {dialect.name} servers expose no speculation counters")
     status, text = get_text(settings, "/metrics")
     if status != 200:
         why = text if status == 0 else f"HTTP {status}"
-        return SpecCounters(None, None, None, f"/metrics unavailable ({why[:120]}); start llama-server with --metrics")
+        hint = "; start llama-server with --metrics" if dialect.name == "llama-server" else ""
+        return SpecCounters(None, None, None, f"/metrics unavailable ({why[:120]}){hint}")
     values = parse_counters(text, dialect.metrics_counters)
     if all(v is None for v in values.values()):
         return SpecCounters(None, None, None, "/metrics has no speculation counters (" +
