@@ -118,7 +118,9 @@ def _known_p_row(folder: Path, r: dict[str, Any], root: Path) -> dict[str, Any]:
     sampling = sets[0].get("sampling", {}) if sets else {}
     cfg = ", ".join(f"{k}={v}" for k, v in shown.items())
     if "base_url" in options:  # a URL audit: the client's options are not the server's configuration
-        control = folder.name.split("-t")[0] if folder.name.startswith("control") else ""
+        # the folder names the server variant before its sampling config: control-..., cache-off-..., certificate-...
+        variant = re.match(r"(.+?)-t\d", folder.name)
+        control = variant.group(1) if variant else ""
         cfg = f"URL, {options.get('num_concurrent', 4)} in flight" + (f", {control} server" if control else "")
     cfg += f"; T={sampling.get('temperature')}" + (f", top-k {sampling['top_k']}" if sampling.get("top_k") else "") \
         + (f", top-p {sampling['top_p']}" if sampling.get("top_p") else "") + f", k={sets[0].get('num_draft_tokens') if sets else ''}"
