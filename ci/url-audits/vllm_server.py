@@ -34,6 +34,9 @@ CONFIGS = [  # (folder, k, sampling flags, patches)
     ("control-cpu-expand-t1-k3", 3, ["--temperature", "1.0"], ("cpu_expand",)),
     ("t07-topk8-k3", 3, ["--temperature", "0.7", "--top-k", "8"], ()),
     ("control-both-t07-topk8-k3", 3, ["--temperature", "0.7", "--top-k", "8"], ("cpu_expand", "empty_top_k")),
+    # a TV 0.03 certificate of the control (n planned from --target-tv, about 25,000; ~15-25 min on 2 cores)
+    ("certificate-control-both-t07-topk8-k1", 1, ["--temperature", "0.7", "--top-k", "8", "--target-tv", "0.03"],
+     ("cpu_expand", "empty_top_k")),
 ]
 
 
@@ -65,7 +68,9 @@ def main() -> int:
                 run = Path(args.work_dir) / name if args.work_dir else Path(tmp) / "run"
                 cmd = [sys.executable, "-m", "verifier.cli", "audit", "--url", server.base_url, "--model", model,
                        "--api", "openai-completions", "--target", "shipped:target", "--num-draft-tokens", str(k),
-                       *flags, *(["--logprobs", str(VOCAB)] if full_rows else []), "--num-samples", str(args.num_samples), "--run-dir", str(run), "--no-progress"]
+                       *flags, *(["--logprobs", str(VOCAB)] if full_rows else []),
+                       *([] if "--target-tv" in flags else ["--num-samples", str(args.num_samples)]),  # certificates plan n
+                       "--run-dir", str(run), "--no-progress"]
                 done = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
                 print(done.stdout[-3000:], done.stderr[-2000:], sep="\n", flush=True)
                 dest = out_root / name

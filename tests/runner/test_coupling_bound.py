@@ -5,8 +5,8 @@ of P(draft 1 accepted) exceeded ``sum min(p, q)``, over the 30 sets of a ci run 
 control, and the default ci run accused the project's reference decoder (``reference | ctx01 |
 T=0.7,top_k=2``: 881 of 2,500, 0.352, bound 0.325; the canonical rule attains the bound exactly, so
 a lossless decoder sits *at* it and each set fires ~0.5% of the time).  Now: one-sided exact binomial
-test per set, Holm over every set of the run at the suite's alpha
-(:func:`verifier.runner.acceptance.coupling_bound_check`).
+test per set, Holm over every set of the run at the suite's alpha times ``ACCUSATION_ALPHA_SHARE`` (1%: an
+accusation must essentially never hit a correct decoder; :func:`verifier.runner.acceptance.coupling_bound_check`).
 
 Data: the position-1 counts of every set of ``specverify run suites/ci.toml`` (seed 20261129, session of
 2026-12-02, report.json ``decoders[].acceptance[].positions[0]``); the bounds are the exact enumerator's
@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from verifier.runner.acceptance import acceptance_audit, coupling_bound_check, holm_reject
+from verifier.runner.acceptance import ACCUSATION_ALPHA_SHARE, acceptance_audit, coupling_bound_check, holm_reject
 
 ALPHA = 1e-3  # suites/ci.toml [stats] alpha
 B1, B07, BSH = 0.7, 0.3252493950326001, 0.506592698952856
@@ -72,7 +72,8 @@ def test_a_fabricated_decoder_is_flagged_and_a_lossless_one_at_the_bound_is_not(
     fair = _audit("fair", 813, 2500, B07)  # at the bound
     res = coupling_bound_check([fab, fair], ALPHA)
     assert fab["above_bound"] and not fair["above_bound"] and res["rejected"] == ["fab"]
-    assert fab["bound_test"]["level"] == pytest.approx(ALPHA / 2) and fair["bound_test"]["level"] == pytest.approx(ALPHA)
+    level = ALPHA * ACCUSATION_ALPHA_SHARE  # the accusation's own, stricter level
+    assert fab["bound_test"]["level"] == pytest.approx(level / 2) and fair["bound_test"]["level"] == pytest.approx(level)
 
 
 def test_holm_reject_matches_the_step_down_definition():

@@ -23,8 +23,8 @@ loud note "ACCEPTANCE ABOVE THE COUPLING BOUND" (fabricated stats or another dra
 30 sets accused the reference in the ci run): each set gets a one-sided exact binomial test of
 ``P(draft 1 accepted) <= bound`` (:func:`acceptance_audit` stores it in ``bound_test``), and
 :func:`coupling_bound_check` decides over **every set checked in the run** with Holm at the run's
-family alpha (the suite's ``stats.alpha``), showing the one-sided Clopper-Pearson lower bound at the
-level Holm used for that set.  Only position 1 is tested: the canonical rule's later conditional
+family alpha times :data:`ACCUSATION_ALPHA_SHARE` (1%: an accusation must essentially never hit a correct
+decoder), showing the one-sided Clopper-Pearson lower bound at the level Holm used for that set.  Only position 1 is tested: the canonical rule's later conditional
 acceptances are no bound for other lossless rules (block verification exceeds them).
 never a speed-up.  A decoder whose acceptance is **far below canonical** gets a loud note (a performance bug, not a
 bias): far means the upper end of the observed mean accepted drafts per round's interval is
@@ -51,7 +51,8 @@ import numpy as np
 from scipy import stats as sps
 
 __all__ = ["FAR_BELOW_FRACTION", "CONFIDENCE", "NO_ROUND", "AcceptanceAudit", "acceptance_audit", "clopper_pearson", "conformance",
-           "CONFORMS", "NONCONFORMING", "NOT_TESTED", "BOUND_TEST", "coupling_bound_check", "holm_reject"]
+           "CONFORMS", "NONCONFORMING", "NOT_TESTED", "BOUND_TEST", "coupling_bound_check", "holm_reject",
+           "ACCUSATION_ALPHA_SHARE"]
 
 # how a decoder reports its statistics: named wherever the report says it reported none
 HOW_TO_REPORT = ("To report them, set `last_stats = verifier.protocols.DecoderStats(rounds=..., accepted_counts=..., "
@@ -61,6 +62,7 @@ HOW_TO_REPORT = ("To report them, set `last_stats = verifier.protocols.DecoderSt
 
 FAR_BELOW_FRACTION = 0.5  # "far below canonical": the observed mean accepted drafts is < half the canonical's (upper CI end)
 CONFIDENCE = 0.99  # confidence of every interval in the audit
+ACCUSATION_ALPHA_SHARE = 0.01  # "ABOVE THE COUPLING BOUND" runs at 1% of the family alpha (coupling_bound_check)
 CONFORMS, NONCONFORMING, NOT_TESTED = "CONFORMS", "NONCONFORMING", "NOT TESTED"
 BOUND_TEST = "one-sided exact binomial test of P(draft 1 accepted) <= sum min(p, q), Holm over every set of the run"
 NO_ROUND = -1  # first_round_accepted of a row in which no speculative round ran (no draft proposed; e.g. prompt lookup without a match)
@@ -296,10 +298,13 @@ def coupling_bound_check(audits: list[dict[str, Any]], alpha: float) -> dict[str
     """Decide "ACCEPTANCE ABOVE THE COUPLING BOUND" over every sample set checked in a run.
 
     Each audit dict (:meth:`AcceptanceAudit.to_dict`) with a ``bound_test`` is one hypothesis
-    ``P(draft 1 accepted) <= sum min(p, q)``; Holm at ``alpha`` over all of them bounds the
-    probability that a run calls any lossless decoder's set implausible by ``alpha`` (the exact
-    binomial test is conservative, so the rate is lower; ``specverify bench acceptance-bound``
-    measures it).  Rejected sets get ``above_bound = True`` and the loud note with the one-sided
+    ``P(draft 1 accepted) <= sum min(p, q)``; Holm at ``alpha * ACCUSATION_ALPHA_SHARE`` over all of them
+    bounds the probability that a run calls any lossless decoder's set implausible by that level (the
+    exact binomial test is conservative, so the rate is lower; ``specverify bench acceptance-bound``
+    measures it).  The share (1%) is a policy, not a statistic: "fabricated stats" is an accusation
+    against whoever ran the decoder, so it must essentially never hit a correct one -- at the default
+    family alpha 1e-3 it is 1e-5 per run, about 0.1 expected in 10,000 least-favourable runs (issue 28),
+    while the bias verdict keeps the full alpha.  Rejected sets get ``above_bound = True`` and the loud note with the one-sided
     Clopper-Pearson lower bound at Holm's level for that set (it exceeds the bound exactly when the
     set's p-value is below that level); every tested set gets ``bound_test`` completed with
     ``alpha``, ``m``, ``level`` and ``rejected``.
@@ -309,12 +314,13 @@ def coupling_bound_check(audits: list[dict[str, Any]], alpha: float) -> dict[str
     audits : list of dict
         Every acceptance audit of the run (all decoders), modified in place.
     alpha : float
-        The run's family alpha (the suite's ``stats.alpha``).
+        The run's family alpha (the suite's ``stats.alpha``); the check runs at ``ACCUSATION_ALPHA_SHARE``
+        of it.
 
     Returns
     -------
     dict
-        ``method``, ``alpha``, ``m`` (sets tested), ``rejected`` (set ids).
+        ``method``, ``alpha`` (the level used), ``m`` (sets tested), ``rejected`` (set ids).
 
     Examples
     --------
@@ -323,6 +329,7 @@ def coupling_bound_check(audits: list[dict[str, Any]], alpha: float) -> dict[str
     ['s']
     """
     tested = [a for a in audits if a.get("bound_test")]
+    alpha = float(alpha) * ACCUSATION_ALPHA_SHARE
     out: dict[str, Any] = {"method": BOUND_TEST, "alpha": alpha, "m": len(tested), "rejected": []}
     if not tested:
         return out
