@@ -124,7 +124,7 @@ def route_url(args: argparse.Namespace) -> None:
     """
     from verifier.runner.draft import UNKNOWN_DRAFT, is_unknown
     from verifier.server.client import ServerSettings
-    from verifier.server.dialects import get_dialect
+    from verifier.server.dialects import check_logprobs, get_dialect
 
     dialect = get_dialect(args.api)
     if args.option:
@@ -158,9 +158,7 @@ def route_url(args: argparse.Namespace) -> None:
     if args.floor_positions is not None and not 0 <= args.floor_positions <= MAX_FLOOR_POSITIONS:
         raise invalid_argument("--floor-positions", args.floor_positions, f"an integer in 0..{MAX_FLOOR_POSITIONS} "
                                "(0: no numeric floor)")
-    if args.logprobs is not None and args.logprobs < 1:
-        raise invalid_argument("--logprobs", args.logprobs, "an integer >= 1 (top logprobs per emitted token; the "
-                               "server's own cap applies, e.g. vLLM --max-logprobs, default 20)")
+    check_logprobs(args.logprobs)
     for url in (args.url, args.reference_url):  # checked here: exit 2 before a model is loaded
         if url is not None:
             ServerSettings(url, num_concurrent=args.num_concurrent, max_retries=args.max_retries,
@@ -205,6 +203,7 @@ def route_url(args: argparse.Namespace) -> None:
 def _check_self_reported(args: argparse.Namespace, dialect) -> None:
     """Every option of the self-reported design checked before any request (exit 2 naming the flag)."""
     from verifier.server.client import ServerSettings
+    from verifier.server.dialects import check_logprobs
     from verifier.server.reported_law import check_design
 
     for flag, bad in (("--target", args.target), ("--reference-off", args.reference_off), ("--resume", args.resume),
@@ -222,9 +221,7 @@ def _check_self_reported(args: argparse.Namespace, dialect) -> None:
     if not args.prompt_ids:
         raise invalid_argument("--prompt-ids", None, "token ids (comma-separated, repeatable) with --design "
                                "self-reported: without a local tokenizer prompts are sent as ids")
-    if args.logprobs is not None and args.logprobs < 1:
-        raise invalid_argument("--logprobs", args.logprobs, "an integer >= 1 (top logprobs per emitted token; the "
-                               "server's own cap applies, e.g. vLLM --max-logprobs, default 20)")
+    check_logprobs(args.logprobs)
     from verifier.cli._audit_common import _sampling
 
     sampling = _sampling(args)

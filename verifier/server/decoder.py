@@ -27,7 +27,7 @@ import numpy as np
 from verifier.errors import DecoderOutputError, invalid_argument
 from verifier.protocols import PADDING_TOKEN_ID, DecoderStats
 from verifier.server.client import ServerSettings, ServerUsageError, get_text, post_all
-from verifier.server.dialects import Completion, get_dialect
+from verifier.server.dialects import Completion, check_logprobs, get_dialect
 from verifier.server.journal import JOURNAL_NAME, Journal, request_key
 from verifier.server.metrics import SpecCounters, counter_delta, read_counters
 
@@ -115,8 +115,7 @@ class ServerDecoder:
                                      timeout_s=request_timeout_s, api_key_env=api_key_env)
         if isinstance(n_per_request, bool) or not isinstance(n_per_request, int) or not 1 <= n_per_request <= self.dialect.max_n:
             raise invalid_argument("--n-per-request", n_per_request, f"an integer in 1..{self.dialect.max_n} for --api {api}")
-        if logprobs is not None and (isinstance(logprobs, bool) or not isinstance(logprobs, int) or logprobs < 1):
-            raise invalid_argument("--logprobs", logprobs, "an integer >= 1 (top logprobs per emitted token; the server's own cap applies)")
+        check_logprobs(logprobs)
         if speculative is not None and not self.dialect.has_switch:
             raise invalid_argument("--speculation", "on" if speculative else "off", "a per-request switch only with "
                                    "--api llama-server or mlx-lm; for an OpenAI server give the speculation-off server as "

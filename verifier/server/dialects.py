@@ -45,7 +45,7 @@ if TYPE_CHECKING:  # annotations only: `specverify --help` imports this module a
     from verifier.sampling import SamplingConfig
 
 __all__ = ["Completion", "Dialect", "OpenAICompletions", "LlamaServer", "MLXLM", "DIALECTS", "get_dialect",
-           "ServerReplyError", "MLX_MAX_TOP_LOGPROBS"]
+           "ServerReplyError", "MLX_MAX_TOP_LOGPROBS", "check_logprobs"]
 
 TOKEN_ID_TEXT = re.compile(r"^token_id:(-?\d+)$")  # vLLM's return_tokens_as_token_ids spelling of a token
 REPLY_HEAD_CHARS = 300  # how much of an unexpected reply an error message shows
@@ -539,6 +539,14 @@ DIALECTS: dict[str, Dialect] = {
     "mlx-lm": MLXLM("mlx-lm", "/v1/completions", max_n=1, health_paths=("/health",), has_switch=True,
                     ids_with_top_logprobs=False, needs_text=True),
 }
+
+
+def check_logprobs(value: Any) -> None:
+    """``--logprobs K``: None or an integer >= 1 (the server's own cap applies on top: vLLM ``--max-logprobs``,
+    default 20; mlx-lm 11); anything else is an InvalidArgumentError (exit 2) naming the flag."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise invalid_argument("--logprobs", value, "an integer >= 1 (top logprobs per emitted token; the server's own "
+                               "cap applies, e.g. vLLM --max-logprobs, default 20)")
 
 
 def get_dialect(name: str) -> Dialect:
