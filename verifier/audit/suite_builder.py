@@ -280,7 +280,7 @@ def plan_audit(spec: AuditSpec, *, base_dir: str | Path = ".", pair: Any = None)
     joint = min(MAX_JOINT_TOKENS, max_new_tokens, positions) if {"joint", "surprisal", "collision"} & set(spec.tests) else 0
     laws = _laws(pair, prompts, spec.sampling, positions, joint)  # pooled where too large: J is never lowered for V
     pooled_cells = [f"gof@{t}" for t in range(1, positions + 1) if any(law.pooled(t) for law in laws)]
-    pooled_cells += [f"joint@1..{joint}", f"surprisal@1..{joint}", f"collision@1..{joint}"] if any(law.joint_keys is not None for law in laws) else []
+    pooled_cells += [f"joint@1..{joint}", f"surprisal@1..{joint}"] + ([f"collision@1..{joint}"] if "collision" in spec.tests else []) if any(law.joint_keys is not None for law in laws) else []
     for note in sorted({law.note() for law in laws if law.note()}):
         notes.append(f"{', '.join(pooled_cells)}: expected laws {note}; these cells test the pooled categories "
                      "(data-blind: chosen from the target alone)")

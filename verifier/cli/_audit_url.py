@@ -27,7 +27,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from verifier.errors import invalid_argument
+from verifier.errors import InvalidArgumentError, invalid_argument
 
 __all__ = ["add_arguments", "route_url", "bind_blackbox_journals", "run_self_reported", "floor_plan", "measure_url_floor",
            "URL_DECODER", "DESIGNS", "URL_TESTS"]
@@ -150,6 +150,11 @@ def route_url(args: argparse.Namespace) -> None:
                                "switch); for other servers start one without speculation and give it as --reference-url")
     if args.speculation != "server" and not dialect.has_switch:
         raise invalid_argument("--speculation", args.speculation, "'server' with --api " + args.api + " (no per-request switch)")
+    from verifier.cli._audit_common import _sampling
+    from verifier.server.dialects import MLX_MAX_TOP_LOGPROBS
+
+    floor_k = args.logprobs or (MLX_MAX_TOP_LOGPROBS if args.api == "mlx-lm" else None)
+    dialect.check_request_options(_sampling(args), floor_k)  # before any model is loaded or request sent
     if dialect.needs_text and (not args.target or args.target.startswith("tabular:")):
         raise invalid_argument("--target", args.target, f"a checkpoint with a tokenizer (e.g. shipped:target) with --api "
                                f"{args.api}: the server takes text prompts, written by the target's tokenizer")
@@ -452,6 +457,12 @@ def measure_url_floor(outcome, plan: dict, suite) -> None:
         floor = measure_server_floor(settings, dialect, pair.reference, jobs, logprobs=settings_plan["logprobs"],
                                      prompt_lengths=[len(p) for p in prompts], journal=journal,
                                      model=options.get("model"), eos_token_id=pair.eos_token_id)
+    except InvalidArgumentError as exc:  # e.g. a prefix of emitted tokens this server cannot take as text
+        report[FLOOR_KEY] = {"max_tv": None, "rows": [], "source": f"not measured: a floor request could not be "
+                             f"written ({exc}); the verdict assumes the server serves --target's law"}
+        print(f"numeric floor: {report[FLOOR_KEY]['source']}")
+        write_reports(report, run_dir)
+        return
     except (ServerError, ServerUsageError, ServerReplyError) as exc:
         report[FLOOR_KEY] = {"max_tv": None, "rows": [], "source": f"not measured: the server did not answer the floor's "
                              f"one-token logprob requests ({exc}); the verdict assumes it serves --target's law"}

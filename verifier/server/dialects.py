@@ -166,6 +166,9 @@ class Dialect:
     needs_text: bool = False
     text_of: Any = None
 
+    def check_request_options(self, sampling: "SamplingConfig", logprobs: int | None, max_new_tokens: int = 1) -> None:
+        """Refuse (InvalidArgumentError, exit 2) request options this server cannot express; none by default."""
+
     def with_text(self, tokenizer: Any) -> "Dialect":
         """This dialect with prompts written as text by ``tokenizer`` (a Hugging Face tokenizer: ``decode``,
         and ``encode`` with its default special tokens, as the server encodes); unchanged when prompts are ids."""
@@ -455,12 +458,29 @@ def _prob_log(value: Any, row: Any) -> float:
 class MLXLM(Dialect):
     """MLX-LM's ``POST /v1/completions`` (``mlx_lm server``; module docstring, docs/servers.md)."""
 
+    def check_request_options(self, sampling, logprobs, max_new_tokens=1) -> None:
+        """What this server cannot express, as InvalidArgumentError (exit 2) -- called by the CLI before any
+        request, and again per request."""
+        if logprobs is not None and not 1 <= int(logprobs) <= MLX_MAX_TOP_LOGPROBS:
+            raise invalid_argument("--logprobs", logprobs, f"an integer in 1..{MLX_MAX_TOP_LOGPROBS} with --api mlx-lm "
+                                   "(the server's top_logprobs cap)")
+        if sampling.repetition_penalty not in (None, 1.0):
+            raise invalid_argument("--repetition-penalty", sampling.repetition_penalty, "none with --api mlx-lm (its "
+                                   "penalty covers the last 20 tokens only, not the whole context)")
+        if sampling.top_p not in (None, 1.0) and sampling.top_k:
+            raise invalid_argument("--top-p", sampling.top_p, "1.0 with --top-k on --api mlx-lm (it applies top-p "
+                                   "before top-k; the audited law applies it after)")
+        if sampling.top_p not in (None, 1.0) and sampling.temperature not in (0.0, 1.0):
+            raise invalid_argument("--top-p", sampling.top_p, "1.0, or temperature 1, with --api mlx-lm (it applies "
+                                   "top-p before the temperature; the audited law applies it after)")
+
     def request(self, prompt_ids, sampling, max_new_tokens, seed, *, n=1, logprobs=None, model=None, draft_tokens=None):
         if n != 1:
             raise invalid_argument("n per request", n, "1 with --api mlx-lm (the server ignores `n`)")
         if self.text_of is None:
             raise invalid_argument("--api", self.name, "with --target (its tokenizer writes the text prompt this "
                                    "server takes)")
+        self.check_request_options(sampling, logprobs, max_new_tokens)
         if logprobs is not None and not 1 <= int(logprobs) <= MLX_MAX_TOP_LOGPROBS:
             raise invalid_argument("--logprobs", logprobs, f"an integer in 1..{MLX_MAX_TOP_LOGPROBS} with --api mlx-lm "
                                    "(the server's top_logprobs cap)")
