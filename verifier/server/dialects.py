@@ -481,21 +481,9 @@ class MLXLM(Dialect):
             raise invalid_argument("--api", self.name, "with --target (its tokenizer writes the text prompt this "
                                    "server takes)")
         self.check_request_options(sampling, logprobs, max_new_tokens)
-        if logprobs is not None and not 1 <= int(logprobs) <= MLX_MAX_TOP_LOGPROBS:
-            raise invalid_argument("--logprobs", logprobs, f"an integer in 1..{MLX_MAX_TOP_LOGPROBS} with --api mlx-lm "
-                                   "(the server's top_logprobs cap)")
         if logprobs is not None and max_new_tokens != 1:
             raise invalid_argument("--logprobs", logprobs, "top logprobs only in one-token requests with --api mlx-lm "
                                    "(with them each entry's id is the first top entry's, not the emitted token)")
-        if sampling.repetition_penalty not in (None, 1.0):
-            raise invalid_argument("--repetition-penalty", sampling.repetition_penalty, "none with --api mlx-lm (its "
-                                   "penalty covers the last 20 tokens only, not the whole context)")
-        if sampling.top_p not in (None, 1.0) and sampling.top_k:
-            raise invalid_argument("--top-p", sampling.top_p, "1.0 with --top-k on --api mlx-lm (it applies top-p "
-                                   "before top-k; the audited law applies it after)")
-        if sampling.top_p not in (None, 1.0) and sampling.temperature not in (0.0, 1.0):
-            raise invalid_argument("--top-p", sampling.top_p, "1.0, or temperature 1, with --api mlx-lm (it applies "
-                                   "top-p before the temperature; the audited law applies it after)")
         body: dict[str, Any] = {
             "prompt": self.text_of(prompt_ids), "max_tokens": int(max_new_tokens),
             "temperature": float(sampling.temperature), "top_p": float(sampling.top_p or 1.0),
