@@ -55,7 +55,7 @@ from scipy import stats as sps
 from verifier.protocols import PADDING_TOKEN_ID
 from verifier.stats.pooling import pool_categories
 
-__all__ = ["CellResult", "violation_text", "n_needed_for", "gof_cell", "surprisal_cell", "pit_cell", "collision_cell", "randomized_pit", "token_counts", "joint_counts"]
+__all__ = ["CellResult", "violation_text", "n_needed_for", "gof_cell", "surprisal_cell", "pit_cell", "collision_cell", "collision_result_cell", "randomized_pit", "token_counts", "joint_counts"]
 
 CI_LEVEL = 0.95  # confidence of the effect (TV) interval shown in reports
 ENDED = -1  # category index meaning "the row had already ended (EOS) before this position"
@@ -297,16 +297,25 @@ def collision_cell(cell_id: str, window: np.ndarray, row_probs: np.ndarray, coll
     same = identical_pairs([tuple(r) for r in window.tolist()])
     res = collision_test(row_probs[0:2 * same.size:2], same, collision_prob=collision_prob, alpha=cell_alpha,
                          power=power)
+    return collision_result_cell(cell_id, test, res, pairs_of="in sampling order", tokens=int(window.shape[1]),
+                                 law="the exact law", cell_alpha=cell_alpha,
+                                 extra={"distinct_rows": len({tuple(r) for r in window.tolist()})}, **meta)
+
+
+def collision_result_cell(cell_id: str, test: str, res: Any, *, pairs_of: str, tokens: int, law: str, cell_alpha: float,
+                          dropped: str = "", extra: dict | None = None, **meta: Any) -> CellResult:
+    """The CellResult of a :class:`~verifier.stats.collisions.CollisionResult` (the runner's ``collision@1..J`` and the
+    self-reported design's collision cells): ``pairs_of`` says whose pairs, ``law`` against what, ``dropped`` an
+    optional tail of the method text; ``extra`` joins the common figures."""
     return CellResult(
         cell_id, test=test,
-        method=(f"identical disjoint pairs in sampling order, first {window.shape[1]} tokens, one-sided exact "
-                f"Poisson-binomial test against the exact law (collision prob {res.collision_prob:.3g}; "
-                f"{res.statistic} identical of {res.pairs} pairs, {res.expected:.3g} expected; rejects from "
-                f"{res.critical})"),
+        method=(f"identical disjoint pairs {pairs_of}, first {tokens} tokens, one-sided exact Poisson-binomial test "
+                f"against {law} (collision prob {res.collision_prob:.3g}; {res.statistic} identical of {res.pairs} pairs, "
+                f"{res.expected:.3g} expected; rejects from {res.critical}{dropped})"),
         n=res.pairs, statistic=float(res.statistic), pvalue=res.pvalue, effect=res.excess, effect_unit="collision",
         mde=res.mde, cell_alpha=cell_alpha,
         extra={"identical_pairs": res.statistic, "expected": res.expected, "collision_prob": res.collision_prob,
-               "critical": res.critical, "distinct_rows": len({tuple(r) for r in window.tolist()})}, **meta)
+               "critical": res.critical, **(extra or {})}, **meta)
 
 
 def randomized_pit(tokens: np.ndarray, probs: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, tuple]:

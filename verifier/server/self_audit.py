@@ -350,7 +350,7 @@ def _collision_cell(cell_id: str, kind: str, got: list[Completion], spec: SelfRe
     at every position are dropped and counted)."""
     import math
 
-    from verifier.runner.analysis import CellResult
+    from verifier.runner.analysis import CellResult, collision_result_cell
     from verifier.stats.collisions import collision_test, identical_pairs
     from verifier.server.self_reported import path_probs, position_laws
 
@@ -365,16 +365,11 @@ def _collision_cell(cell_id: str, kind: str, got: list[Completion], spec: SelfRe
                           "reported law", n=0, statistic=math.nan, pvalue=1.0, effect_unit="collision", **meta)
     res = collision_test([probs[2 * i] for i in keep], same[keep], collision_prob=sum(known) / len(known),
                          alpha=cell_alpha, power=spec.power)
-    return CellResult(
-        cell_id, test=f"collision ({kind})",
-        method=(f"identical disjoint pairs among {len(got)} independent requests ({how}), first {spec.max_new_tokens} "
-                f"tokens, one-sided exact Poisson-binomial test against the reported law (collision prob "
-                f"{res.collision_prob:.3g}; {res.statistic} identical of {res.pairs} pairs, {res.expected:.3g} expected; "
-                f"rejects from {res.critical}; {len(same) - len(keep)} pairs without a defined law dropped)"),
-        n=res.pairs, statistic=float(res.statistic), pvalue=res.pvalue, effect=res.excess, effect_unit="collision",
-        mde=res.mde, cell_alpha=cell_alpha,
-        extra={"identical_pairs": res.statistic, "expected": res.expected, "collision_prob": res.collision_prob,
-               "critical": res.critical, "seeded": kind == "seeded", "requests": len(got),
+    return collision_result_cell(
+        cell_id, f"collision ({kind})", res, pairs_of=f"among {len(got)} independent requests ({how})",
+        tokens=spec.max_new_tokens, law="the reported law", cell_alpha=cell_alpha,
+        dropped=f"; {len(same) - len(keep)} pairs without a defined law dropped",
+        extra={"seeded": kind == "seeded", "requests": len(got),
                "distinct_completions": len({tuple(c.token_ids) for c in got})}, **meta)
 
 
