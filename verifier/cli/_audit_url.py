@@ -151,10 +151,8 @@ def route_url(args: argparse.Namespace) -> None:
     if args.speculation != "server" and not dialect.has_switch:
         raise invalid_argument("--speculation", args.speculation, "'server' with --api " + args.api + " (no per-request switch)")
     from verifier.cli._audit_common import _sampling
-    from verifier.server.dialects import MLX_MAX_TOP_LOGPROBS
 
-    floor_k = args.logprobs or (MLX_MAX_TOP_LOGPROBS if args.api == "mlx-lm" else None)
-    dialect.check_request_options(_sampling(args), floor_k)  # before any model is loaded or request sent
+    dialect.check_request_options(_sampling(args), _floor_logprobs(args.logprobs, dialect))  # before any request
     if dialect.needs_text and (not args.target or args.target.startswith("tabular:")):
         raise invalid_argument("--target", args.target, f"a checkpoint with a tokenizer (e.g. shipped:target) with --api "
                                f"{args.api}: the server takes text prompts, written by the target's tokenizer")
@@ -376,15 +374,21 @@ def bind_blackbox_journals(args: argparse.Namespace, decoder, reference) -> Path
 def floor_plan(args: argparse.Namespace) -> dict | None:
     """The known-target floor's settings, kept in the run's plan (audit.json) so ``--resume`` measures it too;
     None for other designs, or with ``--floor-positions 0`` (``{"positions": 0}``: stated as not measured)."""
-    from verifier.server.floor import DEFAULT_POSITIONS, MAX_LOGPROBS
+    from verifier.server.floor import DEFAULT_POSITIONS
 
     if getattr(args, "design", None) != "known-target" or not getattr(args, "url", None):
         return None
-    from verifier.server.dialects import MLX_MAX_TOP_LOGPROBS
+    from verifier.server.dialects import get_dialect
 
     positions = DEFAULT_POSITIONS if args.floor_positions is None else int(args.floor_positions)
-    default = MLX_MAX_TOP_LOGPROBS if args.api == "mlx-lm" else MAX_LOGPROBS  # mlx_lm server caps top_logprobs at 11
-    return {"positions": positions, "logprobs": int(args.logprobs or default)}
+    return {"positions": positions, "logprobs": _floor_logprobs(args.logprobs, get_dialect(args.api))}
+
+
+def _floor_logprobs(logprobs: int | None, dialect) -> int:
+    """K of the numeric floor's one-token requests: ``--logprobs``, else the floor's default within the dialect's cap."""
+    from verifier.server.floor import MAX_LOGPROBS
+
+    return int(logprobs or min(MAX_LOGPROBS, dialect.max_top_logprobs or MAX_LOGPROBS))
 
 
 def _sets(run_dir: Path) -> list[dict]:

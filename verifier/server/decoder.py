@@ -131,6 +131,8 @@ class ServerDecoder:
         self.seeded = seeded
         self.vocab_size, self.eos_token_id, self.num_draft_tokens = int(vocab_size), eos_token_id, int(num_draft_tokens)
         self.model, self.n, self.speculative, self.logprobs = model, n_per_request, speculative, logprobs
+        # top rows in sample requests only where a reply carries them beside the emitted ids (not mlx-lm)
+        self._sample_logprobs = logprobs if self.dialect.ids_with_top_logprobs else None
         self.name = name or f"{api}@{base_url}"
         # verifier.runner.draft: the server drafts with its own model; the harness scores it only when the user
         # declared which one (--draft MODEL), e.g. to diagnose a bias
@@ -176,7 +178,7 @@ class ServerDecoder:
             n = min(self.n, num_samples - r * self.n)
             rseed = request_seed(seed, prompt, label, r) if self.seeded else None
             body = self.dialect.request(prompt, sampling, max_new_tokens, rseed, n=n, model=self.model,
-                                        logprobs=self.logprobs if self.dialect.ids_with_top_logprobs else None,
+                                        logprobs=self._sample_logprobs,
                                         draft_tokens=switch)
             parts = {"api": self.dialect.name, "model": self.model, "body": body,  # + the design factors
                      "num_concurrent": self.server.num_concurrent, "background": self.background}
@@ -192,7 +194,7 @@ class ServerDecoder:
             key, body, n, what = missing[j][1]
             completions = self.dialect.parse(reply, n=n, max_new_tokens=max_new_tokens,
                                              eos_token_id=self.eos_token_id, what=what,
-                                             logprobs=self.logprobs is not None and self.dialect.ids_with_top_logprobs)
+                                             logprobs=self._sample_logprobs is not None)
             self._check_ids(completions, what)
             with self._lock:
                 self.journal.append(key, body, completions, seconds)

@@ -149,6 +149,8 @@ class Dialect:
         The server takes a per-request speculation switch (``--speculation on|off``, ``--reference-off``).
     ids_with_top_logprobs : bool
         A reply can carry the emitted ids and top rows at once (False: rows only in one-token requests).
+    max_top_logprobs : int or None
+        The most top logprobs a request may ask for, where the server fixes it (None: the server's own setting).
     needs_text : bool
         Prompts are sent as text: :meth:`with_text` must give the decoder of the target's tokenizer.
     text_of : callable or None
@@ -163,6 +165,7 @@ class Dialect:
     reported_law: str = "raw"
     has_switch: bool = False
     ids_with_top_logprobs: bool = True
+    max_top_logprobs: int | None = None
     needs_text: bool = False
     text_of: Any = None
 
@@ -461,8 +464,8 @@ class MLXLM(Dialect):
     def check_request_options(self, sampling, logprobs, max_new_tokens=1) -> None:
         """What this server cannot express, as InvalidArgumentError (exit 2) -- called by the CLI before any
         request, and again per request."""
-        if logprobs is not None and not 1 <= int(logprobs) <= MLX_MAX_TOP_LOGPROBS:
-            raise invalid_argument("--logprobs", logprobs, f"an integer in 1..{MLX_MAX_TOP_LOGPROBS} with --api mlx-lm "
+        if logprobs is not None and not 1 <= int(logprobs) <= self.max_top_logprobs:
+            raise invalid_argument("--logprobs", logprobs, f"an integer in 1..{self.max_top_logprobs} with --api mlx-lm "
                                    "(the server's top_logprobs cap)")
         if sampling.repetition_penalty not in (None, 1.0):
             raise invalid_argument("--repetition-penalty", sampling.repetition_penalty, "none with --api mlx-lm (its "
@@ -545,6 +548,7 @@ DIALECTS: dict[str, Dialect] = {
                           "accepted_tokens": ("llamacpp:spec_decode_num_accepted_tokens",)}),
     # no /metrics: the speculation guard says "not observable" (--speculation-unverified accepts that)
     "mlx-lm": MLXLM("mlx-lm", "/v1/completions", max_n=1, health_paths=("/health",), has_switch=True,
+                    max_top_logprobs=MLX_MAX_TOP_LOGPROBS,
                     ids_with_top_logprobs=False, needs_text=True),
 }
 
