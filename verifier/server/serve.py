@@ -109,6 +109,7 @@ class DecoderServer:
         self.make_busy_decoder, self.busy_above = make_busy_decoder, busy_above
         self._busy: dict[int, Any] = {}
         self.in_flight = 0
+        self._unseeded, self._pair_seed = -1, 0  # paired-unseeded: unseeded arrivals so far, the current pair's seed
         self._lock = threading.Lock()
         self._lock_flight = threading.Lock()
         self.counters = {"drafts": 0, "draft_tokens": 0, "accepted_tokens": 0, "requests": 0}
@@ -189,7 +190,7 @@ class DecoderServer:
         seed = int(body["seed"]) if body.get("seed") is not None else int(np.random.SeedSequence().entropy % (1 << 31))
         if "paired-unseeded" in self.defects and body.get("seed") is None:
             with self._lock:
-                self._unseeded = getattr(self, "_unseeded", -1) + 1
+                self._unseeded += 1
                 if self._unseeded % 2 == 0:
                     self._pair_seed = seed
                 seed = self._pair_seed
