@@ -22,7 +22,21 @@ EXPECTED_RULES = {
     "draft_suffix_kept": "biased",
     "shared_uniform": "biased",
     "typical_acceptance": "lossy",
+    "accept_all": "biased",  # issue 26: "every draft accepted" is a mechanism of its own
+    "residual_by_index": "biased",  # issue 26: llama.cpp's second defect
 }
+
+
+def test_residual_by_index_is_llama_cpps_minimal_reproduction_and_the_residual_without_truncation():
+    """FINDINGS (llama.cpp 0c1e570, Finding 2): target keeps {0, 1}, draft keeps {1, 2}: token 1 always."""
+    from verifier.engines.llama_cpp_repro import speculative_step_law
+
+    p, q = [F(1, 2), F(1, 2), F(0)], [F(0), F(9, 10), F(1, 10)]
+    assert step_law(p, q, "residual_by_index").output_law == (0, 1, 0)
+    assert list(step_law(p, q, "residual_by_index").output_law) == speculative_step_law(p, q, draft_token="sampled")
+    full_p, full_q = [F(2, 10), F(5, 10), F(3, 10)], [F(5, 10), F(3, 10), F(2, 10)]
+    assert step_law(full_p, full_q, "residual_by_index").output_law == tuple(full_p)  # index = id: lossless here
+    assert step_law(full_p, full_q, "accept_all").output_law == tuple(full_q)
 
 
 def test_registry_holds_every_rule_of_the_issue_with_its_declared_status():

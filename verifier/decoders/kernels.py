@@ -40,6 +40,8 @@ __all__ = [
     "draft_suffix_kept_kernel",
     "batch_cross_talk_kernel",
     "degenerate_residual_div0_kernel",
+    "accept_all_kernel",
+    "residual_by_index_kernel",
     "KERNELS",
 ]
 
@@ -307,6 +309,47 @@ def degenerate_residual_div0_kernel(target_probs, draft_probs, draft_token_ids, 
     return _chain(*args, generator, recover_rule=recover)
 
 
+def accept_all_kernel(target_probs, draft_probs, draft_token_ids, generator):
+    """Mutant: every draft token is accepted (no acceptance test: a uniform stuck at 0, a skipped check;
+    exact rule ``accept_all``); the bonus token is drawn from target row k.  The emitted law is the
+    draft's at drafted positions: visible whenever q != p (any T, first position)."""
+    def accept(p, q, ids, u):
+        return torch.ones_like(ids, dtype=torch.bool)
+
+    args = _verify_chain_iv(target_probs, draft_probs, draft_token_ids, generator)
+    return _chain(*args, generator, accept_rule=accept, recover_rule=lambda p, q: p)
+
+
+def residual_by_index(target_row: torch.Tensor, draft_row: torch.Tensor) -> torch.Tensor:
+    """llama.cpp's residual: ``max(0, p(t_i) - q(d_i))`` with t_i / d_i the i-th token of non-zero prob of
+    the target / draft row in id order (exact rule ``residual_by_index``); p where it sums to 0.
+
+    Parameters
+    ----------
+    target_row, draft_row : torch.Tensor, shape (batch, vocab), float64
+
+    Returns
+    -------
+    torch.Tensor, shape (batch, vocab), unnormalised weights.
+    """
+    keep_p, keep_q = target_row > 0, draft_row > 0
+    order = torch.argsort((~keep_q).to(torch.int8), dim=-1, stable=True)  # draft candidates first, in id order
+    compact_q = torch.where(keep_q, draft_row, torch.zeros_like(draft_row)).gather(-1, order)
+    index = (keep_p.to(torch.int64).cumsum(dim=-1) - 1).clamp(min=0)  # array index of each target candidate
+    deficit = torch.where(keep_p, (target_row - compact_q.gather(-1, index)).clamp(min=0.0), torch.zeros_like(target_row))
+    empty = deficit.sum(dim=-1, keepdim=True) <= 0
+    return torch.where(empty, target_row, deficit)
+
+
+def residual_by_index_kernel(target_probs, draft_probs, draft_token_ids, generator):
+    """Mutant: on rejection the draft prob at the same index of the id-sorted candidate arrays is subtracted
+    (llama.cpp ``speculative.cpp``; exact rule ``residual_by_index``).  Visible only when the target and draft
+    keep different token sets (top-k / top-p / min-p, or a zero prob), at the first position already;
+    identical to the reference when every prob is positive."""
+    args = _verify_chain_iv(target_probs, draft_probs, draft_token_ids, generator)
+    return _chain(*args, generator, recover_rule=residual_by_index)
+
+
 KERNELS: dict[str, Callable] = {
     "canonical": verify_chain,
     "full_p_fallback": full_p_fallback_kernel,
@@ -317,4 +360,6 @@ KERNELS: dict[str, Callable] = {
     "draft_suffix_kept": draft_suffix_kept_kernel,
     "batch_cross_talk": batch_cross_talk_kernel,
     "degenerate_residual_div0": degenerate_residual_div0_kernel,
+    "accept_all": accept_all_kernel,
+    "residual_by_index": residual_by_index_kernel,
 }

@@ -118,6 +118,14 @@ _ENTRIES = [
     DecoderSpec("typical_acceptance", "Medusa typical acceptance (p(d) > min(0.09, 0.3 exp(-H(p)))); declared lossy.", "lossy",
                 "any T > 0 in practice (it accepts low-p drafts and rejects tokens p would keep); the effect size is "
                 "reported, not a bug", _spec(K.typical_acceptance_kernel), K.typical_acceptance_kernel),
+    DecoderSpec("accept_all", "Every draft token is accepted (no acceptance test); the bonus token from target row k.",
+                "biased", "any T where q != p (any k, first position); the acceptance rate is 1, above the coupling "
+                "bound", _spec(K.accept_all_kernel), K.accept_all_kernel),
+    DecoderSpec("residual_by_index", "On rejection the residual subtracts the draft prob at the same index of the "
+                "id-sorted candidate arrays (llama.cpp speculative.cpp).", "biased",
+                "only when target and draft keep different token sets (top-k / top-p, zero probs), at the first "
+                "position already; identical to the reference when every prob is positive (T > 0, no filter)",
+                _spec(K.residual_by_index_kernel), K.residual_by_index_kernel),
     DecoderSpec("degenerate_residual_div0", "Normalises the residual by its sum with no fallback: an all-zero residual "
                 "becomes NaN and the recovered token is token 0.", "biased",
                 "only when a rejection meets an all-zero residual: target rows that do not sum to 1 (rounding, or "

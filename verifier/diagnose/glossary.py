@@ -44,6 +44,11 @@ GLOSSARY: dict[str, str] = {
                       "acceptances of a round are correlated.",
     "typical_acceptance": "lossy by design (Medusa's typical acceptance): any draft whose target probability is above "
                           "an entropy-dependent threshold is accepted, so the output is not the target's law.",
+    "accept_all": "every draft token is accepted: the acceptance test never rejects (a uniform stuck at 0, a check "
+                  "skipped), so drafted positions follow the draft's distribution q instead of the target's.",
+    "residual_by_index": "on rejection the residual subtracts the draft probability at the same array index of the "
+                         "id-sorted candidate lists (llama.cpp), which is another token's once top-k / top-p keep "
+                         "different token sets in the target and the draft.",
     "draft_raw_q": "draft tokens are sampled from the processed draft distribution (temperature, top-k/top-p applied) "
                    "but the acceptance ratio and residual use the raw, unprocessed draft probabilities.",
     "target_unprocessed": "the target is verified, and the bonus token drawn, with default sampling parameters "

@@ -70,6 +70,16 @@ def _softmax_residual(p: np.ndarray, q: np.ndarray) -> np.ndarray:
     return w / w.sum(axis=-1, keepdims=True)
 
 
+def _residual_by_index(p: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """``max(0, p(t_i) - q(d_i))`` over the i-th non-zero tokens of p and q in id order (llama.cpp), p if all 0."""
+    keep_p, keep_q = p > 0, q > 0
+    order = np.argsort(~keep_q, axis=-1, kind="stable")  # draft candidates first, in id order
+    compact_q = np.take_along_axis(np.where(keep_q, q, 0.0), order, axis=-1)
+    index = np.clip(np.cumsum(keep_p, axis=-1) - 1, 0, None)
+    deficit = np.where(keep_p, np.clip(p - np.take_along_axis(compact_q, index, axis=-1), 0.0, None), 0.0)
+    return _normalise(deficit, p)
+
+
 def _typical(p: np.ndarray) -> np.ndarray:
     with np.errstate(divide="ignore", invalid="ignore"):
         entropy = -np.where(p > 0, p * np.log(np.where(p > 0, p, 1.0)), 0.0).sum(axis=-1, keepdims=True)
@@ -152,6 +162,8 @@ MECHANISMS: dict[str, Mechanism] = {m.name: m for m in [
     _rule("draft_suffix_kept"),
     _rule("shared_uniform"),
     _rule("typical_acceptance", acceptance=lambda v: _typical(v.p), recover=lambda v: v.p),
+    _rule("accept_all", acceptance=lambda v: np.ones_like(v.p), recover=lambda v: v.p),
+    _rule("residual_by_index", recover=lambda v: _residual_by_index(v.p, v.q)),
     Mechanism("draft_raw_q", "biased", "the draft samples processed q, the ratio and residual use softmax(raw draft logits)",
               acceptance=lambda v: _ratio(v.p, v.q_raw), recover=lambda v: _residual(v.p, v.q_raw), needs_raw=True,
               aliases=("draft_raw_q",)),

@@ -148,6 +148,9 @@ def standard_cases() -> list[ExactCase]:
                      description="p=(.5,.3,.2), q=(.9,.05,.05): argmaxes agree, acceptance only 3/5"),
         unigram_case("seed_one_hot_draft", _fr("1/2", "3/10", "1/5"), _fr("1", "0", "0"),
                      description="p=(.5,.3,.2), one-hot q=(1,0,0): the high-TV CI draft"),
+        unigram_case("seed_truncated_supports", _fr("1/2", "1/2", "0"), _fr("0", "9/10", "1/10"),
+                     description="p=(.5,.5,0), q=(0,.9,.1): top-k kept different token sets (llama.cpp's by-index "
+                                 "residual emits token 1 always)"),
     ]
     rounds = [
         ExactCase(name, pair.target, pair.draft, pair.prefix, ROUND_NUM_DRAFT_TOKENS, ROUND_NUM_TOKENS, pair.description)

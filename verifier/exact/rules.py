@@ -176,6 +176,28 @@ def _softmax_residual(target_probs: Probs, draft_probs: Probs, x: int) -> Probs:
     return tuple(w / total for w in weights)
 
 
+def _accept_always(target_probs: Probs, draft_probs: Probs, x: int) -> Fraction:
+    return Fraction(1)
+
+
+def _residual_by_index(target_probs: Probs, draft_probs: Probs, x: int) -> Probs:
+    """llama.cpp's residual (``examples/speculative/speculative.cpp`` at 0c1e570): both candidate arrays hold
+    the tokens with a non-zero prob, sorted by id, and the draft prob at the same *array index* is
+    subtracted: ``max(0, p(t_i) - q(d_i))`` with t_i / d_i the i-th target / draft candidate.  Without
+    truncation (every prob > 0) index = id and this is the residual; once top-k / top-p keep different token
+    sets, another token's draft prob is subtracted.  An all-zero result falls back to p."""
+    drafts = [v for v in draft_probs if v > 0]
+    deficit, i = [], 0
+    for p in target_probs:
+        if p > 0:
+            deficit.append(max(Fraction(0), p - (drafts[i] if i < len(drafts) else Fraction(0))))
+            i += 1
+        else:
+            deficit.append(Fraction(0))
+    total = sum(deficit, Fraction(0))
+    return tuple(d / total for d in deficit) if total else tuple(target_probs)
+
+
 def _accept_iff_target_ge_draft(target_probs: Probs, draft_probs: Probs, x: int) -> Fraction:
     return Fraction(int(target_probs[x] >= draft_probs[x]))
 
@@ -277,6 +299,11 @@ RULES: dict[str, Rule] = {
               shared_uniform=True),
         _rule("typical_acceptance", "lossy", "Medusa typical acceptance: accept iff p(x) > min(0.09, 0.3*exp(-H(p))), else sample p",
               acceptance=_typical_acceptance, recover=_full_target),
+        _rule("accept_all", "biased", "every draft token is accepted (no acceptance test: a uniform stuck at 0, a "
+              "skipped check); the bonus token ~ p at k+1", acceptance=_accept_always, recover=_full_target),
+        _rule("residual_by_index", "biased", "the residual subtracts the draft prob at the same index of the id-sorted "
+              "candidate arrays (another token's, once top-k/top-p keep different token sets; llama.cpp)",
+              recover=_residual_by_index),
     ]
 }
 
