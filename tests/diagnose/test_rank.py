@@ -2,7 +2,9 @@
 
 import math
 
-from verifier.diagnose.rank import DIAGNOSIS_ALPHA, MechanismScore, Ranking, decide, threshold_for
+import numpy as np
+
+from verifier.diagnose.rank import DIAGNOSIS_ALPHA, MechanismScore, Ranking, decide, separation_for, threshold_for
 
 
 def _ranking(**lrs):
@@ -18,7 +20,7 @@ def test_threshold_is_ville_bonferroni():
 def test_consistent_sentence_names_both_margins():
     d = decide(_ranking(full_p_fallback=41.3, softmax_residual=11.1), bias_detected=True, fit_pvalue=0.5)
     assert d["status"] == "consistent"
-    assert d["sentence"] == "consistent with full_p_fallback (log LR 41.3 over the target, 30.2 over the next mechanism softmax_residual)"
+    assert d["sentence"] == "consistent with full_p_fallback (log LR 41.3 over the target, 30.2 over the next hypothesis softmax_residual)"
 
 
 def test_rejected_fit_or_weak_evidence_is_no_known_mechanism():
@@ -31,6 +33,30 @@ def test_rejected_fit_or_weak_evidence_is_no_known_mechanism():
 
 
 def test_equal_laws_are_named_together():
-    d = decide(_ranking(draft_raw_q=20.0, target_unprocessed=20.0, full_p_fallback=1.0), bias_detected=True, fit_pvalue=0.5)
-    assert d["best"] == ["draft_raw_q", "target_unprocessed"]
+    r = _ranking(draft_raw_q=20.0, target_unprocessed=20.0, full_p_fallback=1.0)
+    r.row_ll = {"draft_raw_q": np.array([-1.0, -2.0]), "target_unprocessed": np.array([-1.0, -2.0])}
+    d = decide(r, bias_detected=True, fit_pvalue=0.5)
+    assert d["best"] == ["draft_raw_q", "target_unprocessed"] and d["equivalent"] == ["target_unprocessed"]
     assert d["sentence"].startswith("consistent with draft_raw_q = target_unprocessed (log LR 20.0")
+    assert "no amount of these data separates them" in d["sentence"]
+
+
+def test_hypotheses_the_data_do_not_separate_are_named_together_never_one_of_them():
+    """Within the separation log(2 M / alpha) of the best, a hypothesis is a contender: "A or B", never A alone."""
+    r = _ranking(full_p_fallback=40.0, softmax_residual=38.0, greedy_draft=1.0)
+    r.row_ll = {"full_p_fallback": np.array([-1.0, -2.0]), "softmax_residual": np.array([-1.5, -2.0])}
+    d = decide(r, bias_detected=True, fit_pvalue=0.5)
+    assert d["best"] == ["full_p_fallback", "softmax_residual"] and d["equivalent"] == []
+    assert d["sentence"].startswith("consistent with full_p_fallback or softmax_residual (log LR 40.0")
+    assert "do not separate them" in d["sentence"]
+    far = decide(_ranking(full_p_fallback=40.0, softmax_residual=40.0 - separation_for(4) - 0.1), bias_detected=True)
+    assert far["best"] == ["full_p_fallback"]
+
+
+def test_a_composite_or_a_latent_class_model_must_beat_what_it_contains_by_the_separation():
+    sep = separation_for(4)
+    d = decide(_ranking(**{"greedy_draft": 50.0, "greedy_draft+residual_by_index": 50.0 + sep - 1, "batch_cross_talk": 55.0}),
+               bias_detected=True)
+    assert d["best"] == ["greedy_draft"], d  # the composite adds a part it does not need; cross-talk's classes include it
+    d = decide(_ranking(**{"greedy_draft": 50.0, "greedy_draft+residual_by_index": 50.0 + sep + 1}), bias_detected=True)
+    assert d["best"] == ["greedy_draft+residual_by_index"], d

@@ -20,7 +20,7 @@ from tests.diagnose._helpers import CI_K, CI_N, CI_TOKENS, PROMPT, T07K2, T1, de
 
 pytestmark = pytest.mark.slow
 
-PROCESSING_ONLY = {"draft_raw_q", "target_unprocessed"}
+PROCESSING_ONLY = {"draft_raw_q", "target_unprocessed", "residual_by_index"}  # visible only with top-k (different token sets)
 MODELLED_MUTANTS = [n for n, s in DECODER_REGISTRY.items()
                     if s.declared != "exact" and mechanism_for_decoder(n) not in (None, "canonical")]
 RULES_WITHOUT_DECODER = [n for n, m in MECHANISMS.items() if m.kind == "rule" and m.declared != "exact"
@@ -29,7 +29,7 @@ RULES_WITHOUT_DECODER = [n for n, m in MECHANISMS.items() if m.kind == "rule" an
 
 def test_the_lists_cover_the_zoo():
     assert set(RULES_WITHOUT_DECODER) == {"softmax_residual", "shared_uniform"}
-    assert len(MODELLED_MUTANTS) == 11  # every registered mutant but degenerate_residual_div0 (= canonical with float64 probs)
+    assert len(MODELLED_MUTANTS) == 13  # every registered mutant but degenerate_residual_div0 (= canonical with float64 probs)
     assert {"kv_not_rolled_back", "batch_cross_talk"} <= set(MODELLED_MUTANTS)
 
 

@@ -337,6 +337,7 @@ def residual_by_index(target_row: torch.Tensor, draft_row: torch.Tensor) -> torc
     compact_q = torch.where(keep_q, draft_row, torch.zeros_like(draft_row)).gather(-1, order)
     index = (keep_p.to(torch.int64).cumsum(dim=-1) - 1).clamp(min=0)  # array index of each target candidate
     deficit = torch.where(keep_p, (target_row - compact_q.gather(-1, index)).clamp(min=0.0), torch.zeros_like(target_row))
+    deficit = torch.where(deficit > 1e-9, deficit, torch.zeros_like(deficit))  # = diagnose.mechanisms.BY_INDEX_TOLERANCE
     empty = deficit.sum(dim=-1, keepdim=True) <= 0
     return torch.where(empty, target_row, deficit)
 

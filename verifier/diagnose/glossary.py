@@ -60,18 +60,38 @@ GLOSSARY: dict[str, str] = {
 }
 
 
+PREFILL_SENTENCE = ("the first emitted token is a plain target sample (the prefill step) and speculation starts at "
+                    "token 2, as in vLLM and llama.cpp")
+
+
 def plain(name: str) -> str:
-    """The glossary sentence of a mechanism (a generic one for a name outside the glossary)."""
-    return GLOSSARY.get(name, "a mechanism outside the glossary (see verifier.diagnose.mechanisms).")
+    """The glossary sentence of a hypothesis: a mechanism, a composite ``A+B`` ("two defects: ..."), either with
+    ``@prefill`` (a generic sentence for a name outside the glossary)."""
+    from verifier.diagnose.family import parts_of
+
+    if name in GLOSSARY:
+        return GLOSSARY[name]
+    parts, prefill = parts_of(name)
+    if not all(p in GLOSSARY for p in parts):
+        return "a mechanism outside the glossary (see verifier.diagnose.mechanisms)."
+    if len(parts) == 1:
+        text = GLOSSARY[parts[0]].rstrip(".")
+    else:
+        text = "two defects together: " + "; and ".join(GLOSSARY[p].rstrip(".") for p in parts)
+    return text + (f" ({PREFILL_SENTENCE})." if prefill else ".")
 
 
 def reproduce_command(name: str) -> str:
     """Where to see the mechanism's exact law: ``specverify exact --rule NAME``, or (a decoder-level bug without an
-    exact rule) the zoo decoder with that bug: ``decoder = "NAME"`` in a suite."""
+    exact rule) the zoo decoder with that bug: ``decoder = "NAME"`` in a suite; one per part of a composite."""
+    from verifier.diagnose.family import parts_of
     from verifier.exact.rules import RULES
 
     if name in RULES:
         return f"specverify exact --rule {name}"
+    parts, prefill = parts_of(name)
+    if len(parts) > 1 or prefill:
+        return " and ".join(reproduce_command(p) for p in parts)
     return f'decoder = "{name}" in a suite'
 
 

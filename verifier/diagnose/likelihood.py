@@ -12,6 +12,7 @@ round structures.  It is computed exactly by a forward recursion over the states
 * ``j = k``: the bonus token, ``x_t ~ p_{t + bonus_offset}``, to ``(t+1, 0)``;
 * a shared uniform makes the acceptance at ``j`` conditional on the ``j`` acceptances of the round
   so far (``min(a, b) / b`` with ``b`` the smallest threshold met, read off the observed tokens);
+* ``mechanism.lead`` plain target samples come first (the prefill step, :mod:`verifier.diagnose.family`);
 * a kept draft suffix jumps from ``(t, j)`` to ``(t + 1 + m, 0)``, the ``m = k - j - 1`` drafts after
   the rejected one emitted too; they were drafted after the latent rejected token ``d``, so their
   law needs the draft at contexts ending in ``d`` (``SequenceProbs.draft_after``), for every ``d``.
@@ -166,6 +167,11 @@ def log_likelihood(mechanism: Mechanism, seqs: SequenceProbs, num_draft_tokens: 
         if not live.any():
             break
         x = x_all[:, t]
+        if t < mechanism.lead:  # the prefill: a plain target sample before the first round
+            la[:, t + 1, 0] = np.where(live, la[:, t, 0] + _log(_pick(seqs.p[:, t], x)), -np.inf)
+            if predictive is not None:
+                predictive[:, t] = seqs.p[:, t]
+            continue
         v = Views(seqs.p[:, t], seqs.q[:, t], None if seqs.p_raw is None else seqs.p_raw[:, t],
                   None if seqs.q_raw is None else seqs.q_raw[:, t])
         prop, acc = mechanism.propose(v), mechanism.acceptance(v)

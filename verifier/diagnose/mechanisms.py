@@ -70,6 +70,10 @@ def _softmax_residual(p: np.ndarray, q: np.ndarray) -> np.ndarray:
     return w / w.sum(axis=-1, keepdims=True)
 
 
+BY_INDEX_TOLERANCE = 1e-9  # by-index deficits below this are 0 (the kernel's too): p and q of different tokens can be
+# equal in exact arithmetic and differ in the last bits here, and a rejection is likely exactly there
+
+
 def _residual_by_index(p: np.ndarray, q: np.ndarray) -> np.ndarray:
     """``max(0, p(t_i) - q(d_i))`` over the i-th non-zero tokens of p and q in id order (llama.cpp), p if all 0."""
     keep_p, keep_q = p > 0, q > 0
@@ -77,6 +81,7 @@ def _residual_by_index(p: np.ndarray, q: np.ndarray) -> np.ndarray:
     compact_q = np.take_along_axis(np.where(keep_q, q, 0.0), order, axis=-1)
     index = np.clip(np.cumsum(keep_p, axis=-1) - 1, 0, None)
     deficit = np.where(keep_p, np.clip(p - np.take_along_axis(compact_q, index, axis=-1), 0.0, None), 0.0)
+    deficit = np.where(deficit > BY_INDEX_TOLERANCE, deficit, 0.0)  # equal probs of two models: 0, not rounding noise
     return _normalise(deficit, p)
 
 
@@ -120,6 +125,9 @@ class Mechanism:
         Uses ``p_raw`` / ``q_raw``.
     latent : bool
         The law is enumerated by :mod:`verifier.diagnose.latent` (the chain-rule hooks are unused).
+    lead : int, default 0
+        Plain target samples emitted before the first round (1: the first token comes from the target's prefill
+        step, as in vLLM and llama.cpp; :mod:`verifier.diagnose.family`).
     """
 
     name: str
@@ -136,6 +144,7 @@ class Mechanism:
     same_as_target: bool = False
     needs_raw: bool = False
     latent: bool = False
+    lead: int = 0
     aliases: tuple[str, ...] = field(default=())
 
     @property

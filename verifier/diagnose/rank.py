@@ -30,7 +30,8 @@ import numpy as np
 
 from verifier.diagnose.likelihood import SequenceProbs, log_likelihood, target_log_likelihood
 from verifier.diagnose.latent import GROUPED
-from verifier.diagnose.mechanisms import MECHANISMS
+from verifier.diagnose.family import family_names, hypothesis
+from verifier.diagnose.robust import mixture_log_likelihood
 
 __all__ = ["DIAGNOSIS_ALPHA", "FIT_ALPHA", "MechanismScore", "Ranking", "rank_mechanisms", "threshold_for",
            "decide", "sentence"]
@@ -52,6 +53,8 @@ class MechanismScore:
     log_likelihood: float | None
     log_lr: float | None
     note: str = ""
+    log_lr_pure: float | None = None  # without contamination (one impossible row: -inf)
+    contamination: float | None = None  # fitted share of rows from the target (verifier.diagnose.robust)
 
 
 @dataclass
@@ -62,6 +65,7 @@ class Ranking:
     target_log_likelihood: float
     scores: list[MechanismScore]
     per_position: dict[str, list[float]] = field(default_factory=dict)  # mechanism -> log LR per position
+    row_ll: dict[str, np.ndarray] = field(default_factory=dict, repr=False)  # per distinct row (not serialised)
 
     def ranked(self) -> list[MechanismScore]:
         """Computed biased/lossy mechanisms, best log LR first (exact ones are the null, never named)."""
@@ -108,21 +112,31 @@ def rank_mechanisms(seqs: SequenceProbs, num_draft_tokens: int, *, mechanisms=No
         A mechanism that needs what ``seqs`` lacks (unprocessed probs, or a kept-suffix likelihood beyond
         :data:`MAX_DRAFT_AFTER_ROWS` draft rows) gets ``log_lr = None`` and a note.
     """
-    names = list(mechanisms) if mechanisms is not None else list(MECHANISMS)
+    names = list(mechanisms) if mechanisms is not None else list(family_names())
     w = seqs.row_weights
     ll_t = target_log_likelihood(seqs)
     total_t = float(_wsum(ll_t, w))
-    scores, per_pos = [], {}
+    scores, per_pos, row_ll = [], {}, {}
     cond_t = _target_per_position(seqs) if per_position else None
     raw_is_processed = seqs.p_raw is not None and seqs.p_raw is seqs.p and seqs.q_raw is seqs.q
     computed: dict[str, tuple] = {}
 
-    def scored(name: str, m, total: float) -> MechanismScore:
+    def scored(name: str, m, ll: np.ndarray | None = None, total: float | None = None) -> MechanismScore:
+        if ll is None:  # a likelihood per generate call (batch cross-talk): no per-row mixture
+            with np.errstate(invalid="ignore"):
+                lr = total - total_t
+            lr = float(lr) if not math.isnan(lr) else 0.0
+            return MechanismScore(name, m.declared, total, lr, log_lr_pure=lr, contamination=0.0)
+        row_ll[name] = ll
         with np.errstate(invalid="ignore"):
-            lr = total - total_t
-        return MechanismScore(name, m.declared, total, float(lr) if not math.isnan(lr) else 0.0)
+            pure = float(_wsum(ll, w)) - total_t
+        total, share = mixture_log_likelihood(ll, ll_t, w)
+        with np.errstate(invalid="ignore"):
+            robust = total - total_t
+        return MechanismScore(name, m.declared, total, 0.0 if math.isnan(robust) else float(robust),
+                              log_lr_pure=0.0 if math.isnan(pure) else pure, contamination=share)
     for name in names:
-        m = MECHANISMS[name]
+        m = hypothesis(name)
         if m.latent:
             from verifier.diagnose.latent import feasible
 
@@ -132,7 +146,7 @@ def rank_mechanisms(seqs: SequenceProbs, num_draft_tokens: int, *, mechanisms=No
 
                 why = mc_feasible(seqs, num_draft_tokens)
                 if why is None:  # whole rows only: a per-position split would rerun the estimate at every prefix length (~3x)
-                    scores.append(scored(name, m, float(_wsum(log_likelihood(m, seqs, num_draft_tokens), w))))
+                    scores.append(scored(name, m, log_likelihood(m, seqs, num_draft_tokens)))
                     continue
             if why is not None:
                 scores.append(MechanismScore(name, m.declared, None, None, why))
@@ -140,7 +154,7 @@ def rank_mechanisms(seqs: SequenceProbs, num_draft_tokens: int, *, mechanisms=No
             if name in GROUPED:  # rows of one generate call are dependent: a likelihood per call, no per-position split
                 from verifier.diagnose.latent import call_log_likelihood
 
-                scores.append(scored(name, m, call_log_likelihood(seqs, num_draft_tokens)))
+                scores.append(scored(name, m, total=call_log_likelihood(seqs, num_draft_tokens)))
                 continue
         if m.needs_raw and seqs.p_raw is None:
             scores.append(MechanismScore(name, m.declared, None, None, "needs unprocessed probs"))
@@ -150,7 +164,7 @@ def rank_mechanisms(seqs: SequenceProbs, num_draft_tokens: int, *, mechanisms=No
             scores.append(MechanismScore(name, m.declared, None, None,
                                          f"not computed: a kept draft suffix needs the draft after every latent rejected token ({rows})"))
             continue
-        if m.needs_raw and raw_is_processed and "canonical" in computed:
+        if name in ("draft_raw_q", "target_unprocessed") and raw_is_processed and "canonical" in computed:
             ll, cond = computed["canonical"]  # unprocessed = processed here (T = 1, no filter): the canonical law
             if per_position:
                 per_pos[name] = per_pos["canonical"]
@@ -162,8 +176,8 @@ def rank_mechanisms(seqs: SequenceProbs, num_draft_tokens: int, *, mechanisms=No
         else:
             ll = log_likelihood(m, seqs, num_draft_tokens)
             computed[name] = (ll, None)
-        scores.append(scored(name, m, float(_wsum(ll, w))))
-    return Ranking(int(w.sum()), total_t, scores, per_pos)
+        scores.append(scored(name, m, ll))
+    return Ranking(int(w.sum()), total_t, scores, per_pos, row_ll)
 
 
 def _target_per_position(seqs: SequenceProbs) -> np.ndarray:
@@ -182,25 +196,72 @@ def _wsum(ll: np.ndarray, w: np.ndarray) -> float:
 
 
 def combine(rankings: list[Ranking]) -> Ranking:
-    """Sum of rankings over independent sample sets (log-likelihoods add)."""
-    by = {}
+    """Sum of rankings over independent sample sets (log-likelihoods add; a product of e-values is an e-value)."""
+    by: dict[str, MechanismScore] = {}
+    rows: dict[str, list[np.ndarray]] = {}
     for r in rankings:
         for s in r.scores:
             cur = by.get(s.name)
+            if s.name in r.row_ll:
+                rows.setdefault(s.name, []).append(r.row_ll[s.name])
             if cur is None:
-                by[s.name] = MechanismScore(s.name, s.declared, s.log_likelihood, s.log_lr, s.note)
+                by[s.name] = MechanismScore(s.name, s.declared, s.log_likelihood, s.log_lr, s.note, s.log_lr_pure,
+                                            s.contamination)
             elif cur.log_lr is None or s.log_lr is None:
-                cur.log_lr = cur.log_likelihood = None
+                cur.log_lr = cur.log_likelihood = cur.log_lr_pure = None
                 cur.note = cur.note or s.note
             else:
                 cur.log_lr += s.log_lr
                 cur.log_likelihood += s.log_likelihood
-    return Ranking(sum(r.n for r in rankings), sum(r.target_log_likelihood for r in rankings), list(by.values()))
+                cur.log_lr_pure = None if cur.log_lr_pure is None or s.log_lr_pure is None else cur.log_lr_pure + s.log_lr_pure
+                cur.contamination = max(cur.contamination or 0.0, s.contamination or 0.0)
+    row_ll = {n: np.concatenate(v) for n, v in rows.items() if len(v) == len(rankings)}
+    return Ranking(sum(r.n for r in rankings), sum(r.target_log_likelihood for r in rankings), list(by.values()),
+                   row_ll=row_ll)
 
 
 def threshold_for(num_mechanisms: int, alpha: float = DIAGNOSIS_ALPHA) -> float:
     """``log(M / alpha)``: the log LR a mechanism needs before it is named (false-diagnosis rate <= alpha)."""
     return math.log(max(1, num_mechanisms) / alpha)
+
+
+def separation_for(num_mechanisms: int, alpha: float = DIAGNOSIS_ALPHA) -> float:
+    """``log(2 M / alpha)``: how far the named hypothesis must beat every other one (wrong-name rate <= alpha).
+
+    Under a pure hypothesis b, the ratio of two contamination mixtures has mean <= 1 / PRIOR[0] = 2
+    (:mod:`verifier.diagnose.robust`), so Markov and Bonferroni over the M hypotheses give the bound.
+    """
+    return math.log(2 * max(1, num_mechanisms) / alpha)
+
+
+def _complexity(name: str) -> tuple[int, int]:
+    """(parts, latent class model): a hypothesis must beat every simpler one it contains by the separation."""
+    from verifier.diagnose.family import parts_of
+    from verifier.diagnose.latent import GROUPED as _grouped
+
+    parts, _ = parts_of(name)
+    return len(parts), int(name in _grouped)
+
+
+def _nested(simple: str, complex_: str) -> bool:
+    """``simple`` is a special case of ``complex_``: its parts are a strict subset at the same round layout, or
+    ``complex_`` is a latent-class model (batch cross-talk: its classes include other mechanisms' laws)."""
+    from verifier.diagnose.family import parts_of
+    from verifier.diagnose.latent import GROUPED as _grouped
+
+    if complex_ in _grouped:
+        return simple not in _grouped
+    (a, pa), (b, pb) = parts_of(simple), parts_of(complex_)
+    return pa == pb and set(a) < set(b)
+
+
+def _same_law_on_rows(ranking: Ranking, a: str, b: str) -> bool:
+    """Both hypotheses give every observed (distinct) row the same probability (within 1e-9 nats)."""
+    ra, rb = ranking.row_ll.get(a), ranking.row_ll.get(b)
+    if ra is None or rb is None or ra.shape != rb.shape:
+        return False
+    fa, fb = np.isfinite(ra), np.isfinite(rb)
+    return bool((fa == fb).all() and np.allclose(ra[fa], rb[fb], rtol=0.0, atol=1e-9))
 
 
 def _groups(ranked: list[MechanismScore]) -> list[list[MechanismScore]]:
@@ -213,9 +274,33 @@ def _groups(ranked: list[MechanismScore]) -> list[list[MechanismScore]]:
     return groups
 
 
+def contenders(ranking: Ranking, alpha: float = DIAGNOSIS_ALPHA) -> tuple[list[MechanismScore], list[MechanismScore]]:
+    """The hypotheses the data do not separate from the best, and the best one outside them.
+
+    A hypothesis is a contender when its log LR is within :func:`separation_for` of the best one's, unless it
+    contains a simpler contender (:func:`_nested`) that it does not beat by the separation (a composite, or a
+    latent-class model, must earn what it adds).  Returns (contenders, best first; the next hypothesis).
+    """
+    ranked = ranking.ranked()
+    if not ranked or not math.isfinite(_key(ranked[0].log_likelihood)):
+        return [], []
+    sep = separation_for(len([s for s in ranking.scores if s.declared != "exact"]), alpha)
+    top = ranked[0].log_likelihood  # the same target for all: log-likelihoods order as log LRs (also when the target is refuted)
+    near = [s for s in ranked if s.log_likelihood is not None and s.log_likelihood >= top - sep]
+    kept = []
+    for s in sorted(near, key=lambda s: _complexity(s.name)):  # simpler first
+        if any(_nested(o.name, s.name) and s.log_likelihood - o.log_likelihood < sep for o in kept):
+            continue
+        kept.append(s)
+    kept.sort(key=lambda s: -_key(s.log_likelihood))
+    names = {s.name for s in near}
+    rest = [s for s in ranked if s.name not in names]
+    return kept, rest[:1]
+
+
 def decide(ranking: Ranking, *, bias_detected: bool, fit_pvalue: float | None = None,
            alpha: float = DIAGNOSIS_ALPHA) -> dict[str, Any]:
-    """The diagnosis of one ranking: status, best group, margins and the sentence.
+    """The diagnosis of one ranking: status, best class, margins and the sentence.
 
     Parameters
     ----------
@@ -223,27 +308,36 @@ def decide(ranking: Ranking, *, bias_detected: bool, fit_pvalue: float | None = 
     bias_detected : bool
         The run's verdict for the decoder was BIAS DETECTED.
     fit_pvalue : float or None
-        Goodness-of-fit p-value of the best mechanism's predicted J-token law (None: not tested).
+        Goodness-of-fit p-value of the best mechanism's own predictions (None: not tested).
     alpha : float, default DIAGNOSIS_ALPHA
 
     Returns
     -------
     dict
-        ``status`` (consistent / no known mechanism / none preferred), ``best`` (names), ``log_lr``,
-        ``margin`` (over the next group), ``next`` (names), ``threshold``, ``fit_pvalue``, ``sentence``.
+        ``status`` (consistent / no known mechanism / none preferred), ``best`` (the hypotheses the data do not
+        separate, best first: one name when the diagnosis is sharp), ``equivalent`` (those of ``best`` with the
+        best one's probability on every observed row: the same law on these data), ``log_lr``, ``contamination``
+        (the best one's fitted share of target rows), ``margin`` / ``next`` (the best hypothesis outside ``best``),
+        ``separation``, ``threshold``, ``fit_pvalue``, ``sentence``.
     """
     ranked = ranking.ranked()
-    thr = threshold_for(len(ranked), alpha)
-    groups = _groups(ranked)
-    out: dict[str, Any] = {"threshold": thr, "fit_pvalue": fit_pvalue, "fit_alpha": FIT_ALPHA, "best": [], "next": [],
-                           "log_lr": None, "margin": None}
-    if groups:
-        out["best"] = [s.name for s in groups[0]]
-        out["log_lr"] = groups[0][0].log_lr
-        if len(groups) > 1:
-            out["next"] = [s.name for s in groups[1]]
+    named = [s for s in ranking.scores if s.declared != "exact"]
+    thr = threshold_for(len(named) or len(ranked), alpha)
+    group, rest = contenders(ranking, alpha)
+    out: dict[str, Any] = {"threshold": thr, "separation": separation_for(len(named) or len(ranked), alpha),
+                           "fit_pvalue": fit_pvalue, "fit_alpha": FIT_ALPHA, "best": [], "equivalent": [], "next": [],
+                           "log_lr": None, "margin": None, "contamination": None, "hypotheses": len(named)}
+    if group:
+        out["best"] = [s.name for s in group]
+        out["equivalent"] = [s.name for s in group[1:] if _same_law_on_rows(ranking, group[0].name, s.name)]
+        out["log_lr"] = group[0].log_lr
+        out["contamination"] = group[0].contamination
+        if rest:
+            out["next"] = [rest[0].name]
             with np.errstate(invalid="ignore"):
-                out["margin"] = float(np.float64(groups[0][0].log_likelihood) - groups[1][0].log_likelihood)
+                out["margin"] = float(np.float64(group[0].log_likelihood) - rest[0].log_likelihood)
+    elif ranked:
+        out["best"], out["log_lr"] = [ranked[0].name], ranked[0].log_lr
     lr = out["log_lr"]
     if lr is None or lr < thr:
         out["status"] = NO_KNOWN if bias_detected else NONE_PREFERRED
@@ -258,16 +352,38 @@ def decide(ranking: Ranking, *, bias_detected: bool, fit_pvalue: float | None = 
 def _num(x: float | None) -> str:
     if x is None:
         return "n/a"
+    if isinstance(x, str):
+        x = float(x)
     return "inf" if x == math.inf else ("-inf" if x == -math.inf else f"{x:.1f}")
+
+
+def class_label(d: dict[str, Any]) -> str:
+    """"A", "A = B" (the same law on these data) or "A or B" (the data do not separate them)."""
+    best = d.get("best") or []
+    if not best:
+        return "none"
+    same = [best[0]] + [n for n in best[1:] if n in (d.get("equivalent") or [])]
+    other = [n for n in best[1:] if n not in same]
+    return " or ".join([" = ".join(same)] + other)
 
 
 def sentence(d: dict[str, Any]) -> str:
     """One line: "consistent with X (log LR 41.3 over the target, 30.2 over the next mechanism Y)"."""
-    best = " = ".join(d["best"]) or "none"
+    best = class_label(d)
     lr = d["log_lr"] if not isinstance(d["log_lr"], str) else float(d["log_lr"])
+    share = d.get("contamination")
+    mixed = f"; {share:.1%} of rows fitted as plain target samples" if isinstance(share, float) and share > 0 else ""
     if d["status"] == "consistent":
-        nxt = f", {_num(d['margin'])} over the next mechanism {' = '.join(d['next'])}" if d["next"] else ""
-        return f"consistent with {best} (log LR {_num(lr)} over the target{nxt})"
+        nxt = f", {_num(d['margin'])} over the next hypothesis {' = '.join(d['next'])}" if d["next"] else ""
+        text = f"consistent with {best} (log LR {_num(lr)} over the target{nxt}{mixed})"
+        if len(d["best"]) > 1:
+            if len(d.get("equivalent") or []) == len(d["best"]) - 1:
+                text += ("; these predict the same probability for every observed row, so no amount of these data "
+                         "separates them: " + separating_advice(d["best"]))
+            else:
+                text += (f"; the data do not separate them by the margin a name needs ({_num(d.get('separation'))} "
+                         "nats): " + separating_advice(d["best"]))
+        return text
     if d["status"] == "no known mechanism":
         if d["fit_pvalue"] is not None and lr is not None and lr >= d["threshold"]:
             why = (f"the best, {best} (log LR {_num(lr)} over the target), has its own predicted law rejected "
@@ -277,3 +393,26 @@ def sentence(d: dict[str, Any]) -> str:
         return f"matches no known mechanism ({why})"
     return (f"no mechanism preferred over the target (best: {best}, log LR {_num(lr)} < threshold "
             f"{d['threshold']:.1f})")
+
+
+def separating_advice(names: list[str]) -> str:
+    """What would tell the hypotheses apart: where each one's defect is visible (the zoo's ``visible_when``)."""
+    from verifier.decoders.mutants import DECODER_REGISTRY
+    from verifier.diagnose.family import PREFILL, parts_of
+    from verifier.diagnose.mechanisms import MECHANISMS
+
+    parts = {n: parts_of(n) for n in names}
+    layouts = {prefill for _, prefill in parts.values()}
+    hints = []
+    if len(layouts) > 1:
+        hints.append(f"the first emitted token separates the {PREFILL} layout (a plain target sample there)")
+    seen = set()
+    for n in names:
+        for part in parts[n][0]:
+            if part in seen:
+                continue
+            seen.add(part)
+            spec = next((DECODER_REGISTRY[a] for a in MECHANISMS[part].aliases if a in DECODER_REGISTRY), None)
+            if spec is not None:
+                hints.append(f"{part} shows {spec.visible_when}")
+    return "; ".join(hints) + "." if hints else "run other prompts or sampling settings."

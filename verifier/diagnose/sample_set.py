@@ -17,6 +17,7 @@ from verifier.diagnose.latent import GROUPED
 from verifier.diagnose.likelihood import SequenceProbs, log_likelihood
 from verifier.diagnose.rows import sequence_ends
 from verifier.diagnose.localize import localize
+from verifier.diagnose.family import hypothesis
 from verifier.diagnose.mechanisms import MECHANISMS
 from verifier.diagnose.rank import FIT_ALPHA, Ranking, decide, rank_mechanisms
 from verifier.errors import InvalidArgumentError
@@ -42,7 +43,7 @@ def best_fit_pvalue(name: str, target_ref, draft_ref, prompt, sampling, k: int, 
 
     if window < 1:
         return None, None
-    law = mechanism_law(MECHANISMS[name], target_ref, draft_ref, prompt, sampling, k, window)
+    law = mechanism_law(hypothesis(name), target_ref, draft_ref, prompt, sampling, k, window)
     if law is None:
         return None, None
     vocab = target_ref.vocab_size
@@ -71,7 +72,7 @@ def fit_check(name: str, seqs: SequenceProbs, inverse: np.ndarray, tokens: np.nd
         return _call_fit_check(seqs, k, tokens, rng)
     p_law, law = best_fit_pvalue(name, target_ref, draft_ref, prompt, sampling, k, tokens, window, rng)
     p_pit = None
-    mech = MECHANISMS[name]
+    mech = hypothesis(name)
     from verifier.diagnose.latent import feasible
 
     estimated = mech.latent and feasible(seqs, k, name) is not None  # Monte Carlo likelihood: no predictive law
@@ -112,7 +113,7 @@ def prefix_fit_pvalue(name: str, tokens: np.ndarray, target_ref, draft_ref, prom
     """
     from verifier.stats.gof import gof_pvalues
 
-    mech = MECHANISMS[name]
+    mech = hypothesis(name)
     vocab = target_ref.vocab_size
     ends = sequence_ends(tokens, target_ref.eos_token_id)
     ps = []
@@ -231,7 +232,7 @@ def _plot_data(loc, best, law, target_ref, draft_ref, prompt, sampling, k, token
     cand = [(v, i) for i, v in enumerate(per_pos[:window]) if isinstance(v, (int, float)) and math.isfinite(v)]
     pos = max(cand)[1] if cand else 0
     if law is None:
-        law = mechanism_law(MECHANISMS[best], target_ref, draft_ref, prompt, sampling, k, window)
+        law = mechanism_law(hypothesis(best), target_ref, draft_ref, prompt, sampling, k, window)
     target = mechanism_law(MECHANISMS["canonical"], target_ref, draft_ref, prompt, sampling, k, window)
     if law is None or target is None:
         return None

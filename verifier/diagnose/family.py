@@ -1,0 +1,154 @@
+"""The hypotheses a diagnosis ranks: every known mechanism, pairs of independent defects, and the engine round layout.
+
+Real engines differ from the zoo in two ways the diagnosis must model (issue 26):
+
+* **Defects come in pairs.**  llama.cpp drafts the draft's most probable token *and* subtracts the residual by
+  array index.  A *composite* applies two mechanisms that change different parts of the rule -- the draft side
+  (``propose``), the acceptance test (``acceptance``), the recovered-token law (``recover``), the round switches
+  (``bonus_offset``, ``shared_uniform``) and the processed-probs view (``needs_raw`` / ``target``) -- as one chain
+  rule; two mechanisms that change the same part do not compose (neither would be what the code does).  Its name
+  is ``"A+B"``.
+* **The first token comes from the prefill.**  vLLM, llama.cpp's ``llama-speculative`` and most servers sample
+  the first emitted token from the target's prefill forward pass and start drafting after it, so a defect shows
+  from token 2 on.  The ``@prefill`` variant of a hypothesis emits ``lead = 1`` plain target sample before its
+  first round (:func:`verifier.diagnose.likelihood.log_likelihood`).
+
+The family is fixed before the data are seen (every non-exact mechanism, every compatible pair, each with and
+without ``@prefill``; latent mechanisms alone, round layout as given), so the ranking's Ville/Bonferroni
+threshold ``log(M / alpha)`` counts all M of them.  :func:`hypothesis` resolves any family name to its
+:class:`~verifier.diagnose.mechanisms.Mechanism`.
+
+Glossary: see :mod:`verifier.protocols`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from functools import lru_cache
+
+from verifier.diagnose.mechanisms import MECHANISMS, Mechanism
+from verifier.errors import invalid_argument
+
+__all__ = ["PREFILL", "COMPOSE_FIELDS", "parts_of", "compose", "with_lead", "hypothesis", "family_names",
+           "composite_names", "family_size"]
+
+PREFILL = "@prefill"  # suffix of a hypothesis whose first emitted token is a plain target sample (the prefill step)
+COMPOSE_FIELDS = ("propose", "acceptance", "recover", "reject_emit", "bonus_offset", "shared_uniform", "view")
+SEPARATOR = "+"
+_CANONICAL = MECHANISMS["canonical"]
+
+
+def _changed(m: Mechanism) -> dict[str, object]:
+    """The parts of the rule ``m`` changes, relative to the canonical rule (``view``: raw probs / target row)."""
+    out = {}
+    for f in ("propose", "acceptance", "recover", "reject_emit", "bonus_offset", "shared_uniform"):
+        if getattr(m, f) is not getattr(_CANONICAL, f) and getattr(m, f) != getattr(_CANONICAL, f):
+            out[f] = getattr(m, f)
+    if m.needs_raw or m.target != "p":
+        out["view"] = (m.needs_raw, m.target)
+    return out
+
+
+def _composable(m: Mechanism) -> bool:
+    return m.declared != "exact" and not m.latent and not m.keep_suffix and not m.same_as_target
+
+
+@lru_cache(maxsize=1)
+def composite_names() -> tuple[str, ...]:
+    """Every pair ``"A+B"`` of composable mechanisms (registry order) that change disjoint parts of the rule.
+
+    A part one changes that the other's change makes irrelevant is a conflict too: a rule that never rejects
+    (``accept_all``) or draws every recovered token from p has no residual for a recover-side defect to change.
+    """
+    names = [n for n, m in MECHANISMS.items() if _composable(m)]
+    out = []
+    for a, b in itertools.combinations(names, 2):
+        ca, cb = _changed(MECHANISMS[a]), _changed(MECHANISMS[b])
+        if set(ca) & set(cb) or "view" in ca and ({"acceptance", "recover"} & set(cb)) \
+                or "view" in cb and ({"acceptance", "recover"} & set(ca)):
+            continue
+        if {"acceptance", "recover"} <= set(ca) and {"shared_uniform"} & set(cb) \
+                or {"acceptance", "recover"} <= set(cb) and {"shared_uniform"} & set(ca):
+            continue  # a shared uniform only couples acceptances whose rejection follows the residual rule
+        out.append(f"{a}{SEPARATOR}{b}")
+    return tuple(out)
+
+
+def compose(a: Mechanism, b: Mechanism) -> Mechanism:
+    """The chain rule with ``a``'s and ``b``'s changes both applied (they change disjoint parts).
+
+    Raises
+    ------
+    InvalidArgumentError
+        If the two change the same part of the rule, or either is exact, latent or keeps a draft suffix.
+    """
+    name = f"{a.name}{SEPARATOR}{b.name}"
+    if name not in composite_names():
+        raise invalid_argument("mechanisms", name, f"a pair of {', '.join(composite_names())}")
+    kw: dict[str, object] = {}
+    for m in (a, b):
+        for f, v in _changed(m).items():
+            if f == "view":
+                kw["needs_raw"], kw["target"] = v
+            else:
+                kw[f] = v
+    declared = "lossy" if "lossy" in (a.declared, b.declared) and "biased" not in (a.declared, b.declared) else "biased"
+    return dataclasses.replace(_CANONICAL, name=name, declared=declared,
+                               description=f"{a.description}; and {b.description}", aliases=(), **kw)
+
+
+def with_lead(m: Mechanism, lead: int = 1) -> Mechanism:
+    """``m`` after ``lead`` plain target samples (the prefill step): its first round starts at token ``lead + 1``."""
+    if m.latent:
+        raise invalid_argument("mechanism", m.name, "a mechanism that is not latent (a latent law has its own layout)")
+    return dataclasses.replace(m, name=m.name + PREFILL, lead=lead, aliases=(),
+                               description=f"{m.description} (the first token is a plain target sample: the prefill)")
+
+
+def parts_of(name: str) -> tuple[tuple[str, ...], bool]:
+    """``("greedy_draft", "residual_by_index"), True`` for ``"greedy_draft+residual_by_index@prefill"``."""
+    prefill = name.endswith(PREFILL)
+    core = name[: -len(PREFILL)] if prefill else name
+    return tuple(core.split(SEPARATOR)), prefill
+
+
+@lru_cache(maxsize=None)
+def hypothesis(name: str) -> Mechanism:
+    """The :class:`Mechanism` of a family name (a mechanism, a composite ``A+B``, either with ``@prefill``).
+
+    Raises
+    ------
+    InvalidArgumentError
+        If ``name`` is not in the family.
+    """
+    if name in MECHANISMS:
+        return MECHANISMS[name]
+    parts, prefill = parts_of(name)
+    core = SEPARATOR.join(parts)
+    if len(parts) == 1 and core in MECHANISMS:
+        m = MECHANISMS[core]
+    elif len(parts) == 2 and core in composite_names():
+        m = compose(MECHANISMS[parts[0]], MECHANISMS[parts[1]])
+    else:
+        raise invalid_argument("mechanism", name, "a mechanism, a composite A+B of two, either with @prefill")
+    if prefill:
+        if m.latent or m.declared == "exact":
+            raise invalid_argument("mechanism", name, "@prefill only on a non-latent, non-exact hypothesis")
+        return with_lead(m)
+    return m
+
+
+@lru_cache(maxsize=1)
+def family_names() -> tuple[str, ...]:
+    """Every hypothesis the diagnosis ranks, exact mechanisms first (the null: never named), in a fixed order."""
+    singles = list(MECHANISMS)
+    pairs = list(composite_names())
+    prefill = [n + PREFILL for n in singles + pairs
+               if not MECHANISMS.get(n, _CANONICAL).latent and (n not in MECHANISMS or MECHANISMS[n].declared != "exact")]
+    return tuple(singles + pairs + prefill)
+
+
+def family_size(exact: bool = False) -> int:
+    """M of the threshold: the hypotheses that can be named (``exact=True`` counts the exact ones too)."""
+    return sum(1 for n in family_names() if exact or hypothesis(n).declared != "exact")
