@@ -28,7 +28,11 @@ import numpy as np
 HELP = "Diagnosis accuracy per mechanism at the ci n, the n reaching 95%, and the false-diagnosis rate under the null."
 CI_N = 2500
 N_GRID = (100, 200, 400, 800, 1600, 2500, 5000)
-PROCESSING_ONLY = ("draft_raw_q", "target_unprocessed")
+PROCESSING_ONLY = ("draft_raw_q", "target_unprocessed", "residual_by_index")
+# pairs of defects and the prefill layout (issue 26): llama.cpp's pair, a pair on one config, a defect from token 2
+COMPOSITES = ("greedy_draft+residual_by_index@prefill", "full_p_fallback+greedy_draft", "full_p_fallback@prefill",
+              "deterministic_acceptance+residual_by_index")
+CONTAMINATION = (0.01, 0.05)  # shares of rows drawn from the target instead
 CHUNK = 500  # rows per generate call (suites/ci.toml chunk_size)
 
 
@@ -60,14 +64,22 @@ class _Setting:
         self.row0, self.given = np.exp(first), np.exp(other)  # (classes, outcomes): P(row 0, c), P(row | c)
 
     def law(self, mechanism: str) -> np.ndarray:
+        from verifier.diagnose.family import hypothesis
         from verifier.diagnose.likelihood import log_likelihood
-        from verifier.diagnose.mechanisms import MECHANISMS
 
-        p = np.exp(log_likelihood(MECHANISMS[mechanism], self.sp, 2))
+        p = np.exp(log_likelihood(hypothesis(mechanism), self.sp, 2))
         return p / p.sum()
 
-    def draw(self, mechanism: str, n: int, rng) -> tuple[np.ndarray, np.ndarray]:
-        """Outcome index of n rows and their generate call (calls of CHUNK rows)."""
+    def draw(self, mechanism: str, n: int, rng, contamination: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+        """Outcome index of n rows and their generate call (calls of CHUNK rows); a share ``contamination`` of
+        the rows (at random) is drawn from the target's law instead."""
+        idx, calls = self._draw(mechanism, n, rng)
+        if contamination:
+            swap = rng.random(n) < contamination
+            idx[swap] = self._draw("canonical", int(swap.sum()), rng)[0]
+        return idx, calls
+
+    def _draw(self, mechanism: str, n: int, rng) -> tuple[np.ndarray, np.ndarray]:
         sizes = [min(CHUNK, n - lo) for lo in range(0, n, CHUNK)]
         calls = np.repeat(np.arange(len(sizes)), sizes)
         if mechanism != "batch_cross_talk":
@@ -102,15 +114,31 @@ class _Setting:
         return decide(ranking, bias_detected=bias, fit_pvalue=fit_p)
 
 
+def _config(name: str) -> str:
+    from verifier.diagnose.family import parts_of
+
+    return "t07k2" if set(parts_of(name)[0]) & set(PROCESSING_ONLY) else "t1"
+
+
+def _named(d: dict, mech: str) -> tuple[bool, bool, bool]:
+    """(right: consistent with mech among the named, wrong: consistent and mech not named, sharp: right and
+    every other named hypothesis has mech's law on the data)."""
+    consistent = d["status"] == "consistent"
+    right = consistent and mech in d["best"]
+    sharp = right and len(d["best"]) == 1 + len(d.get("equivalent") or [])
+    return right, consistent and not right, sharp
+
+
 def run(args: argparse.Namespace) -> int:
+    from verifier.diagnose.family import family_size
     from verifier.diagnose.mechanisms import MECHANISMS
     from verifier.sampling import SamplingConfig
 
     rng = np.random.default_rng(args.seed)
     t0 = time.perf_counter()
     settings = {"t1": _Setting(SamplingConfig(temperature=1.0)), "t07k2": _Setting(SamplingConfig(temperature=0.7, top_k=2))}
-    print(f"## Diagnosis (trigram3, k = 2, 3 tokens, calls of {CHUNK} rows; `specverify bench diagnose --runs {args.runs} "
-          f"--null-runs {args.null_runs}`)\n")
+    print(f"## Diagnosis (trigram3, k = 2, 3 tokens, calls of {CHUNK} rows; {family_size()} hypotheses; "
+          f"`specverify bench diagnose --runs {args.runs} --null-runs {args.null_runs}`)\n")
     print("| sampling config | null runs at n = 2500 | mechanism named (false diagnosis) | max log LR over the target (median) |")
     print("|---|---|---|---|")
     for name, st in settings.items():
@@ -120,23 +148,44 @@ def run(args: argparse.Namespace) -> int:
             named += d["status"] == "consistent"
             best.append(d["log_lr"] if isinstance(d["log_lr"], float) else -np.inf)
         print(f"| {name} | {args.null_runs} | {named} ({named / args.null_runs:.3f}) | {np.median(best):.1f} |", flush=True)
-    print("\n| mechanism | config | " + " | ".join(f"n={n}" for n in args.n) + " | n for 95% |")
-    print("|---|---|" + "---|" * (len(args.n) + 1))
-    for mech, m in MECHANISMS.items():
-        if m.declared == "exact":
-            continue
-        cfg = "t07k2" if mech in PROCESSING_ONLY else "t1"
+    print("\nAccuracy = runs with the mechanism among the named hypotheses; wrong = a diagnosis that names hypotheses "
+          "without it; sharp = the mechanism named alone (or only with hypotheses of the same law on the data).\n")
+    print("| mechanism | config | " + " | ".join(f"n={n}" for n in args.n) + " | n for 95% | wrong (all n) | sharp at n=2500 |")
+    print("|---|---|" + "---|" * (len(args.n) + 3))
+    mechs = [m for m, v in MECHANISMS.items() if v.declared != "exact"] + list(COMPOSITES)
+    total_wrong = 0
+    for mech in mechs:
+        cfg = _config(mech)
         st = settings[cfg]
-        accs = []
+        accs, wrong, sharp = [], 0, None
         for n in args.n:
-            ok = 0
+            ok = sh = 0
             for _ in range(args.runs):
-                d = st.diagnose(*st.draw(mech, n, rng), True, rng)
-                ok += d["status"] == "consistent" and mech in d["best"]
+                right, bad, crisp = _named(st.diagnose(*st.draw(mech, n, rng), True, rng), mech)
+                ok, wrong, sh = ok + right, wrong + bad, sh + crisp
             accs.append(ok / args.runs)
+            if n == CI_N:
+                sharp = sh / args.runs
+        total_wrong += wrong
         reach = next((n for n, a in zip(args.n, accs) if a >= 0.95), None)
-        print(f"| {mech} | {cfg} | " + " | ".join(f"{a:.2f}" for a in accs) + f" | {reach if reach else '> ' + str(max(args.n))} |",
-              flush=True)
+        print(f"| {mech} | {cfg} | " + " | ".join(f"{a:.2f}" for a in accs) + f" | {reach if reach else '> ' + str(max(args.n))} | "
+              f"{wrong} | {'-' if sharp is None else f'{sharp:.2f}'} |", flush=True)
+    print(f"\nWrong diagnoses over every mechanism and n: {total_wrong} of {len(mechs) * len(args.n) * args.runs} runs.")
+    print(f"\n### Contaminated samples (n = {CI_N}; a share of rows drawn from the target instead)\n")
+    print("| mechanism | config | " + " | ".join(f"{c:.0%} target rows: accuracy (wrong)" for c in CONTAMINATION) + " |")
+    print("|---|---|" + "---|" * len(CONTAMINATION))
+    for mech in mechs:
+        if mech == "batch_cross_talk":  # a likelihood per call: no row-level contamination model
+            continue
+        st = settings[_config(mech)]
+        cols = []
+        for share in CONTAMINATION:
+            ok = bad = 0
+            for _ in range(args.runs):
+                right, wrong_, _ = _named(st.diagnose(*st.draw(mech, CI_N, rng, share), True, rng), mech)
+                ok, bad = ok + right, bad + wrong_
+            cols.append(f"{ok / args.runs:.2f} ({bad})")
+        print(f"| {mech} | {_config(mech)} | " + " | ".join(cols) + " |", flush=True)
     if args.shipped_runs:
         _shipped(args.shipped_runs, args.seed)
     print(f"\n({time.perf_counter() - t0:.0f} s)")

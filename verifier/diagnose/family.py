@@ -128,8 +128,9 @@ def hypothesis(name: str) -> Mechanism:
     core = SEPARATOR.join(parts)
     if len(parts) == 1 and core in MECHANISMS:
         m = MECHANISMS[core]
-    elif len(parts) == 2 and core in composite_names():
-        m = compose(MECHANISMS[parts[0]], MECHANISMS[parts[1]])
+    elif len(parts) == 2 and (core in composite_names() or SEPARATOR.join(parts[::-1]) in composite_names()):
+        a, b = parts if core in composite_names() else parts[::-1]  # the registry order names it
+        m = compose(MECHANISMS[a], MECHANISMS[b])
     else:
         raise invalid_argument("mechanism", name, "a mechanism, a composite A+B of two, either with @prefill")
     if prefill:

@@ -234,23 +234,22 @@ def separation_for(num_mechanisms: int, alpha: float = DIAGNOSIS_ALPHA) -> float
     return math.log(2 * max(1, num_mechanisms) / alpha)
 
 
-def _complexity(name: str) -> tuple[int, int]:
-    """(parts, latent class model): a hypothesis must beat every simpler one it contains by the separation."""
+def _complexity(name: str) -> int:
+    """Parts of a hypothesis: a composite must beat every simpler hypothesis it contains by the separation."""
     from verifier.diagnose.family import parts_of
-    from verifier.diagnose.latent import GROUPED as _grouped
 
-    parts, _ = parts_of(name)
-    return len(parts), int(name in _grouped)
+    return len(parts_of(name)[0])
 
 
 def _nested(simple: str, complex_: str) -> bool:
-    """``simple`` is a special case of ``complex_``: its parts are a strict subset at the same round layout, or
-    ``complex_`` is a latent-class model (batch cross-talk: its classes include other mechanisms' laws)."""
-    from verifier.diagnose.family import parts_of
-    from verifier.diagnose.latent import GROUPED as _grouped
+    """``simple`` is a special case of ``complex_``: its parts are a strict subset, at the same round layout.
 
-    if complex_ in _grouped:
-        return simple not in _grouped
+    Batch cross-talk is a latent-class model whose classes include other mechanisms' laws ("row 0 accepted
+    everything" is accept_all's on the other rows); it is not pruned but never named alone unless it beats
+    every other hypothesis by the separation, so data it explains no better than a simpler law name both.
+    """
+    from verifier.diagnose.family import parts_of
+
     (a, pa), (b, pb) = parts_of(simple), parts_of(complex_)
     return pa == pb and set(a) < set(b)
 
@@ -384,6 +383,8 @@ def sentence(d: dict[str, Any]) -> str:
                 text += (f"; the data do not separate them by the margin a name needs ({_num(d.get('separation'))} "
                          "nats): " + separating_advice(d["best"]))
         return text
+    if len(d.get("best") or []) > 1:  # not named: the first of the class stands for it
+        best = f"{d['best'][0]} (and {len(d['best']) - 1} hypotheses the data do not separate from it)"
     if d["status"] == "no known mechanism":
         if d["fit_pvalue"] is not None and lr is not None and lr >= d["threshold"]:
             why = (f"the best, {best} (log LR {_num(lr)} over the target), has its own predicted law rejected "
@@ -404,12 +405,15 @@ def separating_advice(names: list[str]) -> str:
     parts = {n: parts_of(n) for n in names}
     layouts = {prefill for _, prefill in parts.values()}
     hints = []
+    if "batch_cross_talk" in names:
+        hints.append("batch_cross_talk leaves row 0 of every generate call unbiased, so more and smaller generate calls "
+                     "(a smaller chunk_size) separate it")
     if len(layouts) > 1:
         hints.append(f"the first emitted token separates the {PREFILL} layout (a plain target sample there)")
     seen = set()
     for n in names:
         for part in parts[n][0]:
-            if part in seen:
+            if part in seen or part == "batch_cross_talk":
                 continue
             seen.add(part)
             spec = next((DECODER_REGISTRY[a] for a in MECHANISMS[part].aliases if a in DECODER_REGISTRY), None)

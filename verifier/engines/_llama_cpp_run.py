@@ -99,7 +99,10 @@ class LlamaCppDecoder:
     # -- one process -------------------------------------------------------------------------
     def _run_one(self, argv: list[str]) -> tuple[list[int], list[tuple[int, int]], dict[str, int]]:
         try:
-            proc = subprocess.run(argv, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, stdin=subprocess.DEVNULL)
+            # errors="replace": the binary prints the generated text piece by piece, a piece may end inside a UTF-8
+            # character (seen at T = 1); the ids come from the ASCII [specverify] lines
+            proc = subprocess.run(argv, capture_output=True, text=True, encoding="utf-8", errors="replace",
+                                  timeout=RUN_TIMEOUT_S, stdin=subprocess.DEVNULL)
         except subprocess.TimeoutExpired:
             raise DecoderError(f"llama-speculative ran past {RUN_TIMEOUT_S} s: {' '.join(argv[:12])} ...") from None
         except OSError as exc:
