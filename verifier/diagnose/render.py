@@ -39,6 +39,11 @@ def localization_rows(entry: dict) -> list[dict]:
     rows = []
     for i, v in enumerate(loc.get("log_lr_per_position") or []):
         rows.append({"where": f"position {i + 1}", "what": f"log LR of {loc.get('mechanism')} over the target", "value": _fmt(v)})
+    for g in loc.get("by_position") or []:
+        p = g.get("pvalue")
+        temp = f"; T = {g['temperature']:.3g}" if "temperature" in g else ""
+        rows.append({"where": g["group"], "what": f"PIT vs the target law given the prefix (n = {g['n']})",
+                     "value": ("not tested" if p is None else f"p = {p:.2g}" + (" BIASED" if g.get("biased") else "")) + temp})
     for g in (loc.get("by_origin") or []) + (loc.get("by_round_position") or []):
         p = g.get("pvalue")
         rows.append({"where": g["group"], "what": f"PIT vs the canonical law given it (n = {g['n']})",
@@ -59,7 +64,8 @@ def diagnosis_text(result: dict) -> str:
             lines.append(f"  {d['configs']}")
         for s in d.get("sets", []):
             if "decision" not in s:
-                lines.append(f"  {s['set']}: {s.get('note', '')}")
+                loc = s.get("localization") or {}
+                lines.append(f"  {s['set']}: {loc['sentence'] if loc.get('sentence') else s.get('note', '')}")
                 continue
             lines.append(f"  {s['set']}: {s['decision']['sentence']}")
             fits = s.get("fits") or {}

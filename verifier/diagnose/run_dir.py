@@ -160,7 +160,7 @@ def _diagnose_names(report, plans, pairs, store, names, verdicts, with_fits, log
     for name in names:
         bar.set_postfix_str(name)
         biased = verdicts.get(name) == DIAGNOSED_VERDICT
-        sets, rankings, cache, too_large = [], [], {}, None
+        sets, rankings, cache, too_large, unknown_draft = [], [], {}, None, []
         for plan in _counted((p for p in plans if p.decoder.name == name), bar):
             entry = {"set_id": plan.set_id, "set": plan.label, "sampling": plan.sampling_name,
                      "sampling_label": plan.sampling.label(), "biased": _set_biased(report, plan.set_id)}
@@ -168,14 +168,17 @@ def _diagnose_names(report, plans, pairs, store, names, verdicts, with_fits, log
                 entry["note"] = "temperature 0: the greedy contract (exact match) decides; nothing to diagnose"
                 sets.append(entry)
                 continue
-            if pairs[plan.pair].draft_reference is None:  # draft unknown (a server, an assistant class): no q to score
-                entry["note"] = too_large = (
-                    "not diagnosed: the draft is unknown (the decoder drafts with its own model), and every mechanism of "
-                    "the zoo is a law of the target's and the draft's processed probs; rerun with the draft the decoder "
-                    "uses (--draft MODEL) where it is known")
+            tokens, origins, calls = load_tokens(store, plan, with_calls=True, pair=pairs[plan.pair])
+            if pairs[plan.pair].draft_reference is None and len(tokens):  # draft unknown: localize with the target only
+                from verifier.diagnose.no_draft import diagnose_without_draft
+
+                entry.update(diagnose_without_draft(pairs[plan.pair].reference, plan.prompt_ids, plan.sampling, tokens,
+                                                    origins=origins, with_fits=bool(with_fits)))
+                too_large = f"not diagnosed: {entry['note']}"
+                if entry["biased"]:
+                    unknown_draft.append(f"{plan.sampling.label()}: {entry['localization']['sentence']}")
                 sets.append(entry)
                 continue
-            tokens, origins, calls = load_tokens(store, plan, with_calls=True, pair=pairs[plan.pair])
             if not len(tokens):
                 entry["note"] = "no samples on disk"
                 sets.append(entry)
@@ -229,6 +232,8 @@ def _diagnose_names(report, plans, pairs, store, names, verdicts, with_fits, log
             item["configs"] = _config_sentence(sets)
         else:
             item["status"], item["sentence"] = "not diagnosed", too_large or "no sample set to diagnose"
+            if unknown_draft:
+                item["sentence"] += "; where: " + " | ".join(unknown_draft)
         if log:
             log(f"diagnosis {name}: {item['sentence']}")
         out.append(item)
