@@ -15,7 +15,8 @@ Two report kinds are understood:
 Acceptance: the report's acceptance audit, or the first line of ``acceptance.txt`` in the report folder where
 that exists (engines whose first round starts after token 1, e.g. llama.cpp: written by
 ``python -m verifier.diagnose.reproduce ENGINE RUN_DIR=REPORT_DIR``).
-Root cause of a BIAS DETECTED: the first line starting with ``Root cause:`` in ``FINDINGS.md`` of the
+Root cause of a BIAS DETECTED: "harness: <mechanism>." when the report's own diagnosis named one, then "human:" and
+the first line starting with ``Root cause:`` in ``FINDINGS.md`` of the
 report folder or of the engine's folder (``reports/audits/<engine>-<version>/FINDINGS.md``); a BIAS
 without one says "root cause: not written up" (never left blank).  With ``--readme FILE`` the table
 between the markers ``<!-- audit-matrix:start -->`` and ``<!-- audit-matrix:end -->`` is replaced.
@@ -63,6 +64,15 @@ def _root_cause(folder: Path, root: Path) -> str:
                     return f"{m.group(1).strip()} ([FINDINGS]({cand.as_posix()}))"
             return f"[FINDINGS]({cand.as_posix()})"
     return ""
+
+
+def _harness_cause(r: dict[str, Any]) -> str:
+    """"harness: <mechanism>." when the report's own diagnosis named one (report.json ``diagnosis``), else ""."""
+    names = []
+    for d in ((r.get("diagnosis") or {}).get("decoders") or []):
+        if d.get("status") == "consistent":
+            names += [m["name"] for m in d.get("mechanism") or []]
+    return f"harness: `{' or '.join(dict.fromkeys(names))}`." if names else ""
 
 
 def _kernel_row(folder: Path, r: dict[str, Any], root: Path) -> dict[str, Any]:
@@ -168,7 +178,12 @@ def collect(root: str | Path = "reports/audits") -> list[dict[str, Any]]:
             continue
         row = _kernel_row(path.parent, r, root) if r.get("mode") == "kernel" else _known_p_row(path.parent, r, root)
         cause = _root_cause(path.parent, root)
-        row["root_cause"] = (cause or "root cause: not written up") if "BIAS" in row["verdict"] else ""
+        if "BIAS" in row["verdict"]:
+            harness = _harness_cause(r)
+            human = f"human: {cause}" if cause else "human: not written up"
+            row["root_cause"] = f"{harness} {human}" if harness else human
+        else:
+            row["root_cause"] = ""
         rows.append(row)
     return sorted(rows, key=lambda x: (x["engine"], str(x["folder"])))
 
