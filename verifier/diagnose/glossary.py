@@ -136,6 +136,16 @@ def glossary_markdown() -> str:
              "| mechanism | declared | what the code did wrong | exact law / reproduce |", "|---|---|---|---|"]
     for name, m in MECHANISMS.items():
         lines.append(f"| `{name}` | {m.declared} | {plain(name)} | `{reproduce_command(name)}` |")
+    from verifier.diagnose.family import PREFILL, composite_names, family_size
+
+    lines += ["", "## Pairs of defects and the prefill token", "",
+              f"Real engines often carry two defects at once, and most sample the first token from the target's prefill "
+              f"step before they draft. The diagnosis also ranks every pair `A+B` of mechanisms that change different "
+              f"parts of the rule (the draft side, the acceptance test, the recovered-token law, the round switches, "
+              f"the processed-probs view), and every non-latent hypothesis with the suffix `{PREFILL}` (one plain "
+              f"target sample before the first round): {family_size()} hypotheses in all "
+              f"(`verifier/diagnose/family.py`). A pair's sentence joins its parts' sentences. The pairs:", "",
+              ", ".join(f"`{n}`" for n in composite_names()) + "."]
     return "\n".join(lines) + "\n"
 
 

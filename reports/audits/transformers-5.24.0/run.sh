@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Regenerates the transformers engine audits in this folder (one run folder per mode/config; samples removed after).
+# Regenerates the transformers engine audits in this folder (one run folder per mode/config; samples removed after;
+# FINDINGS.md and other files written by hand beside the reports are kept).
 # n is fixed below what TV 0.03 needs on 2 shared CPU cores: every report says UNDERPOWERED with the n needed
 # unless its cells are powered.  Usage: bash reports/audits/transformers-5.24.0/run.sh [NAME ...]
 set -uo pipefail
@@ -12,11 +13,17 @@ LOOKUP_PROMPT=$'def foo(x):\n    return foo(x)\ndef '
 run() {  # name, then audit flags
   local name=$1; shift
   if [ -n "${ONLY:-}" ] && [[ " $ONLY " != *" $name "* ]]; then return; fi
+  # files written by hand beside the reports (FINDINGS.md) are set aside and put back: the rerun never deletes them
+  local keep; keep=$(mktemp -d)
+  [ -d "$out/$name" ] && find "$out/$name" -maxdepth 1 -type f ! -name 'report.*' ! -name junit.xml ! -name run.json \
+    ! -name audit.json -exec cp {} "$keep/" \;
   rm -rf "$out/$name"
   local t0=$(date +%s)
   python -m verifier.cli audit --engine transformers --target-tv 0.03 --no-progress --run-dir "$out/$name" "$@" > "$logs/$name.log" 2>&1
-  echo "$name exit $? $(( $(date +%s) - t0 )) s (log: $logs/$name.log)" | tee -a "$out/times.txt"
-  rm -rf "$out/$name/samples"
+  local code=$?
+  echo "$name exit $code $(( $(date +%s) - t0 )) s" >> "$out/times.txt"
+  echo "$name exit $code (log: $logs/$name.log)"
+  cp "$keep"/* "$out/$name/" 2>/dev/null; rm -rf "$keep" "$out/$name/samples"
 }
 run gemma4-assistant-T1-k3 --engine-arg mode=gemma4_assistant --num-draft-tokens 3 --prompt-ids 2,5,7 --num-samples $N
 run gemma4-assistant-T0.7-topk50-topp0.9-k1 --engine-arg mode=gemma4_assistant --num-draft-tokens 1 --prompt-ids 2,5,7 --temperature 0.7 --top-k 50 --top-p 0.9 --num-samples $N
