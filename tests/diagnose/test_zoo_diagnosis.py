@@ -91,3 +91,29 @@ def test_origins_localize_the_bias(name, sentence):
     rows = decoder_rows(ref, T1, seed=1505)
     loc = diagnose(rows, T1, bias=False, origins=ref.last_stats.origins)["localization"]
     assert not any(g.get("biased") for g in loc["by_origin"] + loc["by_round_position"]), loc
+
+
+def test_a_decoder_with_two_defects_is_named_as_the_pair():
+    """Issue 26: the greedy draft (argmax proposed, softmax q in the ratio) and the by-index residual in one decoder,
+    T = 0.7, top-k 2 (different token sets), seed 1509: named as the pair, neither part alone."""
+    from verifier.decoders import kernels as K
+    from verifier.decoders.mutants import GreedyDraftSoftmaxQDecoder
+
+    target, draft = wrapped()
+    dec = GreedyDraftSoftmaxQDecoder(target, draft, CI_K, kernel=K.residual_by_index_kernel)
+    rows, calls = decoder_calls(dec, T07K2, seed=1509)
+    d = diagnose(rows, T07K2, calls=calls)["decision"]
+    assert d["status"] == "consistent" and d["best"][0] == "greedy_draft+residual_by_index", d["sentence"]
+    assert "greedy_draft" not in d["best"] and "residual_by_index" not in d["best"], d["sentence"]
+
+
+def test_every_draft_accepted_is_its_own_mechanism_and_named_with_the_law_it_equals():
+    """Issue 26: on trigram3 every target prob is above the typical-acceptance threshold, so accept_all and
+    typical_acceptance have the same law: the class is named, with both, never typical_acceptance alone."""
+    target, draft = wrapped()
+    rows, calls = decoder_calls(make_decoder("accept_all", target, draft, CI_K), T1, seed=1510)
+    d = diagnose(rows, T1, calls=calls)["decision"]
+    assert d["status"] == "consistent" and set(d["best"][:2]) == {"accept_all", "typical_acceptance"}, d["sentence"]
+    assert d["equivalent"] == [d["best"][1]] and "typical_acceptance = accept_all" in d["sentence"], d["sentence"]
+    assert set(d["best"][2:]) <= {"batch_cross_talk"}  # 5 calls: cross-talk's "all accepted" class is the same law
+    # on every row but each call's row 0: not separated by the margin a name needs, so named beside, never alone
