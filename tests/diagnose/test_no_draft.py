@@ -31,6 +31,7 @@ def test_a_hot_sampler_is_localized_at_every_position_with_its_temperature():
     assert "draft is unknown" in out["note"] and out["fits"]["temperature"]["temperature"] > 1.3
 
 
+@pytest.mark.full
 def test_a_lossless_decoder_has_no_flagged_position_and_origins_need_q_where_they_do():
     target, draft = wrapped()
     dec = make_decoder("reference", target, draft, 2)

@@ -107,6 +107,7 @@ def test_a_decoder_with_two_defects_is_named_as_the_pair():
     assert "greedy_draft" not in d["best"] and "residual_by_index" not in d["best"], d["sentence"]
 
 
+@pytest.mark.full
 def test_every_draft_accepted_is_its_own_mechanism_and_named_with_the_law_it_equals():
     """Issue 26: on trigram3 every target prob is above the typical-acceptance threshold, so accept_all and
     typical_acceptance have the same law: the class is named, with both, never typical_acceptance alone."""
