@@ -37,6 +37,8 @@ CONFIGS = [  # (folder, k, sampling flags, patches)
     # a TV 0.03 certificate of the control (n planned from --target-tv, about 25,000; ~15-25 min on 2 cores)
     ("certificate-control-both-t07-topk8-k1", 1, ["--temperature", "0.7", "--top-k", "8", "--target-tv", "0.03"],
      ("cpu_expand", "empty_top_k")),
+    # the same at T = 1 (no top-k: the numeric floor uses the top-20 rows; n planned ~53,000; ~40-60 min on 2 cores)
+    ("certificate-control-cpu-expand-t1-k1", 1, ["--temperature", "1.0", "--target-tv", "0.03"], ("cpu_expand",)),
 ]
 
 

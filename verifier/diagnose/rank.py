@@ -1,11 +1,14 @@
-"""Rank known mechanisms by log likelihood ratio over the target law and say which one fits.
+"""Rank the hypotheses of the family by likelihood ratio over the target law and say which one fits.
 
-For each mechanism m, ``log LR_m = sum_i log P_m(x_i) - sum_i log P_target(x_i)`` over the emitted
-rows (:mod:`verifier.diagnose.likelihood`).  Threshold: under the null (the decoder samples from the
-target) each ``LR_m`` is a non-negative martingale with mean 1, so ``P(log LR_m >= c) <= e^-c``
-(Markov/Ville) and, Bonferroni over the M mechanisms ranked, ``c = log(M / DIAGNOSIS_ALPHA)`` bounds
-the false-diagnosis rate by ``DIAGNOSIS_ALPHA``; the rate measured by simulation under the null is in
-reports/benchmarks.md ("Diagnosis").
+The hypotheses are :func:`verifier.diagnose.family.family_names` (every mechanism, pairs of defects, the prefill
+layout).  For each, ``log LR_m`` is the log of its contamination-mixture likelihood ratio over the target
+(:mod:`verifier.diagnose.robust`; per row :mod:`verifier.diagnose.likelihood`).  Threshold: under the null (the
+decoder samples from the target) each ``LR_m`` is a non-negative martingale with mean 1, so
+``P(log LR_m >= c) <= e^-c`` (Markov/Ville) and, Bonferroni over the M hypotheses, ``c = log(M / DIAGNOSIS_ALPHA)``
+bounds the false-diagnosis rate by ``DIAGNOSIS_ALPHA``; the rate measured by simulation under the null is in
+reports/benchmarks.md ("Diagnosis").  Against a wrong name: a hypothesis is named alone only when it beats every
+other one by ``log(2 M / DIAGNOSIS_ALPHA)`` (:func:`separation_for`); else the ones it does not separate from are
+named with it (:func:`contenders`).
 
 Verdict of a diagnosis:
 
@@ -16,8 +19,8 @@ Verdict of a diagnosis:
   threshold while the run's verdict is BIAS DETECTED;
 * ``none preferred``: no mechanism reaches the threshold (and no bias was detected).
 
-Mechanisms whose log-likelihoods agree within ``TIE_TOLERANCE`` on the data are one group: their laws
-coincide here (e.g. draft_raw_q at T = 1) and the sentence names them together.
+Hypotheses with the same probability on every observed row are one class (``A = B``: e.g. draft_raw_q at T = 1);
+hypotheses the data do not separate are named together (``A or B``).
 """
 
 from __future__ import annotations
@@ -38,7 +41,6 @@ __all__ = ["DIAGNOSIS_ALPHA", "FIT_ALPHA", "MechanismScore", "Ranking", "rank_me
 
 DIAGNOSIS_ALPHA = 0.01  # bound on naming a mechanism when the decoder samples from the target
 FIT_ALPHA = 1e-3  # level of the best mechanism's goodness of fit (rejecting a true mechanism this often)
-TIE_TOLERANCE = 1e-6  # log-likelihoods closer than this (nats, total) are the same law on these data
 MAX_DRAFT_AFTER_ROWS = 2_000_000  # draft forward rows a kept-suffix likelihood may need (distinct observed contexts x vocab)
 
 CONSISTENT, NO_KNOWN, NONE_PREFERRED = "consistent", "no known mechanism", "none preferred"
@@ -261,16 +263,6 @@ def _same_law_on_rows(ranking: Ranking, a: str, b: str) -> bool:
         return False
     fa, fb = np.isfinite(ra), np.isfinite(rb)
     return bool((fa == fb).all() and np.allclose(ra[fa], rb[fb], rtol=0.0, atol=1e-9))
-
-
-def _groups(ranked: list[MechanismScore]) -> list[list[MechanismScore]]:
-    groups: list[list[MechanismScore]] = []
-    for s in ranked:
-        if groups and math.isfinite(_key(s.log_likelihood)) and abs(groups[-1][0].log_likelihood - s.log_likelihood) <= TIE_TOLERANCE:
-            groups[-1].append(s)
-        else:
-            groups.append([s])
-    return groups
 
 
 def contenders(ranking: Ranking, alpha: float = DIAGNOSIS_ALPHA) -> tuple[list[MechanismScore], list[MechanismScore]]:
