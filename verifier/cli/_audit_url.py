@@ -29,21 +29,36 @@ from pathlib import Path
 
 from verifier.errors import InvalidArgumentError, invalid_argument
 
-__all__ = ["add_arguments", "route_url", "bind_blackbox_journals", "run_self_reported", "floor_plan", "measure_url_floor",
-           "URL_DECODER", "DESIGNS", "URL_TESTS"]
+__all__ = ["add_arguments", "check_url_only", "route_url", "bind_blackbox_journals", "run_self_reported", "floor_plan",
+           "measure_url_floor", "URL_DECODER", "DESIGNS", "URL_TESTS", "SELF_REPORTED_ONLY"]
 
 DESIGNS = ("known-target", "two-sample", "self-reported")
 
 URL_DECODER = "verifier.server.decoder:decoder"  # the plugin factory a URL audit's suite names
 URL_TESTS = ("gof", "joint", "surprisal", "pit", "collision", "accepted")  # known target: + the collision cell
 MAX_FLOOR_POSITIONS = 1000  # --floor-positions: one request each, per prompt and sampling config
+# options only --design self-reported reads (the known-target and two-sample designs would ignore them)
+SELF_REPORTED_ONLY = ("--collisions", "--consistency-positions", "--reported-logprobs")
+
+
+class _Recorded:
+    """An argument group that keeps the actions added to it (the URL-only flags :func:`check_url_only` checks)."""
+
+    def __init__(self, group) -> None:
+        self.group, self.actions = group, []
+
+    def add_argument(self, *args, **kwargs):
+        action = self.group.add_argument(*args, **kwargs)
+        self.actions.append(action)
+        return action
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The ``--url`` group's options (``--url`` itself is in the audit's mode group)."""
+    """The ``--url`` group's options (``--url`` itself is in the audit's mode group); every one of them is
+    URL-only: ``url_only_flags`` (flag, dest, default) lets :func:`check_url_only` refuse them without ``--url``."""
     from verifier.server.dialects import DIALECTS
 
-    group = parser.add_argument_group("URL audit (--url BASE_URL)")
+    group = _Recorded(parser.add_argument_group("URL audit (--url BASE_URL)"))
     group.add_argument("--api", default="openai-completions", metavar="DIALECT",
                        help="request format: " + ", ".join(sorted(DIALECTS)) + ". Default: openai-completions")
     group.add_argument("--model", default=None, metavar="NAME", help="the `model` field of requests (servers with one model ignore it)")
@@ -101,6 +116,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="self-reported: what the server's logprobs are -- raw (temperature 1, before any sampler: vLLM's "
                             "default) or processed (after the sampler chain: llama-server post_sampling_probs, which "
                             "--api llama-server asks for). Default: the dialect's")
+    parser.set_defaults(url_only_flags=tuple((a.option_strings[0], a.dest, a.default) for a in group.actions))
+
+
+def _given(args: argparse.Namespace, flags) -> list[tuple[str, object]]:
+    """(flag, value) of each of ``flags`` (``url_only_flags`` entries) set to other than its default."""
+    return [(flag, getattr(args, dest)) for flag, dest, default in flags if getattr(args, dest, default) != default]
+
+
+def check_url_only(args: argparse.Namespace) -> None:
+    """Without ``--url``: refuse every URL-audit option given (exit 2, naming the flag and its value) -- each
+    would be silently ignored (a flag given at its default value changes nothing and is let through).
+
+    Raises
+    ------
+    InvalidArgumentError
+        The first URL-only flag set, with what it needs.
+    """
+    for flag, value in _given(args, getattr(args, "url_only_flags", ())):
+        why = ("with --url BASE_URL (a URL-audit option; --resume continues a URL audit with the options it was "
+               "started with)" if args.resume else "with --url BASE_URL (a URL-audit option; without --url it would be ignored)")
+        raise invalid_argument(flag, value, why)
 
 
 def _server_options(args: argparse.Namespace, url: str, speculative: bool | None) -> dict:
@@ -132,6 +168,10 @@ def route_url(args: argparse.Namespace) -> None:
     if args.design is None:
         args.design = ("known-target" if args.target and not (args.reference_url or args.reference_off) else
                        "two-sample" if args.reference_url or args.reference_off else "self-reported")
+    if args.design != "self-reported":  # their design would ignore them
+        for flag, value in _given(args, [f for f in args.url_only_flags if f[0] in SELF_REPORTED_ONLY]):
+            raise invalid_argument(flag, value, f"with --design self-reported (the {args.design} design does not "
+                                   "use it)")
     if args.floor_positions is not None and args.design != "known-target":
         raise invalid_argument("--floor-positions", args.floor_positions, "with the known-target design (--target, "
                                "no --reference-url/--reference-off): the floor compares the server with --target")
