@@ -95,3 +95,36 @@ def test_mlx_dialect_writes_text_prompts_and_reads_ids_from_logprobs():
     with pytest.raises(ServerReplyError, match="logprobs.content"):
         dialect.parse({"choices": [{"index": 0, "finish_reason": "length", "text": "x"}]}, n=1, max_new_tokens=3,
                       eos_token_id=0, what="r")
+
+
+def test_mlx_prompt_that_does_not_round_trip_is_refused_before_any_request(reference_server, tmp_path, capsys):
+    """``--api mlx-lm`` sends text: ids 68,69 decode to "de", which the shipped tokenizer encodes as [272].  Refused
+    as a usage error (exit 2) naming the flag, the prompt and the round trip, before any request (the server's
+    request counter does not move); before the fix the audit started and stopped at the first request (exit 3).
+    No MLX install needed: nothing reaches the server (a ``specverify serve`` process stands in for it)."""
+    from tests.server.conftest import requests_served
+    from verifier.cli import main
+
+    before = requests_served(reference_server)
+    code = main(["audit", "--url", reference_server, *COMMON, "--prompt-ids", "68,69", "--no-progress",
+                 "--run-dir", str(tmp_path / "run")])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert ("--prompt-ids='68,69' is invalid; allowed: token ids that --api mlx-lm can send (it takes text prompts: "
+            "the ids [68, 69] are decoded to 'de', which the target's tokenizer encodes as [272])") in err
+    assert requests_served(reference_server) == before
+
+
+def test_mlx_mixed_batch_is_refused_up_front(reference_server, tmp_path, capsys):
+    """mlx_lm server with a draft model serves one request at a time, so --mixed-batch can put nothing beside the
+    audited rows: refused before any model is loaded or request sent (exit 2, saying why)."""
+    from tests.server.conftest import requests_served
+    from verifier.cli import main
+
+    before = requests_served(reference_server)
+    code = main(["audit", "--url", reference_server, *COMMON, "--mixed-batch", "--no-progress",
+                 "--run-dir", str(tmp_path / "run")])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "--mixed-batch=True is invalid; allowed: not with --api mlx-lm: that server serves one request at a time" in err
+    assert requests_served(reference_server) == before and not (tmp_path / "run").exists()

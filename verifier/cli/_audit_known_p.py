@@ -148,6 +148,9 @@ def _run_known_p(args, sampling) -> int:
         prompts = [("ids", tuple(p)) for p in args.prompt_ids] + [("text", t) for t in args.prompt]
         if args.prompt_ids:
             _check_prompts(pair, args.prompt_ids, "--prompt-ids")
+        from verifier.cli._audit_url import check_text_prompts
+
+        check_text_prompts(args, pair)  # --api mlx-lm: prompts that do not round-trip as text, before any request
         seq = bool(args.sequential)
         from verifier.plugins import plugin_name
 

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from verifier.errors import InvalidArgumentError, invalid_argument
 
-__all__ = ["add_arguments", "check_url_only", "route_url", "bind_blackbox_journals", "run_self_reported", "floor_plan",
+__all__ = ["add_arguments", "check_url_only", "check_text_prompts", "route_url", "bind_blackbox_journals", "run_self_reported", "floor_plan",
            "measure_url_floor", "URL_DECODER", "DESIGNS", "URL_TESTS", "SELF_REPORTED_ONLY"]
 
 DESIGNS = ("known-target", "two-sample", "self-reported")
@@ -190,6 +190,10 @@ def route_url(args: argparse.Namespace) -> None:
                                "switch); for other servers start one without speculation and give it as --reference-url")
     if args.speculation != "server" and not dialect.has_switch:
         raise invalid_argument("--speculation", args.speculation, "'server' with --api " + args.api + " (no per-request switch)")
+    if args.mixed_batch and not dialect.shares_batches:
+        raise invalid_argument("--mixed-batch", True, f"not with --api {args.api}: that server serves one request at a time "
+                               "(mlx_lm server with a draft model never batches requests), so no background request "
+                               "can share a batch with the audited ones")
     from verifier.cli._audit_common import _sampling
 
     dialect.check_request_options(_sampling(args), _floor_logprobs(args.logprobs, dialect))  # before any request
@@ -241,6 +245,43 @@ def route_url(args: argparse.Namespace) -> None:
     print(f"URL audit of {args.url} ({args.api}" + (f", model {args.model}" if args.model else "") +
           f", {args.num_concurrent} in flight" + (f", two-sample against {args.url_described['reference']}"
                                                    if args.url_described["reference"] else ", known target") + ")")
+
+
+def check_text_prompts(args: argparse.Namespace, pair, prompts=None) -> None:
+    """``--url`` with a dialect that takes text prompts (``--api mlx-lm``): every prompt's ids must round-trip
+    through ``--target``'s tokenizer (decoded, then encoded to the same ids), checked here, before any request.
+
+    ``prompts``: the audit's prompt ids in flag order (``--prompt-ids`` first, then ``--prompt`` texts; the
+    default prompt when neither is given); None: built from the flags as the known-p audit does.
+
+    Raises
+    ------
+    SamplingRefusedError
+        (exit 2) The first prompt that does not round-trip, named by its flag and value, with the text its
+        ids decode to and the ids that text encodes back to.
+    """
+    from verifier.server.dialects import get_dialect
+
+    if not getattr(args, "url", None) or not get_dialect(args.api).needs_text:
+        return
+    if prompts is None:
+        from verifier.audit.suite_builder import default_prompt
+        from verifier.runner.models import encode_prompt
+        from verifier.suite.schema import Prompt
+
+        specs = [("ids", tuple(p)) for p in args.prompt_ids] + [("text", t) for t in args.prompt]
+        prompts = [list(v) if kind == "ids" else list(encode_prompt(Prompt(f"p{i}", v, None), pair))
+                   for i, (kind, v) in enumerate(specs or [default_prompt(args.target, pair)])]
+    text_of = get_dialect(args.api).with_text(pair.tokenizer).text_of
+    ids_given = len(args.prompt_ids)
+    for i, ids in enumerate(prompts):
+        if i < ids_given:
+            flag, shown = "--prompt-ids", ",".join(str(t) for t in ids)
+        elif i - ids_given < len(args.prompt):
+            flag, shown = "--prompt", args.prompt[i - ids_given]
+        else:
+            flag, shown = "the default prompt", list(ids)
+        text_of(ids, name=flag, shown=shown)
 
 
 def _check_self_reported(args: argparse.Namespace, dialect) -> None:

@@ -237,6 +237,9 @@ def run(args: argparse.Namespace) -> int:
         prompts = _blackbox_prompts(args, pair)
         if pair is not None:
             _check_prompts(pair, prompts, "--prompt-ids")
+            from verifier.cli._audit_url import check_text_prompts
+
+            check_text_prompts(args, pair, prompts)  # two-sample --api mlx-lm: text prompts that round-trip
     return _run_blackbox(args, decoder, pair, prompts, sampling, vocab, eos, context, num_samples)
 
 
