@@ -44,10 +44,26 @@ def _full_tier(config) -> bool:
     return bool(config.getoption("--full"))
 
 
-def pytest_report_header(config):
+def _tier_line(config) -> str:
     if _full_tier(config):
         return "spec-verifier: full tier (every test)"
     return "spec-verifier: quick tier (tests marked `full` are deselected; `--full` runs every test)"
+
+
+def pytest_report_header(config):
+    return _tier_line(config)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionstart(session):
+    """``-q`` (the README's command) hides the report header: name the tier anyway, so a quick run never reads as
+    a full one (xdist workers print nothing; their controller does)."""
+    config = session.config
+    if config.get_verbosity() >= 0 or hasattr(config, "workerinput"):
+        return
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line(_tier_line(config))
 
 
 def pytest_collection_modifyitems(config, items):

@@ -22,6 +22,7 @@ import os
 from pathlib import Path
 from typing import Iterator
 
+from verifier._resume import resume_command
 from verifier.errors import ConfigError, ReportWriteError
 
 __all__ = ["LOCK_FILE", "run_dir_lock", "remove_stale_temp_files"]
@@ -80,8 +81,8 @@ def run_dir_lock(run_dir: str | Path, *, shared: bool = False, optional: bool = 
         os.close(fd)
         raise ConfigError(
             f"run folder {str(folder)!r} is being written by another specverify job{holder} (it holds {LOCK_FILE}); "
-            "allowed: wait for that job to end or stop it, then resume with `specverify run --resume "
-            f"{folder}`, or give this job another --run-dir") from None
+            f"allowed: wait for that job to end or stop it, then resume with `{resume_command(folder)}`, or give "
+            "this job another --run-dir") from None
     if not shared:
         os.ftruncate(fd, 0)
         os.write(fd, str(os.getpid()).encode())

@@ -122,7 +122,8 @@ class StoredSampleError(VerifierError):
     """A stored sample shard (``RUN_DIR/samples/<set>/chunk-*.npz``) holds values no decoder run could
     have written there -- an id outside the vocabulary, padding before EOS, a row of the wrong length:
     the file was edited or corrupted after the run.  A storage error (exit 2) naming the chunk file,
-    never a verdict: delete that file and sample it again with ``specverify run --resume RUN_DIR``."""
+    never a verdict: delete that file and sample it again with ``specverify run --resume RUN_DIR`` (an audit's run
+    folder: ``specverify audit --resume RUN_DIR``)."""
 
 
 class ReportWriteError(VerifierError):

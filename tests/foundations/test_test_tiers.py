@@ -21,3 +21,15 @@ def test_p_no_xdist_runs_the_tests_in_one_process(tmp_path):
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert "passed" in done.stdout
+
+
+def test_q_still_names_the_tier(tmp_path):
+    """The README runs ``pytest -q``, which hides pytest's report header, where the tier line was: a quick-tier run
+    then looked like a full one.  The tier is written at session start under ``-q`` too (once, by the controller)."""
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    for extra, tier in (([], "quick tier"), (["--full"], "full tier")):
+        done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", "--collect-only",
+                               "tests/foundations/test_layering.py", *extra],
+                              cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+        assert done.stdout.count(f"spec-verifier: {tier}") == 1, done.stdout[-2000:]

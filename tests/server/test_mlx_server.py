@@ -95,3 +95,79 @@ def test_mlx_dialect_writes_text_prompts_and_reads_ids_from_logprobs():
     with pytest.raises(ServerReplyError, match="logprobs.content"):
         dialect.parse({"choices": [{"index": 0, "finish_reason": "length", "text": "x"}]}, n=1, max_new_tokens=3,
                       eos_token_id=0, what="r")
+
+
+def test_mlx_prompt_that_does_not_round_trip_is_refused_before_any_request(reference_server, tmp_path, capsys):
+    """``--api mlx-lm`` sends text: ids 68,69 decode to "de", which the shipped tokenizer encodes as [272].  Refused
+    as a usage error (exit 2) naming the flag, the prompt and the round trip, before any request (the server's
+    request counter does not move); before the fix the audit started and stopped at the first request (exit 3).
+    No MLX install needed: nothing reaches the server (a ``specverify serve`` process stands in for it)."""
+    from tests.server.conftest import requests_served
+    from verifier.cli import main
+
+    before = requests_served(reference_server)
+    code = main(["audit", "--url", reference_server, *COMMON, "--prompt-ids", "68,69", "--no-progress",
+                 "--run-dir", str(tmp_path / "run")])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert ("--prompt-ids='68,69' is invalid; allowed: token ids that --api mlx-lm can send (it takes text prompts: "
+            "the ids [68, 69] are decoded to 'de', which the target's tokenizer encodes as [272])") in err
+    assert requests_served(reference_server) == before
+
+
+def test_mlx_mixed_batch_is_refused_up_front(reference_server, tmp_path, capsys):
+    """mlx_lm server with a draft model serves one request at a time, so --mixed-batch can put nothing beside the
+    audited rows: refused before any model is loaded or request sent (exit 2, saying why)."""
+    from tests.server.conftest import requests_served
+    from verifier.cli import main
+
+    before = requests_served(reference_server)
+    code = main(["audit", "--url", reference_server, *COMMON, "--mixed-batch", "--no-progress",
+                 "--run-dir", str(tmp_path / "run")])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "--mixed-batch=True is invalid; allowed: not with --api mlx-lm: that server serves one request at a time" in err
+    assert requests_served(reference_server) == before and not (tmp_path / "run").exists()
+
+
+def test_a_servers_temp_dirs_are_removed_when_it_stops(tmp_path):
+    """``ServerProcess.remove_on_stop``: the folder goes with the server (a real process: ``python -m http.server``),
+    and a folder handed over after the stop is removed at once."""
+    import sys
+
+    from verifier.server._process import launch_process
+
+    folder, late = tmp_path / "overlay", tmp_path / "late"
+    folder.mkdir()
+    (folder / "mlx_lm").mkdir()
+    server = launch_process("http", lambda port: [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"],
+                            None, tmp_path / "server.log", None, "/", 60.0)
+    with server:
+        server.remove_on_stop(folder)
+        assert folder.is_dir()
+    assert not folder.exists() and (tmp_path / "server.log").is_file()  # the log is kept
+    late.mkdir()
+    server.remove_on_stop(late)
+    assert not late.exists()
+
+
+def test_mlx_overlay_is_removed_on_stop_and_when_the_server_does_not_start(mlx_installed, tmp_path, monkeypatch):
+    """``patches=("prompt_cache",)`` runs a patched copy of mlx_lm from a temporary folder: before the fix it was left
+    behind (2.5 MB per server), on stop and when the server failed to start."""
+    import tempfile
+
+    from verifier.server._process import ServerStartError
+    from verifier.server.launch_mlx import launch_mlx_server
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+
+    def overlays():  # the temporary folders that hold a copy of mlx_lm (the server logs' folders stay, by design)
+        return sorted(p for p in tmp_path.iterdir() if (p / "mlx_lm").is_dir())
+
+    with pytest.raises(ServerStartError):
+        launch_mlx_server(patches=("prompt_cache",), startup_timeout_s=0.01)
+    assert overlays() == []
+    with launch_mlx_server(patches=("prompt_cache",), prompt_cache_size=0) as server:
+        (overlay,) = overlays()
+        assert (overlay / "mlx_lm" / "server.py").is_file() and server.is_running()
+    assert overlays() == []

@@ -170,3 +170,29 @@ def test_unseeded_factor_finds_requests_that_share_a_random_stream(tmp_path):
     bad = cells[("c1-unseeded", "collision@1..3")]
     assert bad["verdict"] == "BIAS" and bad["statistic"] == 400 and bad["pvalue"] < 1e-50
     assert cells[("c1", "collision@1..3")]["verdict"] == "PASS"
+
+
+def test_url_audit_run_folder_names_audit_resume_and_counts_this_sessions_requests(reference_server, tmp_path):
+    """A URL audit's run folder is continued by ``specverify audit --resume`` (its plan: server options, floor), never
+    ``specverify run --resume``, which the refusal of a second audit into the same --run-dir named before the fix.
+    Then one chunk file is removed and the audit resumed: its 20 requests are read back from the response journal
+    and the other chunk is on disk, so this session sends 0 requests -- the summary said "20 sent in this session"
+    before the fix (it summed every chunk's figure, whichever process sampled it)."""
+    run_dir = tmp_path / "run"
+    args = ["--url", reference_server, *COMMON, "--num-samples", "40", "--chunk-size", "20", "--floor-positions", "0",
+            "--run-dir", str(run_dir)]
+    first = audit(args)
+    assert first.returncode in (0, 4), first.stdout[-3000:] + first.stderr[-3000:]
+    assert "(40 sent in this session)" in first.stdout, first.stdout[-2000:]
+    again = audit(args)
+    assert again.returncode == 2, again.stdout[-2000:] + again.stderr[-2000:]
+    assert f"`specverify audit --resume {run_dir}` to continue that run" in again.stderr
+    assert "specverify run --resume" not in again.stderr
+    (chunk,) = run_dir.glob("samples/*/chunk-000001.npz")
+    chunk.unlink()
+    before = requests_served(reference_server)
+    done = audit(["--resume", str(run_dir)])
+    assert done.returncode in (0, 4), done.stdout[-3000:] + done.stderr[-3000:]
+    assert requests_served(reference_server) == before  # every reply from the journal
+    assert "over 40 requests (0 sent in this session, 40 from the response journal or earlier sessions' samples)" in done.stdout
+    assert _report(run_dir)["decoders"][0]["speculation"]["requests_sent_session"] == 0

@@ -30,12 +30,13 @@ from typing import Any, Callable
 
 import numpy as np
 
+from verifier._resume import AUDIT_PLAN_FILE
 from verifier.errors import EXIT_BIAS
 
 __all__ = ["AuditOutcome", "plan_record", "monitors", "sample_until_crossed", "stopped_suite", "mark_crossed",
            "PLAN_FILE", "SEQUENTIAL_FILE"]
 
-PLAN_FILE = "audit.json"  # the power plan of an audit run (read back by --resume)
+PLAN_FILE = AUDIT_PLAN_FILE  # the power plan of an audit run (read back by --resume; verifier._resume names the command)
 SEQUENTIAL_FILE = "sequential.json"
 # the advice of an UNDERPOWERED reason (verifier.runner.verdict.more_rows_advice): the audit's flag, not the suite's knob
 MORE_ROWS = "rerun `specverify audit` with --num-samples {n}"

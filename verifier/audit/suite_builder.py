@@ -122,6 +122,7 @@ class AuditPlan:
     n_needed: int | None
     target_tv: float
     notes: list = field(default_factory=list)
+    tests: tuple = AuditSpec.tests  # the suite's tests (the cells describe() lists)
 
     @property
     def powered(self) -> bool:
@@ -129,11 +130,13 @@ class AuditPlan:
 
     def describe(self) -> str:
         """Two lines for the console: cells and the power plan."""
-        cells = [f"gof@{t}" for t in self.gof_positions]
-        if self.joint_tokens:
-            cells += [f"joint@1..{self.joint_tokens}", f"surprisal@1..{self.joint_tokens}"]
+        tests, j = set(self.tests), self.joint_tokens
+        cells = [f"gof@{t}" for t in self.gof_positions] if "gof" in tests else []
+        cells += [f"{name}@1..{j}" for name in ("joint", "surprisal", "collision") if j and name in tests]
+        cells += ["pit"] if "pit" in tests else []
+        beside = " (and the acceptance audit beside the verdict)" if "accepted" in tests else ""
         need = "unreachable" if self.n_needed is None else f"{self.n_needed}"
-        return (f"cells per prompt: {', '.join(cells)}, pit (and the acceptance audit beside the verdict); "
+        return (f"cells per prompt: {', '.join(cells)}{beside}; "
                 f"per-cell alpha {self.cell_alpha:.3g}\n"
                 f"plan: TV {self.target_tv:g} in every TV cell (first token, each position, first {self.joint_tokens} tokens) "
                 f"needs n = {need} per prompt; sampling n = {self.num_samples}")
@@ -325,7 +328,7 @@ def plan_audit(spec: AuditSpec, *, base_dir: str | Path = ".", pair: Any = None)
     suite = parse_suite(raw, source=f"<audit {spec.decoder}>", base_dir=Path(base_dir))
     return AuditPlan(raw=raw, suite=suite, prompts=prompts, gof_positions=gof_positions, joint_tokens=joint,
                      cell_alpha=level, needed=needed, num_samples=num_samples, n_needed=n_needed,
-                     target_tv=spec.target_tv, notes=notes)
+                     target_tv=spec.target_tv, notes=notes, tests=tuple(spec.tests))
 
 
 # --------------------------------------------------------------------------- TOML out

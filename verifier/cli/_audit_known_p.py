@@ -116,6 +116,11 @@ def _print_summary(outcome, plan: dict) -> None:
               + (f" at {f['where']}" if f.get("where") else "") + ": the law audited is not the one the decoder's own "
               "target gives, so more samples cannot PASS -- audit the exact weights/numerics of --target, or a "
               "--target-tv above the floor")
+    elif verdict == "UNDERPOWERED" and not any(c.get("verdict") == "UNDERPOWERED" and c.get("effect_unit") == "tv"
+                                               for c in report["cells"]):
+        # no TV cell is short of power (a collision cell that detects nothing, a guard): the plan line would be wrong
+        weak = next(x for x in report["decoders"] if x.get("verdict") == "UNDERPOWERED")
+        print(f"UNDERPOWERED: {weak['reason']}")
     elif verdict == "UNDERPOWERED":
         need = plan["n_needed"]
         worst = sorted(((v or 0, k) for k, v in plan["needed"].items()), reverse=True)[:3]
@@ -148,6 +153,9 @@ def _run_known_p(args, sampling) -> int:
         prompts = [("ids", tuple(p)) for p in args.prompt_ids] + [("text", t) for t in args.prompt]
         if args.prompt_ids:
             _check_prompts(pair, args.prompt_ids, "--prompt-ids")
+        from verifier.cli._audit_url import check_text_prompts
+
+        check_text_prompts(args, pair)  # --api mlx-lm: prompts that do not round-trip as text, before any request
         seq = bool(args.sequential)
         from verifier.plugins import plugin_name
 

@@ -29,21 +29,36 @@ from pathlib import Path
 
 from verifier.errors import InvalidArgumentError, invalid_argument
 
-__all__ = ["add_arguments", "route_url", "bind_blackbox_journals", "run_self_reported", "floor_plan", "measure_url_floor",
-           "URL_DECODER", "DESIGNS", "URL_TESTS"]
+__all__ = ["add_arguments", "check_url_only", "check_text_prompts", "route_url", "bind_blackbox_journals", "run_self_reported", "floor_plan",
+           "measure_url_floor", "URL_DECODER", "DESIGNS", "URL_TESTS", "SELF_REPORTED_ONLY"]
 
 DESIGNS = ("known-target", "two-sample", "self-reported")
 
 URL_DECODER = "verifier.server.decoder:decoder"  # the plugin factory a URL audit's suite names
 URL_TESTS = ("gof", "joint", "surprisal", "pit", "collision", "accepted")  # known target: + the collision cell
 MAX_FLOOR_POSITIONS = 1000  # --floor-positions: one request each, per prompt and sampling config
+# options only --design self-reported reads (the known-target and two-sample designs would ignore them)
+SELF_REPORTED_ONLY = ("--collisions", "--consistency-positions", "--reported-logprobs")
+
+
+class _Recorded:
+    """An argument group that keeps the actions added to it (the URL-only flags :func:`check_url_only` checks)."""
+
+    def __init__(self, group) -> None:
+        self.group, self.actions = group, []
+
+    def add_argument(self, *args, **kwargs):
+        action = self.group.add_argument(*args, **kwargs)
+        self.actions.append(action)
+        return action
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The ``--url`` group's options (``--url`` itself is in the audit's mode group)."""
+    """The ``--url`` group's options (``--url`` itself is in the audit's mode group); every one of them is
+    URL-only: ``url_only_flags`` (flag, dest, default) lets :func:`check_url_only` refuse them without ``--url``."""
     from verifier.server.dialects import DIALECTS
 
-    group = parser.add_argument_group("URL audit (--url BASE_URL)")
+    group = _Recorded(parser.add_argument_group("URL audit (--url BASE_URL)"))
     group.add_argument("--api", default="openai-completions", metavar="DIALECT",
                        help="request format: " + ", ".join(sorted(DIALECTS)) + ". Default: openai-completions")
     group.add_argument("--model", default=None, metavar="NAME", help="the `model` field of requests (servers with one model ignore it)")
@@ -101,6 +116,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="self-reported: what the server's logprobs are -- raw (temperature 1, before any sampler: vLLM's "
                             "default) or processed (after the sampler chain: llama-server post_sampling_probs, which "
                             "--api llama-server asks for). Default: the dialect's")
+    parser.set_defaults(url_only_flags=tuple((a.option_strings[0], a.dest, a.default) for a in group.actions))
+
+
+def _given(args: argparse.Namespace, flags) -> list[tuple[str, object]]:
+    """(flag, value) of each of ``flags`` (``url_only_flags`` entries) set to other than its default."""
+    return [(flag, getattr(args, dest)) for flag, dest, default in flags if getattr(args, dest, default) != default]
+
+
+def check_url_only(args: argparse.Namespace) -> None:
+    """Without ``--url``: refuse every URL-audit option given (exit 2, naming the flag and its value) -- each
+    would be silently ignored (a flag given at its default value changes nothing and is let through).
+
+    Raises
+    ------
+    InvalidArgumentError
+        The first URL-only flag set, with what it needs.
+    """
+    for flag, value in _given(args, getattr(args, "url_only_flags", ())):
+        why = ("with --url BASE_URL (a URL-audit option; --resume continues a URL audit with the options it was "
+               "started with)" if args.resume else "with --url BASE_URL (a URL-audit option; without --url it would be ignored)")
+        raise invalid_argument(flag, value, why)
 
 
 def _server_options(args: argparse.Namespace, url: str, speculative: bool | None) -> dict:
@@ -132,6 +168,10 @@ def route_url(args: argparse.Namespace) -> None:
     if args.design is None:
         args.design = ("known-target" if args.target and not (args.reference_url or args.reference_off) else
                        "two-sample" if args.reference_url or args.reference_off else "self-reported")
+    if args.design != "self-reported":  # their design would ignore them
+        for flag, value in _given(args, [f for f in args.url_only_flags if f[0] in SELF_REPORTED_ONLY]):
+            raise invalid_argument(flag, value, f"with --design self-reported (the {args.design} design does not "
+                                   "use it)")
     if args.floor_positions is not None and args.design != "known-target":
         raise invalid_argument("--floor-positions", args.floor_positions, "with the known-target design (--target, "
                                "no --reference-url/--reference-off): the floor compares the server with --target")
@@ -150,6 +190,10 @@ def route_url(args: argparse.Namespace) -> None:
                                "switch); for other servers start one without speculation and give it as --reference-url")
     if args.speculation != "server" and not dialect.has_switch:
         raise invalid_argument("--speculation", args.speculation, "'server' with --api " + args.api + " (no per-request switch)")
+    if args.mixed_batch and not dialect.shares_batches:
+        raise invalid_argument("--mixed-batch", True, f"not with --api {args.api}: that server serves one request at a time "
+                               "(mlx_lm server with a draft model never batches requests), so no background request "
+                               "can share a batch with the audited ones")
     from verifier.cli._audit_common import _sampling
 
     dialect.check_request_options(_sampling(args), _floor_logprobs(args.logprobs, dialect))  # before any request
@@ -201,6 +245,43 @@ def route_url(args: argparse.Namespace) -> None:
     print(f"URL audit of {args.url} ({args.api}" + (f", model {args.model}" if args.model else "") +
           f", {args.num_concurrent} in flight" + (f", two-sample against {args.url_described['reference']}"
                                                    if args.url_described["reference"] else ", known target") + ")")
+
+
+def check_text_prompts(args: argparse.Namespace, pair, prompts=None) -> None:
+    """``--url`` with a dialect that takes text prompts (``--api mlx-lm``): every prompt's ids must round-trip
+    through ``--target``'s tokenizer (decoded, then encoded to the same ids), checked here, before any request.
+
+    ``prompts``: the audit's prompt ids in flag order (``--prompt-ids`` first, then ``--prompt`` texts; the
+    default prompt when neither is given); None: built from the flags as the known-p audit does.
+
+    Raises
+    ------
+    SamplingRefusedError
+        (exit 2) The first prompt that does not round-trip, named by its flag and value, with the text its
+        ids decode to and the ids that text encodes back to.
+    """
+    from verifier.server.dialects import get_dialect
+
+    if not getattr(args, "url", None) or not get_dialect(args.api).needs_text:
+        return
+    if prompts is None:
+        from verifier.audit.suite_builder import default_prompt
+        from verifier.runner.models import encode_prompt
+        from verifier.suite.schema import Prompt
+
+        specs = [("ids", tuple(p)) for p in args.prompt_ids] + [("text", t) for t in args.prompt]
+        prompts = [list(v) if kind == "ids" else list(encode_prompt(Prompt(f"p{i}", v, None), pair))
+                   for i, (kind, v) in enumerate(specs or [default_prompt(args.target, pair)])]
+    text_of = get_dialect(args.api).with_text(pair.tokenizer).text_of
+    ids_given = len(args.prompt_ids)
+    for i, ids in enumerate(prompts):
+        if i < ids_given:
+            flag, shown = "--prompt-ids", ",".join(str(t) for t in ids)
+        elif i - ids_given < len(args.prompt):
+            flag, shown = "--prompt", args.prompt[i - ids_given]
+        else:
+            flag, shown = "the default prompt", list(ids)
+        text_of(ids, name=flag, shown=shown)
 
 
 def _check_self_reported(args: argparse.Namespace, dialect) -> None:

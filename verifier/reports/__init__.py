@@ -75,6 +75,12 @@ def _cell_mde(cell: dict) -> str:
     return text
 
 
+def _cell_ci(cell: dict) -> str:
+    """A cell's effect interval ``[lo, hi]``, or a dash where it has none (collision and consistency cells)."""
+    ci = cell.get("effect_ci")
+    return f"[{_num(ci[0])}, {_num(ci[1])}]" if ci else "—"
+
+
 def _md(value: Any) -> str:
     """Escape text for a Markdown table cell (pipes, newlines, HTML brackets)."""
     text = re.sub(r"<(?=[A-Za-z/!?])", "&lt;", str(value))  # no HTML tags; "<=" stays readable
@@ -105,6 +111,7 @@ def _env(autoescape: bool):
     env.filters["pval"] = _cell_p
     env.filters["statv"] = _cell_stat
     env.filters["mdev"] = _cell_mde
+    env.filters["ci"] = _cell_ci
     from verifier.reports.summary import decimal, test_phrase
 
     env.filters["dec"] = decimal

@@ -68,6 +68,8 @@ def test_phrase(test: str) -> str:
         return "randomized PIT"
     if test == "greedy":
         return "greedy output"
+    if test.startswith("collision@1.."):
+        return f"collision cell (identical pairs of the first {test[len('collision@1..'):]} tokens)"
     return test
 
 
@@ -167,6 +169,12 @@ def decoder_line(d: dict, cells: list[dict], sets: dict[str, dict], alpha: float
         # a cell with an MDE names what more rows buy; one without (n = 0, a consistency check) says nothing: the
         # decoder's reason does (a guard's: rows without a reported law, speculation never ran)
         under = [c for c in cells if c.get("verdict") == "UNDERPOWERED" and _real(c.get("mde")) is not None]
+        blind = [c for c in under if c.get("effect_unit") == "collision"]  # MDE 1: it detects nothing, no TV to name
+        under = [c for c in under if c not in blind]
+        if blind and not under:
+            c = blind[0]
+            return (f"underpowered: {test_phrase(c.get('test', ''))} detects nothing with n = {c.get('n')} pairs (not even "
+                    "every pair identical would reject)")
         if under:
             c = max(under, key=lambda c: _real(c.get("mde")) or 0.0)
             need = f"; needs n >= {c['n_needed']} rows per sample set" if c.get("n_needed") is not None else ""
@@ -198,6 +206,8 @@ def cell_legend(report: dict) -> dict[str, list[tuple[str, str]]]:
         "surprisal@": ("surprisal@1..J", "mean surprisal (-log target prob) of the first J tokens against the exact entropy"),
         "pit": ("pit", "randomized probability integral transform of every emitted token, KS against Uniform(0,1)"),
         "greedy": ("greedy", "temperature 0: every row must equal the target's greedy output"),
+        "collision@": ("collision@1..J", "identical disjoint pairs of rows (first J tokens) against the law's collision "
+                       "probability: shared or correlated randomness across rows"),
     }
     for c in report.get("cells", []):
         t = c.get("test", "")

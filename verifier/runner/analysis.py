@@ -266,7 +266,7 @@ def surprisal_cell(cell_id: str, counts: np.ndarray, expected_probs: np.ndarray,
 
 
 def collision_cell(cell_id: str, window: np.ndarray, row_probs: np.ndarray, collision_prob: float, *, cell_alpha: float,
-                   power: float, **meta: Any) -> CellResult:
+                   power: float, pooled: bool = False, **meta: Any) -> CellResult:
     """Collision test of a sample set's rows in sampling order (module docstring, ``collision@1..J``).
 
     Parameters
@@ -277,9 +277,12 @@ def collision_cell(cell_id: str, window: np.ndarray, row_probs: np.ndarray, coll
         Exact probability of each row's window under the processed target law (a pooled category's
         mass where the law is pooled: at least the row's own probability, so the test stays valid).
     collision_prob : float
-        Exact collision probability ``sum_x P(x)^2`` of the window's law (reported).
+        Exact collision probability ``sum_x P(x)^2`` of the window's law (reported); with ``pooled``, that of the
+        pooled law ("other" counted as one outcome): an upper bound of the exact one, reported as such.
     cell_alpha, power : float
         Per-cell level and the power at which the MDE is stated.
+    pooled : bool, default False
+        The window's law is pooled (top outcomes + "other", :class:`verifier.runner.expected.PositionLaws`).
 
     Returns
     -------
@@ -298,24 +301,31 @@ def collision_cell(cell_id: str, window: np.ndarray, row_probs: np.ndarray, coll
     res = collision_test(row_probs[0:2 * same.size:2], same, collision_prob=collision_prob, alpha=cell_alpha,
                          power=power)
     return collision_result_cell(cell_id, test, res, pairs_of="in sampling order", tokens=int(window.shape[1]),
-                                 law="the exact law", cell_alpha=cell_alpha,
-                                 extra={"distinct_rows": len({tuple(r) for r in window.tolist()})}, **meta)
+                                 law="the pooled law" if pooled else "the exact law", cell_alpha=cell_alpha,
+                                 prob_bound=pooled, extra={"distinct_rows": len({tuple(r) for r in window.tolist()})},
+                                 **meta)
 
 
 def collision_result_cell(cell_id: str, test: str, res: Any, *, pairs_of: str, tokens: int, law: str, cell_alpha: float,
-                          dropped: str = "", extra: dict | None = None, **meta: Any) -> CellResult:
+                          dropped: str = "", extra: dict | None = None, prob_bound: bool = False,
+                          **meta: Any) -> CellResult:
     """The CellResult of a :class:`~verifier.stats.collisions.CollisionResult` (the runner's ``collision@1..J`` and the
     self-reported design's collision cells): ``pairs_of`` says whose pairs, ``law`` against what, ``dropped`` an
-    optional tail of the method text; ``extra`` joins the common figures."""
+    optional tail of the method text; ``extra`` joins the common figures; ``prob_bound``: ``res.collision_prob`` is an
+    upper bound (a pooled law's), written ``<=``.  A collision probability that is not a number is left out."""
+    prob = res.collision_prob
+    shown = (f"collision prob {'<= ' if prob_bound else ''}{prob:.3g}"
+             + (" ('other' counted as one outcome)" if prob_bound else "") + "; ") if math.isfinite(prob) else ""
     return CellResult(
         cell_id, test=test,
         method=(f"identical disjoint pairs {pairs_of}, first {tokens} tokens, one-sided exact Poisson-binomial test "
-                f"against {law} (collision prob {res.collision_prob:.3g}; {res.statistic} identical of {res.pairs} pairs, "
+                f"against {law} ({shown}{res.statistic} identical of {res.pairs} pairs, "
                 f"{res.expected:.3g} expected; rejects from {res.critical}{dropped})"),
         n=res.pairs, statistic=float(res.statistic), pvalue=res.pvalue, effect=res.excess, effect_unit="collision",
         mde=res.mde, cell_alpha=cell_alpha,
         extra={"identical_pairs": res.statistic, "expected": res.expected, "collision_prob": res.collision_prob,
-               "critical": res.critical, **(extra or {})}, **meta)
+               **({"collision_prob_bound": True} if prob_bound else {}), "critical": res.critical, **(extra or {})},
+        **meta)
 
 
 def randomized_pit(tokens: np.ndarray, probs: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, tuple]:

@@ -13,7 +13,6 @@
 
 from __future__ import annotations
 
-import math
 from typing import Callable
 
 import numpy as np
@@ -134,10 +133,11 @@ def set_cells(ctx: SuiteContext, plan: SampleSetPlan, tokens: np.ndarray,
         if jt and "collision" in spec.tests:
             codes = laws.joint_codes(tokens)
             probs = np.append(laws.joint, 0.0)[codes]  # the pooled "other" category: its mass (>= the row's own)
-            exact = float(np.dot(laws.joint, laws.joint)) if not pooled_joint else math.nan
-            cells.append(noted(analysis.collision_cell(f"{base}/collision@1..{jt}", tokens[:, :jt], probs, exact,
-                                                       cell_alpha=alpha, power=power, test=f"collision@1..{jt}",
-                                                       **meta), pooled_joint))
+            # exact; pooled: the pooled law's, "other" as one outcome -- an upper bound of the exact one
+            collision_prob = float(np.dot(laws.joint, laws.joint))
+            cells.append(noted(analysis.collision_cell(f"{base}/collision@1..{jt}", tokens[:, :jt], probs, collision_prob,
+                                                       cell_alpha=alpha, power=power, pooled=pooled_joint,
+                                                       test=f"collision@1..{jt}", **meta), pooled_joint))
     if "pit" in spec.tests:
         u_parts, violations = [], []
         vrng = np.random.default_rng(stream_seed(suite.seed, "pit|" + plan.key))  # independent of the decoder

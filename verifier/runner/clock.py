@@ -14,7 +14,9 @@ import os
 import sys
 import time
 
-__all__ = ["since_process_start"]
+__all__ = ["since_process_start", "session_id"]
+
+_SESSION: dict[int, str] = {}  # pid -> this process's session id (a forked child gets its own)
 
 
 def _process_age_linux() -> float | None:
@@ -47,3 +49,10 @@ def since_process_start() -> dict[str, float | str]:
         start = getattr(cli, "PROCESS_START", None)
         wall, origin = (time.perf_counter() - start, "import of verifier.cli") if start is not None else (0.0, "unknown")
     return {"wall_seconds": round(wall, 3), "cpu_seconds": round(cpu, 3), "wall_from": origin}
+
+
+def session_id() -> str:
+    """An id of this process's sampling session: chunks sampled in it are stamped with it, so a resumed run can
+    tell the requests it sent itself from those an earlier process sent (:func:`verifier.runner.speculation.summarize`)."""
+    pid = os.getpid()
+    return _SESSION.setdefault(pid, f"{pid}-{time.time_ns()}")

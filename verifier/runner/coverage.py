@@ -12,10 +12,26 @@ from __future__ import annotations
 import re
 from typing import Any, Sequence
 
-__all__ = ["NO_TV_CELL_REASON", "has_tv_cell", "pass_reason"]
+__all__ = ["NO_TV_CELL_REASON", "no_tv_cell_reason", "has_tv_cell", "pass_reason"]
 
 NO_TV_CELL_REASON = ("no cell states a TV minimum detectable effect (PIT/surprisal only): add gof/joint cells")
+_KIND_NAMES = {"pit": "PIT", "surprisal": "surprisal", "collision": "collision"}  # how no_tv_cell_reason names a cell kind
 _TEST = re.compile(r"^(?P<kind>[a-z_]+)@(?P<first>\d+)(?:\.\.(?P<last>\d+))?$")
+
+
+def no_tv_cell_reason(cells: Sequence[Any]) -> str:
+    """The UNDERPOWERED reason when no cell states a TV: :data:`NO_TV_CELL_REASON` for PIT / surprisal cells,
+    else the kinds that did run (``"(PIT/surprisal/collision only)"``: a collision cell states an excess
+    collision probability, no TV)."""
+    kinds = []
+    for c in cells:
+        kind = re.split(r"[@/]", c.test or "")[0]
+        name = _KIND_NAMES.get(kind, kind)
+        if name and name not in kinds:
+            kinds.append(name)
+    if set(kinds) <= {"PIT", "surprisal"}:
+        return NO_TV_CELL_REASON
+    return f"no cell states a TV minimum detectable effect ({'/'.join(kinds)} only): add gof/joint cells"
 
 
 def has_tv_cell(cells: Sequence[Any]) -> bool:

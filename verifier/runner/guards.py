@@ -21,6 +21,7 @@ import os
 from pathlib import Path
 from typing import Any, Callable
 
+from verifier._resume import resume_command
 from verifier.errors import ConfigError
 
 __all__ = ["check_fresh_run_dir", "plugin_hashes", "check_plugins_unchanged", "record_plugins", "check_missing",
@@ -39,7 +40,7 @@ def check_fresh_run_dir(run_dir: str | Path, run_file: str) -> None:
     if (run_dir / run_file).is_file() or has_samples:
         raise ConfigError(
             f"--run-dir={str(run_dir)!r} already holds a run; a new run would overwrite its samples. "
-            f"Allowed: `specverify run --resume {run_dir}` to continue that run, `specverify report {run_dir}` to "
+            f"Allowed: `{resume_command(run_dir)}` to continue that run, `specverify report {run_dir}` to "
             "report on it again, or a --run-dir that does not exist yet")
     if (run_dir / "server" / "responses.jsonl").is_file():  # a self-reported URL audit keeps no run file
         raise ConfigError(
@@ -140,7 +141,7 @@ def check_missing(store: Any, plan: Any, on_disk: int, allow_partial: bool, vali
     shown = ", ".join(files[:5]) + (f" and {len(files) - 5} more" if len(files) > 5 else "")
     raise ConfigError(
         f"{plan.samples - on_disk} of {plan.samples} samples of sample set {plan.label!r} are missing or unreadable "
-        f"({shown} in {str(store.samples_dir / plan.set_id)!r}); allowed: `specverify run --resume {store.run_dir}` "
+        f"({shown} in {str(store.samples_dir / plan.set_id)!r}); allowed: `{resume_command(store.run_dir)}` "
         "to sample them again, or --allow-partial to report on the samples present (the report then says how "
         "many are missing)")
 

@@ -42,12 +42,13 @@ from verifier.errors import (
     SamplingRefusedError,
     is_out_of_memory,
 )
+from verifier._resume import resume_command
 from verifier._tracebacks import crash_traceback
 from verifier.runner import acceptance, analysis, guards, speculation
 from verifier.runner.assemble import REPORT_SCHEMA_VERSION, build_report, environment
 from verifier._call_timeout import CallTimeout, call_deadline
 from verifier.runner.cells import acceptance_cells, count_cells, draft_unknown, expected_preflight, set_cells
-from verifier.runner.clock import since_process_start
+from verifier.runner.clock import session_id, since_process_start
 from verifier.runner.context import SuiteContext
 from verifier.runner.inputs_key import KEY_FIELD, run_inputs_key
 from verifier.runner.plan import SampleSetPlan, decoder_identity
@@ -251,7 +252,7 @@ def _sample(ctx: SuiteContext, store: SampleStore, progress: bool, log: Callable
                                 f"decoders[{spec.name}]: generate(num_samples={rows}) for {plan.label} ran out of memory "
                                 f"({type(exc).__name__}: {exc}); allowed: a smaller chunk_size (now "
                                 f"{plan.chunk_size}; rows per generate call) or a machine with more memory; resume "
-                                f"with `specverify run --resume {store.run_dir}`") from exc
+                                f"with `{resume_command(store.run_dir)}`") from exc
                         raise DecoderError(f"{spec.name} raised {type(exc).__name__}: {exc}{_where(exc)}") from exc
                     tokens = check_emitted_tokens(out, num_samples=rows, max_new_tokens=plan.max_new_tokens,
                                                   vocab_size=pair.vocab_size, eos_token_id=pair.eos_token_id,
@@ -268,7 +269,7 @@ def _sample(ctx: SuiteContext, store: SampleStore, progress: bool, log: Callable
                             "decoder": decoder_identity(spec, decoder, plan.num_draft_tokens)}
                     extra = plugin_attribute(stats, "extra", None, decoder_name=f"{spec.name}.last_stats")
                     if isinstance(extra, dict) and isinstance(extra.get("speculation"), dict):  # verifier.runner.speculation
-                        meta["speculation"] = extra["speculation"]
+                        meta["speculation"] = {**extra["speculation"], "session": session_id()}  # sent by this process
                 except DecoderError as exc:
                     kept = sum(1 for i in range(plan.num_chunks) if store.chunk_path(plan.set_id, i).is_file())
                     errors[spec.name] = {
@@ -371,7 +372,7 @@ def _statistics(ctx: SuiteContext, store: SampleStore, errors: dict[str, dict], 
                          correction=suite.stats.correction, target_mde=suite.stats.target_mde,
                          error=errors.get(spec.name), max_new_tokens=max((p.max_new_tokens for p in plans), default=None))
         verdict.acceptance = audits
-        speculation.apply_guard(verdict, speculation.summarize(spec_metas))  # no draft verified: no PASS
+        speculation.apply_guard(verdict, speculation.summarize(spec_metas, session=session_id()))  # no draft verified: no PASS
         if spec.acceptance == "canonical" and spec.name not in errors:
             verdict.conformance = acceptance.conformance(conformance_cells, suite.stats.alpha, untested)
             verdict.conformance["cell_results"] = [c.to_dict() for c in conformance_cells]

@@ -27,13 +27,23 @@ NO_SPECULATION_REASON = ("speculation never ran: {why}; these samples are plain 
                          "the request mix -- logprobs, penalties -- does not switch it off)")
 
 
-def summarize(metas: Iterable[dict[str, Any] | None]) -> dict[str, Any] | None:
+def summarize(metas: Iterable[dict[str, Any] | None], session: str | None = None) -> dict[str, Any] | None:
     """Sum the ``speculation`` entries of a decoder's chunk metas; None when no chunk has one.
+
+    Parameters
+    ----------
+    metas : iterable of dict or None
+        Each chunk's ``speculation`` entry (``requests``, ``requests_sent``, counters, ...).
+    session : str or None
+        This process's :func:`verifier.runner.clock.session_id`: only entries stamped with it (chunks sampled
+        by this process) count in ``requests_sent_session``; None: every entry was made by this process.
 
     Returns
     -------
     dict or None
-        ``chunks`` (with an entry), ``requests``, ``requests_sent``, and for each source
+        ``chunks`` (with an entry), ``requests``, ``requests_sent`` (by the process that sampled each chunk;
+        the rest were read back from the response journal), ``requests_sent_session`` (by this process: a
+        resume's chunks from an earlier process, and the journal's replies, excluded), and for each source
         (``counters``: the server's ``/metrics`` deltas; ``per_request``: per-reply figures) the
         summed ``draft_tokens`` / ``accepted_tokens`` (``drafts`` for counters) or None where any
         chunk lacked it, plus ``acceptance_rate`` = accepted / draft tokens.
@@ -43,6 +53,8 @@ def summarize(metas: Iterable[dict[str, Any] | None]) -> dict[str, Any] | None:
         return None
     out: dict[str, Any] = {"chunks": len(entries), "requests": sum(int(e.get("requests", 0)) for e in entries),
                            "requests_sent": sum(int(e.get("requests_sent", 0)) for e in entries)}
+    out["requests_sent_session"] = sum(int(e.get("requests_sent", 0)) for e in entries
+                                       if session is None or e.get("session") == session)
     out["background_requests"] = sum(int(e.get("background_requests", 0)) for e in entries)  # mixed-batch factor
     out["required"] = any(e.get("required", False) for e in entries)  # the decoder asks for the evidence
     seeds = [e.get("seed_honoured") for e in entries if e.get("seed_honoured") is not None]
@@ -121,7 +133,10 @@ def describe(summary: dict[str, Any]) -> str:
     head = "speculation verified" if summary.get("verified") else "SPECULATION NEVER RAN"
     seed = {True: "; request seeds reproduce", False: "; the server IGNORES request seeds (the journal is the only "
             "record of the samples)", None: ""}[summary.get("seed_honoured")]
-    return (f"{head} -- " + "; ".join(parts) + f" over {summary.get('requests', 0):,} requests "
-            f"({summary.get('requests_sent', 0):,} sent in this session"
+    total = int(summary.get("requests", 0))
+    sent = int(summary.get("requests_sent_session", summary.get("requests_sent", 0)))  # older reports: no session split
+    earlier = f", {total - sent:,} from the response journal or earlier sessions' samples" if total > sent else ""
+    return (f"{head} -- " + "; ".join(parts) + f" over {total:,} requests "
+            f"({sent:,} sent in this session{earlier}"
             + (f", beside {summary['background_requests']:,} background requests whose drafts the server counters include"
                if summary.get("background_requests") else "") + f"){seed}")

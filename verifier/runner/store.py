@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from verifier._resume import resume_command
 from verifier.errors import DecoderOutputError, ReportWriteError, StoredSampleError
 
 __all__ = ["Shard", "SampleStore", "set_id_for"]
@@ -141,7 +142,7 @@ class SampleStore:
             raise StoredSampleError(
                 f"stored sample chunk {str(path)!r} is corrupt: {what} (vocab_size={vocab_size}, eos_token_id="
                 f"{eos_token_id}); it was edited or damaged after the run -- delete it and run "
-                f"`specverify run --resume {self.run_dir}` to sample it again") from None
+                f"`{resume_command(self.run_dir)}` to sample it again") from None
 
     def check_stats(self, set_id: str, chunk_index: int, shard: Shard, *, num_draft_tokens: int):
         """The shard's ``(first_round_accepted, accepted_counts)`` when they are what a run writes
@@ -156,7 +157,7 @@ class SampleStore:
             raise StoredSampleError(
                 f"stored sample chunk {str(self.chunk_path(set_id, chunk_index))!r} is corrupt: "
                 f"{str(exc).replace('it reported ', '', 1)}; it was edited or damaged after the run -- delete it and "
-                f"run `specverify run --resume {self.run_dir}` to sample it again") from None
+                f"run `{resume_command(self.run_dir)}` to sample it again") from None
 
     def write_json(self, name: str, data: Any) -> Path:
         """Atomically write ``RUN_DIR/name`` as JSON."""

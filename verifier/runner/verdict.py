@@ -12,8 +12,8 @@ Correction (docs/ARCHITECTURE.md "Statistical defaults"), applied separately to 
 
 Decoder verdict: ``BIAS DETECTED`` when any cell is rejected (or the combination test rejects), else
 ``UNDERPOWERED`` when a cell's minimum detectable effect (total variation) exceeds the suite's
-``target_mde`` (the reason names the rows per sample set that would reach it) or when no cell
-was tested at all, or when no cell states a TV minimum detectable effect (PIT / surprisal cells
+``target_mde`` (the reason names the rows per sample set that would reach it), or a collision cell
+detects nothing (its MDE is 1: :data:`BLIND_AT`), or when no cell was tested at all, or when no cell states a TV minimum detectable effect (PIT / surprisal cells
 only), else ``PASS`` with a reason naming the positions a TV cell covered and those only PIT checked; a support violation (a token at target prob 0, or at T = 0 a row
 off the greedy output) is BIAS and the reason quotes it; ``ERROR`` when the decoder crashed or returned invalid output.
 Expectation ``pass`` is met by ``PASS``; ``detect`` by ``BIAS DETECTED`` (an invalid output of a
@@ -31,13 +31,16 @@ import numpy as np
 
 from verifier.errors import EXIT_BIAS, EXIT_DECODER, EXIT_OK, EXIT_UNDERPOWERED
 from verifier.runner.analysis import CellResult
-from verifier.runner.coverage import NO_TV_CELL_REASON, has_tv_cell, pass_reason
+from verifier.runner.coverage import has_tv_cell, no_tv_cell_reason, pass_reason
 
 __all__ = ["PASS", "BIAS", "UNDERPOWERED", "ERROR", "DecoderVerdict", "decide", "cell_level", "exit_code",
            "underpowered_reason", "MORE_ROWS", "more_rows_advice"]
 
 PASS, BIAS, UNDERPOWERED, ERROR = "PASS", "BIAS DETECTED", "UNDERPOWERED", "ERROR"
 CELL_PASS, CELL_BIAS, CELL_UNDERPOWERED = "PASS", "BIAS", "UNDERPOWERED"
+# units whose largest possible effect is 1: a cell whose MDE reaches it detects nothing (collision: not even every
+# pair identical rejects at its level), so it is UNDERPOWERED as a TV cell above target_mde is, never PASS
+BLIND_AT = {"collision": 1.0}
 # what an UNDERPOWERED reason tells the user to raise ({n}: the rows per sample set needed); a suite's knob by default,
 # a command's flag where the command sets it (:func:`more_rows_advice`: `specverify audit` -> --num-samples)
 MORE_ROWS = "raise `samples` of this decoder (rows = samples x the profile's sample_scale)"
@@ -137,6 +140,8 @@ def decide(decoder: str, expect: str, cells: list[CellResult], *, alpha: float, 
             c.verdict = CELL_BIAS
         elif c.effect_unit == "tv" and c.mde is not None and c.mde > target_mde:
             c.verdict = CELL_UNDERPOWERED
+        elif c.effect_unit in BLIND_AT and c.mde is not None and c.mde >= BLIND_AT[c.effect_unit]:
+            c.verdict = CELL_UNDERPOWERED  # detects nothing at this n (no statistic or level changed)
         else:
             c.verdict = CELL_PASS
     for c in cells:
@@ -168,7 +173,7 @@ def decide(decoder: str, expect: str, cells: list[CellResult], *, alpha: float, 
         met = False
     elif not has_tv_cell(cells):  # PIT / surprisal only: no cell states a TV, so no PASS can claim one
         verdict = UNDERPOWERED
-        reason = NO_TV_CELL_REASON
+        reason = no_tv_cell_reason(cells)
         met = False
     else:
         verdict = PASS
@@ -181,11 +186,15 @@ def underpowered_reason(cells: list[CellResult], target_mde: float) -> str:
     """What an UNDERPOWERED verdict tells the user to do: the worst cell's MDE and the rows per
     sample set that would bring every underpowered cell to ``target_mde`` (``CellResult.n_needed``)."""
     weak = [c for c in cells if c.verdict == CELL_UNDERPOWERED]
+    blind = [c for c in weak if c.effect_unit in BLIND_AT and c.n > 0]  # they detect nothing: no n_needed to name
+    if blind and len(blind) == len(weak):
+        return f"{len(weak)} of {len(cells)} cells underpowered; {_blind_text(blind[0])}"
+    weak = [c for c in weak if c not in blind]
     worst = max(weak, key=lambda c: c.mde or 0)
     if worst.n == 0:
         return f"cell {worst.id} has no samples: no evidence for PASS"
-    reason = (f"{len(weak)} of {len(cells)} cells underpowered; cell {worst.id} can only see TV >= {worst.mde:.3g} "
-              f"> target_mde {target_mde:g} at n = {worst.n}")
+    reason = (f"{len(weak) + len(blind)} of {len(cells)} cells underpowered; cell {worst.id} can only see TV >= "
+              f"{worst.mde:.3g} > target_mde {target_mde:g} at n = {worst.n}" + (f"; {_blind_text(blind[0])}" if blind else ""))
     needed = [c.n_needed for c in weak if c.n_needed is not None]
     if len(needed) == len(weak) and needed:
         most = max(weak, key=lambda c: c.n_needed)
@@ -196,6 +205,12 @@ def underpowered_reason(cells: list[CellResult], target_mde: float) -> str:
     else:
         reason += "; no n up to 1e9 rows reaches it"
     return reason
+
+
+def _blind_text(cell: CellResult) -> str:
+    """Why a cell whose MDE is the largest effect its unit allows (:data:`BLIND_AT`) is underpowered."""
+    return (f"cell {cell.id} detects nothing at n = {cell.n} pairs: not even every pair identical would reject at its "
+            "level (more rows lower its critical count)")
 
 
 def exit_code(verdicts: list[DecoderVerdict], exact_ok: bool = True) -> int:

@@ -23,7 +23,9 @@ crash"):
 3. an ``atexit`` hook stops every server still running when the interpreter exits normally.
 
 Each server's stdout and stderr go to one log file (``.log_path``); every error raised here ends with
-the last lines of that log, which is where the server says why it did not start.
+the last lines of that log, which is where the server says why it did not start.  The log is kept after
+:meth:`ServerProcess.stop`; other temporary folders a launcher made for the server
+(:meth:`ServerProcess.remove_on_stop`) are removed then.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ import ctypes
 import os
 import signal
 import socket
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -197,6 +200,7 @@ class ServerProcess:
             raise ServerStartError(f"{name}: could not execute {self.command[0]!r}: {exc}") from exc
         self.pid = self._proc.pid
         self._stopped = False
+        self._temp_dirs: list[Path] = []  # removed by stop() (remove_on_stop)
         with _LIVE_LOCK:
             _LIVE.add(self)
 
@@ -291,7 +295,19 @@ class ServerProcess:
             self._log.close()
             with _LIVE_LOCK:
                 _LIVE.discard(self)
+        self._remove_temp_dirs()  # after the process is gone: nothing of it still reads them
         return self._proc.poll()
+
+    def remove_on_stop(self, path: str | os.PathLike) -> None:
+        """Remove the folder ``path`` (the server's own temporary files, e.g. a patched package it runs) when the
+        server stops; at once if it already has."""
+        self._temp_dirs.append(Path(path))
+        if self._stopped:
+            self._remove_temp_dirs()
+
+    def _remove_temp_dirs(self) -> None:
+        while self._temp_dirs:
+            shutil.rmtree(self._temp_dirs.pop(), ignore_errors=True)
 
     def __enter__(self) -> "ServerProcess":
         return self

@@ -39,7 +39,7 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Sequence
 
-from verifier.errors import DecoderOutputError, invalid_argument
+from verifier.errors import DecoderOutputError, invalid_argument, refuse_sampling
 
 if TYPE_CHECKING:  # annotations only: `specverify --help` imports this module and must stay numpy/torch-free
     from verifier.sampling import SamplingConfig
@@ -153,8 +153,14 @@ class Dialect:
         The most top logprobs a request may ask for, where the server fixes it (None: the server's own setting).
     needs_text : bool
         Prompts are sent as text: :meth:`with_text` must give the decoder of the target's tokenizer.
+    shares_batches : bool
+        Requests in flight together can share the server's batches (False: the server serves one request at a
+        time -- ``mlx_lm server`` with a draft model, whose ``ModelProvider`` sets ``is_batchable = False`` -- so
+        the ``--mixed-batch`` factor cannot put background rows beside the audited ones).
     text_of : callable or None
-        ``ids -> text`` for ``needs_text`` dialects (set by :meth:`with_text`).
+        ``text_of(ids, name="prompt", shown=None) -> text`` for ``needs_text`` dialects (set by
+        :meth:`with_text`); ids that do not round-trip are a SamplingRefusedError (exit 2) naming ``name`` and
+        ``shown`` (default: the ids).
     """
 
     name: str
@@ -167,6 +173,7 @@ class Dialect:
     ids_with_top_logprobs: bool = True
     max_top_logprobs: int | None = None
     needs_text: bool = False
+    shares_batches: bool = True
     text_of: Any = None
 
     def check_request_options(self, sampling: "SamplingConfig", logprobs: int | None, max_new_tokens: int = 1) -> None:
@@ -179,14 +186,14 @@ class Dialect:
             return self
         import dataclasses
 
-        def text_of(ids: Sequence[int]) -> str:
+        def text_of(ids: Sequence[int], name: str = "prompt", shown: Any = None) -> str:
             ids = [int(t) for t in ids]
             text = tokenizer.decode(ids)
             again = list(tokenizer.encode(text))
             if again != ids:
-                raise invalid_argument("prompt", ids, f"token ids that --api {self.name} can send (it takes text "
-                                       f"prompts: the ids are decoded to {text!r}, which the target's tokenizer "
-                                       f"encodes as {again}); choose a prompt that round-trips")
+                raise refuse_sampling(name, ids if shown is None else shown, f"token ids that --api {self.name} can "
+                                      f"send (it takes text prompts: the ids {ids} are decoded to {text!r}, which the "
+                                      f"target's tokenizer encodes as {again}); choose a prompt that round-trips")
             return text
 
         return dataclasses.replace(self, text_of=text_of)
@@ -549,7 +556,7 @@ DIALECTS: dict[str, Dialect] = {
     # no /metrics: the speculation guard says "not observable" (--speculation-unverified accepts that)
     "mlx-lm": MLXLM("mlx-lm", "/v1/completions", max_n=1, health_paths=("/health",), has_switch=True,
                     max_top_logprobs=MLX_MAX_TOP_LOGPROBS,
-                    ids_with_top_logprobs=False, needs_text=True),
+                    ids_with_top_logprobs=False, needs_text=True, shares_batches=False),
 }
 
 

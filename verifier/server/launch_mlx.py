@@ -31,7 +31,9 @@ from typing import Sequence
 from verifier.errors import invalid_argument
 from verifier.server._process import LOOPBACK, ServerProcess, check_server_args, launch_process
 
-__all__ = ["launch_mlx_server", "PROMPT_CACHE_FIX", "patched_mlx_lm"]
+__all__ = ["launch_mlx_server", "PROMPT_CACHE_FIX", "patched_mlx_lm", "OVERLAY_PREFIX"]
+
+OVERLAY_PREFIX = "specverify-mlx-overlay-"  # the temporary folder of the patched mlx_lm copy (removed on stop)
 
 _SAVE_OLD = """            rqueue.put(None)
 
@@ -99,7 +101,8 @@ def launch_mlx_server(*, num_draft_tokens: int = 1, draft: bool = True, prompt_c
     Returns
     -------
     ServerProcess
-        ``.base_url``; a context manager that stops the server.
+        ``.base_url``; a context manager that stops the server (and removes the patched copy of ``mlx_lm``; if the
+        server does not start, the copy is removed before the error is raised).
 
     Raises
     ------
@@ -120,10 +123,6 @@ def launch_mlx_server(*, num_draft_tokens: int = 1, draft: bool = True, prompt_c
     root = MLXLM.require_installed()
     python = root / "venv" / "bin" / "python"
     env = dict(os.environ)
-    if patches:
-        site = next((root / "venv" / "lib").glob("python3*/site-packages"))
-        overlay = patched_mlx_lm(site, Path(tempfile.mkdtemp(prefix="specverify-mlx-")))
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, (str(overlay), os.environ.get("PYTHONPATH"))))
 
     def argv(chosen_port: int) -> list[str]:
         cmd = [str(python), "-m", "mlx_lm", "server", "--model", str(root / "models" / "target"), "--host", LOOPBACK,
@@ -134,4 +133,18 @@ def launch_mlx_server(*, num_draft_tokens: int = 1, draft: bool = True, prompt_c
             cmd += ["--prompt-cache-size", str(prompt_cache_size)]
         return cmd + list(extra_args)
 
-    return launch_process("mlx-lm", argv, port, log_path, env, "/health", startup_timeout_s)
+    overlay = None  # the patched copy of mlx_lm: removed when the server stops, or at once if it never starts
+    try:
+        if patches:
+            site = next((root / "venv" / "lib").glob("python3*/site-packages"))
+            overlay = Path(tempfile.mkdtemp(prefix=OVERLAY_PREFIX))
+            patched_mlx_lm(site, overlay)
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, (str(overlay), os.environ.get("PYTHONPATH"))))
+        server = launch_process("mlx-lm", argv, port, log_path, env, "/health", startup_timeout_s)
+    except BaseException:  # a hunk not found, a server that did not start, Ctrl-C while waiting
+        if overlay is not None:
+            shutil.rmtree(overlay, ignore_errors=True)
+        raise
+    if overlay is not None:
+        server.remove_on_stop(overlay)
+    return server

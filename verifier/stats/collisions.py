@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from statistics import NormalDist
 from typing import Sequence
 
 import numpy as np
@@ -38,7 +39,8 @@ from verifier.errors import invalid_argument
 
 __all__ = ["CollisionResult", "collision_test", "collision_mde", "identical_pairs", "poisson_binomial_sf"]
 
-MDE_TOL = 1e-4  # bisection tolerance of the minimum detectable excess (a probability)
+MDE_TOL = 1e-4  # resolution of the minimum detectable excess (a probability)
+MDE_GRID = 2 ** math.ceil(math.log2(1 / MDE_TOL))  # the MDE is k / MDE_GRID: where a bisection of [0, 1] to MDE_TOL stops
 
 
 @dataclass(frozen=True)
@@ -94,21 +96,49 @@ def poisson_binomial_sf(probs: Sequence[float], k: int) -> float:
 
 
 def _pmf(probs: np.ndarray) -> tuple[np.ndarray, float]:
-    """Law of ``S`` on ``0..L-1`` by convolution, and the mass left out above it.  ``L`` caps the support at
-    ``mean + 40 sd + 100`` (the upper tail beyond it is below a Bernstein bound of about 1e-25): the mass
-    that would pass the cap is counted in ``lost`` and :func:`_tail` adds it back, so p-values stay upper
-    bounds, and the cost is O(m L) rather than O(m^2) for many pairs of small collision probability."""
+    """Law of ``S`` on ``0..L-1`` and the mass left out above it.  ``L`` caps the support at ``mean + 40 sd + 100``
+    (the upper tail beyond it is below a Bernstein bound of about 1e-25): the mass that would pass the cap is
+    counted in ``lost`` and :func:`_tail` adds it back, so p-values stay upper bounds, and the cost is O(m L)
+    rather than O(m^2) for many pairs of small collision probability."""
     mean, var = float(probs.sum()), float((probs * (1.0 - probs)).sum())
-    cap = int(min(probs.size, math.ceil(mean + 40.0 * math.sqrt(var) + 100.0))) + 1
-    pmf, lost = np.ones(1), 0.0
-    for p in probs:
-        if pmf.size == cap:
-            lost += float(pmf[-1] * p)
-        nxt = np.zeros(min(pmf.size + 1, cap))
-        nxt[:pmf.size] += pmf[:nxt.size] * (1.0 - p)
-        nxt[1:] += pmf[:nxt.size - 1] * p
-        pmf = nxt
-    return pmf, lost
+    return _capped_law(probs, int(min(probs.size, math.ceil(mean + 40.0 * math.sqrt(var) + 100.0))) + 1)
+
+
+def _capped_law(probs: np.ndarray, cap: int) -> tuple[np.ndarray, float]:
+    """``(P(S = 0..L-1), P(S >= cap))`` with ``L = min(m + 1, cap)``, exact up to rounding (sums of products of
+    non-negative terms: tiny tails keep their relative precision).
+
+    A balanced tree of pairwise products of the Bernoulli laws, every product truncated at ``cap`` with the mass
+    above it carried in ``lost`` (the part of a sum that reached ``cap`` stays there: every term is >= 0); one
+    level multiplies all its pairs at once (:func:`_product_rows`), so the Python work is O(cap log m), the
+    arithmetic O(m cap)."""
+    laws = np.stack([1.0 - probs, probs], axis=1)[:, :max(1, cap)]  # (m, width): the law of one pair
+    lost = probs.copy() if cap <= 1 else np.zeros(probs.size)  # (m,): mass at or above cap
+    while laws.shape[0] > 1:
+        if laws.shape[0] % 2:  # an odd row out: pair it with the law of 0 (S + 0 = S)
+            laws = np.vstack([laws, np.eye(1, laws.shape[1])])
+            lost = np.append(lost, 0.0)
+        (a, b), (la, lb) = (laws[0::2], laws[1::2]), (lost[0::2], lost[1::2])
+        laws, over = _product_rows(a, b, cap)
+        lost = la + a.sum(axis=1) * lb + over  # P(A >= cap) + P(A < cap, B >= cap) + P(A, B < cap, A + B >= cap)
+    return laws[0], float(lost[0])
+
+
+def _product_rows(a: np.ndarray, b: np.ndarray, cap: int) -> tuple[np.ndarray, np.ndarray]:
+    """Row-wise convolution of the laws ``a`` (rows, wa) and ``b`` (rows, wb) kept below index ``cap``, and each
+    row's mass at or above it: ``sum_{i + j >= cap} a_i b_j``."""
+    if a.shape[1] > b.shape[1]:
+        a, b = b, a  # loop over the narrower law
+    rows, wa = a.shape
+    wb = b.shape[1]
+    width = min(wa + wb - 1, cap)
+    out = np.zeros((rows, width))
+    for i in range(min(wa, width)):
+        k = min(wb, width - i)
+        out[:, i:i + k] += a[:, i:i + 1] * b[:, :k]
+    suffix = np.concatenate([np.cumsum(b[:, ::-1], axis=1)[:, ::-1], np.zeros((rows, 1))], axis=1)  # [:, t] = b[t:].sum()
+    over = (a * suffix[:, np.clip(cap - np.arange(wa), 0, wb)]).sum(axis=1)
+    return out, over
 
 
 def _tail(law: tuple[np.ndarray, float], s: int, probs: np.ndarray) -> float:
@@ -134,19 +164,64 @@ def _critical(law: tuple[np.ndarray, float], alpha: float) -> int:
 
 def collision_mde(probs: Sequence[float], *, alpha: float, power: float) -> float:
     """Smallest ``delta`` such that identical-pair probabilities ``min(1, pi_i + delta)`` make the test
-    reject with probability >= ``power`` (1.0 when not even identical completions everywhere would)."""
+    reject with probability >= ``power`` (1.0 when not even identical completions everywhere would).
+
+    ``delta`` is the smallest multiple of ``1 / MDE_GRID`` that reaches the power: the point where a bisection
+    of ``[0, 1]`` to :data:`MDE_TOL` stops.
+
+    >>> collision_mde([0.1] * 50, alpha=1e-3, power=0.99)
+    0.32952880859375
+    """
     pi = np.asarray(probs, dtype=np.float64)
-    crit = _critical(_pmf(pi), alpha)
+    return _mde(pi, _critical(_pmf(pi), alpha), power)
+
+
+def _mde(pi: np.ndarray, crit: int, power: float) -> float:
+    """:func:`collision_mde` given the critical count.  A normal approximation of the power brackets ``delta``
+    (no exact evaluation); exact Poisson-binomial powers then bisect the grid inside the bracket, widened until
+    it holds the answer.  The power is monotone in ``delta``, so the result is the grid point a plain bisection
+    of ``[0, 1]`` returns, with 4-8 exact evaluations instead of 14, each truncated at ``crit``."""
     if crit > pi.size:
         return 1.0
-    lo, hi = 0.0, 1.0
-    while hi - lo > MDE_TOL:
-        mid = (lo + hi) / 2
-        if _pmf(np.minimum(1.0, pi + mid))[0][crit:].sum() >= power:
+
+    def reaches(k: int) -> bool:  # exact: P(S >= crit) with every pi raised by k / MDE_GRID
+        return _capped_law(np.minimum(1.0, pi + k / MDE_GRID), crit)[1] >= power
+
+    guess = _normal_guess(pi, crit, power)
+    lo, hi = 0, MDE_GRID  # lo fails (never evaluated: delta 0), hi reaches (every pair identical: S = m >= crit)
+    step = max(1, guess // 32)
+    if reaches(guess):
+        hi = guess
+        while hi - step > lo and reaches(hi - step):  # widen downwards until a point fails
+            hi, step = hi - step, 2 * step
+        lo = max(lo, hi - step)
+    else:
+        lo = guess
+        while lo + step < hi and not reaches(lo + step):
+            lo, step = lo + step, 2 * step
+        hi = min(hi, lo + step)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if reaches(mid):
             hi = mid
         else:
             lo = mid
-    return hi
+    return hi / MDE_GRID
+
+
+def _normal_guess(pi: np.ndarray, crit: int, power: float) -> int:
+    """The grid point (1..MDE_GRID - 1) where the normal approximation of ``S`` (continuity-corrected) reaches the
+    power: vectorised, no convolution."""
+    z = NormalDist().inv_cdf(power)
+    lo, hi = 0, MDE_GRID
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        q = np.minimum(1.0, pi + mid / MDE_GRID)
+        if q.sum() - (crit - 0.5) >= z * math.sqrt(float((q * (1.0 - q)).sum())):
+            hi = mid
+        else:
+            lo = mid
+    return min(hi, MDE_GRID - 1)
 
 
 def identical_pairs(completions: Sequence[Sequence[int]]) -> np.ndarray:
@@ -200,9 +275,9 @@ def collision_test(first_probs: Sequence[float], identical: Sequence[bool], *, c
     s = int(same.sum())
     pvalue = _tail(pmf, s, pi)
     c = float(pi.mean()) if collision_prob is None else float(collision_prob)
+    crit = _critical(pmf, alpha)
     return CollisionResult(statistic=s, pvalue=pvalue, pairs=int(pi.size), expected=float(pi.sum()), collision_prob=c,
-                           critical=_critical(pmf, alpha), mde=collision_mde(pi, alpha=alpha, power=power),
-                           alpha=float(alpha), power=float(power))
+                           critical=crit, mde=_mde(pi, crit, power), alpha=float(alpha), power=float(power))
 
 
 def _collision_iv(first_probs, identical, alpha, power) -> tuple[np.ndarray, np.ndarray]:
