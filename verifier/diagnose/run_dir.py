@@ -239,6 +239,10 @@ def _diagnose_names(report, plans, pairs, store, names, verdicts, with_fits, log
             item["status"], item["sentence"] = item["decision"]["status"], item["decision"]["sentence"]
             if item["status"] == "consistent":  # what the code did wrong, in plain words (verifier.diagnose.glossary)
                 item["mechanism"] = mechanism_entries(item["decision"]["best"])
+                source = _engine_source(store, item["decision"]["best"])
+                if source:  # the engine's own source predicts this law: the root cause in the engine's terms
+                    item["engine_source"] = source
+                    item["sentence"] += f"; {source}"
             item["ranking"] = total.to_dict()
             item["configs"] = _config_sentence(sets)
         else:
@@ -250,6 +254,21 @@ def _diagnose_names(report, plans, pairs, store, names, verdicts, with_fits, log
         out.append(item)
     # no wall time here: report.json keeps volatile figures in `run` only (run.stage_seconds["diagnosis"])
     return json_safe({"alpha": DIAGNOSIS_ALPHA, "fit_alpha": FIT_ALPHA, "decoders": out})
+
+
+def _engine_source(store, best: list[str]) -> str | None:
+    """The engine's source-level explanation of the named hypothesis (an engine audit's audit.json names the engine)."""
+    import json as _json
+
+    from verifier.engines.reproductions import source_explanation
+
+    path = getattr(store, "run_dir", None)
+    try:
+        plan = _json.loads((path / "audit.json").read_text()) if path is not None and (path / "audit.json").is_file() else {}
+    except (OSError, ValueError):
+        return None
+    engine = (plan.get("engine") or {}).get("name") if isinstance(plan, dict) else None
+    return source_explanation(engine, best[0]) if len(best) == 1 else None
 
 
 def _counted(items, bar):

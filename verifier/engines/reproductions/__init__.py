@@ -21,7 +21,7 @@ module                 engine, what it predicts
 =====================  ===========================================================================
 """
 
-__all__ = ["SCORERS"]
+__all__ = ["SCORERS", "PREDICTED", "source_explanation"]
 
 # ENGINE name of `python -m verifier.diagnose.reproduce ENGINE RUN_DIR ...` -> module scoring a run's sample sets
 SCORERS = {
@@ -29,3 +29,28 @@ SCORERS = {
     "llama-cpp-python": "verifier.engines.reproductions.llama_cpp_python",
     "openvino-genai": "verifier.engines.reproductions.openvino_genai",
 }
+
+
+# ENGINE -> {hypothesis of verifier.diagnose.family whose law the engine's source predicts: what the source does}.
+# When the diagnosis of that engine's audit names the hypothesis, the report names the root cause in the engine's
+# own terms (verifier.diagnose.run_dir); the engine's control runs patch exactly these lines.
+PREDICTED = {
+    "llama.cpp": {
+        "greedy_draft+residual_by_index@prefill": (
+            "the law llama.cpp's source predicts (verifier/engines/llama_cpp_repro.py): examples/speculative/"
+            "speculative.cpp samples the first token from the prompt step, drafts cur_p->data[0].id (the draft's most "
+            "probable token) but accepts it with p/q as if sampled, and on a rejection subtracts dist_dft.data[i].p by "
+            "array index after sorting both candidate arrays by id; controls: --engine-arg control=sampled_draft, "
+            "residual_by_id, both"),
+        "greedy_draft@prefill": (
+            "the law llama.cpp's source predicts without top-k/top-p (verifier/engines/llama_cpp_repro.py): "
+            "speculative.cpp drafts cur_p->data[0].id (the draft's most probable token) but accepts it with p/q as if "
+            "sampled, after a first token from the prompt step (the by-index residual equals the residual when every "
+            "token is kept); control: --engine-arg control=sampled_draft"),
+    },
+}
+
+
+def source_explanation(engine: str | None, hypothesis: str) -> str | None:
+    """What ``engine``'s source does that gives ``hypothesis``'s law (:data:`PREDICTED`), or None."""
+    return PREDICTED.get(engine or "", {}).get(hypothesis)
