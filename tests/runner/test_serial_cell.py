@@ -51,6 +51,11 @@ def test_independence_cells_pass_the_reference_and_catch_both_stream_mutants(tmp
     assert cells[("serial_stream", "collision@1..3")]["verdict"] == "PASS"
     for name in ("shared_stream", "serial_stream"):  # gof@1 alone does not see either
         assert cells[(name, "gof@1")]["verdict"] == "PASS"
+    diagnosis = {d["decoder"]: d for d in report["diagnosis"]["decoders"]}
+    for name in ("shared_stream", "serial_stream"):
+        assert diagnosis[name]["status"] == "rows not independent"
+        assert diagnosis[name]["sentence"].startswith("rows are not independent: shared or correlated randomness")
+    assert "rows are not independent" in (run_dir / "report.md").read_text()
 
 
 def test_serial_cell_false_positive_rate_is_at_most_alpha():
