@@ -152,7 +152,8 @@ def test_unseeded_factor_finds_requests_that_share_a_random_stream(tmp_path):
     order and every one of the 400 pairs of the unseeded decoder is identical, where the exact 3-token law of
     trigram3 (k = 2, T = 1) expects 400 * sum_x P(x)^2 of them: the collision cell rejects far below alpha.
     Each completion still has the target's law, so the seeded decoder (c1) must not be BIAS (false-fail rate
-    <= 0.001), and the unseeded one is BIAS DETECTED through its collision cell."""
+    <= 0.001), and the unseeded one is BIAS DETECTED through its collision and serial cells, diagnosed as rows that
+    are not independent."""
     from tests.server.conftest import start_serve, stop
 
     proc, url = start_serve("reference", "tabular:trigram3", 2, "--defect", "paired-unseeded")
@@ -170,6 +171,11 @@ def test_unseeded_factor_finds_requests_that_share_a_random_stream(tmp_path):
     bad = cells[("c1-unseeded", "collision@1..3")]
     assert bad["verdict"] == "BIAS" and bad["statistic"] == 400 and bad["pvalue"] < 1e-50
     assert cells[("c1", "collision@1..3")]["verdict"] == "PASS"
+    # serial@1 on the rows in request order: a pair's first-token PITs share their interval (lag-1 autocorrelation
+    # ~ +0.4 against an MDE of ~0.25 at n = 800); the seeded level's requests are independent
+    assert cells[("c1-unseeded", "serial@1")]["verdict"] == "BIAS" and cells[("c1-unseeded", "serial@1")]["effect"] > 0.2
+    assert cells[("c1", "serial@1")]["verdict"] == "PASS"
+    assert report["diagnosis"]["decoders"][0]["sentence"].startswith("rows are not independent")
 
 
 def test_url_audit_run_folder_names_audit_resume_and_counts_this_sessions_requests(reference_server, tmp_path):

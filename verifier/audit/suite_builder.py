@@ -293,7 +293,7 @@ def plan_audit(spec: AuditSpec, *, base_dir: str | Path = ".", pair: Any = None)
     # acceptance audit beside the verdict, never a bias cell, so it is neither counted nor planned
     per_prompt = (len(gof_positions) * ("gof" in spec.tests) + int("joint" in spec.tests and joint >= 2)
                   + int("surprisal" in spec.tests and joint >= 1) + int("pit" in spec.tests)
-                  + int("collision" in spec.tests and joint >= 1))
+                  + int("collision" in spec.tests and joint >= 1) + int("serial" in spec.tests))
     level = cell_level(spec.alpha, per_prompt * len(prompts), "gate")
 
     needed: dict[str, int | None] = {}

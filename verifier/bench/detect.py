@@ -301,16 +301,28 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--alpha", type=float, default=DEFAULT_ALPHA, help=f"Family-wise alpha. Default: {DEFAULT_ALPHA}.")
     parser.add_argument("--max-factor", type=float, default=DEFAULT_MAX_FACTOR, metavar="X",
                         help=f"Simulate up to X times the oracle n per stream. Default: {DEFAULT_MAX_FACTOR}.")
+    parser.add_argument("--streams", action="store_true",
+                        help="Measure the randomness zoo instead (shared_stream, serial_stream: rows each exact, not "
+                             "independent; verifier.bench.detect_streams); --rule / --case then name those mutants / "
+                             "bigram4_eos, trigram3.")
     parser.add_argument("--format", choices=("markdown", "json"), default="markdown", help="Output format. Default: markdown.")
     parser.add_argument("--out", metavar="PATH", help="Also write the output to PATH.")
 
 
 def run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
-    rows = detect_rows(args.rules, args.cases, seeds=args.seeds, alpha=args.alpha, max_factor=args.max_factor,
-                       progress=lambda s: print(s, file=sys.stderr, flush=True))
+    progress = lambda s: print(s, file=sys.stderr, flush=True)  # noqa: E731
+    if getattr(args, "streams", False):
+        from verifier.bench.detect_streams import detect_stream_rows, render_stream_markdown
+
+        rows = detect_stream_rows(args.rules, args.cases, seeds=args.seeds, alpha=args.alpha, progress=progress)
+        render = render_stream_markdown
+    else:
+        rows = detect_rows(args.rules, args.cases, seeds=args.seeds, alpha=args.alpha, max_factor=args.max_factor,
+                           progress=progress)
+        render = render_markdown
     text = (json.dumps([r.to_json() for r in rows], indent=1) if args.format == "json"
-            else render_markdown(rows) + f"\n_{time.perf_counter() - t0:.0f} s_\n")
+            else render(rows) + f"\n_{time.perf_counter() - t0:.0f} s_\n")
     print(text)
     if args.out:
         with open(args.out, "w", encoding="utf-8") as fh:

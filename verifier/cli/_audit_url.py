@@ -35,7 +35,9 @@ __all__ = ["add_arguments", "check_url_only", "check_text_prompts", "route_url",
 DESIGNS = ("known-target", "two-sample", "self-reported")
 
 URL_DECODER = "verifier.server.decoder:decoder"  # the plugin factory a URL audit's suite names
-URL_TESTS = ("gof", "joint", "surprisal", "pit", "collision", "accepted")  # known target: + the collision cell
+# known target: + the independence cells, collision (repeated completions) and serial (correlated requests, rows in
+# request order: ServerDecoder returns request r of a chunk as its row r)
+URL_TESTS = ("gof", "joint", "surprisal", "pit", "collision", "serial", "accepted")
 MAX_FLOOR_POSITIONS = 1000  # --floor-positions: one request each, per prompt and sampling config
 # options only --design self-reported reads (the known-target and two-sample designs would ignore them)
 SELF_REPORTED_ONLY = ("--collisions", "--consistency-positions", "--reported-logprobs")

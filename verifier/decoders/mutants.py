@@ -148,7 +148,9 @@ def make_decoder(name: str, target, draft, num_draft_tokens: int = 4, **options)
     ----------
     name : str
         A key of :data:`DECODER_REGISTRY` (``"reference"``, ``"ancestral"`` or a mutant) or of
-        :data:`verifier.decoders.tree_mutants.TREE_DECODER_REGISTRY` (``"tree_reference"``, ...; option ``tree``).
+        :data:`verifier.decoders.tree_mutants.TREE_DECODER_REGISTRY` (``"tree_reference"``, ...; option ``tree``)
+        or of :data:`verifier.decoders.stream_mutants.STREAM_DECODER_REGISTRY` (``"shared_stream"``,
+        ``"serial_stream"``: rows not independent).
     target, draft : causal LM
         As for :class:`~verifier.decoders.SpeculativeDecoder`.
     num_draft_tokens : int, default 4
@@ -167,11 +169,13 @@ def make_decoder(name: str, target, draft, num_draft_tokens: int = 4, **options)
     TypeError
         If ``options`` holds a keyword the decoder does not take.
     """
+    from verifier.decoders.stream_mutants import STREAM_DECODER_REGISTRY
     from verifier.decoders.tree_mutants import TREE_DECODER_REGISTRY  # tree decoders, loaded when a name is looked up
 
-    spec = DECODER_REGISTRY.get(name) or TREE_DECODER_REGISTRY.get(name)
+    spec = DECODER_REGISTRY.get(name) or TREE_DECODER_REGISTRY.get(name) or STREAM_DECODER_REGISTRY.get(name)
     if spec is None:
-        raise invalid_argument("name", name, f"one of {sorted(DECODER_REGISTRY) + sorted(TREE_DECODER_REGISTRY)}")
+        raise invalid_argument("name", name, f"one of {sorted(DECODER_REGISTRY) + sorted(TREE_DECODER_REGISTRY)}"
+                               f" or {sorted(STREAM_DECODER_REGISTRY)}")
     decoder = spec.factory(target, draft, num_draft_tokens, **options)
     decoder.name = name
     return decoder

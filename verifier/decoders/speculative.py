@@ -169,6 +169,11 @@ class AncestralDecoder:
         self.name = name
         self.last_stats: DecoderStats | None = None
 
+    def _uniforms(self, rows: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+        """This step's uniform of each live row, float64 (live,): ``rows`` holds their indices in the call.  One
+        fresh draw per row; the stream mutants (:mod:`verifier.decoders.stream_mutants`) override it."""
+        return torch.rand(rows.numel(), dtype=torch.float64, device=self.device, generator=gen)
+
     @torch.no_grad()
     def generate(self, prompt_ids: Sequence[int], num_samples: int, max_new_tokens: int,
                  sampling: SamplingConfig, seed: int) -> np.ndarray:
@@ -198,7 +203,7 @@ class AncestralDecoder:
         steps = 0
         while rows.numel():
             logits = runner.append(pending[:, None])[:, -1]
-            uniforms = torch.rand(rows.numel(), dtype=torch.float64, device=self.device, generator=gen)
+            uniforms = self._uniforms(rows, gen)
             path = _fast32 if self.settings["precision"] == "float32" else _fused
             token = path.propose(logits, sampling, seen, uniforms)[0]  # _fused: = sample_from_probs(processed_probs(...)), in row blocks
             steps += int(live.sum())

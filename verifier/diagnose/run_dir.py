@@ -8,7 +8,9 @@ through :class:`verifier.runner.store.SampleStore` and the verdicts from report.
 Per decoder: every sample set is diagnosed (:func:`verifier.diagnose.sample_set.diagnose_sample_set`,
 its own bias flag = one of its cells rejected); the log-likelihoods of all its sets are summed (the
 sets are independent samples) and ranked once more, which gives the decoder's sentence; the
-per-set decisions say under which sampling configs the bias appears.
+per-set decisions say under which sampling configs the bias appears.  When the cells that look across rows
+(``collision``, ``serial``) rejected, the independence finding (:mod:`verifier.diagnose.independence`) is the
+diagnosis if no other cell rejected, else it is added to the sentence.
 """
 
 from __future__ import annotations
@@ -160,11 +162,21 @@ def _diagnose_decoders(report, plans, pairs, store, decoders, with_fits, log) ->
 
 def _diagnose_names(report, plans, pairs, store, names, verdicts, with_fits, log, bar) -> dict[str, Any]:
     from verifier.diagnose.glossary import mechanism_entries
+    from verifier.diagnose.independence import INDEPENDENCE_STATUS, independence_finding
 
     out = []
     for name in names:
         bar.set_postfix_str(name)
         biased = verdicts.get(name) == DIAGNOSED_VERDICT
+        finding = independence_finding(name, report.get("cells", []))  # collision / serial cells rejected
+        if finding is not None and finding["marginal_clean"]:  # each row alone is right: no per-row law to rank
+            for _ in _counted((p for p in plans if p.decoder.name == name), bar):
+                pass
+            out.append({"decoder": name, "verdict": verdicts.get(name), "sets": [], "status": INDEPENDENCE_STATUS,
+                        "sentence": finding["sentence"], "independence": finding})
+            if log:
+                log(f"diagnosis {name}: {finding['sentence']}")
+            continue
         sets, rankings, cache, too_large, unknown_draft = [], [], {}, None, []
         rejected = [c for c in report.get("cells", []) if c.get("decoder") == name and c.get("verdict") == CELL_BIAS]
         collision_only = bool(rejected) and all(str(c.get("test", "")).startswith("collision") for c in rejected)
@@ -249,6 +261,9 @@ def _diagnose_names(report, plans, pairs, store, names, verdicts, with_fits, log
             item["status"], item["sentence"] = "not diagnosed", too_large or "no sample set to diagnose"
             if unknown_draft:
                 item["sentence"] += "; where: " + " | ".join(unknown_draft)
+        if finding is not None:  # the rows are also not independent (verifier.diagnose.independence)
+            item["independence"] = finding
+            item["sentence"] += f"; also, {finding['sentence']}"
         if log:
             log(f"diagnosis {name}: {item['sentence']}")
         out.append(item)

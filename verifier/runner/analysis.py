@@ -27,6 +27,13 @@ Cells of one sample set (decoder, prompt, sampling config, num_draft_tokens):
     Poisson-binomial test (:mod:`verifier.stats.collisions`).  Only a decoder whose rows are not
     independent (a shared or repeated random stream, an ignored seed) fails it; every other cell
     sees one row at a time.  Its effect and MDE are an excess per-pair collision probability.
+``serial@1``
+    Serial correlation of the rows in request order: the randomized PIT of each row's first emitted
+    token in token-id order (``u = F(x^-) + V p(x)``, ``F`` the target mass of the smaller ids), iid
+    Uniform(0, 1) under the null, and a Ljung--Box test at lags 1..5 with a Monte Carlo p-value under
+    that exact null (:mod:`verifier.stats.serial`).  Requests whose random streams are shifted copies of
+    each other fail it though they rarely repeat a row (which the collision cell needs).  Its effect is
+    the lag-1 autocorrelation, its MDE the smallest lag-1 autocorrelation detected at the cell's level.
 ``accepted``
     Not a bias cell: the test name asks for the acceptance audit (:mod:`verifier.runner.acceptance`),
     reported beside the verdict; only a decoder declaring ``acceptance = "canonical"`` gets its
@@ -55,7 +62,7 @@ from scipy import stats as sps
 from verifier.protocols import PADDING_TOKEN_ID
 from verifier.stats.pooling import pool_categories
 
-__all__ = ["CellResult", "violation_text", "n_needed_for", "gof_cell", "surprisal_cell", "pit_cell", "collision_cell", "collision_result_cell", "randomized_pit", "token_counts", "joint_counts"]
+__all__ = ["CellResult", "violation_text", "n_needed_for", "gof_cell", "surprisal_cell", "pit_cell", "collision_cell", "collision_result_cell", "serial_cell", "randomized_pit", "token_counts", "joint_counts"]
 
 CI_LEVEL = 0.95  # confidence of the effect (TV) interval shown in reports
 ENDED = -1  # category index meaning "the row had already ended (EOS) before this position"
@@ -326,6 +333,58 @@ def collision_result_cell(cell_id: str, test: str, res: Any, *, pairs_of: str, t
         extra={"identical_pairs": res.statistic, "expected": res.expected, "collision_prob": res.collision_prob,
                **({"collision_prob_bound": True} if prob_bound else {}), "critical": res.critical, **(extra or {})},
         **meta)
+
+
+def serial_cell(cell_id: str, first_tokens: np.ndarray, law: np.ndarray, *, rng: np.random.Generator, cell_alpha: float,
+                power: float, label_fn=None, **meta: Any) -> CellResult:
+    """Serial-correlation test of a sample set's rows in request order (module docstring, ``serial@1``).
+
+    Parameters
+    ----------
+    first_tokens : np.ndarray, shape (rows,), int64
+        Each row's first emitted token, in the order the decoder returned the rows (chunk after chunk).
+    law : np.ndarray, shape (vocab + 1,), float64
+        Exact law of the first emitted token (:attr:`verifier.runner.expected.PositionLaws.marginals` ``[1]``).
+    rng : np.random.Generator
+        The PIT's V's and the seed of the Monte Carlo null sequences: independent of the decoder.
+    cell_alpha, power : float
+        Per-cell level (Monte Carlo draws) and the power at which the MDE is stated.
+    label_fn : callable (token id) -> str, optional
+        Names a token in the support-violation message.
+
+    Returns
+    -------
+    CellResult
+        ``statistic`` = Ljung--Box Q; ``effect`` = lag-1 autocorrelation with its 95% null interval;
+        ``mde`` = smallest detectable lag-1 autocorrelation (``effect_unit = "autocorrelation"``).  Fewer than
+        :data:`verifier.stats.serial.SERIAL_MIN_ROWS` rows: ``n`` rows, p = 1, "not tested".  A first token at
+        target prob 0 is a support violation (p = 0) and leaves its row out of the sequence.
+    """
+    from verifier.stats.pit import randomized_pit_from_cdf
+    from verifier.stats.results import SupportViolation
+    from verifier.stats.serial import SERIAL_LAGS, SERIAL_MIN_ROWS, serial_test
+
+    test = meta.pop("test", "serial")
+    law = np.clip(np.asarray(law, dtype=np.float64), 0.0, None)
+    law = law / law.sum()
+    x = np.asarray(first_tokens, dtype=np.int64)
+    p_x = law[x]
+    zero = p_x == 0
+    bad, cnt = np.unique(x[zero], return_counts=True)
+    violation = violation_text(tuple(SupportViolation(int(t), int(c)) for t, c in zip(bad, cnt)), label_fn)
+    u = randomized_pit_from_cdf((np.cumsum(law) - law)[x[~zero]], p_x[~zero], rng)  # token-id order
+    if u.size < SERIAL_MIN_ROWS or np.ptp(u) == 0:
+        return CellResult(cell_id, test=test, method=f"fewer than {SERIAL_MIN_ROWS} rows: not tested", n=int(u.size),
+                          statistic=math.nan, pvalue=0.0 if violation else 1.0, effect_unit="autocorrelation",
+                          support_violation=violation, cell_alpha=cell_alpha, **meta)
+    res = serial_test(u, alpha=cell_alpha, power=power, lags=SERIAL_LAGS, null_seed=int(rng.integers(2**63)))
+    return CellResult(
+        cell_id, test=test, method=("support violation; " if violation else "")
+        + f"randomized PIT of the first token in token-id order, rows in request order; Ljung-Box Q over lags "
+          f"1..{res.lags} (statsmodels), {res.method} p-value", n=res.n, statistic=res.statistic,
+        pvalue=0.0 if violation else res.pvalue, df=res.lags, effect=res.effect, effect_ci=res.ci,
+        effect_unit="autocorrelation", mde=res.mde, cell_alpha=cell_alpha, support_violation=violation,
+        extra={"acf": [round(v, 6) for v in res.acf], "lags": res.lags, "null_draws": res.draws}, **meta)
 
 
 def randomized_pit(tokens: np.ndarray, probs: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, tuple]:

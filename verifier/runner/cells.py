@@ -4,7 +4,8 @@
 * :func:`expected_laws` / :func:`accepted_law` -- the expected laws (:mod:`verifier.runner.expected`),
   cached in the context and enumerated before sampling by :func:`expected_preflight`;
 * :func:`set_cells` -- the bias cells of one sample set (``gof@t``, ``joint@1..J``,
-  ``surprisal@1..J``, ``pit``, ``collision@1..J``; ``greedy`` at temperature 0) and :func:`count_cells` their number,
+  ``surprisal@1..J``, ``pit``, ``collision@1..J``, ``serial@1``; ``greedy`` at temperature 0) and :func:`count_cells`
+  their number,
   which never depends on the decoder's ``last_stats``;
 * :func:`acceptance_cells` -- the acceptance audit and, where declared, the conformance cell;
 * :func:`tv_cells` -- the TV cells as (plan, label, law, tokens -> category ids), for monitors such
@@ -41,7 +42,7 @@ def position_plan(plan: SampleSetPlan) -> tuple[list[int], int]:
 
 def expected_laws(ctx: SuiteContext, plan: SampleSetPlan) -> expected.PositionLaws | None:
     positions, jt = position_plan(plan)
-    if not (positions or jt):
+    if not (positions or jt or "serial" in plan.decoder.tests):  # serial@1: the first token's law (marginals[1])
         return None
     key = (plan.pair, plan.prompt_ids, plan.sampling, max(positions or [1]), jt)
     if key not in ctx.expected_cache:
@@ -138,6 +139,10 @@ def set_cells(ctx: SuiteContext, plan: SampleSetPlan, tokens: np.ndarray,
             cells.append(noted(analysis.collision_cell(f"{base}/collision@1..{jt}", tokens[:, :jt], probs, collision_prob,
                                                        cell_alpha=alpha, power=power, pooled=pooled_joint,
                                                        test=f"collision@1..{jt}", **meta), pooled_joint))
+    if "serial" in spec.tests:  # rows in request order: chunk after chunk, each as the decoder returned it
+        srng = np.random.default_rng(stream_seed(suite.seed, "serial|" + plan.key))  # independent of the decoder
+        cells.append(analysis.serial_cell(f"{base}/serial@1", tokens[:, 0], expected_laws(ctx, plan).marginals[1], rng=srng,
+                                          cell_alpha=alpha, power=power, label_fn=tok_label, test="serial@1", **meta))
     if "pit" in spec.tests:
         u_parts, violations = [], []
         vrng = np.random.default_rng(stream_seed(suite.seed, "pit|" + plan.key))  # independent of the decoder
@@ -218,7 +223,7 @@ def count_cells(plan: SampleSetPlan) -> int:
     n = len([t for t in spec.gof_positions if t <= plan.max_new_tokens]) if "gof" in spec.tests else 0
     n += int("joint" in spec.tests and plan.max_new_tokens >= spec.joint_tokens)
     n += int("surprisal" in spec.tests) + int("pit" in spec.tests)
-    n += int("collision" in spec.tests and plan.max_new_tokens >= 1)
+    n += int("collision" in spec.tests and plan.max_new_tokens >= 1) + int("serial" in spec.tests)
     return n
 
 

@@ -2,6 +2,7 @@
 
 from verifier.suite.schema import (
     BUILTIN_PROFILES,
+    DEFAULT_TESTS,
     SCHEMA_VERSION,
     TEST_NAMES,
     DecoderSpec,
@@ -16,6 +17,7 @@ from verifier.suite.schema import (
 
 __all__ = [
     "BUILTIN_PROFILES",
+    "DEFAULT_TESTS",
     "SCHEMA_VERSION",
     "TEST_NAMES",
     "DecoderSpec",

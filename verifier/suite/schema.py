@@ -52,6 +52,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "BUILTIN_PROFILES",
     "TEST_NAMES",
+    "DEFAULT_TESTS",
     "Suite",
     "ModelPair",
     "Prompt",
@@ -63,7 +64,10 @@ __all__ = [
 ]
 
 SCHEMA_VERSION = 1  # bump when a key changes meaning; old files then fail with a clear message
-TEST_NAMES = ("gof", "joint", "surprisal", "pit", "collision", "accepted")  # per-sample-set statistics a decoder can ask for
+TEST_NAMES = ("gof", "joint", "surprisal", "pit", "collision", "serial", "accepted")  # per-sample-set statistics a decoder can ask for
+# without a `tests` key: the row-at-a-time cells and the acceptance audit; "collision" and "serial" look across rows
+# (independence of requests) and are opted into by name
+DEFAULT_TESTS = ("gof", "joint", "surprisal", "pit", "accepted")
 CORRECTIONS = ("gate", "audit")  # gate: Holm(alpha/2) + Cauchy combination(alpha/2); audit: Benjamini-Yekutieli (the cells share samples)
 EXPECTATIONS = ("pass", "detect")
 ACCEPTANCE_RULES = ("any", "canonical")  # "canonical": the accepted-count law is checked (acceptance rule conformance)
@@ -360,7 +364,7 @@ def _parse_decoder_grid(r: _Reader, base: Mapping[str, Any]) -> dict[str, Any]:
     g["chunk_size_set"] = "chunk_size" in r.data or base.get("chunk_size_set", False)
     g["chunk_size"] = r.get("chunk_size", int, base.get("chunk_size", 500))  # 500: what guards assume until V is known
     _positive(r, "chunk_size", g["chunk_size"])
-    g["tests"] = r.get_list("tests", str, base.get("tests", list(TEST_NAMES)))
+    g["tests"] = r.get_list("tests", str, base.get("tests", list(DEFAULT_TESTS)))
     if not g["tests"]:
         r._fail(r.path("tests"), g["tests"], "a non-empty list of " + " | ".join(map(repr, TEST_NAMES)))
     for t in g["tests"]:
