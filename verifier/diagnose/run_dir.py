@@ -41,9 +41,6 @@ AUTO_DIAGNOSE_MEMORY_SHARE = 0.5  # ... and only while those bytes fit this shar
 CELL_BIAS = "BIAS"
 # when the only rejected cells are collision cells: every mechanism is a law of one row, which that finding leaves
 # unchanged (each row may have the target's law; pairs of rows repeat), so no likelihood ranking can explain it
-COLLISION_ONLY = ("not diagnosed: only the collision cell rejected -- rows repeat more often than independent sampling "
-                  "allows (shared or correlated randomness across requests: one random stream, a reused or ignored "
-                  "seed); the diagnosis scores each row's law, which such a defect can leave exact")
 DIAGNOSE_MODES = ("auto", "off")  # `run`/`audit --diagnose`: after BIAS DETECTED diagnose (auto) or not (off)
 _MODE = "auto"  # one switch for the process, as verifier.progress: the CLI sets it from --diagnose / --no-diagnosis
 
@@ -178,17 +175,11 @@ def _diagnose_names(report, plans, pairs, store, names, verdicts, with_fits, log
                 log(f"diagnosis {name}: {finding['sentence']}")
             continue
         sets, rankings, cache, too_large, unknown_draft = [], [], {}, None, []
-        rejected = [c for c in report.get("cells", []) if c.get("decoder") == name and c.get("verdict") == CELL_BIAS]
-        collision_only = bool(rejected) and all(str(c.get("test", "")).startswith("collision") for c in rejected)
         for plan in _counted((p for p in plans if p.decoder.name == name), bar):
             entry = {"set_id": plan.set_id, "set": plan.label, "sampling": plan.sampling_name,
                      "sampling_label": plan.sampling.label(), "biased": _set_biased(report, plan.set_id)}
             if plan.sampling.greedy:
                 entry["note"] = "temperature 0: the greedy contract (exact match) decides; nothing to diagnose"
-                sets.append(entry)
-                continue
-            if collision_only:  # a finding about pairs of rows: no law of one row explains it (nor would a --draft)
-                entry["note"] = too_large = COLLISION_ONLY
                 sets.append(entry)
                 continue
             tokens, origins, calls = load_tokens(store, plan, with_calls=True, pair=pairs[plan.pair])
