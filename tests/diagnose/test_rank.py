@@ -55,9 +55,13 @@ def test_hypotheses_the_data_do_not_separate_are_named_together_never_one_of_the
 
 def test_a_composite_must_beat_what_it_contains_and_cross_talk_every_other_by_the_separation():
     sep = separation_for(4)
-    d = decide(_ranking(**{"greedy_draft": 50.0, "greedy_draft+residual_by_index": 50.0 + sep - 1, "batch_cross_talk": 55.0}),
+    d = decide(_ranking(**{"greedy_draft": 50.0, "greedy_draft+residual_by_index": 52.0, "batch_cross_talk": 55.0}),
                bias_detected=True)
-    assert d["best"] == ["batch_cross_talk", "greedy_draft"], d  # the composite adds a part it does not need
+    assert d["best"] == ["batch_cross_talk", "greedy_draft"], d  # the pair adds 2 nats < log(1/alpha): not named,
+    assert d["not_excluded"] == [{"name": "greedy_draft+residual_by_index", "nats": 2.0}]  # but said
     assert "more and smaller generate calls" in d["sentence"]  # cross-talk's classes include greedy_draft's law
+    assert "not excluded: greedy_draft+residual_by_index (2.0 nats more likely)" in d["sentence"]
+    d = decide(_ranking(**{"greedy_draft": 50.0, "greedy_draft+residual_by_index": 55.0}), bias_detected=True)
+    assert d["best"] == ["greedy_draft+residual_by_index", "greedy_draft"], d  # 6 nats: 5 nats: both named (between log(1/alpha) and the separation log(2 M / alpha) = 6.0)
     d = decide(_ranking(**{"greedy_draft": 50.0, "greedy_draft+residual_by_index": 50.0 + sep + 1}), bias_detected=True)
     assert d["best"] == ["greedy_draft+residual_by_index"], d

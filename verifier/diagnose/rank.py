@@ -68,6 +68,7 @@ class Ranking:
     scores: list[MechanismScore]
     per_position: dict[str, list[float]] = field(default_factory=dict)  # mechanism -> log LR per position
     row_ll: dict[str, np.ndarray] = field(default_factory=dict, repr=False)  # per distinct row (not serialised)
+    not_excluded: list = field(default_factory=list, repr=False)  # (composite, nats) left out by contenders()
 
     def ranked(self) -> list[MechanismScore]:
         """Computed biased/lossy mechanisms, best log LR first (exact ones are the null, never named)."""
@@ -256,6 +257,14 @@ def _nested(simple: str, complex_: str) -> bool:
     return pa == pb and set(a) < set(b)
 
 
+def _contained(name: str) -> set[str]:
+    """The simpler hypotheses a composite contains (its parts, same round layout)."""
+    from verifier.diagnose.family import PREFILL, parts_of
+
+    parts, prefill = parts_of(name)
+    return {p + (PREFILL if prefill else "") for p in parts}
+
+
 def _same_law_on_rows(ranking: Ranking, a: str, b: str) -> bool:
     """Both hypotheses give every observed (distinct) row the same probability (within 1e-9 nats)."""
     ra, rb = ranking.row_ll.get(a), ranking.row_ll.get(b)
@@ -269,8 +278,8 @@ def contenders(ranking: Ranking, alpha: float = DIAGNOSIS_ALPHA) -> tuple[list[M
     """The hypotheses the data do not separate from the best, and the best one outside them.
 
     A hypothesis is a contender when its log LR is within :func:`separation_for` of the best one's, unless it
-    contains a simpler contender (:func:`_nested`) that it does not beat by the separation (a composite, or a
-    latent-class model, must earn what it adds).  Returns (contenders, best first; the next hypothesis).
+    contains a simpler contender (:func:`_nested`) that it beats by less than ``log(1 / alpha)`` (a composite must
+    earn what it adds; beating it by more, but by less than the separation, names both).  Returns (contenders, best first; the next hypothesis).
     """
     ranked = ranking.ranked()
     if not ranked or not math.isfinite(_key(ranked[0].log_likelihood)):
@@ -278,9 +287,14 @@ def contenders(ranking: Ranking, alpha: float = DIAGNOSIS_ALPHA) -> tuple[list[M
     sep = separation_for(len([s for s in ranking.scores if s.declared != "exact"]), alpha)
     top = ranked[0].log_likelihood  # the same target for all: log-likelihoods order as log LRs (also when the target is refuted)
     near = [s for s in ranked if s.log_likelihood is not None and s.log_likelihood >= top - sep]
-    kept = []
+    prune = math.log(1 / alpha)  # a composite with less evidence over a part it contains is left out (under the
+    # part alone that much happens with probability <= alpha); with more but below the separation both are named
+    kept, ranking.not_excluded = [], []
     for s in sorted(near, key=lambda s: _complexity(s.name)):  # simpler first
-        if any(_nested(o.name, s.name) and s.log_likelihood - o.log_likelihood < sep for o in kept):
+        inside = [o for o in kept if _nested(o.name, s.name)]
+        if any(s.log_likelihood - o.log_likelihood < prune for o in inside):
+            if all(s.log_likelihood > o.log_likelihood for o in inside):  # more likely, not enough: said, not named
+                ranking.not_excluded.append((s.name, min(s.log_likelihood - o.log_likelihood for o in inside)))
             continue
         kept.append(s)
     kept.sort(key=lambda s: -_key(s.log_likelihood))
@@ -317,12 +331,16 @@ def decide(ranking: Ranking, *, bias_detected: bool, fit_pvalue: float | None = 
     group, rest = contenders(ranking, alpha)
     out: dict[str, Any] = {"threshold": thr, "separation": separation_for(len(named) or len(ranked), alpha),
                            "fit_pvalue": fit_pvalue, "fit_alpha": FIT_ALPHA, "best": [], "equivalent": [], "next": [],
-                           "log_lr": None, "margin": None, "contamination": None, "hypotheses": len(named)}
+                           "log_lr": None, "margin": None, "contamination": None, "hypotheses": len(named),
+                           "not_excluded": []}
     if group:
         out["best"] = [s.name for s in group]
         out["equivalent"] = [s.name for s in group[1:] if _same_law_on_rows(ranking, group[0].name, s.name)]
         out["log_lr"] = group[0].log_lr
         out["contamination"] = group[0].contamination
+        kept_names = set(out["best"])
+        out["not_excluded"] = [{"name": n, "nats": v} for n, v in ranking.not_excluded
+                               if not kept_names.isdisjoint(_contained(n))]
         if rest:
             out["next"] = [rest[0].name]
             with np.errstate(invalid="ignore"):
@@ -367,6 +385,9 @@ def sentence(d: dict[str, Any]) -> str:
     if d["status"] == "consistent":
         nxt = f", {_num(d['margin'])} over the next hypothesis {' = '.join(d['next'])}" if d["next"] else ""
         text = f"consistent with {best} (log LR {_num(lr)} over the target{nxt}{mixed})"
+        if d.get("not_excluded"):
+            text += ("; not excluded: " + ", ".join(f"{x['name']} ({_num(x['nats'])} nats more likely)" for x in d["not_excluded"])
+                     + f", below the log(1/alpha) = {_num(math.log(1 / DIAGNOSIS_ALPHA))} nats a second defect needs")
         if len(d["best"]) > 1:
             if len(d.get("equivalent") or []) == len(d["best"]) - 1:
                 text += ("; these predict the same probability for every observed row, so no amount of these data "

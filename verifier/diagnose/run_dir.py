@@ -234,7 +234,7 @@ def _diagnose_names(report, plans, pairs, store, names, verdicts, with_fits, log
                     else:
                         p, _, _ = fit_check(pre["best"][0], seqs, inverse, tokens, pair.reference, pair.draft_reference,
                                             plan.prompt_ids, plan.sampling, plan.num_draft_tokens, window,
-                                            np.random.default_rng(0))
+                                            np.random.default_rng(0), contamination=pre.get("contamination") or 0.0)
                     if p is not None:
                         ps.append(p)
                 fit_p = min(1.0, min(ps) * len(ps)) if ps else None  # Bonferroni over the sets

@@ -37,8 +37,9 @@ def fit_window(vocab_size: int, max_new_tokens: int) -> int:
 
 
 def best_fit_pvalue(name: str, target_ref, draft_ref, prompt, sampling, k: int, tokens: np.ndarray,
-                    window: int, rng: np.random.Generator) -> tuple[float | None, np.ndarray | None]:
-    """Goodness-of-fit p-value of mechanism ``name``'s law of the first ``window`` tokens (and the law)."""
+                    window: int, rng: np.random.Generator, contamination: float = 0.0) -> tuple[float | None, np.ndarray | None]:
+    """Goodness-of-fit p-value of mechanism ``name``'s law of the first ``window`` tokens (and the law); with a
+    fitted ``contamination`` share eps, of the mixture ``(1 - eps) law + eps target law`` it was ranked by."""
     from verifier.stats.gof import gof_pvalues
 
     if window < 1:
@@ -46,6 +47,9 @@ def best_fit_pvalue(name: str, target_ref, draft_ref, prompt, sampling, k: int, 
     law = mechanism_law(hypothesis(name), target_ref, draft_ref, prompt, sampling, k, window)
     if law is None:
         return None, None
+    if contamination:
+        law = (1.0 - contamination) * law + contamination * mechanism_law(
+            MECHANISMS["canonical"], target_ref, draft_ref, prompt, sampling, k, window)
     vocab = target_ref.vocab_size
     counts = np.bincount(joint_codes(tokens[:, :window], vocab), minlength=(vocab + 1) ** window)
     law = np.clip(law, 0.0, None)
@@ -56,11 +60,15 @@ def best_fit_pvalue(name: str, target_ref, draft_ref, prompt, sampling, k: int, 
 
 
 def fit_check(name: str, seqs: SequenceProbs, inverse: np.ndarray, tokens: np.ndarray, target_ref, draft_ref, prompt,
-              sampling, k: int, window: int, rng: np.random.Generator) -> tuple[float | None, np.ndarray | None, dict]:
+              sampling, k: int, window: int, rng: np.random.Generator,
+              contamination: float = 0.0) -> tuple[float | None, np.ndarray | None, dict]:
     """Goodness of fit of mechanism ``name`` itself: its J-token law (chi-square) and its sequential
     predictive law at every emitted position (randomized PIT, Kolmogorov-Smirnov), Bonferroni over the two.
 
-    ``seqs`` holds the distinct rows, ``inverse`` maps each observed row to its distinct row.
+    ``seqs`` holds the distinct rows, ``inverse`` maps each observed row to its distinct row.  With a fitted
+    ``contamination`` share eps (:mod:`verifier.diagnose.robust`) the law checked is the mixture the hypothesis was
+    ranked by: ``(1 - eps) P_m + eps P_target`` (its predictive law mixes the two by their posterior weight given
+    each row's prefix).  eps is fitted on the same rows (one grid parameter), so this check is slightly lenient.
 
     Returns
     -------
@@ -70,7 +78,7 @@ def fit_check(name: str, seqs: SequenceProbs, inverse: np.ndarray, tokens: np.nd
 
     if name in GROUPED:
         return _call_fit_check(seqs, k, tokens, rng)
-    p_law, law = best_fit_pvalue(name, target_ref, draft_ref, prompt, sampling, k, tokens, window, rng)
+    p_law, law = best_fit_pvalue(name, target_ref, draft_ref, prompt, sampling, k, tokens, window, rng, contamination)
     p_pit = None
     mech = hypothesis(name)
     from verifier.diagnose.latent import feasible
@@ -78,7 +86,9 @@ def fit_check(name: str, seqs: SequenceProbs, inverse: np.ndarray, tokens: np.nd
     estimated = mech.latent and feasible(seqs, k, name) is not None  # Monte Carlo likelihood: no predictive law
     if not (mech.keep_suffix and k > 1) and not estimated:
         pred = np.full(seqs.p.shape, np.nan)
-        log_likelihood(mech, seqs, k, predictive=pred)
+        _, cond = log_likelihood(mech, seqs, k, per_position=True, predictive=pred)
+        if contamination:
+            pred = _mixture_predictive(seqs, pred, cond, contamination)
         full = pred[inverse]
         live = np.arange(tokens.shape[1])[None] < sequence_ends(tokens, seqs.eos_token_id)[:, None]
         rows = np.clip(full[live], 0.0, None)
@@ -97,6 +107,22 @@ def fit_check(name: str, seqs: SequenceProbs, inverse: np.ndarray, tokens: np.nd
         parts["prefix"] = prefix_fit_pvalue(name, tokens, target_ref, draft_ref, prompt, sampling, k)
     ps = [v for v in parts.values() if v is not None]
     return (min(1.0, min(ps) * len(ps)) if ps else None), law, parts
+
+
+def _mixture_predictive(seqs: SequenceProbs, pred: np.ndarray, cond: np.ndarray, eps: float) -> np.ndarray:
+    """Predictive law (rows, T, V) of ``(1 - eps) P_m + eps P_target`` given each row's prefix."""
+    x = np.where(seqs.tokens < 0, 0, seqs.tokens)
+    with np.errstate(divide="ignore"):
+        cond_t = np.log(np.take_along_axis(seqs.p, x[..., None], axis=2)[..., 0])
+    live = np.arange(seqs.tokens.shape[1])[None] < sequence_ends(seqs.tokens, seqs.eos_token_id)[:, None]
+    cond_t = np.where(live, cond_t, 0.0)
+    with np.errstate(invalid="ignore"):
+        lm = np.concatenate([np.zeros((len(x), 1)), np.cumsum(np.nan_to_num(cond, nan=-np.inf), axis=1)[:, :-1]], axis=1)
+        lt = np.concatenate([np.zeros((len(x), 1)), np.cumsum(cond_t, axis=1)[:, :-1]], axis=1)
+        a, b = np.log1p(-eps) + lm, np.log(eps) + lt
+        w = np.exp(a - np.logaddexp(a, b))  # posterior weight of the mechanism given x_<t
+    w = np.where(np.isfinite(w), w, 0.0)[..., None]
+    return w * np.nan_to_num(pred, nan=0.0) + (1.0 - w) * seqs.p
 
 
 PREFIX_FIT_TOP, PREFIX_FIT_MIN_ROWS = 3, 100  # most common prefixes per position, rows a prefix needs
@@ -206,7 +232,8 @@ def diagnose_sample_set(target_ref, draft_ref, prompt, sampling: SamplingConfig,
     inverse = np.asarray(inverse).reshape(-1)
     if pre["best"] and pre["status"] == "consistent":
         fit_p, law, parts = fit_check(pre["best"][0], seqs, inverse, tokens, target_ref, draft_ref, prompt, sampling,
-                                      num_draft_tokens, window, np.random.default_rng(seed))
+                                      num_draft_tokens, window, np.random.default_rng(seed),
+                                      contamination=pre.get("contamination") or 0.0)
     decision = decide(ranking, bias_detected=bias_detected, fit_pvalue=fit_p)
     decision["fit_parts"] = parts
     out: dict[str, Any] = {"n": int(len(tokens)), "num_draft_tokens": num_draft_tokens, "ranking": ranking.to_dict(),
