@@ -189,3 +189,24 @@ def test_run_and_audit_take_diagnose_and_its_alias(command, extra):
     assert parse([command, *extra, "--no-diagnosis"]).diagnose == "off"
     with pytest.raises(SystemExit):
         parse([command, *extra, "--diagnose", "sometimes"])
+
+
+def test_a_damaged_stored_diagnosis_is_recomputed_never_reused_or_a_traceback(run_dir, tmp_path):
+    """Break-it findings: an edited report.json diagnosis (sets a string, mechanism entries without their sentence,
+    the diagnosis itself a string) made `stored_diagnosis` raise AttributeError / the text renderer KeyError; such a
+    candidate is now skipped, and a report.json that is not an object is a ConfigError naming the file."""
+    import shutil
+
+    from verifier.diagnose.run_dir import _well_formed, diagnose_run_dir, stored_diagnosis
+    from verifier.errors import ConfigError
+
+    assert not _well_formed([{"decoder": "d", "sets": "garbage"}])
+    assert not _well_formed([{"decoder": "d", "sets": ["x"]}])
+    assert not _well_formed([{"decoder": "d", "mechanism": [{"name": "no_such"}]}])
+    assert _well_formed([{"decoder": "d", "sets": [{}], "mechanism": [{"name": "a", "plain": "b", "reproduce": "c"}]}])
+    assert stored_diagnosis(tmp_path, {"diagnosis": "oops", "run": {"inputs_sha256": "x"}}, ["d"]) is None
+    copy = tmp_path / "run"
+    shutil.copytree(run_dir, copy)
+    (copy / "report.json").write_text("[1, 2]")
+    with pytest.raises(ConfigError, match="not a report written by specverify"):
+        diagnose_run_dir(copy)

@@ -25,6 +25,7 @@ from typing import Callable
 
 import numpy as np
 
+from verifier.exact.rules import BY_INDEX_TOLERANCE as _BY_INDEX_TOLERANCE
 from verifier.exact.rules import RULES, TYPICAL_DELTA, TYPICAL_EPSILON
 
 __all__ = ["Views", "Mechanism", "MECHANISMS", "UNMODELLED", "mechanism_for_decoder"]
@@ -70,8 +71,8 @@ def _softmax_residual(p: np.ndarray, q: np.ndarray) -> np.ndarray:
     return w / w.sum(axis=-1, keepdims=True)
 
 
-BY_INDEX_TOLERANCE = 1e-9  # by-index deficits below this are 0 (the kernel's too): p and q of different tokens can be
-# equal in exact arithmetic and differ in the last bits here, and a rejection is likely exactly there
+BY_INDEX_TOLERANCE = float(_BY_INDEX_TOLERANCE)  # by-index deficits at or below this are 0 (the exact rule's and the
+# kernel's too): p and q of different tokens can be equal in exact arithmetic and differ in the last bits here
 
 
 def _residual_by_index(p: np.ndarray, q: np.ndarray) -> np.ndarray:

@@ -71,7 +71,9 @@ def diagnose_without_draft(target_ref, prompt, sampling, tokens: np.ndarray, *, 
         temperature fit; ``by_origin`` / ``by_round_position`` when origins are given; ``sentence``), ``fits``
         (whole-row temperature and settings) when ``with_fits``.
     """
-    tokens = np.asarray(tokens, dtype=np.int64)
+    from verifier.diagnose.rows import check_rows
+
+    tokens = check_rows(tokens, target_ref.vocab_size)
     uniq, inverse, counts = np.unique(tokens, axis=0, return_inverse=True, return_counts=True)
     inverse = np.asarray(inverse).reshape(-1)
     seqs = sequence_probs(target_ref, target_ref, prompt, uniq, sampling)  # q is a placeholder: never read

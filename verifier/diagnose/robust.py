@@ -14,7 +14,9 @@ and mixes over a fixed grid of eps with prior weights ``PRIOR`` (half on eps = 0
 Under the null (rows i.i.d. from the target) every product has mean 1, so LR is a non-negative martingale with
 mean 1 and Ville's inequality bounds ``P(LR >= c) <= 1 / c``: the ranking's threshold keeps its false-diagnosis
 guarantee.  Between two hypotheses, each mixture is a proper law of the data, so ``LR_a / LR_b`` has mean at most
-``1 / PRIOR[0] = 2`` under a pure b: the separation threshold is ``log(2 M / alpha)``.  The fitted share is the
+``1 / PRIOR[0] = 2`` under a pure b: the separation threshold is ``log(2 M / alpha)``.  Under a b contaminated by a
+share eps of the grid the factor is ``1 / PRIOR[eps] = 12`` (log 12 = 2.5 nats more than the separation allows for):
+the wrong-name bound then holds at ``6 alpha``.  The fitted share is the
 grid value with the largest product (the maximum-likelihood eps on the grid), reported beside the mechanism when it
 gains at least ``SHARE_EVIDENCE`` nats over no contamination (else 0).
 """

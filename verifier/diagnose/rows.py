@@ -42,3 +42,16 @@ def _pick_all(rows: np.ndarray, tokens: np.ndarray) -> np.ndarray:
     """``rows[i, t, tokens[i, t]]`` (padding read as token 0), shape (rows, steps)."""
     x = np.where(tokens < 0, 0, tokens)
     return np.take_along_axis(rows, x[..., None], axis=2)[..., 0]
+
+
+def check_rows(tokens, vocab_size: int, name: str = "tokens"):
+    """``tokens`` as int64 (rows, max_new_tokens) with ids in 0..V-1 and -1 padding, else InvalidArgumentError."""
+    from verifier.errors import invalid_argument
+
+    arr = np.asarray(tokens)
+    if arr.ndim != 2 or not np.issubdtype(arr.dtype, np.integer):
+        raise invalid_argument(f"{name}.shape", getattr(arr, "shape", None), "an integer array (num_samples, max_new_tokens)")
+    bad = (arr < -1) | (arr >= vocab_size)
+    if bad.any():
+        raise invalid_argument(name, int(arr[bad][0]), f"token ids in 0..{vocab_size - 1}, or -1 after the end of a row")
+    return arr.astype(np.int64)

@@ -323,6 +323,18 @@ def auto_diagnosis(report: dict, plans: list, pairs: dict, store, stage: dict, l
 DIAGNOSIS_FILE = "diagnosis.json"  # written by `specverify diagnose` (default --out), with the inputs key it was computed for
 
 
+def _well_formed(items: list) -> bool:
+    """Every decoder entry has the shape the diagnosis writes (dict, sets a list of dicts, mechanism entries whole)."""
+    for d in items:
+        if not isinstance(d, dict) or not isinstance(d.get("sets", []), list) or not isinstance(d.get("sentence", ""), str):
+            return False
+        if not all(isinstance(s, dict) for s in d.get("sets", [])):
+            return False
+        if not all(isinstance(m, dict) and {"name", "plain", "reproduce"} <= set(m) for m in d.get("mechanism") or []):
+            return False
+    return True
+
+
 def stored_diagnosis(run_dir, report: dict, wanted: list[str]) -> dict[str, Any] | None:
     """A diagnosis already computed for ``wanted`` on the same inputs, when it can be reused as is; else None.
 
@@ -337,7 +349,8 @@ def stored_diagnosis(run_dir, report: dict, wanted: list[str]) -> dict[str, Any]
 
     from verifier.runner.inputs_key import KEY_FIELD, run_inputs_key
 
-    candidates = [("report.json", report.get("diagnosis") or {}, (report.get("run") or {}).get(KEY_FIELD))]
+    run = report.get("run") if isinstance(report.get("run"), dict) else {}
+    candidates = [("report.json", report.get("diagnosis") or {}, run.get(KEY_FIELD))]
     try:
         earlier = json.loads((Path(run_dir) / DIAGNOSIS_FILE).read_text(encoding="utf-8"))
         if isinstance(earlier, dict):
@@ -346,8 +359,9 @@ def stored_diagnosis(run_dir, report: dict, wanted: list[str]) -> dict[str, Any]
         pass
     now = None
     for source, diag, stored_key in candidates:
-        if not stored_key or diag.get("error") or diag.get("skipped") or not isinstance(diag.get("decoders"), list):
-            continue
+        if not isinstance(diag, dict) or not stored_key or diag.get("error") or diag.get("skipped") \
+                or not isinstance(diag.get("decoders"), list) or not _well_formed(diag["decoders"]):
+            continue  # an edited or damaged diagnosis is recomputed, never reused
         items = {d.get("decoder"): d for d in diag["decoders"] if isinstance(d, dict)}
         if any(name not in items for name in wanted) or any(
                 s.get("fits_note") or str(s.get("note", "")).startswith("not diagnosed automatically")
@@ -399,6 +413,10 @@ def diagnose_run_dir(run_dir, *, decoders: list[str] | None = None, with_fits: b
                           f"(write it with `specverify report {run_dir}`)") from None
     except (OSError, ValueError) as exc:
         raise ConfigError(f"{path}: unreadable report ({exc}); rewrite it with `specverify report {run_dir}`") from None
+    if not isinstance(report, dict) or not isinstance(report.get("decoders", []), list) or not all(
+            isinstance(d, dict) and "decoder" in d for d in report.get("decoders", [])):
+        raise ConfigError(f"{path}: not a report written by specverify (a JSON object with a list of decoders); "
+                          f"rewrite it with `specverify report {run_dir}`")
     known = [d.name for d in suite.decoders]
     for name in decoders or []:
         if name not in known:

@@ -219,7 +219,9 @@ def diagnose_sample_set(target_ref, draft_ref, prompt, sampling: SamplingConfig,
         :class:`~verifier.diagnose.rank.Ranking`) and ``_seqs`` ((distinct-row SequenceProbs, inverse)):
         not JSON, pop them before serialising.
     """
-    tokens = np.asarray(tokens, dtype=np.int64)
+    from verifier.diagnose.rows import check_rows
+
+    tokens = check_rows(tokens, target_ref.vocab_size)
     uniq, inverse, counts = np.unique(tokens, axis=0, return_inverse=True, return_counts=True)
     seqs: SequenceProbs = sequence_probs(target_ref, draft_ref, prompt, uniq, sampling)  # each distinct row once
     seqs.weights = counts.astype(np.float64)

@@ -59,6 +59,7 @@ DECLARED_STATUSES = ("exact", "biased", "lossy")  # lossy: biased on purpose (an
 TYPICAL_EPSILON = Fraction(9, 100)  # Medusa's default posterior_threshold
 TYPICAL_DELTA = Fraction(3, 10)  # Medusa's default posterior_alpha
 SOFTMAX_DIGITS = 50  # significant digits of each exp() in the softmax-residual mutant
+BY_INDEX_TOLERANCE = Fraction(1, 10**9)  # residual_by_index: deficits <= this are 0 (= diagnose.mechanisms', kernels')
 TYPICAL_MAX_EXACT_DENOMINATOR = 10_000  # above: (p/delta)**D is too big to form; 60-digit logarithms decide instead
 
 
@@ -185,12 +186,15 @@ def _residual_by_index(target_probs: Probs, draft_probs: Probs, x: int) -> Probs
     the tokens with a non-zero prob, sorted by id, and the draft prob at the same *array index* is
     subtracted: ``max(0, p(t_i) - q(d_i))`` with t_i / d_i the i-th target / draft candidate.  Without
     truncation (every prob > 0) index = id and this is the residual; once top-k / top-p keep different token
-    sets, another token's draft prob is subtracted.  An all-zero result falls back to p."""
+    sets, another token's draft prob is subtracted.  Deficits at or below ``BY_INDEX_TOLERANCE`` (1e-9) count as 0, as
+    in the float64 hook and the kernel (two models' equal probs differ in the last bits there).  An all-zero result
+    falls back to p."""
     drafts = [v for v in draft_probs if v > 0]
     deficit, i = [], 0
     for p in target_probs:
         if p > 0:
-            deficit.append(max(Fraction(0), p - (drafts[i] if i < len(drafts) else Fraction(0))))
+            d = p - (drafts[i] if i < len(drafts) else Fraction(0))
+            deficit.append(d if d > BY_INDEX_TOLERANCE else Fraction(0))
             i += 1
         else:
             deficit.append(Fraction(0))
