@@ -80,3 +80,15 @@ def test_a_contaminated_mechanism_is_still_named_and_its_share_fitted():
         d = st.diagnose(*st.draw("greedy_draft", 2500, rng, share), True, rng)
         assert d["status"] == "consistent" and d["best"] == ["greedy_draft"], d["sentence"]
         assert 0 < d["contamination"] <= 0.1 and "of rows fitted as plain target samples" in d["sentence"]
+
+
+def test_no_rows_are_not_ranked():
+    d = decide(Ranking(0, 0.0, [MechanismScore("canonical", "exact", 0.0, 0.0), MechanismScore("a", "biased", 0.0, 0.0)]),
+               bias_detected=True)
+    assert d["best"] == [] and d["sentence"] == "no rows to diagnose" and d["status"] == "no known mechanism"
+
+
+def test_a_temperature_interval_cut_at_the_search_edge_says_so():
+    from verifier.diagnose.no_draft import _bound
+
+    assert _bound(5.0) == ">= 5 (search edge)" and _bound(0.05) == "<= 0.05 (search edge)" and _bound(1.234) == "1.23"

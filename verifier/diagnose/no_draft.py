@@ -122,6 +122,15 @@ def diagnose_without_draft(target_ref, prompt, sampling, tokens: np.ndarray, *, 
     return out
 
 
+def _bound(t: float) -> str:
+    """An interval end, marked when it is the search range's edge (the interval is cut there, not closed)."""
+    if t <= fits.T_MIN * 1.001:
+        return f"<= {fits.T_MIN:g} (search edge)"
+    if t >= fits.T_MAX * 0.999:
+        return f">= {fits.T_MAX:g} (search edge)"
+    return f"{t:.3g}"
+
+
 def _sentence(groups: list[dict], by_origin: list[dict], rounds: list[dict], sampling) -> str:
     flagged = [g for g in groups if g.get("biased")]
     clean = [g for g in groups if g.get("biased") is False]
@@ -130,7 +139,7 @@ def _sentence(groups: list[dict], by_origin: list[dict], rounds: list[dict], sam
     else:
         parts = [f"the bias is at {', '.join(g['group'] for g in flagged)}"
                  + (f" (not at {', '.join(g['group'] for g in clean)})" if clean else "")]
-        temps = [f"{g['group']}: T = {g['temperature']:.3g} [{g['temperature_ci'][0]:.3g}, {g['temperature_ci'][1]:.3g}]"
+        temps = [f"{g['group']}: T = {g['temperature']:.3g} [{_bound(g['temperature_ci'][0])}, {_bound(g['temperature_ci'][1])}]"
                  for g in flagged if "temperature" in g]
         if temps:
             parts.append(f"effective temperature ({'requested T = ' + format(sampling.temperature, 'g')}): " + "; ".join(temps))

@@ -348,6 +348,10 @@ def decide(ranking: Ranking, *, bias_detected: bool, fit_pvalue: float | None = 
     elif ranked:
         out["best"], out["log_lr"] = [ranked[0].name], ranked[0].log_lr
     lr = out["log_lr"]
+    if ranking.n == 0:  # no rows: nothing to rank, not evidence of anything
+        out.update(best=[], equivalent=[], not_excluded=[], log_lr=None, status=NO_KNOWN if bias_detected else NONE_PREFERRED)
+        out["sentence"] = "no rows to diagnose"
+        return {k: _f(v) for k, v in out.items()}
     if lr is None or lr < thr:
         out["status"] = NO_KNOWN if bias_detected else NONE_PREFERRED
     elif fit_pvalue is not None and fit_pvalue < FIT_ALPHA:
