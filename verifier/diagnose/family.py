@@ -64,15 +64,17 @@ def composite_names() -> tuple[str, ...]:
     names = [n for n, m in MECHANISMS.items() if _composable(m)]
     out = []
     for a, b in itertools.combinations(names, 2):
-        ca, cb = _changed(MECHANISMS[a]), _changed(MECHANISMS[b])
-        if set(ca) & set(cb) or "view" in ca and ({"acceptance", "recover"} & set(cb)) \
-                or "view" in cb and ({"acceptance", "recover"} & set(ca)):
-            continue
-        if {"acceptance", "recover"} <= set(ca) and {"shared_uniform"} & set(cb) \
-                or {"acceptance", "recover"} <= set(cb) and {"shared_uniform"} & set(ca):
-            continue  # a shared uniform only couples acceptances whose rejection follows the residual rule
-        out.append(f"{a}{SEPARATOR}{b}")
+        ca, cb = set(_changed(MECHANISMS[a])), set(_changed(MECHANISMS[b]))
+        if not (ca & cb or _overrides(ca, cb) or _overrides(cb, ca)):
+            out.append(f"{a}{SEPARATOR}{b}")
     return tuple(out)
+
+
+def _overrides(ca: set[str], cb: set[str]) -> bool:
+    """A's change makes a part B changes irrelevant: another processed view replaces B's acceptance / recovered law,
+    and a shared uniform only couples acceptances whose rejection follows the residual rule (not one that replaces
+    both the acceptance and the recovered law)."""
+    return "view" in ca and bool({"acceptance", "recover"} & cb) or {"acceptance", "recover"} <= ca and "shared_uniform" in cb
 
 
 def compose(a: Mechanism, b: Mechanism) -> Mechanism:
@@ -134,10 +136,15 @@ def hypothesis(name: str) -> Mechanism:
     else:
         raise invalid_argument("mechanism", name, "a mechanism, a composite A+B of two, either with @prefill")
     if prefill:
-        if m.latent or m.declared == "exact":
+        if not _prefillable(m):
             raise invalid_argument("mechanism", name, "@prefill only on a non-latent, non-exact hypothesis")
         return with_lead(m)
     return m
+
+
+def _prefillable(m: Mechanism) -> bool:
+    """A hypothesis with an ``@prefill`` variant: its law depends on where the rounds start (not exact, not latent)."""
+    return not m.latent and m.declared != "exact"
 
 
 @lru_cache(maxsize=1)
@@ -145,8 +152,7 @@ def family_names() -> tuple[str, ...]:
     """Every hypothesis the diagnosis ranks, exact mechanisms first (the null: never named), in a fixed order."""
     singles = list(MECHANISMS)
     pairs = list(composite_names())
-    prefill = [n + PREFILL for n in singles + pairs
-               if not MECHANISMS.get(n, _CANONICAL).latent and (n not in MECHANISMS or MECHANISMS[n].declared != "exact")]
+    prefill = [n + PREFILL for n in singles + pairs if _prefillable(hypothesis(n))]
     return tuple(singles + pairs + prefill)
 
 

@@ -35,7 +35,7 @@ from verifier.diagnose.mechanisms import Mechanism, Views
 from verifier.diagnose.rows import _log, _pick, sequence_ends, unique_rows  # noqa: F401  unique_rows: re-exported
 from verifier.errors import invalid_argument
 
-__all__ = ["SequenceProbs", "log_likelihood", "target_log_likelihood", "sequence_ends", "unique_rows", "suffix_draft_rows"]
+__all__ = ["SequenceProbs", "log_likelihood", "target_log_likelihood", "target_per_position", "sequence_ends", "unique_rows", "suffix_draft_rows"]
 
 SUFFIX_BATCH_ENTRIES = 8_000_000  # float64 entries of one batch of kept-suffix draft rows (64 MB)
 
@@ -93,14 +93,19 @@ class SequenceProbs:
                              self.penalised)
 
 
-def target_log_likelihood(seqs: SequenceProbs, view: str = "p") -> np.ndarray:
-    """``sum_t log p_t(x_t)`` per row (the law of plain sampling from the ``view`` target), shape (rows,)."""
-    probs = getattr(seqs, view)
+def target_per_position(seqs: SequenceProbs, view: str = "p") -> np.ndarray:
+    """``log p_t(x_t)`` per row and position, 0 after a row's end, shape (rows, max_new_tokens): the conditional
+    log-probs of plain sampling from the ``view`` target (the canonical rule's)."""
     ends = sequence_ends(seqs.tokens, seqs.eos_token_id)
     x = np.where(seqs.tokens < 0, 0, seqs.tokens)
-    lp = _log(np.take_along_axis(probs, x[..., None], axis=2)[..., 0])
+    lp = _log(np.take_along_axis(getattr(seqs, view), x[..., None], axis=2)[..., 0])
     live = np.arange(seqs.tokens.shape[1])[None] < ends[:, None]
-    return np.where(live, lp, 0.0).sum(axis=1)
+    return np.where(live, lp, 0.0)
+
+
+def target_log_likelihood(seqs: SequenceProbs, view: str = "p") -> np.ndarray:
+    """``sum_t log p_t(x_t)`` per row (the law of plain sampling from the ``view`` target), shape (rows,)."""
+    return target_per_position(seqs, view).sum(axis=1)
 
 
 def log_likelihood(mechanism: Mechanism, seqs: SequenceProbs, num_draft_tokens: int, *,
@@ -151,12 +156,8 @@ def log_likelihood(mechanism: Mechanism, seqs: SequenceProbs, num_draft_tokens: 
     if mechanism.same_as_target:
         if predictive is not None:
             predictive[:] = seqs.p
-        total = target_log_likelihood(seqs)
-        if not per_position:
-            return total
-        x = np.where(seqs.tokens < 0, 0, seqs.tokens)
-        lp = _log(np.take_along_axis(seqs.p, x[..., None], axis=2)[..., 0])
-        return total, np.where(np.arange(steps)[None] < ends[:, None], lp, 0.0)
+        cond = target_per_position(seqs)
+        return (cond.sum(axis=1), cond) if per_position else cond.sum(axis=1)
     la = np.full((n, steps + 1, k + 1), -np.inf)
     la[:, 0, 0] = 0.0
     x_all = np.where(seqs.tokens < 0, 0, seqs.tokens)

@@ -21,7 +21,7 @@ from verifier.diagnose.rows import sequence_ends
 from verifier.errors import InvalidArgumentError
 
 __all__ = ["ORIGIN_ACCEPTED", "ORIGIN_RECOVERED", "ORIGIN_BONUS", "ORIGIN_SUFFIX", "ORIGIN_CODES", "localize",
-           "LOCALIZE_ALPHA"]
+           "LOCALIZE_ALPHA", "round_position_groups", "mark_biased"]
 
 ORIGIN_ACCEPTED, ORIGIN_RECOVERED, ORIGIN_BONUS, ORIGIN_SUFFIX = 0, 1, 2, 3
 from verifier.protocols import ORIGIN_CODES  # noqa: E402  (0 accepted, 1 recovered, 2 bonus, 3 unverified draft)
@@ -45,6 +45,31 @@ def _pit_group(tokens: np.ndarray, probs: np.ndarray, rng: np.random.Generator) 
                 "note": "PIT values too tied for a KS test"}
     return {"n": int(len(tokens)), "ks": float(res.statistic), "pvalue": 0.0 if off else float(res.pvalue),
             "off_support": off}
+
+
+def round_position_groups(tokens: np.ndarray, origins: np.ndarray, live: np.ndarray, p: np.ndarray,
+                          rng: np.random.Generator) -> list[dict[str, Any]]:
+    """Randomized-PIT groups of the tokens at each position within a round (given its history a token's law is p
+    there, whatever the position); j = drafts accepted since the round started, read off the origin codes."""
+    j = np.zeros_like(tokens)
+    for t in range(1, tokens.shape[1]):
+        j[:, t] = np.where(origins[:, t - 1] == ORIGIN_ACCEPTED, j[:, t - 1] + 1, 0)
+    rounds = []
+    for jj in range(int(j[live].max(initial=0)) + 1):
+        sel = live & (j == jj)
+        if sel.sum() >= MIN_GROUP:
+            rounds.append({"group": "first token of a round" if jj == 0 else f"round position {jj + 1}",
+                           **_pit_group(tokens[sel], p[sel], rng)})
+    return rounds
+
+
+def mark_biased(groups: list[dict[str, Any]]) -> float:
+    """Set ``biased`` on every tested group at ``LOCALIZE_ALPHA`` Bonferroni over them; returns the per-group level."""
+    tested = [g for g in groups if g.get("pvalue") is not None]
+    level = LOCALIZE_ALPHA / max(1, len(tested))
+    for g in tested:
+        g["biased"] = bool(g["pvalue"] < level)
+    return level
 
 
 def localize(ranking, best: str | None, tokens: np.ndarray, origins: np.ndarray | None,
@@ -75,20 +100,8 @@ def localize(ranking, best: str | None, tokens: np.ndarray, origins: np.ndarray 
                 groups.append({"group": name, "n": int(sel.sum()), "pvalue": None, "note": "not tested"})
             continue
         groups.append({"group": name, **_pit_group(tokens[sel], laws[code][sel], rng)})
-    # position within the round: j = drafts accepted since the round started (origin codes give it)
-    j = np.zeros_like(tokens)
-    for t in range(1, tokens.shape[1]):
-        j[:, t] = np.where(origins[:, t - 1] == ORIGIN_ACCEPTED, j[:, t - 1] + 1, 0)
-    rounds = []
-    for jj in range(int(j[live].max(initial=0)) + 1):
-        sel = live & (j == jj)
-        if sel.sum() >= MIN_GROUP:
-            rounds.append({"group": "first token of a round" if jj == 0 else f"round position {jj + 1}",
-                           **_pit_group(tokens[sel], p[sel], rng)})
-    tested = [g for g in groups + rounds if g.get("pvalue") is not None]
-    level = LOCALIZE_ALPHA / max(1, len(tested))
-    for g in tested:
-        g["biased"] = bool(g["pvalue"] < level)
+    rounds = round_position_groups(tokens, origins, live, p, rng)
+    level = mark_biased(groups + rounds)
     out.update({"by_origin": groups, "by_round_position": rounds, "group_alpha": level})
     flagged = [g["group"] for g in groups if g.get("biased")]
     clean = [g["group"] for g in groups if g.get("biased") is False]

@@ -26,7 +26,8 @@ import numpy as np
 from verifier.diagnose import fit as fits
 from verifier.diagnose.inputs import sequence_probs
 from verifier.diagnose.likelihood import SequenceProbs
-from verifier.diagnose.localize import LOCALIZE_ALPHA, MIN_GROUP, ORIGIN_ACCEPTED, ORIGIN_BONUS, _pit_group
+from verifier.diagnose.localize import (MIN_GROUP, ORIGIN_ACCEPTED, ORIGIN_BONUS, ORIGIN_CODES, ORIGIN_RECOVERED,
+                                        _pit_group, mark_biased, round_position_groups)
 from verifier.diagnose.rows import sequence_ends
 
 __all__ = ["diagnose_without_draft", "UNKNOWN_DRAFT_NOTE"]
@@ -98,21 +99,11 @@ def diagnose_without_draft(target_ref, prompt, sampling, tokens: np.ndarray, *, 
         sel = live & (origins == ORIGIN_BONUS)
         if sel.sum() >= MIN_GROUP:
             by_origin.append({"group": "bonus", **_pit_group(tokens[sel], p[sel], rng)})
-        for name in ("accepted", "recovered"):
-            by_origin.append({"group": name, "n": int((live & (origins == (0 if name == "accepted" else 1))).sum()),
+        for code in (ORIGIN_ACCEPTED, ORIGIN_RECOVERED):
+            by_origin.append({"group": ORIGIN_CODES[code], "n": int((live & (origins == code)).sum()),
                               "pvalue": None, "note": "not tested: its law given the origin needs q"})
-        j = np.zeros_like(tokens)
-        for t in range(1, tokens.shape[1]):
-            j[:, t] = np.where(origins[:, t - 1] == ORIGIN_ACCEPTED, j[:, t - 1] + 1, 0)
-        for jj in range(int(j[live].max(initial=0)) + 1):
-            sel = live & (j == jj)
-            if sel.sum() >= MIN_GROUP:
-                rounds.append({"group": "first token of a round" if jj == 0 else f"round position {jj + 1}",
-                               **_pit_group(tokens[sel], p[sel], rng)})
-    tested = [g for g in groups + by_origin + rounds if g.get("pvalue") is not None]
-    level = LOCALIZE_ALPHA / max(1, len(tested))
-    for g in tested:
-        g["biased"] = bool(g["pvalue"] < level)
+        rounds = round_position_groups(tokens, origins, live, p, rng)
+    level = mark_biased(groups + by_origin + rounds)
     loc: dict[str, Any] = {"mechanism": None, "by_position": groups, "by_origin": by_origin,
                            "by_round_position": rounds, "group_alpha": level}
     loc["sentence"] = _sentence(groups, by_origin, rounds, sampling)

@@ -31,9 +31,10 @@ from typing import Any
 
 import numpy as np
 
-from verifier.diagnose.likelihood import SequenceProbs, log_likelihood, target_log_likelihood
+from verifier.diagnose.likelihood import SequenceProbs, log_likelihood, target_log_likelihood, target_per_position
 from verifier.diagnose.latent import GROUPED
-from verifier.diagnose.family import family_names, hypothesis
+from verifier.diagnose.family import PREFILL, family_names, hypothesis, parts_of
+from verifier.diagnose.mechanisms import MECHANISMS
 from verifier.diagnose.robust import mixture_log_likelihood
 
 __all__ = ["DIAGNOSIS_ALPHA", "FIT_ALPHA", "MechanismScore", "Ranking", "rank_mechanisms", "threshold_for",
@@ -68,7 +69,6 @@ class Ranking:
     scores: list[MechanismScore]
     per_position: dict[str, list[float]] = field(default_factory=dict)  # mechanism -> log LR per position
     row_ll: dict[str, np.ndarray] = field(default_factory=dict, repr=False)  # per distinct row (not serialised)
-    not_excluded: list = field(default_factory=list, repr=False)  # (composite, nats) left out by contenders()
 
     def ranked(self) -> list[MechanismScore]:
         """Computed biased/lossy mechanisms, best log LR first (exact ones are the null, never named)."""
@@ -120,7 +120,7 @@ def rank_mechanisms(seqs: SequenceProbs, num_draft_tokens: int, *, mechanisms=No
     ll_t = target_log_likelihood(seqs)
     total_t = float(_wsum(ll_t, w))
     scores, per_pos, row_ll = [], {}, {}
-    cond_t = _target_per_position(seqs) if per_position else None
+    cond_t = target_per_position(seqs) if per_position else None
     raw_is_processed = seqs.p_raw is not None and seqs.p_raw is seqs.p and seqs.q_raw is seqs.q
     computed: dict[str, tuple] = {}
 
@@ -167,7 +167,7 @@ def rank_mechanisms(seqs: SequenceProbs, num_draft_tokens: int, *, mechanisms=No
             scores.append(MechanismScore(name, m.declared, None, None,
                                          f"not computed: a kept draft suffix needs the draft after every latent rejected token ({rows})"))
             continue
-        if name in ("draft_raw_q", "target_unprocessed") and raw_is_processed and "canonical" in computed:
+        if name in MECHANISMS and m.needs_raw and raw_is_processed and "canonical" in computed:
             ll, cond = computed["canonical"]  # unprocessed = processed here (T = 1, no filter): the canonical law
             if per_position:
                 per_pos[name] = per_pos["canonical"]
@@ -181,17 +181,6 @@ def rank_mechanisms(seqs: SequenceProbs, num_draft_tokens: int, *, mechanisms=No
             computed[name] = (ll, None)
         scores.append(scored(name, m, ll))
     return Ranking(int(w.sum()), total_t, scores, per_pos, row_ll)
-
-
-def _target_per_position(seqs: SequenceProbs) -> np.ndarray:
-    """``log p_t(x_t)`` per row and position (0 after a row's end): the canonical rule's conditional log-probs."""
-    from verifier.diagnose.rows import sequence_ends
-
-    x = np.where(seqs.tokens < 0, 0, seqs.tokens)
-    with np.errstate(divide="ignore"):
-        lp = np.log(np.take_along_axis(seqs.p, x[..., None], axis=2)[..., 0])
-    live = np.arange(seqs.tokens.shape[1])[None] < sequence_ends(seqs.tokens, seqs.eos_token_id)[:, None]
-    return np.where(live, lp, 0.0)
 
 
 def _wsum(ll: np.ndarray, w: np.ndarray) -> float:
@@ -238,31 +227,20 @@ def separation_for(num_mechanisms: int, alpha: float = DIAGNOSIS_ALPHA) -> float
 
 
 def _complexity(name: str) -> int:
-    """Parts of a hypothesis: a composite must beat every simpler hypothesis it contains by the separation."""
-    from verifier.diagnose.family import parts_of
-
+    """Parts of a hypothesis (simpler ones are considered first by :func:`contenders`)."""
     return len(parts_of(name)[0])
 
 
-def _nested(simple: str, complex_: str) -> bool:
-    """``simple`` is a special case of ``complex_``: its parts are a strict subset, at the same round layout.
+def _contained(name: str) -> set[str]:
+    """The simpler hypotheses a pair of defects contains: its parts at its round layout (none for a single one).
 
     Batch cross-talk is a latent-class model whose classes include other mechanisms' laws ("row 0 accepted
-    everything" is accept_all's on the other rows); it is not pruned but never named alone unless it beats
-    every other hypothesis by the separation, so data it explains no better than a simpler law name both.
+    everything" is accept_all's on the other rows); it contains nothing, so it is never pruned, but it is never named
+    alone unless it beats every other hypothesis by the separation: data it explains no better than a simpler law name
+    both.
     """
-    from verifier.diagnose.family import parts_of
-
-    (a, pa), (b, pb) = parts_of(simple), parts_of(complex_)
-    return pa == pb and set(a) < set(b)
-
-
-def _contained(name: str) -> set[str]:
-    """The simpler hypotheses a composite contains (its parts, same round layout)."""
-    from verifier.diagnose.family import PREFILL, parts_of
-
     parts, prefill = parts_of(name)
-    return {p + (PREFILL if prefill else "") for p in parts}
+    return {p + (PREFILL if prefill else "") for p in parts} if len(parts) > 1 else set()
 
 
 def _same_law_on_rows(ranking: Ranking, a: str, b: str) -> bool:
@@ -274,33 +252,35 @@ def _same_law_on_rows(ranking: Ranking, a: str, b: str) -> bool:
     return bool((fa == fb).all() and np.allclose(ra[fa], rb[fb], rtol=0.0, atol=1e-9))
 
 
-def contenders(ranking: Ranking, alpha: float = DIAGNOSIS_ALPHA) -> tuple[list[MechanismScore], list[MechanismScore]]:
-    """The hypotheses the data do not separate from the best, and the best one outside them.
+def contenders(ranking: Ranking, alpha: float = DIAGNOSIS_ALPHA) -> tuple[list[MechanismScore], list[MechanismScore],
+                                                                         list[tuple[str, float]]]:
+    """The hypotheses the data do not separate from the best, the best one outside them, and the pairs not excluded.
 
     A hypothesis is a contender when its log LR is within :func:`separation_for` of the best one's, unless it
-    contains a simpler contender (:func:`_nested`) that it beats by less than ``log(1 / alpha)`` (a composite must
-    earn what it adds; beating it by more, but by less than the separation, names both).  Returns (contenders, best first; the next hypothesis).
+    contains a simpler contender (:func:`_contained`) that it beats by less than ``log(1 / alpha)`` (a pair of defects
+    must earn what it adds; beating it by more, but by less than the separation, names both).  Such a pair that is
+    still more likely than every part it contains is returned as "not excluded" with its smallest gain (nats).
     """
     ranked = ranking.ranked()
     if not ranked or not math.isfinite(_key(ranked[0].log_likelihood)):
-        return [], []
+        return [], [], []
     sep = separation_for(len([s for s in ranking.scores if s.declared != "exact"]), alpha)
     top = ranked[0].log_likelihood  # the same target for all: log-likelihoods order as log LRs (also when the target is refuted)
     near = [s for s in ranked if s.log_likelihood is not None and s.log_likelihood >= top - sep]
-    prune = math.log(1 / alpha)  # a composite with less evidence over a part it contains is left out (under the
-    # part alone that much happens with probability <= alpha); with more but below the separation both are named
-    kept, ranking.not_excluded = [], []
+    prune = math.log(1 / alpha)  # a pair with less evidence over a part it contains is left out (under the part
+    # alone that much happens with probability <= alpha); with more but below the separation both are named
+    kept, not_excluded = [], []
     for s in sorted(near, key=lambda s: _complexity(s.name)):  # simpler first
-        inside = [o for o in kept if _nested(o.name, s.name)]
-        if any(s.log_likelihood - o.log_likelihood < prune for o in inside):
-            if all(s.log_likelihood > o.log_likelihood for o in inside):  # more likely, not enough: said, not named
-                ranking.not_excluded.append((s.name, min(s.log_likelihood - o.log_likelihood for o in inside)))
+        gains = [s.log_likelihood - o.log_likelihood for o in kept if o.name in _contained(s.name)]
+        if any(g < prune for g in gains):
+            if all(g > 0 for g in gains):  # more likely, not enough: said, not named
+                not_excluded.append((s.name, min(gains)))
             continue
         kept.append(s)
     kept.sort(key=lambda s: -_key(s.log_likelihood))
     names = {s.name for s in near}
     rest = [s for s in ranked if s.name not in names]
-    return kept, rest[:1]
+    return kept, rest[:1], not_excluded
 
 
 def decide(ranking: Ranking, *, bias_detected: bool, fit_pvalue: float | None = None,
@@ -328,7 +308,7 @@ def decide(ranking: Ranking, *, bias_detected: bool, fit_pvalue: float | None = 
     ranked = ranking.ranked()
     named = [s for s in ranking.scores if s.declared != "exact"]
     thr = threshold_for(len(named) or len(ranked), alpha)
-    group, rest = contenders(ranking, alpha)
+    group, rest, not_excluded = contenders(ranking, alpha)
     out: dict[str, Any] = {"threshold": thr, "separation": separation_for(len(named) or len(ranked), alpha),
                            "fit_pvalue": fit_pvalue, "fit_alpha": FIT_ALPHA, "best": [], "equivalent": [], "next": [],
                            "log_lr": None, "margin": None, "contamination": None, "hypotheses": len(named),
@@ -338,9 +318,7 @@ def decide(ranking: Ranking, *, bias_detected: bool, fit_pvalue: float | None = 
         out["equivalent"] = [s.name for s in group[1:] if _same_law_on_rows(ranking, group[0].name, s.name)]
         out["log_lr"] = group[0].log_lr
         out["contamination"] = group[0].contamination
-        kept_names = set(out["best"])
-        out["not_excluded"] = [{"name": n, "nats": v} for n, v in ranking.not_excluded
-                               if not kept_names.isdisjoint(_contained(n))]
+        out["not_excluded"] = [{"name": n, "nats": v} for n, v in not_excluded]
         if rest:
             out["next"] = [rest[0].name]
             with np.errstate(invalid="ignore"):
@@ -416,8 +394,6 @@ def sentence(d: dict[str, Any]) -> str:
 def separating_advice(names: list[str]) -> str:
     """What would tell the hypotheses apart: where each one's defect is visible (the zoo's ``visible_when``)."""
     from verifier.decoders.mutants import DECODER_REGISTRY
-    from verifier.diagnose.family import PREFILL, parts_of
-    from verifier.diagnose.mechanisms import MECHANISMS
 
     parts = {n: parts_of(n) for n in names}
     layouts = {prefill for _, prefill in parts.values()}

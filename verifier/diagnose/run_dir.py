@@ -266,11 +266,12 @@ def _engine_source(store, best: list[str]) -> str | None:
     """The engine's source-level explanation of the named hypothesis (an engine audit's audit.json names the engine)."""
     import json as _json
 
+    from verifier._resume import AUDIT_PLAN_FILE
     from verifier.engines.reproductions import source_explanation
 
     path = getattr(store, "run_dir", None)
     try:
-        plan = _json.loads((path / "audit.json").read_text()) if path is not None and (path / "audit.json").is_file() else {}
+        plan = _json.loads((path / AUDIT_PLAN_FILE).read_text()) if path is not None and (path / AUDIT_PLAN_FILE).is_file() else {}
     except (OSError, ValueError):
         return None
     engine = (plan.get("engine") or {}).get("name") if isinstance(plan, dict) else None

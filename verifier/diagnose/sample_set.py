@@ -14,7 +14,7 @@ import numpy as np
 from verifier.diagnose import fit as fits
 from verifier.diagnose.inputs import MAX_LAW_OUTCOMES, joint_codes, mechanism_law, sequence_probs
 from verifier.diagnose.latent import GROUPED
-from verifier.diagnose.likelihood import SequenceProbs, log_likelihood
+from verifier.diagnose.likelihood import SequenceProbs, log_likelihood, target_per_position
 from verifier.diagnose.rows import sequence_ends
 from verifier.diagnose.localize import localize
 from verifier.diagnose.family import hypothesis
@@ -111,14 +111,11 @@ def fit_check(name: str, seqs: SequenceProbs, inverse: np.ndarray, tokens: np.nd
 
 def _mixture_predictive(seqs: SequenceProbs, pred: np.ndarray, cond: np.ndarray, eps: float) -> np.ndarray:
     """Predictive law (rows, T, V) of ``(1 - eps) P_m + eps P_target`` given each row's prefix."""
-    x = np.where(seqs.tokens < 0, 0, seqs.tokens)
-    with np.errstate(divide="ignore"):
-        cond_t = np.log(np.take_along_axis(seqs.p, x[..., None], axis=2)[..., 0])
-    live = np.arange(seqs.tokens.shape[1])[None] < sequence_ends(seqs.tokens, seqs.eos_token_id)[:, None]
-    cond_t = np.where(live, cond_t, 0.0)
+    cond_t = target_per_position(seqs)
+    rows = len(seqs.tokens)
     with np.errstate(invalid="ignore"):
-        lm = np.concatenate([np.zeros((len(x), 1)), np.cumsum(np.nan_to_num(cond, nan=-np.inf), axis=1)[:, :-1]], axis=1)
-        lt = np.concatenate([np.zeros((len(x), 1)), np.cumsum(cond_t, axis=1)[:, :-1]], axis=1)
+        lm = np.concatenate([np.zeros((rows, 1)), np.cumsum(np.nan_to_num(cond, nan=-np.inf), axis=1)[:, :-1]], axis=1)
+        lt = np.concatenate([np.zeros((rows, 1)), np.cumsum(cond_t, axis=1)[:, :-1]], axis=1)
         a, b = np.log1p(-eps) + lm, np.log(eps) + lt
         w = np.exp(a - np.logaddexp(a, b))  # posterior weight of the mechanism given x_<t
     w = np.where(np.isfinite(w), w, 0.0)[..., None]
