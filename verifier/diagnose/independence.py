@@ -19,12 +19,13 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
+from verifier.runner.verdict import CELL_BIAS
+
 __all__ = ["FINDING", "INDEPENDENCE_STATUS", "ACROSS_ROW_TESTS", "independence_finding"]
 
 FINDING = "rows are not independent: shared or correlated randomness across requests"
 INDEPENDENCE_STATUS = "rows not independent"  # the diagnosis status when the finding is the whole diagnosis
 ACROSS_ROW_TESTS = ("collision", "serial")  # cell tests (before "@") that look at several rows
-CELL_BIAS = "BIAS"
 WHERE_TO_LOOK = ("look for randomness shared between requests: one generator or default seed for every unseeded "
                  "request, one uniform drawn per batch step instead of per row, per-request seeds ignored, or "
                  "per-request streams that overlap")

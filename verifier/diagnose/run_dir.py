@@ -23,6 +23,7 @@ import numpy as np
 from verifier.diagnose.render import json_safe
 from verifier.diagnose.rank import DIAGNOSIS_ALPHA, FIT_ALPHA, Ranking, combine, decide
 from verifier.diagnose.sample_set import diagnose_sample_set, fit_check
+from verifier.runner.verdict import CELL_BIAS
 
 __all__ = ["diagnose_decoders", "auto_diagnosis", "stored_diagnosis", "load_tokens", "DIAGNOSED_VERDICT", "DIAGNOSE_MODES", "set_mode", "mode",
            "skipped_diagnosis"]
@@ -38,7 +39,6 @@ AUTO_FIT_MAX_ENTRIES = 20_000_000
 AUTO_DIAGNOSE_MAX_ENTRIES = 50_000_000
 BYTES_PER_ENTRY = 86
 AUTO_DIAGNOSE_MEMORY_SHARE = 0.5  # ... and only while those bytes fit this share of the memory available now
-CELL_BIAS = "BIAS"
 # when the only rejected cells are collision cells: every mechanism is a law of one row, which that finding leaves
 # unchanged (each row may have the target's law; pairs of rows repeat), so no likelihood ranking can explain it
 DIAGNOSE_MODES = ("auto", "off")  # `run`/`audit --diagnose`: after BIAS DETECTED diagnose (auto) or not (off)
