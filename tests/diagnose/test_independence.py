@@ -23,6 +23,7 @@ def test_finding_when_only_across_row_cells_reject():
 def test_finding_beside_a_per_row_bias_and_none_without_an_across_row_rejection():
     cells = [_cell("d", "gof@1", "BIAS"), _cell("d", "serial@1", "BIAS", effect=-0.3, n=800)]
     f = independence_finding("d", cells)
-    assert not f["marginal_clean"] and f["sentence"].endswith("besides the bias of single rows")
+    assert not f["marginal_clean"] and f["sentence"].startswith(FINDING)
+    assert "single-row cells rejected as well (gof@1)" in f["sentence"] and "null assumes independent rows" in f["sentence"]
     assert "lag-1 autocorrelation -0.30" in f["sentence"]
     assert independence_finding("d", [_cell("d", "gof@1", "BIAS"), _cell("d", "serial@1", "PASS")]) is None

@@ -82,8 +82,11 @@ def independence_finding(decoder: str, cells: Iterable[dict[str, Any]]) -> dict[
         return None
     marginal = [c for c in own if _kind(c) not in ACROSS_ROW_TESTS and c.get("verdict") == CELL_BIAS]
     figures = "; ".join(_figure(c) for c in across)
-    if marginal:
-        sentence = f"{FINDING} ({figures}), besides the bias of single rows"
+    if marginal:  # the single-row cells' nulls assume independent rows: dependence alone inflates them
+        names = ", ".join(str(c.get("test") or c.get("id")) for c in marginal[:4]) + (", ..." if len(marginal) > 4 else "")
+        sentence = (f"{FINDING} ({figures}); single-row cells rejected as well ({names}), but their null assumes "
+                    f"independent rows, so the dependence alone can make them reject -- {WHERE_TO_LOOK}; the "
+                    f"per-row diagnosis follows")
     else:
         sentence = (f"{FINDING} ({figures}); every cell that looks at one row at a time passed, so each row alone "
                     f"has the target's law as far as these cells see -- {WHERE_TO_LOOK}")

@@ -10,7 +10,8 @@ its own bias flag = one of its cells rejected); the log-likelihoods of all its s
 sets are independent samples) and ranked once more, which gives the decoder's sentence; the
 per-set decisions say under which sampling configs the bias appears.  When the cells that look across rows
 (``collision``, ``serial``) rejected, the independence finding (:mod:`verifier.diagnose.independence`) is the
-diagnosis if no other cell rejected, else it is added to the sentence.
+diagnosis if no other cell rejected, else it leads the sentence (a certain finding, which can also make the
+single-row cells reject) and the per-row diagnosis follows it.
 """
 
 from __future__ import annotations
@@ -254,7 +255,7 @@ def _diagnose_names(report, plans, pairs, store, names, verdicts, with_fits, log
                 item["sentence"] += "; where: " + " | ".join(unknown_draft)
         if finding is not None:  # the rows are also not independent (verifier.diagnose.independence)
             item["independence"] = finding
-            item["sentence"] += f"; also, {finding['sentence']}"
+            item["sentence"] = f"{finding['sentence']}: {item['sentence']}"  # the certain finding first
         if log:
             log(f"diagnosis {name}: {item['sentence']}")
         out.append(item)
