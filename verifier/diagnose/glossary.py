@@ -120,6 +120,8 @@ def mechanism_line(item: dict[str, Any]) -> str:
     full_p_fallback)" when the diagnosis is consistent with a known mechanism (tied mechanisms joined by
     "or"), else the diagnosis sentence ("matches no known mechanism (...)").
     """
+    if item.get("status") == "consistent" and (item.get("engine_law") or {}).get("named"):  # the engine's own law
+        return " or ".join(f"{m['name']}: {m['plain']} (reproduce: {m['reproduce']})" for m in item.get("mechanism") or [])
     if item.get("status") == "consistent" and (item.get("decision") or {}).get("best"):
         return " or ".join(explain(n) for n in item["decision"]["best"])
     return str(item.get("sentence") or item.get("status") or "not diagnosed")

@@ -409,6 +409,10 @@ def separating_advice(names: list[str]) -> str:
             if part in seen or part == "batch_cross_talk":
                 continue
             seen.add(part)
+            if part not in MECHANISMS:  # an engine's own law (verifier.diagnose.engine_laws)
+                hints.append(f"{part} is a law of the first tokens only: a control run with the engine's defect patched "
+                             "separates it")
+                continue
             spec = next((DECODER_REGISTRY[a] for a in MECHANISMS[part].aliases if a in DECODER_REGISTRY), None)
             if spec is not None:
                 hints.append(f"{part} shows {spec.visible_when}")

@@ -21,6 +21,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from verifier.diagnose.engine_laws import engine_module, ranking_alpha
 from verifier.diagnose.render import json_safe
 from verifier.diagnose.rank import DIAGNOSIS_ALPHA, FIT_ALPHA, Ranking, combine, decide
 from verifier.diagnose.sample_set import diagnose_sample_set, fit_check
@@ -220,9 +221,11 @@ def _diagnose_names(report, plans, pairs, store, names, verdicts, with_fits, log
             entry.update(res)
             sets.append(entry)
         item = {"decoder": name, "verdict": verdicts.get(name), "sets": sets}
+        engine = _engine_name(store)
+        alpha = ranking_alpha(engine)  # alpha / 2 each when the engine's laws are ranked too (verifier.diagnose.engine_laws)
         if rankings:
             total: Ranking = combine(rankings)
-            pre = decide(total, bias_detected=biased)
+            pre = decide(total, bias_detected=biased, alpha=alpha)
             fit_p = None
             if pre["status"] == "consistent":  # the best mechanism's own fit, on each set it was computed for
                 ps = []
@@ -239,7 +242,7 @@ def _diagnose_names(report, plans, pairs, store, names, verdicts, with_fits, log
                     if p is not None:
                         ps.append(p)
                 fit_p = min(1.0, min(ps) * len(ps)) if ps else None  # Bonferroni over the sets
-            item["decision"] = decide(total, bias_detected=biased, fit_pvalue=fit_p)
+            item["decision"] = decide(total, bias_detected=biased, fit_pvalue=fit_p, alpha=alpha)
             item["status"], item["sentence"] = item["decision"]["status"], item["decision"]["sentence"]
             if item["status"] == "consistent":  # what the code did wrong, in plain words (verifier.diagnose.glossary)
                 item["mechanism"] = mechanism_entries(item["decision"]["best"])
@@ -249,6 +252,7 @@ def _diagnose_names(report, plans, pairs, store, names, verdicts, with_fits, log
                     item["sentence"] += f"; {source}"
             item["ranking"] = total.to_dict()
             item["configs"] = _config_sentence(sets)
+            _add_engine_laws(item, engine, plans, pairs, cache, biased)
         else:
             item["status"], item["sentence"] = "not diagnosed", too_large or "no sample set to diagnose"
             if unknown_draft:
@@ -263,20 +267,47 @@ def _diagnose_names(report, plans, pairs, store, names, verdicts, with_fits, log
     return json_safe({"alpha": DIAGNOSIS_ALPHA, "fit_alpha": FIT_ALPHA, "decoders": out})
 
 
-def _engine_source(store, best: list[str]) -> str | None:
-    """The engine's source-level explanation of the named hypothesis (an engine audit's audit.json names the engine)."""
+def _engine_name(store) -> str | None:
+    """The audited engine's name (an engine audit's audit.json), or None."""
     import json as _json
 
     from verifier._resume import AUDIT_PLAN_FILE
-    from verifier.engines.reproductions import source_explanation
 
     path = getattr(store, "run_dir", None)
     try:
         plan = _json.loads((path / AUDIT_PLAN_FILE).read_text()) if path is not None and (path / AUDIT_PLAN_FILE).is_file() else {}
     except (OSError, ValueError):
         return None
-    engine = (plan.get("engine") or {}).get("name") if isinstance(plan, dict) else None
-    return source_explanation(engine, best[0]) if len(best) == 1 else None
+    return (plan.get("engine") or {}).get("name") if isinstance(plan, dict) else None
+
+
+def _engine_source(store, best: list[str]) -> str | None:
+    """The engine's source-level explanation of the named hypothesis (an engine audit's audit.json names the engine)."""
+    from verifier.engines.reproductions import source_explanation
+
+    return source_explanation(_engine_name(store), best[0]) if len(best) == 1 else None
+
+
+def _add_engine_laws(item: dict, engine: str | None, plans, pairs, cache, biased: bool) -> None:
+    """Rank the laws ``engine``'s source predicts beside the family on the first tokens
+    (:mod:`verifier.diagnose.engine_laws`); a law named there is the decoder's root cause, in the engine's terms."""
+    from verifier.diagnose.engine_laws import engine_law_diagnosis, law_entry
+
+    if engine_module(engine) is None:
+        return
+    sets = [{"seqs": cache[p.set_id][0], "prompt": list(p.prompt_ids), "sampling": p.sampling, "label": p.label,
+             "num_draft_tokens": p.num_draft_tokens, "target": pairs[p.pair].target_model,
+             "draft": pairs[p.pair].draft_model} for p in plans if p.set_id in cache]
+    found = engine_law_diagnosis(engine, sets, bias_detected=biased)
+    if found is None:
+        return
+    item["engine_law"] = found
+    if found["named"]:
+        rows = item["sentence"]
+        item["status"], item["sentence"] = "consistent", f"{found['sentence']}; on whole rows: {rows}"
+        item["mechanism"] = [law_entry(engine, n) for n in found["named"]]
+    else:
+        item["sentence"] += f"; {found['sentence']}"
 
 
 def _counted(items, bar):

@@ -21,7 +21,7 @@ module                 engine, what it predicts
 =====================  ===========================================================================
 """
 
-__all__ = ["SCORERS", "PREDICTED", "source_explanation"]
+__all__ = ["SCORERS", "LAWS", "PREDICTED", "source_explanation"]
 
 # ENGINE name of `python -m verifier.diagnose.reproduce ENGINE RUN_DIR ...` -> module scoring a run's sample sets
 SCORERS = {
@@ -30,6 +30,12 @@ SCORERS = {
     "openvino-genai": "verifier.engines.reproductions.openvino_genai",
 }
 
+# ENGINE -> module predicting, from the engine's source, the joint law of the first LAW_TOKENS emitted tokens
+# (engine_laws, law_unsupported, LAW_SOURCE, LAW_POINTER): ranked beside the family by the diagnosis of that engine's
+# audits (verifier.diagnose.engine_laws), so a law that is no family hypothesis can still be named
+LAWS = {
+    "openvino-genai": "verifier.engines.reproductions.openvino_genai",
+}
 
 # ENGINE -> {hypothesis of verifier.diagnose.family whose law the engine's source predicts: what the source does}.
 # When the diagnosis of that engine's audit names the hypothesis, the report names the root cause in the engine's

@@ -34,7 +34,8 @@ from verifier.engines.openvino_repro import cdf_interval, inverse_cdf_law, valid
 from verifier.engines.reproductions._common import chi2_p
 from verifier.sampling import processed_probs
 
-__all__ = ["COUPLINGS", "predict", "score_set", "observed_acceptance"]
+__all__ = ["COUPLINGS", "predict", "score_set", "observed_acceptance", "LAW_TOKENS", "LAW_SOURCE", "LAW_POINTER",
+           "engine_laws", "law_unsupported"]
 
 COUPLINGS = ("independent", "shared seed")
 BATCH = 4096  # target contexts per forward pass
@@ -74,6 +75,41 @@ def predict(prompt, sampling, target, draft):
             laws[f"as shipped, {c}"][t1] = p1[t1] * law
             acc[f"as shipped, {c}"] += p1[t1] * a
     return laws, acc
+
+
+# the diagnosis's engine laws (verifier.diagnose.engine_laws): tokens 1-2 under each coupling
+LAW_TOKENS = 2
+LAW_POINTER = "src/cpp/src/sampling/sampler.cpp::Sampler::validate_candidate; sampler.hpp RequestSamplerContext rng_engine"
+LAW_SOURCE = {
+    "as shipped, independent": (
+        "OpenVINO GenAI's Sampler::validate_candidate accepts a candidate x iff uniform_int(0, 100)/100 <= q(x)/p(y) for "
+        "a fresh target sample y (not p(x)/q(x)), and on a rejection emits a plain target sample one position later, "
+        "conditioned on the rejected x; draft and target draws independent"),
+    "as shipped, shared seed": (
+        "OpenVINO GenAI's Sampler::validate_candidate accepts a candidate x iff uniform_int(0, 100)/100 <= q(x)/p(y) for "
+        "a fresh target sample y, emits a target sample one position later on a rejection, and the draft's sampler "
+        "is a copy of the target's std::mt19937(rng_seed), so candidate 1 is drawn with the uniform that drew token 1 "
+        "(FINDINGS.md section 2; control not buildable here)"),
+}
+
+
+def _heap_walk(sampling) -> bool:
+    """Top-k without top-p: the shared-seed coupling walks q's CDF in a heap order (std::partial_sort), not modelled."""
+    return sampling.top_k is not None and sampling.top_k > 0 and not (sampling.top_p is not None and sampling.top_p < 1)
+
+
+def law_unsupported(sampling, num_draft_tokens: int) -> str | None:
+    """Why no law of tokens 1-2 can be predicted under ``sampling`` (None: at least one can)."""
+    return None
+
+
+def engine_laws(prompt, sampling, target, draft) -> dict[str, np.ndarray]:
+    """Joint laws of tokens 1-2, shape (vocab, vocab): ``"target"`` and each coupling of :data:`COUPLINGS` that is
+    modelled under ``sampling`` (the shared seed is not with top-k alone: :func:`_heap_walk`)."""
+    laws, _ = predict(prompt, sampling, target, draft)
+    if _heap_walk(sampling):
+        laws.pop("as shipped, shared seed")
+    return laws
 
 
 def score_set(run_dir: str, set_name: str, prompt, sampling, shards, target, draft, *, report_dir: str | None = None,

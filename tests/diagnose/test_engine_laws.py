@@ -1,0 +1,86 @@
+"""Engine laws in the diagnosis (verifier.diagnose.engine_laws): the law an engine's source predicts, ranked beside
+the family on the first tokens.
+
+Real components: the shipped models and OpenVINO GenAI's law of tokens 1-2 predicted from its source
+(verifier.engines.reproductions.openvino_genai); top-p 0.5 at T = 1 keeps the laws small (1 s).  Rows are drawn
+from a law (seeded), two tokens each, n = 1500:
+
+* from the "shared seed" law (TV 0.5+ from the target's on tokens 1-2 at these settings): the diagnosis names it,
+  beating every family hypothesis and the independent coupling by the separation, and its fit is not rejected;
+* from the target's own law: nothing is named (false-diagnosis rate <= DIAGNOSIS_ALPHA = 0.01 by construction);
+* from the "independent" law: named as that one, not as the shared seed (no wrong name).
+"""
+
+import numpy as np
+import pytest
+
+from verifier.diagnose.engine_laws import ENGINE_LAW_MARK, engine_law_diagnosis, ranking_alpha, truncate
+from verifier.diagnose.rank import DIAGNOSIS_ALPHA
+from verifier.diagnose.sample_set import diagnose_sample_set
+from verifier.engines.reproductions import openvino_genai as ov
+from verifier.models.loading import load_model
+from verifier.runner.models import ReferenceModel, _info
+from verifier.sampling import SamplingConfig
+
+PROMPT = [272, 70, 221]  # "def "
+SAMPLING = SamplingConfig(temperature=1.0, top_p=0.5)
+K = 3
+N = 1500
+
+
+@pytest.fixture(scope="module")
+def models():
+    target, draft = load_model("shipped:target"), load_model("shipped:draft")
+    laws = ov.engine_laws(PROMPT, SAMPLING, target, draft)
+    return target, draft, laws
+
+
+def _rows(law: np.ndarray, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    flat = rng.choice(law.size, size=N, p=law.ravel() / law.sum())
+    return np.stack(np.unravel_index(flat, law.shape), axis=1).astype(np.int64)
+
+
+def _diagnose(models, tokens):
+    target, draft, _ = models
+    vocab, eos = _info(target)
+    ref, dref = ReferenceModel(target, vocab, eos), ReferenceModel(draft, vocab, eos)
+    res = diagnose_sample_set(ref, dref, tuple(PROMPT), SAMPLING, K, tokens, bias_detected=True, with_fits=False)
+    seqs, _ = res["_seqs"]
+    return engine_law_diagnosis("openvino-genai", [{"seqs": seqs, "prompt": PROMPT, "sampling": SAMPLING, "label": "s",
+                                                    "num_draft_tokens": K, "target": target, "draft": draft}],
+                                bias_detected=True)
+
+
+def test_rows_from_the_shared_seed_law_are_named_as_it(models):
+    laws = models[2]
+    tv = 0.5 * np.abs(laws["as shipped, shared seed"] - laws["target"]).sum()
+    assert tv > 0.3  # the alternative is far from the target: the test can fail if the ranking cannot tell
+    found = _diagnose(models, _rows(laws["as shipped, shared seed"], seed=1))
+    assert found["named"] == [f"{ENGINE_LAW_MARK}openvino-genai/as shipped, shared seed"], found["sentence"]
+    d = found["decision"]
+    assert d["status"] == "consistent" and d["margin"] >= d["separation"]
+    assert found["fit_pvalue"] is not None and found["fit_pvalue"] >= 1e-3
+    assert "a law openvino-genai's source predicts" in found["sentence"]
+
+
+def test_rows_from_the_target_name_nothing(models):
+    found = _diagnose(models, _rows(models[2]["target"], seed=2))
+    assert found["named"] is None and found["decision"]["status"] != "consistent", found["sentence"]
+
+
+def test_rows_from_the_independent_coupling_are_not_called_shared_seed(models):
+    found = _diagnose(models, _rows(models[2]["as shipped, independent"], seed=3))
+    assert found["named"] and found["named"][0].endswith("as shipped, independent"), found["sentence"]
+    assert not any(n.endswith("shared seed") for n in found["named"])
+
+
+def test_two_rankings_share_the_alpha_and_rows_are_cut_after_the_law_tokens(models):
+    assert ranking_alpha("openvino-genai") == DIAGNOSIS_ALPHA / 2 and ranking_alpha("vllm") == DIAGNOSIS_ALPHA
+    target, draft, laws = models
+    vocab, eos = _info(target)
+    tokens = np.concatenate([_rows(laws["target"], seed=4)[:50], np.full((50, 1), 7)], axis=1)
+    res = diagnose_sample_set(ReferenceModel(target, vocab, eos), ReferenceModel(draft, vocab, eos), tuple(PROMPT),
+                              SAMPLING, K, tokens, bias_detected=False, with_fits=False)
+    short = truncate(res["_seqs"][0], 2)
+    assert short.tokens.shape[1] == 2 and short.p.shape[1] == 2 and short.q.shape[1] == 2

@@ -1,0 +1,203 @@
+"""Engine laws: the law an engine's own source predicts, ranked beside the family on the first emitted tokens.
+
+Issue 26 ("engine hypotheses"): some engines' defects are not a mechanism of the family
+(:mod:`verifier.diagnose.family`) -- OpenVINO GenAI's ``validate_candidate`` compares ``q(x)`` with the target prob
+of a *fresh* target sample, resamples one position late, and draws the first draft with the uniform that drew the
+first token.  An engine module registered in :data:`verifier.engines.reproductions.LAWS` predicts, from the engine's
+source, the exact (float64) joint law of the first ``LAW_TOKENS`` emitted tokens on the audited prompt and
+sampling config.  For an audit of that engine (engine name from the run folder's audit.json), this module scores
+those laws on the rows' first ``J`` tokens **beside every hypothesis of the family scored on the same J tokens**
+(:func:`verifier.diagnose.likelihood.log_likelihood` on rows cut after J tokens: the forward recursion's mass of a
+row prefix), with the same robust scores (:mod:`verifier.diagnose.robust`) and the same decision
+(:func:`verifier.diagnose.rank.decide`: threshold log(M/alpha) over the target, separation log(2M/alpha) from every
+other hypothesis, classes), then checks the named law's own fit (chi-square of the observed J-token counts against
+it, Bonferroni over the sample sets, at ``FIT_ALPHA``).
+
+Error control: the whole-row ranking and this one each run at ``DIAGNOSIS_ALPHA / 2`` when an engine registers laws
+(:func:`ranking_alpha`), so naming anything when the decoder samples from the target stays below ``DIAGNOSIS_ALPHA``.
+
+An engine law is a law of the first J tokens only: it names the root cause the source predicts; the whole-row
+diagnosis beside it stays what it was.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from verifier.diagnose.rank import DIAGNOSIS_ALPHA, FIT_ALPHA, MechanismScore, Ranking, combine, decide, rank_mechanisms
+from verifier.diagnose.likelihood import SequenceProbs, target_log_likelihood
+from verifier.diagnose.robust import mixture_log_likelihood
+
+__all__ = ["engine_module", "ranking_alpha", "truncate", "score_engine_laws", "engine_law_diagnosis", "ENGINE_LAW_MARK"]
+
+ENGINE_LAW_MARK = "engine:"  # hypothesis names of engine laws start with this ("engine:openvino-genai/as shipped ...")
+MIN_PROB = 1e-300  # a law's entry at or below this is 0 (an impossible row: -inf before the contamination mixture)
+
+
+def engine_module(engine: str | None):
+    """The module of :data:`verifier.engines.reproductions.LAWS` for ``engine``, or None."""
+    from verifier.engines.reproductions import LAWS
+
+    name = LAWS.get(engine or "")
+    return importlib.import_module(name) if name else None
+
+
+def ranking_alpha(engine: str | None, alpha: float = DIAGNOSIS_ALPHA) -> float:
+    """Level of each of the two rankings: ``alpha / 2`` for an engine with registered laws, else ``alpha``."""
+    return alpha / 2 if engine_module(engine) is not None else alpha
+
+
+def truncate(seqs: SequenceProbs, num_tokens: int) -> SequenceProbs:
+    """The rows cut after their first ``num_tokens`` emitted tokens (teacher-forced probs cut with them)."""
+    cut = (lambda a: None if a is None else a[:, :num_tokens])
+    return replace(seqs, tokens=seqs.tokens[:, :num_tokens], p=seqs.p[:, :num_tokens], q=seqs.q[:, :num_tokens],
+                   p_raw=cut(seqs.p_raw), q_raw=cut(seqs.q_raw))
+
+
+def _law_name(engine: str, law: str) -> str:
+    return f"{ENGINE_LAW_MARK}{engine}/{law}"
+
+
+def score_engine_laws(engine: str, module, seqs: SequenceProbs, laws: dict[str, np.ndarray], num_draft_tokens: int) -> Ranking:
+    """The family and the engine's laws ranked on the first ``module.LAW_TOKENS`` tokens of one sample set.
+
+    Parameters
+    ----------
+    engine : str
+    module : module
+        Its :data:`~verifier.engines.reproductions.LAWS` entry (``LAW_TOKENS``).
+    seqs : SequenceProbs
+        The set's distinct rows with their weights (:func:`verifier.diagnose.sample_set.diagnose_sample_set`).
+    laws : dict of str -> np.ndarray, each shape (vocab,) * J
+        The engine's predicted joint laws of tokens 1..J (``module.engine_laws``).
+    num_draft_tokens : int
+
+    Returns
+    -------
+    Ranking
+        Every family hypothesis and every engine law (named :data:`ENGINE_LAW_MARK` + ``engine/law``), scored on the
+        rows cut after J tokens; rows that end (EOS) before J tokens keep their shorter prefix for the family and are
+        left out of nothing: an engine law gives them the mass of every continuation of that prefix.
+    """
+    J = int(module.LAW_TOKENS)
+    short = truncate(seqs, J)
+    ranking = rank_mechanisms(short, num_draft_tokens, per_position=False)
+    ll_t = target_log_likelihood(short)
+    w = short.row_weights
+    total_t = float((ll_t * w).sum()) if np.isfinite(ll_t).all() else float(ll_t.min())
+    for law_name, law in laws.items():
+        ll = _row_log_law(law, short.tokens)
+        name = _law_name(engine, law_name)
+        ranking.row_ll[name] = ll
+        with np.errstate(invalid="ignore"):
+            pure = float((ll * w).sum()) - total_t if np.isfinite(ll).all() else -math.inf
+        total, share = mixture_log_likelihood(ll, ll_t, w)
+        robust = total - total_t
+        ranking.scores.append(MechanismScore(name, "biased", total, 0.0 if math.isnan(robust) else float(robust),
+                                             log_lr_pure=pure, contamination=share))
+    return ranking
+
+
+def _row_log_law(law: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+    """log P(row prefix) under a joint law of J tokens; a prefix shorter than J (EOS) sums the rest out."""
+    out = np.empty(len(tokens))
+    for i, row in enumerate(tokens):
+        sub = law
+        for t in row:
+            if t < 0:
+                break
+            sub = sub[int(t)]
+        mass = float(np.sum(sub))
+        out[i] = math.log(mass) if mass > MIN_PROB else -math.inf
+    return out
+
+
+def _fit_pvalue(law: np.ndarray, tokens: np.ndarray, weights: np.ndarray, target_law: np.ndarray | None,
+                contamination: float) -> float | None:
+    """Chi-square p of the observed J-token counts against the law (mixed with the target at the fitted share)."""
+    from verifier.engines.reproductions._common import chi2_p
+
+    full = (tokens >= 0).all(axis=1)
+    if not full.any():
+        return None
+    counts = np.zeros(law.shape)
+    np.add.at(counts, tuple(tokens[full].T), weights[full])
+    mixed = law if not contamination or target_law is None else (1 - contamination) * law + contamination * target_law
+    return chi2_p(counts, mixed, min_prob=MIN_PROB, renormalise=True)
+
+
+def engine_law_diagnosis(engine: str, sets: list[dict[str, Any]], *, bias_detected: bool) -> dict[str, Any] | None:
+    """Rank the engine's laws beside the family on the first J tokens of every sample set, summed over the sets.
+
+    Parameters
+    ----------
+    engine : str
+        Engine name with a module in :data:`verifier.engines.reproductions.LAWS`.
+    sets : list of dict
+        Per sample set: ``seqs`` (SequenceProbs of its distinct rows), ``prompt`` (list of int), ``sampling``
+        (SamplingConfig), ``num_draft_tokens``, ``target`` / ``draft`` (the pair's torch models), ``label``.
+    bias_detected : bool
+
+    Returns
+    -------
+    dict or None
+        None when the engine has no module.  Else ``{"engine", "tokens", "sets": [{label, note?}], "decision",
+        "fit_pvalue", "named" (the engine law named alone or in a class, or None), "sentence"}``.
+    """
+    module = engine_module(engine)
+    if module is None:
+        return None
+    J = int(module.LAW_TOKENS)
+    rankings, fits, notes = [], [], []
+    for s in sets:
+        why = module.law_unsupported(s["sampling"], s["num_draft_tokens"])
+        if why:
+            notes.append({"set": s["label"], "note": why})
+            continue
+        laws = module.engine_laws(s["prompt"], s["sampling"], s["target"], s["draft"])
+        target_law = laws.pop("target", None)
+        r = score_engine_laws(engine, module, s["seqs"], laws, s["num_draft_tokens"])
+        rankings.append(r)
+        fits.append((laws, target_law, truncate(s["seqs"], J)))
+        notes.append({"set": s["label"]})
+    out: dict[str, Any] = {"engine": engine, "tokens": J, "sets": notes, "decision": None, "fit_pvalue": None,
+                           "named": None}
+    if not rankings:
+        out["sentence"] = (f"the laws {engine}'s source predicts were not scored: "
+                           + "; ".join(f"{n['set']}: {n['note']}" for n in notes if n.get("note")))
+        return out
+    total = combine(rankings)
+    pre = decide(total, bias_detected=bias_detected, alpha=ranking_alpha(engine))
+    best = pre.get("best") or []
+    fit_p = None
+    if pre["status"] == "consistent" and best and best[0].startswith(ENGINE_LAW_MARK):
+        law_key = best[0].split("/", 1)[1]
+        ps = [p for laws, tl, short in fits
+              if (p := _fit_pvalue(laws[law_key], short.tokens, short.row_weights, tl, pre.get("contamination") or 0.0)) is not None]
+        fit_p = min(1.0, min(ps) * len(ps)) if ps else None
+    d = decide(total, bias_detected=bias_detected, fit_pvalue=fit_p, alpha=ranking_alpha(engine))
+    out["decision"], out["fit_pvalue"] = d, fit_p
+    engine_best = [n for n in (d.get("best") or []) if n.startswith(ENGINE_LAW_MARK)]
+    if d["status"] == "consistent" and engine_best:
+        out["named"] = engine_best
+        out["sentence"] = (f"tokens 1-{J} {d['sentence']}, a law {engine}'s source predicts (goodness of fit "
+                           f"p = {fit_p:.2g} >= {FIT_ALPHA:g})" if fit_p is not None else
+                           f"tokens 1-{J} {d['sentence']}, a law {engine}'s source predicts")
+    else:
+        out["sentence"] = (f"no law {engine}'s source predicts is preferred on tokens 1-{J} "
+                           f"({d['sentence']})")
+    return out
+
+
+def law_entry(engine: str, name: str) -> dict[str, str]:
+    """Glossary-like entry of an engine law (report.json ``mechanism``): what the source does, how to reproduce."""
+    module = engine_module(engine)
+    key = name.split("/", 1)[1] if "/" in name else name
+    return {"name": name, "plain": module.LAW_SOURCE.get(key, "") if module else "",
+            "reproduce": f"python -m verifier.diagnose.reproduce {engine} RUN_DIR",
+            "pointer": getattr(module, "LAW_POINTER", "") if module else ""}
