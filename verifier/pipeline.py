@@ -108,13 +108,17 @@ def _run_suite(suite: Any, run_dir: str | Path, *, resume: bool, progress: bool,
 
 def _finish(ctx: Any, store: SampleStore, errors: dict, exact: dict, stage: dict, info: dict,
             log: Callable[[str], None], out_dir: Path | None = None, allow_partial: bool = False,
-            run_stages: dict | None = None) -> RunOutcome:
-    """statistics -> verdict -> diagnose -> reports."""
+            run_stages: dict | None = None, previous: dict | None = None) -> RunOutcome:
+    """statistics -> verdict -> diagnose -> reports (a regeneration keeps the ``previous`` report's numeric floor)."""
     from verifier.diagnose.run_dir import auto_diagnosis  # after BIAS DETECTED: which mechanism, where (issue 15)
     from verifier.reports import write_reports
 
     report, code = stages.assess(ctx, store, errors, exact, stage, info, log, allow_partial=allow_partial,
                                  regenerating=run_stages is not None)
+    if previous is not None:  # measured once against the engine/server; no sample holds it (verifier.engines.floor)
+        from verifier.engines.floor import reapply_floor
+
+        code = reapply_floor(report, previous)
     auto_diagnosis(report, ctx.plans, ctx.pairs, store, stage, log)
     t0 = time.perf_counter()
     target = Path(out_dir) if out_dir is not None else store.run_dir
@@ -164,7 +168,18 @@ def analyze_run(run_dir: str | Path, *, out_dir: str | Path | None = None,
         ctx = SuiteContext(suite)
     errors, info, run_stages = stages.regeneration(run_dir, run_file)
     return _finish(ctx, store, errors, exact, stage, info, log, out_dir=Path(out_dir) if out_dir else None,
-                   allow_partial=allow_partial, run_stages=run_stages)
+                   allow_partial=allow_partial, run_stages=run_stages, previous=_previous_report(store.run_dir))
+
+
+def _previous_report(run_dir: Path) -> dict | None:
+    """The folder's report.json before a regeneration (its measured numeric floor is carried over), or None."""
+    import json
+
+    try:
+        previous = json.loads((Path(run_dir) / "report.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return previous if isinstance(previous, dict) else None
 
 
 def merge_runs(run_dirs: Sequence[str | Path], out_dir: str | Path, *, allow_partial: bool = False,

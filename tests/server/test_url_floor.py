@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -72,6 +74,14 @@ def test_reported_law_other_than_the_target_cannot_pass(servers, tmp_path):
     # the sampling checks alone passed; the time-to-verdict line must not announce that PASS as the verdict
     line = next(x for x in done.stdout.splitlines() if x.startswith("time to verdict:"))
     assert "PASS before the numeric floor (exit 0 unless the numeric floor changes it)" in line, line
+    # `specverify report --recompute` rebuilds the statistics from the samples; the floor was measured against the
+    # server and no sample holds it: it is carried over, and the verdict stays UNDERPOWERED (it became PASS before)
+    again = subprocess.run([sys.executable, "-m", "verifier.cli", "report", str(run_dir), "--recompute", "--no-progress"],
+                           capture_output=True, text=True)
+    assert again.returncode == 4, again.stdout[-3000:] + again.stderr[-3000:]
+    redone = _report(run_dir)
+    assert redone["verdict"] == redone["decoders"][0]["verdict"] == "UNDERPOWERED"
+    assert redone["numeric_floor"]["max_tv"] == floor["max_tv"] and redone["decoders"][0]["reason"].startswith("numeric floor TV")
 
 
 def test_server_serving_another_model_is_never_a_pass(servers, tmp_path):

@@ -512,7 +512,7 @@ def measure_url_floor(outcome, plan: dict, suite) -> None:
     settings_plan = plan["server_floor"]
     report, run_dir = outcome.report, Path(outcome.outcome.run_dir)
     sets = _sets(run_dir)
-    measured = "the server's reported law with speculation off vs --target's processed law, worst checked position"
+    from verifier.engines.floor import SERVER_MEASURED as measured
     if settings_plan["positions"] == 0 or not sets:
         why = "--floor-positions 0" if sets else "no stored samples to take prefixes from"
         report[FLOOR_KEY] = {"max_tv": None, "rows": [], "source": f"not measured ({why}): the verdict assumes the "

@@ -22,10 +22,11 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-__all__ = ["measure_floor", "apply_floor", "logits_source", "FLOOR_KEY"]
+__all__ = ["reapply_floor", "measure_floor", "apply_floor", "logits_source", "FLOOR_KEY"]
 
 FLOOR_KEY = "numeric_floor"  # report.json key
 ENGINE_MEASURED = "the engine's own target law vs the HF reference, first token, worst prompt and config"
+SERVER_MEASURED = "the server's reported law with speculation off vs --target's processed law, worst checked position"
 
 
 def logits_source(decoder: Any) -> Callable[[Sequence[int]], np.ndarray] | None:
@@ -117,7 +118,7 @@ def apply_floor(report: dict[str, Any], floor: dict[str, Any], target_tv: float,
     from verifier.errors import EXIT_UNDERPOWERED
 
     max_tv = floor.get("max_tv")
-    floor = {**floor, "target_tv": float(target_tv),
+    floor = {**floor, "target_tv": float(target_tv), "measured": measured,
              "above_target": bool(max_tv is not None and max_tv > target_tv)}
     report[FLOOR_KEY] = floor
     if max_tv is None:
@@ -139,3 +140,18 @@ def apply_floor(report: dict[str, Any], floor: dict[str, Any], target_tv: float,
                 d["reason"] += (" (the bias stands against the reference's law; the part of it up to the floor may be "
                                 "the decoder's own target numerics rather than its speculative sampling)")
     return int(report["exit_code"])
+
+
+def reapply_floor(report: dict[str, Any], previous: dict[str, Any] | None) -> int:
+    """Put a run folder's measured floor back into a report recomputed from its samples (``specverify report
+    --recompute``): the floor was measured once, against the engine or server, and no sample holds it.
+
+    ``previous`` is the folder's report.json before the recompute (None or without a floor: nothing to do).  The
+    same :func:`apply_floor`, so a floor above the target TV keeps a recomputed PASS UNDERPOWERED.  Returns the
+    report's exit code afterwards.
+    """
+    floor = (previous or {}).get(FLOOR_KEY)
+    if not isinstance(floor, dict) or floor.get("target_tv") is None:
+        return int(report["exit_code"])
+    return apply_floor(report, floor, float(floor["target_tv"]), measured=floor.get("measured") or (
+        SERVER_MEASURED if floor.get("where") else ENGINE_MEASURED))
