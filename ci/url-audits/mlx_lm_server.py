@@ -63,6 +63,9 @@ def main() -> int:
                        "--speculation-unverified", "--run-dir", str(run), "--no-progress"]
                 done = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
                 print(done.stdout[-3000:], done.stderr[-2000:], sep="\n", flush=True)
+                if done.returncode not in (0, 1, 4):  # no verdict written (usage error, crash): keep the published one
+                    print(f"{name}: exit {done.returncode}, reports/audits left as they were", flush=True)
+                    continue
                 dest = out_root / name
                 dest.mkdir(parents=True, exist_ok=True)
                 for f in ("report.json", "report.md", "report.html", "junit.xml", "audit.json"):

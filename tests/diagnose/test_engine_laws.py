@@ -84,3 +84,70 @@ def test_two_rankings_share_the_alpha_and_rows_are_cut_after_the_law_tokens(mode
                               SAMPLING, K, tokens, bias_detected=False, with_fits=False)
     short = truncate(res["_seqs"][0], 2)
     assert short.tokens.shape[1] == 2 and short.p.shape[1] == 2 and short.q.shape[1] == 2
+
+
+# -- MLX-LM's server: a law of the target alone (its prompt-cache defect), scored when the draft is unknown ------------
+
+def _mlx_rows(models, seed: int, share_dropped: float) -> np.ndarray:
+    """Rows (n, 3) of a URL audit: a ``share_dropped`` of requests served from the broken prompt cache."""
+    from verifier.engines.reproductions import mlx_lm_server as mlx
+
+    laws = mlx.engine_laws(PROMPT, MLX_SAMPLING, models[0])
+    rng = np.random.default_rng(seed)
+    dropped = rng.random(N) < share_dropped
+    rows = np.where(dropped[:, None], _rows(laws[mlx.DROPPED], seed + 100), _rows(laws["target"], seed + 200))
+    return np.concatenate([rows, np.full((N, 1), 7)], axis=1)  # a third token the 2-token laws sum out
+
+
+def _mlx_diagnose(models, tokens):
+    return engine_law_diagnosis("mlx-lm server", [{"seqs": None, "tokens": tokens, "prompt": PROMPT,
+                                                   "sampling": MLX_SAMPLING, "label": "s", "num_draft_tokens": 1,
+                                                   "target": models[0], "draft": None}], bias_detected=True)
+
+
+MLX_SAMPLING = SamplingConfig(temperature=0.7, top_k=8)
+
+
+def test_mlx_prompt_cache_law_is_named_without_the_draft_and_its_share_fitted(models):
+    """85% of requests from the shortened prompt (FINDINGS: every request after the first), 15% from the target:
+    the law is named, with a fitted contamination share, and its fit (mixed at that share) is not rejected."""
+    from verifier.engines.reproductions import mlx_lm_server as mlx
+
+    found = _mlx_diagnose(models, _mlx_rows(models, seed=5, share_dropped=0.85))
+    named = found["named"] or []
+    # the single context (target share on the contamination grid 0.1/0.3), or the cascade mixture that contains it
+    # with its weight on that context (its grid has 0.15): either says which context the target ran on
+    assert named and named[0] in (f"{ENGINE_LAW_MARK}mlx-lm server/{mlx.DROPPED}",
+                                  f"{ENGINE_LAW_MARK}mlx-lm server/{mlx.CASCADE}"), found["sentence"]
+    if named[0].endswith(mlx.CASCADE):
+        [w] = found["weights"]
+        assert w[mlx.DROPPED] >= 0.75 and 0.05 <= w["target"] <= 0.25, w
+        assert "fitted shares" in found["sentence"]
+    assert found["fit_pvalue"] >= 1e-3 and 0.05 <= found["decision"]["contamination"] <= 0.3
+
+
+def test_mlx_rows_from_several_trimmed_contexts_name_the_cascade(models):
+    """As in the published audits: a few requests see the prompt without its second-to-last token, most see only the
+    last prompt token, one the whole prompt.  No single context explains every row; the cascade mixture does."""
+    from verifier.engines.reproductions import mlx_lm_server as mlx
+
+    laws = mlx.engine_laws(PROMPT, MLX_SAMPLING, models[0])
+    rows = np.concatenate([_rows(laws["target"], 7)[:30], _rows(laws[mlx.DROPPED], 8)[:120],
+                           _rows(laws[mlx.LAST_ONLY], 9)[:1350]])
+    found = _mlx_diagnose(models, np.concatenate([rows, np.full((len(rows), 1), 7)], axis=1))
+    assert found["named"] == [f"{ENGINE_LAW_MARK}mlx-lm server/{mlx.CASCADE}"], found["sentence"]
+    [w] = found["weights"]
+    assert w[mlx.LAST_ONLY] >= 0.8 and w[mlx.LAST_TWO] == 0.0
+
+
+def test_mlx_target_rows_name_nothing(models):
+    found = _mlx_diagnose(models, _mlx_rows(models, seed=6, share_dropped=0.0))
+    assert found["named"] is None, found["sentence"]
+
+
+def test_openvino_laws_need_the_draft(models):
+    found = engine_law_diagnosis("openvino-genai", [{"seqs": None, "tokens": np.zeros((3, 2), dtype=np.int64),
+                                                     "prompt": PROMPT, "sampling": SAMPLING, "label": "s",
+                                                     "num_draft_tokens": 1, "target": models[0], "draft": None}],
+                                 bias_detected=True)
+    assert found["named"] is None and "need its probs" in found["sentence"]

@@ -100,6 +100,102 @@ def score_engine_laws(engine: str, module, seqs: SequenceProbs, laws: dict[str, 
         robust = total - total_t
         ranking.scores.append(MechanismScore(name, "biased", total, 0.0 if math.isnan(robust) else float(robust),
                                              log_lr_pure=pure, contamination=share))
+    ranking.fitted = _add_mixtures(ranking, engine, module, laws, short.tokens, ll_t, w, total_t)
+    return ranking
+
+
+WEIGHT_STEP = 0.05  # grid of a mixture hypothesis's weights over its laws (and the target's): the simplex in steps of 0.05
+
+
+def _simplex(parts: int, step: float = WEIGHT_STEP) -> np.ndarray:
+    """Every weight vector of ``parts`` non-negative multiples of ``step`` summing to 1, shape (points, parts)."""
+    units = int(round(1 / step))
+
+    def rec(left: int, n: int):
+        if n == 1:
+            yield (left,)
+            return
+        for i in range(left + 1):
+            for rest in rec(left - i, n - 1):
+                yield (i,) + rest
+    return np.array(list(rec(units, parts)), dtype=np.float64) / units
+
+
+def mixture_score(name: str, component_ll: np.ndarray, ll_t: np.ndarray, weights: np.ndarray,
+                  total_t: float) -> tuple[MechanismScore, np.ndarray, np.ndarray]:
+    """A mixture hypothesis: the rows come from several predicted laws (and the target's) in unknown shares.
+
+    Scored as the Bayes mixture over :func:`_simplex` (steps of :data:`WEIGHT_STEP`) with a uniform prior, ``log mean_w prod_i sum_c w_c P_c(x_i)``:
+    each ``w`` is a law, its likelihood ratio over the target has mean 1 under the target, and so has their average
+    (an e-value: the threshold of :func:`verifier.diagnose.rank.decide` keeps its guarantee).
+
+    Parameters
+    ----------
+    component_ll : np.ndarray, shape (rows, components)
+        Log probability of each distinct row under each component law.
+    ll_t : np.ndarray, shape (rows,)
+        Under the target (the last component of the mixture).
+    weights : np.ndarray, shape (rows,)
+
+    Returns
+    -------
+    (MechanismScore, best weights (components + 1,), per-row log-likelihood at the best weights)
+    """
+    comps = np.concatenate([component_ll, ll_t[:, None]], axis=1)
+    grid = _simplex(comps.shape[1])
+    with np.errstate(divide="ignore"):
+        per_row = np.logaddexp.reduce(np.log(grid)[None, :, :] + comps[:, None, :], axis=2)  # (rows, points)
+    totals = np.where(np.isfinite(per_row).all(axis=0), (per_row * weights[:, None]).sum(axis=0), -np.inf)
+    with np.errstate(divide="ignore"):
+        total = float(np.logaddexp.reduce(totals) - math.log(len(grid)))
+    best = int(np.argmax(totals))
+    lr = total - total_t
+    score = MechanismScore(name, "biased", total, 0.0 if math.isnan(lr) else float(lr), log_lr_pure=None,
+                           contamination=float(grid[best, -1]))
+    return score, grid[best], per_row[:, best]
+
+
+def _add_mixtures(ranking: Ranking, engine: str, module, laws: dict[str, np.ndarray], tokens: np.ndarray,
+                  ll_t: np.ndarray, weights: np.ndarray, total_t: float) -> dict[str, np.ndarray]:
+    """Score ``module.MIXTURES`` (name -> component law names) on the rows; returns name -> best weights."""
+    fitted = {}
+    for mix, parts in getattr(module, "MIXTURES", {}).items():
+        parts = [q for q in parts if q in laws]
+        if len(parts) < 2:
+            continue
+        comp = np.stack([_row_log_law(laws[q], tokens) for q in parts], axis=1)
+        score, w, row = mixture_score(_law_name(engine, mix), comp, ll_t, weights, total_t)
+        ranking.scores.append(score)
+        ranking.row_ll[score.name] = row
+        fitted[mix] = dict(zip(list(parts) + ["target"], (float(x) for x in w)))
+    return fitted
+
+
+def _distinct(tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct rows and their counts (float64 weights)."""
+    if not len(tokens):
+        return tokens, np.zeros(0)
+    rows, counts = np.unique(tokens, axis=0, return_counts=True)
+    return rows, counts.astype(np.float64)
+
+
+def _target_only_ranking(engine: str, module, laws: dict[str, np.ndarray], target_law: np.ndarray, tokens: np.ndarray,
+                         weights: np.ndarray) -> Ranking:
+    """The engine's laws scored against the target's law of the first J tokens (no family: the draft is unknown)."""
+    ll_t = _row_log_law(target_law, tokens)
+    total_t = float((ll_t * weights).sum()) if np.isfinite(ll_t).all() else float(ll_t.min())
+    ranking = Ranking(int(weights.sum()), total_t, [])
+    for law_name, law in laws.items():
+        ll = _row_log_law(law, tokens)
+        name = _law_name(engine, law_name)
+        ranking.row_ll[name] = ll
+        with np.errstate(invalid="ignore"):
+            pure = float((ll * weights).sum()) - total_t if np.isfinite(ll).all() else -math.inf
+        total, share = mixture_log_likelihood(ll, ll_t, weights)
+        robust = total - total_t
+        ranking.scores.append(MechanismScore(name, "biased", total, 0.0 if math.isnan(robust) else float(robust),
+                                             log_lr_pure=pure, contamination=share))
+    ranking.fitted = _add_mixtures(ranking, engine, module, laws, tokens, ll_t, weights, total_t)
     return ranking
 
 
@@ -117,9 +213,17 @@ def _row_log_law(law: np.ndarray, tokens: np.ndarray) -> np.ndarray:
     return out
 
 
-def _fit_pvalue(law: np.ndarray, tokens: np.ndarray, weights: np.ndarray, target_law: np.ndarray | None,
-                contamination: float) -> float | None:
-    """Chi-square p of the observed J-token counts against the law (mixed with the target at the fitted share)."""
+def _named_law(key: str, laws: dict[str, np.ndarray], target_law: np.ndarray | None, fitted: dict,
+               contamination: float) -> np.ndarray:
+    """The named hypothesis's law of J tokens at its fitted weights (a mixture) or contamination share."""
+    if key in fitted:  # a mixture hypothesis: its components (and the target) at the best grid weights
+        return sum(v * (target_law if c == "target" else laws[c]) for c, v in fitted[key].items() if v > 0)
+    law = laws[key]
+    return law if not contamination or target_law is None else (1 - contamination) * law + contamination * target_law
+
+
+def _fit_pvalue(law: np.ndarray, tokens: np.ndarray, weights: np.ndarray) -> float | None:
+    """Chi-square p of the observed J-token counts against ``law`` (rows that end before J tokens left out)."""
     from verifier.engines.reproductions._common import chi2_p
 
     full = (tokens >= 0).all(axis=1)
@@ -127,8 +231,7 @@ def _fit_pvalue(law: np.ndarray, tokens: np.ndarray, weights: np.ndarray, target
         return None
     counts = np.zeros(law.shape)
     np.add.at(counts, tuple(tokens[full].T), weights[full])
-    mixed = law if not contamination or target_law is None else (1 - contamination) * law + contamination * target_law
-    return chi2_p(counts, mixed, min_prob=MIN_PROB, renormalise=True)
+    return chi2_p(counts, law, min_prob=MIN_PROB, renormalise=True)
 
 
 def engine_law_diagnosis(engine: str, sets: list[dict[str, Any]], *, bias_detected: bool) -> dict[str, Any] | None:
@@ -139,8 +242,11 @@ def engine_law_diagnosis(engine: str, sets: list[dict[str, Any]], *, bias_detect
     engine : str
         Engine name with a module in :data:`verifier.engines.reproductions.LAWS`.
     sets : list of dict
-        Per sample set: ``seqs`` (SequenceProbs of its distinct rows), ``prompt`` (list of int), ``sampling``
-        (SamplingConfig), ``num_draft_tokens``, ``target`` / ``draft`` (the pair's torch models), ``label``.
+        Per sample set: ``seqs`` (SequenceProbs of its distinct rows; None when the draft is unknown, then ``tokens``,
+        the emitted rows (rows, max_new_tokens) int64, and only the engine's laws and the target's are ranked -- for
+        a module whose laws need no draft, ``NEEDS_DRAFT = False``), ``prompt`` (list of int), ``sampling``
+        (SamplingConfig), ``num_draft_tokens``, ``target`` / ``draft`` (the pair's torch models; draft None when
+        unknown), ``label``.
     bias_detected : bool
 
     Returns
@@ -156,14 +262,22 @@ def engine_law_diagnosis(engine: str, sets: list[dict[str, Any]], *, bias_detect
     rankings, fits, notes = [], [], []
     for s in sets:
         why = module.law_unsupported(s["sampling"], s["num_draft_tokens"])
+        if why is None and s.get("seqs") is None and getattr(module, "NEEDS_DRAFT", True):
+            why = "the draft is unknown and this engine's laws need its probs"
         if why:
             notes.append({"set": s["label"], "note": why})
             continue
         laws = module.engine_laws(s["prompt"], s["sampling"], s["target"], s["draft"])
         target_law = laws.pop("target", None)
-        r = score_engine_laws(engine, module, s["seqs"], laws, s["num_draft_tokens"])
+        if s.get("seqs") is not None:  # the family on the same tokens beside the engine's laws
+            r = score_engine_laws(engine, module, s["seqs"], laws, s["num_draft_tokens"])
+            short = truncate(s["seqs"], J)
+            tokens, weights = short.tokens, short.row_weights
+        else:  # draft unknown: no family hypothesis can be scored; the engine's laws against the target's
+            tokens, weights = _distinct(np.asarray(s["tokens"], dtype=np.int64)[:, :J])
+            r = _target_only_ranking(engine, module, laws, target_law, tokens, weights)
         rankings.append(r)
-        fits.append((laws, target_law, truncate(s["seqs"], J)))
+        fits.append((laws, target_law, tokens, weights, getattr(r, "fitted", {})))
         notes.append({"set": s["label"]})
     out: dict[str, Any] = {"engine": engine, "tokens": J, "sets": notes, "decision": None, "fit_pvalue": None,
                            "named": None}
@@ -177,17 +291,24 @@ def engine_law_diagnosis(engine: str, sets: list[dict[str, Any]], *, bias_detect
     fit_p = None
     if pre["status"] == "consistent" and best and best[0].startswith(ENGINE_LAW_MARK):
         law_key = best[0].split("/", 1)[1]
-        ps = [p for laws, tl, short in fits
-              if (p := _fit_pvalue(laws[law_key], short.tokens, short.row_weights, tl, pre.get("contamination") or 0.0)) is not None]
+        ps = [p for laws, tl, tokens, weights, fitted in fits
+              if (p := _fit_pvalue(_named_law(law_key, laws, tl, fitted, pre.get("contamination") or 0.0),
+                                   tokens, weights)) is not None]
         fit_p = min(1.0, min(ps) * len(ps)) if ps else None
     d = decide(total, bias_detected=bias_detected, fit_pvalue=fit_p, alpha=ranking_alpha(engine))
     out["decision"], out["fit_pvalue"] = d, fit_p
+    if fit_p is not None:  # a named mixture: its fitted weights per sample set
+        key = best[0].split("/", 1)[1]
+        out["weights"] = [f[4][key] for f in fits if key in f[4]] or None
     engine_best = [n for n in (d.get("best") or []) if n.startswith(ENGINE_LAW_MARK)]
     if d["status"] == "consistent" and engine_best:
         out["named"] = engine_best
         out["sentence"] = (f"tokens 1-{J} {d['sentence']}, a law {engine}'s source predicts (goodness of fit "
                            f"p = {fit_p:.2g} >= {FIT_ALPHA:g})" if fit_p is not None else
                            f"tokens 1-{J} {d['sentence']}, a law {engine}'s source predicts")
+        if out.get("weights"):  # a mixture: which of its laws the rows came from
+            out["sentence"] += "; fitted shares: " + " | ".join(
+                ", ".join(f"{c} {v:.2f}" for c, v in w.items() if v > 0) for w in out["weights"])
     else:
         out["sentence"] = (f"no law {engine}'s source predicts is preferred on tokens 1-{J} "
                            f"({d['sentence']})")
@@ -198,6 +319,9 @@ def law_entry(engine: str, name: str) -> dict[str, str]:
     """Glossary-like entry of an engine law (report.json ``mechanism``): what the source does, how to reproduce."""
     module = engine_module(engine)
     key = name.split("/", 1)[1] if "/" in name else name
-    return {"name": name, "plain": module.LAW_SOURCE.get(key, "") if module else "",
-            "reproduce": f"python -m verifier.diagnose.reproduce {engine} RUN_DIR",
+    from verifier.engines.reproductions import SCORERS
+
+    where = (f"python -m verifier.diagnose.reproduce {engine} RUN_DIR" if engine in SCORERS
+             else "specverify diagnose RUN_DIR (the engine laws of verifier.engines.reproductions.LAWS)")
+    return {"name": name, "plain": module.LAW_SOURCE.get(key, "") if module else "", "reproduce": where,
             "pointer": getattr(module, "LAW_POINTER", "") if module else ""}

@@ -176,7 +176,7 @@ def _diagnose_names(report, plans, pairs, store, names, verdicts, with_fits, log
             if log:
                 log(f"diagnosis {name}: {finding['sentence']}")
             continue
-        sets, rankings, cache, too_large, unknown_draft = [], [], {}, None, []
+        sets, rankings, cache, too_large, unknown_draft, no_draft_rows = [], [], {}, None, [], {}
         for plan in _counted((p for p in plans if p.decoder.name == name), bar):
             entry = {"set_id": plan.set_id, "set": plan.label, "sampling": plan.sampling_name,
                      "sampling_label": plan.sampling.label(), "biased": _set_biased(report, plan.set_id)}
@@ -191,6 +191,7 @@ def _diagnose_names(report, plans, pairs, store, names, verdicts, with_fits, log
                 entry.update(diagnose_without_draft(pairs[plan.pair].reference, plan.prompt_ids, plan.sampling, tokens,
                                                     origins=origins, with_fits=bool(with_fits)))
                 too_large = f"not diagnosed: {entry['note']}"
+                no_draft_rows[plan.set_id] = tokens  # an engine law that needs no draft is still scored on them
                 if entry["biased"]:
                     unknown_draft.append(f"{plan.sampling.label()}: {entry['localization']['sentence']}")
                 sets.append(entry)
@@ -252,11 +253,12 @@ def _diagnose_names(report, plans, pairs, store, names, verdicts, with_fits, log
                     item["sentence"] += f"; {source}"
             item["ranking"] = total.to_dict()
             item["configs"] = _config_sentence(sets)
-            _add_engine_laws(item, engine, plans, pairs, cache, biased)
+            _add_engine_laws(item, engine, plans, pairs, cache, no_draft_rows, biased)
         else:
             item["status"], item["sentence"] = "not diagnosed", too_large or "no sample set to diagnose"
             if unknown_draft:
                 item["sentence"] += "; where: " + " | ".join(unknown_draft)
+            _add_engine_laws(item, engine, plans, pairs, cache, no_draft_rows, biased)
         if finding is not None:  # the rows are also not independent (verifier.diagnose.independence)
             item["independence"] = finding
             item["sentence"] = f"{finding['sentence']}: {item['sentence']}"  # the certain finding first
@@ -288,16 +290,21 @@ def _engine_source(store, best: list[str]) -> str | None:
     return source_explanation(_engine_name(store), best[0]) if len(best) == 1 else None
 
 
-def _add_engine_laws(item: dict, engine: str | None, plans, pairs, cache, biased: bool) -> None:
+def _add_engine_laws(item: dict, engine: str | None, plans, pairs, cache, no_draft_rows, biased: bool) -> None:
     """Rank the laws ``engine``'s source predicts beside the family on the first tokens
-    (:mod:`verifier.diagnose.engine_laws`); a law named there is the decoder's root cause, in the engine's terms."""
+    (:mod:`verifier.diagnose.engine_laws`; with the target alone on the sets whose draft is unknown,
+    ``no_draft_rows``); a law named there is the decoder's root cause, in the engine's terms."""
     from verifier.diagnose.engine_laws import engine_law_diagnosis, law_entry
 
     if engine_module(engine) is None:
         return
-    sets = [{"seqs": cache[p.set_id][0], "prompt": list(p.prompt_ids), "sampling": p.sampling, "label": p.label,
+    sets = [{"seqs": cache[p.set_id][0][0] if p.set_id in cache else None, "tokens": no_draft_rows.get(p.set_id),
+             "prompt": list(p.prompt_ids), "sampling": p.sampling, "label": p.label,
              "num_draft_tokens": p.num_draft_tokens, "target": pairs[p.pair].target_model,
-             "draft": pairs[p.pair].draft_model} for p in plans if p.set_id in cache]
+             "draft": pairs[p.pair].draft_model if pairs[p.pair].draft_known else None}
+            for p in plans if p.set_id in cache or p.set_id in no_draft_rows]
+    if not sets:
+        return
     found = engine_law_diagnosis(engine, sets, bias_detected=biased)
     if found is None:
         return

@@ -12,6 +12,7 @@ run() {  # name, then audit flags
   local name=$1; shift
   if [ -n "${ONLY:-}" ] && [[ " $ONLY " != *" $name "* ]]; then return; fi
   rm -rf "$runs/$name"
+  mkdir -p "$(dirname "$runs/$name")"  # the log of a nested name (prefix-caching-off/...) goes beside its run folder
   local t0=$(date +%s)
   python -m verifier.cli audit --engine openvino-genai --target-tv 0.03 --num-samples "$N" --chunk-size 250 --seed 2026 \
     --no-progress --run-dir "$runs/$name" "$@" > "$runs/$name.log" 2>&1

@@ -35,6 +35,7 @@ SCORERS = {
 # audits (verifier.diagnose.engine_laws), so a law that is no family hypothesis can still be named
 LAWS = {
     "openvino-genai": "verifier.engines.reproductions.openvino_genai",
+    "mlx-lm server": "verifier.engines.reproductions.mlx_lm_server",  # a URL audit's engine name (audit.json)
 }
 
 # ENGINE -> {hypothesis of verifier.diagnose.family whose law the engine's source predicts: what the source does}.
