@@ -6,6 +6,10 @@ EOS 3, max_tokens 6, k = 3), 4,000 rows (seed 7): no row breaks the stop rule, a
 its exact law (``verifier.exact.stop_position_law``, 7 categories) by a chi-square at alpha 1e-3 -- n = 4,000 sees a
 TV of 0.05 with power 0.99 (``min_detectable_effect``, printed by the assertion).
 
+Violation rate.  The exact per-row probability of breaking the stop rule (``verifier.exact.stop_violation_prob``:
+0.29203 for ``stop_mid_block``, 0.010148 for ``max_tokens_overshoot`` at this setting, 0 for the per-token check) is
+the rate of violating rows of the real decoders: 4,000 rows (seed 13), two-sided binomial test at alpha 1e-3.
+
 Mutants.  Both draw exactly the reference's tokens (same kernel, same random stream, rows finish in the same rounds),
 so for the same seed their rows cut at the stop rule *are* the reference's rows; past the cut, ``stop_mid_block``
 keeps the rest of a block after an accepted stop token and ``max_tokens_overshoot`` the tail of the block that
@@ -16,11 +20,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from scipy import stats
 
 from verifier.decoders import SpeculativeDecoder, make_decoder
 from verifier.decoders.stop_mutants import STOP_DECODER_REGISTRY
 from verifier.errors import InvalidArgumentError
-from verifier.exact import standard_tabular_pairs, stop_position_law
+from verifier.exact import standard_tabular_pairs, stop_position_law, stop_violation_prob
 from verifier.models import TabularCausalLM
 from verifier.runner.stop import stop_positions, stop_violations
 from verifier.sampling import SamplingConfig
@@ -105,3 +110,16 @@ def test_bad_stop_rule_is_a_clear_error(models, kwargs, fragment):
     _, target, draft = models
     with pytest.raises(InvalidArgumentError, match=fragment):
         SpeculativeDecoder(target, draft, K).generate([0], 4, WIDTH, T1, 0, **kwargs)
+
+
+@pytest.mark.parametrize("name, check", [("stop_mid_block", "round_stops"), ("max_tokens_overshoot", "round_limit"),
+                                         ("reference", "token")])
+def test_violation_rate_is_the_exact_violation_probability(models, name, check):
+    pair, target, draft = models
+    exact = stop_violation_prob(pair.target, pair.draft, (0,), K, LIMIT, WIDTH, STOP, check=check)
+    rows = make_decoder(name, target, draft, K).generate([0], 4000, WIDTH, T1, 13, stop_token_ids=STOP, max_tokens=LIMIT)
+    k = int(stop_violations(rows, ENDS, LIMIT)[0].sum())
+    if exact == 0:
+        assert k == 0
+        return
+    assert stats.binomtest(k, 4000, float(exact)).pvalue > 1e-3, (k, float(exact))

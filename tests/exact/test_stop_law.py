@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 from verifier.errors import InvalidArgumentError
-from verifier.exact import n_token_law, standard_tabular_pairs, stop_position_law, stop_position_of, target_law
+from verifier.exact import (n_token_law, standard_tabular_pairs, stop_position_law, stop_position_of, stop_violation_prob,
+                            target_law)
 from verifier.runner.models import load_pair
 from verifier.runner.stop import stop_ends
 from verifier.runner.stop import stop_position_law as runner_stop_law
@@ -77,3 +78,21 @@ def test_doctest_value():
 def test_bad_input_is_a_clear_error(call, fragment):
     with pytest.raises(InvalidArgumentError, match=fragment):
         call(standard_tabular_pairs()["bigram4_eos"].target)
+
+
+def test_violation_probability_of_a_per_token_check_is_zero_and_a_per_round_one_is_not():
+    """k = 1, L = 2, W = 3, stop token 2 on bigram4_eos (p(.|0) = (.1,.5,.2,.2), q(.|0) = (.5,.1,.1,.3), p(.|1) =
+    (.4,.1,.3,.2), q(.|1) = (.1,.5,.2,.2)).  A round-end stop check breaks the rule exactly when the draft 2 is accepted
+    in the first round (min(p, q)(2) = 1/10): the bonus token follows it.  A round-end limit check breaks it when the
+    first round rejects and recovers token 1 (residual (0,.4,.1,0): 2/5) and the second round, from 1, accepts a draft
+    that is no stop (min(p, q) over {0, 1} = 1/5): its two tokens run one past L (2/5 * 1/5 = 2/25)."""
+    pair = standard_tabular_pairs()["bigram4_eos"]
+    args = (pair.target, pair.draft, (0,), 1, 2, 3, [2])
+    assert stop_violation_prob(*args, check="token") == 0
+    assert stop_violation_prob(*args, check="round_stops") == Fraction(1, 10)
+    assert stop_violation_prob(*args, check="round_limit") == Fraction(2, 25)
+    for bad, fragment in (({"check": "round"}, "check"), ({"rule": "nope"}, "rule")):
+        with pytest.raises(InvalidArgumentError, match=fragment):
+            stop_violation_prob(*args, **bad)
+    with pytest.raises(InvalidArgumentError, match="max_tokens"):
+        stop_violation_prob(pair.target, pair.draft, (0,), 1, 4, 3, [2])
