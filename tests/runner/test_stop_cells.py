@@ -193,3 +193,34 @@ def test_stop_rules_the_models_or_decoder_cannot_honour_exit_2(write_suite, tmp_
     code = main(["run", str(write_suite(_suite(**kwargs))), "--run-dir", str(tmp_path / "run"), "--no-progress"])
     assert code == EXIT_USAGE
     assert fragment in capsys.readouterr().err
+
+
+def test_takes_stop_rule_reads_the_generate_signature():
+    from verifier.runner.stop import takes_stop_rule
+
+    class Keywords:
+        def generate(self, prompt_ids, num_samples, max_new_tokens, sampling, seed, *, stop_token_ids=(), max_tokens=None):
+            return None
+
+    class AnyKeyword:
+        def generate(self, prompt_ids, num_samples, max_new_tokens, sampling, seed, **kwargs):
+            return None
+
+    class Plain:
+        def generate(self, prompt_ids, num_samples, max_new_tokens, sampling, seed):
+            return None
+
+    assert takes_stop_rule(Keywords()) and takes_stop_rule(AnyKeyword()) and not takes_stop_rule(Plain())
+
+
+def test_stop_cells_beside_the_token_cells_without_a_stop_rule(write_suite, tmp_path):
+    """No stop_token_ids / max_tokens: EOS (id 3 of bigram4_eos) and max_new_tokens are the stop rule, the other cells
+    run beside it, and the PASS names both what the token cells and what the stop cells cover."""
+    path = write_suite(_suite('tests = ["gof", "stop"]\ngof_positions = [1, 2]\nnum_draft_tokens = [2]\nsamples = 600'
+                              '\n[stats]\ntarget_mde = 0.2').replace("samples = 20\n", ""))
+    run_dir = tmp_path / "run"
+    assert main(["run", str(path), "--run-dir", str(run_dir), "--no-progress"]) == EXIT_OK
+    report = json.loads((run_dir / "report.json").read_text())
+    assert sorted(c["test"] for c in report["cells"]) == ["gof@1", "gof@2", "stop-position@1..4", "stop-rule"]
+    reason = report["decoders"][0]["reason"]
+    assert "tokens 1-2" in reason and "the law of the stopping position" in reason
