@@ -13,8 +13,8 @@ from verifier.protocols import PADDING_TOKEN_ID
 
 NO_ROUND = -1  # first_round_accepted of a row in which no speculative round ran (same as verifier.runner.acceptance.NO_ROUND)
 
-__all__ = ["check_emitted_tokens", "check_decoder_stats", "same_rows_nats", "repeated_block", "REPLAY_NATS",
-           "plugin_attribute"]
+__all__ = ["check_emitted_tokens", "check_decoder_stats", "check_stop_rule", "same_rows_nats", "repeated_block",
+           "REPLAY_NATS", "plugin_attribute"]
 
 # rows an i.i.d. sampler (any law) repeats with probability <= exp(-REPLAY_NATS) (about 1e-13) are replayed
 REPLAY_NATS = 30.0
@@ -44,6 +44,51 @@ def plugin_attribute(obj, name: str, default=None, *, decoder_name: str = "decod
                            f"allowed: a `{name}` attribute or property that returns a value") from exc
 
 
+def check_stop_rule(stop_token_ids, max_tokens, *, max_new_tokens: int,
+                    vocab_size: int | None = None) -> tuple[tuple[int, ...], int | None]:
+    """Check a request's stop rule (issue 29, bug kind 5) and return it as ``(sorted ids, max_tokens)``.
+
+    Parameters
+    ----------
+    stop_token_ids : sequence of int
+        Token ids that end a row where they are emitted (the stop token itself is emitted, as EOS is), beside the
+        model's EOS.  Empty: only EOS stops a row.
+    max_tokens : int or None
+        The request's length limit: a row holds at most ``max_tokens`` emitted tokens, padding after them.
+        None: the limit is ``max_new_tokens`` (the width of the returned array).
+    max_new_tokens : int
+        Width of the returned array; ``max_tokens`` must not exceed it.
+    vocab_size : int, optional
+        When given, every stop id must be below it.
+
+    Returns
+    -------
+    (tuple of int, int or None)
+
+    Raises
+    ------
+    InvalidArgumentError
+        A stop id that is not an integer >= 0 (or not below ``vocab_size``), a repeated id, or ``max_tokens`` not an
+        integer in ``1..max_new_tokens``.
+    """
+    from verifier.errors import invalid_argument
+
+    ids = stop_token_ids
+    if isinstance(ids, (str, bytes)) or not hasattr(ids, "__iter__"):
+        raise invalid_argument("stop_token_ids", ids, "a list of token ids (integers >= 0)")
+    ids = list(ids)
+    top = f"..{vocab_size - 1}" if vocab_size is not None else " or more"
+    for t in ids:
+        if isinstance(t, bool) or not isinstance(t, (int, np.integer)) or t < 0 or (vocab_size is not None and t >= vocab_size):
+            raise invalid_argument("stop_token_ids", ids, f"token ids in 0{top}")
+    if len(set(int(t) for t in ids)) != len(ids):
+        raise invalid_argument("stop_token_ids", ids, "each id at most once")
+    if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, (int, np.integer))
+                                   or not 1 <= max_tokens <= max_new_tokens):
+        raise invalid_argument("max_tokens", max_tokens, f"None or an integer in 1..max_new_tokens={max_new_tokens}")
+    return tuple(sorted(int(t) for t in ids)), (None if max_tokens is None else int(max_tokens))
+
+
 def check_emitted_tokens(
     emitted,
     *,
@@ -52,6 +97,8 @@ def check_emitted_tokens(
     vocab_size: int,
     eos_token_id: int | None,
     decoder_name: str = "decoder",
+    stop_token_ids: tuple[int, ...] = (),
+    max_tokens: int | None = None,
 ) -> np.ndarray:
     """Validate one ``Decoder.generate`` result and return it as ``int64``.
 
@@ -67,6 +114,12 @@ def check_emitted_tokens(
         The id that ends a row; ``None`` when the model has no EOS (then -1 never occurs).
     decoder_name : str
         Named in the error message.
+    stop_token_ids : tuple of int, default ()
+        The request's stop tokens (:func:`check_stop_rule`): padding may also follow one of them.  A token after a
+        stop token is *not* an error here: it is the ``stop`` cell's finding (:mod:`verifier.runner.stop`).
+    max_tokens : int or None, default None
+        The request's length limit: padding may fill the columns from ``max_tokens`` on.  A token there is not an
+        error here either (the ``stop`` cell's "max_tokens overshot").
 
     Returns
     -------
@@ -76,8 +129,8 @@ def check_emitted_tokens(
     ------
     DecoderOutputError
         Not an ndarray/tensor of integer dtype int64, wrong shape, an id outside
-        ``[0, vocab_size)`` other than padding, padding before EOS, or a token after EOS.  The
-        message shows the first bad row.
+        ``[0, vocab_size)`` other than padding, padding before EOS (or a stop token, or column
+        ``max_tokens``), or a token after EOS.  The message shows the first bad row.
     """
     arr = emitted
     if hasattr(arr, "detach") and hasattr(arr, "cpu"):  # torch.Tensor without importing torch
@@ -109,6 +162,12 @@ def check_emitted_tokens(
         seen_eos_before = np.cumsum(is_eos, axis=1) - is_eos > 0  # an EOS strictly earlier in the row
         after_eos = seen_eos_before & ~pad
         pad_ok = ~(pad & ~seen_eos_before)
+    if stop_token_ids or max_tokens is not None:  # a request's stop rule: padding may follow a stop token or the limit
+        stopped = np.isin(arr, np.asarray(stop_token_ids, dtype=np.int64))
+        stopped_before = np.cumsum(stopped, axis=1) - stopped > 0
+        if max_tokens is not None:
+            stopped_before[:, max_tokens:] = True
+        pad_ok = pad_ok | (pad & stopped_before)
     bad_pad = ~pad_ok
     bad = bad_id | after_eos | bad_pad
     if bad.any():
@@ -118,7 +177,8 @@ def check_emitted_tokens(
         elif after_eos[row, col]:
             why = f"token {int(arr[row, col])} at position {col} comes after EOS (id {eos_token_id}); allowed: -1 padding"
         else:
-            why = f"padding -1 at position {col} with no EOS before it"
+            why = f"padding -1 at position {col} with no EOS before it" + (
+                " (nor a stop token, nor the max_tokens limit)" if stop_token_ids or max_tokens is not None else "")
         raise DecoderOutputError(f"{decoder_name} returned invalid output in row {row}: {why}; row {row} = {arr[row].tolist()}")
     return arr
 

@@ -5,10 +5,13 @@ import doctest
 import pytest
 
 import verifier.api
+import verifier.diagnose.stoprule
+import verifier.exact.stop
 import verifier.runner.shard
 
 
-@pytest.mark.parametrize("module", [verifier.api, verifier.runner.shard], ids=lambda m: m.__name__)
+@pytest.mark.parametrize("module", [verifier.api, verifier.runner.shard, verifier.exact.stop, verifier.diagnose.stoprule],
+                         ids=lambda m: m.__name__)
 def test_docstring_examples(module):
     result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
     assert result.attempted > 0 and result.failed == 0

@@ -305,6 +305,10 @@ def register(parser: argparse.ArgumentParser) -> None:
                         help="Measure the randomness zoo instead (shared_stream, serial_stream: rows each exact, not "
                              "independent; verifier.bench.detect_streams); --rule / --case then name those mutants / "
                              "bigram4_eos, trigram3.")
+    parser.add_argument("--stop", action="store_true",
+                        help="Measure the stop-rule zoo instead (stop_mid_block, max_tokens_overshoot: the stop-rule "
+                             "cell; deterministic_acceptance: the stop-position cell; verifier.bench.detect_stop); "
+                             "--rule / --case then name those mutants / bigram4_eos, trigram3.")
     parser.add_argument("--format", choices=("markdown", "json"), default="markdown", help="Output format. Default: markdown.")
     parser.add_argument("--out", metavar="PATH", help="Also write the output to PATH.")
 
@@ -312,7 +316,16 @@ def register(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     progress = lambda s: print(s, file=sys.stderr, flush=True)  # noqa: E731
-    if getattr(args, "streams", False):
+    if getattr(args, "streams", False) and getattr(args, "stop", False):
+        from verifier.errors import invalid_argument
+
+        raise invalid_argument("--stop", True, "not together with --streams (one zoo per run)")
+    if getattr(args, "stop", False):
+        from verifier.bench.detect_stop import detect_stop_rows, render_stop_markdown
+
+        rows = detect_stop_rows(args.rules, args.cases, seeds=args.seeds, alpha=args.alpha, progress=progress)
+        render = render_stop_markdown
+    elif getattr(args, "streams", False):
         from verifier.bench.detect_streams import detect_stream_rows, render_stream_markdown
 
         rows = detect_stream_rows(args.rules, args.cases, seeds=args.seeds, alpha=args.alpha, progress=progress)

@@ -27,6 +27,7 @@ from verifier.decoders.kernels import sample_from_probs, verify_chain
 from verifier.errors import ModelLoadError, invalid_argument
 from verifier.protocols import PADDING_TOKEN_ID, DecoderStats
 from verifier.sampling import SamplingConfig, processed_probs
+from verifier.validation import check_stop_rule
 
 __all__ = ["AncestralDecoder", "SpeculativeDecoder", "MAX_NUM_DRAFT_TOKENS"]
 
@@ -101,35 +102,52 @@ def _rows_to_keep(live: torch.Tensor) -> torch.Tensor | None:
 
 
 class _Output:
-    """The (num_samples, max_new_tokens) result array and each row's write position."""
+    """The (num_samples, max_new_tokens) result array and each row's write position.
 
-    def __init__(self, num_samples: int, max_new_tokens: int, eos_token_id: int | None, device) -> None:
+    A row ends at its first EOS or request stop token (emitted, then padding) and after ``max_tokens`` emitted tokens
+    (``max_new_tokens`` by default): the stop rule holds inside a round's block, not only at its end.  The stop-rule
+    mutants (:mod:`verifier.decoders.stop_mutants`) override :meth:`_stop_cut` / :meth:`_room`.
+    """
+
+    def __init__(self, num_samples: int, max_new_tokens: int, eos_token_id: int | None, device,
+                 stop_token_ids: Sequence[int] = (), max_tokens: int | None = None) -> None:
         self.tokens = torch.full((num_samples, max_new_tokens), PADDING_TOKEN_ID, dtype=torch.int64, device=device)
         self.origins = torch.full((num_samples, max_new_tokens), PADDING_TOKEN_ID, dtype=torch.int8, device=device)
         self.written = torch.zeros(num_samples, dtype=torch.int64, device=device)
         self.max_new_tokens = max_new_tokens
+        self.limit = max_new_tokens if max_tokens is None else max_tokens  # the request's max_tokens
         self.eos_token_id = eos_token_id
+        ends = set(stop_token_ids) | ({eos_token_id} if eos_token_id is not None else set())
+        self.stop_ids = torch.tensor(sorted(ends), dtype=torch.int64, device=device)
+        self.eos_ids = torch.tensor([] if eos_token_id is None else [eos_token_id], dtype=torch.int64, device=device)
+
+    def _stop_cut(self, emitted: torch.Tensor, count: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(count cut after the first EOS or stop token among the first ``count``, whether one was written)."""
+        cols = torch.arange(emitted.shape[1], device=emitted.device)[None]
+        is_end = torch.isin(emitted, self.stop_ids) & (cols < count[:, None])
+        hit = is_end.any(dim=1)
+        return torch.where(hit, is_end.to(torch.int8).argmax(dim=1) + 1, count), hit
+
+    def _room(self, written: torch.Tensor) -> torch.Tensor:
+        """Tokens a row may still take: up to the request's limit."""
+        return self.limit - written
 
     def write(self, rows: torch.Tensor, emitted: torch.Tensor, count: torch.Tensor,
               origins: torch.Tensor | None = None) -> torch.Tensor:
-        """Append the first ``count`` tokens of ``emitted`` (active, m) to ``rows``; cut at EOS and at
-        ``max_new_tokens``.  Returns a bool (active,) mask of rows that are now finished."""
+        """Append the first ``count`` tokens of ``emitted`` (active, m) to ``rows``; cut at EOS, at a stop
+        token and at the limit.  Returns a bool (active,) mask of rows that are now finished."""
         m = emitted.shape[1]
         cols = torch.arange(m, device=emitted.device)[None]
-        hit_eos = torch.zeros_like(count, dtype=torch.bool)
-        if self.eos_token_id is not None:
-            is_eos = (emitted == self.eos_token_id) & (cols < count[:, None])
-            hit_eos = is_eos.any(dim=1)
-            count = torch.where(hit_eos, is_eos.to(torch.int8).argmax(dim=1) + 1, count)
+        count, hit_eos = self._stop_cut(emitted, count)
         written = self.written[rows]
-        count = torch.minimum(count, self.max_new_tokens - written)
+        count = torch.minimum(torch.minimum(count, self._room(written)), self.max_new_tokens - written)
         take = cols < count[:, None]
         r = rows[:, None].expand(-1, m)[take]
         self.tokens[r, (written[:, None] + cols).expand_as(take)[take]] = emitted[take]
         if origins is not None:  # DecoderStats.origins: where each emitted token came from
             self.origins[r, (written[:, None] + cols).expand_as(take)[take]] = origins[take]
         self.written[rows] = written + count
-        return hit_eos | (written + count >= self.max_new_tokens)
+        return hit_eos | (written + count >= self.limit)
 
 
 class AncestralDecoder:
@@ -174,22 +192,32 @@ class AncestralDecoder:
         fresh draw per row; the stream mutants (:mod:`verifier.decoders.stream_mutants`) override it."""
         return torch.rand(rows.numel(), dtype=torch.float64, device=self.device, generator=gen)
 
+    def _output(self, num_samples: int, max_new_tokens: int, stop_token_ids: tuple[int, ...],
+                max_tokens: int | None) -> _Output:
+        """The result array and its stop rule (one token a step: the cut is the same per step or per round)."""
+        return _Output(num_samples, max_new_tokens, self.eos_token_id, self.device, stop_token_ids, max_tokens)
+
     @torch.no_grad()
     def generate(self, prompt_ids: Sequence[int], num_samples: int, max_new_tokens: int,
-                 sampling: SamplingConfig, seed: int) -> np.ndarray:
+                 sampling: SamplingConfig, seed: int, *, stop_token_ids: Sequence[int] = (),
+                 max_tokens: int | None = None) -> np.ndarray:
         """Sample ``num_samples`` continuations of ``prompt_ids`` from the target.
+
+        ``stop_token_ids`` / ``max_tokens``: the request's stop rule, as for :meth:`SpeculativeDecoder.generate`.
 
         Returns
         -------
         np.ndarray, shape (num_samples, max_new_tokens), int64
-            Emitted tokens, ``-1`` after EOS.
+            Emitted tokens, ``-1`` after EOS (or a stop token, or ``max_tokens`` tokens).
 
         Raises
         ------
         InvalidArgumentError
-            Bad prompt (empty, out-of-vocabulary id), counts < 1, seed < 0, or not a SamplingConfig.
+            Bad prompt (empty, out-of-vocabulary id), counts < 1, seed < 0, not a SamplingConfig, or a bad stop
+            rule (:func:`verifier.validation.check_stop_rule`).
         """
         prompt = _generate_iv(prompt_ids, num_samples, max_new_tokens, sampling, seed, self.vocab_size, self.min_prompt_len)
+        stops, limit = check_stop_rule(stop_token_ids, max_tokens, max_new_tokens=max_new_tokens, vocab_size=self.vocab_size)
         t0 = time.perf_counter()
         gen = torch.Generator(device=self.device).manual_seed(int(seed))
         runner = CacheRunner(self.target, self.device, reserve_columns=len(prompt) + max_new_tokens)  # one column a step
@@ -197,7 +225,7 @@ class AncestralDecoder:
         rows = torch.arange(num_samples, device=self.device)
         live = torch.ones(num_samples, dtype=torch.bool, device=self.device)
         pending = torch.full((num_samples,), prompt[-1], dtype=torch.int64, device=self.device)
-        out = _Output(num_samples, max_new_tokens, self.eos_token_id, self.device)
+        out = self._output(num_samples, max_new_tokens, stops, limit)
         use_seen = sampling.repetition_penalty is not None
         seen = _one_hot_seen(prompt, num_samples, self.vocab_size, self.device) if use_seen else None
         steps = 0
@@ -359,9 +387,15 @@ class SpeculativeDecoder:
                                     torch.where(cols == retained[:, None], last, torch.full_like(last, 3)))
         return emitted
 
+    def _output(self, num_samples: int, max_new_tokens: int, stop_token_ids: tuple[int, ...],
+                max_tokens: int | None) -> _Output:
+        """The result array and its stop rule (the stop-rule mutants return one that checks it only per round)."""
+        return _Output(num_samples, max_new_tokens, self.eos_token_id, self.device, stop_token_ids, max_tokens)
+
     @torch.no_grad()
     def generate(self, prompt_ids: Sequence[int], num_samples: int, max_new_tokens: int,
-                 sampling: SamplingConfig, seed: int) -> np.ndarray:
+                 sampling: SamplingConfig, seed: int, *, stop_token_ids: Sequence[int] = (),
+                 max_tokens: int | None = None) -> np.ndarray:
         """Sample ``num_samples`` continuations of ``prompt_ids`` by speculative decoding.
 
         Parameters
@@ -375,18 +409,26 @@ class SpeculativeDecoder:
         sampling : SamplingConfig
         seed : int
             Seeds a ``torch.Generator`` on the models' device; same seed, same array.
+        stop_token_ids : sequence of int, default ()
+            The request's stop tokens beside EOS: a row ends at the first one it emits (emitted, then padding),
+            also inside a round's accepted block (issue 29, bug kind 5).
+        max_tokens : int or None, default None
+            The request's length limit, at most ``max_new_tokens``: a row holds at most this many tokens, also
+            when the last round's block would run past it.  None: ``max_new_tokens``.
 
         Returns
         -------
         np.ndarray, shape (num_samples, max_new_tokens), int64
-            Emitted tokens, ``-1`` after EOS (EOS itself is emitted).
+            Emitted tokens, ``-1`` after EOS (EOS itself is emitted), a stop token or ``max_tokens`` tokens.
 
         Raises
         ------
         InvalidArgumentError
-            Bad prompt, counts < 1, seed < 0, or ``sampling`` not a SamplingConfig.
+            Bad prompt, counts < 1, seed < 0, ``sampling`` not a SamplingConfig, or a bad stop rule
+            (:func:`verifier.validation.check_stop_rule`).
         """
         prompt = _generate_iv(prompt_ids, num_samples, max_new_tokens, sampling, seed, self.vocab_size, self.min_prompt_len)
+        stops, limit = check_stop_rule(stop_token_ids, max_tokens, max_new_tokens=max_new_tokens, vocab_size=self.vocab_size)
         t0 = time.perf_counter()
         dev = self.device
         gen = torch.Generator(device=dev).manual_seed(int(seed))
@@ -405,7 +447,7 @@ class SpeculativeDecoder:
             st["seen"] = _one_hot_seen(prompt, num_samples, self.vocab_size, dev)
         rows = torch.arange(num_samples, device=dev)  # original index of each batch row
         live = torch.ones(num_samples, dtype=torch.bool, device=dev)  # finished rows idle until dropped
-        out = _Output(num_samples, max_new_tokens, self.eos_token_id, dev)
+        out = self._output(num_samples, max_new_tokens, stops, limit)
         accepted_counts, first_round = [], None
         while rows.numel():
             emitted = self._round(st, sampling, gen)

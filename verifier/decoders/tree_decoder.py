@@ -45,6 +45,7 @@ from verifier.exact.tree_rules import PROPOSALS, get_tree_rule
 from verifier.exact.tree_shape import bfs_nodes, parse_tree, tree_depth, tree_label
 from verifier.protocols import PADDING_TOKEN_ID, DecoderStats
 from verifier.sampling import SamplingConfig, processed_probs
+from verifier.validation import check_stop_rule
 
 __all__ = ["TreeDecoder", "TreeCacheRunner", "tree_attention_mask"]
 
@@ -329,7 +330,8 @@ class TreeDecoder:
 
     @torch.no_grad()
     def generate(self, prompt_ids: Sequence[int], num_samples: int, max_new_tokens: int,
-                 sampling: SamplingConfig, seed: int) -> np.ndarray:
+                 sampling: SamplingConfig, seed: int, *, stop_token_ids: Sequence[int] = (),
+                 max_tokens: int | None = None) -> np.ndarray:
         """Sample ``num_samples`` continuations of ``prompt_ids`` by tree speculative decoding.
 
         Parameters
@@ -343,6 +345,8 @@ class TreeDecoder:
         sampling : SamplingConfig
         seed : int
             Seeds a ``torch.Generator`` on the models' device (drafting and verification).
+        stop_token_ids, max_tokens
+            The request's stop rule, as for :meth:`verifier.decoders.SpeculativeDecoder.generate`.
 
         Returns
         -------
@@ -352,12 +356,13 @@ class TreeDecoder:
         Raises
         ------
         InvalidArgumentError
-            Bad prompt, counts < 1, seed < 0, ``sampling`` not a SamplingConfig, or children drawn
-            without replacement from draft rows with too few positive tokens.
+            Bad prompt, counts < 1, seed < 0, ``sampling`` not a SamplingConfig, a bad stop rule, or children
+            drawn without replacement from draft rows with too few positive tokens.
         DecoderOutputError
             The kernel returned the wrong shape.
         """
         prompt = _generate_iv(prompt_ids, num_samples, max_new_tokens, sampling, seed, self.vocab_size, self.min_prompt_len)
+        stops, limit = check_stop_rule(stop_token_ids, max_tokens, max_new_tokens=max_new_tokens, vocab_size=self.vocab_size)
         t0 = time.perf_counter()
         dev, d = self.device, self.num_draft_tokens
         gen = torch.Generator(device=dev).manual_seed(int(seed))
@@ -371,7 +376,7 @@ class TreeDecoder:
         st["seen"] = _one_hot_seen(prompt, num_samples, self.vocab_size, dev) if sampling.repetition_penalty is not None else None
         rows = torch.arange(num_samples, device=dev)
         live = torch.ones(num_samples, dtype=torch.bool, device=dev)
-        out = _Output(num_samples, max_new_tokens, self.eos_token_id, dev)
+        out = _Output(num_samples, max_new_tokens, self.eos_token_id, dev, stops, limit)
         accepted_counts, emitted_counts, first_round = [], [], None
         row_rounds = torch.zeros(num_samples, dtype=torch.int64, device=dev)  # rounds and tokens per round summed, per row
         row_tokens = torch.zeros(num_samples, dtype=torch.int64, device=dev)

@@ -11,7 +11,8 @@ sets are independent samples) and ranked once more, which gives the decoder's se
 per-set decisions say under which sampling configs the bias appears.  When the cells that look across rows
 (``collision``, ``serial``) rejected, the independence finding (:mod:`verifier.diagnose.independence`) is the
 diagnosis if no other cell rejected, else it leads the sentence (a certain finding, which can also make the
-single-row cells reject) and the per-row diagnosis follows it.
+single-row cells reject) and the per-row diagnosis follows it.  Likewise the stop-rule finding
+(:mod:`verifier.diagnose.stoprule`) when the deterministic ``stop-rule`` cell rejected.
 """
 
 from __future__ import annotations
@@ -99,7 +100,8 @@ def load_tokens(store, plan, *, with_calls: bool = False, pair=None):
             continue
         toks.append(np.asarray(shard.tokens, dtype=np.int64) if pair is None else store.check_tokens(
             plan.set_id, i, shard, max_new_tokens=plan.max_new_tokens, vocab_size=pair.vocab_size,
-            eos_token_id=pair.eos_token_id))
+            eos_token_id=pair.eos_token_id, stop_token_ids=plan.decoder.stop_token_ids,
+            max_tokens=plan.decoder.max_tokens))
         origins.append(getattr(shard, "origins", None))
         calls.append(np.full(len(toks[-1]), i, dtype=np.int64))
     tokens = np.concatenate(toks) if toks else np.zeros((0, plan.max_new_tokens), dtype=np.int64)
@@ -162,11 +164,21 @@ def _diagnose_decoders(report, plans, pairs, store, decoders, with_fits, log) ->
 def _diagnose_names(report, plans, pairs, store, names, verdicts, with_fits, log, bar) -> dict[str, Any]:
     from verifier.diagnose.glossary import mechanism_entries
     from verifier.diagnose.independence import INDEPENDENCE_STATUS, independence_finding
+    from verifier.diagnose.stoprule import STOP_STATUS, stop_finding
 
     out = []
     for name in names:
         bar.set_postfix_str(name)
         biased = verdicts.get(name) == DIAGNOSED_VERDICT
+        stop = stop_finding(name, report.get("cells", []))  # the stop-rule cell rejected (issue 29, kind 5)
+        if stop is not None and stop["marginal_clean"]:  # every token up to the stop is right: no per-row law to rank
+            for _ in _counted((p for p in plans if p.decoder.name == name), bar):
+                pass
+            out.append({"decoder": name, "verdict": verdicts.get(name), "sets": [], "status": STOP_STATUS,
+                        "sentence": stop["sentence"], "stop_rule": stop})
+            if log:
+                log(f"diagnosis {name}: {stop['sentence']}")
+            continue
         finding = independence_finding(name, report.get("cells", []))  # collision / serial cells rejected
         if finding is not None and finding["marginal_clean"]:  # each row alone is right: no per-row law to rank
             for _ in _counted((p for p in plans if p.decoder.name == name), bar):
@@ -262,6 +274,9 @@ def _diagnose_names(report, plans, pairs, store, names, verdicts, with_fits, log
         if finding is not None:  # the rows are also not independent (verifier.diagnose.independence)
             item["independence"] = finding
             item["sentence"] = f"{finding['sentence']}: {item['sentence']}"  # the certain finding first
+        if stop is not None:  # rows also run past their stop (verifier.diagnose.stoprule): certain, so first
+            item["stop_rule"] = stop
+            item["sentence"] = f"{stop['sentence']}: {item['sentence']}"
         if log:
             log(f"diagnosis {name}: {item['sentence']}")
         out.append(item)

@@ -10,6 +10,7 @@ from verifier.exact.laws import accepted_count_law, marginal, n_token_law, round
 from verifier.exact.rules import RULES, Rule, get_rule, residual
 from verifier.exact.stage import ExactFinding, RuleVerdict, rule_verdicts, run_exact_stage
 from verifier.exact.step import StepLaw, step_law
+from verifier.exact.stop import stop_position_law, stop_position_of, stop_violation_prob
 from verifier.exact.tabular import TabularLM, as_fraction_probs
 
 __all__ = [
@@ -35,6 +36,9 @@ __all__ = [
     "standard_cases",
     "standard_tabular_pairs",
     "step_law",
+    "stop_position_law",
+    "stop_position_of",
+    "stop_violation_prob",
     "target_law",
     "total_variation",
     "unigram_case",

@@ -208,6 +208,10 @@ def cell_legend(report: dict) -> dict[str, list[tuple[str, str]]]:
         "greedy": ("greedy", "temperature 0: every row must equal the target's greedy output"),
         "collision@": ("collision@1..J", "identical disjoint pairs of rows (first J tokens) against the law's collision "
                        "probability: shared or correlated randomness across rows"),
+        "stop-rule": ("stop-rule", "every row checked: no token after its first stop token or EOS, none past max_tokens "
+                      "(one violating row is BIAS)"),
+        "stop-position@": ("stop-position@1..L", "chi-square of the stopping position (first stop token or EOS within "
+                           "max_tokens = L, or none) against its exact law"),
     }
     for c in report.get("cells", []):
         t = c.get("test", "")

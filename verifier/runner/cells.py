@@ -4,8 +4,8 @@
 * :func:`expected_laws` / :func:`accepted_law` -- the expected laws (:mod:`verifier.runner.expected`),
   cached in the context and enumerated before sampling by :func:`expected_preflight`;
 * :func:`set_cells` -- the bias cells of one sample set (``gof@t``, ``joint@1..J``,
-  ``surprisal@1..J``, ``pit``, ``collision@1..J``, ``serial@1``; ``greedy`` at temperature 0) and :func:`count_cells`
-  their number,
+  ``surprisal@1..J``, ``pit``, ``collision@1..J``, ``serial@1``, ``stop-rule`` and ``stop-position@1..L``
+  (:mod:`verifier.runner.stop`); ``greedy`` at temperature 0) and :func:`count_cells` their number,
   which never depends on the decoder's ``last_stats``;
 * :func:`acceptance_cells` -- the acceptance audit and, where declared, the conformance cell;
 * :func:`tv_cells` -- the TV cells as (plan, label, law, tokens -> category ids), for monitors such
@@ -19,14 +19,14 @@ from typing import Callable
 import numpy as np
 
 from verifier.errors import ConfigError
-from verifier.runner import acceptance, analysis, expected, greedy, pitscore
+from verifier.runner import acceptance, analysis, expected, greedy, pitscore, stop
 from verifier.runner.context import SuiteContext
 from verifier.runner.models import LoadedPair
 from verifier.runner.plan import SampleSetPlan
 from verifier.runner.seeds import stream_seed
 
-__all__ = ["position_plan", "expected_laws", "accepted_law", "expected_preflight", "set_cells", "acceptance_cells",
-           "token_labeler", "count_cells", "tv_cells"]
+__all__ = ["position_plan", "expected_laws", "accepted_law", "stop_law", "expected_preflight", "set_cells",
+           "acceptance_cells", "token_labeler", "count_cells", "tv_cells"]
 
 
 def position_plan(plan: SampleSetPlan) -> tuple[list[int], int]:
@@ -71,6 +71,24 @@ def accepted_law(ctx: SuiteContext, plan: SampleSetPlan) -> np.ndarray | None:
     return ctx.expected_cache[key]
 
 
+def stop_limit(plan: SampleSetPlan) -> int:
+    """The request's length limit of a sample set: ``max_tokens``, else ``max_new_tokens``."""
+    return plan.decoder.max_tokens or plan.max_new_tokens
+
+
+def stop_law(ctx: SuiteContext, plan: SampleSetPlan) -> stop.StopLaw | None:
+    """The law of the stopping position (:func:`verifier.runner.stop.stop_position_law`); None without a ``stop`` test."""
+    if "stop" not in plan.decoder.tests or plan.sampling.greedy:
+        return None
+    pair = ctx.pairs[plan.pair]
+    ends = stop.stop_ends(plan.decoder.stop_token_ids, pair.eos_token_id)
+    key = ("stop", plan.pair, plan.prompt_ids, plan.sampling, tuple(ends.tolist()), stop_limit(plan))
+    if key not in ctx.expected_cache:
+        ctx.expected_cache[key] = stop.stop_position_law(pair.reference, plan.prompt_ids, plan.sampling, ends,
+                                                         stop_limit(plan))
+    return ctx.expected_cache[key]
+
+
 def expected_preflight(ctx: SuiteContext) -> None:
     """Enumerate every expected law before sampling: a law too large to enumerate is a
     ConfigError (exit 2) before any sample is drawn, not after."""
@@ -78,6 +96,7 @@ def expected_preflight(ctx: SuiteContext) -> None:
         try:
             expected_laws(ctx, plan)
             accepted_law(ctx, plan)
+            stop_law(ctx, plan)
         except ConfigError as exc:
             raise ConfigError(f"decoders[{plan.decoder.name}] ({plan.label}): {exc}") from None
 
@@ -143,6 +162,15 @@ def set_cells(ctx: SuiteContext, plan: SampleSetPlan, tokens: np.ndarray,
         srng = np.random.default_rng(stream_seed(suite.seed, "serial|" + plan.key))  # independent of the decoder
         cells.append(analysis.serial_cell(f"{base}/serial@1", tokens[:, 0], expected_laws(ctx, plan).marginals[1], rng=srng,
                                           cell_alpha=alpha, power=power, label_fn=tok_label, test="serial@1", **meta))
+    if "stop" in spec.tests:  # the request's stop rule (issue 29, bug kind 5)
+        ends = stop.stop_ends(spec.stop_token_ids, pair.eos_token_id)
+        limit = stop_limit(plan)
+        cells.append(stop.stop_rule_cell(f"{base}/stop-rule", tokens, ends, limit, power=power, cell_alpha=alpha,
+                                         test="stop-rule", **meta))
+        srng = np.random.default_rng(stream_seed(suite.seed, "stop|" + plan.key))  # independent of the decoder
+        cells.append(stop.stop_position_cell(f"{base}/stop-position@1..{limit}", tokens, stop_law(ctx, plan), ends,
+                                             cell_alpha=alpha, power=power, rng=srng, target_mde=suite.stats.target_mde,
+                                             test=f"stop-position@1..{limit}", **meta))
     if "pit" in spec.tests:
         u_parts, violations = [], []
         vrng = np.random.default_rng(stream_seed(suite.seed, "pit|" + plan.key))  # independent of the decoder
@@ -224,6 +252,7 @@ def count_cells(plan: SampleSetPlan) -> int:
     n += int("joint" in spec.tests and plan.max_new_tokens >= spec.joint_tokens)
     n += int("surprisal" in spec.tests) + int("pit" in spec.tests)
     n += int("collision" in spec.tests and plan.max_new_tokens >= 1) + int("serial" in spec.tests)
+    n += 2 * int("stop" in spec.tests)  # stop-rule and stop-position@1..L
     return n
 
 

@@ -11,6 +11,7 @@ from verifier.errors import DecoderError
 from verifier.runner import guards
 from verifier.runner.models import LoadedPair, check_context_fits, encode_prompt, load_pair
 from verifier.runner.plan import build_decoder, plan_sample_sets
+from verifier.runner.stop import check_stop_specs, decoder_takes_stop
 from verifier.suite.schema import Suite
 
 __all__ = ["SuiteContext"]
@@ -57,6 +58,7 @@ class SuiteContext:
                 ids[(d.models, prompt)] = encode_prompt(suite.prompts[prompt], self.pairs[d.models])
                 check_context_fits(self.pairs[d.models], ids[(d.models, prompt)], d.max_new_tokens, max(d.num_draft_tokens),
                                    f"decoders[{d.name}] with prompts.{prompt}")
+        check_stop_specs(suite, self.pairs)  # stop ids inside the vocabulary; a `stop` test that can stop a row
         self.plans = plan_sample_sets(suite, ids, {name: pair.vocab_size for name, pair in self.pairs.items()})
         self._decoders: dict[tuple[str, int], Any] = {}
         self.run_dir: Path | None = None  # set by the sampling stage: decoders with bind_run_dir() persist there
@@ -68,6 +70,7 @@ class SuiteContext:
         if key not in self._decoders:
             self._decoders[key] = build_decoder(spec, self.pairs[spec.models], num_draft_tokens, f"decoders[{spec.name}]",
                                                 base_dir=self.suite.base_dir)
+            decoder_takes_stop(spec, self._decoders[key])  # a stop rule needs generate(..., stop_token_ids=, max_tokens=)
             bind = getattr(self._decoders[key], "bind_run_dir", None)
             if self.run_dir is not None and callable(bind):  # e.g. a URL audit's response journal
                 bind(self.run_dir)

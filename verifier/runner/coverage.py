@@ -89,6 +89,10 @@ def pass_reason(cells: Sequence[Any], method: str, target_mde: float, max_new_to
             joint = max(joint, int(m["last"] or m["first"]))
     covered = set(gof) | set(range(1, joint + 1))
     parts = []
+    stops = [c for c in cells if (c.test or "").startswith("stop-position@") and c.effect_unit == "tv" and c.n > 0]
+    if stops:  # verifier.runner.stop: the law of the stopping position, and every row's stop rule beside it
+        parts.append("the law of the stopping position (first stop token or EOS, or none within max_tokens)"
+                     + (", and no row broke the stop rule" if any(c.test == "stop-rule" for c in cells) else ""))
     if whole:
         parts.append("every token (exact match of every row against the target's greedy output)")
     if gof:
@@ -96,7 +100,7 @@ def pass_reason(cells: Sequence[Any], method: str, target_mde: float, max_new_to
     if joint:
         parts.append(f"the joint law of tokens 1..{joint}")
     text = f"no cell rejected at {method}; no bias >= TV {target_mde:g} in " + " and ".join(parts)
-    if whole:
+    if whole or (stops and not covered):  # stop cells only: the stopping position is what they cover
         return text
     pit = [c for c in cells if c.test == "pit" and c.n > 0 and c.mde is not None]
     later = (sorted(set(range(1, max_new_tokens + 1)) - covered) if max_new_tokens else None)

@@ -99,7 +99,8 @@ def _estimate(decoder: Any, plan: Any) -> float:
     probe calls (after a 1-row warm-up call: first-call set-up is no per-chunk cost)."""
     def timed(rows: int) -> float:
         t = time.perf_counter()
-        decoder.generate(list(plan.prompt_ids), rows, plan.max_new_tokens, plan.sampling, plan.chunk_seed(0))
+        decoder.generate(list(plan.prompt_ids), rows, plan.max_new_tokens, plan.sampling, plan.chunk_seed(0),
+                         **plan.stop_kwargs())
         return time.perf_counter() - t
 
     timed(1)

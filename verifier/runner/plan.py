@@ -60,7 +60,14 @@ class SampleSetPlan:
             "sampling_name": self.sampling_name, "num_draft_tokens": self.num_draft_tokens,
             "max_new_tokens": self.max_new_tokens, "samples": self.samples, "chunk_size": self.chunk_size,
             "num_chunks": self.num_chunks,
+            **({"stop_token_ids": list(self.decoder.stop_token_ids), "max_tokens": self.decoder.max_tokens}
+               if self.decoder.has_stop_rule else {}),
         }
+
+    def stop_kwargs(self) -> dict[str, Any]:
+        """The keywords ``generate`` gets for the request's stop rule (empty without one: the plain protocol call)."""
+        d = self.decoder
+        return {"stop_token_ids": list(d.stop_token_ids), "max_tokens": d.max_tokens} if d.has_stop_rule else {}
 
 
 def plan_sample_sets(suite: Suite, prompt_ids: dict[tuple[str, str], tuple[int, ...]],
@@ -92,7 +99,7 @@ def plan_sample_sets(suite: Suite, prompt_ids: dict[tuple[str, str], tuple[int, 
                         f"decoder={d.name}", f"impl={d.decoder}", f"options={json.dumps(d.options, sort_keys=True)}",
                         f"models={d.models}", f"prompt={list(ids)}", f"sampling={json.dumps(sampling.to_dict(), sort_keys=True)}",
                         f"k={k}", f"max_new_tokens={d.max_new_tokens}", f"chunk_size={chunk}",
-                    ])
+                    ] + ([f"stop_token_ids={list(d.stop_token_ids)}", f"max_tokens={d.max_tokens}"] if d.has_stop_rule else []))
                     label = f"{d.name}_{prompt}_{sname}_k{k}"
                     plans.append(SampleSetPlan(
                         decoder=d, pair=d.models, prompt=prompt, prompt_ids=ids, sampling_name=sname,

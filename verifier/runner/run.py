@@ -235,10 +235,13 @@ def _sample(ctx: SuiteContext, store: SampleStore, progress: bool, log: Callable
                 try:
                     decoder = ctx.decoder(spec, plan.num_draft_tokens)
                     try:
+                        stop_kw = plan.stop_kwargs()  # the request's stop rule, only where the suite sets one
                         call = (f"{spec.name}: generate(prompt_ids={list(plan.prompt_ids)[:8]}, num_samples={rows}, "
-                                f"max_new_tokens={plan.max_new_tokens}, sampling={plan.sampling.label()}, seed={seed})")
+                                f"max_new_tokens={plan.max_new_tokens}, sampling={plan.sampling.label()}, seed={seed}"
+                                + "".join(f", {k}={v}" for k, v in stop_kw.items()) + ")")
                         with call_deadline(call):  # --call-timeout (default: no limit)
-                            out = decoder.generate(list(plan.prompt_ids), rows, plan.max_new_tokens, plan.sampling, seed)
+                            out = decoder.generate(list(plan.prompt_ids), rows, plan.max_new_tokens, plan.sampling, seed,
+                                                   **stop_kw)
                     except (DecoderError, ResourceError, KeyboardInterrupt):
                         raise
                     except CallTimeout as exc:
@@ -256,7 +259,8 @@ def _sample(ctx: SuiteContext, store: SampleStore, progress: bool, log: Callable
                         raise DecoderError(f"{spec.name} raised {type(exc).__name__}: {exc}{_where(exc)}") from exc
                     tokens = check_emitted_tokens(out, num_samples=rows, max_new_tokens=plan.max_new_tokens,
                                                   vocab_size=pair.vocab_size, eos_token_id=pair.eos_token_id,
-                                                  decoder_name=spec.name)
+                                                  decoder_name=spec.name, stop_token_ids=spec.stop_token_ids,
+                                                  max_tokens=spec.max_tokens)
                     _check_seed_used(seen_chunks, plan, index, seed, tokens, spec.name)
                     stats = plugin_attribute(decoder, "last_stats", None, decoder_name=spec.name)
                     fra = plugin_attribute(stats, "first_round_accepted", None, decoder_name=f"{spec.name}.last_stats")
@@ -317,7 +321,8 @@ def _load_set(store: SampleStore, plan: SampleSetPlan, pair,
             speculation.append(shard.meta.get("speculation"))
         chunks += 1
         toks.append(store.check_tokens(plan.set_id, i, shard, max_new_tokens=plan.max_new_tokens,
-                                       vocab_size=pair.vocab_size, eos_token_id=pair.eos_token_id))
+                                       vocab_size=pair.vocab_size, eos_token_id=pair.eos_token_id,
+                                       stop_token_ids=plan.decoder.stop_token_ids, max_tokens=plan.decoder.max_tokens))
         fra, acc = store.check_stats(plan.set_id, i, shard, num_draft_tokens=plan.num_draft_tokens)
         fras.append(fra)
         counts.append(acc)

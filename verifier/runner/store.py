@@ -119,13 +119,15 @@ class SampleStore:
             return None
 
     def check_tokens(self, set_id: str, chunk_index: int, shard: Shard, *, max_new_tokens: int, vocab_size: int,
-                     eos_token_id: int | None) -> np.ndarray:
+                     eos_token_id: int | None, stop_token_ids: tuple[int, ...] = (),
+                     max_tokens: int | None = None) -> np.ndarray:
         """The shard's tokens as int64 when they are what a decoder run writes (the checks of
         :func:`verifier.validation.check_emitted_tokens`, which every chunk passed before it was
         stored), else :class:`~verifier.errors.StoredSampleError` naming the chunk file.
 
         A stored chunk is an input read back, not a decoder's output: -1 rows or an id outside the
-        vocabulary mean the file changed after the run, so they must not become a verdict."""
+        vocabulary mean the file changed after the run, so they must not become a verdict.  ``stop_token_ids`` /
+        ``max_tokens``: the sample set's stop rule (padding may follow a stop token or the limit)."""
         from verifier.validation import check_emitted_tokens
 
         path = self.chunk_path(set_id, chunk_index)
@@ -136,7 +138,8 @@ class SampleStore:
                                          f"integer array (rows, max_new_tokens={max_new_tokens})")
             return check_emitted_tokens(tokens.astype(np.int64, copy=False), num_samples=len(tokens),
                                         max_new_tokens=max_new_tokens, vocab_size=vocab_size,
-                                        eos_token_id=eos_token_id, decoder_name="it")
+                                        eos_token_id=eos_token_id, decoder_name="it",
+                                        stop_token_ids=stop_token_ids, max_tokens=max_tokens)
         except DecoderOutputError as exc:
             what = str(exc).replace("it returned invalid output in ", "", 1).replace("it returned ", "", 1)
             raise StoredSampleError(

@@ -29,7 +29,10 @@ Schema (version 1)::
     [[decoders]]     name, decoder, expect, options, models, prompts, sampling, num_draft_tokens,
                      max_new_tokens, samples, chunk_size, tests, gof_positions, joint_tokens,
                      acceptance = "any" | "canonical" (declare the canonical min(1, p/q) rule: its
-                     first-round accepted-count law is then checked as acceptance rule conformance)
+                     first-round accepted-count law is then checked as acceptance rule conformance),
+                     stop_token_ids = [] (the request's stop tokens beside EOS), max_tokens (the request's
+                     length limit, <= max_new_tokens; default max_new_tokens): the stop rule passed to
+                     generate; with either set, tests = ["stop"] (the other cells' laws end rows at EOS only)
     [stats]          alpha = 1e-3, correction = "gate", target_mde = 0.1, power = 0.99
     [profiles.NAME]  sample_scale = 1.0, alpha, correction, target_mde
 """
@@ -64,9 +67,9 @@ __all__ = [
 ]
 
 SCHEMA_VERSION = 1  # bump when a key changes meaning; old files then fail with a clear message
-TEST_NAMES = ("gof", "joint", "surprisal", "pit", "collision", "serial", "accepted")  # per-sample-set statistics a decoder can ask for
+TEST_NAMES = ("gof", "joint", "surprisal", "pit", "collision", "serial", "stop", "accepted")  # per-sample-set statistics a decoder can ask for
 # without a `tests` key: the row-at-a-time cells and the acceptance audit; "collision" and "serial" look across rows
-# (independence of requests) and are opted into by name
+# (independence of requests) and "stop" at the request's stop rule (issue 29, bug kind 5): all three are opted into by name
 DEFAULT_TESTS = ("gof", "joint", "surprisal", "pit", "accepted")
 CORRECTIONS = ("gate", "audit")  # gate: Holm(alpha/2) + Cauchy combination(alpha/2); audit: Benjamini-Yekutieli (the cells share samples)
 EXPECTATIONS = ("pass", "detect")
@@ -131,11 +134,18 @@ class DecoderSpec:
     gof_positions: tuple[int, ...]
     joint_tokens: int = 2
     acceptance: str = "any"  # "canonical": the decoder declares the min(1, p/q) rule (verifier.runner.acceptance)
+    stop_token_ids: tuple[int, ...] = ()  # the request's stop tokens beside EOS (generate's stop_token_ids)
+    max_tokens: int | None = None  # the request's length limit (generate's max_tokens); None: max_new_tokens
     chunk_size_set: bool = True  # False: no chunk_size in the suite; the runner sizes chunks from V (verifier.runner.chunking)
 
     @property
     def is_plugin(self) -> bool:
         return bool(_MODULE_FACTORY.match(self.decoder))
+
+    @property
+    def has_stop_rule(self) -> bool:
+        """Whether ``generate`` gets a stop rule (``stop_token_ids`` or ``max_tokens``)."""
+        return bool(self.stop_token_ids) or self.max_tokens is not None
 
 
 @dataclass(frozen=True)
@@ -383,9 +393,26 @@ def _parse_decoder_grid(r: _Reader, base: Mapping[str, Any]) -> dict[str, Any]:
         r._fail(r.path("joint_tokens"), g["joint_tokens"], f"an integer in 2..{MAX_GOF_POSITION}")
     g["acceptance"] = r.get("acceptance", str, base.get("acceptance", "any"), " | ".join(map(repr, ACCEPTANCE_RULES)))
     _check_choice(r, "acceptance", g["acceptance"], ACCEPTANCE_RULES)
-    for key in ("prompts", "sampling", "num_draft_tokens", "tests", "gof_positions"):
+    _parse_stop_rule(r, base, g)
+    for key in ("prompts", "sampling", "num_draft_tokens", "tests", "gof_positions", "stop_token_ids"):
         _no_duplicates(r, key, g[key])
     return g
+
+
+def _parse_stop_rule(r: _Reader, base: Mapping[str, Any], g: dict[str, Any]) -> None:
+    """``stop_token_ids`` and ``max_tokens``: the request's stop rule (issue 29, bug kind 5); ids below the vocabulary
+    size are checked once the models are loaded (:mod:`verifier.runner.stop`)."""
+    g["stop_token_ids"] = r.get_list("stop_token_ids", int, base.get("stop_token_ids", []), "a list of token ids >= 0")
+    for t in g["stop_token_ids"]:
+        if t < 0:
+            r._fail(r.path("stop_token_ids"), g["stop_token_ids"], "a list of token ids >= 0")
+    g["max_tokens"] = r.get("max_tokens", int, base.get("max_tokens"), "an integer in 1..max_new_tokens")
+    if g["max_tokens"] is not None and not 1 <= g["max_tokens"] <= g["max_new_tokens"]:
+        r._fail(r.path("max_tokens"), g["max_tokens"], f"an integer in 1..max_new_tokens={g['max_new_tokens']} (the "
+                "request's length limit; max_new_tokens is the width of the returned array)")
+    if (g["stop_token_ids"] or g["max_tokens"] is not None) and list(g["tests"]) != ["stop"]:
+        r._fail(r.path("tests"), g["tests"], "['stop'] with stop_token_ids or max_tokens set (the other cells' laws end "
+                "rows at the model's EOS only); test the same decoder without a stop rule in another [[decoders]] entry")
 
 
 def _no_duplicates(r: _Reader, key: str, values: Any) -> None:
