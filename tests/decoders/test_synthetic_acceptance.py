@@ -113,3 +113,19 @@ def test_decoder_matches_the_exact_n_token_and_accepted_count_laws(rates, temper
     assert counts[~keep].sum() == 0
     assert stats.chisquare(counts[keep], expected[keep] * counts.sum() / expected[keep].sum()).pvalue > ALPHA
     assert decoder.settings["rates"] == [str(r) for r in rule.position_acceptance]
+
+
+def test_bad_rates_in_a_suite_are_exit_2_naming_the_decoder_and_the_value(tmp_path, capsys):
+    from verifier.cli import main
+
+    suite = tmp_path / "bad.toml"
+    suite.write_text('schema_version = 1\nname = "bad"\n[exact]\nenabled = false\n'
+                     '[models.tri]\ntarget = "tabular:trigram3"\ndraft = "tabular:trigram3"\n'
+                     '[prompts.p]\nids = [0, 1]\n[sampling.t1]\ntemperature = 1.0\n'
+                     '[defaults]\nmax_new_tokens = 3\nnum_draft_tokens = [2]\nsamples = 10\n'
+                     '[[decoders]]\nname = "synthetic"\ndecoder = "synthetic_acceptance"\noptions = { rates = [1.5] }\n'
+                     'expect = "detect"\n')
+    assert main(["run", str(suite), "--run-dir", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert "decoders[synthetic]" in err and "rates=[1.5] is invalid" in err and "Traceback" not in err
+    assert not (tmp_path / "run").exists()
