@@ -45,3 +45,22 @@ def test_fresh_target_match_is_loud_far_below_canonical_and_nonconforming_when_d
 def test_lossless_kernels_are_registered():
     assert KERNELS["fresh_target_match"] is fresh_target_match_kernel
     assert KERNELS["block_verification"] is block_verification_kernel
+
+
+def test_a_port_that_ignores_block_verification_is_caught_by_the_claimed_rules_acceptance_law():
+    """Issue 29 kind 6: a port configured for block verification that runs token-wise (the canonical kernel) is
+    lossless -- PASS -- but its accepted-count law is not block verification's: the claimed-rule check rejects it
+    (chi-square at alpha 1e-3, DRAWS draws, seed 0; the two accepted-count laws differ by TV 0.063 on chain-k4), and
+    the real block kernel under the same claim does not."""
+    from verifier.audit.kernel_report import kernel_audit_report, rule_accepted_count_law
+
+    cases = [c for c in CASES if c.num_draft_tokens >= 2
+             and rule_accepted_count_law("block_verification", c) != rule_accepted_count_law("canonical", c)]
+    assert cases
+    token_wise = [audit_kernel(verify_chain, c, num_draws=DRAWS, seed=0, alpha=1e-3, target_tv=TARGET_TV) for c in cases]
+    report = kernel_audit_report(token_wise, kernel="token-wise port", acceptance_rule="block_verification", target_tv=TARGET_TV)
+    assert report["verdict"] == "PASS"
+    assert min(c["acceptance"]["vs_rule_pvalue"] for c in report["cases"]) < 1e-3
+    block = [audit_kernel(block_verification_kernel, c, num_draws=DRAWS, seed=0, alpha=1e-3, target_tv=TARGET_TV) for c in cases]
+    report = kernel_audit_report(block, kernel="block", acceptance_rule="block_verification", target_tv=TARGET_TV)
+    assert all(c["acceptance"]["vs_rule_pvalue"] > 1e-3 for c in report["cases"])

@@ -29,7 +29,7 @@ RULES_WITHOUT_DECODER = [n for n, m in MECHANISMS.items() if m.kind == "rule" an
 
 def test_the_lists_cover_the_zoo():
     assert set(RULES_WITHOUT_DECODER) == {"softmax_residual", "shared_uniform"}
-    assert len(MODELLED_MUTANTS) == 13  # every registered mutant but degenerate_residual_div0 (= canonical with float64 probs)
+    assert len(MODELLED_MUTANTS) == 14  # every registered mutant but degenerate_residual_div0 (= canonical with float64 probs)
     assert {"kv_not_rolled_back", "batch_cross_talk"} <= set(MODELLED_MUTANTS)
 
 

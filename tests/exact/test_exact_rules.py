@@ -24,6 +24,7 @@ EXPECTED_RULES = {
     "typical_acceptance": "lossy",
     "accept_all": "biased",  # issue 26: "every draft accepted" is a mechanism of its own
     "residual_by_index": "biased",  # issue 26: llama.cpp's second defect
+    "synthetic_acceptance": "lossy",  # issue 29 kind 6: a benchmarking mode (fixed acceptance) left on
 }
 
 

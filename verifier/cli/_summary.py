@@ -7,7 +7,8 @@ from typing import Any
 
 def acceptance_lines(decoder: dict[str, Any]) -> list[str]:
     """Lines about acceptance beside a decoder's verdict: conformance when declared, every loud
-    (far below canonical, above the coupling bound) note, else, for a ``pass`` decoder, the efficiency figure of its least
+    (far below canonical, above the coupling bound) note, the acceptance fingerprint of a fixed (synthetic)
+    acceptance mode, else, for a ``pass`` decoder, the efficiency figure of its least
     efficient sample set."""
     lines = []
     conf = decoder.get("acceptance_conformance")
@@ -19,6 +20,9 @@ def acceptance_lines(decoder: dict[str, Any]) -> list[str]:
 
         lines.append(describe(decoder["speculation"]))
         audits = [a for a in audits if a.get("reported", True) is not False and "NO STATISTICS" not in str(a.get("note"))]
+    fixed = decoder.get("acceptance_fingerprint") or {}
+    if fixed.get("flagged"):  # one line for the decoder (its sets' notes only point at it)
+        lines.append(f"acceptance fingerprint: {fixed['note']}")
     loud = [a for a in audits if a.get("far_below") or a.get("above_bound")]
     if loud:
         lines += [f"acceptance ({a['label']}): {a['note']}" for a in loud]

@@ -42,6 +42,8 @@ __all__ = [
     "degenerate_residual_div0_kernel",
     "accept_all_kernel",
     "residual_by_index_kernel",
+    "synthetic_acceptance_kernel",
+    "make_synthetic_acceptance_kernel",
     "KERNELS",
 ]
 
@@ -351,6 +353,50 @@ def residual_by_index_kernel(target_probs, draft_probs, draft_token_ids, generat
     return _chain(*args, generator, recover_rule=residual_by_index)
 
 
+def make_synthetic_acceptance_kernel(rates=None) -> Callable:
+    """Declared lossy: a "synthetic acceptance" benchmarking mode (vLLM ``rejection_sample_method = "synthetic"``;
+    exact rule ``synthetic_acceptance``): draft j is accepted iff ``u_j < rates[j - 1]`` whatever p and q are
+    (positions beyond ``rates`` take its last entry); the recovered token ~ residual (p where it is empty), the bonus
+    from target row k.  Biased wherever the fixed rate is not the canonical ``min(1, p/q)`` (any T, first position).
+
+    Parameters
+    ----------
+    rates : sequence of float in [0, 1], optional
+        Conditional acceptance per draft position; default :data:`verifier.exact.rules.SYNTHETIC_RATES` (0.8, 0.6).
+
+    Returns
+    -------
+    callable
+        A :class:`~verifier.protocols.VerificationKernel` with ``name`` and ``settings`` (``{"rates": [...]}``).
+
+    Raises
+    ------
+    InvalidArgumentError
+        ``rates`` empty or holding a value outside [0, 1] (checked by the exact rule's factory).
+    """
+    from verifier.exact.rules import SYNTHETIC_RATES, synthetic_acceptance
+
+    fixed = synthetic_acceptance(SYNTHETIC_RATES if rates is None else rates).position_acceptance
+    values = [float(r) for r in fixed]
+
+    def accept(p, q, ids, u):
+        k = ids.shape[1]
+        c = torch.tensor([values[min(j, len(values) - 1)] for j in range(k)], dtype=torch.float64, device=u.device)
+        return u < c[None]  # BUG (by design): no p, no q
+
+    def synthetic_acceptance_kernel(target_probs, draft_probs, draft_token_ids, generator):
+        args = _verify_chain_iv(target_probs, draft_probs, draft_token_ids, generator)
+        return _chain(*args, generator, accept_rule=accept)
+
+    synthetic_acceptance_kernel.name = "synthetic_acceptance"
+    synthetic_acceptance_kernel.settings = {"rates": [str(r) for r in fixed]}
+    synthetic_acceptance_kernel.__doc__ = make_synthetic_acceptance_kernel.__doc__
+    return synthetic_acceptance_kernel
+
+
+synthetic_acceptance_kernel = make_synthetic_acceptance_kernel()  # at the default rates (the exact rule's RULES entry)
+
+
 KERNELS: dict[str, Callable] = {
     "canonical": verify_chain,
     "full_p_fallback": full_p_fallback_kernel,
@@ -363,4 +409,5 @@ KERNELS: dict[str, Callable] = {
     "degenerate_residual_div0": degenerate_residual_div0_kernel,
     "accept_all": accept_all_kernel,
     "residual_by_index": residual_by_index_kernel,
+    "synthetic_acceptance": synthetic_acceptance_kernel,
 }

@@ -61,6 +61,13 @@ def _spec(kernel):
     return lambda target, draft, k, **options: SpeculativeDecoder(target, draft, k, kernel=kernel, **options)
 
 
+def _synthetic(target, draft, k, rates=None, **options):
+    """``synthetic_acceptance`` with option ``rates`` (conditional acceptance per draft position, default (0.8, 0.6))."""
+    decoder = SpeculativeDecoder(target, draft, k, kernel=K.make_synthetic_acceptance_kernel(rates), **options)
+    decoder.settings = {**decoder.settings, **decoder.kernel.settings}
+    return decoder
+
+
 def _cls(cls):
     return lambda target, draft, k, **options: cls(target, draft, k, **options)
 
@@ -126,6 +133,12 @@ _ENTRIES = [
                 "only when target and draft keep different token sets (top-k / top-p, zero probs), at the first "
                 "position already; identical to the reference when every prob is positive (T > 0, no filter)",
                 _spec(K.residual_by_index_kernel), K.residual_by_index_kernel),
+    DecoderSpec("synthetic_acceptance", "A synthetic-acceptance benchmarking mode left on (vLLM "
+                "rejection_sample_method='synthetic'): draft j accepted with a fixed probability (option rates, default "
+                "(0.8, 0.6)) whatever p and q are; recovered token ~ residual; declared lossy.", "lossy",
+                "any T wherever the fixed rate differs from the canonical min(1, p/q) (first position already); its "
+                "acceptance per position is the same in every sample set (prompt, T): the acceptance audit's "
+                "fingerprint", _synthetic, K.synthetic_acceptance_kernel),
     DecoderSpec("degenerate_residual_div0", "Normalises the residual by its sum with no fallback: an all-zero residual "
                 "becomes NaN and the recovered token is token 0.", "biased",
                 "only when a rejection meets an all-zero residual: target rows that do not sum to 1 (rounding, or "

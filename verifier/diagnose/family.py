@@ -47,6 +47,8 @@ def _changed(m: Mechanism) -> dict[str, object]:
             out[f] = getattr(m, f)
     if m.needs_raw or m.target != "p":
         out["view"] = (m.needs_raw, m.target)
+    if m.position_acceptance is not None:  # a fixed rate per round position (synthetic_acceptance)
+        out["position_acceptance"] = m.position_acceptance
     return out
 
 
@@ -73,8 +75,9 @@ def composite_names() -> tuple[str, ...]:
 def _overrides(ca: set[str], cb: set[str]) -> bool:
     """A's change makes a part B changes irrelevant: another processed view replaces B's acceptance / recovered law,
     and a shared uniform only couples acceptances whose rejection follows the residual rule (not one that replaces
-    both the acceptance and the recovered law)."""
-    return "view" in ca and bool({"acceptance", "recover"} & cb) or {"acceptance", "recover"} <= ca and "shared_uniform" in cb
+    both the acceptance and the recovered law, nor fixed per-position rates, which need a fresh uniform each)."""
+    return ("view" in ca and bool({"acceptance", "recover"} & cb) or {"acceptance", "recover"} <= ca and "shared_uniform" in cb
+            or "position_acceptance" in ca and "shared_uniform" in cb)
 
 
 def compose(a: Mechanism, b: Mechanism) -> Mechanism:

@@ -49,6 +49,10 @@ GLOSSARY: dict[str, str] = {
     "residual_by_index": "on rejection the residual subtracts the draft probability at the same array index of the "
                          "id-sorted candidate lists (llama.cpp), which is another token's once top-k / top-p keep "
                          "different token sets in the target and the draft.",
+    "synthetic_acceptance": "lossy by design, a benchmarking mode left on (vLLM's synthetic rejection sampling): each "
+                            "draft is accepted with a fixed probability per position whatever the target and draft "
+                            "probabilities are, so accepted drafts follow q, not p (the family holds it at the zoo's "
+                            "rates 0.8, 0.6; the acceptance audit's fingerprint finds any rates).",
     "draft_raw_q": "draft tokens are sampled from the processed draft distribution (temperature, top-k/top-p applied) "
                    "but the acceptance ratio and residual use the raw, unprocessed draft probabilities.",
     "target_unprocessed": "the target is verified, and the bonus token drawn, with default sampling parameters "

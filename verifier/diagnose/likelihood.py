@@ -193,7 +193,7 @@ def log_likelihood(mechanism: Mechanism, seqs: SequenceProbs, num_draft_tokens: 
                 if pred is not None:
                     pred += state_w[:, j:j + 1] * bonus
                 continue
-            acc_eff = acc
+            acc_eff = mechanism.acceptance_at(j, v, acc)  # a fixed rate per round position, else the hook's
             if mechanism.shared_uniform and j:
                 bound = thresholds[:, t - j:t].min(axis=1)[:, None]  # U < bound after j acceptances this round
                 with np.errstate(divide="ignore", invalid="ignore"):

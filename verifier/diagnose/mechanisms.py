@@ -129,6 +129,9 @@ class Mechanism:
     lead : int, default 0
         Plain target samples emitted before the first round (1: the first token comes from the target's prefill
         step, as in vLLM and llama.cpp; :mod:`verifier.diagnose.family`).
+    position_acceptance : tuple of float or None, default None
+        A fixed acceptance probability per round position (``synthetic_acceptance``: the exact rule's
+        ``position_acceptance``; positions beyond it take the last entry), replacing ``acceptance`` in the round.
     """
 
     name: str
@@ -146,7 +149,13 @@ class Mechanism:
     needs_raw: bool = False
     latent: bool = False
     lead: int = 0
+    position_acceptance: tuple[float, ...] | None = None
     aliases: tuple[str, ...] = field(default=())
+
+    def acceptance_at(self, accepted: int, v: Views, acceptance: np.ndarray) -> np.ndarray:
+        """Acceptance thresholds of the next draft after ``accepted`` drafts of the round (``acceptance`` = the hook's)."""
+        rates = self.position_acceptance
+        return acceptance if rates is None else np.full_like(v.p, rates[min(accepted, len(rates) - 1)])
 
     @property
     def kind(self) -> str:
@@ -155,8 +164,12 @@ class Mechanism:
 
 def _rule(name: str, **kw) -> Mechanism:
     r = RULES[name]
+    rates = None if r.position_acceptance is None else tuple(float(c) for c in r.position_acceptance)
     return Mechanism(name, r.declared, r.description, bonus_offset=r.bonus_offset, keep_suffix=r.keep_suffix,
-                     shared_uniform=r.shared_uniform, aliases=kw.pop("aliases", (name,)), **kw)
+                     shared_uniform=r.shared_uniform, position_acceptance=rates, aliases=kw.pop("aliases", (name,)), **kw)
+
+
+_SYNTHETIC_RATE_1 = float(RULES["synthetic_acceptance"].position_acceptance[0])
 
 
 MECHANISMS: dict[str, Mechanism] = {m.name: m for m in [
@@ -174,6 +187,7 @@ MECHANISMS: dict[str, Mechanism] = {m.name: m for m in [
     _rule("typical_acceptance", acceptance=lambda v: _typical(v.p), recover=lambda v: v.p),
     _rule("accept_all", acceptance=lambda v: np.ones_like(v.p), recover=lambda v: v.p),
     _rule("residual_by_index", recover=lambda v: _residual_by_index(v.p, v.q)),
+    _rule("synthetic_acceptance", acceptance=lambda v: np.full_like(v.p, _SYNTHETIC_RATE_1)),  # at the rule's default rates
     Mechanism("draft_raw_q", "biased", "the draft samples processed q, the ratio and residual use softmax(raw draft logits)",
               acceptance=lambda v: _ratio(v.p, v.q_raw), recover=lambda v: _residual(v.p, v.q_raw), needs_raw=True,
               aliases=("draft_raw_q",)),

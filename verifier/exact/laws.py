@@ -63,7 +63,7 @@ def _round_outcomes(target: TabularLM, draft: TabularLM, prefix: tuple[int, ...]
         for x, qx in enumerate(rule.propose(q)):  # draft token x proposed with probability qx
             if not qx:
                 continue
-            threshold = rule.acceptance(p, q, x)  # accept iff U < threshold
+            threshold = rule.acceptance_at(len(accepted) + 1, p, q, x)  # accept iff U < threshold
             if rule.shared_uniform:
                 accept, next_bound = min(threshold, uniform_bound) / uniform_bound, min(threshold, uniform_bound)
             else:

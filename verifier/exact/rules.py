@@ -29,6 +29,8 @@ Leviathan, Kalman, Matias (2023), "Fast Inference from Transformers via Speculat
 Algorithm 1 and Appendix A.1.  Chen et al. (2023), "Accelerating Large Language Model Decoding with
 Speculative Sampling", Algorithm 2.  Sun et al. (2024), "Block Verification Accelerates Speculative
 Decoding", arXiv:2403.10444, Algorithm 2 (``block_verification``).  Cai et al. (2024), "Medusa", section 2.3.1 (typical acceptance).
+vLLM 0.32.0 ``vllm/v1/sample/rejection_sampler.py`` (``rejection_sample_method = "synthetic"``, issue 29 kind 6:
+``synthetic_acceptance``).
 """
 
 from __future__ import annotations
@@ -51,6 +53,8 @@ __all__ = [
     "TYPICAL_DELTA",
     "SOFTMAX_DIGITS",
     "DECLARED_STATUSES",
+    "SYNTHETIC_RATES",
+    "synthetic_acceptance",
 ]
 
 Probs = Sequence[Fraction]
@@ -61,6 +65,9 @@ TYPICAL_DELTA = Fraction(3, 10)  # Medusa's default posterior_alpha
 SOFTMAX_DIGITS = 50  # significant digits of each exp() in the softmax-residual mutant
 BY_INDEX_TOLERANCE = Fraction(1, 10**9)  # residual_by_index: deficits <= this are 0 (= diagnose.mechanisms', kernels')
 TYPICAL_MAX_EXACT_DENOMINATOR = 10_000  # above: (p/delta)**D is too big to form; 60-digit logarithms decide instead
+# synthetic_acceptance's default conditional acceptance per draft position (1, 2, then the last repeats): a decaying
+# schedule as vLLM's synthetic mode draws (its decay factor >= 0.85 per position); any values work, see synthetic_acceptance
+SYNTHETIC_RATES = (Fraction(4, 5), Fraction(3, 5))
 
 
 @dataclass(frozen=True)
@@ -97,6 +104,11 @@ class Rule:
         iterator of ``(emitted tokens, accepted drafts, probability)`` replacing the per-position
         enumerator for whole rounds.  The per-position hooks then describe the rule at ``k = 1``
         (what :func:`verifier.exact.step_law` and the kernel audit use).
+    position_acceptance : tuple of Fraction or None, default None
+        A rule whose acceptance ignores p, q and the draft token (``synthetic_acceptance``): the draft at round
+        position j (1-based) is accepted with probability ``position_acceptance[j - 1]`` (positions beyond the
+        tuple take its last entry), replacing ``acceptance`` in the round enumerators; ``acceptance`` is then the
+        position-1 entry (the rule at ``k = 1``).
     """
 
     name: str
@@ -109,10 +121,18 @@ class Rule:
     keep_suffix: bool = False
     shared_uniform: bool = False
     round_outcomes: Callable | None = None
+    position_acceptance: tuple[Fraction, ...] | None = None
 
     def __post_init__(self) -> None:
         assert self.declared in DECLARED_STATUSES, self.declared
         assert self.bonus_offset in (0, -1), self.bonus_offset
+
+    def acceptance_at(self, position: int, target_probs: Probs, draft_probs: Probs, x: int) -> Fraction:
+        """Acceptance threshold of draft token ``x`` at round position ``position`` (1-based): accept iff ``U <`` it."""
+        rates = self.position_acceptance
+        if rates is None:
+            return self.acceptance(target_probs, draft_probs, x)
+        return rates[min(position, len(rates)) - 1]
 
 
 # -- per-position building blocks -------------------------------------------------------------
@@ -200,6 +220,73 @@ def _residual_by_index(target_probs: Probs, draft_probs: Probs, x: int) -> Probs
             deficit.append(Fraction(0))
     total = sum(deficit, Fraction(0))
     return tuple(d / total for d in deficit) if total else tuple(target_probs)
+
+
+def _residual_or_target(target_probs: Probs, draft_probs: Probs, x: int) -> Probs:
+    """The residual, or p itself when ``p == q`` (a rule that rejects regardless of p and q can reject there)."""
+    res = residual(target_probs, draft_probs)
+    return tuple(target_probs) if res is None else res
+
+
+def synthetic_acceptance(rates: Sequence = SYNTHETIC_RATES) -> Rule:
+    """The declared-lossy "synthetic acceptance" rule with conditional acceptance ``rates`` per draft position.
+
+    Benchmarking modes of serving engines accept each draft with a configured probability, whatever p and q are
+    (vLLM ``speculative_config = {"rejection_sample_method": "synthetic", "synthetic_acceptance_rates": [...]}``:
+    ``rejection_sampler.py`` accepts position i iff ``u < c_i``, the conditional rate ``c_i = a_i / a_(i-1)`` of
+    its unconditional rates a; SGLang's acceptance thresholds likewise).  On rejection the recovered token is drawn
+    from the residual (vLLM's recovered-token kernel; p where ``p == q``, where the residual is empty), the bonus
+    token from the target at k + 1.  The emitted law is ``c q + (1 - c) residual`` at a position: biased unless
+    ``c`` happens to be the canonical acceptance on every row.  A mode left on in production looks like this.
+
+    Parameters
+    ----------
+    rates : sequence of numbers in [0, 1], default :data:`SYNTHETIC_RATES` (4/5, 3/5)
+        ``rates[j - 1]`` = P(draft j accepted | drafts 1..j-1 accepted); positions beyond the sequence take its
+        last entry.  Ints, Fractions, decimal strings and floats (converted exactly, ``Fraction(x)``).
+
+    Returns
+    -------
+    Rule
+        Named ``synthetic_acceptance``, declared ``lossy``, with ``position_acceptance = rates`` as Fractions.
+
+    Raises
+    ------
+    InvalidArgumentError
+        If ``rates`` is empty, not a sequence, or holds a value that is not a number in [0, 1] (NaN, a bool).
+
+    Examples
+    --------
+    >>> from verifier.exact import step_law
+    >>> [str(v) for v in step_law([0.2, 0.5, 0.3], [0.5, 0.3, 0.2], synthetic_acceptance([0.5])).output_law]
+    ['1/4', '29/60', '4/15']
+    """
+    rates_t = _rates_iv(rates)
+    return Rule("synthetic_acceptance", "lossy",
+                "synthetic acceptance (a benchmarking mode left on): draft j accepted with a fixed probability "
+                f"({', '.join(str(r) for r in rates_t)}, then the last) whatever p and q are; recovered token ~ residual",
+                _sample_draft, lambda p, q, x: rates_t[0], _residual_or_target, position_acceptance=rates_t)
+
+
+def _rates_iv(rates) -> tuple[Fraction, ...]:
+    allowed = "a non-empty sequence of probabilities in [0, 1] (conditional acceptance per draft position)"
+    if isinstance(rates, (str, bytes)) or not hasattr(rates, "__iter__"):
+        raise invalid_argument("rates", rates, allowed, where="synthetic_acceptance")
+    values = list(rates)
+    out = []
+    for r in values:
+        try:
+            if isinstance(r, bool):
+                raise TypeError
+            f = Fraction(r)
+        except (TypeError, ValueError, OverflowError):
+            raise invalid_argument("rates", values, allowed, where="synthetic_acceptance") from None
+        if not 0 <= f <= 1:
+            raise invalid_argument("rates", values, allowed, where="synthetic_acceptance")
+        out.append(f)
+    if not out:
+        raise invalid_argument("rates", values, allowed, where="synthetic_acceptance")
+    return tuple(out)
 
 
 def _accept_iff_target_ge_draft(target_probs: Probs, draft_probs: Probs, x: int) -> Fraction:
@@ -308,6 +395,7 @@ RULES: dict[str, Rule] = {
         _rule("residual_by_index", "biased", "the residual subtracts the draft prob at the same index of the id-sorted "
               "candidate arrays (another token's, once top-k/top-p keep different token sets; llama.cpp)",
               recover=_residual_by_index),
+        synthetic_acceptance(),
     ]
 }
 

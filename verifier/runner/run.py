@@ -44,7 +44,7 @@ from verifier.errors import (
 )
 from verifier._resume import resume_command
 from verifier._tracebacks import crash_traceback
-from verifier.runner import acceptance, analysis, guards, speculation
+from verifier.runner import acceptance, analysis, fingerprint, guards, speculation
 from verifier.runner.assemble import REPORT_SCHEMA_VERSION, build_report, environment
 from verifier._call_timeout import CallTimeout, call_deadline
 from verifier.runner.cells import acceptance_cells, count_cells, draft_unknown, expected_preflight, set_cells
@@ -387,6 +387,8 @@ def _statistics(ctx: SuiteContext, store: SampleStore, errors: dict[str, dict], 
     bar.close()
     # "above the coupling bound" is decided over every set of the run at the family alpha (issue 28)
     acceptance.coupling_bound_check([a for v in verdicts for a in v.acceptance or []], suite.stats.alpha)
+    for v in verdicts:  # a fixed per-position rate across the decoder's sets (issue 29 kind 6): beside the verdict
+        v.fingerprint = fingerprint.fixed_acceptance_check(v.acceptance or [], suite.stats.alpha)
     return verdicts, sets_info
 
 

@@ -84,6 +84,8 @@ class DecoderVerdict:
     conformance: dict[str, Any] | None = None
     # what the decoder's own counters show of speculation (verifier.runner.speculation); None: not reported
     speculation: dict[str, Any] | None = None
+    # per-position acceptance that ignores the sample sets' p and q (verifier.runner.fingerprint); None: no stats
+    fingerprint: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -97,6 +99,7 @@ class DecoderVerdict:
             # the largest rows per sample set an underpowered cell needs to reach target_mde (None: none / unreachable)
             "n_needed": max((c.n_needed for c in self.cells if c.verdict == CELL_UNDERPOWERED and c.n_needed), default=None),
             **({"speculation": self.speculation} if self.speculation is not None else {}),
+            **({"acceptance_fingerprint": self.fingerprint} if self.fingerprint is not None else {}),
         }
 
 
