@@ -65,3 +65,18 @@ def test_known_p_row_shows_engine_options_from_the_report(tmp_path):
     folder.mkdir(parents=True)
     shutil.copy(src, folder / "report.json")
     assert collect(tmp_path)[0]["config"].startswith("control=both; T=0.7, top-k 8, k=1")
+
+
+def test_a_row_planned_for_another_target_tv_says_so(tmp_path):
+    """The llama-cpp-python n = 300 audit was planned for TV 0.3 (suite.stats.target_mde, no audit.json): its PASS must
+    not read as the TV 0.03 certificates beside it; a URL audit's audit.json target_tv (0.2) is read too, and a 0.03
+    audit's verdict is left as it is."""
+    src = REPO / "reports" / "audits" / "llama-cpp-python-0.3.36" / "t1-k3-n300" / "report.json"
+    folder = tmp_path / "llama-cpp-python-0.3.36" / "t1-k3-n300"
+    folder.mkdir(parents=True)
+    shutil.copy(src, folder / "report.json")
+    assert collect(tmp_path)[0]["verdict"] == "PASS at target TV 0.3"
+    (folder / "audit.json").write_text('{"target_tv": 0.2}')
+    assert collect(tmp_path)[0]["verdict"] == "PASS at target TV 0.2"
+    (folder / "audit.json").write_text('{"target_tv": 0.03}')
+    assert collect(tmp_path)[0]["verdict"] == "PASS"

@@ -15,6 +15,8 @@ Two report kinds are understood:
 Acceptance: the report's acceptance audit, or the first line of ``acceptance.txt`` in the report folder where
 that exists (engines whose first round starts after token 1, e.g. llama.cpp: written by
 ``python -m verifier.diagnose.reproduce ENGINE RUN_DIR=REPORT_DIR``).
+A verdict planned for another target TV than the matrix's :data:`MATRIX_TV` (0.03; audit.json ``target_tv`` or the
+report's ``suite.stats.target_mde``) says so: "PASS at target TV 0.3".
 Root cause of a BIAS DETECTED: "harness: <mechanism>." when the report's own diagnosis named one, then "human:" and
 the first line starting with ``Root cause:`` in ``FINDINGS.md`` of the
 report folder or of the engine's folder (``reports/audits/<engine>-<version>/FINDINGS.md``); a BIAS
@@ -33,6 +35,7 @@ from typing import Any
 
 __all__ = ["collect", "render", "main", "HEADER", "START", "END"]
 
+MATRIX_TV = 0.03  # the certificate the matrix asks of every engine (issue 27); a row planned for another TV says so
 HEADER = ("| engine | version | entry point | config | n | verdict | MDE (TV) | acceptance vs canonical | root cause |\n"
           "|---|---|---|---|---|---|---|---|---|")
 START, END = "<!-- audit-matrix:start -->", "<!-- audit-matrix:end -->"
@@ -158,6 +161,9 @@ def _known_p_row(folder: Path, r: dict[str, Any], root: Path) -> dict[str, Any]:
         acc.append(f"conformance {conf['verdict']}")
     floor = r.get("numeric_floor") or {}
     verdict = d.get("verdict", r.get("verdict", ""))
+    tv = _target_tv(folder, r)
+    if tv is not None and abs(tv - MATRIX_TV) > 1e-12:  # another certificate than the matrix's: said beside the verdict
+        verdict += f" at target TV {tv:g}"
     if floor.get("max_tv") is not None:
         verdict += f" (floor TV {floor['max_tv']:.2g})"
     return {"engine": eng.get("name", folder.parent.name), "version": eng.get("version", ""),
@@ -165,6 +171,18 @@ def _known_p_row(folder: Path, r: dict[str, Any], root: Path) -> dict[str, Any]:
             "n": _count([s.get("samples_on_disk") for s in sets]), "verdict": verdict,
             "mde": _range([c.get("mde") for c in r.get("cells", []) if c.get("mde") is not None]),
             "acceptance": "; ".join(acc), "folder": folder}
+
+
+def _target_tv(folder: Path, r: dict[str, Any]) -> float | None:
+    """The TV the audit was planned for: audit.json ``target_tv``, else the report's ``suite.stats.target_mde``."""
+    try:
+        plan = json.loads((folder / "audit.json").read_text(encoding="utf-8"))
+        if isinstance(plan, dict) and plan.get("target_tv") is not None:
+            return float(plan["target_tv"])
+    except (OSError, ValueError, TypeError):
+        pass
+    value = ((r.get("suite") or {}).get("stats") or {}).get("target_mde")
+    return float(value) if isinstance(value, (int, float)) else None
 
 
 def collect(root: str | Path = "reports/audits") -> list[dict[str, Any]]:
