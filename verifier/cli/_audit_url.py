@@ -219,6 +219,12 @@ def route_url(args: argparse.Namespace) -> None:
         raise invalid_argument("--mixed-batch", True, f"not with --api {args.api}: that server serves one request at a time "
                                "(mlx_lm server with a draft model never batches requests), so no background request "
                                "can share a batch with the audited ones")
+    if args.concurrency_levels is not None and not dialect.shares_batches:
+        raise invalid_argument("--concurrency-levels", args.concurrency_levels, f"not with --api {args.api}: that server "
+                               "serves one request at a time (mlx_lm server runs every seeded request, and every request "
+                               "with a draft model, alone in its one generation thread; the others wait), so every "
+                               "level would audit the same one-at-a-time server while its cells claimed N in flight "
+                               "(--num-concurrent N still sets how many requests the client keeps queued)")
     from verifier.cli._audit_common import _sampling
 
     dialect.check_request_options(_sampling(args), _floor_logprobs(args.logprobs, dialect))  # before any request
