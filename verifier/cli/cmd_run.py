@@ -136,6 +136,10 @@ def run(args: argparse.Namespace) -> int:
     from verifier.runner.run import load_run_suite, new_run_dir
     from verifier.suite import load_suite, parse_suite
 
+    if args.resume:  # an audit's folder is continued by `specverify audit`: refused before it is touched
+        from verifier._resume import refuse_run_resume
+
+        refuse_run_resume(args.resume)
     most = max_threads()
     if not 1 <= args.threads <= most:  # torch/OpenMP allocate per thread: 100000 ran out of memory or segfaulted
         raise ConfigError(f"--threads={args.threads!r} is invalid; allowed: an integer 1..{most} "
