@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 
-def acceptance_lines(decoder: dict[str, Any]) -> list[str]:
+def acceptance_lines(decoder: dict[str, Any], run: dict[str, Any] | None = None) -> list[str]:
     """Lines about acceptance beside a decoder's verdict: conformance when declared, every loud
     (far below canonical, above the coupling bound) note, else, for a ``pass`` decoder, the efficiency figure of its least
-    efficient sample set."""
+    efficient sample set.  ``run``: report.json's ``run`` section (the requests this session sent per decoder)."""
     lines = []
     conf = decoder.get("acceptance_conformance")
     if conf:
@@ -17,7 +17,8 @@ def acceptance_lines(decoder: dict[str, Any]) -> list[str]:
     if decoder.get("speculation"):  # the decoder's own counters (a URL audit's server): they speak for acceptance
         from verifier.runner.speculation import describe
 
-        lines.append(describe(decoder["speculation"]))
+        sent = ((run or {}).get("requests_sent_session") or {}).get(decoder.get("decoder"))
+        lines.append(describe(decoder["speculation"], sent))
         audits = [a for a in audits if a.get("reported", True) is not False and "NO STATISTICS" not in str(a.get("note"))]
     loud = [a for a in audits if a.get("far_below") or a.get("above_bound")]
     if loud:
@@ -58,7 +59,7 @@ def print_outcome(outcome: Any) -> None:
         if d.get("error") and stopped.get(d["decoder"]) == d["error"].get("message"):  # said once, where it stopped
             reason = f"decoder error: {d['error'].get('type', 'DecoderError')} (where it stopped, below)"
         print(f"  {d['decoder']:<28} expect {d['expect']:<6} -> {d['verdict']:<14} [{mark}] {reason}")
-        for line in acceptance_lines(d):
+        for line in acceptance_lines(d, report.get("run")):
             print(f"  {'':<28} {line}")
     for line in diagnosis_lines(report):
         print(line)

@@ -34,7 +34,7 @@ from verifier.runner.analysis import CellResult
 from verifier.runner.coverage import has_tv_cell, no_tv_cell_reason, pass_reason
 
 __all__ = ["PASS", "BIAS", "UNDERPOWERED", "ERROR", "DecoderVerdict", "decide", "cell_level", "exit_code",
-           "underpowered_reason", "MORE_ROWS", "more_rows_advice"]
+           "underpowered_reason", "MORE_ROWS", "more_rows_advice", "SESSION_KEYS", "session_figures"]
 
 PASS, BIAS, UNDERPOWERED, ERROR = "PASS", "BIAS DETECTED", "UNDERPOWERED", "ERROR"
 CELL_PASS, CELL_BIAS, CELL_UNDERPOWERED = "PASS", "BIAS", "UNDERPOWERED"
@@ -98,8 +98,26 @@ class DecoderVerdict:
             "underpowered_cells": [c.id for c in self.cells if c.verdict == CELL_UNDERPOWERED],
             # the largest rows per sample set an underpowered cell needs to reach target_mde (None: none / unreachable)
             "n_needed": max((c.n_needed for c in self.cells if c.verdict == CELL_UNDERPOWERED and c.n_needed), default=None),
-            **({"speculation": self.speculation} if self.speculation is not None else {}),
+            # the per-session figures live in report.json's volatile `run` section (session_figures), not here
+            **({"speculation": {k: v for k, v in self.speculation.items() if k not in SESSION_KEYS}}
+               if self.speculation is not None else {}),
         }
+
+
+# speculation-summary entries that depend on the process that computed the report, not on the samples: report.json
+# keeps them in `run` (run.<key> = {decoder: value}), so two reports of the same samples compare equal outside `run`
+SESSION_KEYS = ("requests_sent_session",)
+
+
+def session_figures(verdicts: list[DecoderVerdict]) -> dict[str, dict[str, Any]]:
+    """``{key: {decoder: value}}`` of the :data:`SESSION_KEYS` in the verdicts' speculation summaries (empty when no
+    decoder reports speculation): what report.json's ``run`` section holds of them."""
+    out: dict[str, dict[str, Any]] = {}
+    for v in verdicts:
+        for key in SESSION_KEYS:
+            if v.speculation is not None and key in v.speculation:
+                out.setdefault(key, {})[v.decoder] = v.speculation[key]
+    return out
 
 
 def decide(decoder: str, expect: str, cells: list[CellResult], *, alpha: float, correction: str,

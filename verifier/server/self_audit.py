@@ -379,6 +379,7 @@ def _report(spec: SelfReportedSpec, verdict, sets: list[dict], code: int, second
     import os
 
     from verifier.runner.assemble import OVERALL, REPORT_SCHEMA_VERSION
+    from verifier.runner.verdict import session_figures
 
     versions = {}
     for pkg in ("spec-verifier", "numpy", "scipy", "torch"):
@@ -406,7 +407,7 @@ def _report(spec: SelfReportedSpec, verdict, sets: list[dict], code: int, second
                    "logprobs": spec.logprobs, "collisions": spec.collisions,
                    "consistency_positions": spec.consistency_positions},
         "run": {"run_id": spec.run_dir.name, "stage_seconds": {"audit": seconds},
-                "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
+                "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **session_figures([verdict])},
     }
 
 
