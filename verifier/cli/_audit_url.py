@@ -268,6 +268,8 @@ def route_url(args: argparse.Namespace) -> None:
         if dialect.needs_text:
             ref_options["tokenizer"] = args.target
         args.reference_option = list(ref_options.items())
+    from verifier.server.client import server_description
+
     args.url_engine = server_description(args.url, args.api, args.api_key_env)  # audit.json: the matrix row
     args.url_variants = _variants(args)
     if (args.concurrency_levels or args.mixed_batch or args.n_levels or args.unseeded) and args.url_described["reference"]:
@@ -410,30 +412,6 @@ def run_self_reported(args: argparse.Namespace) -> int:
         alpha=args.alpha, seed=args.seed, collisions=args.collisions, consistency_positions=args.consistency_positions,
         convention=args.reported_logprobs, require_speculation=not args.speculation_unverified)
     return run(spec)
-
-
-def server_description(url: str, api: str, api_key_env: str | None = None) -> dict:
-    """What the server says it is (best effort: llama-server ``/props`` build, vLLM ``/version``), as an
-    engine record for audit.json and the README's audit matrix."""
-    import json as _json
-
-    from verifier.server.client import ServerSettings, get_text
-    from verifier.server.dialects import get_dialect
-
-    settings = ServerSettings(url, api_key_env=api_key_env)
-    version, name = "", f"{api} server"
-    for path, key, label in (("/props", "build_info", "llama-server"), ("/version", "version", "vllm")):
-        status, text = get_text(settings, path, timeout_s=5.0)
-        if status == 200:
-            try:
-                value = _json.loads(text).get(key)
-            except (ValueError, AttributeError):
-                continue
-            if value:
-                version, name = str(value), f"{label} (URL)"
-                break
-    return {"name": name, "version": version, "entry_point": f"POST {get_dialect(api).path} ({api})",
-            "package": "", "options": {}}
 
 
 def _levels(flag: str, text: str | None, low: int, high: int) -> list[int]:

@@ -47,7 +47,8 @@ def summarize(metas: Iterable[dict[str, Any] | None], session: str | None = None
         ``run``, :data:`verifier.runner.verdict.SESSION_KEYS`), and for each source
         (``counters``: the server's ``/metrics`` deltas; ``per_request``: per-reply figures) the
         summed ``draft_tokens`` / ``accepted_tokens`` (``drafts`` for counters) or None where any
-        chunk lacked it, plus ``acceptance_rate`` = accepted / draft tokens.
+        chunk lacked it, plus ``acceptance_rate`` = accepted / draft tokens; ``server_fingerprints`` (the distinct
+        ``system_fingerprint`` values of the replies, where the server sends one) only when a chunk has one.
     """
     entries = [m for m in metas if isinstance(m, dict)]
     if not entries:
@@ -58,6 +59,9 @@ def summarize(metas: Iterable[dict[str, Any] | None], session: str | None = None
                                        if session is None or e.get("session") == session)
     out["background_requests"] = sum(int(e.get("background_requests", 0)) for e in entries)  # mixed-batch factor
     out["required"] = any(e.get("required", False) for e in entries)  # the decoder asks for the evidence
+    prints = sorted({str(e["server_fingerprint"]) for e in entries if e.get("server_fingerprint")})
+    if prints:  # what the server says it is, in its replies (mlx_lm server: "<mlx-lm version>-<mlx version>-...")
+        out["server_fingerprints"] = prints
     seeds = [e.get("seed_honoured") for e in entries if e.get("seed_honoured") is not None]
     out["seed_honoured"] = None if not seeds else all(seeds)  # the server's seed contract (verifier.server.decoder)
 

@@ -22,7 +22,8 @@ from typing import Any, Callable, Sequence
 
 from verifier.errors import ConfigError, DecoderError, InvalidArgumentError, SamplingRefusedError
 
-__all__ = ["ServerSettings", "ServerError", "ServerUsageError", "post_all", "get_text", "RETRY_STATUS"]
+__all__ = ["ServerSettings", "ServerError", "ServerUsageError", "post_all", "get_text", "server_description",
+           "RETRY_STATUS"]
 
 RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})  # overload and transient server faults: retried
 USAGE_STATUS = frozenset({400, 401, 403, 404, 405, 413, 422})  # the request is wrong for this server: exit 2
@@ -293,3 +294,45 @@ def get_text(settings: ServerSettings, path: str, *, timeout_s: float | None = N
             return reply.status_code, data.decode(reply.encoding or "utf-8", errors="replace")
     except httpx.HTTPError as exc:
         return 0, f"{type(exc).__name__}: {exc}"
+
+
+def server_description(url: str, api: str, api_key_env: str | None = None) -> dict:
+    """What the server says it is, as an engine record (audit.json ``engine``, the self-reported report.json's
+    ``design.server``, the README's audit matrix).
+
+    Best effort, GET requests only (no sample request is spent on it): llama-server ``/props`` ``build_info``
+    (e.g. ``b1-0c1e570``), vLLM ``/version``.  A server with neither (``mlx_lm server``) gets ``version`` "";
+    its replies' ``system_fingerprint`` is recorded with the samples instead (``server_fingerprints`` of the
+    speculation figures, :mod:`verifier.runner.speculation`).
+
+    Parameters
+    ----------
+    url : str
+        The server's base URL.
+    api : str
+        The dialect (``--api``): names the entry point.
+    api_key_env : str or None
+        The environment variable holding a bearer token, as for the audit's requests.
+
+    Returns
+    -------
+    dict
+        ``name`` ("llama-server (URL)", "vllm (URL)", else "<api> server"), ``version``, ``entry_point``
+        ("POST <path> (<api>)"), ``package`` "", ``options`` {}.
+    """
+    from verifier.server.dialects import get_dialect
+
+    settings = ServerSettings(url, api_key_env=api_key_env)
+    version, name = "", f"{api} server"
+    for path, key, label in (("/props", "build_info", "llama-server"), ("/version", "version", "vllm")):
+        status, text = get_text(settings, path, timeout_s=5.0)
+        if status == 200:
+            try:
+                value = json.loads(text).get(key)
+            except (ValueError, AttributeError):
+                continue
+            if value:
+                version, name = str(value), f"{label} (URL)"
+                break
+    return {"name": name, "version": version, "entry_point": f"POST {get_dialect(api).path} ({api})",
+            "package": "", "options": {}}

@@ -218,6 +218,9 @@ def run_self_reported(spec: SelfReportedSpec) -> int:
     spec.run_dir.mkdir(parents=True, exist_ok=True)
     dialect = get_dialect(spec.api)
     convention = spec.convention or dialect.reported_law
+    from verifier.server.client import server_description
+
+    described = server_description(spec.url, spec.api, spec.server.get("api_key_env"))  # report.json design.server
     main = _Sender(spec, spec.url, JOURNAL_NAME)
     off_switch = spec.reference_url is None and spec.api == "llama-server"
     ref = _Sender(spec, spec.reference_url, REFERENCE_JOURNAL) if spec.reference_url else main
@@ -337,6 +340,7 @@ def run_self_reported(spec: SelfReportedSpec) -> int:
     verdict.cells = cells + extra_cells
     code = exit_code([verdict])
     report = _report(spec, verdict, sets, code, time.monotonic() - started, reference, convention, reference_checks)
+    report["design"]["server"] = described  # what the server says it is (the README audit matrix's version)
     from verifier.reports import write_reports
 
     write_reports(report, spec.run_dir)
