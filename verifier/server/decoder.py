@@ -334,7 +334,9 @@ class _Background:
         def worker(index: int) -> None:
             import httpx
 
-            with httpx.Client(timeout=owner.server.timeout_s, headers=headers) as client:
+            from verifier.server.client import tls_context
+
+            with httpx.Client(timeout=owner.server.timeout_s, headers=headers, verify=tls_context()) as client:
                 i = index
                 while not self.stop_event.is_set():
                     try:
