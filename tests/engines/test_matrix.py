@@ -80,20 +80,20 @@ def _copy(src_dir, folder, names=("report.json", "audit.json")):
 
 def test_self_reported_rows_name_the_server_its_version_and_entry_point(tmp_path):
     """Before the fix a self-reported URL audit's row had its folder's name as the engine and empty version and entry
-    point columns (no audit.json).  Reports written before design.server take the dialect's name and entry point and
-    the version in the published folder's name (written from `llama-server --version`); newer ones what the server
-    said it was."""
+    point columns (no audit.json).  Reports written before design.server take the server kind and the --api they
+    recorded and the version in the published folder's name (written from `llama-server --version`); newer ones what
+    the server said it was."""
     folder = tmp_path / "llama-server-0c1e570-self-reported" / "t1-topk20-k1"
     _copy(SELF_REPORTED.parent, folder)
     (row,) = collect(tmp_path)
-    assert (row["engine"], row["version"], row["entry_point"]) == ("llama-server (URL)", "0c1e570",
-                                                                   "POST /completion (llama-server)")
+    assert (row["engine"], row["version"], row["entry_point"]) == ("llama-server (URL)", "0c1e570", "--api llama-server")
     assert row["config"].startswith("URL self-reported, top-20 logprobs; T=1.0, top-k 20, k=1")
     r = json.loads((folder / "report.json").read_text())
     r["design"]["server"] = {"name": "llama-server (URL)", "version": "b1-0c1e570",
                              "entry_point": "POST /completion (llama-server)", "package": "", "options": {}}
     (folder / "report.json").write_text(json.dumps(r))
-    assert collect(tmp_path)[0]["version"] == "b1-0c1e570"
+    assert (collect(tmp_path)[0]["version"], collect(tmp_path)[0]["entry_point"]) == ("b1-0c1e570",
+                                                                                   "POST /completion (llama-server)")
 
 
 def test_a_url_server_without_a_version_endpoint_gets_its_fingerprint_or_folder_version(tmp_path):

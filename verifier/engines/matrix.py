@@ -13,8 +13,8 @@ Two report kinds are understood:
   ``audit.json``, which holds the engine's description), one row per report folder.
 
 URL audits (``specverify audit --url``): the engine record is what the server said it was (audit.json
-``engine``; a self-reported audit's report.json ``design.server``, or its dialect's name and entry point in reports
-written before that was recorded); a server with no version endpoint (``mlx_lm server``) gets the first field of
+``engine``; a self-reported audit's report.json ``design.server``, or in reports written before that was recorded
+the server kind and ``--api DIALECT`` they recorded); a server with no version endpoint (``mlx_lm server``) gets the first field of
 its replies' ``system_fingerprint`` (``decoders[].speculation.server_fingerprints``), and a report that recorded
 neither the version of its top folder's name, ``<server>-<version>[-<design>]``, which the publishing scripts under
 ``ci/url-audits/`` write from the server they launched.
@@ -142,12 +142,9 @@ def _self_reported_engine(design: dict[str, Any]) -> dict[str, Any]:
     recorded since session 13), else the name and entry point its dialect implies (older reports)."""
     if design.get("server"):
         return dict(design["server"])
-    from verifier.server.dialects import DIALECTS
-
-    api = str(design.get("api", ""))
-    path = DIALECTS[api].path if api in DIALECTS else ""
+    api = str(design.get("api", ""))  # what such a report recorded: the dialect (this layer reads no dialect table)
     return {"name": "llama-server (URL)" if api == "llama-server" else f"{api} server", "version": "",
-            "entry_point": f"POST {path} ({api})" if path else ""}
+            "entry_point": f"--api {api}" if api else ""}
 
 
 def _known_p_row(folder: Path, r: dict[str, Any], root: Path) -> dict[str, Any]:
