@@ -3,7 +3,8 @@
 An audit's run folder (``specverify audit``, ``--url`` included) holds its plan, :data:`AUDIT_PLAN_FILE`;
 ``specverify audit --resume RUN_DIR`` continues it with that plan (the numeric floor, the sequential
 stop, the URL audit's server options).  ``specverify run --resume`` would sample the stored suite
-without the plan, so it is named only for suite runs.
+without the plan, so it is named only for suite runs, and refuses an audit's folder
+(``verifier.cli.cmd_run``).
 """
 
 from __future__ import annotations
@@ -23,3 +24,4 @@ def resume_command(run_dir: str | Path) -> str:
     """
     command = "audit" if (Path(run_dir) / AUDIT_PLAN_FILE).is_file() else "run"
     return f"specverify {command} --resume {run_dir}"
+

@@ -44,10 +44,38 @@ def test_url_only_flag_with_resume_says_the_stored_options_are_kept(tmp_path, ca
     assert "--resume continues a URL audit with the options it was started with" in err
 
 
-def test_a_url_flag_at_its_default_is_harmless_without_url(tmp_path, capsys):
-    """Only flags that change something are refused: ``--num-concurrent 4`` is the default (nothing ignored)."""
-    code = main([*KNOWN_P, "--num-concurrent", "4", "--run-dir", str(tmp_path / "run")])
-    assert code in (0, 4), capsys.readouterr().err  # the audit ran (n = 20: PASS or UNDERPOWERED)
+AT_DEFAULT = [
+    (["--num-concurrent", "4"], "--num-concurrent=4"),
+    (["--api", "openai-completions"], "--api='openai-completions'"),
+    (["--speculation", "server"], "--speculation='server'"),
+    (["--max-retries", "5"], "--max-retries=5"),
+    (["--collisions", "200"], "--collisions=200"),
+    (["--num-conc", "4"], "--num-concurrent=4"),  # an abbreviation argparse expands: the flag's own name is shown
+]
+
+
+@pytest.mark.parametrize("flags, shown", AT_DEFAULT, ids=[f[0] for f, _ in AT_DEFAULT])
+def test_a_url_flag_at_its_default_value_is_refused_without_url(flags, shown, tmp_path, capsys):
+    """Presence, not value: before the fix the check compared each value with its default, so ``--num-concurrent
+    4`` (the default) ran a plain known-p audit and was ignored without a word."""
+    code = main([*KNOWN_P, *flags, "--run-dir", str(tmp_path / "run")])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert f"{shown} is invalid; allowed: with --url BASE_URL" in err
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_first_url_flag_given_is_the_one_named(tmp_path, capsys):
+    code = main([*KNOWN_P, "--unseeded", "--num-concurrent", "4", "--run-dir", str(tmp_path / "run")])
+    assert code == 2 and "--unseeded=True is invalid" in capsys.readouterr().err
+
+
+def test_self_reported_only_flag_at_its_default_is_refused_by_the_other_designs(tmp_path, capsys):
+    code = main(["audit", "--url", "http://127.0.0.1:9", "--target", "tabular:trigram3", "--consistency-positions", "32",
+                 "--no-progress", "--run-dir", str(tmp_path / "run")])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "--consistency-positions=32 is invalid; allowed: with --design self-reported" in err
 
 
 @pytest.mark.parametrize("flags, shown", [(["--collisions", "50"], "--collisions=50"),

@@ -80,3 +80,47 @@ def test_a_row_planned_for_another_target_tv_says_so(tmp_path):
     assert collect(tmp_path)[0]["verdict"] == "PASS at target TV 0.2"
     (folder / "audit.json").write_text('{"target_tv": 0.03}')
     assert collect(tmp_path)[0]["verdict"] == "PASS"
+
+
+SELF_REPORTED = REPO / "reports" / "audits" / "llama-server-0c1e570-self-reported" / "t1-topk20-k1" / "report.json"
+MLX = REPO / "reports" / "audits" / "mlx-lm-server-0.32.2" / "t1-k1"
+
+
+def _copy(src_dir, folder, names=("report.json", "audit.json")):
+    folder.mkdir(parents=True)
+    for name in names:
+        if (src_dir / name).is_file():
+            shutil.copy(src_dir / name, folder / name)
+
+
+def test_self_reported_rows_name_the_server_its_version_and_entry_point(tmp_path):
+    """Before the fix a self-reported URL audit's row had its folder's name as the engine and empty version and entry
+    point columns (no audit.json).  Reports written before design.server take the server kind and the --api they
+    recorded and the version in the published folder's name (written from `llama-server --version`); newer ones what
+    the server said it was."""
+    folder = tmp_path / "llama-server-0c1e570-self-reported" / "t1-topk20-k1"
+    _copy(SELF_REPORTED.parent, folder)
+    (row,) = collect(tmp_path)
+    assert (row["engine"], row["version"], row["entry_point"]) == ("llama-server (URL)", "0c1e570", "--api llama-server")
+    assert row["config"].startswith("URL self-reported, top-20 logprobs; T=1.0, top-k 20, k=1")
+    r = json.loads((folder / "report.json").read_text())
+    r["design"]["server"] = {"name": "llama-server (URL)", "version": "b1-0c1e570",
+                             "entry_point": "POST /completion (llama-server)", "package": "", "options": {}}
+    (folder / "report.json").write_text(json.dumps(r))
+    assert (collect(tmp_path)[0]["version"], collect(tmp_path)[0]["entry_point"]) == ("b1-0c1e570",
+                                                                                   "POST /completion (llama-server)")
+
+
+def test_a_url_server_without_a_version_endpoint_gets_its_fingerprint_or_folder_version(tmp_path):
+    """mlx_lm server has no version endpoint (audit.json engine version ""): the rows' version column was empty.  The
+    replies' system_fingerprint, recorded with the samples, gives it; a report without one takes the published
+    folder's name (mlx-lm-server-0.32.2)."""
+    _copy(MLX, tmp_path / "mlx-lm-server-0.32.2" / "t1-k1")
+    assert json.loads((MLX / "audit.json").read_text())["engine"]["version"] == ""
+    assert collect(tmp_path)[0]["version"] == "0.32.2"
+    other = tmp_path / "elsewhere"
+    _copy(MLX, other / "server" / "t1-k1")
+    r = json.loads((MLX / "report.json").read_text())
+    r["decoders"][0]["speculation"]["server_fingerprints"] = ["0.32.2-0.32.4-Linux-6.18-x86_64-cpu"]
+    (other / "server" / "t1-k1" / "report.json").write_text(json.dumps(r))
+    assert collect(other)[0]["version"] == "0.32.2"

@@ -130,6 +130,25 @@ def test_mlx_mixed_batch_is_refused_up_front(reference_server, tmp_path, capsys)
     assert requests_served(reference_server) == before and not (tmp_path / "run").exists()
 
 
+def test_mlx_concurrency_levels_are_refused_up_front(reference_server, tmp_path, capsys):
+    """mlx_lm server runs every seeded request (and, with a draft model, every request) alone in its generation
+    thread: *measured* on the shipped pair, 24 seeded requests at 4 in flight took 2.1 s against 2.7 s at 1 in flight
+    (mean latency 330 ms vs 112 ms: they queue).  Levels of in-flight requests would audit the same one-at-a-time
+    server at each level, so the factor is refused (exit 2, saying why) before any model is loaded or request sent;
+    before the fix it ran one decoder per level, each labelled with a concurrency the server never had."""
+    from tests.server.conftest import requests_served
+    from verifier.cli import main
+
+    before = requests_served(reference_server)
+    code = main(["audit", "--url", reference_server, *COMMON, "--concurrency-levels", "1,4", "--no-progress",
+                 "--run-dir", str(tmp_path / "run")])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert ("--concurrency-levels='1,4' is invalid; allowed: not with --api mlx-lm: that server serves one request at a "
+            "time") in err
+    assert requests_served(reference_server) == before and not (tmp_path / "run").exists()
+
+
 def test_a_servers_temp_dirs_are_removed_when_it_stops(tmp_path):
     """``ServerProcess.remove_on_stop``: the folder goes with the server (a real process: ``python -m http.server``),
     and a folder handed over after the stop is removed at once."""

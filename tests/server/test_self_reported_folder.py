@@ -65,3 +65,12 @@ def test_diagnose_merge_and_recompute_say_why_they_do_not_apply(folder, args, sa
     done = _cli(args[0], str(folder), *args[1:])
     assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-2000:]
     assert "self-reported URL audit" in done.stderr and says in done.stderr and "Traceback" not in done.stderr
+
+
+def test_run_resume_refuses_a_self_reported_folder_without_touching_it(folder):
+    files = {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+    done = _cli("run", "--resume", str(folder), "--no-progress")
+    assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "self-reported URL audit" in done.stderr and "`specverify run --resume` does not apply" in done.stderr
+    assert f"--run-dir {folder}" in done.stderr and "run.json is missing" not in done.stderr
+    assert {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()} == files

@@ -190,6 +190,14 @@ def test_url_audit_run_folder_names_audit_resume_and_counts_this_sessions_reques
     first = audit(args)
     assert first.returncode in (0, 4), first.stdout[-3000:] + first.stderr[-3000:]
     assert "(40 sent in this session)" in first.stdout, first.stdout[-2000:]
+    files = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
+    served = requests_served(reference_server)
+    wrong = subprocess.run([sys.executable, "-m", "verifier.cli", "run", "--resume", str(run_dir), "--no-progress"],
+                           capture_output=True, text=True, timeout=300)
+    assert wrong.returncode == 2, wrong.stdout[-2000:] + wrong.stderr[-2000:]  # it sampled and re-wrote before the fix
+    assert f"allowed: `specverify audit --resume {run_dir}`" in wrong.stderr
+    assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == files  # the folder untouched
+    assert requests_served(reference_server) == served
     again = audit(args)
     assert again.returncode == 2, again.stdout[-2000:] + again.stderr[-2000:]
     assert f"`specverify audit --resume {run_dir}` to continue that run" in again.stderr
@@ -201,4 +209,6 @@ def test_url_audit_run_folder_names_audit_resume_and_counts_this_sessions_reques
     assert done.returncode in (0, 4), done.stdout[-3000:] + done.stderr[-3000:]
     assert requests_served(reference_server) == before  # every reply from the journal
     assert "over 40 requests (0 sent in this session, 40 from the response journal or earlier sessions' samples)" in done.stdout
-    assert _report(run_dir)["decoders"][0]["speculation"]["requests_sent_session"] == 0
+    report = _report(run_dir)  # a per-session figure: in the volatile `run` section, not beside the samples' figures
+    assert report["run"]["requests_sent_session"] == {report["decoders"][0]["decoder"]: 0}
+    assert "requests_sent_session" not in report["decoders"][0]["speculation"]

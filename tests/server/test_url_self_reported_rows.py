@@ -147,14 +147,15 @@ def test_journaled_replies_are_checked_against_this_runs_vocabulary(hostile, tmp
 
 
 def test_a_journal_line_edited_with_its_digest_removed_is_refused(hostile, tmp_path):
-    """Before: a line without a `digest` was read as an old journal's, so an edit plus deleting the digest passed."""
+    """Before: a line without a `digest` was read as an old journal's, so an edit plus deleting the digest passed (now the
+    keyed seal, `mac`, is deleted)."""
     from verifier.server.journal import JOURNAL_NAME, JournalError
 
     _server, spec = _finished_run(hostile, tmp_path)
     path = spec.run_dir / JOURNAL_NAME
     lines = path.read_text().splitlines()
     entry = json.loads(lines[3])
-    del entry["digest"]
+    del entry["mac"]
     entry["completions"][0]["token_ids"] = [2, 2]
     lines[3] = json.dumps(entry)
     path.write_text("\n".join(lines) + "\n")

@@ -43,14 +43,32 @@ MAX_FLOOR_POSITIONS = 1000  # --floor-positions: one request each, per prompt an
 SELF_REPORTED_ONLY = ("--collisions", "--consistency-positions", "--reported-logprobs")
 
 
+SEEN = "url_flags_seen"  # the Namespace attribute: the URL-only flags present on the command line, in order
+
+
+def _seen_action(base: type) -> type:
+    """``base`` (an argparse action class) that also records its flag in ``namespace.url_flags_seen`` when the
+    command line holds it -- at any value, the default included (what :func:`check_url_only` refuses)."""
+
+    class Seen(base):  # type: ignore[misc, valid-type]
+        def __call__(self, parser, namespace, values, option_string=None):
+            super().__call__(parser, namespace, values, option_string)
+            setattr(namespace, SEEN, tuple(getattr(namespace, SEEN, ())) + (self.option_strings[0],))
+
+    Seen.__name__ = f"Seen{base.__name__}"
+    return Seen
+
+
 class _Recorded:
-    """An argument group that keeps the actions added to it (the URL-only flags :func:`check_url_only` checks)."""
+    """An argument group that keeps the actions added to it (the URL-only flags :func:`check_url_only` checks) and
+    marks each as seen when the command line holds it (:func:`_seen_action`)."""
 
     def __init__(self, group) -> None:
         self.group, self.actions = group, []
 
     def add_argument(self, *args, **kwargs):
         action = self.group.add_argument(*args, **kwargs)
+        action.__class__ = _seen_action(type(action))  # the same action, plus the record of its presence
         self.actions.append(action)
         return action
 
@@ -118,22 +136,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="self-reported: what the server's logprobs are -- raw (temperature 1, before any sampler: vLLM's "
                             "default) or processed (after the sampler chain: llama-server post_sampling_probs, which "
                             "--api llama-server asks for). Default: the dialect's")
-    parser.set_defaults(url_only_flags=tuple((a.option_strings[0], a.dest, a.default) for a in group.actions))
+    parser.set_defaults(url_only_flags=tuple((a.option_strings[0], a.dest, a.default) for a in group.actions),
+                        **{SEEN: ()})
 
 
 def _given(args: argparse.Namespace, flags) -> list[tuple[str, object]]:
-    """(flag, value) of each of ``flags`` (``url_only_flags`` entries) set to other than its default."""
-    return [(flag, getattr(args, dest)) for flag, dest, default in flags if getattr(args, dest, default) != default]
+    """(flag, value) of each of ``flags`` (``url_only_flags`` entries) present on the command line, in the order
+    given -- whatever its value: a flag written at its default value is given too (its presence says the user
+    meant it for a URL audit)."""
+    seen = getattr(args, SEEN, ())
+    dests = {flag: dest for flag, dest, _default in flags}
+    return [(flag, getattr(args, dests[flag])) for flag in dict.fromkeys(seen) if flag in dests]
 
 
 def check_url_only(args: argparse.Namespace) -> None:
-    """Without ``--url``: refuse every URL-audit option given (exit 2, naming the flag and its value) -- each
-    would be silently ignored (a flag given at its default value changes nothing and is let through).
+    """Without ``--url``: refuse every URL-audit option on the command line (exit 2, naming the flag and its
+    value), at any value, its default included -- each would be silently ignored.
 
     Raises
     ------
     InvalidArgumentError
-        The first URL-only flag set, with what it needs.
+        The first URL-only flag given, with what it needs.
     """
     for flag, value in _given(args, getattr(args, "url_only_flags", ())):
         why = ("with --url BASE_URL (a URL-audit option; --resume continues a URL audit with the options it was "
@@ -196,6 +219,12 @@ def route_url(args: argparse.Namespace) -> None:
         raise invalid_argument("--mixed-batch", True, f"not with --api {args.api}: that server serves one request at a time "
                                "(mlx_lm server with a draft model never batches requests), so no background request "
                                "can share a batch with the audited ones")
+    if args.concurrency_levels is not None and not dialect.shares_batches:
+        raise invalid_argument("--concurrency-levels", args.concurrency_levels, f"not with --api {args.api}: that server "
+                               "serves one request at a time (mlx_lm server runs every seeded request, and every request "
+                               "with a draft model, alone in its one generation thread; the others wait), so every "
+                               "level would audit the same one-at-a-time server while its cells claimed N in flight "
+                               "(--num-concurrent N still sets how many requests the client keeps queued)")
     from verifier.cli._audit_common import _sampling
 
     dialect.check_request_options(_sampling(args), _floor_logprobs(args.logprobs, dialect))  # before any request
@@ -239,6 +268,8 @@ def route_url(args: argparse.Namespace) -> None:
         if dialect.needs_text:
             ref_options["tokenizer"] = args.target
         args.reference_option = list(ref_options.items())
+    from verifier.server.client import server_description
+
     args.url_engine = server_description(args.url, args.api, args.api_key_env)  # audit.json: the matrix row
     args.url_variants = _variants(args)
     if (args.concurrency_levels or args.mixed_batch or args.n_levels or args.unseeded) and args.url_described["reference"]:
@@ -381,30 +412,6 @@ def run_self_reported(args: argparse.Namespace) -> int:
         alpha=args.alpha, seed=args.seed, collisions=args.collisions, consistency_positions=args.consistency_positions,
         convention=args.reported_logprobs, require_speculation=not args.speculation_unverified)
     return run(spec)
-
-
-def server_description(url: str, api: str, api_key_env: str | None = None) -> dict:
-    """What the server says it is (best effort: llama-server ``/props`` build, vLLM ``/version``), as an
-    engine record for audit.json and the README's audit matrix."""
-    import json as _json
-
-    from verifier.server.client import ServerSettings, get_text
-    from verifier.server.dialects import get_dialect
-
-    settings = ServerSettings(url, api_key_env=api_key_env)
-    version, name = "", f"{api} server"
-    for path, key, label in (("/props", "build_info", "llama-server"), ("/version", "version", "vllm")):
-        status, text = get_text(settings, path, timeout_s=5.0)
-        if status == 200:
-            try:
-                value = _json.loads(text).get(key)
-            except (ValueError, AttributeError):
-                continue
-            if value:
-                version, name = str(value), f"{label} (URL)"
-                break
-    return {"name": name, "version": version, "entry_point": f"POST {get_dialect(api).path} ({api})",
-            "package": "", "options": {}}
 
 
 def _levels(flag: str, text: str | None, low: int, high: int) -> list[int]:

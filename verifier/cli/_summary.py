@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 
-def acceptance_lines(decoder: dict[str, Any]) -> list[str]:
+def acceptance_lines(decoder: dict[str, Any], run: dict[str, Any] | None = None) -> list[str]:
     """Lines about acceptance beside a decoder's verdict: conformance when declared, every loud
     (far below canonical, above the coupling bound) note, the acceptance fingerprint of a fixed (synthetic)
-    acceptance mode, else, for a ``pass`` decoder, the efficiency figure of its least
-    efficient sample set."""
+    acceptance mode, else, for a ``pass`` decoder, the efficiency figure of its least efficient sample set.  ``run``:
+    report.json's ``run`` section (the requests this session sent per decoder)."""
     lines = []
     conf = decoder.get("acceptance_conformance")
     if conf:
@@ -18,7 +18,8 @@ def acceptance_lines(decoder: dict[str, Any]) -> list[str]:
     if decoder.get("speculation"):  # the decoder's own counters (a URL audit's server): they speak for acceptance
         from verifier.runner.speculation import describe
 
-        lines.append(describe(decoder["speculation"]))
+        sent = ((run or {}).get("requests_sent_session") or {}).get(decoder.get("decoder"))
+        lines.append(describe(decoder["speculation"], sent))
         audits = [a for a in audits if a.get("reported", True) is not False and "NO STATISTICS" not in str(a.get("note"))]
     fixed = decoder.get("acceptance_fingerprint") or {}
     if fixed.get("flagged"):  # one line for the decoder (its sets' notes only point at it)
@@ -62,7 +63,7 @@ def print_outcome(outcome: Any) -> None:
         if d.get("error") and stopped.get(d["decoder"]) == d["error"].get("message"):  # said once, where it stopped
             reason = f"decoder error: {d['error'].get('type', 'DecoderError')} (where it stopped, below)"
         print(f"  {d['decoder']:<28} expect {d['expect']:<6} -> {d['verdict']:<14} [{mark}] {reason}")
-        for line in acceptance_lines(d):
+        for line in acceptance_lines(d, report.get("run")):
             print(f"  {'':<28} {line}")
     for line in diagnosis_lines(report):
         print(line)

@@ -129,6 +129,45 @@ def _only_decoders(suite, names: list[str]):
     return parse_suite(raw, source=suite.source, base_dir=suite.base_dir).with_profile(suite.profile)
 
 
+# the arms of a two-sample URL audit's folder (verifier.cli._audit_url.bind_blackbox_journals): journals, no run.json
+_TWO_SAMPLE_JOURNALS = ("speculative/server/responses.jsonl", "reference/server/responses.jsonl")
+
+
+def _refuse_audit_folder(run_dir: str | Path) -> None:
+    """``specverify run --resume RUN_DIR`` on an audit's folder: refused before anything in it is read or written.
+
+    Parameters
+    ----------
+    run_dir : path
+        The folder given to ``--resume``.
+
+    Raises
+    ------
+    ConfigError
+        (exit 2) ``run_dir`` holds an audit's plan (``audit.json``: ``specverify audit --resume`` continues
+        it with the plan -- the URL audit's server options, the numeric floor, the sequential stop -- which ``run
+        --resume`` would drop), or is a self-reported / two-sample URL audit's folder (no run.json: rerun the audit
+        command with the same ``--run-dir``; its journal answers every request already sent).
+    """
+    from verifier._resume import AUDIT_PLAN_FILE
+    from verifier.errors import ConfigError
+
+    folder = Path(run_dir)
+    if (folder / AUDIT_PLAN_FILE).is_file():
+        raise ConfigError(f"--resume={str(run_dir)!r} is an audit's run folder (its plan, {AUDIT_PLAN_FILE}: the server "
+                          "options of a URL audit, the numeric floor, the sequential stop), which `specverify run "
+                          f"--resume` would resume without; allowed: `specverify audit --resume {run_dir}`")
+    from verifier.server.folder import not_for_self_reported, self_reported_report
+
+    if self_reported_report(folder) is not None:
+        raise not_for_self_reported("run --resume", run_dir)
+    if not (folder / "run.json").exists() and any((folder / j).is_file() for j in _TWO_SAMPLE_JOURNALS):
+        raise ConfigError(f"--resume={str(run_dir)!r} is a two-sample URL audit's folder (the response journals of its "
+                          "two arms, no run.json); allowed: rerun its `specverify audit --url URL --reference-url ... "
+                          f"--run-dir {run_dir}` command: the journals answer every request already sent, so nothing "
+                          "is resampled")
+
+
 @with_diagnose_mode  # --diagnose / --no-diagnosis
 def run(args: argparse.Namespace) -> int:
     from verifier.errors import ConfigError, EXIT_USAGE
@@ -136,6 +175,8 @@ def run(args: argparse.Namespace) -> int:
     from verifier.runner.run import load_run_suite, new_run_dir
     from verifier.suite import load_suite, parse_suite
 
+    if args.resume:  # an audit's folder is continued by `specverify audit`: refused before it is touched
+        _refuse_audit_folder(args.resume)
     most = max_threads()
     if not 1 <= args.threads <= most:  # torch/OpenMP allocate per thread: 100000 ran out of memory or segfaulted
         raise ConfigError(f"--threads={args.threads!r} is invalid; allowed: an integer 1..{most} "

@@ -12,6 +12,13 @@ Two report kinds are understood:
 * known-p engine audits (``specverify audit --engine NAME --run-dir DIR``: a runner report plus the run's
   ``audit.json``, which holds the engine's description), one row per report folder.
 
+URL audits (``specverify audit --url``): the engine record is what the server said it was (audit.json
+``engine``; a self-reported audit's report.json ``design.server``, or in reports written before that was recorded
+the server kind and ``--api DIALECT`` they recorded); a server with no version endpoint (``mlx_lm server``) gets the first field of
+its replies' ``system_fingerprint`` (``decoders[].speculation.server_fingerprints``), and a report that recorded
+neither the version of its top folder's name, ``<server>-<version>[-<design>]``, which the publishing scripts under
+``ci/url-audits/`` write from the server they launched.
+
 Acceptance: the report's acceptance audit, or the first line of ``acceptance.txt`` in the report folder where
 that exists (engines whose first round starts after token 1, e.g. llama.cpp: written by
 ``python -m verifier.diagnose.reproduce ENGINE RUN_DIR=REPORT_DIR``).
@@ -112,9 +119,44 @@ def _engine_from_folder(folder: Path, root: Path) -> dict[str, Any]:
     return {}
 
 
+# the version in a published folder's name, ``<server>-<version>[-<design>]`` (mlx-lm-server-0.32.2,
+# llama-server-0c1e570-self-reported): a dotted number or a 7+ hex-digit build
+_FOLDER_VERSION = re.compile(r"-(\d[\w.]*|[0-9a-f]{7,})(?:-[a-z][a-z-]*)?$")
+
+
+def _url_version(folder: Path, root: Path, speculation: dict[str, Any]) -> str:
+    """The version of a URL audit's server that recorded none from a version endpoint: its replies'
+    ``system_fingerprint`` (first ``-``-separated field: mlx_lm server's ``<mlx-lm version>-<mlx version>-...``),
+    else the report's top folder name under ``root`` (written by the publishing script from the server it launched,
+    e.g. ``llama-server --version``), else ""."""
+    prints = speculation.get("server_fingerprints") or []
+    if prints:
+        return ", ".join(dict.fromkeys(str(p).split("-")[0] for p in prints))
+    try:
+        top = folder.resolve().relative_to(root.resolve()).parts[0]
+    except (ValueError, IndexError):
+        return ""
+    m = _FOLDER_VERSION.search(top)
+    return m.group(1) if m else ""
+
+
+def _self_reported_engine(design: dict[str, Any]) -> dict[str, Any]:
+    """The engine record of a self-reported URL audit: what the server said it was (report.json ``design.server``,
+    recorded since session 13), else the name and entry point its dialect implies (older reports)."""
+    if design.get("server"):
+        return dict(design["server"])
+    api = str(design.get("api", ""))  # what such a report recorded: the dialect (this layer reads no dialect table)
+    return {"name": "llama-server (URL)" if api == "llama-server" else f"{api} server", "version": "",
+            "entry_point": f"--api {api}" if api else ""}
+
+
 def _known_p_row(folder: Path, r: dict[str, Any], root: Path) -> dict[str, Any]:
     plan = json.loads((folder / "audit.json").read_text()) if (folder / "audit.json").is_file() else {}
     eng = plan.get("engine") or _engine_from_folder(folder, root)  # reports run with --decoder SPEC carry no engine record
+    design = r.get("design") if isinstance(r.get("design"), dict) else {}
+    self_reported = design.get("name") == "self-reported"
+    if self_reported:  # verifier.server.self_audit: no audit.json, the server is described in report.json
+        eng = _self_reported_engine(design)
     d = (r.get("decoders") or [{}])[0]
     sets = r.get("sample_sets", [])
     options = {}
@@ -130,11 +172,12 @@ def _known_p_row(folder: Path, r: dict[str, Any], root: Path) -> dict[str, Any]:
              and (k == "mode" or v != defaults.get(k))}  # the options that differ from the engine's defaults
     sampling = sets[0].get("sampling", {}) if sets else {}
     cfg = ", ".join(f"{k}={v}" for k, v in shown.items())
-    if "base_url" in options:  # a URL audit: the client's options are not the server's configuration
+    if "base_url" in options or self_reported:  # a URL audit: the client's options are not the server's configuration
         # the folder names the server variant before its sampling config: control-..., cache-off-..., certificate-...
         variant = re.match(r"(.+?)-t\d", folder.name)
         control = variant.group(1) if variant else ""
-        cfg = f"URL, {options.get('num_concurrent', 4)} in flight" + (f", {control} server" if control else "")
+        cfg = (f"URL self-reported, top-{design.get('logprobs')} logprobs" if self_reported else
+               f"URL, {options.get('num_concurrent', 4)} in flight") + (f", {control} server" if control else "")
     cfg += f"; T={sampling.get('temperature')}" + (f", top-k {sampling['top_k']}" if sampling.get("top_k") else "") \
         + (f", top-p {sampling['top_p']}" if sampling.get("top_p") else "") + f", k={sets[0].get('num_draft_tokens') if sets else ''}"
     acc = []
@@ -166,7 +209,10 @@ def _known_p_row(folder: Path, r: dict[str, Any], root: Path) -> dict[str, Any]:
         verdict += f" at target TV {tv:g}"
     if floor.get("max_tv") is not None:
         verdict += f" (floor TV {floor['max_tv']:.2g})"
-    return {"engine": eng.get("name", folder.parent.name), "version": eng.get("version", ""),
+    version = eng.get("version", "")
+    if not version and ("base_url" in options or self_reported):
+        version = _url_version(folder, root, d.get("speculation") or {})
+    return {"engine": eng.get("name", folder.parent.name), "version": version,
             "entry_point": eng.get("entry_point", ""), "config": cfg,
             "n": _count([s.get("samples_on_disk") for s in sets]), "verdict": verdict,
             "mde": _range([c.get("mde") for c in r.get("cells", []) if c.get("mde") is not None]),

@@ -169,12 +169,16 @@ def decoder_line(d: dict, cells: list[dict], sets: dict[str, dict], alpha: float
         # a cell with an MDE names what more rows buy; one without (n = 0, a consistency check) says nothing: the
         # decoder's reason does (a guard's: rows without a reported law, speculation never ran)
         under = [c for c in cells if c.get("verdict") == "UNDERPOWERED" and _real(c.get("mde")) is not None]
-        blind = [c for c in under if c.get("effect_unit") == "collision"]  # MDE 1: it detects nothing, no TV to name
+        from verifier.runner.verdict import BLIND_AT
+
+        blind = [c for c in under if c.get("effect_unit") in BLIND_AT]  # MDE 1: it detects nothing, no TV to name
         under = [c for c in under if c not in blind]
         if blind and not under:
             c = blind[0]
-            return (f"underpowered: {test_phrase(c.get('test', ''))} detects nothing with n = {c.get('n')} pairs (not even "
-                    "every pair identical would reject)")
+            if c.get("effect_unit") == "collision":
+                return (f"underpowered: {test_phrase(c.get('test', ''))} detects nothing with n = {c.get('n')} pairs (not "
+                        "even every pair identical would reject)")
+            return f"underpowered: {test_phrase(c.get('test', ''))} detects nothing with n = {c.get('n')} (its MDE is 1)"
         if under:
             c = max(under, key=lambda c: _real(c.get("mde")) or 0.0)
             need = f"; needs n >= {c['n_needed']} rows per sample set" if c.get("n_needed") is not None else ""

@@ -6,7 +6,7 @@ import os
 import platform
 from typing import Any
 
-from verifier.runner.verdict import DecoderVerdict
+from verifier.runner.verdict import DecoderVerdict, session_figures
 from verifier.suite.schema import Suite
 
 __all__ = ["REPORT_SCHEMA_VERSION", "OVERALL", "build_report", "environment"]
@@ -55,7 +55,8 @@ def build_report(suite: Suite, env: dict, exact: dict, verdicts: list[DecoderVer
     code : int
         The run's exit code (decides ``verdict``).
     run_info : dict
-        Run id, timestamps, wall times: the only volatile part.
+        Run id, timestamps, wall times: the only volatile part; the decoders' per-session figures are added to it
+        (:func:`~verifier.runner.verdict.session_figures`: ``requests_sent_session``, ``{decoder: requests}``).
     """
     cells = [c.to_dict() for v in verdicts for c in v.cells]
     return {
@@ -73,7 +74,7 @@ def build_report(suite: Suite, env: dict, exact: dict, verdicts: list[DecoderVer
         "sample_sets": sets_info,
         "cells": cells,
         "stopped": list(errors.values()),
-        "run": run_info,  # the only volatile section: run id, timestamps, wall times
+        "run": {**run_info, **session_figures(verdicts)},  # the only volatile section: run id, times, session figures
     }
 
 

@@ -43,10 +43,12 @@ def summarize(metas: Iterable[dict[str, Any] | None], session: str | None = None
     dict or None
         ``chunks`` (with an entry), ``requests``, ``requests_sent`` (by the process that sampled each chunk;
         the rest were read back from the response journal), ``requests_sent_session`` (by this process: a
-        resume's chunks from an earlier process, and the journal's replies, excluded), and for each source
+        resume's chunks from an earlier process, and the journal's replies, excluded; report.json keeps it in
+        ``run``, :data:`verifier.runner.verdict.SESSION_KEYS`), and for each source
         (``counters``: the server's ``/metrics`` deltas; ``per_request``: per-reply figures) the
         summed ``draft_tokens`` / ``accepted_tokens`` (``drafts`` for counters) or None where any
-        chunk lacked it, plus ``acceptance_rate`` = accepted / draft tokens.
+        chunk lacked it, plus ``acceptance_rate`` = accepted / draft tokens; ``server_fingerprints`` (the distinct
+        ``system_fingerprint`` values of the replies, where the server sends one) only when a chunk has one.
     """
     entries = [m for m in metas if isinstance(m, dict)]
     if not entries:
@@ -57,6 +59,9 @@ def summarize(metas: Iterable[dict[str, Any] | None], session: str | None = None
                                        if session is None or e.get("session") == session)
     out["background_requests"] = sum(int(e.get("background_requests", 0)) for e in entries)  # mixed-batch factor
     out["required"] = any(e.get("required", False) for e in entries)  # the decoder asks for the evidence
+    prints = sorted({str(e["server_fingerprint"]) for e in entries if e.get("server_fingerprint")})
+    if prints:  # what the server says it is, in its replies (mlx_lm server: "<mlx-lm version>-<mlx version>-...")
+        out["server_fingerprints"] = prints
     seeds = [e.get("seed_honoured") for e in entries if e.get("seed_honoured") is not None]
     out["seed_honoured"] = None if not seeds else all(seeds)  # the server's seed contract (verifier.server.decoder)
 
@@ -119,8 +124,18 @@ def apply_guard(verdict, summary: dict[str, Any] | None) -> None:
         verdict.expectation_met = False
 
 
-def describe(summary: dict[str, Any]) -> str:
-    """One line on what the decoder's own counters show (for the CLI and reports)."""
+def describe(summary: dict[str, Any], sent_session: int | None = None) -> str:
+    """One line on what the decoder's own counters show (for the CLI and reports).
+
+    Parameters
+    ----------
+    summary : dict
+        :func:`summarize`'s figures with ``verified`` (report.json ``decoders[].speculation``).
+    sent_session : int or None
+        Requests this session sent (report.json ``run.requests_sent_session[decoder]``); None: the summary's own
+        ``requests_sent_session`` (an in-memory summary, or a report written before it moved to ``run``), else
+        ``requests_sent``.
+    """
     parts = []
     for name, part in (("per request", summary.get("per_request") or {}), ("server counters", summary.get("counters") or {})):
         d, a = part.get("draft_tokens"), part.get("accepted_tokens")
@@ -134,7 +149,9 @@ def describe(summary: dict[str, Any]) -> str:
     seed = {True: "; request seeds reproduce", False: "; the server IGNORES request seeds (the journal is the only "
             "record of the samples)", None: ""}[summary.get("seed_honoured")]
     total = int(summary.get("requests", 0))
-    sent = int(summary.get("requests_sent_session", summary.get("requests_sent", 0)))  # older reports: no session split
+    if sent_session is None:  # older reports: in the summary, or no session split at all
+        sent_session = summary.get("requests_sent_session", summary.get("requests_sent", 0))
+    sent = int(sent_session)
     earlier = f", {total - sent:,} from the response journal or earlier sessions' samples" if total > sent else ""
     return (f"{head} -- " + "; ".join(parts) + f" over {total:,} requests "
             f"({sent:,} sent in this session{earlier}"

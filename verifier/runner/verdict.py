@@ -12,8 +12,8 @@ Correction (docs/ARCHITECTURE.md "Statistical defaults"), applied separately to 
 
 Decoder verdict: ``BIAS DETECTED`` when any cell is rejected (or the combination test rejects), else
 ``UNDERPOWERED`` when a cell's minimum detectable effect (total variation) exceeds the suite's
-``target_mde`` (the reason names the rows per sample set that would reach it), or a collision cell
-detects nothing (its MDE is 1: :data:`BLIND_AT`), or when no cell was tested at all, or when no cell states a TV minimum detectable effect (PIT / surprisal cells
+``target_mde`` (the reason names the rows per sample set that would reach it), or a collision, PIT or serial
+cell detects nothing (its MDE is 1, the largest effect of its unit: :data:`BLIND_AT`), or when no cell was tested at all, or when no cell states a TV minimum detectable effect (PIT / surprisal cells
 only), else ``PASS`` with a reason naming the positions a TV cell covered and those only PIT checked; a support violation (a token at target prob 0, or at T = 0 a row
 off the greedy output) is BIAS and the reason quotes it; ``ERROR`` when the decoder crashed or returned invalid output.
 Expectation ``pass`` is met by ``PASS``; ``detect`` by ``BIAS DETECTED`` (an invalid output of a
@@ -34,13 +34,15 @@ from verifier.runner.analysis import CellResult
 from verifier.runner.coverage import has_tv_cell, no_tv_cell_reason, pass_reason
 
 __all__ = ["PASS", "BIAS", "UNDERPOWERED", "ERROR", "DecoderVerdict", "decide", "cell_level", "exit_code",
-           "underpowered_reason", "MORE_ROWS", "more_rows_advice"]
+           "underpowered_reason", "MORE_ROWS", "more_rows_advice", "SESSION_KEYS", "session_figures"]
 
 PASS, BIAS, UNDERPOWERED, ERROR = "PASS", "BIAS DETECTED", "UNDERPOWERED", "ERROR"
 CELL_PASS, CELL_BIAS, CELL_UNDERPOWERED = "PASS", "BIAS", "UNDERPOWERED"
 # units whose largest possible effect is 1: a cell whose MDE reaches it detects nothing (collision: not even every
-# pair identical rejects at its level), so it is UNDERPOWERED as a TV cell above target_mde is, never PASS
-BLIND_AT = {"collision": 1.0}
+# pair identical rejects at its level; ks: the randomized PIT's KS distance, whose MDE is capped at 1 when too few
+# positions are tested; autocorrelation: the serial cell's lag-1 correlation, capped likewise), so it is
+# UNDERPOWERED as a TV cell above target_mde is, never PASS
+BLIND_AT = {"collision": 1.0, "ks": 1.0, "autocorrelation": 1.0}
 # what an UNDERPOWERED reason tells the user to raise ({n}: the rows per sample set needed); a suite's knob by default,
 # a command's flag where the command sets it (:func:`more_rows_advice`: `specverify audit` -> --num-samples)
 MORE_ROWS = "raise `samples` of this decoder (rows = samples x the profile's sample_scale)"
@@ -98,9 +100,27 @@ class DecoderVerdict:
             "underpowered_cells": [c.id for c in self.cells if c.verdict == CELL_UNDERPOWERED],
             # the largest rows per sample set an underpowered cell needs to reach target_mde (None: none / unreachable)
             "n_needed": max((c.n_needed for c in self.cells if c.verdict == CELL_UNDERPOWERED and c.n_needed), default=None),
-            **({"speculation": self.speculation} if self.speculation is not None else {}),
+            # the per-session figures live in report.json's volatile `run` section (session_figures), not here
+            **({"speculation": {k: v for k, v in self.speculation.items() if k not in SESSION_KEYS}}
+               if self.speculation is not None else {}),
             **({"acceptance_fingerprint": self.fingerprint} if self.fingerprint is not None else {}),
         }
+
+
+# speculation-summary entries that depend on the process that computed the report, not on the samples: report.json
+# keeps them in `run` (run.<key> = {decoder: value}), so two reports of the same samples compare equal outside `run`
+SESSION_KEYS = ("requests_sent_session",)
+
+
+def session_figures(verdicts: list[DecoderVerdict]) -> dict[str, dict[str, Any]]:
+    """``{key: {decoder: value}}`` of the :data:`SESSION_KEYS` in the verdicts' speculation summaries (empty when no
+    decoder reports speculation): what report.json's ``run`` section holds of them."""
+    out: dict[str, dict[str, Any]] = {}
+    for v in verdicts:
+        for key in SESSION_KEYS:
+            if v.speculation is not None and key in v.speculation:
+                out.setdefault(key, {})[v.decoder] = v.speculation[key]
+    return out
 
 
 def decide(decoder: str, expect: str, cells: list[CellResult], *, alpha: float, correction: str,
@@ -143,7 +163,7 @@ def decide(decoder: str, expect: str, cells: list[CellResult], *, alpha: float, 
             c.verdict = CELL_BIAS
         elif c.effect_unit == "tv" and c.mde is not None and c.mde > target_mde:
             c.verdict = CELL_UNDERPOWERED
-        elif c.effect_unit in BLIND_AT and c.mde is not None and c.mde >= BLIND_AT[c.effect_unit]:
+        elif _blind(c):
             c.verdict = CELL_UNDERPOWERED  # detects nothing at this n (no statistic or level changed)
         else:
             c.verdict = CELL_PASS
@@ -170,7 +190,9 @@ def decide(decoder: str, expect: str, cells: list[CellResult], *, alpha: float, 
         verdict = UNDERPOWERED
         reason = "no cell was tested (no sample set, or every requested test was skipped for it): no evidence for PASS"
         met = False
-    elif any(c.verdict == CELL_UNDERPOWERED for c in cells):
+    elif any(c.verdict == CELL_UNDERPOWERED for c in cells) and (
+            has_tv_cell(cells) or not all(_blind(c) for c in cells if c.verdict == CELL_UNDERPOWERED)):
+        # (no TV cell and only blind ones short of power: more rows cannot PASS it, the no-TV-cell reason leads)
         verdict = UNDERPOWERED
         reason = underpowered_reason(cells, target_mde)
         met = False
@@ -210,10 +232,19 @@ def underpowered_reason(cells: list[CellResult], target_mde: float) -> str:
     return reason
 
 
+def _blind(cell: CellResult) -> bool:
+    """A tested cell whose MDE is the largest effect its unit allows (:data:`BLIND_AT`): it detects nothing."""
+    return cell.n > 0 and cell.effect_unit in BLIND_AT and cell.mde is not None and cell.mde >= BLIND_AT[cell.effect_unit]
+
+
 def _blind_text(cell: CellResult) -> str:
     """Why a cell whose MDE is the largest effect its unit allows (:data:`BLIND_AT`) is underpowered."""
-    return (f"cell {cell.id} detects nothing at n = {cell.n} pairs: not even every pair identical would reject at its "
-            "level (more rows lower its critical count)")
+    if cell.effect_unit == "collision":
+        return (f"cell {cell.id} detects nothing at n = {cell.n} pairs: not even every pair identical would reject at "
+                "its level (more rows lower its critical count)")
+    what = {"ks": "KS distance", "autocorrelation": "lag-1 autocorrelation"}.get(cell.effect_unit, cell.effect_unit)
+    return (f"cell {cell.id} detects nothing at n = {cell.n}: its MDE is {what} 1, the largest there is (more rows "
+            "lower it)")
 
 
 def exit_code(verdicts: list[DecoderVerdict], exact_ok: bool = True) -> int:

@@ -8,21 +8,51 @@ lm-evaluation-harness's server backends: ``base_url``, ``num_concurrent``, ``max
 
 Authentication: the bearer token is read from an environment variable (``api_key_env``), never from
 a flag, so it cannot land in a report, a suite file or a journal.
+
+Client cost (issue 27: the client shares the machine with the server it measures).  Every httpx client builds
+a TLS context by default, loading the CA bundle: about 70 ms of CPU, paid by each :func:`post_all` call (one per
+chunk), each ``/metrics`` read and each probe, also for plain-http URLs; :func:`tls_context` builds it once per
+process instead.  And httpcore asks ``import sniffio`` on every request and lock; where sniffio is not installed
+that import fails each time (failed imports are not cached: a walk of every import path, ~55 us each),
+so :func:`_no_sniffio_lookups` records the absence once (``sys.modules["sniffio"] = None``, Python's own marker
+for a module that is not there).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import random
+import sys
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from verifier.errors import ConfigError, DecoderError, InvalidArgumentError, SamplingRefusedError
 
-__all__ = ["ServerSettings", "ServerError", "ServerUsageError", "post_all", "get_text", "RETRY_STATUS"]
+@functools.lru_cache(maxsize=1)
+def tls_context():
+    """The TLS context every httpx client of this process uses (``verify=``): httpx's default (the CA bundle,
+    ``SSL_CERT_FILE`` / ``SSL_CERT_DIR`` honoured as read at the first call), built once instead of per client."""
+    import httpx
+
+    _no_sniffio_lookups()
+    return httpx.create_ssl_context()
+
+
+def _no_sniffio_lookups() -> None:
+    """Where ``sniffio`` is not installed, mark it absent in ``sys.modules`` so httpcore's per-request ``import
+    sniffio`` fails at once (it then assumes asyncio, as before) instead of searching every import path again."""
+    import importlib.util
+
+    if "sniffio" not in sys.modules and importlib.util.find_spec("sniffio") is None:
+        sys.modules["sniffio"] = None  # type: ignore[assignment]
+
+
+__all__ = ["ServerSettings", "ServerError", "ServerUsageError", "post_all", "get_text", "server_description",
+           "tls_context", "RETRY_STATUS"]
 
 RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})  # overload and transient server faults: retried
 USAGE_STATUS = frozenset({400, 401, 403, 404, 405, 413, 422})  # the request is wrong for this server: exit 2
@@ -221,7 +251,8 @@ async def _post_all(settings: ServerSettings, path: str, jobs: Sequence[tuple[st
     limits = httpx.Limits(max_connections=settings.num_concurrent, max_keepalive_connections=settings.num_concurrent)
     url = settings.url(path)
     gate = asyncio.Semaphore(settings.num_concurrent)
-    async with httpx.AsyncClient(timeout=settings.timeout_s, headers=settings.headers(), limits=limits) as client:
+    async with httpx.AsyncClient(timeout=settings.timeout_s, headers=settings.headers(), limits=limits,
+                                 verify=tls_context()) as client:
         async def one(index: int, what: str, body: dict[str, Any]) -> None:
             async with gate:
                 start = time.perf_counter()
@@ -282,7 +313,8 @@ def get_text(settings: ServerSettings, path: str, *, timeout_s: float | None = N
     limit = timeout_s or min(settings.timeout_s, 30.0)
     deadline = time.monotonic() + limit  # the whole reply, not each read: a slow drip is cut off
     try:
-        with httpx.stream("GET", settings.url(path), headers=settings.headers(), timeout=limit) as reply:
+        with httpx.stream("GET", settings.url(path), headers=settings.headers(), timeout=limit,
+                          verify=tls_context()) as reply:
             data = bytearray()
             for chunk in reply.iter_bytes():
                 data += chunk
@@ -293,3 +325,45 @@ def get_text(settings: ServerSettings, path: str, *, timeout_s: float | None = N
             return reply.status_code, data.decode(reply.encoding or "utf-8", errors="replace")
     except httpx.HTTPError as exc:
         return 0, f"{type(exc).__name__}: {exc}"
+
+
+def server_description(url: str, api: str, api_key_env: str | None = None) -> dict:
+    """What the server says it is, as an engine record (audit.json ``engine``, the self-reported report.json's
+    ``design.server``, the README's audit matrix).
+
+    Best effort, GET requests only (no sample request is spent on it): llama-server ``/props`` ``build_info``
+    (e.g. ``b1-0c1e570``), vLLM ``/version``.  A server with neither (``mlx_lm server``) gets ``version`` "";
+    its replies' ``system_fingerprint`` is recorded with the samples instead (``server_fingerprints`` of the
+    speculation figures, :mod:`verifier.runner.speculation`).
+
+    Parameters
+    ----------
+    url : str
+        The server's base URL.
+    api : str
+        The dialect (``--api``): names the entry point.
+    api_key_env : str or None
+        The environment variable holding a bearer token, as for the audit's requests.
+
+    Returns
+    -------
+    dict
+        ``name`` ("llama-server (URL)", "vllm (URL)", else "<api> server"), ``version``, ``entry_point``
+        ("POST <path> (<api>)"), ``package`` "", ``options`` {}.
+    """
+    from verifier.server.dialects import get_dialect
+
+    settings = ServerSettings(url, api_key_env=api_key_env)
+    version, name = "", f"{api} server"
+    for path, key, label in (("/props", "build_info", "llama-server"), ("/version", "version", "vllm")):
+        status, text = get_text(settings, path, timeout_s=5.0)
+        if status == 200:
+            try:
+                value = json.loads(text).get(key)
+            except (ValueError, AttributeError):
+                continue
+            if value:
+                version, name = str(value), f"{label} (URL)"
+                break
+    return {"name": name, "version": version, "entry_point": f"POST {get_dialect(api).path} ({api})",
+            "package": "", "options": {}}

@@ -140,6 +140,7 @@ class ServerDecoder:
         self.journal = Journal(None)
         self.last_stats: DecoderStats | None = None
         self.seed_honoured: bool | None = None  # set by the first call's seed contract probe
+        self.server_fingerprint: str | None = None  # the first reply's system_fingerprint, where the server sends one
         self._lock = threading.Lock()
         self.settings = {"api": api, "model": model, "n_per_request": n_per_request, "speculative": speculative,
                          "logprobs": logprobs, **self.server.public()}
@@ -196,7 +197,10 @@ class ServerDecoder:
                                              eos_token_id=self.eos_token_id, what=what,
                                              logprobs=self._sample_logprobs is not None)
             self._check_ids(completions, what)
+            fingerprint = reply.get("system_fingerprint") if isinstance(reply, dict) else None
             with self._lock:
+                if fingerprint and self.server_fingerprint is None:  # what the server says it is (mlx_lm server:
+                    self.server_fingerprint = str(fingerprint)[:200]  # its version; it has no version endpoint)
                 self.journal.append(key, body, completions, seconds)
 
         load = _Background(self, prompt, max_new_tokens, seed) if self.background and missing else None
@@ -304,6 +308,8 @@ class ServerDecoder:
         out: dict[str, Any] = {"requests": total, "requests_sent": sent, "requests_from_journal": total - sent,
                                "seed_honoured": self.seed_honoured, "required": self.require_speculation,
                                "per_request_draft_tokens": drafted, "per_request_accepted_tokens": accepted}
+        if self.server_fingerprint is not None:  # the replies' system_fingerprint (the README matrix's version)
+            out["server_fingerprint"] = self.server_fingerprint
         if before is not None and after is not None:
             delta = counter_delta(before, after)
             out["counters"] = delta.to_json()  # server-wide: another client's traffic in the same window counts too
@@ -328,7 +334,9 @@ class _Background:
         def worker(index: int) -> None:
             import httpx
 
-            with httpx.Client(timeout=owner.server.timeout_s, headers=headers) as client:
+            from verifier.server.client import tls_context
+
+            with httpx.Client(timeout=owner.server.timeout_s, headers=headers, verify=tls_context()) as client:
                 i = index
                 while not self.stop_event.is_set():
                     try:

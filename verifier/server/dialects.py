@@ -156,7 +156,8 @@ class Dialect:
     shares_batches : bool
         Requests in flight together can share the server's batches (False: the server serves one request at a
         time -- ``mlx_lm server`` with a draft model, whose ``ModelProvider`` sets ``is_batchable = False`` -- so
-        the ``--mixed-batch`` factor cannot put background rows beside the audited ones).
+        the ``--mixed-batch`` factor cannot put background rows beside the audited ones, and the
+        ``--concurrency-levels`` factor would audit the same one-at-a-time server at every level: both refused).
     text_of : callable or None
         ``text_of(ids, name="prompt", shown=None) -> text`` for ``needs_text`` dialects (set by
         :meth:`with_text`); ids that do not round-trip are a SamplingRefusedError (exit 2) naming ``name`` and

@@ -106,7 +106,7 @@ def not_for_self_reported(command: str, run_dir: str | Path) -> ConfigError:
 
     Parameters
     ----------
-    command : {"diagnose", "merge", "report --recompute"}
+    command : {"diagnose", "merge", "report --recompute", "run --resume"}
         The command refused.
     run_dir : path
         The folder given.
@@ -117,6 +117,8 @@ def not_for_self_reported(command: str, run_dir: str | Path) -> ConfigError:
                      "when you know the server's draft) to get a diagnosis"),
         "merge": ("a self-reported audit is not sharded; to add samples or finish an interrupted audit, "
                   + _RERUN.format(run_dir=run_dir)),
+        "run --resume": ("it has no suite to resume (its requests are planned by the audit command); to finish an "
+                         "interrupted audit, " + _RERUN.format(run_dir=run_dir)),
         "report --recompute": ("its statistics are computed from the journaled replies by the audit itself; to "
                                "recompute them, " + _RERUN.format(run_dir=run_dir)),
     }[command]

@@ -218,6 +218,9 @@ def run_self_reported(spec: SelfReportedSpec) -> int:
     spec.run_dir.mkdir(parents=True, exist_ok=True)
     dialect = get_dialect(spec.api)
     convention = spec.convention or dialect.reported_law
+    from verifier.server.client import server_description
+
+    described = server_description(spec.url, spec.api, spec.server.get("api_key_env"))  # report.json design.server
     main = _Sender(spec, spec.url, JOURNAL_NAME)
     off_switch = spec.reference_url is None and spec.api == "llama-server"
     ref = _Sender(spec, spec.reference_url, REFERENCE_JOURNAL) if spec.reference_url else main
@@ -337,6 +340,7 @@ def run_self_reported(spec: SelfReportedSpec) -> int:
     verdict.cells = cells + extra_cells
     code = exit_code([verdict])
     report = _report(spec, verdict, sets, code, time.monotonic() - started, reference, convention, reference_checks)
+    report["design"]["server"] = described  # what the server says it is (the README audit matrix's version)
     from verifier.reports import write_reports
 
     write_reports(report, spec.run_dir)
@@ -379,6 +383,7 @@ def _report(spec: SelfReportedSpec, verdict, sets: list[dict], code: int, second
     import os
 
     from verifier.runner.assemble import OVERALL, REPORT_SCHEMA_VERSION
+    from verifier.runner.verdict import session_figures
 
     versions = {}
     for pkg in ("spec-verifier", "numpy", "scipy", "torch"):
@@ -406,7 +411,7 @@ def _report(spec: SelfReportedSpec, verdict, sets: list[dict], code: int, second
                    "logprobs": spec.logprobs, "collisions": spec.collisions,
                    "consistency_positions": spec.consistency_positions},
         "run": {"run_id": spec.run_dir.name, "stage_seconds": {"audit": seconds},
-                "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
+                "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **session_figures([verdict])},
     }
 
 
