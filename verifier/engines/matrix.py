@@ -22,7 +22,7 @@ neither the version of its top folder's name, ``<server>-<version>[-<design>]``,
 Acceptance: the report's acceptance audit, or the first line of ``acceptance.txt`` in the report folder where
 that exists (engines whose first round starts after token 1, e.g. llama.cpp: written by
 ``python -m verifier.diagnose.reproduce ENGINE RUN_DIR=REPORT_DIR``).
-A verdict planned for another target TV than the matrix's :data:`MATRIX_TV` (0.03; audit.json ``target_tv`` or the
+A PASS or UNDERPOWERED planned for another target TV than the matrix's :data:`MATRIX_TV` (0.03; audit.json ``target_tv`` or the
 report's ``suite.stats.target_mde``) says so: "PASS at target TV 0.3".
 Root cause of a BIAS DETECTED: "harness: <mechanism>." when the report's own diagnosis named one, then "human:" and
 the first line starting with ``Root cause:`` in ``FINDINGS.md`` of the
@@ -205,7 +205,8 @@ def _known_p_row(folder: Path, r: dict[str, Any], root: Path) -> dict[str, Any]:
     floor = r.get("numeric_floor") or {}
     verdict = d.get("verdict", r.get("verdict", ""))
     tv = _target_tv(folder, r)
-    if tv is not None and abs(tv - MATRIX_TV) > 1e-12:  # another certificate than the matrix's: said beside the verdict
+    if tv is not None and abs(tv - MATRIX_TV) > 1e-12 and verdict in ("PASS", "UNDERPOWERED"):
+        # a certificate (or its attempt) for another TV than the matrix's: said beside the verdict
         verdict += f" at target TV {tv:g}"
     if floor.get("max_tv") is not None:
         verdict += f" (floor TV {floor['max_tv']:.2g})"
