@@ -85,6 +85,7 @@ def _run_suite(suite: Any, run_dir: str | Path, *, resume: bool, progress: bool,
                log: Callable[[str], None]) -> RunOutcome:
     store = SampleStore(run_dir)
     stage: dict[str, float] = {}
+    previous = _previous_report(store.run_dir) if resume else None  # its measured numeric floor is carried over
     started = stages.start_run(store, suite, resume=resume, log=log)
     with _timed(stage, "exact"):
         exact = stages.exact_stage(suite)
@@ -103,7 +104,7 @@ def _run_suite(suite: Any, run_dir: str | Path, *, resume: bool, progress: bool,
         report = stages.exact_failed_report(ctx, exact, stage, info)
         write_reports(report, store.run_dir)
         return RunOutcome(store.run_dir, report, EXIT_BIAS, stage)
-    return _finish(ctx, store, errors, exact, stage, info, log)
+    return _finish(ctx, store, errors, exact, stage, info, log, previous=previous)
 
 
 def _finish(ctx: Any, store: SampleStore, errors: dict, exact: dict, stage: dict, info: dict,

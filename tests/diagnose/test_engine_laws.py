@@ -151,3 +151,24 @@ def test_openvino_laws_need_the_draft(models):
                                                      "num_draft_tokens": 1, "target": models[0], "draft": None}],
                                  bias_detected=True)
     assert found["named"] is None and "need its probs" in found["sentence"]
+
+
+def test_laws_predicted_for_some_sets_only_are_not_scored_and_short_rows_do_not_crash(models):
+    """Adversarial review: a 2-token prompt has only one trimmed context (no mix), a 3-token prompt has all; summed over
+    fewer sets such a law looked far more likely (misranked), then the fit check raised KeyError.  Rows of one token
+    (shorter than the laws' 2) crashed the fit check."""
+    from verifier.engines.reproductions import mlx_lm_server as mlx
+
+    three = _mlx_rows(models, seed=10, share_dropped=1.0)
+    short_prompt = [70, 221]
+    laws2 = mlx.engine_laws(short_prompt, MLX_SAMPLING, models[0])
+    two = np.concatenate([_rows(laws2[mlx.DROPPED], 11), np.full((N, 1), 7)], axis=1)
+    sets = [{"seqs": None, "tokens": three, "prompt": PROMPT, "sampling": MLX_SAMPLING, "label": "a",
+             "num_draft_tokens": 1, "target": models[0], "draft": None},
+            {"seqs": None, "tokens": two, "prompt": short_prompt, "sampling": MLX_SAMPLING, "label": "b",
+             "num_draft_tokens": 1, "target": models[0], "draft": None}]
+    found = engine_law_diagnosis("mlx-lm server", sets, bias_detected=True)
+    assert any("some sample sets only" in n.get("note", "") for n in found["sets"])
+    assert all(s is None or not s.endswith(mlx.CASCADE) for s in (found["named"] or [None]))
+    one = engine_law_diagnosis("mlx-lm server", [dict(sets[0], tokens=three[:, :1])], bias_detected=True)
+    assert one["decision"] is not None  # scored; no fit counted on rows shorter than the law

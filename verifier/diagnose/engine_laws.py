@@ -43,7 +43,7 @@ def engine_module(engine: str | None):
     """The module of :data:`verifier.engines.reproductions.LAWS` for ``engine``, or None."""
     from verifier.engines.reproductions import LAWS
 
-    name = LAWS.get(engine or "")
+    name = LAWS.get(engine) if isinstance(engine, str) else None
     return importlib.import_module(name) if name else None
 
 
@@ -226,6 +226,8 @@ def _fit_pvalue(law: np.ndarray, tokens: np.ndarray, weights: np.ndarray) -> flo
     """Chi-square p of the observed J-token counts against ``law`` (rows that end before J tokens left out)."""
     from verifier.engines.reproductions._common import chi2_p
 
+    if tokens.ndim != 2 or tokens.shape[1] < law.ndim:  # rows shorter than the law's J tokens: nothing to count
+        return None
     full = (tokens >= 0).all(axis=1)
     if not full.any():
         return None
@@ -267,6 +269,9 @@ def engine_law_diagnosis(engine: str, sets: list[dict[str, Any]], *, bias_detect
         if why:
             notes.append({"set": s["label"], "note": why})
             continue
+        if not callable(s["target"]):  # a tabular pair: the engines' laws run torch language models
+            notes.append({"set": s["label"], "note": "the target is not a torch language model"})
+            continue
         laws = module.engine_laws(s["prompt"], s["sampling"], s["target"], s["draft"])
         target_law = laws.pop("target", None)
         if s.get("seqs") is not None:  # the family on the same tokens beside the engine's laws
@@ -279,6 +284,14 @@ def engine_law_diagnosis(engine: str, sets: list[dict[str, Any]], *, bias_detect
         rankings.append(r)
         fits.append((laws, target_law, tokens, weights, getattr(r, "fitted", {})))
         notes.append({"set": s["label"]})
+    if rankings:  # a law predicted for some sets only would sum fewer log-likelihoods: scored only where all have it
+        common = set.intersection(*({s.name for s in r.scores} for r in rankings))
+        dropped = sorted({s.name for r in rankings for s in r.scores} - common)
+        for r in rankings:
+            r.scores = [s for s in r.scores if s.name in common]
+            r.row_ll = {k: v for k, v in r.row_ll.items() if k in common}
+        if dropped:
+            notes.append({"set": "all", "note": "not scored (predicted for some sample sets only): " + ", ".join(dropped)})
     out: dict[str, Any] = {"engine": engine, "tokens": J, "sets": notes, "decision": None, "fit_pvalue": None,
                            "named": None}
     if not rankings:
@@ -300,7 +313,9 @@ def engine_law_diagnosis(engine: str, sets: list[dict[str, Any]], *, bias_detect
     if fit_p is not None:  # a named mixture: its fitted weights per sample set
         key = best[0].split("/", 1)[1]
         out["weights"] = [f[4][key] for f in fits if key in f[4]] or None
-    engine_best = [n for n in (d.get("best") or []) if n.startswith(ENGINE_LAW_MARK)]
+    # named only when an engine law leads the class (its own fit was checked); a family hypothesis first: not named here
+    lead = (d.get("best") or [""])[0]
+    engine_best = [n for n in (d.get("best") or []) if n.startswith(ENGINE_LAW_MARK)] if lead.startswith(ENGINE_LAW_MARK) else []
     if d["status"] == "consistent" and engine_best:
         out["named"] = engine_best
         out["sentence"] = (f"tokens 1-{J} {d['sentence']}, a law {engine}'s source predicts (goodness of fit "

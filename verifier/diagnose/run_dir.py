@@ -293,9 +293,11 @@ def _engine_name(store) -> str | None:
     path = getattr(store, "run_dir", None)
     try:
         plan = _json.loads((path / AUDIT_PLAN_FILE).read_text()) if path is not None and (path / AUDIT_PLAN_FILE).is_file() else {}
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
-    return (plan.get("engine") or {}).get("name") if isinstance(plan, dict) else None
+    engine = plan.get("engine") if isinstance(plan, dict) else None
+    name = engine.get("name") if isinstance(engine, dict) else None
+    return name if isinstance(name, str) else None
 
 
 def _engine_source(store, best: list[str]) -> str | None:

@@ -142,16 +142,42 @@ def apply_floor(report: dict[str, Any], floor: dict[str, Any], target_tv: float,
     return int(report["exit_code"])
 
 
+def _number(v) -> float | None:
+    """A finite real number (not a bool), else None."""
+    import math
+
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    try:
+        v = float(v)
+    except OverflowError:
+        return None
+    return v if math.isfinite(v) else None
+
+
 def reapply_floor(report: dict[str, Any], previous: dict[str, Any] | None) -> int:
     """Put a run folder's measured floor back into a report recomputed from its samples (``specverify report
-    --recompute``): the floor was measured once, against the engine or server, and no sample holds it.
+    --recompute``, ``audit --resume``): the floor was measured once, against the engine or server, and no sample holds it.
 
     ``previous`` is the folder's report.json before the recompute (None or without a floor: nothing to do).  The
-    same :func:`apply_floor`, so a floor above the target TV keeps a recomputed PASS UNDERPOWERED.  Returns the
+    same :func:`apply_floor`, so a floor above the target TV keeps a recomputed PASS UNDERPOWERED; a floor that was
+    not measured (``max_tv`` None) is kept as it was, with its statement; a malformed one (not a finite ``max_tv`` >= 0
+    and ``target_tv`` > 0, no ``source``) is never believed: it counts as TV 1, so no PASS.  Returns the
     report's exit code afterwards.
     """
-    floor = (previous or {}).get(FLOOR_KEY)
-    if not isinstance(floor, dict) or floor.get("target_tv") is None:
+    floor = (previous or {}).get(FLOOR_KEY) if isinstance(previous, dict) else None
+    if not isinstance(floor, dict):
         return int(report["exit_code"])
-    return apply_floor(report, floor, float(floor["target_tv"]), measured=floor.get("measured") or (
-        SERVER_MEASURED if floor.get("where") else ENGINE_MEASURED))
+    if floor.get("max_tv") is None and isinstance(floor.get("source"), str):  # "not measured": its statement stays
+        report[FLOOR_KEY] = floor
+        return int(report["exit_code"])
+    max_tv, target_tv = _number(floor.get("max_tv")), _number(floor.get("target_tv"))
+    measured = floor.get("measured") if isinstance(floor.get("measured"), str) else (
+        SERVER_MEASURED if floor.get("where") else ENGINE_MEASURED)
+    if max_tv is None or max_tv < 0 or target_tv is None or target_tv <= 0 or not isinstance(floor.get("source"), str):
+        bad = {"max_tv": 1.0, "rows": [], "source": (  # TV is at most 1
+            "the previous report.json's numeric floor is malformed (max_tv "
+            f"{str(floor.get('max_tv'))[:40]!r}, target_tv {str(floor.get('target_tv'))[:40]!r}), so it counts as "
+            "TV 1, the largest: measure it again with the audit")}
+        return apply_floor(report, bad, target_tv if target_tv and 0 < target_tv < 1 else 0.0, measured=measured)
+    return apply_floor(report, floor, target_tv, measured=measured)

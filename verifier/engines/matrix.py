@@ -207,7 +207,7 @@ def _known_p_row(folder: Path, r: dict[str, Any], root: Path) -> dict[str, Any]:
     tv = _target_tv(folder, r)
     if tv is not None and abs(tv - MATRIX_TV) > 1e-12 and verdict in ("PASS", "UNDERPOWERED"):
         # a certificate (or its attempt) for another TV than the matrix's: said beside the verdict
-        verdict += f" at target TV {tv:g}"
+        verdict += f" at target TV {tv:.6g}"
     if floor.get("max_tv") is not None:
         verdict += f" (floor TV {floor['max_tv']:.2g})"
     version = eng.get("version", "")
@@ -221,15 +221,28 @@ def _known_p_row(folder: Path, r: dict[str, Any], root: Path) -> dict[str, Any]:
 
 
 def _target_tv(folder: Path, r: dict[str, Any]) -> float | None:
-    """The TV the audit was planned for: audit.json ``target_tv``, else the report's ``suite.stats.target_mde``."""
+    """The TV the audit was planned for: audit.json ``target_tv``, else the report's ``suite.stats.target_mde``
+    (a finite positive number; anything else: None)."""
+    import math
+
+    def number(v) -> float | None:
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            return None
+        try:
+            v = float(v)
+        except OverflowError:
+            return None
+        return v if math.isfinite(v) and v > 0 else None
+
     try:
         plan = json.loads((folder / "audit.json").read_text(encoding="utf-8"))
-        if isinstance(plan, dict) and plan.get("target_tv") is not None:
-            return float(plan["target_tv"])
-    except (OSError, ValueError, TypeError):
+        if isinstance(plan, dict) and number(plan.get("target_tv")) is not None:
+            return number(plan["target_tv"])
+    except (OSError, ValueError, RecursionError):
         pass
-    value = ((r.get("suite") or {}).get("stats") or {}).get("target_mde")
-    return float(value) if isinstance(value, (int, float)) else None
+    suite = r.get("suite") if isinstance(r.get("suite"), dict) else {}
+    stats = suite.get("stats") if isinstance(suite.get("stats"), dict) else {}
+    return number(stats.get("target_mde"))
 
 
 def collect(root: str | Path = "reports/audits") -> list[dict[str, Any]]:
