@@ -30,7 +30,7 @@ Schema (version 1)::
                      max_new_tokens, samples, chunk_size, tests, gof_positions, joint_tokens,
                      acceptance = "any" | "canonical" (declare the canonical min(1, p/q) rule: its
                      first-round accepted-count law is then checked as acceptance rule conformance)
-    [stats]          alpha = 1e-3, correction = "gate", target_mde = 0.1, power = 0.99
+    [stats]          alpha = 1e-3, correction = "gate", target_mde = 0.1, power = 0.99, tv_test = "pearson"
     [profiles.NAME]  sample_scale = 1.0, alpha, correction, target_mde
 """
 
@@ -68,6 +68,7 @@ TEST_NAMES = ("gof", "joint", "surprisal", "pit", "collision", "serial", "accept
 # without a `tests` key: the row-at-a-time cells and the acceptance audit; "collision" and "serial" look across rows
 # (independence of requests) and are opted into by name
 DEFAULT_TESTS = ("gof", "joint", "surprisal", "pit", "accepted")
+TV_TESTS = ("pearson", "weighted")  # stats.tv_test: Pearson's chi-square, or the weighted identity test (verifier.stats.identity)
 CORRECTIONS = ("gate", "audit")  # gate: Holm(alpha/2) + Cauchy combination(alpha/2); audit: Benjamini-Yekutieli (the cells share samples)
 EXPECTATIONS = ("pass", "detect")
 ACCEPTANCE_RULES = ("any", "canonical")  # "canonical": the accepted-count law is checked (acceptance rule conformance)
@@ -146,6 +147,7 @@ class StatsSettings:
     correction: str = "gate"
     target_mde: float = 0.1  # total-variation distance every `pass` cell must be able to see
     power: float = 0.99
+    tv_test: str = "pearson"  # the test of the TV cells (gof@t, joint@1..J): "pearson" or the opt-in "weighted" (issue 27)
 
 
 @dataclass(frozen=True)
@@ -199,7 +201,7 @@ class Suite:
             alpha=prof.alpha if prof.alpha is not None else self.stats.alpha,
             correction=prof.correction or self.stats.correction,
             target_mde=prof.target_mde if prof.target_mde is not None else self.stats.target_mde,
-            power=self.stats.power,
+            power=self.stats.power, tv_test=self.stats.tv_test,
         )
         return out
 
@@ -525,8 +527,10 @@ def parse_suite(data: Mapping[str, Any], *, source: str = "<suite>", base_dir: P
         correction=st.get("correction", str, "gate"),
         target_mde=float(st.get("target_mde", _NUMBER, 0.1, "a number in (0, 1]")),
         power=float(st.get("power", _NUMBER, 0.99, "a number in (0, 1)")),
+        tv_test=st.get("tv_test", str, "pearson"),
     )
     _check_choice(st, "correction", stats.correction, CORRECTIONS)
+    _check_choice(st, "tv_test", stats.tv_test, TV_TESTS)
     for key, val, hi_ok in (("alpha", stats.alpha, False), ("target_mde", stats.target_mde, True), ("power", stats.power, False)):
         if not (0 < val < 1 or (hi_ok and val == 1)) or not math.isfinite(val):
             st._fail(st.path(key), val, "a number in (0, 1)")
