@@ -63,7 +63,7 @@ def test_calibration_over_many_null_streams(trigram_law):
     """Seed 5, alpha 0.05, n = 1500..1519 (20 seeded null streams), 2000 null runs each, decided as
     ``identity_test`` decides (verifier.bench.certificate.simulate_cell): the false-alarm rate is within 3 s.e.
     of alpha (s.e. 0.0027: binomial over 40,000 runs plus the spread of one stream's conditional level,
-    sqrt(0.05 * 0.95 / 399) over 20 streams).  The same decision detects the least favourable law at TV 0.05 in
+    sqrt(0.05 * 0.95 / 999) over 20 streams).  The same decision detects the least favourable law at TV 0.08 in
     more than half of 500 runs, so the rate it counts is the test's."""
     from verifier.bench.certificate import simulate_cell
 
@@ -71,20 +71,20 @@ def test_calibration_over_many_null_streams(trigram_law):
     fa = [simulate_cell(trigram_law, 1500 + i, alpha, "weighted", null_runs=runs, alt_runs=1, seed=5 + i)["false_alarms"]
           for i in range(streams)]
     rate = sum(fa) / (streams * runs)
-    assert simulate_cell(trigram_law, 1500, alpha, "weighted", null_runs=0, alt_runs=500, seed=4, target_tv=0.05)["power"] > 0.5
-    se = math.sqrt(alpha * (1 - alpha) / (streams * runs) + alpha * (1 - alpha) / 399 / streams)
+    assert simulate_cell(trigram_law, 1500, alpha, "weighted", null_runs=0, alt_runs=500, seed=4, target_tv=0.08)["power"] > 0.5
+    se = math.sqrt(alpha * (1 - alpha) / (streams * runs) + alpha * (1 - alpha) / 999 / streams)
     assert abs(rate - alpha) <= 3 * se, rate
 
 
 @pytest.mark.full
 def test_calibration_under_the_exact_null_and_detection_under_a_wrong_one(trigram_law):
     """Seed 7, alpha 0.05, n = 2000..2059 (60 null streams), 1500 runs: the false-alarm rate is within 3 s.e.
-    of alpha (s.e. 0.0058: binomial, plus the spread of one stream's conditional level, sqrt(0.05 * 0.95 / 400)
-    over 60 streams, since Besag-Clifford decides at alpha from the first 400 draws); counts drawn from a law at
+    of alpha (s.e. 0.0058: binomial, plus the spread of one stream's conditional level, sqrt(0.05 * 0.95 / 1000)
+    over 60 streams, since Besag-Clifford decides at alpha from the first 1000 draws); counts drawn from a law at
     TV 0.05 (least favourable to the test) and tested against the target are rejected in > 60% of runs."""
     n, alpha, runs, streams = 2000, 0.05, 1500, 60
     rate = _rejection_rate(trigram_law, trigram_law, n, alpha, runs, seed=7, streams=streams)
-    se = math.sqrt(alpha * (1 - alpha) / runs + alpha * (1 - alpha) / 400 / streams)
+    se = math.sqrt(alpha * (1 - alpha) / runs + alpha * (1 - alpha) / 1000 / streams)
     assert abs(rate - alpha) <= 3 * se, rate
     p = pool_categories(trigram_law, n).expected_probs
     groups = pool_categories(trigram_law, n).groups

@@ -42,7 +42,7 @@ def identity_cell(cell_id: str, counts: np.ndarray, expected_probs: np.ndarray, 
     expected_probs : np.ndarray, shape (categories,), float64
         Exact law under the null.
     cell_alpha : float
-        Per-cell level (Monte Carlo draws ``20 / cell_alpha`` and the level of the MDE).
+        Per-cell level (Monte Carlo draws ``50 / cell_alpha`` and the level of the MDE).
     power : float
         Power at which the MDE is stated.
     rng : np.random.Generator, optional

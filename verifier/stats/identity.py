@@ -21,8 +21,8 @@ The test
 The categories are pooled data-blind exactly as :func:`verifier.stats.gof_test` pools them (expected
 count >= 10 at n, :mod:`verifier.stats.pooling`), so the certificate speaks of the same categories as
 Pearson's.  The p-value is Monte Carlo from the exact null law ``Multinomial(n, pooled p)``:
-``(1 + #{b : T_b >= T}) / (1 + B)`` with Besag--Clifford early stopping at 20 exceedances (exactly
-valid, :mod:`verifier.stats.montecarlo`), draws from a generator seeded by ``(n, K)`` and the law's
+``(1 + #{b : T_b >= T}) / (1 + B)``, ``B = 50 / alpha``, with Besag--Clifford early stopping at 50
+exceedances (exactly valid, :mod:`verifier.stats.montecarlo`), draws from a generator seeded by ``(n, K)`` and the law's
 summaries to 3 digits (a law moved by float rounding keeps its draws).  A token with target prob 0 is a
 support violation (p-value 0).
 
@@ -66,8 +66,10 @@ __all__ = ["WEIGHT_EXPONENT", "ALTERNATIVE_EXPONENTS", "IdentityResult", "identi
 
 WEIGHT_EXPONENT = 2.0 / 3.0  # T weighs (x - n p)^2 - x by p^(-2/3) (Valiant & Valiant's instance-optimal weights)
 ALTERNATIVE_EXPONENTS = (0.5, 2.0 / 3.0, 0.8, 1.0)  # delta ~ +-p^gamma: the planned worst cases (module docstring)
-DRAWS_PER_ALPHA = 20  # Monte Carlo draws B = 20 / alpha, as verifier.stats.montecarlo.draws_for
-STOP_EXCEEDANCES = 20  # Besag-Clifford early stop
+DRAWS_PER_ALPHA = 50  # Monte Carlo draws B = 50 / alpha (verifier.stats.montecarlo takes 20 / alpha)
+STOP_EXCEEDANCES = 50  # Besag-Clifford early stop: the decision at alpha rests on the first 50 / alpha draws, so one
+# law's seeded stream has a conditional level within ~14% of alpha (1 / sqrt(50); 22% at 20, measured 0.5-1.5 alpha
+# on the shipped pair's laws: reports/benchmarks.md section 15)
 _CHUNK = 4000  # null draws per chunk
 _GAUSS = np.polynomial.legendre.leggauss(16)  # nodes, weights on [-1, 1] of the Imhof integral
 MAX_CATEGORIES = 4000  # the Gaussian-limit power needs one K x K eigendecomposition per law
@@ -142,7 +144,7 @@ def _null_draws(probs: np.ndarray, n: int, draws: int) -> np.ndarray:
 
 
 def _mc_pvalue(observed: float, probs: np.ndarray, n: int, draws: int) -> tuple[float, int]:
-    """Besag-Clifford: p = h / l at the h-th exceedance (draw l), else (1 + g) / (1 + draws)."""
+    """Besag-Clifford: p = h / l at the h-th exceedance (draw l, h = STOP_EXCEEDANCES), else (1 + g) / (1 + draws)."""
     tol = 1e-9 * max(abs(observed), 1.0)  # float rounding of an equal statistic counts as reaching it
     done = 0
     while done < draws:
@@ -166,12 +168,12 @@ def identity_test(counts, expected_probs, *, alpha: float = 0.01, power: float =
     expected_probs : array_like, shape (vocab,), float64
         Exact null law.
     alpha : float, default 0.01
-        Level: sets the Monte Carlo draws (``20 / alpha``) and the level of the MDE.
+        Level: sets the Monte Carlo draws (``50 / alpha``) and the level of the MDE.
     power : float, default 0.99
     min_expected : float, default 10
         Pooling floor (as :func:`verifier.stats.gof_test`).
     draws : int, optional
-        Null draws B (default ``max(1000, ceil(20 / alpha))``).
+        Null draws B (default ``max(1000, ceil(50 / alpha))``).
     mde : bool, default True
         False: skip the minimum detectable effect (``mde_tv`` nan; simulations).
 
