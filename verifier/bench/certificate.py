@@ -211,6 +211,53 @@ def exact_check(probs: np.ndarray, n: int, alpha: float, test: str, *, null_runs
     return {**out, "planned_n": planned, "probe_power_at_plan": None if n == planned else "below"}
 
 
+def mixture_np_power(probs: np.ndarray, n: int, alpha: float, gamma: float, *, target_tv: float = TARGET_TV,
+                     grid: int = 1 << 17) -> float:
+    """Power of the Neyman-Pearson test of the null against a random-sign mixture of alternatives at TV ``target_tv``:
+    an upper bound on the worst-case power of *any* level-``alpha`` test of this cell at ``n`` (Gaussian limit).
+
+    The pooled categories (at n) are paired by prob; each pair moves ``+-c m`` (``m`` the pair's mean ``p^gamma``,
+    ``sum |delta| = 2 target_tv``) with an independent fair sign.  With independent standardised counts the
+    likelihood ratio is a product over pairs of ``cosh(V) exp(-s^2 / 2)``, ``V ~ N(0, s^2)`` under the null and
+    ``N(s^2, s^2)`` under the mixture; the law of ``sum log cosh(V)`` is a convolution of one-dimensional laws
+    (FFT on a grid of ``grid`` points).
+
+    Returns
+    -------
+    float
+        The mixture's rejection probability at the null's ``1 - alpha`` quantile of the LR statistic.
+    """
+    from scipy import signal
+
+    from verifier.stats.pooling import _pool
+
+    p = _pool(probs, n, 10.0).expected_probs
+    order = np.argsort(-p, kind="stable")
+    m = len(p) // 2
+    i, j = order[0:2 * m:2], order[1:2 * m:2]
+    mag = 0.5 * (p[i] ** gamma + p[j] ** gamma)
+    d = target_tv / mag.sum() * mag
+    s2 = n * d * d * (1 / p[i] + 1 / p[j])
+    s = np.sqrt(s2)
+    hi = float(s2.sum()) * 1.5 + 50 * math.sqrt(float(np.sum(s2 ** 2)) + 1)
+    step = hi / grid
+    edges = (np.arange(grid + 1) - 0.5) * step
+    a = np.where(edges < 0, 0.0, np.arccosh(np.exp(np.clip(edges, 0, 700))))
+
+    def law(mixture: bool) -> np.ndarray:
+        total = None
+        for sk in s:
+            cdf = (sps.norm.cdf((a - sk * sk) / sk) - sps.norm.cdf((-a - sk * sk) / sk)) if mixture else 2 * sps.norm.cdf(a / sk) - 1
+            f = np.diff(cdf)
+            f[-1] += 1 - cdf[-1]
+            total = f if total is None else signal.fftconvolve(total, f)[:grid].clip(0)
+        return total
+
+    f0, f1 = law(False), law(True)
+    tail = np.cumsum(f0[::-1])[::-1]
+    return float(f1[int(np.argmax(tail <= alpha)):].sum())
+
+
 def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--configs", default="all", metavar="LIST",
                         help="Comma-separated indices 1-4 of " + "; ".join(CONFIGS) + ". Default: all.")
@@ -219,6 +266,8 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--alt-runs", type=int, default=DEFAULT_ALT_RUNS, metavar="N",
                         help=f"Simulated runs per alternative. Default: {DEFAULT_ALT_RUNS}.")
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED, help=f"Seed. Default: {DEFAULT_SEED}.")
+    parser.add_argument("--lower-bound", action="store_true",
+                        help="Also the Neyman-Pearson bound for any test on the binding cell at 20,000 rows and at half the old n.")
     parser.add_argument("--format", choices=("markdown", "json"), default="markdown", help="Output format. Default: markdown.")
 
 
@@ -254,6 +303,11 @@ def run(args: argparse.Namespace) -> int:
                 plan.checks[key] = exact_check(laws[cell], n, plan.cell_alpha, test, null_runs=args.null_runs,
                                                alt_runs=args.alt_runs, seed=seed)
             plan.old_n_exact, plan.new_n_exact = plan.checks["old"]["n"], plan.checks["new"]["n"]
+        if getattr(args, "lower_bound", False) and plan.old_n:
+            cell = laws[plan.new_binding or plan.old_binding]
+            plan.checks["lower_bound"] = {f"n={m}": {f"{g:g}": round(mixture_np_power(cell, m, plan.cell_alpha, g), 4)
+                                                     for g in (0.5, 2 / 3, 0.8, 1.0)}
+                                          for m in (20_000, plan.old_n // 2)}
         results.append(plan)
         print(f"[{label}: old n {plan.old_n}, new n {plan.new_n}, {time.perf_counter() - t0:.0f} s]", file=sys.stderr, flush=True)
     if args.format == "json":
@@ -295,4 +349,9 @@ def render_markdown(results) -> str:
                               f"{c.norm_ratio:.3f}" if math.isfinite(c.norm_ratio) else "-"])
     out.append(md_table(["config", "cell", "old n", "categories at old n", "new n", "categories at new n", "new / old",
                          "||p||_2/3 / sqrt(K) at new n"], cell_rows))
+    bounds = [[r.config, r.new_binding, n_label, ", ".join(f"gamma {g}: {v}" for g, v in by.items())]
+              for r in results for n_label, by in r.checks.get("lower_bound", {}).items()]
+    if bounds:
+        out.append(md_table(["config", "cell", "rows", "power of the Neyman-Pearson test against the sign mixture (any test's "
+                                                      "worst-case power is at most the smallest)"], bounds))
     return "\n\n".join(out)
