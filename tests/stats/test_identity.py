@@ -76,7 +76,7 @@ def test_calibration_over_many_null_streams(trigram_law):
     assert abs(rate - alpha) <= 3 * se, rate
 
 
-@pytest.mark.full
+@pytest.mark.full  # ~150 s at load 7 (3,400 identity_test calls); quick cover: test_calibration_over_many_null_streams
 def test_calibration_under_the_exact_null_and_detection_under_a_wrong_one(trigram_law):
     """Seed 7, alpha 0.05, n = 2000..2059 (60 null streams), 1500 runs: the false-alarm rate is within 3 s.e.
     of alpha (s.e. 0.0058: binomial, plus the spread of one stream's conditional level, sqrt(0.05 * 0.95 / 1000)
