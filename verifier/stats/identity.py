@@ -51,6 +51,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import math
+import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -131,16 +132,19 @@ def _seed(probs: np.ndarray, n: int) -> int:
 @functools.lru_cache(maxsize=16)
 def _null_stream(probs_bytes: bytes, n: int):
     probs = np.frombuffer(probs_bytes, dtype=np.float64)
-    return {"rng": np.random.default_rng(_seed(probs, n)), "values": np.empty(0), "probs": probs}
+    return {"rng": np.random.default_rng(_seed(probs, n)), "values": np.empty(0), "probs": probs,
+            "lock": threading.Lock()}
 
 
 def _null_draws(probs: np.ndarray, n: int, draws: int) -> np.ndarray:
-    """The first ``draws`` null values of T (a fixed seeded stream per law and n, grown in chunks)."""
+    """The first ``draws`` null values of T (a fixed seeded stream per law and n, grown in fixed chunks under a
+    lock, so cells computed in threads see the same draws)."""
     stream = _null_stream(np.ascontiguousarray(probs, dtype=np.float64).tobytes(), int(n))
-    while stream["values"].size < draws:
-        x = stream["rng"].multinomial(n, stream["probs"], size=_CHUNK)
-        stream["values"] = np.concatenate([stream["values"], identity_statistic(x, stream["probs"])])
-    return stream["values"][:draws]
+    with stream["lock"]:
+        while stream["values"].size < draws:
+            x = stream["rng"].multinomial(n, stream["probs"], size=_CHUNK)
+            stream["values"] = np.concatenate([stream["values"], identity_statistic(x, stream["probs"])])
+        return stream["values"][:draws]
 
 
 def _mc_pvalue(observed: float, probs: np.ndarray, n: int, draws: int) -> tuple[float, int]:
