@@ -166,6 +166,7 @@ def _run_known_p(args, sampling) -> int:
                          alpha=(args.alpha / 2 if seq else args.alpha) / max(1, len(getattr(args, "url_variants", ()))),
                          variants=tuple(getattr(args, "url_variants", ())), seed=args.seed, options=dict(args.option),
                          chunk_size=args.chunk_size, device=args.device, dtype=args.dtype, acceptance=args.acceptance,
+                         tv_test=getattr(args, "tv_test", "pearson"),
                          # a URL audit also tests independence: identical pairs of requests vs the exact collision prob
                          **({"tests": URL_TESTS} if getattr(args, "url", None) else {}))
         audit_plan = plan_audit(spec, pair=pair)

@@ -118,6 +118,9 @@ def set_cells(ctx: SuiteContext, plan: SampleSetPlan, tokens: np.ndarray,
                                    label_fn=tok_label, **meta)]
     cells = []
     positions, jt = position_plan(plan)
+    tv_cell = analysis.gof_cell  # the TV cells' test: Pearson, or the opt-in weighted identity test (issue 27)
+    if getattr(suite.stats, "tv_test", "pearson") == "weighted":
+        from verifier.runner.identity_cell import identity_cell as tv_cell
     if positions or jt:
         laws = expected_laws(ctx, plan)
         note = laws.note()
@@ -133,7 +136,7 @@ def set_cells(ctx: SuiteContext, plan: SampleSetPlan, tokens: np.ndarray,
         for t in positions:
             law = laws.marginals[t]
             counts = np.bincount(laws.marginal_codes(tokens, t), minlength=len(law)).astype(np.int64)
-            cells.append(noted(analysis.gof_cell(f"{base}/gof@{t}", counts, law, cell_alpha=alpha, power=power, rng=rng,
+            cells.append(noted(tv_cell(f"{base}/gof@{t}", counts, law, cell_alpha=alpha, power=power, rng=rng,
                                                  label_fn=label, target_mde=suite.stats.target_mde, test=f"gof@{t}",
                                                  **meta), laws.pooled(t)))
 
@@ -142,7 +145,7 @@ def set_cells(ctx: SuiteContext, plan: SampleSetPlan, tokens: np.ndarray,
 
         pooled_joint = laws.joint_keys is not None
         if jt == spec.joint_tokens and "joint" in spec.tests:
-            cells.append(noted(analysis.gof_cell(f"{base}/joint@1..{jt}", laws.joint_counts(tokens), laws.joint,
+            cells.append(noted(tv_cell(f"{base}/joint@1..{jt}", laws.joint_counts(tokens), laws.joint,
                                                  cell_alpha=alpha, power=power, rng=rng, label_fn=tuple_label,
                                                  target_mde=suite.stats.target_mde, test=f"joint@1..{jt}", **meta),
                                pooled_joint))

@@ -33,7 +33,7 @@ Schema (version 1)::
                      stop_token_ids = [] (the request's stop tokens beside EOS), max_tokens (the request's
                      length limit, <= max_new_tokens; default max_new_tokens): the stop rule passed to
                      generate; with either set, tests = ["stop"] (the other cells' laws end rows at EOS only)
-    [stats]          alpha = 1e-3, correction = "gate", target_mde = 0.1, power = 0.99
+    [stats]          alpha = 1e-3, correction = "gate", target_mde = 0.1, power = 0.99, tv_test = "pearson"
     [profiles.NAME]  sample_scale = 1.0, alpha, correction, target_mde
 """
 
@@ -71,6 +71,7 @@ TEST_NAMES = ("gof", "joint", "surprisal", "pit", "collision", "serial", "stop",
 # without a `tests` key: the row-at-a-time cells and the acceptance audit; "collision" and "serial" look across rows
 # (independence of requests) and "stop" at the request's stop rule (issue 29, bug kind 5): all three are opted into by name
 DEFAULT_TESTS = ("gof", "joint", "surprisal", "pit", "accepted")
+TV_TESTS = ("pearson", "weighted")  # stats.tv_test: Pearson's chi-square, or the weighted identity test (verifier.stats.identity)
 CORRECTIONS = ("gate", "audit")  # gate: Holm(alpha/2) + Cauchy combination(alpha/2); audit: Benjamini-Yekutieli (the cells share samples)
 EXPECTATIONS = ("pass", "detect")
 ACCEPTANCE_RULES = ("any", "canonical")  # "canonical": the accepted-count law is checked (acceptance rule conformance)
@@ -156,6 +157,7 @@ class StatsSettings:
     correction: str = "gate"
     target_mde: float = 0.1  # total-variation distance every `pass` cell must be able to see
     power: float = 0.99
+    tv_test: str = "pearson"  # the test of the TV cells (gof@t, joint@1..J): "pearson" or the opt-in "weighted" (issue 27)
 
 
 @dataclass(frozen=True)
@@ -209,7 +211,7 @@ class Suite:
             alpha=prof.alpha if prof.alpha is not None else self.stats.alpha,
             correction=prof.correction or self.stats.correction,
             target_mde=prof.target_mde if prof.target_mde is not None else self.stats.target_mde,
-            power=self.stats.power,
+            power=self.stats.power, tv_test=self.stats.tv_test,
         )
         return out
 
@@ -552,8 +554,10 @@ def parse_suite(data: Mapping[str, Any], *, source: str = "<suite>", base_dir: P
         correction=st.get("correction", str, "gate"),
         target_mde=float(st.get("target_mde", _NUMBER, 0.1, "a number in (0, 1]")),
         power=float(st.get("power", _NUMBER, 0.99, "a number in (0, 1)")),
+        tv_test=st.get("tv_test", str, "pearson"),
     )
     _check_choice(st, "correction", stats.correction, CORRECTIONS)
+    _check_choice(st, "tv_test", stats.tv_test, TV_TESTS)
     for key, val, hi_ok in (("alpha", stats.alpha, False), ("target_mde", stats.target_mde, True), ("power", stats.power, False)):
         if not (0 < val < 1 or (hi_ok and val == 1)) or not math.isfinite(val):
             st._fail(st.path(key), val, "a number in (0, 1)")
