@@ -89,19 +89,25 @@ def score_engine_laws(engine: str, module, seqs: SequenceProbs, laws: dict[str, 
     ranking = rank_mechanisms(short, num_draft_tokens, per_position=False)
     ll_t = target_log_likelihood(short)
     w = short.row_weights
-    total_t = float((ll_t * w).sum()) if np.isfinite(ll_t).all() else float(ll_t.min())
+    _add_laws(ranking, engine, module, laws, short.tokens, ll_t, w)
+    return ranking
+
+
+def _add_laws(ranking: Ranking, engine: str, module, laws: dict[str, np.ndarray], tokens: np.ndarray,
+              ll_t: np.ndarray, weights: np.ndarray) -> None:
+    """Score each law (robust contamination mixture with the target) and the module's mixtures into ``ranking``."""
+    total_t = float((ll_t * weights).sum()) if np.isfinite(ll_t).all() else float(ll_t.min())
     for law_name, law in laws.items():
-        ll = _row_log_law(law, short.tokens)
+        ll = _row_log_law(law, tokens)
         name = _law_name(engine, law_name)
         ranking.row_ll[name] = ll
         with np.errstate(invalid="ignore"):
-            pure = float((ll * w).sum()) - total_t if np.isfinite(ll).all() else -math.inf
-        total, share = mixture_log_likelihood(ll, ll_t, w)
+            pure = float((ll * weights).sum()) - total_t if np.isfinite(ll).all() else -math.inf
+        total, share = mixture_log_likelihood(ll, ll_t, weights)
         robust = total - total_t
         ranking.scores.append(MechanismScore(name, "biased", total, 0.0 if math.isnan(robust) else float(robust),
                                              log_lr_pure=pure, contamination=share))
-    ranking.fitted = _add_mixtures(ranking, engine, module, laws, short.tokens, ll_t, w, total_t)
-    return ranking
+    ranking.fitted = _add_mixtures(ranking, engine, module, laws, tokens, ll_t, weights, total_t)
 
 
 WEIGHT_STEP = 0.05  # grid of a mixture hypothesis's weights over its laws (and the target's): the simplex in steps of 0.05
@@ -185,17 +191,7 @@ def _target_only_ranking(engine: str, module, laws: dict[str, np.ndarray], targe
     ll_t = _row_log_law(target_law, tokens)
     total_t = float((ll_t * weights).sum()) if np.isfinite(ll_t).all() else float(ll_t.min())
     ranking = Ranking(int(weights.sum()), total_t, [])
-    for law_name, law in laws.items():
-        ll = _row_log_law(law, tokens)
-        name = _law_name(engine, law_name)
-        ranking.row_ll[name] = ll
-        with np.errstate(invalid="ignore"):
-            pure = float((ll * weights).sum()) - total_t if np.isfinite(ll).all() else -math.inf
-        total, share = mixture_log_likelihood(ll, ll_t, weights)
-        robust = total - total_t
-        ranking.scores.append(MechanismScore(name, "biased", total, 0.0 if math.isnan(robust) else float(robust),
-                                             log_lr_pure=pure, contamination=share))
-    ranking.fitted = _add_mixtures(ranking, engine, module, laws, tokens, ll_t, weights, total_t)
+    _add_laws(ranking, engine, module, laws, tokens, ll_t, weights)
     return ranking
 
 

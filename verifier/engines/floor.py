@@ -22,7 +22,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-__all__ = ["reapply_floor", "measure_floor", "apply_floor", "logits_source", "FLOOR_KEY"]
+__all__ = ["reapply_floor", "finite_number", "measure_floor", "apply_floor", "logits_source", "FLOOR_KEY"]
 
 FLOOR_KEY = "numeric_floor"  # report.json key
 ENGINE_MEASURED = "the engine's own target law vs the HF reference, first token, worst prompt and config"
@@ -142,7 +142,7 @@ def apply_floor(report: dict[str, Any], floor: dict[str, Any], target_tv: float,
     return int(report["exit_code"])
 
 
-def _number(v) -> float | None:
+def finite_number(v) -> float | None:
     """A finite real number (not a bool), else None."""
     import math
 
@@ -171,7 +171,7 @@ def reapply_floor(report: dict[str, Any], previous: dict[str, Any] | None) -> in
     if floor.get("max_tv") is None and isinstance(floor.get("source"), str):  # "not measured": its statement stays
         report[FLOOR_KEY] = floor
         return int(report["exit_code"])
-    max_tv, target_tv = _number(floor.get("max_tv")), _number(floor.get("target_tv"))
+    max_tv, target_tv = finite_number(floor.get("max_tv")), finite_number(floor.get("target_tv"))
     measured = floor.get("measured") if isinstance(floor.get("measured"), str) else (
         SERVER_MEASURED if floor.get("where") else ENGINE_MEASURED)
     if max_tv is None or max_tv < 0 or target_tv is None or target_tv <= 0 or not isinstance(floor.get("source"), str):

@@ -223,16 +223,11 @@ def _known_p_row(folder: Path, r: dict[str, Any], root: Path) -> dict[str, Any]:
 def _target_tv(folder: Path, r: dict[str, Any]) -> float | None:
     """The TV the audit was planned for: audit.json ``target_tv``, else the report's ``suite.stats.target_mde``
     (a finite positive number; anything else: None)."""
-    import math
+    from verifier.engines.floor import finite_number
 
     def number(v) -> float | None:
-        if isinstance(v, bool) or not isinstance(v, (int, float)):
-            return None
-        try:
-            v = float(v)
-        except OverflowError:
-            return None
-        return v if math.isfinite(v) and v > 0 else None
+        v = finite_number(v)
+        return v if v is not None and v > 0 else None
 
     try:
         plan = json.loads((folder / "audit.json").read_text(encoding="utf-8"))
