@@ -29,9 +29,9 @@ from typing import Any
 
 import numpy as np
 
-from verifier.diagnose.rank import DIAGNOSIS_ALPHA, FIT_ALPHA, MechanismScore, Ranking, combine, decide, rank_mechanisms
+from verifier.diagnose.rank import (DIAGNOSIS_ALPHA, FIT_ALPHA, MechanismScore, Ranking, weighted_total, combine, decide,
+                                    rank_mechanisms, robust_score)
 from verifier.diagnose.likelihood import SequenceProbs, target_log_likelihood
-from verifier.diagnose.robust import mixture_log_likelihood
 
 __all__ = ["engine_module", "ranking_alpha", "truncate", "score_engine_laws", "engine_law_diagnosis", "ENGINE_LAW_MARK"]
 
@@ -96,17 +96,12 @@ def score_engine_laws(engine: str, module, seqs: SequenceProbs, laws: dict[str, 
 def _add_laws(ranking: Ranking, engine: str, module, laws: dict[str, np.ndarray], tokens: np.ndarray,
               ll_t: np.ndarray, weights: np.ndarray) -> None:
     """Score each law (robust contamination mixture with the target) and the module's mixtures into ``ranking``."""
-    total_t = float((ll_t * weights).sum()) if np.isfinite(ll_t).all() else float(ll_t.min())
+    total_t = weighted_total(ll_t, weights)
     for law_name, law in laws.items():
         ll = _row_log_law(law, tokens)
         name = _law_name(engine, law_name)
         ranking.row_ll[name] = ll
-        with np.errstate(invalid="ignore"):
-            pure = float((ll * weights).sum()) - total_t if np.isfinite(ll).all() else -math.inf
-        total, share = mixture_log_likelihood(ll, ll_t, weights)
-        robust = total - total_t
-        ranking.scores.append(MechanismScore(name, "biased", total, 0.0 if math.isnan(robust) else float(robust),
-                                             log_lr_pure=pure, contamination=share))
+        ranking.scores.append(robust_score(name, "biased", ll, ll_t, weights, total_t))
     ranking.fitted = _add_mixtures(ranking, engine, module, laws, tokens, ll_t, weights, total_t)
 
 
@@ -189,8 +184,7 @@ def _target_only_ranking(engine: str, module, laws: dict[str, np.ndarray], targe
                          weights: np.ndarray) -> Ranking:
     """The engine's laws scored against the target's law of the first J tokens (no family: the draft is unknown)."""
     ll_t = _row_log_law(target_law, tokens)
-    total_t = float((ll_t * weights).sum()) if np.isfinite(ll_t).all() else float(ll_t.min())
-    ranking = Ranking(int(weights.sum()), total_t, [])
+    ranking = Ranking(int(weights.sum()), weighted_total(ll_t, weights), [])
     _add_laws(ranking, engine, module, laws, tokens, ll_t, weights)
     return ranking
 

@@ -37,7 +37,8 @@ from verifier.diagnose.family import PREFILL, family_names, hypothesis, parts_of
 from verifier.diagnose.mechanisms import MECHANISMS
 from verifier.diagnose.robust import mixture_log_likelihood
 
-__all__ = ["DIAGNOSIS_ALPHA", "FIT_ALPHA", "MechanismScore", "Ranking", "rank_mechanisms", "threshold_for",
+__all__ = ["DIAGNOSIS_ALPHA", "FIT_ALPHA", "MechanismScore", "Ranking", "rank_mechanisms", "robust_score", "weighted_total",
+           "threshold_for",
            "decide", "sentence"]
 
 DIAGNOSIS_ALPHA = 0.01  # bound on naming a mechanism when the decoder samples from the target
@@ -118,7 +119,7 @@ def rank_mechanisms(seqs: SequenceProbs, num_draft_tokens: int, *, mechanisms=No
     names = list(mechanisms) if mechanisms is not None else list(family_names())
     w = seqs.row_weights
     ll_t = target_log_likelihood(seqs)
-    total_t = float(_wsum(ll_t, w))
+    total_t = float(weighted_total(ll_t, w))
     scores, per_pos, row_ll = [], {}, {}
     cond_t = target_per_position(seqs) if per_position else None
     raw_is_processed = seqs.p_raw is not None and seqs.p_raw is seqs.p and seqs.q_raw is seqs.q
@@ -131,13 +132,7 @@ def rank_mechanisms(seqs: SequenceProbs, num_draft_tokens: int, *, mechanisms=No
             lr = float(lr) if not math.isnan(lr) else 0.0
             return MechanismScore(name, m.declared, total, lr, log_lr_pure=lr, contamination=0.0)
         row_ll[name] = ll
-        with np.errstate(invalid="ignore"):
-            pure = float(_wsum(ll, w)) - total_t
-        total, share = mixture_log_likelihood(ll, ll_t, w)
-        with np.errstate(invalid="ignore"):
-            robust = total - total_t
-        return MechanismScore(name, m.declared, total, 0.0 if math.isnan(robust) else float(robust),
-                              log_lr_pure=0.0 if math.isnan(pure) else pure, contamination=share)
+        return robust_score(name, m.declared, ll, ll_t, w, total_t)
     for name in names:
         m = hypothesis(name)
         if m.latent:
@@ -183,8 +178,22 @@ def rank_mechanisms(seqs: SequenceProbs, num_draft_tokens: int, *, mechanisms=No
     return Ranking(int(w.sum()), total_t, scores, per_pos, row_ll)
 
 
-def _wsum(ll: np.ndarray, w: np.ndarray) -> float:
+def weighted_total(ll: np.ndarray, w: np.ndarray) -> float:
+    """``sum_i w_i ll_i`` over distinct rows; ``-inf`` when a row is impossible (nan rows summed as they are)."""
     return float((ll * w).sum()) if np.isfinite(ll).all() else float(ll.min() if np.isneginf(ll).any() else ll.sum())
+
+
+def robust_score(name: str, declared: str, ll: np.ndarray, ll_t: np.ndarray, w: np.ndarray,
+                 total_t: float) -> MechanismScore:
+    """A hypothesis's score from its per-row log-likelihoods ``ll`` (distinct rows, weights ``w``): the contamination
+    mixture with the target (:mod:`verifier.diagnose.robust`) and the pure log LR over the target's ``total_t``."""
+    with np.errstate(invalid="ignore"):
+        pure = float(weighted_total(ll, w)) - total_t
+    total, share = mixture_log_likelihood(ll, ll_t, w)
+    with np.errstate(invalid="ignore"):
+        robust = total - total_t
+    return MechanismScore(name, declared, total, 0.0 if math.isnan(robust) else float(robust),
+                          log_lr_pure=0.0 if math.isnan(pure) else pure, contamination=share)
 
 
 def combine(rankings: list[Ranking]) -> Ranking:

@@ -167,26 +167,25 @@ def _diagnose_names(report, plans, pairs, store, names, verdicts, with_fits, log
     from verifier.diagnose.stoprule import STOP_STATUS, stop_finding
 
     out = []
+    engine = _engine_name(store)  # the audited engine (audit.json), one per run folder
+    alpha = ranking_alpha(engine)  # alpha / 2 each when the engine's laws are ranked too (verifier.diagnose.engine_laws)
     for name in names:
         bar.set_postfix_str(name)
         biased = verdicts.get(name) == DIAGNOSED_VERDICT
         stop = stop_finding(name, report.get("cells", []))  # the stop-rule cell rejected (issue 29, kind 5)
-        if stop is not None and stop["marginal_clean"]:  # every token up to the stop is right: no per-row law to rank
-            for _ in _counted((p for p in plans if p.decoder.name == name), bar):
-                pass
-            out.append({"decoder": name, "verdict": verdicts.get(name), "sets": [], "status": STOP_STATUS,
-                        "sentence": stop["sentence"], "stop_rule": stop})
-            if log:
-                log(f"diagnosis {name}: {stop['sentence']}")
-            continue
         finding = independence_finding(name, report.get("cells", []))  # collision / serial cells rejected
-        if finding is not None and finding["marginal_clean"]:  # each row alone is right: no per-row law to rank
+        # every token up to the stop is right / each row alone is right: no per-row law to rank (stop rule first)
+        whole = next(((f, status, key) for f, status, key in ((stop, STOP_STATUS, "stop_rule"),
+                                                              (finding, INDEPENDENCE_STATUS, "independence"))
+                      if f is not None and f["marginal_clean"]), None)
+        if whole is not None:
+            f, status, key = whole
             for _ in _counted((p for p in plans if p.decoder.name == name), bar):
                 pass
-            out.append({"decoder": name, "verdict": verdicts.get(name), "sets": [], "status": INDEPENDENCE_STATUS,
-                        "sentence": finding["sentence"], "independence": finding})
+            out.append({"decoder": name, "verdict": verdicts.get(name), "sets": [], "status": status,
+                        "sentence": f["sentence"], key: f})
             if log:
-                log(f"diagnosis {name}: {finding['sentence']}")
+                log(f"diagnosis {name}: {f['sentence']}")
             continue
         sets, rankings, cache, too_large, unknown_draft, no_draft_rows = [], [], {}, None, [], {}
         for plan in _counted((p for p in plans if p.decoder.name == name), bar):
@@ -234,8 +233,6 @@ def _diagnose_names(report, plans, pairs, store, names, verdicts, with_fits, log
             entry.update(res)
             sets.append(entry)
         item = {"decoder": name, "verdict": verdicts.get(name), "sets": sets}
-        engine = _engine_name(store)
-        alpha = ranking_alpha(engine)  # alpha / 2 each when the engine's laws are ranked too (verifier.diagnose.engine_laws)
         if rankings:
             total: Ranking = combine(rankings)
             pre = decide(total, bias_detected=biased, alpha=alpha)
@@ -259,7 +256,7 @@ def _diagnose_names(report, plans, pairs, store, names, verdicts, with_fits, log
             item["status"], item["sentence"] = item["decision"]["status"], item["decision"]["sentence"]
             if item["status"] == "consistent":  # what the code did wrong, in plain words (verifier.diagnose.glossary)
                 item["mechanism"] = mechanism_entries(item["decision"]["best"])
-                source = _engine_source(store, item["decision"]["best"])
+                source = _engine_source(engine, item["decision"]["best"])
                 if source:  # the engine's own source predicts this law: the root cause in the engine's terms
                     item["engine_source"] = source
                     item["sentence"] += f"; {source}"
@@ -271,12 +268,11 @@ def _diagnose_names(report, plans, pairs, store, names, verdicts, with_fits, log
             if unknown_draft:
                 item["sentence"] += "; where: " + " | ".join(unknown_draft)
             _add_engine_laws(item, engine, plans, pairs, cache, no_draft_rows, biased)
-        if finding is not None:  # the rows are also not independent (verifier.diagnose.independence)
-            item["independence"] = finding
-            item["sentence"] = f"{finding['sentence']}: {item['sentence']}"  # the certain finding first
-        if stop is not None:  # rows also run past their stop (verifier.diagnose.stoprule): certain, so first
-            item["stop_rule"] = stop
-            item["sentence"] = f"{stop['sentence']}: {item['sentence']}"
+        # rows also not independent / also past their stop: certain findings, so they lead (the stop rule first)
+        for f, key in ((finding, "independence"), (stop, "stop_rule")):
+            if f is not None:
+                item[key] = f
+                item["sentence"] = f"{f['sentence']}: {item['sentence']}"
         if log:
             log(f"diagnosis {name}: {item['sentence']}")
         out.append(item)
@@ -300,11 +296,11 @@ def _engine_name(store) -> str | None:
     return name if isinstance(name, str) else None
 
 
-def _engine_source(store, best: list[str]) -> str | None:
-    """The engine's source-level explanation of the named hypothesis (an engine audit's audit.json names the engine)."""
+def _engine_source(engine: str | None, best: list[str]) -> str | None:
+    """The engine's source-level explanation of the named hypothesis, when exactly one is named."""
     from verifier.engines.reproductions import source_explanation
 
-    return source_explanation(_engine_name(store), best[0]) if len(best) == 1 else None
+    return source_explanation(engine, best[0]) if len(best) == 1 else None
 
 
 def _add_engine_laws(item: dict, engine: str | None, plans, pairs, cache, no_draft_rows, biased: bool) -> None:
