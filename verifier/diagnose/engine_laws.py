@@ -238,7 +238,8 @@ def engine_law_diagnosis(engine: str, sets: list[dict[str, Any]], *, bias_detect
         the emitted rows (rows, max_new_tokens) int64, and only the engine's laws and the target's are ranked -- for
         a module whose laws need no draft, ``NEEDS_DRAFT = False``), ``prompt`` (list of int), ``sampling``
         (SamplingConfig), ``num_draft_tokens``, ``target`` / ``draft`` (the pair's torch models; draft None when
-        unknown), ``label``.
+        unknown), ``label`` and optionally ``options`` (the decoder's options: the engine arguments, handed to the
+        module's ``law_unsupported`` and ``engine_laws``).
     bias_detected : bool
 
     Returns
@@ -253,7 +254,7 @@ def engine_law_diagnosis(engine: str, sets: list[dict[str, Any]], *, bias_detect
     J = int(module.LAW_TOKENS)
     rankings, fits, notes = [], [], []
     for s in sets:
-        why = module.law_unsupported(s["sampling"], s["num_draft_tokens"])
+        why = module.law_unsupported(s["sampling"], s["num_draft_tokens"], options=s.get("options") or {})
         if why is None and s.get("seqs") is None and getattr(module, "NEEDS_DRAFT", True):
             why = "the draft is unknown and this engine's laws need its probs"
         if why:
@@ -262,7 +263,7 @@ def engine_law_diagnosis(engine: str, sets: list[dict[str, Any]], *, bias_detect
         if not callable(s["target"]):  # a tabular pair: the engines' laws run torch language models
             notes.append({"set": s["label"], "note": "the target is not a torch language model"})
             continue
-        laws = module.engine_laws(s["prompt"], s["sampling"], s["target"], s["draft"])
+        laws = module.engine_laws(s["prompt"], s["sampling"], s["target"], s["draft"], options=s.get("options") or {})
         target_law = laws.pop("target", None)
         if s.get("seqs") is not None:  # the family on the same tokens beside the engine's laws
             r = score_engine_laws(engine, module, s["seqs"], laws, s["num_draft_tokens"])
@@ -308,16 +309,21 @@ def engine_law_diagnosis(engine: str, sets: list[dict[str, Any]], *, bias_detect
     engine_best = [n for n in (d.get("best") or []) if n.startswith(ENGINE_LAW_MARK)] if lead.startswith(ENGINE_LAW_MARK) else []
     if d["status"] == "consistent" and engine_best:
         out["named"] = engine_best
-        out["sentence"] = (f"tokens 1-{J} {d['sentence']}, a law {engine}'s source predicts (goodness of fit "
+        out["sentence"] = (f"{_tokens(J)} {d['sentence']}, a law {engine}'s source predicts (goodness of fit "
                            f"p = {fit_p:.2g} >= {FIT_ALPHA:g})" if fit_p is not None else
-                           f"tokens 1-{J} {d['sentence']}, a law {engine}'s source predicts")
+                           f"{_tokens(J)} {d['sentence']}, a law {engine}'s source predicts")
         if out.get("weights"):  # a mixture: which of its laws the rows came from
             out["sentence"] += "; fitted shares: " + " | ".join(
                 ", ".join(f"{c} {v:.2f}" for c, v in w.items() if v > 0) for w in out["weights"])
     else:
-        out["sentence"] = (f"no law {engine}'s source predicts is preferred on tokens 1-{J} "
+        out["sentence"] = (f"no law {engine}'s source predicts is preferred on {_tokens(J)} "
                            f"({d['sentence']})")
     return out
+
+
+def _tokens(J: int) -> str:
+    """'token 1' or 'tokens 1-J'."""
+    return "token 1" if J == 1 else f"tokens 1-{J}"
 
 
 def law_entry(engine: str, name: str) -> dict[str, str]:

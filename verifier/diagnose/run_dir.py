@@ -314,7 +314,8 @@ def _add_engine_laws(item: dict, engine: str | None, plans, pairs, cache, no_dra
     sets = [{"seqs": cache[p.set_id][0][0] if p.set_id in cache else None, "tokens": no_draft_rows.get(p.set_id),
              "prompt": list(p.prompt_ids), "sampling": p.sampling, "label": p.label,
              "num_draft_tokens": p.num_draft_tokens, "target": pairs[p.pair].target_model,
-             "draft": pairs[p.pair].draft_model if pairs[p.pair].draft_known else None}
+             "draft": pairs[p.pair].draft_model if pairs[p.pair].draft_known else None,
+             "options": dict(p.decoder.options)}
             for p in plans if p.set_id in cache or p.set_id in no_draft_rows]
     if not sets:
         return

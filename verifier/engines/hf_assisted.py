@@ -198,17 +198,22 @@ CONTROL_PATCHES = {"usd_logit_order": _patch_usd_logit_order, "gemma4_greedy_q":
 
 
 def _init_worker(target: Any, draft: Any, device: str, dtype: Any, threads: int, mode: str = "assisted",
-                 control_patch: str | None = None) -> None:
+                 control_patch: str | None = None, vocab_order_seed: int = 0) -> None:
     torch.set_num_threads(threads)
     if control_patch:
         CONTROL_PATCHES[control_patch]()
     _WORKER["target"] = _load(target, device, dtype)
     _WORKER["draft"] = None if draft is None else _load(draft, device, dtype)
+    _WORKER.pop("tokenizers", None)  # an in-process decoder of another mode before this one left its tokenizers
     if mode == "assistant_tokenizer":  # universal assisted generation: both tokenizers, by checkpoint folder
         from verifier.models import load_tokenizer
 
-        _WORKER["tokenizers"] = {"tokenizer": load_tokenizer(_portable(target)),
-                                 "assistant_tokenizer": load_tokenizer(_portable(draft))}
+        from verifier.engines.hf_vocab_order import fix_vocab_order
+
+        assistant = load_tokenizer(_portable(draft))
+        # get_vocab() in one seeded order in every process (not the per-process hash order): reproducible samples
+        _WORKER["vocab_order"] = fix_vocab_order(assistant, vocab_order_seed)
+        _WORKER["tokenizers"] = {"tokenizer": load_tokenizer(_portable(target)), "assistant_tokenizer": assistant}
     _install_round_recorder()
 
 
@@ -327,6 +332,11 @@ class HFAssistedDecoder:
         Every mode but ``assisted`` has a draft the harness cannot score: ``draft_known`` is False.
     max_matching_ngram_size : int, default 2
         ``prompt_lookup`` only: the longest n-gram matched in the prompt.
+    vocab_order_seed : int, default 0
+        ``assistant_tokenizer`` only: the assistant tokenizer's ``get_vocab()`` iterates in a permutation drawn from
+        this seed, the same in every process (:mod:`verifier.engines.hf_vocab_order`), so a seed gives the same
+        samples in every run; ``-1`` keeps the tokenizer's own per-process hash order (not reproducible).  The
+        order's digest is in ``settings["assistant_vocab_order"]``.
 
     Raises
     ------
@@ -337,7 +347,7 @@ class HFAssistedDecoder:
     def __init__(self, target: Any, draft: Any, num_draft_tokens: int, *, num_workers: int | None = None, device: str = "cpu",
                  dtype: Any = None, assistant_ensemble_weight: float | None = None, inject_kernel: str | None = None,
                  name: str | None = None, start_method: str | None = None, mode: str = "assisted",
-                 max_matching_ngram_size: int = 2, control_patch: str | None = None) -> None:
+                 max_matching_ngram_size: int = 2, control_patch: str | None = None, vocab_order_seed: int = 0) -> None:
         if control_patch is not None and control_patch not in CONTROL_PATCHES:
             raise invalid_argument("control_patch", control_patch, "None or one of " + ", ".join(CONTROL_PATCHES))
         self.control_patch = control_patch
@@ -347,6 +357,12 @@ class HFAssistedDecoder:
             raise invalid_argument("assistant_ensemble_weight", assistant_ensemble_weight,
                                    "None with mode='prompt_lookup' (it has no draft logits)")
         self.mode = mode
+        from verifier.engines.hf_vocab_order import NATIVE_ORDER
+
+        if isinstance(vocab_order_seed, bool) or not isinstance(vocab_order_seed, int) or vocab_order_seed < NATIVE_ORDER:
+            raise invalid_argument("vocab_order_seed", vocab_order_seed,
+                                   f"an integer >= 0 (a seeded order) or {NATIVE_ORDER} (the tokenizer's own hash order)")
+        self.vocab_order_seed = vocab_order_seed
         self.draft_known = mode == "assisted"  # verifier.runner.draft: the harness can score only the plain assistant
         self.max_matching_ngram_size = int(max_matching_ngram_size)
         draft = None if mode == "prompt_lookup" else draft
@@ -380,7 +396,7 @@ class HFAssistedDecoder:
         self._pool: cf.ProcessPoolExecutor | None = None
         self._local = False
         if workers == 0:
-            _init_worker(target, draft, device, dtype, torch.get_num_threads(), mode, control_patch)
+            _init_worker(target, draft, device, dtype, torch.get_num_threads(), mode, control_patch, vocab_order_seed)
             self._local = True
         target_model = _WORKER["target"] if self._local else (target if isinstance(target, torch.nn.Module) else None)
         self.vocab_size, self.eos_token_id = self._read_vocab(target_model)
@@ -410,6 +426,7 @@ class HFAssistedDecoder:
             "call": MODE_CALLS[self.mode],
             "mode": self.mode,
             "control_patch": self.control_patch,
+            **({"assistant_vocab_order": self._vocab_order()} if self.mode == "assistant_tokenizer" else {}),
             "draft_known": self.draft_known,
             "num_assistant_tokens": self.num_draft_tokens,
             "num_assistant_tokens_schedule": "constant",
@@ -424,15 +441,26 @@ class HFAssistedDecoder:
             "warnings": [],
         }
 
+    def _vocab_order(self) -> dict[str, Any]:
+        """How the assistant tokenizer's vocabulary was iterated: the seed and, where this process built it, the digest."""
+        from verifier.engines.hf_vocab_order import NATIVE_ORDER, order_digest, seeded_vocab
+        from verifier.models import load_tokenizer
+
+        if self.vocab_order_seed == NATIVE_ORDER:
+            return {"seed": None, "order": "each process's own get_vocab() hash order (not reproducible)"}
+        vocab = load_tokenizer(_portable(self.draft_spec)).get_vocab()
+        return {"seed": self.vocab_order_seed, "order": "numpy default_rng(seed).permutation of the ids",
+                "digest": order_digest(seeded_vocab(vocab, self.vocab_order_seed))}
+
     def _ensure_pool(self) -> cf.ProcessPoolExecutor:
         if self._pool is None:
             target, draft = _portable(self.target_spec), _portable(self.draft_spec)
             key = (_key(target), _key(draft), str(self.device), str(self.dtype), self.num_workers, self.start_method, self.mode,
-                   self.control_patch)
+                   self.control_patch, self.vocab_order_seed)
             if key not in _POOLS:
                 _POOLS[key] = cf.ProcessPoolExecutor(
                     max_workers=self.num_workers, mp_context=mp.get_context(self.start_method), initializer=_init_worker,
-                    initargs=(target, draft, self.device, self.dtype, 1, self.mode, self.control_patch),
+                    initargs=(target, draft, self.device, self.dtype, 1, self.mode, self.control_patch, self.vocab_order_seed),
                 )
             self._pool = _POOLS[key]
         return self._pool

@@ -36,7 +36,7 @@ from verifier.engines import register_engine
 from verifier.engines.base import Engine, EngineNotInstalledError, EngineOption
 from verifier.errors import invalid_argument
 
-__all__ = ["TransformersEngine", "decoder"]
+__all__ = ["TransformersEngine", "decoder", "assistant_checkpoint"]
 
 try:
     _VERSION = metadata.version("transformers")
@@ -65,6 +65,9 @@ class TransformersEngine(Engine):
         EngineOption("control_patch", "", ("", "usd_logit_order", "gemma4_greedy_q"), "CONTROL of a finding, off by "
                      "default: 'usd_logit_order' fixes the q column order of universal assisted generation; "
                      "'gemma4_greedy_q' hands the Gemma4 assistant's point-mass q over (FINDINGS.md)"),
+        EngineOption("vocab_order_seed", 0, (), "assistant_tokenizer: the assistant vocabulary's get_vocab() order, a "
+                     "permutation drawn from this seed in every process (reproducible samples); -1: each process's "
+                     "own hash order"),
     )
 
     @classmethod
@@ -109,7 +112,8 @@ class TransformersEngine(Engine):
 
 def decoder(target_model: str = "shipped:target", draft_model: str = "shipped:draft", num_draft_tokens: int = 4,
             vocab_size: int | None = None, eos_token_id: int | None = None, mode: str = "assisted",
-            max_matching_ngram_size: int = 2, assistant_model: str = "", num_workers: int = 0, control_patch: str = ""):
+            max_matching_ngram_size: int = 2, assistant_model: str = "", num_workers: int = 0, control_patch: str = "",
+            vocab_order_seed: int = 0):
     """Plugin factory of the ``transformers`` engine (``--engine transformers --engine-arg mode=...``).
 
     Parameters
@@ -121,7 +125,7 @@ def decoder(target_model: str = "shipped:target", draft_model: str = "shipped:dr
         k: ``num_assistant_tokens`` or ``prompt_lookup_num_tokens``.
     vocab_size, eos_token_id : optional
         Offered by the harness; the target's own values are used.
-    mode, max_matching_ngram_size, assistant_model, num_workers, control_patch
+    mode, max_matching_ngram_size, assistant_model, num_workers, control_patch, vocab_order_seed
         The engine options (:class:`TransformersEngine`); ``control_patch`` is the control of a finding (off by default).
 
     Raises
@@ -135,21 +139,27 @@ def decoder(target_model: str = "shipped:target", draft_model: str = "shipped:dr
 
     opts = TransformersEngine.resolve_options({"mode": mode, "max_matching_ngram_size": max_matching_ngram_size,
                                                "assistant_model": assistant_model, "num_workers": num_workers,
-                                               "control_patch": control_patch})
-    draft: Any = draft_model
-    if mode in MODE_DEFAULT_MODELS:
-        draft = assistant_model or (draft_model if Path(str(draft_model)).is_dir() else "")
-        if not draft:
-            draft = str(TransformersEngine.local_models() / MODE_DEFAULT_MODELS[mode][1])
+                                               "control_patch": control_patch, "vocab_order_seed": vocab_order_seed})
+    draft = assistant_checkpoint(mode, draft_model, assistant_model)
     if mode == "gemma4_assistant" and "gemma4" not in _model_type(target_model):
         raise invalid_argument("--target", target_model, "a Gemma4 (or Gemma3n) checkpoint with mode=gemma4_assistant "
                                "(transformers requires it: the assistant drafts from the target's shared KV states); "
                                f"default: {TransformersEngine.install_dir() / MODE_DEFAULT_MODELS[mode][0]}")
     dec = HFAssistedDecoder(target_model, draft, num_draft_tokens, num_workers=opts["num_workers"] or None, mode=mode,
-                            max_matching_ngram_size=opts["max_matching_ngram_size"], control_patch=control_patch or None)
+                            max_matching_ngram_size=opts["max_matching_ngram_size"], control_patch=control_patch or None,
+                            vocab_order_seed=opts["vocab_order_seed"])
     dec.settings["engine"] = {"name": "transformers", "version": _VERSION, "mode": mode,
                               "assistant": None if mode == "prompt_lookup" else str(draft)}
     return dec
+
+
+def assistant_checkpoint(mode: str, draft_model: Any = "shipped:draft", assistant_model: str = "") -> Any:
+    """The assistant a mode runs: ``assistant_model``, else ``draft_model`` when it is a folder, else the local one
+    (:data:`MODE_DEFAULT_MODELS`) -- for modes with their own assistant; ``draft_model`` for the others."""
+    if mode not in MODE_DEFAULT_MODELS:
+        return draft_model
+    draft = assistant_model or (draft_model if Path(str(draft_model)).is_dir() else "")
+    return draft or str(TransformersEngine.local_models() / MODE_DEFAULT_MODELS[mode][1])
 
 
 def _model_type(spec: str) -> str:

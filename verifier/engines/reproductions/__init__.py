@@ -17,6 +17,8 @@ module                 engine, what it predicts
                        draws (:mod:`verifier.engines.openvino_repro`)
 ``openvino_replay``    the same engine replayed draw by draw from each call's ``rng_seed`` (needs the
                        engine: ``bash ci/engines/openvino-genai.sh``)
+``transformers``       transformers' universal assisted generation (``mode=assistant_tokenizer``): token 1
+                       with q in the translator's other column order (:mod:`verifier.engines.hf_vocab_order`)
 ``vllm``               vLLM's first speculative round: greedy-draft vs canonical acceptance
 =====================  ===========================================================================
 """
@@ -31,11 +33,13 @@ SCORERS = {
 }
 
 # ENGINE -> module predicting, from the engine's source, the joint law of the first LAW_TOKENS emitted tokens
-# (engine_laws, law_unsupported, LAW_SOURCE, LAW_POINTER): ranked beside the family by the diagnosis of that engine's
+# (engine_laws, law_unsupported, LAW_SOURCE, LAW_POINTER; engine_laws and law_unsupported take the decoder's options
+# as the keyword ``options``, the engine arguments of the audit): ranked beside the family by the diagnosis of that engine's
 # audits (verifier.diagnose.engine_laws), so a law that is no family hypothesis can still be named
 LAWS = {
     "openvino-genai": "verifier.engines.reproductions.openvino_genai",
     "mlx-lm server": "verifier.engines.reproductions.mlx_lm_server",  # a URL audit's engine name (audit.json)
+    "transformers": "verifier.engines.reproductions.transformers",  # assistant_tokenizer mode (the decoder's options)
 }
 
 # ENGINE -> {hypothesis of verifier.diagnose.family whose law the engine's source predicts: what the source does}.

@@ -60,7 +60,7 @@ def shortened_prompt(prompt, law: str = DROPPED) -> list[int]:
     return CONTEXTS[law](list(prompt))
 
 
-def law_unsupported(sampling, num_draft_tokens: int) -> str | None:
+def law_unsupported(sampling, num_draft_tokens: int, options=None) -> str | None:
     """Why the law cannot be predicted (None: it can)."""
     return None
 
@@ -79,7 +79,7 @@ def _two_token_law(model, prompt, sampling) -> np.ndarray:
     return law
 
 
-def engine_laws(prompt, sampling, target, draft=None) -> dict[str, np.ndarray]:
+def engine_laws(prompt, sampling, target, draft=None, options=None) -> dict[str, np.ndarray]:
     """Joint laws of tokens 1-2, shape (vocab, vocab): ``"target"`` and each of :data:`CONTEXTS` whose context differs
     from the prompt and from the others' (a prompt of 1 token has none)."""
     laws = {"target": _two_token_law(target, prompt, sampling)}

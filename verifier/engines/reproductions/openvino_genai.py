@@ -98,12 +98,12 @@ def _heap_walk(sampling) -> bool:
     return sampling.top_k is not None and sampling.top_k > 0 and not (sampling.top_p is not None and sampling.top_p < 1)
 
 
-def law_unsupported(sampling, num_draft_tokens: int) -> str | None:
+def law_unsupported(sampling, num_draft_tokens: int, options=None) -> str | None:
     """Why no law of tokens 1-2 can be predicted under ``sampling`` (None: at least one can)."""
     return None
 
 
-def engine_laws(prompt, sampling, target, draft) -> dict[str, np.ndarray]:
+def engine_laws(prompt, sampling, target, draft, options=None) -> dict[str, np.ndarray]:
     """Joint laws of tokens 1-2, shape (vocab, vocab): ``"target"`` and each coupling of :data:`COUPLINGS` that is
     modelled under ``sampling`` (the shared seed is not with top-k alone: :func:`_heap_walk`)."""
     laws, _ = predict(prompt, sampling, target, draft)
