@@ -204,3 +204,22 @@ def test_a_reference_serving_another_model_is_no_accusation(servers, tmp_path):
     assert cells["gof@1"]["verdict"] == "BIAS"  # the cell itself still sees the difference
     assert "reports another law than the audited server" in report["decoders"][0]["reason"]
     assert report["design"]["reference_prompt_law_tv"][0]["tv"] > 0.15
+
+
+def test_a_rerun_from_the_journal_keeps_the_earlier_counter_evidence(servers, tmp_path):
+    """Issue 25: the second audit in the same folder reads every reply back (sends nothing: its own /metrics delta
+    is 0); the first session's counter deltas (server/speculation.json) still show that drafts were verified."""
+    run_dir = tmp_path / "run"
+    args = ["--url", servers["reference"], "--reference-url", servers["k0"], "--design", "self-reported", *COMMON,
+            "--num-samples", "200", "--target-tv", "0.3", "--collisions", "0", "--run-dir", str(run_dir)]
+    first = audit(args)
+    assert first.returncode in (0, 4), first.stdout[-3000:] + first.stderr[-3000:]
+    spec1 = json.loads((run_dir / "report.json").read_text())["decoders"][0]["speculation"]
+    assert spec1["verified"] and spec1["counters"]["draft_tokens"] > 0
+    again = audit(args)
+    assert again.returncode == first.returncode, again.stdout[-3000:] + again.stderr[-3000:]
+    report = json.loads((run_dir / "report.json").read_text())
+    spec2 = report["decoders"][0]["speculation"]
+    assert spec2["verified"] and spec2["counters"] == spec1["counters"]  # the first session's deltas, not 0
+    assert spec2["requests"] == spec1["requests"] and set(report["run"]["requests_sent_session"].values()) == {0}
+    assert (run_dir / "server" / "speculation.json").is_file()

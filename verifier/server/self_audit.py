@@ -231,6 +231,12 @@ def run_self_reported(spec: SelfReportedSpec) -> int:
     bias_tests = 2 + (2 if spec.collisions >= 2 else 0)
     cell_alpha = cell_level(spec.alpha, bias_tests * len(spec.prompts), "gate")
     cells, extra_cells, sets, laws_all, spec_entries, reference_checks = [], [], [], [], [], []
+    from verifier.runner.clock import session_id
+    from verifier.server.spec_ledger import SpecLedger
+
+    ledger, session = SpecLedger(spec.run_dir), session_id()
+    for note in ledger.notes:
+        print(f"note: {note}")
     from verifier.server.decoder import request_seed
 
     for p_index, prompt in enumerate(spec.prompts):
@@ -279,10 +285,12 @@ def run_self_reported(spec: SelfReportedSpec) -> int:
         after = read_counters(main.settings, dialect)
         completions = [c for reply in replies for c in reply]
         drafted = [c.drafted for c in completions]
-        spec_entries.append({"requests": len(jobs), "requests_sent": main.last_sent, "required": spec.require_speculation,
-                             "seed_honoured": None, "counters": counter_delta(before, after).to_json(),
-                             "per_request_draft_tokens": None if None in drafted else sum(drafted),
-                             "per_request_accepted_tokens": None if None in drafted else sum(c.accepted or 0 for c in completions)})
+        entry = {"requests": len(jobs), "requests_sent": main.last_sent, "required": spec.require_speculation,
+                 "seed_honoured": None, "counters": counter_delta(before, after).to_json(),
+                 "per_request_draft_tokens": None if None in drafted else sum(drafted),
+                 "per_request_accepted_tokens": None if None in drafted else sum(c.accepted or 0 for c in completions)}
+        # earlier sessions' counter deltas for this phase (a rerun from the journal sends nothing and measures 0)
+        spec_entries += ledger.entries(meta["set_id"], entry, len(jobs), session)
         laws = position_laws(completions, spec.sampling, convention, spec.vocab_size)
         laws_all.append(laws)
         cells += self_reported_cells(completions, laws, prompt_law, vocab_size=spec.vocab_size, cell_alpha=cell_alpha,
@@ -330,7 +338,7 @@ def run_self_reported(spec: SelfReportedSpec) -> int:
     for cell in extra_cells:
         consistency_guard(verdict, cell, spec.target_tv)
     reference_guard(verdict, reference_checks, spec.target_tv)
-    speculation.apply_guard(verdict, speculation.summarize(spec_entries))
+    speculation.apply_guard(verdict, speculation.summarize(spec_entries, session=session))
     if verdict.verdict == "BIAS DETECTED" and (spec.sampling.temperature != 1.0 or (spec.sampling.top_p or 1.0) < 1.0):
         # the rebuilt law applies the sampling to the rows when they are raw: rows that were already processed
         # (vLLM --logprobs-mode processed_logprobs) would have it applied twice -- say which convention was assumed

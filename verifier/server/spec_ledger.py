@@ -1,0 +1,93 @@
+"""The self-reported design's speculation evidence, kept across sessions of one run folder.
+
+A URL audit reads the server's speculation counters (``/metrics``) before and after it sends a phase's requests
+(:mod:`verifier.server.metrics`).  The known-target design keeps each chunk's counter delta in the chunk's meta, so a
+``--resume`` still sums what earlier processes measured.  The self-reported design has no chunks: a rerun in the same
+folder reads every reply back from the journal, sends nothing, and its own before/after delta is 0 -- so the report of
+the rerun lost the evidence that speculation ran (its guard then said "not observable").
+
+:class:`SpecLedger` (``RUN_DIR/server/speculation.json``) stores the entry of every phase that sent requests, stamped
+with its session; :meth:`SpecLedger.entries` returns those of earlier sessions plus this session's, in the form
+:func:`verifier.runner.speculation.summarize` sums (``requests_sent`` > 0 entries carry counters; per-request figures
+are counted once, on the current entry, which covers every completion).  Requests an earlier process sent without
+recording its delta (it stopped mid-phase) count as replayed: no counter evidence for them, never invented.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+__all__ = ["LEDGER_NAME", "SpecLedger"]
+
+LEDGER_NAME = "server/speculation.json"
+
+
+class SpecLedger:
+    """Per-set speculation entries of earlier sessions (``RUN_DIR/server/speculation.json``), updated atomically.
+
+    Parameters
+    ----------
+    run_dir : pathlib.Path
+        The audit's run folder.  A missing or unreadable ledger starts empty (an unreadable one is named in
+        :attr:`notes`, never trusted).
+    """
+
+    def __init__(self, run_dir: Path) -> None:
+        self.path = Path(run_dir) / LEDGER_NAME
+        self.notes: list[str] = []
+        self._sets: dict[str, list[dict[str, Any]]] = {}
+        if self.path.is_file():
+            try:
+                data = json.loads(self.path.read_text())
+                if not isinstance(data, dict) or not all(isinstance(v, list) for v in data.values()):
+                    raise ValueError("not a mapping of set ids to lists")
+                self._sets = {str(k): [e for e in v if isinstance(e, dict)] for k, v in data.items()}
+            except (OSError, ValueError, RecursionError) as exc:
+                self.notes.append(f"{self.path}: unreadable ({exc}); the counter evidence of earlier sessions is not used")
+
+    def entries(self, set_id: str, current: dict[str, Any], requests: int, session: str) -> list[dict[str, Any]]:
+        """The set's entries for :func:`~verifier.runner.speculation.summarize`: earlier sessions' and this one's.
+
+        Parameters
+        ----------
+        set_id : str
+        current : dict
+            This session's entry (``requests_sent`` = requests it sent; counters of its before/after; per-request
+            figures over every completion of the phase).
+        requests : int
+            Requests of the phase (sent now, earlier, or read back).
+        session : str
+            :func:`verifier.runner.clock.session_id`.
+
+        Returns
+        -------
+        list of dict
+            Earlier entries (per-request figures zeroed: the current entry counts every completion once), a
+            replay remainder (``requests_sent`` 0) for requests no entry accounts for, and the current entry with
+            ``requests`` = the requests it sent.  When this session sent requests, its entry is saved.
+        """
+        earlier = [dict(e, per_request_draft_tokens=0 if current.get("per_request_draft_tokens") is not None else None,
+                        per_request_accepted_tokens=0 if current.get("per_request_accepted_tokens") is not None else None)
+                   for e in self._sets.get(set_id, [])]
+        sent_now = int(current.get("requests_sent", 0))
+        now = dict(current, requests=sent_now, session=session)
+        accounted = sum(int(e.get("requests", 0)) for e in earlier) + sent_now
+        rest = max(0, int(requests) - accounted)
+        replay = ([dict(current, requests=rest, requests_sent=0, counters=None, per_request_draft_tokens=0 if
+                        current.get("per_request_draft_tokens") is not None else None, per_request_accepted_tokens=0
+                        if current.get("per_request_accepted_tokens") is not None else None, session=None)]
+                  if rest else [])
+        if sent_now:
+            self._sets.setdefault(set_id, []).append({k: v for k, v in now.items()
+                                                      if not k.startswith("per_request_")})
+            self._save()
+        return earlier + replay + [now]
+
+    def _save(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(self._sets, indent=1))
+        os.replace(tmp, self.path)
