@@ -135,3 +135,23 @@ def test_registry_names_are_found_by_make_decoder(models):
     assert set(LOGPROB_DECODER_REGISTRY) == set(LOGPROB_DEFECTS.values())
     for name in LOGPROB_DECODER_REGISTRY:
         assert make_decoder(name, target, draft, 2).name == name
+
+
+@pytest.mark.full  # loads the shipped transformers (~10 s)
+def test_shipped_float32_models_stay_inside_the_float32_tolerance_and_draft_row_does_not():
+    """Reference decoder vs the runner's teacher-forced reference on the shipped tiny transformers (float32, KV cache
+    vs one pass): measured max |difference| 6.5e-6 (T = 1) and 1.1e-5 (T = 0.7 top-k 8) over ~2,775 tokens, inside
+    LOGPROB_TOL["float32"] = 1e-4; the draft_row mutant's values are off by far more at accepted drafts."""
+    from verifier.models.loading import load_model, shipped_checkpoint
+    from verifier.runner.logprob import logprob_tolerance, reference_logprobs, wrong_tokens
+    from verifier.runner.models import ReferenceModel
+
+    target, draft = load_model(str(shipped_checkpoint("target"))), load_model(str(shipped_checkpoint("draft")))
+    ref = ReferenceModel(target, 384, 0)
+    tol = logprob_tolerance(target)
+    assert tol == 1e-4
+    for name in ("reference", "logprobs_draft_row"):
+        tokens, lp = make_decoder(name, target, draft, 3, eos_token_id=0).generate([1, 5, 7], 200, 16, T1, 3,
+                                                                                     return_logprobs=True)
+        wrong = wrong_tokens(tokens, lp, reference_logprobs(ref, (1, 5, 7), tokens, T1), tol)
+        assert (wrong.sum() == 0) == (name == "reference"), (name, int(wrong.sum()))
