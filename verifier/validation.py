@@ -13,8 +13,12 @@ from verifier.protocols import PADDING_TOKEN_ID
 
 NO_ROUND = -1  # first_round_accepted of a row in which no speculative round ran (same as verifier.runner.acceptance.NO_ROUND)
 
-__all__ = ["check_emitted_tokens", "check_decoder_stats", "check_stop_rule", "same_rows_nats", "repeated_block",
-           "REPLAY_NATS", "plugin_attribute"]
+__all__ = ["check_emitted_tokens", "check_decoder_stats", "check_stop_rule", "check_reported_logprobs", "same_rows_nats",
+           "repeated_block", "REPLAY_NATS", "MAX_LOGPROB", "plugin_attribute"]
+
+# the largest reported logprob accepted at an emitted token: log 1 = 0, plus the rounding of a float32 log-softmax
+# whose largest entry comes out a few ulps above 0 (a value above it claims a probability > 1)
+MAX_LOGPROB = 1e-6
 
 # rows an i.i.d. sampler (any law) repeats with probability <= exp(-REPLAY_NATS) (about 1e-13) are replayed
 REPLAY_NATS = 30.0
@@ -181,6 +185,59 @@ def check_emitted_tokens(
                 " (nor a stop token, nor the max_tokens limit)" if stop_token_ids or max_tokens is not None else "")
         raise DecoderOutputError(f"{decoder_name} returned invalid output in row {row}: {why}; row {row} = {arr[row].tolist()}")
     return arr
+
+
+def check_reported_logprobs(logprobs, tokens: np.ndarray, *, decoder_name: str = "decoder") -> np.ndarray:
+    """Validate the logprobs a decoder reports with its emitted tokens (``generate(..., return_logprobs=True)``).
+
+    Parameters
+    ----------
+    logprobs : array-like, shape (num_samples, max_new_tokens), float
+        ``logprobs[i, t]`` = natural log of the *processed* target prob (:func:`verifier.sampling.processed_probs`:
+        after temperature, top-k / top-p and the repetition penalty) of emitted token ``tokens[i, t]`` given the
+        prompt and ``tokens[i, :t]``.  Values at padding positions are ignored.
+    tokens : np.ndarray, shape (num_samples, max_new_tokens), int64
+        The checked emitted tokens of the same call (:func:`check_emitted_tokens`), -1 padded.
+    decoder_name : str
+        Named in the error message.
+
+    Returns
+    -------
+    np.ndarray, shape (num_samples, max_new_tokens), float64
+        The logprobs, NaN at padding positions.
+
+    Raises
+    ------
+    DecoderOutputError
+        Not an array of real numbers, another shape than ``tokens``, or, at an emitted token, NaN, +inf or a value
+        above :data:`MAX_LOGPROB` (a probability above 1); ``-inf`` (probability 0) is allowed.  The message names
+        the first bad row and position.
+    """
+    arr = logprobs
+    if hasattr(arr, "detach") and hasattr(arr, "cpu"):  # torch.Tensor without importing torch
+        try:
+            arr = arr.detach().cpu().numpy()
+        except (RuntimeError, TypeError, ValueError, NotImplementedError) as exc:
+            raise DecoderOutputError(f"{decoder_name} returned logprobs that cannot be copied to a numpy array "
+                                     f"({type(exc).__name__}: {exc}); allowed: a float numpy.ndarray or torch.Tensor") from None
+    if not isinstance(arr, np.ndarray) or not (np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)):
+        what = f"dtype={arr.dtype}" if isinstance(arr, np.ndarray) else type(logprobs).__name__
+        raise DecoderOutputError(f"{decoder_name} returned logprobs of {what}; allowed: a float array (num_samples, "
+                                 "max_new_tokens) of natural-log processed target probs")
+    if arr.shape != tokens.shape:
+        raise DecoderOutputError(f"{decoder_name} returned logprobs of shape={arr.shape}; allowed: the emitted tokens' "
+                                 f"shape {tokens.shape} (num_samples, max_new_tokens)")
+    out = arr.astype(np.float64)
+    live = tokens != PADDING_TOKEN_ID
+    bad = live & (np.isnan(out) | (out > MAX_LOGPROB))  # +inf is > MAX_LOGPROB
+    if bad.any():
+        row, col = (int(v) for v in np.argwhere(bad)[0])
+        raise DecoderOutputError(
+            f"{decoder_name} returned logprob {out[row, col]!r} for emitted token {int(tokens[row, col])} at row {row}, "
+            f"position {col}; allowed: a finite value <= 0 (<= {MAX_LOGPROB:g} for rounding) or -inf, the natural log "
+            "of a probability")
+    out[~live] = np.nan
+    return out
 
 
 def check_decoder_stats(first_round_accepted, accepted_counts, *, num_draft_tokens: int,

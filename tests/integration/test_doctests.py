@@ -5,12 +5,16 @@ import doctest
 import pytest
 
 import verifier.api
+import verifier.diagnose.logprob
 import verifier.diagnose.stoprule
+import verifier.exact.logprob
 import verifier.exact.stop
+import verifier.server.consistency
 import verifier.runner.shard
 
 
-@pytest.mark.parametrize("module", [verifier.api, verifier.runner.shard, verifier.exact.stop, verifier.diagnose.stoprule],
+@pytest.mark.parametrize("module", [verifier.api, verifier.runner.shard, verifier.exact.stop, verifier.diagnose.stoprule,
+                                    verifier.exact.logprob, verifier.diagnose.logprob, verifier.server.consistency],
                          ids=lambda m: m.__name__)
 def test_docstring_examples(module):
     result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)

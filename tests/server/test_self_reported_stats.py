@@ -131,3 +131,28 @@ def test_an_unchecked_consistency_cell_leads_an_underpowered_reason_not_the_n_ad
     again = verdict.reason
     consistency_guard(verdict, cell, 0.05)  # a second prompt's guard does not nest the reason
     assert verdict.reason == again
+
+
+def test_consistency_names_the_reporting_defect_position_by_position():
+    """Issue 29, kind 4 on a URL audit: the positions whose speculation-on law differs from speculation off are
+    checked against the offline logprob cell's defects: all report the sampled token with probability 1 (``zero``),
+    or all repeat an earlier position's law (``first_only``); a mix names none.  Speculation-off rows (one per
+    position): {0: 0.6, 1: 0.4}, {0: 0.3, 1: 0.7}, {0: 0.8, 1: 0.2}."""
+    from verifier.server.consistency import compare, consistency_cell, server_defect
+    from verifier.server.dialects import Completion
+    from verifier.server.self_reported import position_laws
+
+    sampling = SamplingConfig(top_k=2)
+    right = {0: math.log(0.6), 1: math.log(0.4)}
+    other = {0: math.log(0.9), 1: math.log(0.1)}
+    off = [Completion((0,), "length", (math.log(p0),), ({0: math.log(p0), 1: math.log(1 - p0)},)) for p0 in (0.6, 0.3, 0.8)]
+    cases = {"zero": (right, {1: 0.0}, {0: 0.0}), "first_only": (right, right, right), None: (right, other, {0: 0.0})}
+    for defect, rows in cases.items():
+        tokens = (0, 1, 0)
+        on = Completion(tokens, "length", tuple(rows[j].get(t, -9.0) for j, t in enumerate(tokens)), rows)
+        laws = position_laws([on], sampling, "processed", vocab_size=2)
+        picks = [(0, 0), (0, 1), (0, 2)]
+        result = compare(picks, laws, [on], off, [5], sampling, "processed", vocab_size=2, reference="ref")
+        cell = consistency_cell("d/s/consistency", result, 0.05, decoder="d", set_id="s")
+        assert cell.verdict == "UNDERPOWERED" and cell.extra["defect"]["defect"] == defect, (defect, result.rows)
+    assert server_defect([], 0.05)["defect"] is None

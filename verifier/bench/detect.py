@@ -309,6 +309,10 @@ def register(parser: argparse.ArgumentParser) -> None:
                         help="Measure the stop-rule zoo instead (stop_mid_block, max_tokens_overshoot: the stop-rule "
                              "cell; deterministic_acceptance: the stop-position cell; verifier.bench.detect_stop); "
                              "--rule / --case then name those mutants / bigram4_eos, trigram3.")
+    parser.add_argument("--logprob", action="store_true",
+                        help="Measure the logprob zoo instead (logprobs_zero, logprobs_first_only, logprobs_draft_row: "
+                             "the logprob cell; verifier.bench.detect_logprob); --rule / --case then name those "
+                             "mutants / bigram4_eos, trigram3.")
     parser.add_argument("--format", choices=("markdown", "json"), default="markdown", help="Output format. Default: markdown.")
     parser.add_argument("--out", metavar="PATH", help="Also write the output to PATH.")
 
@@ -316,11 +320,16 @@ def register(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     progress = lambda s: print(s, file=sys.stderr, flush=True)  # noqa: E731
-    if getattr(args, "streams", False) and getattr(args, "stop", False):
+    if sum(bool(getattr(args, z, False)) for z in ("streams", "stop", "logprob")) > 1:
         from verifier.errors import invalid_argument
 
-        raise invalid_argument("--stop", True, "not together with --streams (one zoo per run)")
-    if getattr(args, "stop", False):
+        raise invalid_argument("--stop / --streams / --logprob", True, "one of them (one zoo per run)")
+    if getattr(args, "logprob", False):
+        from verifier.bench.detect_logprob import detect_logprob_rows, render_logprob_markdown
+
+        rows = detect_logprob_rows(args.rules, args.cases, seeds=args.seeds, progress=progress)
+        render = render_logprob_markdown
+    elif getattr(args, "stop", False):
         from verifier.bench.detect_stop import detect_stop_rows, render_stop_markdown
 
         rows = detect_stop_rows(args.rules, args.cases, seeds=args.seeds, alpha=args.alpha, progress=progress)

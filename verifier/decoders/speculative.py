@@ -120,6 +120,11 @@ class _Output:
         ends = set(stop_token_ids) | ({eos_token_id} if eos_token_id is not None else set())
         self.stop_ids = torch.tensor(sorted(ends), dtype=torch.int64, device=device)
         self.eos_ids = torch.tensor([] if eos_token_id is None else [eos_token_id], dtype=torch.int64, device=device)
+        self.logprobs: torch.Tensor | None = None  # (num_samples, max_new_tokens) float64, NaN padding: return_logprobs
+
+    def keep_logprobs(self) -> None:
+        """Also record the reported logprob of every written token (``generate(..., return_logprobs=True)``)."""
+        self.logprobs = torch.full(self.tokens.shape, float("nan"), dtype=torch.float64, device=self.tokens.device)
 
     def _stop_cut(self, emitted: torch.Tensor, count: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(count cut after the first EOS or stop token among the first ``count``, whether one was written)."""
@@ -133,9 +138,10 @@ class _Output:
         return self.limit - written
 
     def write(self, rows: torch.Tensor, emitted: torch.Tensor, count: torch.Tensor,
-              origins: torch.Tensor | None = None) -> torch.Tensor:
+              origins: torch.Tensor | None = None, logprobs: torch.Tensor | None = None) -> torch.Tensor:
         """Append the first ``count`` tokens of ``emitted`` (active, m) to ``rows``; cut at EOS, at a stop
-        token and at the limit.  Returns a bool (active,) mask of rows that are now finished."""
+        token and at the limit; ``origins`` / ``logprobs`` (active, m) go beside them.  Returns a bool (active,)
+        mask of rows that are now finished."""
         m = emitted.shape[1]
         cols = torch.arange(m, device=emitted.device)[None]
         count, hit_eos = self._stop_cut(emitted, count)
@@ -146,6 +152,8 @@ class _Output:
         self.tokens[r, (written[:, None] + cols).expand_as(take)[take]] = emitted[take]
         if origins is not None:  # DecoderStats.origins: where each emitted token came from
             self.origins[r, (written[:, None] + cols).expand_as(take)[take]] = origins[take]
+        if logprobs is not None and self.logprobs is not None:  # the reported logprob of each emitted token
+            self.logprobs[r, (written[:, None] + cols).expand_as(take)[take]] = logprobs[take]
         self.written[rows] = written + count
         return hit_eos | (written + count >= self.limit)
 
@@ -385,7 +393,27 @@ class SpeculativeDecoder:
         last = torch.where(retained == k, 2, 1).to(torch.int8)[:, None]
         st["origins"] = torch.where(cols < retained[:, None], torch.zeros_like(cols, dtype=torch.int8),
                                     torch.where(cols == retained[:, None], last, torch.full_like(last, 3)))
+        if st.get("want_logprobs"):  # generate(..., return_logprobs=True): log p of every emitted column
+            if fused:
+                lp_target = torch.stack([processed_probs(t_logits[:, j - (k + 1)], sampling, ctx[j] if seen is not None
+                                                         else None).gather(-1, emitted[:, j:j + 1].clamp(min=0))[:, 0]
+                                         for j in range(k + 1)], dim=1)
+            else:
+                lp_target = target_probs.gather(-1, emitted.clamp(min=0)[..., None])[..., 0]
+            q_drafts = torch.stack([q if q.dim() == 1 else q.gather(-1, d[:, None])[:, 0] for q, d in zip(qs, drafts)], 1)
+            st["round_logprobs"] = self._reported_logprobs(torch.log(lp_target), torch.log(q_drafts), retained)
         return emitted
+
+    def _reported_logprobs(self, target_logprobs: torch.Tensor, draft_logprobs: torch.Tensor,
+                           retained: torch.Tensor) -> torch.Tensor:
+        """The logprob reported for each emitted column of a round (``return_logprobs``).
+
+        ``target_logprobs`` (B, k + 1): log p of the emitted token at each column, the processed target prob given
+        its prefix (the right value); ``draft_logprobs`` (B, k): log q(d_j) of each draft token; ``retained`` (B,):
+        accepted drafts (the columns before it are accepted drafts, the column at it the recovered or bonus token).
+        The reference reports ``target_logprobs``; the logprob zoo (:mod:`verifier.decoders.logprob_mutants`)
+        overrides this hook.  Columns past the emitted ones are ignored."""
+        return target_logprobs
 
     def _output(self, num_samples: int, max_new_tokens: int, stop_token_ids: tuple[int, ...],
                 max_tokens: int | None) -> _Output:
@@ -395,7 +423,7 @@ class SpeculativeDecoder:
     @torch.no_grad()
     def generate(self, prompt_ids: Sequence[int], num_samples: int, max_new_tokens: int,
                  sampling: SamplingConfig, seed: int, *, stop_token_ids: Sequence[int] = (),
-                 max_tokens: int | None = None) -> np.ndarray:
+                 max_tokens: int | None = None, return_logprobs: bool = False):
         """Sample ``num_samples`` continuations of ``prompt_ids`` by speculative decoding.
 
         Parameters
@@ -415,11 +443,18 @@ class SpeculativeDecoder:
         max_tokens : int or None, default None
             The request's length limit, at most ``max_new_tokens``: a row holds at most this many tokens, also
             when the last round's block would run past it.  None: ``max_new_tokens``.
+        return_logprobs : bool, default False
+            Also return the logprob reported for each emitted token (issue 29, bug kind 4): the natural log of its
+            *processed* target prob (after temperature, top-k / top-p, repetition penalty) given the prompt and
+            the row's earlier tokens, read off the verification pass's target probs -- the value an engine with
+            speculation off reports in a processed logprobs mode (vLLM: ``--logprobs-mode processed_logprobs``;
+            its default ``raw_logprobs`` is the temperature-1 softmax before any processor).
 
         Returns
         -------
         np.ndarray, shape (num_samples, max_new_tokens), int64
             Emitted tokens, ``-1`` after EOS (EOS itself is emitted), a stop token or ``max_tokens`` tokens.
+            With ``return_logprobs``: ``(tokens, logprobs)``, logprobs float64 of the same shape, NaN at padding.
 
         Raises
         ------
@@ -448,6 +483,9 @@ class SpeculativeDecoder:
         rows = torch.arange(num_samples, device=dev)  # original index of each batch row
         live = torch.ones(num_samples, dtype=torch.bool, device=dev)  # finished rows idle until dropped
         out = self._output(num_samples, max_new_tokens, stops, limit)
+        if return_logprobs:
+            out.keep_logprobs()
+            st["want_logprobs"] = True
         accepted_counts, first_round = [], None
         while rows.numel():
             emitted = self._round(st, sampling, gen)
@@ -466,7 +504,8 @@ class SpeculativeDecoder:
                 valid = emitted != PADDING_TOKEN_ID
                 r = torch.arange(rows.numel(), device=dev)[:, None].expand_as(emitted)[valid]
                 st["seen"][r, emitted[valid]] = True
-            live = live & ~out.write(rows, emitted, torch.where(live, num_emitted, 0), st.get("origins"))
+            live = live & ~out.write(rows, emitted, torch.where(live, num_emitted, 0), st.get("origins"),
+                                     st.get("round_logprobs"))
             keep = _rows_to_keep(live)
             if keep is not None:
                 rows, live = rows[keep], live[keep]
@@ -482,4 +521,6 @@ class SpeculativeDecoder:
             extra={"seconds": time.perf_counter() - t0, "device": str(dev)},
             origins=out.origins.cpu().numpy(),
         )
+        if return_logprobs:
+            return out.tokens.cpu().numpy(), out.logprobs.cpu().numpy()
         return out.tokens.cpu().numpy()

@@ -12,7 +12,8 @@ per-set decisions say under which sampling configs the bias appears.  When the c
 (``collision``, ``serial``) rejected, the independence finding (:mod:`verifier.diagnose.independence`) is the
 diagnosis if no other cell rejected, else it leads the sentence (a certain finding, which can also make the
 single-row cells reject) and the per-row diagnosis follows it.  Likewise the stop-rule finding
-(:mod:`verifier.diagnose.stoprule`) when the deterministic ``stop-rule`` cell rejected.
+(:mod:`verifier.diagnose.stoprule`) when the deterministic ``stop-rule`` cell rejected, and the reported-logprob
+finding (:mod:`verifier.diagnose.logprob`) when the deterministic ``logprob`` cell rejected.
 """
 
 from __future__ import annotations
@@ -164,6 +165,7 @@ def _diagnose_decoders(report, plans, pairs, store, decoders, with_fits, log) ->
 def _diagnose_names(report, plans, pairs, store, names, verdicts, with_fits, log, bar) -> dict[str, Any]:
     from verifier.diagnose.glossary import mechanism_entries
     from verifier.diagnose.independence import INDEPENDENCE_STATUS, independence_finding
+    from verifier.diagnose.logprob import LOGPROB_STATUS, logprob_finding
     from verifier.diagnose.stoprule import STOP_STATUS, stop_finding
 
     out = []
@@ -174,9 +176,11 @@ def _diagnose_names(report, plans, pairs, store, names, verdicts, with_fits, log
         biased = verdicts.get(name) == DIAGNOSED_VERDICT
         stop = stop_finding(name, report.get("cells", []))  # the stop-rule cell rejected (issue 29, kind 5)
         finding = independence_finding(name, report.get("cells", []))  # collision / serial cells rejected
+        lp = logprob_finding(name, report.get("cells", []))  # the logprob cell rejected (issue 29, kind 4)
         # every token up to the stop is right / each row alone is right: no per-row law to rank (stop rule first)
         whole = next(((f, status, key) for f, status, key in ((stop, STOP_STATUS, "stop_rule"),
-                                                              (finding, INDEPENDENCE_STATUS, "independence"))
+                                                              (finding, INDEPENDENCE_STATUS, "independence"),
+                                                              (lp, LOGPROB_STATUS, "logprob"))
                       if f is not None and f["marginal_clean"]), None)
         if whole is not None:
             f, status, key = whole
@@ -269,7 +273,7 @@ def _diagnose_names(report, plans, pairs, store, names, verdicts, with_fits, log
                 item["sentence"] += "; where: " + " | ".join(unknown_draft)
             _add_engine_laws(item, engine, plans, pairs, cache, no_draft_rows, biased)
         # rows also not independent / also past their stop: certain findings, so they lead (the stop rule first)
-        for f, key in ((finding, "independence"), (stop, "stop_rule")):
+        for f, key in ((lp, "logprob"), (finding, "independence"), (stop, "stop_rule")):
             if f is not None:
                 item[key] = f
                 item["sentence"] = f"{f['sentence']}: {item['sentence']}"

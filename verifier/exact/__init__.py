@@ -6,6 +6,7 @@ contract and :mod:`verifier.exact.rules` for the rules and where exp() is handle
 
 from verifier.exact.counterexample import Counterexample, find_counterexample
 from verifier.exact.cases import ExactCase, TabularPair, standard_cases, standard_tabular_pairs, unigram_case
+from verifier.exact.logprob import LogprobDefectLaw, logprob_defect_law
 from verifier.exact.laws import accepted_count_law, marginal, n_token_law, round_law, target_law, total_variation
 from verifier.exact.rules import RULES, Rule, get_rule, residual
 from verifier.exact.stage import ExactFinding, RuleVerdict, rule_verdicts, run_exact_stage
@@ -22,11 +23,13 @@ __all__ = [
     "StepLaw",
     "TabularLM",
     "TabularPair",
+    "LogprobDefectLaw",
     "accepted_count_law",
     "as_fraction_probs",
     "find_counterexample",
     "Counterexample",
     "get_rule",
+    "logprob_defect_law",
     "marginal",
     "n_token_law",
     "residual",

@@ -214,6 +214,8 @@ def cell_legend(report: dict) -> dict[str, list[tuple[str, str]]]:
                        "probability: shared or correlated randomness across rows"),
         "stop-rule": ("stop-rule", "every row checked: no token after its first stop token or EOS, none past max_tokens "
                       "(one violating row is BIAS)"),
+        "logprob": ("logprob", "every emitted token's reported logprob against the reference's log p at the same prefix "
+                    "(one wrong token is BIAS; per position: tokens, wrong, max |difference|)"),
         "stop-position@": ("stop-position@1..L", "chi-square of the stopping position (first stop token or EOS within "
                            "max_tokens = L, or none) against its exact law"),
     }

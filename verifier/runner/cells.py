@@ -19,7 +19,7 @@ from typing import Callable
 import numpy as np
 
 from verifier.errors import ConfigError
-from verifier.runner import acceptance, analysis, expected, greedy, pitscore, stop
+from verifier.runner import acceptance, analysis, expected, greedy, logprob, pitscore, stop
 from verifier.runner.context import SuiteContext
 from verifier.runner.models import LoadedPair
 from verifier.runner.plan import SampleSetPlan
@@ -102,7 +102,8 @@ def expected_preflight(ctx: SuiteContext) -> None:
 
 
 def set_cells(ctx: SuiteContext, plan: SampleSetPlan, tokens: np.ndarray,
-               cell_alpha_of: Callable[[int], float]) -> list[analysis.CellResult]:
+               cell_alpha_of: Callable[[int], float], reported: tuple | None = None) -> list[analysis.CellResult]:
+    """The bias cells of one sample set; ``reported`` = (logprobs, origins) of its rows for the ``logprob`` cell."""
     suite, spec = ctx.suite, plan.decoder
     pair = ctx.pairs[plan.pair]
     vocab = pair.vocab_size
@@ -174,6 +175,9 @@ def set_cells(ctx: SuiteContext, plan: SampleSetPlan, tokens: np.ndarray,
         cells.append(stop.stop_position_cell(f"{base}/stop-position@1..{limit}", tokens, stop_law(ctx, plan), ends,
                                              cell_alpha=alpha, power=power, rng=srng, target_mde=suite.stats.target_mde,
                                              test=f"stop-position@1..{limit}", **meta))
+    if "logprob" in spec.tests:  # the logprobs the decoder reports (issue 29, bug kind 4)
+        cells.append(_logprob_cell(pair, plan, tokens, reported, power=power, cell_alpha=alpha, cell_id=f"{base}/logprob",
+                                   **meta))
     if "pit" in spec.tests:
         u_parts, violations = [], []
         vrng = np.random.default_rng(stream_seed(suite.seed, "pit|" + plan.key))  # independent of the decoder
@@ -256,7 +260,23 @@ def count_cells(plan: SampleSetPlan) -> int:
     n += int("surprisal" in spec.tests) + int("pit" in spec.tests)
     n += int("collision" in spec.tests and plan.max_new_tokens >= 1) + int("serial" in spec.tests)
     n += 2 * int("stop" in spec.tests)  # stop-rule and stop-position@1..L
+    n += int("logprob" in spec.tests)
     return n
+
+
+def _logprob_cell(pair: LoadedPair, plan: SampleSetPlan, tokens: np.ndarray, reported: tuple | None, *, power: float,
+                  cell_alpha: float, cell_id: str, **meta) -> analysis.CellResult:
+    """The ``logprob`` cell (:mod:`verifier.runner.logprob`): the stored reported logprobs against the reference's."""
+    lps, origins = reported if reported is not None else (None, None)
+    if lps is None or np.shape(lps) != tokens.shape:  # _valid_shard resamples such chunks: only a partial set lands here
+        return analysis.CellResult(cell_id, test="logprob", method="reported logprobs: none stored for these rows",
+                                   n=0, statistic=float("nan"), pvalue=float("nan"), effect_unit="tokens",
+                                   cell_alpha=cell_alpha, **meta)
+    ref = logprob.reference_logprobs(pair.reference, plan.prompt_ids, tokens, plan.sampling)
+    draft = (logprob.reference_logprobs(pair.draft_reference, plan.prompt_ids, tokens, plan.sampling)
+             if pair.draft_known else None)
+    return logprob.logprob_cell(cell_id, tokens, lps, ref, logprob.logprob_tolerance(pair.target_model), power=power,
+                                cell_alpha=cell_alpha, origins=origins, draft=draft, test="logprob", **meta)
 
 
 def tv_cells(ctx: SuiteContext) -> list[tuple[SampleSetPlan, str, np.ndarray, Callable[[np.ndarray], np.ndarray]]]:

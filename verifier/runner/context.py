@@ -7,10 +7,11 @@ from pathlib import Path
 from typing import Any
 
 from verifier._tracebacks import crash_traceback
-from verifier.errors import DecoderError
+from verifier.errors import ConfigError, DecoderError
 from verifier.runner import guards
 from verifier.runner.models import LoadedPair, check_context_fits, encode_prompt, load_pair
 from verifier.runner.plan import build_decoder, plan_sample_sets
+from verifier.runner.logprob import takes_return_logprobs
 from verifier.runner.stop import check_stop_specs, decoder_takes_stop
 from verifier.suite.schema import Suite
 
@@ -71,6 +72,11 @@ class SuiteContext:
             self._decoders[key] = build_decoder(spec, self.pairs[spec.models], num_draft_tokens, f"decoders[{spec.name}]",
                                                 base_dir=self.suite.base_dir)
             decoder_takes_stop(spec, self._decoders[key])  # a stop rule needs generate(..., stop_token_ids=, max_tokens=)
+            if "logprob" in spec.tests and not takes_return_logprobs(self._decoders[key]):
+                raise ConfigError(f"decoders[{spec.name}] asks for the 'logprob' test, but {type(self._decoders[key]).__name__}"
+                                  ".generate takes no return_logprobs keyword; allowed: a decoder whose generate(..., "
+                                  "return_logprobs=True) returns (tokens, logprobs) (the registered 'reference', the "
+                                  "chain mutants and the logprob zoo) or tests without 'logprob'")
             bind = getattr(self._decoders[key], "bind_run_dir", None)
             if self.run_dir is not None and callable(bind):  # e.g. a URL audit's response journal
                 bind(self.run_dir)

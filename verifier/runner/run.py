@@ -55,7 +55,8 @@ from verifier.runner.plan import SampleSetPlan, decoder_identity
 from verifier.runner.store import SampleStore, Shard
 from verifier.runner.verdict import DecoderVerdict, cell_level, decide, exit_code
 from verifier.suite.schema import Suite
-from verifier.validation import REPLAY_NATS, check_decoder_stats, check_emitted_tokens, plugin_attribute, same_rows_nats
+from verifier.validation import (REPLAY_NATS, check_decoder_stats, check_emitted_tokens, check_reported_logprobs,
+                                 plugin_attribute, same_rows_nats)
 
 __all__ = ["REPORT_SCHEMA_VERSION", "RUN_FILE", "STOPPED_FILE", "RunOutcome", "new_run_dir", "load_run_suite", "utc_now",
            "start_run", "exact_stage", "prepare", "sample_chunks", "record_stops", "assess", "exact_failed_report",
@@ -163,7 +164,8 @@ def _where(exc: BaseException) -> str:
 def _valid_shard(shard: Shard | None, plan: SampleSetPlan, index: int) -> bool:
     return (shard is not None and shard.meta.get("seed") == plan.chunk_seed(index)
             and shard.meta.get("set_key") == plan.key
-            and shard.tokens.shape == (plan.chunk_rows(index), plan.max_new_tokens))
+            and shard.tokens.shape == (plan.chunk_rows(index), plan.max_new_tokens)
+            and ("logprob" not in plan.decoder.tests or shard.logprobs is not None))  # the logprob test needs them
 
 
 # a chunk whose rows are, as a multiset, those of an earlier chunk of its sample set (drawn with a
@@ -236,6 +238,8 @@ def _sample(ctx: SuiteContext, store: SampleStore, progress: bool, log: Callable
                     decoder = ctx.decoder(spec, plan.num_draft_tokens)
                     try:
                         stop_kw = plan.stop_kwargs()  # the request's stop rule, only where the suite sets one
+                        if "logprob" in spec.tests:  # the reported logprobs (verifier.runner.logprob)
+                            stop_kw["return_logprobs"] = True
                         call = (f"{spec.name}: generate(prompt_ids={list(plan.prompt_ids)[:8]}, num_samples={rows}, "
                                 f"max_new_tokens={plan.max_new_tokens}, sampling={plan.sampling.label()}, seed={seed}"
                                 + "".join(f", {k}={v}" for k, v in stop_kw.items()) + ")")
@@ -257,11 +261,19 @@ def _sample(ctx: SuiteContext, store: SampleStore, progress: bool, log: Callable
                                 f"{plan.chunk_size}; rows per generate call) or a machine with more memory; resume "
                                 f"with `{resume_command(store.run_dir)}`") from exc
                         raise DecoderError(f"{spec.name} raised {type(exc).__name__}: {exc}{_where(exc)}") from exc
+                    reported = None
+                    if stop_kw.get("return_logprobs"):
+                        if not (isinstance(out, tuple) and len(out) == 2):
+                            raise DecoderOutputError(f"{spec.name} returned {type(out).__name__} for return_logprobs=True; "
+                                                     "allowed: a (tokens, logprobs) pair")
+                        out, reported = out
                     tokens = check_emitted_tokens(out, num_samples=rows, max_new_tokens=plan.max_new_tokens,
                                                   vocab_size=pair.vocab_size, eos_token_id=pair.eos_token_id,
                                                   decoder_name=spec.name, stop_token_ids=spec.stop_token_ids,
                                                   max_tokens=spec.max_tokens)
                     _check_seed_used(seen_chunks, plan, index, seed, tokens, spec.name)
+                    if reported is not None:
+                        reported = check_reported_logprobs(reported, tokens, decoder_name=spec.name)
                     stats = plugin_attribute(decoder, "last_stats", None, decoder_name=spec.name)
                     fra = plugin_attribute(stats, "first_round_accepted", None, decoder_name=f"{spec.name}.last_stats")
                     counts = plugin_attribute(stats, "accepted_counts", None, decoder_name=f"{spec.name}.last_stats")
@@ -287,7 +299,7 @@ def _sample(ctx: SuiteContext, store: SampleStore, progress: bool, log: Callable
                     break
                 # optional per-token origins (diagnosis localization)
                 origins = origins if origins is not None and np.shape(origins) == tokens.shape else None
-                store.write_chunk(plan.set_id, index, Shard(tokens, fra, counts, meta, origins))
+                store.write_chunk(plan.set_id, index, Shard(tokens, fra, counts, meta, origins, reported))
                 bar.update(rows)
         finally:
             bar.close()
@@ -308,10 +320,11 @@ def sample_chunks(ctx: SuiteContext, store: SampleStore, *, progress: bool = Fal
 # --------------------------------------------------------------------------- stage 4
 
 
-def _load_set(store: SampleStore, plan: SampleSetPlan, pair,
-              speculation: list | None = None) -> tuple[np.ndarray, np.ndarray | None, np.ndarray, int]:
+def _load_set(store: SampleStore, plan: SampleSetPlan, pair, speculation: list | None = None,
+              reported: list | None = None) -> tuple[np.ndarray, np.ndarray | None, np.ndarray, int]:
     """A sample set's stored rows; a chunk with values no decoder could emit is StoredSampleError (exit 2).
-    ``speculation`` collects each chunk's speculation figures (verifier.runner.speculation)."""
+    ``speculation`` collects each chunk's speculation figures (verifier.runner.speculation), ``reported`` each
+    chunk's ``(logprobs, origins)`` (verifier.runner.logprob)."""
     toks, fras, counts, chunks = [], [], [], 0
     for i in range(plan.num_chunks):
         shard = store.read_chunk(plan.set_id, i)
@@ -319,6 +332,8 @@ def _load_set(store: SampleStore, plan: SampleSetPlan, pair,
             continue
         if speculation is not None:
             speculation.append(shard.meta.get("speculation"))
+        if reported is not None:
+            reported.append((shard.logprobs, shard.origins))
         chunks += 1
         toks.append(store.check_tokens(plan.set_id, i, shard, max_new_tokens=plan.max_new_tokens,
                                        vocab_size=pair.vocab_size, eos_token_id=pair.eos_token_id,
@@ -332,6 +347,15 @@ def _load_set(store: SampleStore, plan: SampleSetPlan, pair,
     return tokens, fra, acc, chunks
 
 
+def _joined(parts: list) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """The set's reported logprobs and origins, chunks joined (each None unless every chunk has it)."""
+    out = []
+    for i in range(2):
+        got = [p[i] for p in parts]
+        out.append(np.concatenate(got) if got and all(g is not None for g in got) else None)
+    return out[0], out[1]
+
+
 def _statistics(ctx: SuiteContext, store: SampleStore, errors: dict[str, dict], allow_partial: bool = False):
     from verifier import progress
 
@@ -342,7 +366,8 @@ def _statistics(ctx: SuiteContext, store: SampleStore, errors: dict[str, dict], 
     for spec in suite.decoders:
         plans = [p for p in ctx.plans if p.decoder.name == spec.name]
         spec_metas: list = []  # the chunks' speculation counters, where the decoder reports them
-        loaded = {p.set_id: _load_set(store, p, ctx.pairs[p.pair], spec_metas) for p in plans}
+        parts: dict[str, list] = {p.set_id: [] for p in plans}  # each chunk's (reported logprobs, origins)
+        loaded = {p.set_id: _load_set(store, p, ctx.pairs[p.pair], spec_metas, parts[p.set_id]) for p in plans}
         m = sum(count_cells(p) for p in plans)
         level = cell_level(suite.stats.alpha, m, suite.stats.correction)
         cells: list[analysis.CellResult] = []
@@ -367,7 +392,7 @@ def _statistics(ctx: SuiteContext, store: SampleStore, errors: dict[str, dict], 
             if spec.name in errors or not len(tokens):  # no sample, no cell (the report says what is missing)
                 bar.update(1)
                 continue
-            cells.extend(set_cells(ctx, p, tokens, lambda _i: level))
+            cells.extend(set_cells(ctx, p, tokens, lambda _i: level, reported=_joined(parts[p.set_id])))
             audit, cell, why = acceptance_cells(ctx, p, fra, acc, draft_unknown(ctx, p, info["decoder_identity"]))
             audits += [audit] if audit else []
             conformance_cells += [cell] if cell is not None else []

@@ -52,6 +52,7 @@ class Shard:
     accepted_counts: np.ndarray
     meta: dict[str, Any]
     origins: np.ndarray | None = None  # optional per-token origin codes (DecoderStats.origins), int8
+    logprobs: np.ndarray | None = None  # reported logprobs (the `logprob` test: generate(..., return_logprobs=True)), float64
 
 
 class SampleStore:
@@ -92,6 +93,7 @@ class SampleStore:
                         has_first_round_accepted=np.array(fra is not None),
                         accepted_counts=np.asarray(shard.accepted_counts, dtype=np.int64),
                         **({"origins": np.asarray(shard.origins, dtype=np.int8)} if shard.origins is not None else {}),
+                        **({"logprobs": np.asarray(shard.logprobs, dtype=np.float64)} if shard.logprobs is not None else {}),
                         meta=np.array(json.dumps({"shard_format": SHARD_FORMAT, **shard.meta}, sort_keys=True)),
                     )
                     fh.flush()
@@ -114,7 +116,8 @@ class SampleStore:
             with np.load(path, allow_pickle=False) as z:
                 meta = json.loads(str(z["meta"]))
                 fra = z["first_round_accepted"] if bool(z["has_first_round_accepted"]) else None
-                return Shard(z["tokens"], fra, z["accepted_counts"], meta, z["origins"] if "origins" in z.files else None)
+                return Shard(z["tokens"], fra, z["accepted_counts"], meta, z["origins"] if "origins" in z.files else None,
+                             z["logprobs"] if "logprobs" in z.files else None)
         except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):  # truncated or corrupt shard
             return None
 

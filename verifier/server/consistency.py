@@ -23,6 +23,13 @@ Comparison
     verdict into UNDERPOWERED with the finding "reported logprobs differ with speculation on"
     (a bias found by a cell that does not use the speculative rows -- ``gof@1`` -- stands).  Below
     it, the largest TV is the design's floor.
+Defect (issue 29, bug kind 4; :func:`server_defect`)
+    Above the target TV the positions that differ are checked against the reporting defects of the offline
+    ``logprob`` cell (:data:`verifier.runner.logprob.DEFECTS`), position by position: ``zero`` when every one reports
+    the sampled token with probability 1 (logprob 0.0) where speculation off gives it less; ``first_only`` when every
+    one repeats the law the server reported at an earlier position of the same completion (a step's first row
+    copied to its later tokens; a server shows no round boundaries, so "an earlier position" stands in for "the
+    round's first").  ``draft_row`` needs the draft's law, which a URL audit does not have: not checked.
 """
 
 from __future__ import annotations
@@ -35,10 +42,12 @@ import numpy as np
 
 from verifier.server.reported_law import ReportedLaw, Undefined, law_tv, rebuild_law
 
-__all__ = ["choose_positions", "compare", "ConsistencyResult", "consistency_cell", "consistency_guard", "reference_guard", "REFERENCE_MISMATCH",
+__all__ = ["choose_positions", "compare", "ConsistencyResult", "consistency_cell", "consistency_guard", "reference_guard",
+           "server_defect", "SAME_TV", "REFERENCE_MISMATCH",
            "FINDING", "STREAM"]
 
 STREAM = 0xC0DE  # the consistency sample's generator stream (beside the audit seed)
+SAME_TV = 1e-6  # two reported laws this close are the same row (JSON round trip of float32 logprobs)
 FINDING = "reported logprobs differ with speculation on"
 REFERENCE_MISMATCH = "the --reference-url server reports another law than the audited server"
 
@@ -113,9 +122,14 @@ def compare(picks: Sequence[tuple[int, int]], laws, completions: Sequence[Any], 
         if isinstance(ref_law, Undefined):
             out.reference_undefined[ref_law.reason] = out.reference_undefined.get(ref_law.reason, 0) + 1
             continue
-        tv = law_tv(laws.laws[i][j], ref_law)
+        on = laws.laws[i][j]
+        tv = law_tv(on, ref_law)
         tvs.append(tv)
-        out.rows.append({"completion": i, "position": j + 1, "tv": tv})
+        token = int(completions[i].token_ids[j])
+        earlier = [law for law in laws.laws[i][:j] if isinstance(law, ReportedLaw)]
+        out.rows.append({"completion": i, "position": j + 1, "tv": tv,
+                         "zero": on.prob(token) >= 1 - SAME_TV and ref_law.prob(token) < 1 - SAME_TV,
+                         "stale": any(law_tv(on, law) <= SAME_TV for law in earlier)})
         if out.max_tv is None or tv > out.max_tv:
             prefix = list(prompt) + list(completions[i].token_ids[:j])
             out.max_tv, out.where = tv, (f"completion {i}, position {j + 1} (prefix {prefix[:12]}"
@@ -123,6 +137,42 @@ def compare(picks: Sequence[tuple[int, int]], laws, completions: Sequence[Any], 
     out.compared = len(tvs)
     out.mean_tv = float(np.mean(tvs)) if tvs else None
     return out
+
+
+def server_defect(rows: Sequence[dict[str, Any]], target_tv: float) -> dict[str, Any]:
+    """Which reporting defect explains every compared position above ``target_tv`` (module docstring).
+
+    Parameters
+    ----------
+    rows : sequence of dict
+        :attr:`ConsistencyResult.rows` (``tv``, ``zero``, ``stale`` per position).
+    target_tv : float
+
+    Returns
+    -------
+    dict
+        ``wrong`` (positions above ``target_tv``), ``fits``, ``defect`` (the one that fits, else None), ``checked``
+        (``["zero", "first_only"]``), ``sentence`` -- the fields of :func:`verifier.runner.logprob.classify_defect`.
+
+    Examples
+    --------
+    >>> server_defect([{"tv": 0.4, "zero": True, "stale": False}, {"tv": 0.0, "zero": False, "stale": False}], 0.05)["defect"]
+    'zero'
+    """
+    from verifier.runner.logprob import DEFECTS
+
+    bad = [r for r in rows if r.get("tv") is not None and r["tv"] > target_tv]
+    checks = {"zero": "zero", "first_only": "stale"}
+    fits = [d for d, key in checks.items() if bad and all(r.get(key) for r in bad)]
+    defect = fits[0] if len(fits) == 1 else None
+    if not bad:
+        sentence = "no compared position differs above the target TV"
+    elif defect:
+        sentence = f"reported logprobs: {DEFECTS[defect]} ({len(bad)} positions, all of this pattern)"
+    else:
+        sentence = (f"reported logprobs: {len(bad)} positions fit {' and '.join(fits) if fits else 'no known defect'} "
+                    "(checked zero, first_only; draft_row needs the draft's law)")
+    return {"wrong": len(bad), "fits": fits, "defect": defect, "checked": list(checks), "sentence": sentence}
 
 
 def consistency_cell(cell_id: str, result: ConsistencyResult, target_tv: float, **meta: Any):
@@ -146,6 +196,7 @@ def consistency_cell(cell_id: str, result: ConsistencyResult, target_tv: float, 
                              "reference_undefined": result.reference_undefined}, **meta)
     if effect is not None and effect > target_tv:
         cell.extra["finding"] = FINDING
+        cell.extra["defect"] = server_defect(result.rows, target_tv)
     return cell
 
 
@@ -171,7 +222,9 @@ def consistency_guard(verdict, cell, target_tv: float, independent_tests: Sequen
     if cell.effect is None:
         why = unchecked
     else:
-        why = (f"{FINDING}: TV {cell.effect:.3g} > target TV {target_tv:g} at {cell.extra.get('where')}; the law the "
+        named = (cell.extra.get("defect") or {}).get("defect")
+        why = (f"{FINDING}: TV {cell.effect:.3g} > target TV {target_tv:g} at {cell.extra.get('where')}"
+               + (f" ({cell.extra['defect']['sentence']})" if named else "") + "; the law the "
                "server reports with speculation on is not the one it reports without, so the self-reported cells "
                "cannot certify (or accuse) the sampler")
     verdict.verdict = UNDERPOWERED

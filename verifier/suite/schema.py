@@ -67,9 +67,10 @@ __all__ = [
 ]
 
 SCHEMA_VERSION = 1  # bump when a key changes meaning; old files then fail with a clear message
-TEST_NAMES = ("gof", "joint", "surprisal", "pit", "collision", "serial", "stop", "accepted")  # per-sample-set statistics a decoder can ask for
+TEST_NAMES = ("gof", "joint", "surprisal", "pit", "collision", "serial", "stop", "logprob", "accepted")  # per-sample-set statistics a decoder can ask for
 # without a `tests` key: the row-at-a-time cells and the acceptance audit; "collision" and "serial" look across rows
-# (independence of requests) and "stop" at the request's stop rule (issue 29, bug kind 5): all three are opted into by name
+# (independence of requests), "stop" at the request's stop rule (issue 29, bug kind 5) and "logprob" at the logprobs the
+# decoder reports (kind 4: generate(..., return_logprobs=True), verifier.runner.logprob): all four are opted into by name
 DEFAULT_TESTS = ("gof", "joint", "surprisal", "pit", "accepted")
 TV_TESTS = ("pearson", "weighted")  # stats.tv_test: Pearson's chi-square, or the weighted identity test (verifier.stats.identity)
 CORRECTIONS = ("gate", "audit")  # gate: Holm(alpha/2) + Cauchy combination(alpha/2); audit: Benjamini-Yekutieli (the cells share samples)
