@@ -222,4 +222,12 @@ def test_a_rerun_from_the_journal_keeps_the_earlier_counter_evidence(servers, tm
     spec2 = report["decoders"][0]["speculation"]
     assert spec2["verified"] and spec2["counters"] == spec1["counters"]  # the first session's deltas, not 0
     assert spec2["requests"] == spec1["requests"] and set(report["run"]["requests_sent_session"].values()) == {0}
-    assert (run_dir / "server" / "speculation.json").is_file()
+    ledger = run_dir / "server" / "speculation.json"
+    forged = json.loads(ledger.read_text())
+    for entries in forged.values():  # an edit by hand (ten times the drafts) breaks the entry's seal
+        for e in entries:
+            e["counters"]["draft_tokens"] *= 10
+    ledger.write_text(json.dumps(forged))
+    third = audit(args)
+    spec3 = json.loads((run_dir / "report.json").read_text())["decoders"][0]["speculation"]
+    assert "not sealed" in third.stdout and not spec3["verified"]  # the forged evidence is not used

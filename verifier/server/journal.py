@@ -100,6 +100,12 @@ class Journal:
                 self._load()
 
     @property
+    def key(self) -> bytes | None:
+        """The journal's HMAC key (None: in memory, or a journal written before keys); other run-folder records
+        sealed with it (:mod:`verifier.server.spec_ledger`) share its threat model."""
+        return self._key
+
+    @property
     def key_path(self) -> Path | None:
         """``<journal>.key``: the journal's HMAC key (None for an in-memory journal)."""
         return None if self.path is None else self.path.with_name(self.path.name + KEY_SUFFIX)

@@ -234,7 +234,7 @@ def run_self_reported(spec: SelfReportedSpec) -> int:
     from verifier.runner.clock import session_id
     from verifier.server.spec_ledger import SpecLedger
 
-    ledger, session = SpecLedger(spec.run_dir), session_id()
+    ledger, session = SpecLedger(spec.run_dir, main.journal), session_id()
     for note in ledger.notes:
         print(f"note: {note}")
     from verifier.server.decoder import request_seed

@@ -10,11 +10,16 @@ the rerun lost the evidence that speculation ran (its guard then said "not obser
 with its session; :meth:`SpecLedger.entries` returns those of earlier sessions plus this session's, in the form
 :func:`verifier.runner.speculation.summarize` sums (``requests_sent`` > 0 entries carry counters; per-request figures
 are counted once, on the current entry, which covers every completion).  Requests an earlier process sent without
-recording its delta (it stopped mid-phase) count as replayed: no counter evidence for them, never invented.
+recording its delta (it stopped mid-phase) count as replayed: no counter evidence for them, never invented.  Each stored entry is sealed with an HMAC under the response
+journal's own key (:mod:`verifier.server.journal`: the same threat model -- it tells a hand-edited or copied entry
+from the run's own, it is no signature); an entry whose seal does not match is dropped with a note, so a forged
+ledger cannot make a rerun say that drafts were verified.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import os
 from pathlib import Path
@@ -33,11 +38,16 @@ class SpecLedger:
     run_dir : pathlib.Path
         The audit's run folder.  A missing or unreadable ledger starts empty (an unreadable one is named in
         :attr:`notes`, never trusted).
+    journal : verifier.server.journal.Journal
+        The response journal whose HMAC key seals the entries (read when an entry is sealed or checked: a new
+        journal draws its key with its first line); a journal without a key (written before keys): entries are
+        neither sealed nor trusted from disk.
     """
 
-    def __init__(self, run_dir: Path) -> None:
+    def __init__(self, run_dir: Path, journal) -> None:
         self.path = Path(run_dir) / LEDGER_NAME
         self.notes: list[str] = []
+        self._journal = journal
         self._sets: dict[str, list[dict[str, Any]]] = {}
         if self.path.is_file():
             try:
@@ -47,6 +57,24 @@ class SpecLedger:
                 self._sets = {str(k): [e for e in v if isinstance(e, dict)] for k, v in data.items()}
             except (OSError, ValueError, RecursionError) as exc:
                 self.notes.append(f"{self.path}: unreadable ({exc}); the counter evidence of earlier sessions is not used")
+            kept = {k: [e for e in v if self._sealed(e)] for k, v in self._sets.items()}
+            dropped = sum(len(v) for v in self._sets.values()) - sum(len(v) for v in kept.values())
+            if dropped:
+                self.notes.append(f"{self.path}: {dropped} entr{'y' if dropped == 1 else 'ies'} not sealed by this run's "
+                                  "journal key (edited, copied from another run, or written without a key): not used")
+            self._sets = kept
+
+    def _mac(self, entry: dict[str, Any]) -> str | None:
+        key = self._journal.key
+        if not key:
+            return None
+        text = json.dumps({k: v for k, v in entry.items() if k != "mac"}, sort_keys=True, separators=(",", ":"),
+                          default=str).encode()
+        return hmac.new(key, text, hashlib.sha256).hexdigest()[:32]
+
+    def _sealed(self, entry: dict[str, Any]) -> bool:
+        mac = self._mac(entry)
+        return mac is not None and hmac.compare_digest(str(entry.get("mac", "")), mac)
 
     def entries(self, set_id: str, current: dict[str, Any], requests: int, session: str) -> list[dict[str, Any]]:
         """The set's entries for :func:`~verifier.runner.speculation.summarize`: earlier sessions' and this one's.
@@ -69,7 +97,7 @@ class SpecLedger:
             replay remainder (``requests_sent`` 0) for requests no entry accounts for, and the current entry with
             ``requests`` = the requests it sent.  When this session sent requests, its entry is saved.
         """
-        earlier = [dict(e, per_request_draft_tokens=0 if current.get("per_request_draft_tokens") is not None else None,
+        earlier = [dict({k: v for k, v in e.items() if k != "mac"}, per_request_draft_tokens=0 if current.get("per_request_draft_tokens") is not None else None,
                         per_request_accepted_tokens=0 if current.get("per_request_accepted_tokens") is not None else None)
                    for e in self._sets.get(set_id, [])]
         sent_now = int(current.get("requests_sent", 0))
@@ -81,8 +109,9 @@ class SpecLedger:
                         if current.get("per_request_accepted_tokens") is not None else None, session=None)]
                   if rest else [])
         if sent_now:
-            self._sets.setdefault(set_id, []).append({k: v for k, v in now.items()
-                                                      if not k.startswith("per_request_")})
+            stored = {k: v for k, v in now.items() if not k.startswith("per_request_")}
+            stored["mac"] = self._mac(stored)
+            self._sets.setdefault(set_id, []).append(stored)
             self._save()
         return earlier + replay + [now]
 
