@@ -172,3 +172,20 @@ def test_laws_predicted_for_some_sets_only_are_not_scored_and_short_rows_do_not_
     assert all(s is None or not s.endswith(mlx.CASCADE) for s in (found["named"] or [None]))
     one = engine_law_diagnosis("mlx-lm server", [dict(sets[0], tokens=three[:, :1])], bias_detected=True)
     assert one["decision"] is not None  # scored; no fit counted on rows shorter than the law
+
+
+def test_an_engine_whose_source_predicts_no_law_says_why_and_keeps_the_full_alpha():
+    """vLLM-CPU reads a never-written temperature (uninitialized memory): no law to rank, one truthful sentence, and
+    the whole-row ranking keeps alpha (no split for a ranking that never runs); its control says the law is p's."""
+    from verifier.diagnose.engine_laws import engine_law_diagnosis, ranking_alpha
+    from verifier.diagnose.rank import DIAGNOSIS_ALPHA
+    from verifier.sampling import SamplingConfig
+
+    sets = [{"seqs": None, "tokens": None, "prompt": [1], "sampling": SamplingConfig(temperature=t), "label": f"T={t}",
+             "num_draft_tokens": 1, "target": None, "draft": None, "options": {}} for t in (1.0, 0.7)]
+    out = engine_law_diagnosis("vllm", sets, bias_detected=True)
+    assert out["named"] is None and out["sentence"].startswith("no law is predicted from vllm's source: ")
+    assert "memory" in out["sentence"] and out["sentence"].count("new_empty") == 1  # said once, not per set
+    assert ranking_alpha("vllm") == DIAGNOSIS_ALPHA and ranking_alpha("openvino-genai") == DIAGNOSIS_ALPHA / 2
+    control = engine_law_diagnosis("vllm", [dict(sets[0], options={"patch_cpu_expand": True})], bias_detected=True)
+    assert "control" in control["sentence"] and "target's law" in control["sentence"]

@@ -48,8 +48,10 @@ def engine_module(engine: str | None):
 
 
 def ranking_alpha(engine: str | None, alpha: float = DIAGNOSIS_ALPHA) -> float:
-    """Level of each of the two rankings: ``alpha / 2`` for an engine with registered laws, else ``alpha``."""
-    return alpha / 2 if engine_module(engine) is not None else alpha
+    """Level of each of the two rankings: ``alpha / 2`` for an engine with registered laws, else ``alpha`` (also for a
+    module that predicts none, ``PREDICTS_LAWS = False``: it only says why)."""
+    module = engine_module(engine)
+    return alpha / 2 if module is not None and getattr(module, "PREDICTS_LAWS", True) else alpha
 
 
 def truncate(seqs: SequenceProbs, num_tokens: int) -> SequenceProbs:
@@ -286,8 +288,12 @@ def engine_law_diagnosis(engine: str, sets: list[dict[str, Any]], *, bias_detect
     out: dict[str, Any] = {"engine": engine, "tokens": J, "sets": notes, "decision": None, "fit_pvalue": None,
                            "named": None}
     if not rankings:
-        out["sentence"] = (f"the laws {engine}'s source predicts were not scored: "
-                           + "; ".join(f"{n['set']}: {n['note']}" for n in notes if n.get("note")))
+        reasons = list(dict.fromkeys(n["note"] for n in notes if n.get("note")))
+        if not getattr(module, "PREDICTS_LAWS", True) and len(reasons) == 1:  # one reason for every set: say it once
+            out["sentence"] = f"no law is predicted from {engine}'s source: {reasons[0]}"
+        else:
+            out["sentence"] = (f"the laws {engine}'s source predicts were not scored: "
+                               + "; ".join(f"{n['set']}: {n['note']}" for n in notes if n.get("note")))
         return out
     total = combine(rankings)
     pre = decide(total, bias_detected=bias_detected, alpha=ranking_alpha(engine))

@@ -40,6 +40,8 @@ LAWS = {
     "openvino-genai": "verifier.engines.reproductions.openvino_genai",
     "mlx-lm server": "verifier.engines.reproductions.mlx_lm_server",  # a URL audit's engine name (audit.json)
     "transformers": "verifier.engines.reproductions.transformers",  # assistant_tokenizer mode (the decoder's options)
+    "vllm": "verifier.engines.reproductions.vllm",  # no law: says why (PREDICTS_LAWS = False)
+    "vllm (URL)": "verifier.engines.reproductions.vllm",
 }
 
 # ENGINE -> {hypothesis of verifier.diagnose.family whose law the engine's source predicts: what the source does}.

@@ -19,7 +19,36 @@ import torch
 from verifier.engines.reproductions._common import SHIPPED_PROMPT
 from verifier.sampling import SamplingConfig, processed_probs
 
-__all__ = ["first_round_acceptance", "main"]
+__all__ = ["first_round_acceptance", "main", "LAW_TOKENS", "NEEDS_DRAFT", "PREDICTS_LAWS", "LAW_SOURCE", "LAW_POINTER",
+           "law_unsupported", "engine_laws"]
+
+# the diagnosis's engine entry (verifier.diagnose.engine_laws): vLLM-CPU's defect has no law to predict -- the rejection
+# sampler divides the target logits by a per-token temperature the CPU fallback of expand_kernel never writes, so the
+# law depends on whatever memory new_empty returned (reports/audits/vllm-0.32.0/FINDINGS.md); the report says so
+LAW_TOKENS = 2
+NEEDS_DRAFT = False
+PREDICTS_LAWS = False  # no law is ranked: the whole-row ranking keeps its full alpha
+LAW_SOURCE: dict[str, str] = {}
+LAW_POINTER = ("vllm/utils/cpu_triton_utils.py::_expand_kernel_impl (writes into a temporary int64 copy), "
+               "vllm/v1/sample/rejection_sampler.py::expand_batch_to_tokens (x.new_empty) and apply_sampling_constraints")
+_UNPREDICTABLE = (
+    "vLLM-CPU's rejection sampler divides the target logits by a per-token temperature that the CPU fallback of "
+    "expand_kernel (vllm/utils/cpu_triton_utils.py::_expand_kernel_impl) never writes, so every verification step uses "
+    "whatever memory new_empty returned (NaN, inf, 1e11, ...): the emitted law depends on memory contents and no law "
+    "can be predicted from the source (FINDINGS.md; the control --engine-arg patch_cpu_expand=true rejects no cell)")
+
+
+def law_unsupported(sampling, num_draft_tokens: int, options=None) -> str | None:
+    """Why no law is predicted: always (the defect reads uninitialized memory); under the control, the law is the
+    target's."""
+    if (options or {}).get("patch_cpu_expand"):
+        return "patch_cpu_expand=true: the control writes the temperature, and the source then predicts the target's law"
+    return _UNPREDICTABLE
+
+
+def engine_laws(prompt, sampling, target, draft=None, options=None) -> dict:
+    """Never called (:func:`law_unsupported` always answers)."""
+    return {}
 
 
 def first_round_acceptance(target, draft, prompt=SHIPPED_PROMPT, sampling: SamplingConfig = SamplingConfig(temperature=1.0)) -> dict:
