@@ -1,0 +1,35 @@
+"""Drafts in another vocabulary in a suite (issue 29 kind 7): the existing gof cells see the vocabulary mutants.
+
+Suite ``suites/vocab.toml``: bigram4_eos, draft head over 4 draft ids mapped by (0, 0, 1, 2), k = 2, T = 1 and
+T = 1 with top_k = 2, 1,000 rows per set in calls of 500, seed 7, gof@1..3, family-wise alpha 1e-3 (gate).  The
+reference's false-fail rate is <= 1e-3.  Exact TVs of the 3-token laws (``verifier.exact.vocab``): many_to_one_q_single
+0.12 (T = 1), q_permuted 0.71 (T = 1), draft_processors_differ 0.19 (top_k = 2; the reference without a filter), each
+far above the cells' MDE at n = 1,000.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from verifier.cli import main
+from verifier.errors import EXIT_OK
+
+SUITE = Path(__file__).parent / "suites" / "vocab.toml"
+
+
+@pytest.mark.full  # ~25-50 s under load (sampling and reports); tests/decoders/test_vocab_mutants.py drives the same
+def test_gof_cells_pass_the_mapped_draft_and_detect_each_vocabulary_mutant(tmp_path):
+    run_dir = tmp_path / "run"
+    code = main(["run", str(SUITE), "--run-dir", str(run_dir), "--no-progress", "--no-diagnosis"])
+    report = json.loads((run_dir / "report.json").read_text())
+    assert code == EXIT_OK, report["summary"]
+    verdicts = {d["decoder"]: d["verdict"] for d in report["decoders"]}
+    assert verdicts == {"vocab_mapped": "PASS", "many_to_one_q_single": "BIAS DETECTED", "q_permuted": "BIAS DETECTED",
+                        "draft_processors_differ": "BIAS DETECTED"}
+    rejected = {(c["decoder"], c["test"]) for c in report["cells"] if c["verdict"] == "BIAS"}
+    assert ("many_to_one_q_single", "gof@1") in rejected and ("q_permuted", "gof@1") in rejected
+    assert ("draft_processors_differ", "gof@1") in rejected
+    assert not any(d == "vocab_mapped" for d, _ in rejected)
