@@ -3,7 +3,8 @@
 Suite ``suites/vocab.toml``: bigram4_eos, draft head over 4 draft ids mapped by (0, 0, 1, 2), k = 2, T = 1 and
 T = 1 with top_k = 2, 1,000 rows per set in calls of 500, seed 7, gof@1..3, family-wise alpha 1e-3 (gate).  The
 reference's false-fail rate is <= 1e-3.  Exact TVs of the 3-token laws (``verifier.exact.vocab``): many_to_one_q_single
-0.12 (T = 1), q_permuted 0.71 (T = 1), draft_processors_differ 0.19 (top_k = 2; the reference without a filter), each
+0.12 (T = 1), q_permuted 0.26 (T = 1, identity map, reversed order), draft_processors_differ 0.19 (top_k = 2, identity
+map; the reference without a filter), each
 far above the cells' MDE at n = 1,000.
 """
 

@@ -309,6 +309,10 @@ def register(parser: argparse.ArgumentParser) -> None:
                         help="Measure the stop-rule zoo instead (stop_mid_block, max_tokens_overshoot: the stop-rule "
                              "cell; deterministic_acceptance: the stop-position cell; verifier.bench.detect_stop); "
                              "--rule / --case then name those mutants / bigram4_eos, trigram3.")
+    parser.add_argument("--vocab", action="store_true",
+                        help="Measure drafts in another vocabulary instead (many_to_one_q_single, q_permuted, "
+                             "q_dtype_mismatch, draft_processors_differ; verifier.bench.detect_vocab); --rule / --case "
+                             "then name those mutants / bigram4_eos, trigram3.")
     parser.add_argument("--format", choices=("markdown", "json"), default="markdown", help="Output format. Default: markdown.")
     parser.add_argument("--out", metavar="PATH", help="Also write the output to PATH.")
 
@@ -316,11 +320,17 @@ def register(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     progress = lambda s: print(s, file=sys.stderr, flush=True)  # noqa: E731
-    if getattr(args, "streams", False) and getattr(args, "stop", False):
+    if sum(bool(getattr(args, f, False)) for f in ("streams", "stop", "vocab")) > 1:
         from verifier.errors import invalid_argument
 
-        raise invalid_argument("--stop", True, "not together with --streams (one zoo per run)")
-    if getattr(args, "stop", False):
+        raise invalid_argument("--stop/--streams/--vocab", "more than one", "one zoo per run")
+    if getattr(args, "vocab", False):
+        from verifier.bench.detect_vocab import detect_vocab_rows, render_vocab_markdown
+
+        rows, oracle_only = detect_vocab_rows(args.rules, args.cases, seeds=args.seeds, alpha=args.alpha,
+                                              max_factor=args.max_factor, progress=progress)
+        render = lambda r: render_vocab_markdown(r, oracle_only)  # noqa: E731
+    elif getattr(args, "stop", False):
         from verifier.bench.detect_stop import detect_stop_rows, render_stop_markdown
 
         rows = detect_stop_rows(args.rules, args.cases, seeds=args.seeds, alpha=args.alpha, progress=progress)

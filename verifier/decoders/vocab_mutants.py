@@ -5,7 +5,10 @@ the draft model reads target ids (as EAGLE drafts do) and its head has ``Vd`` co
 ``logits[m(d)] + log w_d`` for a draft-to-target map ``m`` (option ``draft_to_target``, default
 :func:`verifier.exact.vocab.default_draft_to_target`: target id 0 reached by two draft ids, id V - 1 by none) and
 split weights ``w`` (default equal).  The draft id ``d ~ q_D`` is drawn from the draft's processed probs over its
-own ids and the target id ``m(d)`` proposed.  One ``mode`` per defect, each "the draft samples from q_s, the
+own ids and the target id ``m(d)`` proposed.  The default map is the many-to-one one for the modes about the map
+(``vocab_mapped``, ``many_to_one_q_single``) and the identity for the others, whose defect is in what the draft
+samples or how q is read, whatever the map (so their law is the family hypothesis of the same name,
+:mod:`verifier.diagnose.mechanisms`, on a same-vocabulary draft).  One ``mode`` per defect, each "the draft samples from q_s, the
 verifier uses q_v" (:mod:`verifier.exact.vocab`, whose exact laws the rows follow):
 
 * ``vocab_mapped`` (exact): ratio and residual against the pushforward ``q_T = scatter_add(q_D, m)``;
@@ -37,8 +40,10 @@ from verifier.errors import invalid_argument
 from verifier.exact import vocab as V
 from verifier.sampling import SamplingConfig, processed_probs
 
-__all__ = ["VocabMappedDecoder", "VOCAB_DECODER_REGISTRY", "VOCAB_DECODER_MODES"]
+__all__ = ["VocabMappedDecoder", "VOCAB_DECODER_REGISTRY", "VOCAB_DECODER_MODES", "MANY_TO_ONE_MODES"]
 
+MANY_TO_ONE_MODES = ("vocab_mapped", "many_to_one_q_single")  # default map (0, 0, 1, ..., V - 2); the others: identity
+# (verifier.exact.vocab.default_map_for)
 # decoder name -> exact mode of verifier.exact.vocab
 VOCAB_DECODER_MODES = {"vocab_mapped": "mapped", "many_to_one_q_single": "many_to_one_q_single",
                        "q_permuted": "q_permuted", "q_dtype_mismatch": "q_dtype_mismatch",
@@ -57,7 +62,8 @@ class VocabMappedDecoder(SpeculativeDecoder):
     mode : str, default "vocab_mapped"
         A key of :data:`VOCAB_DECODER_MODES`.
     draft_to_target : sequence of int, optional
-        ``m``, Vd target ids; default ``(0, 0, 1, ..., V - 2)``.
+        ``m``, Vd target ids; default ``(0, 0, 1, ..., V - 2)`` for ``vocab_mapped`` and ``many_to_one_q_single``,
+        the identity for the other modes.
     weights : sequence of float, optional
         ``w_d > 0`` per draft id (``log w_d`` added to column d); default ``1 / |m^-1(m(d))|``.
     permutation : sequence of int, optional
@@ -85,6 +91,8 @@ class VocabMappedDecoder(SpeculativeDecoder):
             raise invalid_argument("mode", mode, "one of " + ", ".join(VOCAB_DECODER_MODES))
         super().__init__(target, draft, num_draft_tokens, kernel=self._verify, **options)
         self.mode = mode
+        if draft_to_target is None:
+            draft_to_target = V.default_map_for(VOCAB_DECODER_MODES[mode], self.vocab_size)
         m = V._map_iv(draft_to_target, self.vocab_size)
         w = V._weights_iv(weights, m)
         self._map = torch.tensor(m, dtype=torch.int64, device=self.device)

@@ -50,7 +50,7 @@ from verifier.exact.rules import get_rule, residual
 from verifier.exact.tabular import TabularLM
 
 __all__ = ["MappedDraft", "DraftView", "VOCAB_MODES", "DTYPE_BITS", "map_draft", "default_draft_to_target",
-           "default_permutation", "vocab_view", "round_to_dtype", "vocab_round_law", "vocab_n_token_law",
+           "default_permutation", "default_map_for", "vocab_view", "round_to_dtype", "vocab_round_law", "vocab_n_token_law",
            "vocab_accepted_count_law"]
 
 Probs = Sequence[Fraction]
@@ -112,6 +112,20 @@ def default_draft_to_target(vocab_size: int) -> tuple[int, ...]:
     (0, 0, 1, 2)
     """
     return (0,) + tuple(range(vocab_size - 1))
+
+
+MANY_TO_ONE_MODES = ("mapped", "many_to_one_q_single")  # the modes about the map itself
+
+
+def default_map_for(mode: str, vocab_size: int) -> tuple[int, ...]:
+    """The map a mode is measured with by default: :func:`default_draft_to_target` for the modes about the map
+    (``mapped``, ``many_to_one_q_single``), the identity for the others (their defect is in what the draft samples or
+    how q is read, whatever the map; with the identity they are the same-vocabulary family hypotheses).
+
+    >>> default_map_for("q_permuted", 3)
+    (0, 1, 2)
+    """
+    return default_draft_to_target(vocab_size) if mode in MANY_TO_ONE_MODES else tuple(range(vocab_size))
 
 
 def default_permutation(vocab_size: int) -> tuple[int, ...]:
