@@ -325,11 +325,12 @@ def run(args: argparse.Namespace) -> int:
 
         raise invalid_argument("--stop/--streams/--vocab", "more than one", "one zoo per run")
     if getattr(args, "vocab", False):
-        from verifier.bench.detect_vocab import detect_vocab_rows, render_vocab_markdown
+        from verifier.bench.detect_vocab import detect_vocab_rows, render_oracle_only
 
-        rows, oracle_only = detect_vocab_rows(args.rules, args.cases, seeds=args.seeds, alpha=args.alpha,
-                                              max_factor=args.max_factor, progress=progress)
-        render = lambda r: render_vocab_markdown(r, oracle_only)  # noqa: E731
+        rows, oracle_only = detect_vocab_rows(args.rules, args.cases, measure=_measure, batteries=batteries,
+                                              seeds=args.seeds, alpha=args.alpha, max_factor=args.max_factor,
+                                              progress=progress)
+        render = lambda r: (render_markdown(r) if r else "") + "\n" + render_oracle_only(oracle_only)  # noqa: E731
     elif getattr(args, "stop", False):
         from verifier.bench.detect_stop import detect_stop_rows, render_stop_markdown
 

@@ -23,7 +23,7 @@ from typing import Sequence
 
 from verifier.bench._common import check_detect_args, fmt_n, md_table, names_from
 
-__all__ = ["VOCAB_CASES", "VOCAB_MUTANTS", "MAX_SIMULATED", "OracleOnly", "detect_vocab_rows", "render_vocab_markdown"]
+__all__ = ["VOCAB_CASES", "VOCAB_MUTANTS", "MAX_SIMULATED", "OracleOnly", "detect_vocab_rows", "render_oracle_only"]
 
 VOCAB_CASES = ("bigram4_eos", "trigram3")
 VOCAB_MUTANTS = ("many_to_one_q_single", "q_permuted", "q_dtype_mismatch", "draft_processors_differ")
@@ -50,7 +50,7 @@ def _top_k_table(lm, k: int):
                      lm.eos_token_id, name=f"{lm.name}|top_k={k}")
 
 
-def detect_vocab_rows(rules: Sequence[str] | None = None, cases: Sequence[str] | None = None, *, seeds: int = 100,
+def detect_vocab_rows(rules: Sequence[str] | None, cases: Sequence[str] | None, *, measure, batteries, seeds: int = 100,
                       alpha: float = 0.01, power: float = 0.99, max_factor: float = 5.0, seed: int = 0,
                       progress=None) -> tuple[list, list[OracleOnly]]:
     """Measure samples to detect each vocabulary mutant on each case where its law differs from the target's.
@@ -61,6 +61,9 @@ def detect_vocab_rows(rules: Sequence[str] | None = None, cases: Sequence[str] |
         Names from :data:`VOCAB_MUTANTS`; default all.
     cases : sequence of str, optional
         Names from :data:`VOCAB_CASES`; default both.
+    measure, batteries : callable
+        :func:`verifier.bench.detect._measure` and :func:`verifier.bench.detect.batteries` (passed in by
+        ``bench detect --vocab``: this module does not import ``detect``, which imports it).
     seeds, alpha, power, max_factor, seed, progress
         As :func:`verifier.bench.detect.detect_rows`.
 
@@ -78,7 +81,6 @@ def detect_vocab_rows(rules: Sequence[str] | None = None, cases: Sequence[str] |
     """
     from verifier.bench._battery import TupleLaw
     from verifier.bench._oracle import np_oracle_samples
-    from verifier.bench.detect import _measure, batteries
     from verifier.exact import standard_tabular_pairs, target_law, total_variation
     from verifier.exact.vocab import default_map_for, map_draft, vocab_n_token_law, vocab_view
 
@@ -106,19 +108,17 @@ def detect_vocab_rows(rules: Sequence[str] | None = None, cases: Sequence[str] |
                     progress(f"  {mode:<26} {label:<22} oracle {oracle.n} > {MAX_SIMULATED}: not simulated")
                 continue
             tl = TupleLaw(tlaw, lambda pre, t=target, pr=pair.prefix: t.probs(tuple(pr) + tuple(pre)), target.vocab_size, [law])
-            rows += _measure(tl, tlaw, law, batteries(NUM_TOKENS, alpha), rule=mode, declared="biased", case=label,
+            rows += measure(tl, tlaw, law, batteries(NUM_TOKENS, alpha), rule=mode, declared="biased", case=label,
                              num_draft_tokens=K, num_tokens=NUM_TOKENS, seeds=seeds, alpha=alpha, power=power,
                              max_factor=max_factor, seed=seed + 70_000 + 1000 * ci + ri, progress=progress)
     return rows, oracle_only
 
 
-def render_vocab_markdown(rows: Sequence, oracle_only: Sequence[OracleOnly]) -> str:
-    """``bench detect``'s tables for the simulated rows, then the oracle-only modes."""
-    from verifier.bench.detect import render_markdown
-
-    out = [render_markdown(rows)] if rows else []
-    if oracle_only:
-        out.append(f"**Oracle only** (oracle n > {MAX_SIMULATED}: not simulated):\n")
-        out.append(md_table(["rule", "case", "TV", "oracle n (method)"],
-                            [[o.rule, o.case, f"{o.tv:.2e}", f"{fmt_n(o.oracle_n)} ({o.oracle_method})"] for o in oracle_only]))
-    return "\n".join(out) + "\n"
+def render_oracle_only(oracle_only: Sequence[OracleOnly]) -> str:
+    """The oracle-only modes as a markdown table ('' when none)."""
+    if not oracle_only:
+        return ""
+    return "\n".join([f"**Oracle only** (oracle n > {MAX_SIMULATED}: not simulated):\n",
+                      md_table(["rule", "case", "TV", "oracle n (method)"],
+                               [[o.rule, o.case, f"{o.tv:.2e}", f"{fmt_n(o.oracle_n)} ({o.oracle_method})"]
+                                for o in oracle_only])]) + "\n"
