@@ -345,7 +345,8 @@ def run(args: argparse.Namespace) -> int:
         rows = detect_rows(args.rules, args.cases, seeds=args.seeds, alpha=args.alpha, max_factor=args.max_factor,
                            progress=progress)
         render = render_markdown
-    text = (json.dumps([r.to_json() for r in rows], indent=1) if args.format == "json"
+    extra = [dict(asdict(o), oracle_only=True) for o in oracle_only] if getattr(args, "vocab", False) else []
+    text = (json.dumps([r.to_json() for r in rows] + extra, indent=1) if args.format == "json"
             else render(rows) + f"\n_{time.perf_counter() - t0:.0f} s_\n")
     print(text)
     if args.out:
