@@ -34,3 +34,20 @@ def test_gof_cells_pass_the_mapped_draft_and_detect_each_vocabulary_mutant(tmp_p
     assert ("many_to_one_q_single", "gof@1") in rejected and ("q_permuted", "gof@1") in rejected
     assert ("draft_processors_differ", "gof@1") in rejected
     assert not any(d == "vocab_mapped" for d, _ in rejected)
+
+
+@pytest.mark.full  # ~20-40 s under load (an audit run and its report); the quick decoder tests drive the same decoders
+def test_audit_flags_a_permuted_q_by_its_law_and_its_acceptance(tmp_path):
+    """``specverify audit --decoder q_permuted`` on trigram3 (prompt 0,1, k = 2, n = 1,000, seed 0, target TV 0.2): FAIL,
+    and draft 1 is accepted above the coupling bound sum min(p, q) = 0.7 (exact law: 0.92 of first rounds, vocab_accepted_count_law), which no
+    lossless decoder drafting from this draft can reach -- what the harness says when the permutation is unknown."""
+    code = main(["audit", "--decoder", "q_permuted", "--target", "tabular:trigram3", "--draft", "tabular:trigram3",
+                 "--prompt-ids", "0,1", "--num-draft-tokens", "2", "--num-samples", "1000", "--target-tv", "0.2",
+                 "--report-dir", str(tmp_path), "--no-diagnosis", "--no-progress"])
+    assert code == 1
+    (report,) = [json.loads(p.read_text()) for p in tmp_path.rglob("report.json")]
+    (decoder,) = report["decoders"]
+    assert decoder["verdict"] == "BIAS DETECTED"
+    acceptance = decoder["acceptance"]
+    acceptance = acceptance[0] if isinstance(acceptance, list) else acceptance
+    assert acceptance["above_bound"] is True

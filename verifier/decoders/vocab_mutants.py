@@ -132,7 +132,8 @@ class VocabMappedDecoder(SpeculativeDecoder):
 
     def _verify(self, target_probs, draft_probs, draft_token_ids, generator):
         """The reference chain verification, the ratio dividing by this round's ``_ratio_q``."""
-        ratio_q, self._ratio_q = torch.stack(self._ratio_q, dim=1), []
+        k = draft_token_ids.shape[1]  # this round's k proposals (entries left by an interrupted call are dropped)
+        ratio_q, self._ratio_q = torch.stack(self._ratio_q[-k:], dim=1), []
         args = K._verify_chain_iv(target_probs, draft_probs, draft_token_ids, generator)
 
         def accept(p, q, ids, u):
