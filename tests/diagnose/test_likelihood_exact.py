@@ -2,7 +2,7 @@
 
 Expected values: ``verifier.exact.n_token_law(target, draft, prefix, k, N, rule)`` (Fractions) for every
 rule of the zoo; the decoder-level mechanisms at T = 1 are the canonical rule (their defect needs
-processing).  Under every mechanism the probabilities of all N-token outcomes sum to 1.
+processing), except q_dtype_mismatch (``verifier.exact.vocab_n_token_law`` with the identity map).  Under every mechanism the probabilities of all N-token outcomes sum to 1.
 """
 
 import numpy as np
@@ -11,7 +11,7 @@ import pytest
 from verifier.diagnose.inputs import all_sequences, mechanism_law, sequence_probs
 from verifier.diagnose.likelihood import log_likelihood, target_log_likelihood
 from verifier.diagnose.mechanisms import MECHANISMS, mechanism_for_decoder
-from verifier.exact import n_token_law, standard_tabular_pairs
+from verifier.exact import map_draft, n_token_law, standard_tabular_pairs, vocab_n_token_law
 from verifier.runner.models import ReferenceModel
 from verifier.sampling import SamplingConfig
 
@@ -44,6 +44,9 @@ def test_every_mechanism_equals_the_exact_law(pair_name, k, num_tokens):
             continue
         rule = name if mech.kind == "rule" else "canonical"
         law = n_token_law(pair.target, pair.draft, pair.prefix, k, num_tokens, rule)
+        if name == "q_dtype_mismatch":  # moves q at T = 1 too: the exact law of a same-vocabulary draft (identity map)
+            identity = map_draft(pair.draft, range(pair.target.vocab_size))
+            law = vocab_n_token_law(pair.target, identity, pair.prefix, k, num_tokens, name)
         expected = np.array([float(law.get(tuple(int(v) for v in s), 0)) for s in seqs])
         got = np.exp(log_likelihood(mech, sp, k))
         assert abs(got.sum() - 1) < 1e-12, name

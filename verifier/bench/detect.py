@@ -313,22 +313,38 @@ def register(parser: argparse.ArgumentParser) -> None:
                         help="Measure the logprob zoo instead (logprobs_zero, logprobs_first_only, logprobs_draft_row: "
                              "the logprob cell; verifier.bench.detect_logprob); --rule / --case then name those "
                              "mutants / bigram4_eos, trigram3.")
+    parser.add_argument("--vocab", action="store_true",
+                        help="Measure drafts in another vocabulary instead (many_to_one_q_single, q_permuted, "
+                             "q_dtype_mismatch, draft_processors_differ; verifier.bench.detect_vocab); --rule / --case "
+                             "then name those mutants / bigram4_eos, trigram3.")
     parser.add_argument("--format", choices=("markdown", "json"), default="markdown", help="Output format. Default: markdown.")
     parser.add_argument("--out", metavar="PATH", help="Also write the output to PATH.")
+
+
+ZOO_FLAGS = ("streams", "stop", "logprob", "vocab")  # bench detect's other zoos: at most one per run
 
 
 def run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     progress = lambda s: print(s, file=sys.stderr, flush=True)  # noqa: E731
-    if sum(bool(getattr(args, z, False)) for z in ("streams", "stop", "logprob")) > 1:
+    zoos = [z for z in ZOO_FLAGS if getattr(args, z, False)]
+    if len(zoos) > 1:
         from verifier.errors import invalid_argument
 
-        raise invalid_argument("--stop / --streams / --logprob", True, "one of them (one zoo per run)")
+        raise invalid_argument(" / ".join(f"--{z}" for z in ZOO_FLAGS), " ".join(f"--{z}" for z in zoos),
+                               "one of them (one zoo per run)")
     if getattr(args, "logprob", False):
         from verifier.bench.detect_logprob import detect_logprob_rows, render_logprob_markdown
 
         rows = detect_logprob_rows(args.rules, args.cases, seeds=args.seeds, progress=progress)
         render = render_logprob_markdown
+    elif getattr(args, "vocab", False):
+        from verifier.bench.detect_vocab import detect_vocab_rows, render_oracle_only
+
+        rows, oracle_only = detect_vocab_rows(args.rules, args.cases, measure=_measure, batteries=batteries,
+                                              seeds=args.seeds, alpha=args.alpha, max_factor=args.max_factor,
+                                              progress=progress)
+        render = lambda r: (render_markdown(r) if r else "") + "\n" + render_oracle_only(oracle_only)  # noqa: E731
     elif getattr(args, "stop", False):
         from verifier.bench.detect_stop import detect_stop_rows, render_stop_markdown
 
@@ -343,7 +359,8 @@ def run(args: argparse.Namespace) -> int:
         rows = detect_rows(args.rules, args.cases, seeds=args.seeds, alpha=args.alpha, max_factor=args.max_factor,
                            progress=progress)
         render = render_markdown
-    text = (json.dumps([r.to_json() for r in rows], indent=1) if args.format == "json"
+    extra = [dict(asdict(o), oracle_only=True) for o in oracle_only] if getattr(args, "vocab", False) else []
+    text = (json.dumps([r.to_json() for r in rows] + extra, indent=1) if args.format == "json"
             else render(rows) + f"\n_{time.perf_counter() - t0:.0f} s_\n")
     print(text)
     if args.out:

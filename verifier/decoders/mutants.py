@@ -166,7 +166,9 @@ def make_decoder(name: str, target, draft, num_draft_tokens: int = 4, **options)
         ``"serial_stream"``: rows not independent) or of
         :data:`verifier.decoders.stop_mutants.STOP_DECODER_REGISTRY` (``"stop_mid_block"``, ``"max_tokens_overshoot"``:
         the stop rule checked per round) or of :data:`verifier.decoders.logprob_mutants.LOGPROB_DECODER_REGISTRY`
-        (``"logprobs_zero"``, ``"logprobs_first_only"``, ``"logprobs_draft_row"``: wrong reported logprobs).
+        (``"logprobs_zero"``, ``"logprobs_first_only"``, ``"logprobs_draft_row"``: wrong reported logprobs) or of
+        :data:`verifier.decoders.vocab_mutants.VOCAB_DECODER_REGISTRY` (``"vocab_mapped"``, ``"q_permuted"``, ...: a
+        draft over its own vocabulary mapped into the target's ids).
     target, draft : causal LM
         As for :class:`~verifier.decoders.SpeculativeDecoder`.
     num_draft_tokens : int, default 4
@@ -189,13 +191,14 @@ def make_decoder(name: str, target, draft, num_draft_tokens: int = 4, **options)
     from verifier.decoders.stop_mutants import STOP_DECODER_REGISTRY
     from verifier.decoders.stream_mutants import STREAM_DECODER_REGISTRY
     from verifier.decoders.tree_mutants import TREE_DECODER_REGISTRY  # tree decoders, loaded when a name is looked up
+    from verifier.decoders.vocab_mutants import VOCAB_DECODER_REGISTRY
 
     spec = (DECODER_REGISTRY.get(name) or TREE_DECODER_REGISTRY.get(name) or STREAM_DECODER_REGISTRY.get(name)
-            or STOP_DECODER_REGISTRY.get(name) or LOGPROB_DECODER_REGISTRY.get(name))
+            or STOP_DECODER_REGISTRY.get(name) or LOGPROB_DECODER_REGISTRY.get(name) or VOCAB_DECODER_REGISTRY.get(name))
     if spec is None:
         raise invalid_argument("name", name, f"one of {sorted(DECODER_REGISTRY) + sorted(TREE_DECODER_REGISTRY)}"
                                f" or {sorted(STREAM_DECODER_REGISTRY) + sorted(STOP_DECODER_REGISTRY)}"
-                               f" or {sorted(LOGPROB_DECODER_REGISTRY)}")
+                               f" or {sorted(LOGPROB_DECODER_REGISTRY) + sorted(VOCAB_DECODER_REGISTRY)}")
     decoder = spec.factory(target, draft, num_draft_tokens, **options)
     decoder.name = name
     return decoder

@@ -58,7 +58,7 @@ def truncate(seqs: SequenceProbs, num_tokens: int) -> SequenceProbs:
     """The rows cut after their first ``num_tokens`` emitted tokens (teacher-forced probs cut with them)."""
     cut = (lambda a: None if a is None else a[:, :num_tokens])
     return replace(seqs, tokens=seqs.tokens[:, :num_tokens], p=seqs.p[:, :num_tokens], q=seqs.q[:, :num_tokens],
-                   p_raw=cut(seqs.p_raw), q_raw=cut(seqs.q_raw))
+                   p_raw=cut(seqs.p_raw), q_raw=cut(seqs.q_raw), q_temp=cut(seqs.q_temp))
 
 
 def _law_name(engine: str, law: str) -> str:

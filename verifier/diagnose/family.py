@@ -53,7 +53,7 @@ def _changed(m: Mechanism) -> dict[str, object]:
 
 
 def _composable(m: Mechanism) -> bool:
-    return m.declared != "exact" and not m.latent and not m.keep_suffix and not m.same_as_target
+    return m.declared != "exact" and not m.latent and not m.keep_suffix and not m.same_as_target and m.composable
 
 
 @lru_cache(maxsize=1)

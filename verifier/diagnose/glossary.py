@@ -57,6 +57,12 @@ GLOSSARY: dict[str, str] = {
                    "but the acceptance ratio and residual use the raw, unprocessed draft probabilities.",
     "target_unprocessed": "the target is verified, and the bonus token drawn, with default sampling parameters "
                           "(T = 1, no top-k/top-p/penalty), so the output follows the unprocessed target.",
+    "draft_processors_differ": "the draft samples with the request's top-k / top-p filters, but the acceptance ratio and "
+                               "residual use its temperature-only (unfiltered) probabilities, so the q the draft was "
+                               "reported with is not the one it sampled from (at T = 1 the same law as the raw-q bug).",
+    "q_dtype_mismatch": "the draft samples from its probabilities rounded to bfloat16 (renormalised) while the acceptance "
+                        "ratio and residual use the unrounded ones: a bias of at most 2^-9 relative per token, out of "
+                        "reach of most runs.",
     "kv_not_rolled_back": "rejected draft tokens are left in the target and draft KV caches, so later tokens are "
                           "conditioned on text that was never emitted.",
     "batch_cross_talk": "row 0's accepted length is applied to every row of the batch, so the other rows keep or drop "

@@ -52,7 +52,8 @@ def sequence_probs(target_ref, draft_ref, prompt, tokens: np.ndarray, sampling: 
     tokens : np.ndarray, shape (num_samples, max_new_tokens), int64, -1 after EOS
     sampling : SamplingConfig
     raw : bool, default True
-        Also compute the ``SamplingConfig()`` views (decoder-level mechanisms need them).
+        Also compute the ``SamplingConfig()`` views and the temperature-only draft view ``q_temp`` (decoder-level
+        mechanisms need them).
 
     Returns
     -------
@@ -60,12 +61,16 @@ def sequence_probs(target_ref, draft_ref, prompt, tokens: np.ndarray, sampling: 
         With ``draft_after`` = the draft's processed probs at arbitrary contexts.
     """
     tokens = np.asarray(tokens, dtype=np.int64)
+    filtered = sampling.top_k is not None or sampling.top_p is not None
+    temperature_only = SamplingConfig(temperature=sampling.temperature, repetition_penalty=sampling.repetition_penalty)
+    q_temp = None
     if sampling.repetition_penalty is None:
         # one forward pass per model: temperature, top-k and top-p are invariant to the per-row constant
         # between raw logits and log(softmax(raw logits)), so the processed probs come from the raw ones
         p_raw = _teacher_forced(target_ref, prompt, tokens, UNPROCESSED)
         q_raw = _teacher_forced(draft_ref, prompt, tokens, UNPROCESSED)
         p, q = (p_raw, q_raw) if sampling == UNPROCESSED else (_reprocess(p_raw, sampling), _reprocess(q_raw, sampling))
+        q_temp = _reprocess(q_raw, temperature_only) if filtered else q
     else:  # the penalty is not shift invariant: process the model's own logits
         p = _teacher_forced(target_ref, prompt, tokens, sampling)
         q = _teacher_forced(draft_ref, prompt, tokens, sampling)
@@ -73,10 +78,11 @@ def sequence_probs(target_ref, draft_ref, prompt, tokens: np.ndarray, sampling: 
         if raw:
             p_raw = _teacher_forced(target_ref, prompt, tokens, UNPROCESSED)
             q_raw = _teacher_forced(draft_ref, prompt, tokens, UNPROCESSED)
+            q_temp = _teacher_forced(draft_ref, prompt, tokens, temperature_only) if filtered else q
     return SequenceProbs(tokens, p, q, p_raw, q_raw, target_ref.eos_token_id, tuple(int(t) for t in prompt),
                          draft_after=lambda ctx: draft_ref.next_probs(ctx, sampling),
                          target_after=lambda ctx: target_ref.next_probs(ctx, sampling),
-                         penalised=sampling.repetition_penalty is not None)
+                         penalised=sampling.repetition_penalty is not None, q_temp=q_temp)
 
 
 def all_sequences(vocab_size: int, num_tokens: int, eos_token_id: int | None) -> np.ndarray:

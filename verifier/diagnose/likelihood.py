@@ -66,6 +66,9 @@ class SequenceProbs:
     calls : (np.ndarray, np.ndarray) or None
         Per observed row in generate order: its generate call's id and its index into these (distinct)
         rows; needed by batch cross-talk, whose rows are independent only given their call's row 0.
+    q_temp : np.ndarray or None
+        The draft's probs with the temperature (and penalty) but without top-k / top-p, shape as ``q``: the q a
+        decoder reports when its draft sampled with filters (``draft_processors_differ``); set with ``q_raw``.
     """
 
     tokens: np.ndarray
@@ -80,6 +83,7 @@ class SequenceProbs:
     target_after: Callable[[np.ndarray], np.ndarray] | None = None
     penalised: bool = False
     calls: tuple[np.ndarray, np.ndarray] | None = None
+    q_temp: np.ndarray | None = None
 
     @property
     def row_weights(self) -> np.ndarray:
@@ -90,7 +94,7 @@ class SequenceProbs:
         pick = (lambda a: None if a is None else a[sel])
         return SequenceProbs(self.tokens[sel], self.p[sel], self.q[sel], pick(self.p_raw), pick(self.q_raw),
                              self.eos_token_id, self.prompt, self.draft_after, pick(self.weights), self.target_after,
-                             self.penalised)
+                             self.penalised, q_temp=pick(self.q_temp))
 
 
 def target_per_position(seqs: SequenceProbs, view: str = "p") -> np.ndarray:
@@ -174,7 +178,7 @@ def log_likelihood(mechanism: Mechanism, seqs: SequenceProbs, num_draft_tokens: 
                 predictive[:, t] = seqs.p[:, t]
             continue
         v = Views(seqs.p[:, t], seqs.q[:, t], None if seqs.p_raw is None else seqs.p_raw[:, t],
-                  None if seqs.q_raw is None else seqs.q_raw[:, t])
+                  None if seqs.q_raw is None else seqs.q_raw[:, t], None if seqs.q_temp is None else seqs.q_temp[:, t])
         prop, acc = mechanism.propose(v), mechanism.acceptance(v)
         thresholds[:, t] = _pick(acc, x)
         rec = None if mechanism.reject_emit is not None else mechanism.recover(v)

@@ -33,12 +33,13 @@ __all__ = ["Views", "Mechanism", "MECHANISMS", "UNMODELLED", "mechanism_for_deco
 
 @dataclass
 class Views:
-    """Probability rows of one position for a batch: each (batch, vocab) float64 (raw ones may be None)."""
+    """Probability rows of one position for a batch: each (batch, vocab) float64 (raw and temperature-only ones may be None)."""
 
     p: np.ndarray
     q: np.ndarray
     p_raw: np.ndarray | None = None
     q_raw: np.ndarray | None = None
+    q_temp: np.ndarray | None = None  # the draft's temperature-only probs (no top-k / top-p): draft_processors_differ
 
 
 # -- vectorised building blocks -----------------------------------------------------------------
@@ -84,6 +85,23 @@ def _residual_by_index(p: np.ndarray, q: np.ndarray) -> np.ndarray:
     deficit = np.where(keep_p, np.clip(p - np.take_along_axis(compact_q, index, axis=-1), 0.0, None), 0.0)
     deficit = np.where(deficit > BY_INDEX_TOLERANCE, deficit, 0.0)  # equal probs of two models: 0, not rounding noise
     return _normalise(deficit, p)
+
+
+BFLOAT16_BITS = 8  # significand bits of bfloat16 (implicit bit included): q_dtype_mismatch's rounding
+
+
+def _bfloat16_renormalised(q: np.ndarray) -> np.ndarray:
+    """``q`` rounded to bfloat16 (nearest, ties to even, as ``torch.Tensor.to``) and renormalised: what a draft that
+    samples from bfloat16 probs draws from (:func:`verifier.exact.vocab.round_to_dtype`)."""
+    mant, exp = np.frexp(q)
+    r = np.ldexp(np.round(np.ldexp(mant, BFLOAT16_BITS)), exp - BFLOAT16_BITS)
+    return r / r.sum(axis=-1, keepdims=True)
+
+
+def _q_temp(v: "Views") -> np.ndarray:
+    if v.q_temp is None:
+        raise ValueError("draft_processors_differ needs the temperature-only draft view (SequenceProbs.q_temp)")
+    return v.q_temp
 
 
 def _typical(p: np.ndarray) -> np.ndarray:
@@ -132,6 +150,9 @@ class Mechanism:
     position_acceptance : tuple of float or None, default None
         A fixed acceptance probability per round position (``synthetic_acceptance``: the exact rule's
         ``position_acceptance``; positions beyond it take the last entry), replacing ``acceptance`` in the round.
+    composable : bool, default True
+        Enters pairs of defects (:func:`verifier.diagnose.family.composite_names`).  False for a mechanism within a
+        small TV of the canonical rule (``q_dtype_mismatch``): each of its pairs would be a near-copy of its other part.
     """
 
     name: str
@@ -151,6 +172,7 @@ class Mechanism:
     lead: int = 0
     position_acceptance: tuple[float, ...] | None = None
     aliases: tuple[str, ...] = field(default=())
+    composable: bool = True
 
     def acceptance_at(self, accepted: int, v: Views, acceptance: np.ndarray) -> np.ndarray:
         """Acceptance thresholds of the next draft after ``accepted`` drafts of the round (``acceptance`` = the hook's)."""
@@ -195,6 +217,13 @@ MECHANISMS: dict[str, Mechanism] = {m.name: m for m in [
               "(T = 1, no top-k/top-p/penalty): the emitted law is the unprocessed target",
               acceptance=lambda v: _ratio(v.p_raw, v.q), recover=lambda v: _residual(v.p_raw, v.q), target="p_raw",
               needs_raw=True, aliases=("target_unprocessed",)),
+    Mechanism("draft_processors_differ", "biased", "the draft samples with top-k/top-p (processed q), the ratio and "
+              "residual use its temperature-only probs (issue 26; the same law as draft_raw_q at T = 1)",
+              acceptance=lambda v: _ratio(v.p, _q_temp(v)), recover=lambda v: _residual(v.p, _q_temp(v)),
+              needs_raw=True, aliases=("draft_processors_differ",)),
+    Mechanism("q_dtype_mismatch", "biased", "the draft samples from its probs rounded to bfloat16 and renormalised; the "
+              "ratio and residual use the unrounded q (issue 29 kind 7)", propose=lambda v: _bfloat16_renormalised(v.q),
+              composable=False, aliases=("q_dtype_mismatch",)),
     Mechanism("kv_not_rolled_back", "biased", "rejected draft tokens stay in the target and draft KV caches: later "
               "probs condition on them", latent=True, aliases=("kv_not_rolled_back",)),
     Mechanism("batch_cross_talk", "biased", "row 0's accepted length is applied to every row of the batch (the law of "

@@ -45,7 +45,7 @@ def _position(seqs: SequenceProbs, t: int) -> SequenceProbs:
     tok[ended.any(axis=1)] = -1
     pick = (lambda a: None if a is None else a[:, t:t + 1])
     return SequenceProbs(tok, seqs.p[:, t:t + 1], seqs.q[:, t:t + 1], pick(seqs.p_raw), pick(seqs.q_raw),
-                         seqs.eos_token_id, seqs.prompt, weights=seqs.weights)
+                         seqs.eos_token_id, seqs.prompt, weights=seqs.weights, q_temp=pick(seqs.q_temp))
 
 
 def diagnose_without_draft(target_ref, prompt, sampling, tokens: np.ndarray, *, origins: np.ndarray | None = None,

@@ -13,6 +13,7 @@ from verifier.exact.stage import ExactFinding, RuleVerdict, rule_verdicts, run_e
 from verifier.exact.step import StepLaw, step_law
 from verifier.exact.stop import stop_position_law, stop_position_of, stop_violation_prob
 from verifier.exact.tabular import TabularLM, as_fraction_probs
+from verifier.exact.vocab import MappedDraft, VOCAB_MODES, map_draft, vocab_n_token_law, vocab_round_law, vocab_view
 
 __all__ = [
     "ExactCase",
@@ -45,5 +46,11 @@ __all__ = [
     "target_law",
     "total_variation",
     "unigram_case",
+    "MappedDraft",
+    "VOCAB_MODES",
+    "map_draft",
+    "vocab_n_token_law",
+    "vocab_round_law",
+    "vocab_view",
 ]
 
