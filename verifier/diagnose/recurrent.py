@@ -27,7 +27,8 @@ from verifier.errors import invalid_argument
 from verifier.exact.recurrent import RecurrentLM, recurrent_law, recurrent_target_law
 from verifier.stats.cells import joint_test
 
-__all__ = ["RECURRENT_MECHANISMS", "recurrent_state_finding"]
+__all__ = ["RECURRENT_MECHANISMS", "RECURRENT_STATUS", "is_recurrent_target", "recurrent_run_finding",
+           "recurrent_state_finding"]
 
 RECURRENT_MECHANISMS = {  # decoder name -> (recurrent_law policy, finding, where to look)
     "state_not_rolled_back": ("not_rolled_back", "recurrent state not rolled back after a rejection",
@@ -119,3 +120,68 @@ def recurrent_state_finding(target: RecurrentLM, draft, prefix: Sequence[int], n
     finding = "biased, but not by a recurrent-state policy"
     return {"finding": finding, "mechanism": None, "log_lr": log_lr, "fits": False, "ranking": ranking,
             "sentence": f"{finding}: the closest, {best}, is rejected by the joint cell at alpha {alpha:g}"}
+
+
+RECURRENT_STATUS = "recurrent state"  # the diagnosis status of a decoder whose target is a state-space model
+_GENERIC = ("the target carries a recurrent (state-space) state, which the per-row mechanisms (KV-cache decoders) do "
+            "not model; look first at how the state is rolled back after a rejection: "
+            + RECURRENT_MECHANISMS["state_not_rolled_back"][2] + "; and whether a step without draft tokens commits "
+            "the state checkpoint")
+
+
+def is_recurrent_target(model) -> bool:
+    """True for a target the harness steps as a recurrent state: a :class:`~verifier.models.recurrent.RecurrentStateLM`
+    or a transformers model whose config names a state-space family (``state_size`` or ``ssm_state_size``)."""
+    from verifier.models.recurrent import RecurrentStateLM
+
+    cfg = getattr(model, "config", None)
+    return isinstance(model, RecurrentStateLM) or any(hasattr(cfg, a) for a in ("state_size", "ssm_state_size"))
+
+
+def recurrent_run_finding(name: str, plans: list, pairs: dict, tokens_of) -> dict[str, Any] | None:
+    """The whole diagnosis of biased decoder ``name`` when its target is recurrent, else None.
+
+    Parameters
+    ----------
+    name : str
+        The decoder's suite name.
+    plans : list of SampleSetPlan
+        The run's sample sets (those of ``name`` are used).
+    pairs : dict str -> LoadedPair
+    tokens_of : callable plan -> np.ndarray (rows, max_new_tokens)
+
+    Returns
+    -------
+    dict or None
+        None when no sample set of ``name`` has a recurrent target.  Else ``{"finding", "mechanism", "sentence",
+        "sets"}``: on a tabular :class:`~verifier.exact.recurrent.RecurrentLM` target (with a tabular draft) the
+        :func:`recurrent_state_finding` of each sample set, the decoder's mechanism the one they agree on; on another
+        state-space target (a transformers Mamba) no name, a sentence on where to look.
+    """
+    from verifier.exact.tabular import TabularLM
+    from verifier.models.recurrent import RecurrentStateLM
+
+    own = [p for p in plans if p.decoder.name == name and is_recurrent_target(pairs[p.pair].target_model)]
+    if not own:
+        return None
+    sets, names = [], set()
+    for plan in own:
+        pair = pairs[plan.pair]
+        target, draft = pair.target_model, pair.draft_model
+        if not (isinstance(target, RecurrentStateLM) and isinstance(draft, TabularLM)) or plan.sampling.label() != "T=1":
+            sets.append({"set_id": plan.set_id, "mechanism": None, "sentence": _GENERIC})
+            names.add(None)
+            continue
+        found = recurrent_state_finding(target.machine, draft, plan.prompt_ids, plan.num_draft_tokens, tokens_of(plan),
+                                        skip_prob=Fraction(str(plan.decoder.options.get("skip_prob", 0))))
+        sets.append({"set_id": plan.set_id, "mechanism": found and found["mechanism"],
+                     "sentence": found["sentence"] if found else "the target's law explains the rows best"})
+        names.add(found and found["mechanism"])
+    named = names - {None}
+    if len(named) == 1 and None not in names:
+        mechanism = named.pop()
+        finding = RECURRENT_MECHANISMS[mechanism][1]
+        sentence = next(s["sentence"] for s in sets if s["mechanism"] == mechanism)
+    else:
+        mechanism, finding, sentence = None, "recurrent target: no single state-policy name", _GENERIC
+    return {"finding": finding, "mechanism": mechanism, "sentence": sentence, "sets": sets}

@@ -20,14 +20,19 @@ snapshot back in the selected rows for the named parts (:data:`STATE_PARTS`).
 from __future__ import annotations
 
 import math
+from fractions import Fraction
+from types import SimpleNamespace
 from typing import Sequence
 
+import numpy as np
 import torch
 
 from verifier.errors import invalid_argument
-from verifier.exact.recurrent import RecurrentLM
+from verifier.exact.recurrent import RecurrentLM, parity3
+from verifier.exact.tabular import TabularLM
 
-__all__ = ["STATE_PARTS", "RecurrentStateLM", "HFStateSpaceLM", "as_recurrent_target", "random_mamba"]
+__all__ = ["STATE_PARTS", "RecurrentStateLM", "HFStateSpaceLM", "as_recurrent_target", "random_mamba", "parity3_target",
+           "parity3_draft", "random_bigram", "mamba16_target"]
 
 STATE_PARTS = ("conv", "recurrent")  # conv: the sliding window of recent inputs (position-like); recurrent: the SSM state
 
@@ -39,8 +44,12 @@ def _parts_iv(parts: Sequence[str]) -> tuple[str, ...]:
     return parts
 
 
-class RecurrentStateLM:
+class RecurrentStateLM(torch.nn.Module):
     """A :class:`~verifier.exact.recurrent.RecurrentLM` as a steppable torch model (state: one id per row).
+
+    Also a causal LM for the runner's reference probs: ``model(input_ids).logits`` (batch, seq, vocab) runs the
+    machine from its start state over each row (so a suite names it ``module:factory``, e.g.
+    :func:`parity3_target`).
 
     Parameters
     ----------
@@ -63,14 +72,26 @@ class RecurrentStateLM:
     device = torch.device("cpu")
 
     def __init__(self, machine: RecurrentLM) -> None:
+        super().__init__()
         if not isinstance(machine, RecurrentLM):
             raise invalid_argument("machine", type(machine).__name__, "a verifier.exact.recurrent.RecurrentLM")
         self.machine = machine
         self.vocab_size = machine.vocab_size
         rows = torch.tensor([[float(p) for p in row] for row in machine.rows], dtype=torch.float64)
-        self.logits_table = torch.where(rows > 0, rows.log(), torch.full_like(rows, -math.inf))
+        table = torch.where(rows > 0, rows.log(), torch.full_like(rows, -math.inf))
+        self.logits_table = torch.nn.Parameter(table, requires_grad=False)  # a parameter: the runner reads its device
         self.next_state = torch.tensor(machine.transitions, dtype=torch.int64)
         self.state = torch.zeros(0, dtype=torch.int64)
+        self.config = SimpleNamespace(vocab_size=self.vocab_size, eos_token_id=None, name_or_path=f"recurrent:{machine.name}")
+
+    def forward(self, input_ids: torch.Tensor, **kwargs) -> SimpleNamespace:
+        """Logits (batch, seq, vocab) after each prefix of ``input_ids``, from the start state (no cache)."""
+        state = torch.full((input_ids.shape[0],), self.machine.start_state, dtype=torch.int64)
+        out = []
+        for j in range(input_ids.shape[1]):
+            state = self.next_state[state, input_ids[:, j].cpu()]
+            out.append(self.logits_table[state])
+        return SimpleNamespace(logits=torch.stack(out, dim=1).detach())
 
     def start(self, prompt: Sequence[int], batch: int) -> None:
         self.state = torch.full((batch,), self.machine.state_after(list(prompt)[:-1]), dtype=torch.int64)
@@ -201,3 +222,29 @@ def random_mamba(vocab_size: int = 16, *, hidden_size: int = 32, num_layers: int
             layer.mixer.A_log.fill_(math.log(decay_rate))
             layer.mixer.x_proj.weight.mul_(input_scale)
     return model
+
+
+# -- zero-argument factories for suites (``target = "verifier.models.recurrent:parity3_target"``) ---------------------
+def parity3_target() -> RecurrentStateLM:
+    """The target of :func:`verifier.exact.recurrent.parity3` as a steppable causal LM."""
+    return RecurrentStateLM(parity3()[0])
+
+
+def parity3_draft() -> TabularLM:
+    """The bigram draft of :func:`verifier.exact.recurrent.parity3`."""
+    return parity3()[1]
+
+
+def random_bigram(vocab_size: int = 16, seed: int = 0) -> TabularLM:
+    """A random rational bigram drafter: row ``a`` has weights ``integers(1, 10)`` (numpy seed ``seed``) over their sum."""
+    rng = np.random.default_rng(seed)
+    rows = {}
+    for a in range(vocab_size):
+        w = rng.integers(1, 10, size=vocab_size)
+        rows[(a,)] = [Fraction(int(x), int(w.sum())) for x in w]
+    return TabularLM(rows, vocab_size=vocab_size, context_len=1, name=f"bigram{vocab_size}")
+
+
+def mamba16_target():
+    """:func:`random_mamba` at its defaults (vocabulary 16, seed 0): pairs with :func:`random_bigram`."""
+    return random_mamba(16, seed=0)
