@@ -309,6 +309,10 @@ def register(parser: argparse.ArgumentParser) -> None:
                         help="Measure the stop-rule zoo instead (stop_mid_block, max_tokens_overshoot: the stop-rule "
                              "cell; deterministic_acceptance: the stop-position cell; verifier.bench.detect_stop); "
                              "--rule / --case then name those mutants / bigram4_eos, trigram3.")
+    parser.add_argument("--recurrent", action="store_true",
+                        help="Measure the recurrent-state zoo instead (state_not_rolled_back, state_checkpoint_stale on "
+                             "the parity3 recurrent target; verifier.bench.detect_recurrent); --rule then names its "
+                             "scenarios.")
     parser.add_argument("--format", choices=("markdown", "json"), default="markdown", help="Output format. Default: markdown.")
     parser.add_argument("--out", metavar="PATH", help="Also write the output to PATH.")
 
@@ -320,7 +324,16 @@ def run(args: argparse.Namespace) -> int:
         from verifier.errors import invalid_argument
 
         raise invalid_argument("--stop", True, "not together with --streams (one zoo per run)")
-    if getattr(args, "stop", False):
+    if sum(bool(getattr(args, flag, False)) for flag in ("streams", "stop", "recurrent")) > 1:
+        from verifier.errors import invalid_argument
+
+        raise invalid_argument("--recurrent", True, "not together with --streams or --stop (one zoo per run)")
+    if getattr(args, "recurrent", False):
+        from verifier.bench.detect_recurrent import detect_recurrent_rows, render_recurrent_markdown
+
+        rows = detect_recurrent_rows(args.rules, seeds=args.seeds, alpha=args.alpha, progress=progress)
+        render = render_recurrent_markdown
+    elif getattr(args, "stop", False):
         from verifier.bench.detect_stop import detect_stop_rows, render_stop_markdown
 
         rows = detect_stop_rows(args.rules, args.cases, seeds=args.seeds, alpha=args.alpha, progress=progress)
