@@ -37,3 +37,20 @@ def test_recurrent_zoo_verdicts(tmp_path):
                             ("stale_intermittent", "state_checkpoint_stale")):  # never kv_not_rolled_back / draft_suffix_kept
         assert diagnosis[name]["status"] == "recurrent state"
         assert diagnosis[name]["recurrent_state"]["mechanism"] == mechanism, diagnosis[name]["sentence"]
+
+
+@pytest.mark.full
+def test_mamba_suite(tmp_path):
+    """``suites/recurrent_mamba.toml``: a tiny random transformers Mamba on CPU (2,000 rows of 3 tokens, seed 3):
+    the reference PASSes, the state not rolled back is DETECTED and the diagnosis points at the state rollback
+    without naming a KV-cache mechanism.  About 20 s."""
+    pytest.importorskip("transformers")
+    run_dir = tmp_path / "run"
+    code = main(["run", str(SUITE.with_name("recurrent_mamba.toml")), "--run-dir", str(run_dir), "--no-progress"])
+    report = json.loads((run_dir / "report.json").read_text())
+    assert code == 0, report["summary"]
+    assert {d["decoder"]: d["verdict"] for d in report["decoders"]} == {"reference": "PASS",
+                                                                      "state_not_rolled_back": "BIAS DETECTED"}
+    (entry,) = [d for d in report["diagnosis"]["decoders"] if d["decoder"] == "state_not_rolled_back"]
+    assert entry["status"] == "recurrent state" and entry["recurrent_state"]["mechanism"] is None
+    assert "state" in entry["sentence"] and "kv_not_rolled_back" not in entry["sentence"]

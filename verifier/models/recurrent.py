@@ -206,7 +206,7 @@ def random_mamba(vocab_size: int = 16, *, hidden_size: int = 32, num_layers: int
     Returns
     -------
     transformers.MambaForCausalLM
-        In eval mode, float32, on CPU.
+        In eval mode, float32, on CPU; ``eos_token_id`` None.
     """
     from transformers import MambaConfig, MambaForCausalLM
     from transformers.utils import logging as hf_logging
@@ -214,8 +214,11 @@ def random_mamba(vocab_size: int = 16, *, hidden_size: int = 32, num_layers: int
     hf_logging.set_verbosity_error()  # the "falling back to the reference PyTorch implementation" notes
     torch.manual_seed(seed)
     config = MambaConfig(vocab_size=vocab_size, hidden_size=hidden_size, state_size=state_size,
-                         num_hidden_layers=num_layers, conv_kernel=4, expand=2, tie_word_embeddings=False)
+                         num_hidden_layers=num_layers, conv_kernel=4, expand=2, tie_word_embeddings=False,
+                         eos_token_id=None)  # no EOS: the recurrent decoders run every row to max_new_tokens
     model = MambaForCausalLM(config).eval()
+    if getattr(model, "generation_config", None) is not None:
+        model.generation_config.eos_token_id = None
     with torch.no_grad():
         model.lm_head.weight.mul_(scale)
         for layer in model.backbone.layers:  # a state that remembers past the conv window (docstring)
