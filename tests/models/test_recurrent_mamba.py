@@ -72,3 +72,29 @@ def test_mamba_state_rollback(pair, name):
     rows = make_decoder(name, model, draft, K).generate(PROMPT, ROWS, WIDTH, SamplingConfig(), seed=SEED)
     result = joint_test(rows, _target_law(model), (0, 1, 2), V, alpha=ALPHA, rng=np.random.default_rng(0))
     assert (result.pvalue <= ALPHA) == (name == "state_not_rolled_back"), result
+
+
+@pytest.mark.full
+def test_mamba2_steps_and_restores():
+    """The same adapter drives a random ``Mamba2ForCausalLM`` (transformers' torch path on CPU): stepped logits equal
+    a full forward's, and a restored row continues as if the extra token had never been fed."""
+    from transformers import Mamba2Config, Mamba2ForCausalLM
+
+    torch.manual_seed(0)
+    config = Mamba2Config(vocab_size=V, hidden_size=32, state_size=8, num_hidden_layers=2, conv_kernel=4, expand=2,
+                          num_heads=4, head_dim=16, n_groups=1, chunk_size=8, eos_token_id=None)
+    model = Mamba2ForCausalLM(config).eval()
+    lm = HFStateSpaceLM(model)
+    lm.start([1, 2, 3], 2)
+    stepped = [lm.step(torch.tensor([t, t]))[0] for t in (3, 4, 5, 6)]
+    with torch.no_grad():
+        full = model(torch.tensor([[1, 2, 3, 4, 5, 6]])).logits[0, 2:].double()
+    assert torch.allclose(torch.stack(stepped), full, atol=1e-4)
+    saved = lm.snapshot()
+    lm.step(torch.tensor([9, 9]))
+    lm.restore(saved, torch.tensor([True, False]))
+    fresh = HFStateSpaceLM(model)
+    fresh.start([1, 2, 3, 4, 5, 6, 7], 1)
+    out = lm.step(torch.tensor([7, 7]))
+    assert torch.allclose(out[0], fresh.step(torch.tensor([7]))[0], atol=1e-4)
+    assert not torch.allclose(out[1], out[0], atol=1e-2)  # the row not restored kept token 9 in its state
