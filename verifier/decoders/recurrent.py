@@ -140,7 +140,7 @@ class RecurrentSpeculativeDecoder:
         pending = torch.full((batch,), prompt[-1], dtype=torch.int64)
         live = torch.ones(batch, dtype=torch.bool)
         rows = torch.arange(batch)
-        counts, rounds = [], 0
+        counts, rounds, first_round = [], 0, None
         while live.any():
             drafted = torch.rand(batch, dtype=torch.float64, generator=gen) >= self.skip_prob
             # 1. draft d_1..d_k ~ q on the true context (last c tokens of prompt + emitted)
@@ -172,12 +172,16 @@ class RecurrentSpeculativeDecoder:
             # 4. roll back the state to x, d_1..d_m (a draftless row: x)
             self._roll_back(st, accepted, drafted)
             counts.append(accepted[live & drafted])
+            if first_round is None and self.skip_prob == 0:  # with draftless rounds a first round may propose nothing
+                first_round = accepted.clone()
             rounds += int(live.sum())
             finished = out.write(rows, emitted, torch.where(live, num_emitted, 0))
             live = live & ~finished
             history[:, len(prompt):] = out.tokens
             pending = emitted.gather(1, (num_emitted - 1)[:, None])[:, 0]
         accepted_counts = torch.cat(counts).numpy().astype(np.int64)
-        self.last_stats = DecoderStats(rounds=rounds, accepted_counts=accepted_counts, num_draft_tokens=k,
-                                       extra={"seconds": time.perf_counter() - t0, "device": "cpu"})
+        self.last_stats = DecoderStats(
+            rounds=rounds, accepted_counts=accepted_counts, num_draft_tokens=k,
+            first_round_accepted=None if first_round is None else first_round.numpy().astype(np.int64),
+            extra={"seconds": time.perf_counter() - t0, "device": "cpu"})
         return out.tokens.numpy()
