@@ -317,11 +317,15 @@ def register(parser: argparse.ArgumentParser) -> None:
                         help="Measure drafts in another vocabulary instead (many_to_one_q_single, q_permuted, "
                              "q_dtype_mismatch, draft_processors_differ; verifier.bench.detect_vocab); --rule / --case "
                              "then name those mutants / bigram4_eos, trigram3.")
+    parser.add_argument("--recurrent", action="store_true",
+                        help="Measure the recurrent-state zoo instead (state_not_rolled_back, state_checkpoint_stale on "
+                             "the parity3 recurrent target; verifier.bench.detect_recurrent); --rule then names its "
+                             "scenarios.")
     parser.add_argument("--format", choices=("markdown", "json"), default="markdown", help="Output format. Default: markdown.")
     parser.add_argument("--out", metavar="PATH", help="Also write the output to PATH.")
 
 
-ZOO_FLAGS = ("streams", "stop", "logprob", "vocab")  # bench detect's other zoos: at most one per run
+ZOO_FLAGS = ("streams", "stop", "logprob", "vocab", "recurrent")  # bench detect's other zoos: at most one per run
 
 
 def run(args: argparse.Namespace) -> int:
@@ -345,6 +349,11 @@ def run(args: argparse.Namespace) -> int:
                                               seeds=args.seeds, alpha=args.alpha, max_factor=args.max_factor,
                                               progress=progress)
         render = lambda r: (render_markdown(r) if r else "") + "\n" + render_oracle_only(oracle_only)  # noqa: E731
+    elif getattr(args, "recurrent", False):
+        from verifier.bench.detect_recurrent import detect_recurrent_rows, render_recurrent_markdown
+
+        rows = detect_recurrent_rows(args.rules, seeds=args.seeds, alpha=args.alpha, progress=progress)
+        render = render_recurrent_markdown
     elif getattr(args, "stop", False):
         from verifier.bench.detect_stop import detect_stop_rows, render_stop_markdown
 

@@ -168,7 +168,9 @@ def make_decoder(name: str, target, draft, num_draft_tokens: int = 4, **options)
         the stop rule checked per round) or of :data:`verifier.decoders.logprob_mutants.LOGPROB_DECODER_REGISTRY`
         (``"logprobs_zero"``, ``"logprobs_first_only"``, ``"logprobs_draft_row"``: wrong reported logprobs) or of
         :data:`verifier.decoders.vocab_mutants.VOCAB_DECODER_REGISTRY` (``"vocab_mapped"``, ``"q_permuted"``, ...: a
-        draft over its own vocabulary mapped into the target's ids).
+        draft over its own vocabulary mapped into the target's ids) or of
+        :data:`verifier.decoders.recurrent_mutants.RECURRENT_DECODER_REGISTRY` (``"recurrent_reference"``,
+        ``"state_not_rolled_back"``, ``"state_checkpoint_stale"``: a recurrent target; option ``skip_prob``).
     target, draft : causal LM
         As for :class:`~verifier.decoders.SpeculativeDecoder`.
     num_draft_tokens : int, default 4
@@ -188,17 +190,20 @@ def make_decoder(name: str, target, draft, num_draft_tokens: int = 4, **options)
         If ``options`` holds a keyword the decoder does not take.
     """
     from verifier.decoders.logprob_mutants import LOGPROB_DECODER_REGISTRY
+    from verifier.decoders.recurrent_mutants import RECURRENT_DECODER_REGISTRY
     from verifier.decoders.stop_mutants import STOP_DECODER_REGISTRY
     from verifier.decoders.stream_mutants import STREAM_DECODER_REGISTRY
     from verifier.decoders.tree_mutants import TREE_DECODER_REGISTRY  # tree decoders, loaded when a name is looked up
     from verifier.decoders.vocab_mutants import VOCAB_DECODER_REGISTRY
 
     spec = (DECODER_REGISTRY.get(name) or TREE_DECODER_REGISTRY.get(name) or STREAM_DECODER_REGISTRY.get(name)
-            or STOP_DECODER_REGISTRY.get(name) or LOGPROB_DECODER_REGISTRY.get(name) or VOCAB_DECODER_REGISTRY.get(name))
+            or STOP_DECODER_REGISTRY.get(name) or LOGPROB_DECODER_REGISTRY.get(name) or VOCAB_DECODER_REGISTRY.get(name)
+            or RECURRENT_DECODER_REGISTRY.get(name))
     if spec is None:
         raise invalid_argument("name", name, f"one of {sorted(DECODER_REGISTRY) + sorted(TREE_DECODER_REGISTRY)}"
                                f" or {sorted(STREAM_DECODER_REGISTRY) + sorted(STOP_DECODER_REGISTRY)}"
-                               f" or {sorted(LOGPROB_DECODER_REGISTRY) + sorted(VOCAB_DECODER_REGISTRY)}")
+                               f" or {sorted(LOGPROB_DECODER_REGISTRY) + sorted(VOCAB_DECODER_REGISTRY)}"
+                               f" or {sorted(RECURRENT_DECODER_REGISTRY)}")
     decoder = spec.factory(target, draft, num_draft_tokens, **options)
     decoder.name = name
     return decoder

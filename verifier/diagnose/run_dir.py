@@ -182,6 +182,11 @@ def _diagnose_names(report, plans, pairs, store, names, verdicts, with_fits, log
                                                               (finding, INDEPENDENCE_STATUS, "independence"),
                                                               (lp, LOGPROB_STATUS, "logprob"))
                       if f is not None and f["marginal_clean"]), None)
+        if whole is None and biased:  # a state-space target: the per-row mechanisms do not apply (issue 29, kind 8)
+            from verifier.diagnose.recurrent import RECURRENT_STATUS, recurrent_run_finding
+
+            rec = recurrent_run_finding(name, plans, pairs, lambda p: load_tokens(store, p, pair=pairs[p.pair])[0])
+            whole = None if rec is None else (rec, RECURRENT_STATUS, "recurrent_state")
         if whole is not None:
             f, status, key = whole
             for _ in _counted((p for p in plans if p.decoder.name == name), bar):
