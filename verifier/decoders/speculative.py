@@ -446,6 +446,7 @@ class SpeculativeDecoder:
         if sampling.repetition_penalty is not None:
             st["seen"] = _one_hot_seen(prompt, num_samples, self.vocab_size, dev)
         rows = torch.arange(num_samples, device=dev)  # original index of each batch row
+        st["rows"] = rows  # a row's slot in the call, for hooks that depend on it (verifier.decoders.batch_mutants)
         live = torch.ones(num_samples, dtype=torch.bool, device=dev)  # finished rows idle until dropped
         out = self._output(num_samples, max_new_tokens, stops, limit)
         accepted_counts, first_round = [], None
@@ -470,6 +471,7 @@ class SpeculativeDecoder:
             keep = _rows_to_keep(live)
             if keep is not None:
                 rows, live = rows[keep], live[keep]
+                st["rows"] = rows
                 st["target"].select_rows(keep)
                 st["draft"].select_rows(keep)
                 for key in ("target_pending", "target_pending_visible", "draft_pending", "draft_pending_visible", "seen"):
