@@ -1,0 +1,118 @@
+"""Sampling a chunk as ``generate`` calls of a fixed number of rows: the ``batch_composition`` axis (issue 29, kind 1).
+
+A sample set without a batch level (:attr:`verifier.runner.plan.SampleSetPlan.batch_rows` None) draws each chunk in
+one ``generate`` call of ``chunk_rows`` rows with the chunk's seed, exactly as before.  A set at level ``b``
+(:mod:`verifier.suite.batch`) draws each chunk as ``chunk_rows / b`` calls of exactly ``b`` rows -- the batch size the
+decoder sees -- call ``j`` of chunk ``i`` with seed :func:`call_seed` (a pure function of the suite seed, the set key
+and the call's number, like every seed of a run).  The calls' rows, first-round accepted counts, accepted counts and
+origins are joined in call order into the chunk's shard, whose meta records the level and the calls' seeds, so a
+failing call can be replayed alone: ``decoder.generate(prompt, b, max_new_tokens, sampling, seed)``.
+
+Storage stays per chunk (one file of up to ``chunk_size`` rows), so a level of 1 row per call costs one call per row
+but not one file per row.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+
+from verifier._call_timeout import call_deadline
+from verifier.protocols import DecoderStats
+from verifier.runner.plan import SampleSetPlan
+from verifier.runner.seeds import stream_seed
+from verifier.validation import plugin_attribute
+
+__all__ = ["call_seed", "call_plan", "generate_chunk"]
+
+
+def call_seed(plan: SampleSetPlan, chunk_index: int, call_index: int) -> int:
+    """Seed of call ``call_index`` of chunk ``chunk_index`` of a set at a batch level (module docstring)."""
+    per_chunk = plan.chunk_size // plan.batch_rows
+    return stream_seed(plan.suite_seed, "calls|" + plan.key, chunk_index * per_chunk + call_index)
+
+
+def call_plan(plan: SampleSetPlan, index: int) -> list[tuple[int, int]]:
+    """The ``generate`` calls of chunk ``index`` as ``(rows, seed)``: one call without a batch level."""
+    rows = plan.chunk_rows(index)
+    if plan.batch_rows is None:
+        return [(rows, plan.chunk_seed(index))]
+    return [(plan.batch_rows, call_seed(plan, index, j)) for j in range(rows // plan.batch_rows)]
+
+
+def generate_chunk(decoder: Any, plan: SampleSetPlan, index: int, name: str,
+                   check: Callable[[Any, int], np.ndarray]) -> tuple[np.ndarray, Any, dict[str, Any]]:
+    """Draw chunk ``index`` of ``plan``: ``(tokens, last_stats, meta)``.
+
+    Parameters
+    ----------
+    decoder : Decoder
+        Built for the set's k.
+    plan : SampleSetPlan
+    index : int
+        Chunk index.
+    name : str
+        The decoder's suite name (error messages).
+    check : callable
+        ``check(output, rows) -> tokens``: the runner's output check (:func:`verifier.validation.check_emitted_tokens`),
+        applied to every call's output before the calls are joined.
+
+    Returns
+    -------
+    tokens : np.ndarray, shape (chunk_rows, max_new_tokens), int64
+    stats : DecoderStats or the decoder's own ``last_stats`` (None when it reports none)
+        One call: the decoder's ``last_stats`` as it is.  Several calls: their figures joined in call order
+        (``first_round_accepted``, ``accepted_counts``, ``origins`` only when every call reported them; ``rounds``
+        summed; numeric ``extra["speculation"]`` counters summed).
+    meta : dict
+        ``{}`` without a batch level, else ``{"batch_rows": b, "call_seeds": [...]}`` for the shard's meta.
+
+    Raises
+    ------
+    DecoderError, DecoderOutputError
+        As the runner's single call: a crash, a deadline (``--call-timeout``, per call), invalid output of any call.
+    """
+    stop_kw = plan.stop_kwargs()  # the request's stop rule, only where the suite sets one
+    outs, stats = [], []
+    calls = call_plan(plan, index)
+    for rows, seed in calls:
+        call = (f"{name}: generate(prompt_ids={list(plan.prompt_ids)[:8]}, num_samples={rows}, "
+                f"max_new_tokens={plan.max_new_tokens}, sampling={plan.sampling.label()}, seed={seed}"
+                + "".join(f", {k}={v}" for k, v in stop_kw.items()) + ")")
+        with call_deadline(call):  # --call-timeout (default: no limit)
+            out = decoder.generate(list(plan.prompt_ids), rows, plan.max_new_tokens, plan.sampling, seed, **stop_kw)
+        outs.append(check(out, rows))
+        stats.append(plugin_attribute(decoder, "last_stats", None, decoder_name=name))
+    if plan.batch_rows is None:
+        return outs[0], stats[0], {}
+    meta = {"batch_rows": plan.batch_rows, "call_seeds": [seed for _, seed in calls]}
+    return np.concatenate(outs), _joined(stats, name), meta
+
+
+def _field(stats: list, key: str, name: str) -> list | None:
+    values = [plugin_attribute(s, key, None, decoder_name=f"{name}.last_stats") if s is not None else None for s in stats]
+    return None if any(v is None for v in values) else values
+
+
+def _joined(stats: list, name: str) -> DecoderStats | None:
+    """One DecoderStats for the calls of a chunk (None when no call reported statistics)."""
+    if all(s is None for s in stats):
+        return None
+    fra, counts, origins = (_field(stats, key, name) for key in ("first_round_accepted", "accepted_counts", "origins"))
+    extras = [e for e in (_field(stats, "extra", name) or []) if isinstance(e, dict)]
+    extra: dict[str, Any] = {"calls": len(stats)}
+    spec = [e["speculation"] for e in extras if isinstance(e.get("speculation"), dict)]
+    if spec:  # server counters (verifier.runner.speculation): numbers summed over the calls, the rest from the first
+        extra["speculation"] = {**spec[0], **{k: sum(s.get(k, 0) for s in spec) for k, v in spec[0].items()
+                                                if isinstance(v, (int, float)) and not isinstance(v, bool)}}
+    k = plugin_attribute(stats[0], "num_draft_tokens", 0, decoder_name=f"{name}.last_stats") if stats[0] is not None else 0
+    rounds = [plugin_attribute(s, "rounds", 0, decoder_name=f"{name}.last_stats") for s in stats if s is not None]
+    return DecoderStats(
+        rounds=int(sum(r for r in rounds if isinstance(r, (int, np.integer)))),
+        accepted_counts=np.concatenate([np.atleast_1d(np.asarray(c)) for c in counts]) if counts is not None else None,
+        num_draft_tokens=int(k or 0),
+        first_round_accepted=np.concatenate([np.atleast_1d(np.asarray(f)) for f in fra]) if fra is not None else None,
+        extra=extra,
+        origins=np.concatenate([np.asarray(o) for o in origins]) if origins is not None else None,
+    )
