@@ -309,6 +309,10 @@ def register(parser: argparse.ArgumentParser) -> None:
                         help="Measure the stop-rule zoo instead (stop_mid_block, max_tokens_overshoot: the stop-rule "
                              "cell; deterministic_acceptance: the stop-position cell; verifier.bench.detect_stop); "
                              "--rule / --case then name those mutants / bigram4_eos, trigram3.")
+    parser.add_argument("--batch", action="store_true",
+                        help="Measure the batch-shape zoo instead (corrupt_batch_gt2 per rows-per-call level 1, 2, 4, "
+                             "16: gof@1 + joint@1..2 vs the Neyman-Pearson oracle; verifier.bench.detect_batch); "
+                             "--rule / --case then name those mutants / bigram4_eos, trigram3.")
     parser.add_argument("--format", choices=("markdown", "json"), default="markdown", help="Output format. Default: markdown.")
     parser.add_argument("--out", metavar="PATH", help="Also write the output to PATH.")
 
@@ -316,11 +320,17 @@ def register(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     progress = lambda s: print(s, file=sys.stderr, flush=True)  # noqa: E731
-    if getattr(args, "streams", False) and getattr(args, "stop", False):
+    zoos = [flag for flag in ("streams", "stop", "batch") if getattr(args, flag, False)]
+    if len(zoos) > 1:
         from verifier.errors import invalid_argument
 
-        raise invalid_argument("--stop", True, "not together with --streams (one zoo per run)")
-    if getattr(args, "stop", False):
+        raise invalid_argument(f"--{zoos[-1]}", True, f"not together with --{zoos[0]} (one zoo per run)")
+    if getattr(args, "batch", False):
+        from verifier.bench.detect_batch import detect_batch_rows, render_batch_markdown
+
+        rows = detect_batch_rows(args.rules, args.cases, seeds=args.seeds, alpha=args.alpha, progress=progress)
+        render = render_batch_markdown
+    elif getattr(args, "stop", False):
         from verifier.bench.detect_stop import detect_stop_rows, render_stop_markdown
 
         rows = detect_stop_rows(args.rules, args.cases, seeds=args.seeds, alpha=args.alpha, progress=progress)
