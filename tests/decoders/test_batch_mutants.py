@@ -1,4 +1,5 @@
-"""The batch-shape zoo (``verifier.decoders.batch_mutants``; issue 29, kind 1): ``corrupt_batch_gt2``.
+"""The batch-shape zoo (``verifier.decoders.batch_mutants``; issue 29, kind 1): ``corrupt_batch_gt2``,
+``mixed_temperature_leak`` and the reference decoders' ``row_temperatures`` (a temperature per row of one call).
 
 Deterministic: the mutant draws the same uniforms as the reference, so for one seed a call of 1 or 2 rows is the
 reference's array, and in a call of 640 rows the first round is the reference's in slots 0 and 1 (its emitted
@@ -68,3 +69,39 @@ def test_late_slots_have_the_exact_corrupted_law(models):
     assert gof_test(counts, corrupted, alpha=1e-3).pvalue > 1e-3
     assert gof_test(counts, clean, alpha=1e-3).pvalue < 1e-3, mde
     assert gof_test(np.bincount(early[:, 0], minlength=4), clean, alpha=1e-3).pvalue > 1e-3
+
+
+def _tempered_first(pair, temperature: float) -> np.ndarray:
+    """The target's first-token law at ``temperature`` (softmax(log p / T) = p^(1/T) / Z, float64)."""
+    p = _first_law(target_law(pair.target, pair.prefix, 1)) ** (1.0 / temperature)
+    return p / p.sum()
+
+
+def test_row_temperatures_sample_each_row_at_its_own_temperature(models):
+    """A call of 1,600 rows at [0.3, 1.0, 0.3, 1.0, ...] (seed 5): the 800 odd rows fit the T = 1 law and the 800 even
+    rows the T = 0.3 law (chi-square, alpha 1e-3; the two laws are TV 0.41 apart); equal temperatures are the plain
+    call, token for token; ``mixed_temperature_leak`` draws the odd rows at row 0's T = 0.3 (rejects T = 1)."""
+    pair, ref, _ = models
+    from verifier.decoders import AncestralDecoder
+    assert np.array_equal(ref.generate([0], 8, WIDTH, T1, 4), ref.generate([0], 8, WIDTH, T1, 4, row_temperatures=[1.0] * 8))
+    temps = [0.3, 1.0] * 800
+    cold, warm = _tempered_first(pair, 0.3), _tempered_first(pair, 1.0)
+    leak = make_decoder("mixed_temperature_leak", ref.target, ref.draft, K)
+    for dec in (ref, AncestralDecoder(ref.target), leak):
+        rows = dec.generate([0], 1600, WIDTH, T1, 5, row_temperatures=temps)
+        odd, even = np.bincount(rows[1::2, 0], minlength=4), np.bincount(rows[0::2, 0], minlength=4)
+        assert gof_test(even, cold, alpha=1e-3).pvalue > 1e-3
+        if dec is leak:
+            assert gof_test(odd, warm, alpha=1e-3).pvalue < 1e-3 and gof_test(odd, cold, alpha=1e-3).pvalue > 1e-3
+        else:
+            assert gof_test(odd, warm, alpha=1e-3).pvalue > 1e-3, type(dec).__name__
+
+
+@pytest.mark.parametrize("temps", [[1.0], [1.0, 0.0], [1.0, float("nan")], "ab", [True, 1.0]])
+def test_bad_row_temperatures_name_the_argument(models, temps):
+    from verifier.errors import InvalidArgumentError
+    _, ref, _ = models
+    with pytest.raises(InvalidArgumentError, match="row_temperatures"):
+        ref.generate([0], 2, WIDTH, T1, 0, row_temperatures=temps)
+    with pytest.raises(InvalidArgumentError, match="greedy"):
+        ref.generate([0], 2, WIDTH, SamplingConfig(temperature=0.0), 0, row_temperatures=[1.0, 1.0])

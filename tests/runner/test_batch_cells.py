@@ -14,6 +14,9 @@ joint cell, TV 0.085 exact, carries that level) and at batch 16 (21/160 = 0.131)
 The run takes ~60-200 s of sampling (7-25 ms per generate call on the shared box, 3,625 calls per decoder): full tier;
 the quick test below runs the same modules (schema, plan, runner.batch, cell names, the finding) on the mutant alone
 at batch 2 and 16, 640 rows per level (gof@1 MDE at n = 640: 0.135 TV, asserted; joint@1..2 exact TV 0.149).
+
+Mixed temperatures (``suites/batch_mixed.toml``): level 2 plain and level 2 with a filler row at T = 0.3 in slot 0 of
+every call; ``mixed_temperature_leak`` (row 0's temperature for every row) is BIAS only at the mixed level.
 """
 
 from __future__ import annotations
@@ -61,8 +64,8 @@ def _write(path: Path, raw: dict) -> Path:
 @pytest.mark.parametrize("value, words", [
     ({"rows": [1, 2, 2]}, "distinct"), ({"rows": []}, "non-empty"), ({"rows": [0]}, "1..4096"),
     ({"rows": [True]}, "integers"), ({"rows": [4], "colour": 1}, "unknown key 'colour'"),
-    ({"rows": [4], "mixed_temperature": 0.5}, "not supported yet"),
-    ({"rows": [4], "mixed_prompt_lengths": [3]}, "one prompt per call"), ([1, 2], "a table")])
+    ({"rows": [4], "mixed_temperature": 0}, "a finite number > 0"),
+    ({"rows": [4], "mixed_prompt_lengths": [3]}, "not supported yet"), ([1, 2], "a table")])
 def test_schema_is_strict_and_names_the_key(value, words):
     with pytest.raises(ConfigError, match="batch_composition") as info:
         parse_suite(_raw(batch_composition=value))
@@ -107,7 +110,7 @@ def test_mutant_passes_at_batch_2_and_is_detected_at_batch_16(tmp_path):
     shard = np.load(next((run_dir / "samples").glob("*b16*/chunk-000000.npz")), allow_pickle=True)
     assert json.loads(str(shard["meta"]))["batch_rows"] == 16
     finding = batch_finding("corrupt_batch_gt2", report["cells"])
-    assert finding["rejected_levels"] == [16] and finding["clean_levels"] == [2]
+    assert finding["rejected_levels"] == ["16"] and finding["clean_levels"] == ["2"]
 
 
 @pytest.mark.full  # ~60-200 s of sampling; test_mutant_passes_at_batch_2_and_is_detected_at_batch_16 covers the modules
@@ -125,6 +128,33 @@ def test_reference_passes_every_level_and_the_mutant_only_above_two_rows(tmp_pat
     assert cells[("reference", "gof@1[batch=1]")]["mde"] < 0.078
     diagnosis = {d["decoder"]: d for d in report["diagnosis"]["decoders"]}["corrupt_batch_gt2"]
     assert diagnosis["sentence"].startswith("bias only at batch composition 4, 16 rows per generate call")
-    assert diagnosis["batch_composition"]["clean_levels"] == [1, 2]
+    assert diagnosis["batch_composition"]["clean_levels"] == ["1", "2"]
     assert diagnosis["status"] == "consistent" and diagnosis["mechanism"][0]["name"] == "full_p_fallback"
     assert "bias only at batch composition" in (run_dir / "report.md").read_text()
+
+
+MIXED = Path(__file__).parent / "suites" / "batch_mixed.toml"
+
+
+def test_mixed_temperature_levels_audit_the_odd_slots(tmp_path, capsys):
+    """``suites/batch_mixed.toml`` (seed 31, 200 rows per level, alpha 1e-3, 4 cells per decoder): the reference
+    passes at level 2 plain and mixed (slot 0 at T = 0.3, slot 1 audited at T = 1); ``mixed_temperature_leak`` passes
+    plain and is BIAS mixed (its audited rows are T = 0.3 samples: first-token TV 0.41 exact, gof@1's MDE at n = 200
+    is below 0.25, asserted).  A decoder whose generate takes no row_temperatures is refused (exit 2)."""
+    run_dir = tmp_path / "run"
+    code = main(["run", str(MIXED), "--run-dir", str(run_dir), "--no-progress", "--no-diagnosis", "--threads", "1"])
+    report, cells = _cells(run_dir)
+    assert code == EXIT_OK, report["summary"]
+    for t in ("gof@1", "joint@1..2"):
+        assert cells[("reference", f"{t}[batch=2]")]["verdict"] == "PASS"
+        assert cells[("reference", f"{t}[batch=2,mixed T=0.3]")]["verdict"] == "PASS"
+        assert cells[("mixed_temperature_leak", f"{t}[batch=2]")]["verdict"] == "PASS"
+        assert cells[("mixed_temperature_leak", f"{t}[batch=2,mixed T=0.3]")]["verdict"] == "BIAS"
+    assert cells[("reference", "gof@1[batch=2,mixed T=0.3]")]["mde"] < 0.25
+    finding = batch_finding("mixed_temperature_leak", report["cells"])
+    assert finding["rejected_levels"] == ["2 mixed T=0.3"] and "only mixed calls reject" in finding["sentence"]
+    raw = tomllib.loads(MIXED.read_text())
+    raw["decoders"] = [{"name": "tree", "decoder": "tree_reference", "expect": "pass"}]
+    code = main(["run", str(_write(tmp_path / "tree.toml", raw)), "--run-dir", str(tmp_path / "tree"), "--no-progress",
+                 "--no-diagnosis"])
+    assert code == 2 and "takes no row_temperatures keyword" in capsys.readouterr().err

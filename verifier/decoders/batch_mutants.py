@@ -16,6 +16,10 @@ apart.
   counts are the reference's row for row: acceptance looks normal.  Exact law per slot and per level:
   :mod:`verifier.exact.batch` (the corrupted slots follow the ``full_p_fallback`` rule).
 
+* ``mixed_temperature_leak`` (:class:`MixedTemperatureLeakDecoder`): in a call whose rows ask for different
+  temperatures (``generate(..., row_temperatures=)``), every row is sampled at row 0's -- one sampling parameter read
+  for the whole batch.  Calls at one temperature are the reference.
+
 :data:`BATCH_DECODER_REGISTRY` maps a name to a :class:`~verifier.decoders.spec.DecoderSpec`;
 :func:`verifier.decoders.make_decoder` finds these names too (``decoder = "corrupt_batch_gt2"`` in a suite).
 """
@@ -28,7 +32,8 @@ from verifier.decoders.kernels import _chain, residual_or_target
 from verifier.decoders.spec import DecoderSpec
 from verifier.decoders.speculative import SpeculativeDecoder
 
-__all__ = ["BATCH_DECODER_REGISTRY", "CLEAN_SLOTS", "CorruptBatchGt2Decoder", "batch_decoder_names"]
+__all__ = ["BATCH_DECODER_REGISTRY", "CLEAN_SLOTS", "CorruptBatchGt2Decoder", "MixedTemperatureLeakDecoder",
+           "batch_decoder_names"]
 
 CLEAN_SLOTS = 2  # slots with their own residual buffer: the smallest captured batch (verifier.exact.batch.CLEAN_ROWS)
 
@@ -72,6 +77,26 @@ class CorruptBatchGt2Decoder(SpeculativeDecoder):
                       recover_rule=recover)
 
 
+class MixedTemperatureLeakDecoder(SpeculativeDecoder):
+    """Reference speculative decoding that applies row 0's temperature to every row of a mixed-temperature call.
+
+    ``generate(..., row_temperatures=)`` asks for rows at different temperatures in one call; this decoder takes the
+    first row's (slot 0's) as the batch's, as a step that reads one sampling parameter for the whole batch.  A call
+    whose rows share one temperature, or without ``row_temperatures``, is the reference.  Parameters as for
+    :class:`~verifier.decoders.SpeculativeDecoder`.
+
+    Notes
+    -----
+    Per row: slot 0 and every row at slot 0's temperature are exact; a row asked at ``t_r != t_0`` is exact
+    speculative sampling of the target at ``t_0`` (``verifier.exact.target_law`` of the target processed at ``t_0``).
+    The batch-composition axis puts its filler rows (``mixed_temperature``) in the even slots, slot 0 included, so
+    every audited row is drawn at the filler's temperature.
+    """
+
+    def _row_scale(self, scale):
+        return None if scale is None else scale[:1].expand_as(scale).clone()  # BUG on purpose: row 0's for all rows
+
+
 def _factory(cls):
     return lambda target, draft, k, **options: cls(target, draft, k, **options)
 
@@ -83,6 +108,12 @@ _ENTRIES = [
                 "only in calls of more than 2 rows (chunk_size / batch_composition levels > 2), T > 0, p != q where "
                 "both have mass, at the first emitted position already; a share (b - 2) / b of the rows of calls of b "
                 "rows; calls of 1 or 2 rows are the reference", _factory(CorruptBatchGt2Decoder)),
+    DecoderSpec("mixed_temperature_leak", "In a generate call whose rows ask for different temperatures "
+                "(row_temperatures), every row is sampled at row 0's temperature (one sampling parameter read for "
+                "the whole batch).", "biased",
+                "only in mixed-temperature calls (batch_composition mixed_temperature, filler rows in the even slots "
+                "from slot 0), T > 0, where the filler's temperature differs: every audited row is drawn at it; "
+                "calls at one temperature are the reference", _factory(MixedTemperatureLeakDecoder)),
 ]
 
 BATCH_DECODER_REGISTRY: dict[str, DecoderSpec] = {spec.name: spec for spec in _ENTRIES}

@@ -18,19 +18,27 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 from verifier.runner.verdict import CELL_BIAS
+from verifier.suite.batch import level_name
 
 __all__ = ["FINDING", "batch_level_of", "batch_finding"]
 
 FINDING = "bias only at batch composition"
 WHERE_TO_LOOK = ("look at what depends on how many requests share a step: kernels or graphs captured for some batch "
                  "sizes and the padding up to them, scratch buffers (residual, probs, uniforms) sized for a smaller "
-                 "batch, and indexing by a row's slot in the batch")
+                 "batch, indexing by a row's slot in the batch, and sampling parameters read once per batch")
 
 
-def batch_level_of(cell: dict[str, Any]) -> int | None:
-    """The rows-per-call level of a cell result (report.json ``cells[]``), or None for a cell without one."""
-    level = (cell.get("extra") or {}).get("batch_rows")
-    return level if isinstance(level, int) and not isinstance(level, bool) else None
+def batch_level_of(cell: dict[str, Any]) -> tuple[int, float] | None:
+    """The level of a cell result (report.json ``cells[]``) as (rows per call, filler temperature or 0), or None."""
+    extra = cell.get("extra") or {}
+    rows, filler = extra.get("batch_rows"), extra.get("filler_temperature")
+    if not isinstance(rows, int) or isinstance(rows, bool):
+        return None
+    return rows, (float(filler) if isinstance(filler, (int, float)) and not isinstance(filler, bool) else 0.0)
+
+
+def _name(level: tuple[int, float]) -> str:
+    return level_name(level[0], level[1] or None)
 
 
 def batch_finding(decoder: str, cells: Iterable[dict[str, Any]]) -> dict[str, Any] | None:
@@ -48,8 +56,9 @@ def batch_finding(decoder: str, cells: Iterable[dict[str, Any]]) -> dict[str, An
     -------
     dict or None
         None unless the decoder's cells span at least two levels and some, not all, levels have a cell with verdict
-        ``"BIAS"``.  Else ``{"finding": FINDING, "levels", "rejected_levels", "clean_levels": [rows per call],
-        "cells": [ids of the rejecting cells], "sentence": str}``.
+        ``"BIAS"``.  Else ``{"finding": FINDING, "levels", "rejected_levels", "clean_levels": [level names, "4" or
+        "4 mixed T=0.5" (:func:`verifier.suite.batch.level_name`)], "cells": [ids of the rejecting cells],
+        "sentence": str}``.
 
     Examples
     --------
@@ -57,7 +66,7 @@ def batch_finding(decoder: str, cells: Iterable[dict[str, Any]]) -> dict[str, An
     ...           "extra": {"batch_rows": b}} for b in (1, 2, 4, 16)]
     >>> f = batch_finding("d", cells)
     >>> f["rejected_levels"], f["clean_levels"], f["sentence"].split(" (")[0]
-    ([4, 16], [1, 2], 'bias only at batch composition 4, 16 rows per generate call')
+    (['4', '16'], ['1', '2'], 'bias only at batch composition 4, 16 rows per generate call')
     >>> batch_finding("d", [dict(c, verdict="BIAS") for c in cells]) is None  # every level: not batch-shaped
     True
     """
@@ -69,8 +78,12 @@ def batch_finding(decoder: str, cells: Iterable[dict[str, Any]]) -> dict[str, An
         return None
     clean = [b for b in levels if b not in rejected]
     names = ", ".join(str(c.get("id")) for c in rejecting[:4]) + (", ..." if len(rejecting) > 4 else "")
-    above = f"; every level above {max(clean)} rejects: more than {max(clean)} rows per step" if max(clean) < min(rejected) else ""
-    sentence = (f"{FINDING} {', '.join(map(str, rejected))} rows per generate call (clean at "
-                f"{', '.join(map(str, clean))}; rejecting cells: {names}){above} -- {WHERE_TO_LOOK}")
-    return {"finding": FINDING, "levels": levels, "rejected_levels": rejected, "clean_levels": clean,
-            "cells": [c.get("id") for c in rejecting], "sentence": sentence}
+    plain_clean, plain_bad = [b[0] for b in clean if not b[1]], [b[0] for b in rejected if not b[1]]
+    above = (f"; every level above {max(plain_clean)} rejects: more than {max(plain_clean)} rows per step"
+             if plain_clean and plain_bad and max(plain_clean) < min(plain_bad) else "")
+    mixed = ("; only mixed calls reject: rows at another temperature in the same call change these rows"
+             if all(b[1] for b in rejected) else "")
+    sentence = (f"{FINDING} {', '.join(map(_name, rejected))} rows per generate call (clean at "
+                f"{', '.join(map(_name, clean))}; rejecting cells: {names}){above}{mixed} -- {WHERE_TO_LOOK}")
+    return {"finding": FINDING, "levels": [_name(b) for b in levels], "rejected_levels": [_name(b) for b in rejected],
+            "clean_levels": [_name(b) for b in clean], "cells": [c.get("id") for c in rejecting], "sentence": sentence}

@@ -107,7 +107,8 @@ def load_tokens(store, plan, *, with_calls: bool = False, pair=None):
             eos_token_id=pair.eos_token_id, stop_token_ids=plan.decoder.stop_token_ids,
             max_tokens=plan.decoder.max_tokens))
         origins.append(getattr(shard, "origins", None))
-        b = getattr(plan, "batch_rows", None)  # a batch_composition level: the chunk is calls of b rows
+        b = getattr(plan, "batch_rows", None)  # a batch_composition level: the chunk is calls of b (kept) rows
+        b = b // 2 if b and getattr(plan, "filler_temperature", None) is not None else b
         calls.append(i * (plan.chunk_size // b) + np.arange(len(toks[-1])) // b if b else np.full(len(toks[-1]), i))
     tokens = np.concatenate(toks) if toks else np.zeros((0, plan.max_new_tokens), dtype=np.int64)
     orig = np.concatenate(origins) if origins and all(o is not None for o in origins) else None
@@ -168,6 +169,7 @@ def _diagnose_decoders(report, plans, pairs, store, decoders, with_fits, log) ->
 
 def _diagnose_names(report, plans, pairs, store, names, verdicts, with_fits, log, bar) -> dict[str, Any]:
     from verifier.diagnose.batchlevel import batch_finding
+    from verifier.suite.batch import level_name
     from verifier.diagnose.glossary import mechanism_entries
     from verifier.diagnose.independence import INDEPENDENCE_STATUS, independence_finding
     from verifier.diagnose.stoprule import STOP_STATUS, stop_finding
@@ -236,7 +238,8 @@ def _diagnose_names(report, plans, pairs, store, names, verdicts, with_fits, log
                 res["fits_note"] = (f"parametric fits left to `specverify diagnose` ({entries} teacher-forced entries > "
                                     f"{AUTO_FIT_MAX_ENTRIES})")
             ranking, seqs_set = res.pop("_ranking"), res.pop("_seqs")
-            if batch is None or plan.batch_rows in batch["rejected_levels"]:  # a clean level has the target's law
+            if (batch is None or plan.batch_rows is None  # a clean level has the target's law: not ranked
+                    or level_name(plan.batch_rows, plan.filler_temperature) in batch["rejected_levels"]):
                 rankings.append(ranking)
                 cache[plan.set_id] = (seqs_set, tokens, res["fit_window"])
             entry.update(res)
