@@ -321,11 +321,15 @@ def register(parser: argparse.ArgumentParser) -> None:
                         help="Measure the recurrent-state zoo instead (state_not_rolled_back, state_checkpoint_stale on "
                              "the parity3 recurrent target; verifier.bench.detect_recurrent); --rule then names its "
                              "scenarios.")
+    parser.add_argument("--batch", action="store_true",
+                        help="Measure the batch-shape zoo instead (corrupt_batch_gt2 per rows-per-call level 1, 2, 4, "
+                             "16: gof@1 + joint@1..2 vs the Neyman-Pearson oracle; verifier.bench.detect_batch); "
+                             "--rule / --case then name those mutants / bigram4_eos, trigram3.")
     parser.add_argument("--format", choices=("markdown", "json"), default="markdown", help="Output format. Default: markdown.")
     parser.add_argument("--out", metavar="PATH", help="Also write the output to PATH.")
 
 
-ZOO_FLAGS = ("streams", "stop", "logprob", "vocab", "recurrent")  # bench detect's other zoos: at most one per run
+ZOO_FLAGS = ("streams", "stop", "logprob", "vocab", "recurrent", "batch")  # bench detect's other zoos: at most one per run
 
 
 def run(args: argparse.Namespace) -> int:
@@ -354,6 +358,11 @@ def run(args: argparse.Namespace) -> int:
 
         rows = detect_recurrent_rows(args.rules, seeds=args.seeds, alpha=args.alpha, progress=progress)
         render = render_recurrent_markdown
+    elif getattr(args, "batch", False):
+        from verifier.bench.detect_batch import detect_batch_rows, render_batch_markdown
+
+        rows = detect_batch_rows(args.rules, args.cases, seeds=args.seeds, alpha=args.alpha, progress=progress)
+        render = render_batch_markdown
     elif getattr(args, "stop", False):
         from verifier.bench.detect_stop import detect_stop_rows, render_stop_markdown
 

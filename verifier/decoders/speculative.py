@@ -14,6 +14,7 @@ dtype; all accept/reject arithmetic is float64.
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Callable, Sequence
 
@@ -29,7 +30,7 @@ from verifier.protocols import PADDING_TOKEN_ID, DecoderStats
 from verifier.sampling import SamplingConfig, processed_probs
 from verifier.validation import check_stop_rule
 
-__all__ = ["AncestralDecoder", "SpeculativeDecoder", "MAX_NUM_DRAFT_TOKENS"]
+__all__ = ["AncestralDecoder", "SpeculativeDecoder", "MAX_NUM_DRAFT_TOKENS", "row_logit_scale"]
 
 MAX_NUM_DRAFT_TOKENS = 32  # beyond this the verify pass costs more than it can save
 DROP_FRACTION = 0.125  # finished rows leave the batch once they are 1/8 of it (each drop copies the caches)
@@ -63,6 +64,40 @@ def _generate_iv(prompt_ids, num_samples, max_new_tokens, sampling, seed, vocab_
     if not isinstance(sampling, SamplingConfig):
         raise invalid_argument("sampling", sampling, "a verifier.SamplingConfig")
     return check_prompt(prompt_ids, vocab_size, min_prompt_len)
+
+
+def row_logit_scale(row_temperatures, num_samples: int, sampling: SamplingConfig, device) -> torch.Tensor | None:
+    """Per-row logit factors ``sampling.temperature / t_r`` for ``generate(..., row_temperatures=)``, or None.
+
+    Row ``r`` then samples at temperature ``t_r`` with the rest of ``sampling``: the processed probs of
+    ``logits * T / t_r`` at temperature ``T`` are those of ``logits`` at ``t_r`` (top-k keeps the same set, top-p
+    cuts the rescaled probs, a repetition penalty commutes with a positive factor).  The batch-composition axis's
+    filler rows at another temperature (issue 29, bug kind 1; :mod:`verifier.runner.batch`).
+
+    Raises
+    ------
+    InvalidArgumentError
+        Not ``num_samples`` finite numbers > 0, or ``sampling`` is greedy (T = 0 has no factor).
+    """
+    if row_temperatures is None:
+        return None
+    try:
+        temps = [float(t) for t in row_temperatures]
+    except (TypeError, ValueError):
+        temps = []
+    if (len(temps) != num_samples or any(isinstance(t, bool) for t in row_temperatures)
+            or not all(math.isfinite(t) and t > 0 for t in temps)):
+        raise invalid_argument("row_temperatures", row_temperatures, f"{num_samples} finite numbers > 0 (one per row)")
+    if sampling.greedy:
+        raise invalid_argument("row_temperatures", row_temperatures, "None with a greedy sampling config (T = 0)")
+    return torch.tensor([sampling.temperature / t for t in temps], dtype=torch.float64, device=device)
+
+
+def _scaled(logits: torch.Tensor, scale: torch.Tensor | None) -> torch.Tensor:
+    """``logits`` (batch, ..., vocab) times each row's factor (rows at their own temperature); as is without one."""
+    if scale is None:
+        return logits
+    return logits * scale.view(-1, *([1] * (logits.ndim - 1))).to(logits.dtype)
 
 
 def _one_hot_seen(token_ids: Sequence[int], batch: int, vocab: int, device) -> torch.Tensor:
@@ -208,10 +243,11 @@ class AncestralDecoder:
     @torch.no_grad()
     def generate(self, prompt_ids: Sequence[int], num_samples: int, max_new_tokens: int,
                  sampling: SamplingConfig, seed: int, *, stop_token_ids: Sequence[int] = (),
-                 max_tokens: int | None = None) -> np.ndarray:
+                 max_tokens: int | None = None, row_temperatures: Sequence[float] | None = None) -> np.ndarray:
         """Sample ``num_samples`` continuations of ``prompt_ids`` from the target.
 
-        ``stop_token_ids`` / ``max_tokens``: the request's stop rule, as for :meth:`SpeculativeDecoder.generate`.
+        ``stop_token_ids`` / ``max_tokens``: the request's stop rule; ``row_temperatures``: a temperature per row; both
+        as for :meth:`SpeculativeDecoder.generate`.
 
         Returns
         -------
@@ -221,11 +257,12 @@ class AncestralDecoder:
         Raises
         ------
         InvalidArgumentError
-            Bad prompt (empty, out-of-vocabulary id), counts < 1, seed < 0, not a SamplingConfig, or a bad stop
-            rule (:func:`verifier.validation.check_stop_rule`).
+            Bad prompt (empty, out-of-vocabulary id), counts < 1, seed < 0, not a SamplingConfig, a bad stop
+            rule (:func:`verifier.validation.check_stop_rule`) or bad ``row_temperatures`` (:func:`row_logit_scale`).
         """
         prompt = _generate_iv(prompt_ids, num_samples, max_new_tokens, sampling, seed, self.vocab_size, self.min_prompt_len)
         stops, limit = check_stop_rule(stop_token_ids, max_tokens, max_new_tokens=max_new_tokens, vocab_size=self.vocab_size)
+        scale = row_logit_scale(row_temperatures, num_samples, sampling, self.device)
         t0 = time.perf_counter()
         gen = torch.Generator(device=self.device).manual_seed(int(seed))
         runner = CacheRunner(self.target, self.device, reserve_columns=len(prompt) + max_new_tokens)  # one column a step
@@ -238,7 +275,7 @@ class AncestralDecoder:
         seen = _one_hot_seen(prompt, num_samples, self.vocab_size, self.device) if use_seen else None
         steps = 0
         while rows.numel():
-            logits = runner.append(pending[:, None])[:, -1]
+            logits = _scaled(runner.append(pending[:, None])[:, -1], scale)
             uniforms = self._uniforms(rows, gen)
             path = _fast32 if self.settings["precision"] == "float32" else _fused
             token = path.propose(logits, sampling, seen, uniforms)[0]  # _fused: = sample_from_probs(processed_probs(...)), in row blocks
@@ -250,6 +287,7 @@ class AncestralDecoder:
             if keep is not None:
                 runner.select_rows(keep)
                 rows, token, live = rows[keep], token[keep], live[keep]
+                scale = scale[keep] if scale is not None else None
                 seen = seen[keep] if use_seen else None
             pending = token
         self.last_stats = DecoderStats(rounds=steps, num_draft_tokens=0,
@@ -330,6 +368,10 @@ class SpeculativeDecoder:
         """Processed target probs p (B, k + 1, V) float64."""
         return processed_probs(logits, sampling, seen)
 
+    def _row_scale(self, scale: torch.Tensor | None) -> torch.Tensor | None:
+        """Each row's logit factor (``row_temperatures``); the ``mixed_temperature_leak`` mutant returns row 0's."""
+        return scale
+
     def _fused(self) -> bool:
         """True when the hooks and kernel are the reference's: the round then runs in row blocks
         (:mod:`verifier.decoders._fused`, same tokens for the same seed, no (batch, k, vocab) probs)."""
@@ -347,7 +389,7 @@ class SpeculativeDecoder:
         # 1. draft: feed the emitted tokens it has not seen yet, then propose d_1..d_k ~ q
         fused = self._fused()
         path = _fast32 if self.settings["precision"] == "float32" else _fused
-        logits = st["draft"].append(st["draft_pending"], st["draft_pending_visible"])[:, -1]
+        logits = _scaled(st["draft"].append(st["draft_pending"], st["draft_pending_visible"])[:, -1], st.get("scale"))
         drafts, qs, draft_logits = [], [], []
         for j in range(k):
             if fused:  # q(d_j) only; the draft's logits stay for the residual of the rows that reject at j
@@ -361,11 +403,13 @@ class SpeculativeDecoder:
             if seen is not None:
                 ctx.append(ctx[j].clone().index_put_((torch.arange(batch, device=dev), token), torch.tensor(True, device=dev)))
             if j < k - 1:
-                logits = st["draft"].append(token[:, None])[:, -1]
+                logits = _scaled(st["draft"].append(token[:, None])[:, -1], st.get("scale"))
         draft_ids = torch.stack(drafts, dim=1)  # (B, k)
         # 2. target: one pass over [pending, d_1..d_k] gives p at the k draft positions and the bonus position
-        t_logits = st["target"].append(torch.cat([st["target_pending"], draft_ids], dim=1),
-                                       torch.cat([st["target_pending_visible"], torch.ones_like(draft_ids, dtype=torch.bool)], dim=1))
+        t_logits = _scaled(st["target"].append(torch.cat([st["target_pending"], draft_ids], dim=1),
+                                               torch.cat([st["target_pending_visible"],
+                                                          torch.ones_like(draft_ids, dtype=torch.bool)], dim=1)),
+                           st.get("scale"))
         # 3. verify: accepted prefix, then the recovered (residual) or bonus token
         if fused:
             emitted = path.verify_round(t_logits[:, -(k + 1):], draft_logits, torch.stack(qs, dim=1), draft_ids,
@@ -423,7 +467,8 @@ class SpeculativeDecoder:
     @torch.no_grad()
     def generate(self, prompt_ids: Sequence[int], num_samples: int, max_new_tokens: int,
                  sampling: SamplingConfig, seed: int, *, stop_token_ids: Sequence[int] = (),
-                 max_tokens: int | None = None, return_logprobs: bool = False):
+                 max_tokens: int | None = None, row_temperatures: Sequence[float] | None = None,
+                 return_logprobs: bool = False):
         """Sample ``num_samples`` continuations of ``prompt_ids`` by speculative decoding.
 
         Parameters
@@ -449,6 +494,11 @@ class SpeculativeDecoder:
             the row's earlier tokens, read off the verification pass's target probs -- the value an engine with
             speculation off reports in a processed logprobs mode (vLLM: ``--logprobs-mode processed_logprobs``;
             its default ``raw_logprobs`` is the temperature-1 softmax before any processor).
+        row_temperatures : sequence of float or None, default None
+            A temperature per row (> 0) in place of ``sampling.temperature``, the rest of ``sampling`` shared: a batch
+            of rows at other temperatures (issue 29, bug kind 1: the ``batch_composition`` axis's filler rows).  Each
+            row's target and draft logits are multiplied by ``sampling.temperature / t_r``
+            (:func:`row_logit_scale`).  None: every row at ``sampling``.
 
         Returns
         -------
@@ -459,11 +509,12 @@ class SpeculativeDecoder:
         Raises
         ------
         InvalidArgumentError
-            Bad prompt, counts < 1, seed < 0, ``sampling`` not a SamplingConfig, or a bad stop rule
-            (:func:`verifier.validation.check_stop_rule`).
+            Bad prompt, counts < 1, seed < 0, ``sampling`` not a SamplingConfig, a bad stop rule
+            (:func:`verifier.validation.check_stop_rule`) or bad ``row_temperatures`` (:func:`row_logit_scale`).
         """
         prompt = _generate_iv(prompt_ids, num_samples, max_new_tokens, sampling, seed, self.vocab_size, self.min_prompt_len)
         stops, limit = check_stop_rule(stop_token_ids, max_tokens, max_new_tokens=max_new_tokens, vocab_size=self.vocab_size)
+        scale = self._row_scale(row_logit_scale(row_temperatures, num_samples, sampling, self.device))
         t0 = time.perf_counter()
         dev = self.device
         gen = torch.Generator(device=dev).manual_seed(int(seed))
@@ -477,10 +528,11 @@ class SpeculativeDecoder:
         last = torch.full((num_samples,), prompt[-1], dtype=torch.int64, device=dev)
         st["target_pending"] = st["draft_pending"] = last[:, None]
         st["target_pending_visible"] = st["draft_pending_visible"] = torch.ones_like(last[:, None], dtype=torch.bool)
-        st["seen"] = None
+        st["seen"], st["scale"] = None, scale
         if sampling.repetition_penalty is not None:
             st["seen"] = _one_hot_seen(prompt, num_samples, self.vocab_size, dev)
         rows = torch.arange(num_samples, device=dev)  # original index of each batch row
+        st["rows"] = rows  # a row's slot in the call, for hooks that depend on it (verifier.decoders.batch_mutants)
         live = torch.ones(num_samples, dtype=torch.bool, device=dev)  # finished rows idle until dropped
         out = self._output(num_samples, max_new_tokens, stops, limit)
         if return_logprobs:
@@ -509,9 +561,11 @@ class SpeculativeDecoder:
             keep = _rows_to_keep(live)
             if keep is not None:
                 rows, live = rows[keep], live[keep]
+                st["rows"] = rows
                 st["target"].select_rows(keep)
                 st["draft"].select_rows(keep)
-                for key in ("target_pending", "target_pending_visible", "draft_pending", "draft_pending_visible", "seen"):
+                for key in ("target_pending", "target_pending_visible", "draft_pending", "draft_pending_visible", "seen",
+                            "scale"):
                     if st[key] is not None:
                         st[key] = st[key][keep]
         counts = torch.cat(accepted_counts).cpu().numpy().astype(np.int64)

@@ -339,11 +339,20 @@ def call_log_likelihood(seqs, num_draft_tokens: int) -> float:
     ``seqs.calls = (call id, distinct-row index)`` per observed row, in generate order: per call,
     ``log sum_c P(row 0, c) prod_{i >= 1} P(row i | c)``, summed over calls.
     """
+    from verifier.diagnose.rows import sequence_ends
+
     calls, inverse = seqs.calls
     first, other, _ = _call_tables(seqs, num_draft_tokens)
+    steps = seqs.tokens.shape[1]
+    live = np.arange(steps)[None] < sequence_ends(seqs.tokens, seqs.eos_token_id)[:, None]
+    with np.errstate(invalid="ignore"):
+        alone = np.where(live, _position_logs(seqs)["p"], 0.0).sum(axis=1)  # log P_target(row): a call's only row
     total = 0.0
     for g in np.unique(calls):
         idx = inverse[calls == g]
+        if len(idx) == 1:  # row 0 alone is the reference's row: its target probability, exactly (the sum over
+            total += float(alone[idx[0]])  # classes double-counts structures that differ only after the row's EOS)
+            continue
         with np.errstate(invalid="ignore"):
             per_c = first[:, idx[0]] + other[:, idx[1:]].sum(axis=1)
         total += float(np.logaddexp.reduce(per_c)) if len(per_c) else -np.inf

@@ -13,7 +13,10 @@ per-set decisions say under which sampling configs the bias appears.  When the c
 diagnosis if no other cell rejected, else it leads the sentence (a certain finding, which can also make the
 single-row cells reject) and the per-row diagnosis follows it.  Likewise the stop-rule finding
 (:mod:`verifier.diagnose.stoprule`) when the deterministic ``stop-rule`` cell rejected, and the reported-logprob
-finding (:mod:`verifier.diagnose.logprob`) when the deterministic ``logprob`` cell rejected.
+finding (:mod:`verifier.diagnose.logprob`) when the deterministic ``logprob`` cell rejected.  When the cells of some
+``batch_composition`` levels rejected and those of others passed, the batch finding
+(:mod:`verifier.diagnose.batchlevel`, "bias only at batch composition ...") leads the sentence and the decoder's
+ranking sums the sample sets of the rejecting levels only.
 """
 
 from __future__ import annotations
@@ -90,7 +93,8 @@ def auto_diagnose_budget(available: int | None = -1) -> int:
 def load_tokens(store, plan, *, with_calls: bool = False, pair=None):
     """Emitted tokens of a sample set from its shards (unreadable shards skipped), and origins when stored.
 
-    With ``with_calls``, also the shard (= generate call) index of each row, shape (rows,), int64.
+    With ``with_calls``, also the generate call of each row, shape (rows,), int64: its shard, or at a
+    ``batch_composition`` level its call within the shard (:mod:`verifier.runner.batch`).
     With ``pair`` (its ``vocab_size`` / ``eos_token_id``), a chunk holding values no decoder could emit is
     :class:`~verifier.errors.StoredSampleError` naming the file (``SampleStore.check_tokens``).
     """
@@ -104,7 +108,9 @@ def load_tokens(store, plan, *, with_calls: bool = False, pair=None):
             eos_token_id=pair.eos_token_id, stop_token_ids=plan.decoder.stop_token_ids,
             max_tokens=plan.decoder.max_tokens))
         origins.append(getattr(shard, "origins", None))
-        calls.append(np.full(len(toks[-1]), i, dtype=np.int64))
+        b = getattr(plan, "batch_rows", None)  # a batch_composition level: the chunk is calls of b (kept) rows
+        b = b // 2 if b and getattr(plan, "filler_temperature", None) is not None else b
+        calls.append(i * (plan.chunk_size // b) + np.arange(len(toks[-1])) // b if b else np.full(len(toks[-1]), i))
     tokens = np.concatenate(toks) if toks else np.zeros((0, plan.max_new_tokens), dtype=np.int64)
     orig = np.concatenate(origins) if origins and all(o is not None for o in origins) else None
     if with_calls:
@@ -163,6 +169,8 @@ def _diagnose_decoders(report, plans, pairs, store, decoders, with_fits, log) ->
 
 
 def _diagnose_names(report, plans, pairs, store, names, verdicts, with_fits, log, bar) -> dict[str, Any]:
+    from verifier.diagnose.batchlevel import batch_finding
+    from verifier.suite.batch import level_name
     from verifier.diagnose.glossary import mechanism_entries
     from verifier.diagnose.independence import INDEPENDENCE_STATUS, independence_finding
     from verifier.diagnose.logprob import LOGPROB_STATUS, logprob_finding
@@ -177,6 +185,7 @@ def _diagnose_names(report, plans, pairs, store, names, verdicts, with_fits, log
         stop = stop_finding(name, report.get("cells", []))  # the stop-rule cell rejected (issue 29, kind 5)
         finding = independence_finding(name, report.get("cells", []))  # collision / serial cells rejected
         lp = logprob_finding(name, report.get("cells", []))  # the logprob cell rejected (issue 29, kind 4)
+        batch = batch_finding(name, report.get("cells", []))  # rejecting at some batch_composition levels only
         # every token up to the stop is right / each row alone is right: no per-row law to rank (stop rule first)
         whole = next(((f, status, key) for f, status, key in ((stop, STOP_STATUS, "stop_rule"),
                                                               (finding, INDEPENDENCE_STATUS, "independence"),
@@ -237,8 +246,11 @@ def _diagnose_names(report, plans, pairs, store, names, verdicts, with_fits, log
             if not fits and entry["biased"]:
                 res["fits_note"] = (f"parametric fits left to `specverify diagnose` ({entries} teacher-forced entries > "
                                     f"{AUTO_FIT_MAX_ENTRIES})")
-            rankings.append(res.pop("_ranking"))
-            cache[plan.set_id] = (res.pop("_seqs"), tokens, res["fit_window"])
+            ranking, seqs_set = res.pop("_ranking"), res.pop("_seqs")
+            if (batch is None or plan.batch_rows is None  # a clean level has the target's law: not ranked
+                    or level_name(plan.batch_rows, plan.filler_temperature) in batch["rejected_levels"]):
+                rankings.append(ranking)
+                cache[plan.set_id] = (seqs_set, tokens, res["fit_window"])
             entry.update(res)
             sets.append(entry)
         item = {"decoder": name, "verdict": verdicts.get(name), "sets": sets}
@@ -278,7 +290,7 @@ def _diagnose_names(report, plans, pairs, store, names, verdicts, with_fits, log
                 item["sentence"] += "; where: " + " | ".join(unknown_draft)
             _add_engine_laws(item, engine, plans, pairs, cache, no_draft_rows, biased)
         # rows also not independent / also past their stop: certain findings, so they lead (the stop rule first)
-        for f, key in ((lp, "logprob"), (finding, "independence"), (stop, "stop_rule")):
+        for f, key in ((lp, "logprob"), (batch, "batch_composition"), (finding, "independence"), (stop, "stop_rule")):
             if f is not None:
                 item[key] = f
                 item["sentence"] = f"{f['sentence']}: {item['sentence']}"

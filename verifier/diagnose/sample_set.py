@@ -173,6 +173,8 @@ def _call_fit_check(seqs: SequenceProbs, k: int, tokens: np.ndarray, rng: np.ran
     rows, laws = call_predictive(seqs, k)
     obs = tokens[rows]
     live = np.arange(obs.shape[1])[None] < sequence_ends(obs, seqs.eos_token_id)[:, None]
+    if not live.any():  # no row beside a call's first (calls of one row: batch_composition level 1): nothing to fit
+        return None, None, {"law": None, "pit": None}
     u, bad = randomized_pit(obs[live], laws[live], rng)
     if bad:
         p = 0.0

@@ -4,6 +4,7 @@ Everything is :class:`fractions.Fraction`; see docs/ARCHITECTURE.md ("Exact stag
 contract and :mod:`verifier.exact.rules` for the rules and where exp() is handled.
 """
 
+from verifier.exact.batch import batch_level_law, corrupted_share, slot_law
 from verifier.exact.counterexample import Counterexample, find_counterexample
 from verifier.exact.cases import ExactCase, TabularPair, standard_cases, standard_tabular_pairs, unigram_case
 from verifier.exact.logprob import LogprobDefectLaw, logprob_defect_law
@@ -26,6 +27,8 @@ __all__ = [
     "TabularPair",
     "LogprobDefectLaw",
     "accepted_count_law",
+    "batch_level_law",
+    "corrupted_share",
     "as_fraction_probs",
     "find_counterexample",
     "Counterexample",
@@ -37,6 +40,7 @@ __all__ = [
     "round_law",
     "rule_verdicts",
     "run_exact_stage",
+    "slot_law",
     "standard_cases",
     "standard_tabular_pairs",
     "step_law",

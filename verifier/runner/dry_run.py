@@ -96,7 +96,8 @@ def dry_run(suite: Any, *, probe: bool = True) -> DryRun:
 
 def _estimate(decoder: Any, plan: Any) -> float:
     """Sampling seconds of a set: ``chunks x a + samples x b`` from ``t(rows) = a + b rows`` fitted on two timed
-    probe calls (after a 1-row warm-up call: first-call set-up is no per-chunk cost)."""
+    probe calls (after a 1-row warm-up call: first-call set-up is no per-chunk cost); at a ``batch_composition`` level
+    ``calls x (a + b x batch_rows)``."""
     def timed(rows: int) -> float:
         t = time.perf_counter()
         decoder.generate(list(plan.prompt_ids), rows, plan.max_new_tokens, plan.sampling, plan.chunk_seed(0),
@@ -109,6 +110,10 @@ def _estimate(decoder: Any, plan: Any) -> float:
     t_small, t_big = timed(small), timed(big)
     per_row = max(0.0, (t_big - t_small) / (big - small)) if big > small else t_big / big
     per_call = max(0.0, t_small - per_row * small)
+    if getattr(plan, "batch_rows", None) is not None:  # batch_composition: calls of batch_rows rows, fillers included
+        from verifier.suite.batch import audited_rows
+
+        return plan.samples // audited_rows(plan.batch_rows, plan.filler_temperature) * (per_call + per_row * plan.batch_rows)
     return plan.num_chunks * per_call + plan.samples * per_row
 
 

@@ -38,6 +38,8 @@ class SampleSetPlan:
     key: str
     set_id: str
     suite_seed: int
+    batch_rows: int | None = None  # rows per generate call at this batch_composition level; None: chunks as before
+    filler_temperature: float | None = None  # a mixed level: the even slots' temperature (their rows discarded)
 
     @property
     def num_chunks(self) -> int:
@@ -51,7 +53,12 @@ class SampleSetPlan:
 
     @property
     def label(self) -> str:
-        return f"{self.decoder.name} | {self.prompt} | {self.sampling.label()} | k={self.num_draft_tokens}"
+        level = ""
+        if self.batch_rows is not None:
+            from verifier.suite.batch import level_name
+
+            level = f" | batch={level_name(self.batch_rows, self.filler_temperature)}"
+        return f"{self.decoder.name} | {self.prompt} | {self.sampling.label()} | k={self.num_draft_tokens}{level}"
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -62,6 +69,8 @@ class SampleSetPlan:
             "num_chunks": self.num_chunks,
             **({"stop_token_ids": list(self.decoder.stop_token_ids), "max_tokens": self.decoder.max_tokens}
                if self.decoder.has_stop_rule else {}),
+            **({"batch_rows": self.batch_rows, "filler_temperature": self.filler_temperature}
+               if self.batch_rows is not None else {}),
         }
 
     def stop_kwargs(self) -> dict[str, Any]:
@@ -84,6 +93,7 @@ def plan_sample_sets(suite: Suite, prompt_ids: dict[tuple[str, str], tuple[int, 
         Without it (or for a pair not in it) such entries keep 500.
     """
     from verifier.runner.chunking import default_chunk_size
+    from verifier.suite.batch import audited_rows, batch_levels, level_chunk_size
 
     plans = []
     for d in suite.decoders:
@@ -92,21 +102,30 @@ def plan_sample_sets(suite: Suite, prompt_ids: dict[tuple[str, str], tuple[int, 
             for sname in d.sampling:
                 sampling = suite.sampling[sname]
                 for k in d.num_draft_tokens:
-                    chunk = d.chunk_size
-                    if not d.chunk_size_set and vocab_sizes and d.models in vocab_sizes:
-                        chunk = default_chunk_size(vocab_sizes[d.models], k)
-                    key = "|".join([
-                        f"decoder={d.name}", f"impl={d.decoder}", f"options={json.dumps(d.options, sort_keys=True)}",
-                        f"models={d.models}", f"prompt={list(ids)}", f"sampling={json.dumps(sampling.to_dict(), sort_keys=True)}",
-                        f"k={k}", f"max_new_tokens={d.max_new_tokens}", f"chunk_size={chunk}",
-                    ] + ([f"stop_token_ids={list(d.stop_token_ids)}", f"max_tokens={d.max_tokens}"] if d.has_stop_rule else []))
-                    label = f"{d.name}_{prompt}_{sname}_k{k}"
-                    plans.append(SampleSetPlan(
-                        decoder=d, pair=d.models, prompt=prompt, prompt_ids=ids, sampling_name=sname,
-                        sampling=sampling, num_draft_tokens=k, max_new_tokens=d.max_new_tokens,
-                        samples=d.samples, chunk_size=chunk, key=key, set_id=set_id_for(key, label),
-                        suite_seed=suite.seed,
-                    ))
+                    levels = batch_levels(d.batch_composition, d.batch_mixed_temperature) or [(None, None)]
+                    for level, filler in levels:  # batch_composition: a sample set per level
+                        chunk = d.chunk_size
+                        if not d.chunk_size_set and vocab_sizes and d.models in vocab_sizes:
+                            chunk = default_chunk_size(vocab_sizes[d.models], k)
+                        samples = d.samples
+                        if level is not None:  # whole calls of `level` rows in every chunk (`per` of them kept)
+                            per = audited_rows(level, filler)
+                            chunk, samples = level_chunk_size(per, chunk), -(-d.samples // per) * per
+                        key = "|".join([
+                            f"decoder={d.name}", f"impl={d.decoder}", f"options={json.dumps(d.options, sort_keys=True)}",
+                            f"models={d.models}", f"prompt={list(ids)}", f"sampling={json.dumps(sampling.to_dict(), sort_keys=True)}",
+                            f"k={k}", f"max_new_tokens={d.max_new_tokens}", f"chunk_size={chunk}",
+                        ] + ([f"stop_token_ids={list(d.stop_token_ids)}", f"max_tokens={d.max_tokens}"] if d.has_stop_rule else [])
+                          + ([f"batch_rows={level}"] if level is not None else [])
+                          + ([f"filler_temperature={filler!r}"] if filler is not None else []))
+                        label = (f"{d.name}_{prompt}_{sname}_k{k}" + (f"_b{level}" if level is not None else "")
+                                 + (f"_mixed{filler:g}" if filler is not None else ""))
+                        plans.append(SampleSetPlan(
+                            decoder=d, pair=d.models, prompt=prompt, prompt_ids=ids, sampling_name=sname,
+                            sampling=sampling, num_draft_tokens=k, max_new_tokens=d.max_new_tokens,
+                            samples=samples, chunk_size=chunk, key=key, set_id=set_id_for(key, label),
+                            suite_seed=suite.seed, batch_rows=level, filler_temperature=filler,
+                        ))
     return plans
 
 

@@ -44,9 +44,9 @@ from verifier.errors import (
 )
 from verifier._resume import resume_command
 from verifier._tracebacks import crash_traceback
-from verifier.runner import acceptance, analysis, fingerprint, guards, speculation
+from verifier.runner import acceptance, analysis, batch, fingerprint, guards, speculation
 from verifier.runner.assemble import REPORT_SCHEMA_VERSION, build_report, environment
-from verifier._call_timeout import CallTimeout, call_deadline
+from verifier._call_timeout import CallTimeout
 from verifier.runner.cells import acceptance_cells, count_cells, draft_unknown, expected_preflight, set_cells
 from verifier.runner.clock import session_id, since_process_start
 from verifier.runner.context import SuiteContext
@@ -55,7 +55,7 @@ from verifier.runner.plan import SampleSetPlan, decoder_identity
 from verifier.runner.store import SampleStore, Shard
 from verifier.runner.verdict import DecoderVerdict, cell_level, decide, exit_code
 from verifier.suite.schema import Suite
-from verifier.validation import (REPLAY_NATS, check_decoder_stats, check_emitted_tokens, check_reported_logprobs,
+from verifier.validation import (REPLAY_NATS, check_decoder_stats, check_emitted_tokens,
                                  plugin_attribute, same_rows_nats)
 
 __all__ = ["REPORT_SCHEMA_VERSION", "RUN_FILE", "STOPPED_FILE", "RunOutcome", "new_run_dir", "load_run_suite", "utc_now",
@@ -236,16 +236,16 @@ def _sample(ctx: SuiteContext, store: SampleStore, progress: bool, log: Callable
                 seed = plan.chunk_seed(index)
                 try:
                     decoder = ctx.decoder(spec, plan.num_draft_tokens)
-                    try:
-                        stop_kw = plan.stop_kwargs()  # the request's stop rule, only where the suite sets one
-                        if "logprob" in spec.tests:  # the reported logprobs (verifier.runner.logprob)
-                            stop_kw["return_logprobs"] = True
-                        call = (f"{spec.name}: generate(prompt_ids={list(plan.prompt_ids)[:8]}, num_samples={rows}, "
-                                f"max_new_tokens={plan.max_new_tokens}, sampling={plan.sampling.label()}, seed={seed}"
-                                + "".join(f", {k}={v}" for k, v in stop_kw.items()) + ")")
-                        with call_deadline(call):  # --call-timeout (default: no limit)
-                            out = decoder.generate(list(plan.prompt_ids), rows, plan.max_new_tokens, plan.sampling, seed,
-                                                   **stop_kw)
+
+                    def check(out, n, pair=pair, plan=plan):
+                        return check_emitted_tokens(out, num_samples=n, max_new_tokens=plan.max_new_tokens,
+                                                    vocab_size=pair.vocab_size, eos_token_id=pair.eos_token_id,
+                                                    decoder_name=spec.name, stop_token_ids=spec.stop_token_ids,
+                                                    max_tokens=spec.max_tokens)
+                    try:  # one call of `rows` rows, or calls of a batch_composition level's rows (verifier.runner.batch)
+                        tokens, stats, call_meta, reported = batch.generate_chunk(
+                            decoder, plan, index, spec.name, check,
+                            return_logprobs="logprob" in spec.tests)  # the reported logprobs (verifier.runner.logprob)
                     except (DecoderError, ResourceError, KeyboardInterrupt):
                         raise
                     except CallTimeout as exc:
@@ -261,20 +261,7 @@ def _sample(ctx: SuiteContext, store: SampleStore, progress: bool, log: Callable
                                 f"{plan.chunk_size}; rows per generate call) or a machine with more memory; resume "
                                 f"with `{resume_command(store.run_dir)}`") from exc
                         raise DecoderError(f"{spec.name} raised {type(exc).__name__}: {exc}{_where(exc)}") from exc
-                    reported = None
-                    if stop_kw.get("return_logprobs"):
-                        if not (isinstance(out, tuple) and len(out) == 2):
-                            raise DecoderOutputError(f"{spec.name} returned {type(out).__name__} for return_logprobs=True; "
-                                                     "allowed: a (tokens, logprobs) pair")
-                        out, reported = out
-                    tokens = check_emitted_tokens(out, num_samples=rows, max_new_tokens=plan.max_new_tokens,
-                                                  vocab_size=pair.vocab_size, eos_token_id=pair.eos_token_id,
-                                                  decoder_name=spec.name, stop_token_ids=spec.stop_token_ids,
-                                                  max_tokens=spec.max_tokens)
                     _check_seed_used(seen_chunks, plan, index, seed, tokens, spec.name)
-                    if reported is not None:
-                        reported = check_reported_logprobs(reported, tokens, decoder_name=spec.name)
-                    stats = plugin_attribute(decoder, "last_stats", None, decoder_name=spec.name)
                     fra = plugin_attribute(stats, "first_round_accepted", None, decoder_name=f"{spec.name}.last_stats")
                     counts = plugin_attribute(stats, "accepted_counts", None, decoder_name=f"{spec.name}.last_stats")
                     fra, counts = check_decoder_stats(fra, counts, num_draft_tokens=plan.num_draft_tokens,
@@ -282,7 +269,7 @@ def _sample(ctx: SuiteContext, store: SampleStore, progress: bool, log: Callable
                     origins = plugin_attribute(stats, "origins", None, decoder_name=f"{spec.name}.last_stats")
                     meta = {"set_key": plan.key, "set_id": plan.set_id, "chunk": index, "seed": seed,
                             "num_samples": rows, "suite_seed": ctx.suite.seed,
-                            "decoder": decoder_identity(spec, decoder, plan.num_draft_tokens)}
+                            "decoder": decoder_identity(spec, decoder, plan.num_draft_tokens), **call_meta}
                     extra = plugin_attribute(stats, "extra", None, decoder_name=f"{spec.name}.last_stats")
                     if isinstance(extra, dict) and isinstance(extra.get("speculation"), dict):  # verifier.runner.speculation
                         meta["speculation"] = {**extra["speculation"], "session": session_id()}  # sent by this process

@@ -33,6 +33,8 @@ Schema (version 1)::
                      stop_token_ids = [] (the request's stop tokens beside EOS), max_tokens (the request's
                      length limit, <= max_new_tokens; default max_new_tokens): the stop rule passed to
                      generate; with either set, tests = ["stop"] (the other cells' laws end rows at EOS only)
+                     batch_composition = { rows = [1, 2, 4, 16], mixed_temperature = 0.5 } (rows per
+                     generate call, a sample set per level: verifier.suite.batch)
     [stats]          alpha = 1e-3, correction = "gate", target_mde = 0.1, power = 0.99, tv_test = "pearson"
     [profiles.NAME]  sample_scale = 1.0, alpha, correction, target_mde
 """
@@ -50,6 +52,7 @@ from typing import Any, Mapping
 
 from verifier.errors import ConfigError
 from verifier.sampling import SamplingConfig
+from verifier.suite.batch import parse_batch_composition
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -139,6 +142,8 @@ class DecoderSpec:
     stop_token_ids: tuple[int, ...] = ()  # the request's stop tokens beside EOS (generate's stop_token_ids)
     max_tokens: int | None = None  # the request's length limit (generate's max_tokens); None: max_new_tokens
     chunk_size_set: bool = True  # False: no chunk_size in the suite; the runner sizes chunks from V (verifier.runner.chunking)
+    batch_composition: tuple[int, ...] = ()  # rows-per-call levels, each a sample set (verifier.suite.batch)
+    batch_mixed_temperature: float | None = None  # filler rows' temperature of the mixed levels (verifier.suite.batch)
 
     @property
     def is_plugin(self) -> bool:
@@ -397,6 +402,7 @@ def _parse_decoder_grid(r: _Reader, base: Mapping[str, Any]) -> dict[str, Any]:
     g["acceptance"] = r.get("acceptance", str, base.get("acceptance", "any"), " | ".join(map(repr, ACCEPTANCE_RULES)))
     _check_choice(r, "acceptance", g["acceptance"], ACCEPTANCE_RULES)
     _parse_stop_rule(r, base, g)
+    g["batch_composition"], g["batch_mixed_temperature"] = parse_batch_composition(r, base)  # issue 29, bug kind 1
     for key in ("prompts", "sampling", "num_draft_tokens", "tests", "gof_positions", "stop_token_ids"):
         _no_duplicates(r, key, g[key])
     return g

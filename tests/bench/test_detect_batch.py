@@ -1,0 +1,44 @@
+"""``bench detect --batch`` (``verifier.bench.detect_batch``; issue 29, bug kind 1): rows to detect per batch level.
+
+At batch 1 and 2 ``corrupt_batch_gt2``'s rows have the target's law exactly (``verifier.exact.batch_level_law``), so
+no test detects it ("never"); at batch 16 on bigram4_eos its first token is TV 21/160 = 0.1313 and its first two
+tokens TV 0.1487 from the target's, and the Neyman-Pearson oracle needs 41 rows (median) / 159 rows (power 0.99) at
+alpha 0.01 (saddlepoint); the battery (gof@1 + joint@1..2 at alpha / 16) cannot need fewer rows than the oracle.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from verifier.bench.detect_batch import BATCH_MUTANTS, detect_batch_rows, render_batch_markdown
+from verifier.cli import main
+from verifier.errors import InvalidArgumentError
+
+
+def test_clean_levels_are_never_detectable():
+    rows = detect_batch_rows(cases=["bigram4_eos"], levels=[1, 2], seeds=3)
+    assert [(r.batch_rows, r.corrupted_share, r.tv_joint) for r in rows] == [(1, "0", 0.0), (2, "0", 0.0)]
+    assert all(math.isinf(r.oracle_n) and math.isinf(r.median) for r in rows)
+    assert "| corrupt_batch_gt2 | bigram4_eos | 2 | 0 | 0.0000 | 0.0000 | never |" in render_batch_markdown(rows)
+
+
+@pytest.mark.full  # ~35-60 s of chi-squares on a grid; test_clean_levels_are_never_detectable runs the module
+def test_batch_16_row_against_the_oracle():
+    (row,) = detect_batch_rows(cases=["bigram4_eos"], levels=[16], seeds=5)
+    assert (row.corrupted_share, round(row.tv_first, 4), round(row.tv_joint, 4)) == ("7/8", 0.1313, 0.1487)
+    assert (row.oracle_median, row.oracle_n) == (41, 159)
+    assert row.oracle_median <= row.median <= row.max_n
+
+
+def test_bad_arguments_are_clear_errors(capsys):
+    with pytest.raises(InvalidArgumentError, match="mutants"):
+        detect_batch_rows(["shared_stream"])
+    with pytest.raises(InvalidArgumentError, match="cases"):
+        detect_batch_rows(None, ["unigram3"])
+    with pytest.raises(InvalidArgumentError, match="levels"):
+        detect_batch_rows(levels=[0])
+    assert BATCH_MUTANTS == ("corrupt_batch_gt2",)
+    assert main(["bench", "detect", "--batch", "--stop"]) == 2
+    assert "--batch" in capsys.readouterr().err
