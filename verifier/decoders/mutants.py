@@ -165,7 +165,8 @@ def make_decoder(name: str, target, draft, num_draft_tokens: int = 4, **options)
         or of :data:`verifier.decoders.stream_mutants.STREAM_DECODER_REGISTRY` (``"shared_stream"``,
         ``"serial_stream"``: rows not independent) or of
         :data:`verifier.decoders.stop_mutants.STOP_DECODER_REGISTRY` (``"stop_mid_block"``, ``"max_tokens_overshoot"``:
-        the stop rule checked per round).
+        the stop rule checked per round) or of :data:`verifier.decoders.penalty_mutants.PENALTY_DECODER_REGISTRY`
+        (``"penalty_once_per_round"``, ...: penalties / min-p wrong on the verified positions).
     target, draft : causal LM
         As for :class:`~verifier.decoders.SpeculativeDecoder`.
     num_draft_tokens : int, default 4
@@ -184,15 +185,17 @@ def make_decoder(name: str, target, draft, num_draft_tokens: int = 4, **options)
     TypeError
         If ``options`` holds a keyword the decoder does not take.
     """
+    from verifier.decoders.penalty_mutants import PENALTY_DECODER_REGISTRY
     from verifier.decoders.stop_mutants import STOP_DECODER_REGISTRY
     from verifier.decoders.stream_mutants import STREAM_DECODER_REGISTRY
     from verifier.decoders.tree_mutants import TREE_DECODER_REGISTRY  # tree decoders, loaded when a name is looked up
 
     spec = (DECODER_REGISTRY.get(name) or TREE_DECODER_REGISTRY.get(name) or STREAM_DECODER_REGISTRY.get(name)
-            or STOP_DECODER_REGISTRY.get(name))
+            or STOP_DECODER_REGISTRY.get(name) or PENALTY_DECODER_REGISTRY.get(name))
     if spec is None:
         raise invalid_argument("name", name, f"one of {sorted(DECODER_REGISTRY) + sorted(TREE_DECODER_REGISTRY)}"
-                               f" or {sorted(STREAM_DECODER_REGISTRY) + sorted(STOP_DECODER_REGISTRY)}")
+                               f" or {sorted(STREAM_DECODER_REGISTRY) + sorted(STOP_DECODER_REGISTRY)}"
+                               f" or {sorted(PENALTY_DECODER_REGISTRY)}")
     decoder = spec.factory(target, draft, num_draft_tokens, **options)
     decoder.name = name
     return decoder
