@@ -8,7 +8,8 @@ every standard pair, with a prompt of repeated tokens: presence / frequency coun
 Full (the same modules in the quick tests here and tests/decoders/test_penalty_mutants.py): the suite -- trigram3,
 prompt (0, 1, 0, 1), PENALTY_SAMPLING, k = 2, rows of k + 2 = 4 tokens, 1,000 rows per set (seed 29), gof@1..4,
 joint@1..4, pit, accepted, family-wise alpha 1e-3 (gate) -- passes the reference and detects each mutant of the
-penalty zoo (exact TVs 0.26 / 0.41 / 0.27 on the 4-token law; the joint cell's MDE at n = 1,000 is below 0.2).
+penalty zoo (exact TVs 0.26 / 0.41 / 0.27 on the 4-token law; the joint cell's MDE at n = 1,000 is below 0.2), and the
+diagnosis names each one (``verifier.diagnose.penalty``).
 """
 
 from __future__ import annotations
@@ -82,3 +83,7 @@ def test_penalty_suite_passes_the_reference_and_detects_the_zoo(tmp_path):
     assert {"gof@3", "gof@4", "joint@1..4"} <= tests  # the late positions (>= k + 2) are cells
     joint = [c for c in report["cells"] if c["decoder"] == "reference" and c["test"] == "joint@1..4"][0]
     assert joint["verdict"] == "PASS" and joint["mde"] < 0.2
+    diagnosis = {d["decoder"]: d for d in report["diagnosis"]["decoders"]}
+    for name in ("penalty_once_per_round", "penalty_ignored_in_verification", "min_p_skipped_on_verified"):
+        assert diagnosis[name]["status"] == "penalty mechanism" and diagnosis[name]["penalty"]["named"] == name
+        assert diagnosis[name]["sentence"].startswith(f"consistent with {name}")
