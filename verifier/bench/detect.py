@@ -309,6 +309,11 @@ def register(parser: argparse.ArgumentParser) -> None:
                         help="Measure the stop-rule zoo instead (stop_mid_block, max_tokens_overshoot: the stop-rule "
                              "cell; deterministic_acceptance: the stop-position cell; verifier.bench.detect_stop); "
                              "--rule / --case then name those mutants / bigram4_eos, trigram3.")
+    parser.add_argument("--penalties", action="store_true",
+                        help="Measure the penalty zoo instead (penalty_once_per_round, penalty_ignored_in_verification, "
+                             "min_p_skipped_on_verified on their exact laws with penalties and min-p; "
+                             "verifier.bench.detect_penalty); --rule / --case then name those mutants / unigram3, "
+                             "bigram4_eos, trigram3.")
     parser.add_argument("--format", choices=("markdown", "json"), default="markdown", help="Output format. Default: markdown.")
     parser.add_argument("--out", metavar="PATH", help="Also write the output to PATH.")
 
@@ -320,7 +325,17 @@ def run(args: argparse.Namespace) -> int:
         from verifier.errors import invalid_argument
 
         raise invalid_argument("--stop", True, "not together with --streams (one zoo per run)")
-    if getattr(args, "stop", False):
+    if getattr(args, "penalties", False) and (getattr(args, "streams", False) or getattr(args, "stop", False)):
+        from verifier.errors import invalid_argument
+
+        raise invalid_argument("--penalties", True, "not together with --streams or --stop (one zoo per run)")
+    if getattr(args, "penalties", False):
+        from verifier.bench.detect_penalty import detect_penalty_rows
+
+        rows = detect_penalty_rows(args.rules, args.cases, seeds=args.seeds, alpha=args.alpha, max_factor=args.max_factor,
+                                   progress=progress)
+        render = render_markdown
+    elif getattr(args, "stop", False):
         from verifier.bench.detect_stop import detect_stop_rows, render_stop_markdown
 
         rows = detect_stop_rows(args.rules, args.cases, seeds=args.seeds, alpha=args.alpha, progress=progress)
