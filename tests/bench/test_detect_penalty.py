@@ -12,8 +12,8 @@ from __future__ import annotations
 import pytest
 
 from verifier.bench._oracle import np_oracle_samples
-from verifier.bench.detect import render_markdown
-from verifier.bench.detect_penalty import PENALTY_MUTANTS, SETTINGS, detect_penalty_rows
+from verifier.bench.detect import detect_penalty_rows, render_markdown
+from verifier.bench.detect_penalty import PENALTY_MUTANTS, SETTINGS
 from verifier.cli import main
 from verifier.decoders.penalty_mutants import PENALTY_DECODER_REGISTRY
 from verifier.errors import InvalidArgumentError

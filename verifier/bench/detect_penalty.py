@@ -3,7 +3,7 @@
 The three mutants of :mod:`verifier.decoders.penalty_mutants` (``penalty_once_per_round``,
 ``penalty_ignored_in_verification``, ``min_p_skipped_on_verified``) have exact laws of their first N emitted tokens
 (:func:`verifier.exact.penalties.penalty_n_token_law`), so they are measured as ``bench detect`` measures the rule zoo
-(:func:`verifier.bench.detect._measure`): rows of N = k + 2 tokens drawn iid from the mutant's exact law, fed to the
+(``verifier.bench.detect.detect_penalty_rows`` runs ``detect._measure`` on :func:`penalty_cases`): rows of N = k + 2 tokens drawn iid from the mutant's exact law, fed to the
 ``default`` battery (gof@1,2 + joint@1..2 + surprisal@1..2 + pit) and the ``window`` battery (every position of the
 window, as ``tests/runner/suites/penalties.toml``), fixed-n and sequential, against the Neyman--Pearson oracle on the
 two N-token laws.  The PIT reads the target's processed law after each prefix (penalties counted over it).
@@ -16,13 +16,14 @@ whose exact law equals the target's is skipped.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Sequence
 
 from verifier.bench._battery import TupleLaw
-from verifier.bench._common import check_detect_args, names_from
+from verifier.bench._common import names_from
 from verifier.sampling import SamplingConfig
 
-__all__ = ["PENALTY_MUTANTS", "SETTINGS", "K", "N", "detect_penalty_rows"]
+__all__ = ["PENALTY_MUTANTS", "SETTINGS", "K", "N", "PenaltyCase", "penalty_cases"]
 
 PENALTY_MUTANTS = ("penalty_once_per_round", "penalty_ignored_in_verification", "min_p_skipped_on_verified")
 SETTINGS = {
@@ -32,10 +33,19 @@ SETTINGS = {
 K, N = 2, 4  # rounds of two drafts; N = k + 2 tokens reach the second round
 
 
-def detect_penalty_rows(mutants: Sequence[str] | None = None, cases: Sequence[str] | None = None, *, seeds: int = 100,
-                        alpha: float = 0.01, power: float = 0.99, max_factor: float = 5.0, seed: int = 0,
-                        progress=None) -> list:
-    """Samples to detect each penalty mutant on each (pair, setting) case (module docstring).
+@dataclass
+class PenaltyCase:
+    """One (pair, setting): the target's exact N-token law, the mutants' laws that differ from it, the PIT's law."""
+
+    label: str  # "PAIR/SETTING"
+    target_law: dict
+    laws: dict  # mutant -> exact law
+    tuple_law: TupleLaw
+
+
+def penalty_cases(mutants: Sequence[str] | None = None, cases: Sequence[str] | None = None) -> list[PenaltyCase]:
+    """The cases ``specverify bench detect --penalties`` measures (module docstring); a (mutant, case) whose exact law
+    equals the target's is left out, a case with no mutant left is skipped.
 
     Parameters
     ----------
@@ -43,28 +53,23 @@ def detect_penalty_rows(mutants: Sequence[str] | None = None, cases: Sequence[st
         Names from :data:`PENALTY_MUTANTS`; default all three.
     cases : sequence of str, optional
         Pairs from :data:`verifier.exact.penalties.PENALTY_PROMPTS` (each under both settings); default all three.
-    seeds, alpha, power, max_factor, seed, progress
-        As :func:`verifier.bench.detect.detect_rows`.
 
     Returns
     -------
-    list[verifier.bench.detect.DetectRow]
-        ``case`` = ``"PAIR/SETTING"``; render with :func:`verifier.bench.detect.render_markdown`.
+    list[PenaltyCase]
 
     Raises
     ------
     InvalidArgumentError
-        Unknown mutant or case, seeds < 1, alpha / power outside (0, 1), max_factor < 1.
+        Unknown mutant or case.
     """
-    from verifier.bench.detect import _measure, batteries
     from verifier.exact import standard_tabular_pairs
     from verifier.exact.penalties import PENALTY_PROMPTS, HistoryProcessedLM, penalty_n_token_law, penalty_target_law
 
     names = names_from("mutants", mutants, PENALTY_MUTANTS)
     pairs = names_from("cases", cases, PENALTY_PROMPTS)
-    check_detect_args(seeds=seeds, alpha=alpha, power=power, max_factor=max_factor)
-    rows = []
-    for ci, (pname, sname) in enumerate((p, s) for p in pairs for s in SETTINGS):
+    out = []
+    for pname, sname in ((p, s) for p in pairs for s in SETTINGS):
         pair, prompt, sampling = standard_tabular_pairs()[pname], PENALTY_PROMPTS[pname], SETTINGS[sname]
         tlaw = penalty_target_law(pair.target, prompt, sampling, N)
         laws = {m: law for m in names
@@ -74,8 +79,5 @@ def detect_penalty_rows(mutants: Sequence[str] | None = None, cases: Sequence[st
         view = HistoryProcessedLM(pair.target, sampling, len(prompt))
         tl = TupleLaw(tlaw, lambda pre, v=view, pr=prompt: v.probs(pr + tuple(pre)), pair.target.vocab_size,
                       list(laws.values()))
-        for mi, (m, law) in enumerate(laws.items()):
-            rows += _measure(tl, tlaw, law, batteries(N, alpha), rule=m, declared="biased", case=f"{pname}/{sname}",
-                             num_draft_tokens=K, num_tokens=N, seeds=seeds, alpha=alpha, power=power,
-                             max_factor=max_factor, seed=seed + 80_000 + 100 * ci + mi, progress=progress)
-    return rows
+        out.append(PenaltyCase(f"{pname}/{sname}", tlaw, laws, tl))
+    return out
