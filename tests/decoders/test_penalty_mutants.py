@@ -73,3 +73,21 @@ def test_mutant_without_its_processor_is_the_reference(models, name):
     plain = SamplingConfig(temperature=0.8, top_k=2)
     ref = SpeculativeDecoder(target, draft, K).generate(list(PROMPT), 300, 6, plain, 5)
     assert np.array_equal(make_decoder(name, target, draft, K).generate(list(PROMPT), 300, 6, plain, 5), ref)
+
+
+@pytest.mark.parametrize("tree, seed", [("2;2,2", 31), ("1;1", 32)])
+def test_tree_decoder_samples_the_penalised_target(models, target_law, tree, seed):
+    # each node's context codes follow its own path (siblings must not see each other's tokens)
+    from verifier.decoders.tree_decoder import TreeDecoder
+
+    _, target, draft = models
+    rows = TreeDecoder(target, draft, tree=tree).generate(list(PROMPT), ROWS, N, PENALTY_SAMPLING, seed)
+    stat, p = chisquare_vs_law(rows, target_law)
+    assert p > ALPHA, (tree, stat, p)
+
+
+def test_float32_precision_takes_the_float64_path_with_the_new_processors(models):
+    _, target, draft = models
+    f32 = AncestralDecoder(target, precision="float32").generate(list(PROMPT), 200, N, PENALTY_SAMPLING, 3)
+    assert np.array_equal(f32, AncestralDecoder(target, precision="float64").generate(list(PROMPT), 200, N,
+                                                                                       PENALTY_SAMPLING, 3))
