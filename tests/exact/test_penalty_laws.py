@@ -58,3 +58,14 @@ def test_bad_arguments_name_themselves():
         penalty_target_law(pair.target, (), {"min_p": 0.1}, N)
     with pytest.raises(InvalidArgumentError, match="num_draft_tokens=0"):
         penalty_n_token_law(pair.target, pair.draft, (), PENALTY_SAMPLING, 0, N)
+
+
+def test_processed_tabular_refuses_history_dependent_penalties():
+    from verifier.models import processed_tabular
+
+    pair = standard_tabular_pairs()["unigram3"]
+    for key in ("presence_penalty", "frequency_penalty"):
+        with pytest.raises(InvalidArgumentError, match=f"sampling.{key}=0.5"):
+            processed_tabular(pair.target, SamplingConfig(**{key: 0.5}))
+    row = processed_tabular(pair.target, SamplingConfig(min_p=0.5)).probs(())  # min-p is row-wise: 1/6 < 1/4 dropped
+    assert row[2] == 0 and sum(row) == 1

@@ -87,3 +87,24 @@ def test_penalty_suite_passes_the_reference_and_detects_the_zoo(tmp_path):
     for name in ("penalty_once_per_round", "penalty_ignored_in_verification", "min_p_skipped_on_verified"):
         assert diagnosis[name]["status"] == "penalty mechanism" and diagnosis[name]["penalty"]["named"] == name
         assert diagnosis[name]["sentence"].startswith(f"consistent with {name}")
+
+
+def test_fast_pit_scorer_leaves_the_new_processors_to_the_float64_path():
+    # the float32 PIT scorer implements temperature only; a torch target with a presence/frequency penalty or min-p
+    # must be scored by ReferenceModel.teacher_forced (the float64 path above)
+    import torch
+
+    from verifier.runner import pitscore
+    from verifier.sampling import SamplingConfig
+
+    ref = ReferenceModel(torch.nn.Linear(2, 2), 2, None)
+    assert pitscore.fast_pit_applies(ref, SamplingConfig(temperature=0.7))
+    for kwargs in ({"presence_penalty": 0.5}, {"frequency_penalty": 0.5}, {"min_p": 0.1}):
+        assert not pitscore.fast_pit_applies(ref, SamplingConfig(temperature=0.7, **kwargs)), kwargs
+
+
+def test_audit_suites_keep_the_new_processors():
+    from verifier.audit.suite_builder import _sampling_dict
+
+    assert _sampling_dict(PENALTY_SAMPLING) == {"temperature": 1.0, "repetition_penalty": 1.5, "presence_penalty": 0.5,
+                                                "frequency_penalty": 0.5, "min_p": 0.3}
