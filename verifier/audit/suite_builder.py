@@ -208,6 +208,9 @@ def _sampling_dict(s: SamplingConfig) -> dict[str, Any]:
         out["top_p"] = float(s.top_p)
     if s.repetition_penalty is not None:
         out["repetition_penalty"] = float(s.repetition_penalty)
+    for key in ("presence_penalty", "frequency_penalty", "min_p"):  # issue 29 kind 3: never dropped from the suite
+        if getattr(s, key) is not None:
+            out[key] = float(getattr(s, key))
     return out
 
 

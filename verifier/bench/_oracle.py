@@ -200,6 +200,9 @@ def _saddlepoint_power(pair: _Pair, n: int, level: float) -> float:
     if top0 >= level or _lr_tail(pair, n, hi - 1e-12, 0.0) >= level:
         # n so small that the single most extreme count vector already has null prob >= level:
         # the test randomises on it alone (exact, whatever the method)
+        if top0 == 0.0:  # n log p0 underflowed (the saddlepoint tail said >= level): the same ratio in logs, not 0 / 0
+            top = np.argmax(pair.s)
+            return min(1.0, math.exp(min(0.0, n * (math.log(pair.p1[top]) - math.log(pair.p0[top])) + math.log(level))))
         return min(1.0, math.exp(n * math.log(pair.p1[np.argmax(pair.s)])) * level / top0)
     def excess(c: float) -> float:
         return min(max(_lr_tail(pair, n, c, 0.0), 0.0), 1.0) - level

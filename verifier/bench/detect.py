@@ -45,7 +45,8 @@ from verifier.bench._common import check_detect_args, fmt_n, fmt_ratio, md_table
 from verifier.bench._oracle import np_oracle_samples
 from verifier.runner.verdict import cell_level
 
-__all__ = ["HELP", "DetectRow", "GOAL_RATIO", "detect_rows", "detect_decoder_rows", "register", "run", "render_markdown"]
+__all__ = ["HELP", "DetectRow", "GOAL_RATIO", "detect_rows", "detect_decoder_rows", "detect_penalty_rows", "register", "run",
+           "render_markdown"]
 
 HELP = "Samples to detect each mutant rule (median/p90 over seeds) vs the Neyman-Pearson oracle n."
 GOAL_RATIO = 1.5  # issue 7: median samples to detect <= 1.5 x the oracle n, for every mutant
@@ -236,6 +237,27 @@ def detect_decoder_rows(suite_path: str = "suites/ci.toml", *, seeds: int = DEFA
     return rows, skipped
 
 
+def detect_penalty_rows(mutants: Sequence[str] | None = None, cases: Sequence[str] | None = None, *,
+                        seeds: int = DEFAULT_SEEDS, alpha: float = DEFAULT_ALPHA, power: float = DEFAULT_POWER,
+                        max_factor: float = DEFAULT_MAX_FACTOR, seed: int = 0, progress=None) -> list[DetectRow]:
+    """``bench detect --penalties``: the penalty zoo's cases (:func:`verifier.bench.detect_penalty.penalty_cases`,
+    k = 2, N = 4, strong / mild settings) through both batteries, as :func:`detect_rows` measures the rule zoo.
+
+    Parameters and errors as :func:`detect_rows`; ``mutants`` / ``cases`` name the penalty zoo's mutants and the
+    standard pairs.  Rows have ``case = "PAIR/SETTING"``, ``declared = "biased"``.
+    """
+    from verifier.bench.detect_penalty import K, N, penalty_cases
+
+    check_detect_args(seeds=seeds, alpha=alpha, power=power, max_factor=max_factor)
+    rows: list[DetectRow] = []
+    for ci, case in enumerate(penalty_cases(mutants, cases)):
+        for mi, (m, law) in enumerate(case.laws.items()):
+            rows += _measure(case.tuple_law, case.target_law, law, batteries(N, alpha), rule=m, declared="biased",
+                             case=case.label, num_draft_tokens=K, num_tokens=N, seeds=seeds, alpha=alpha, power=power,
+                             max_factor=max_factor, seed=seed + 80_000 + 100 * ci + mi, progress=progress)
+    return rows
+
+
 def per_mutant_summary(rows: Sequence[DetectRow], battery: str) -> list[dict[str, Any]]:
     """Per rule: the worst case (largest fixed-n median / oracle) and the best case, for one battery."""
     by_rule: dict[str, list[DetectRow]] = {}
@@ -325,11 +347,16 @@ def register(parser: argparse.ArgumentParser) -> None:
                         help="Measure the batch-shape zoo instead (corrupt_batch_gt2 per rows-per-call level 1, 2, 4, "
                              "16: gof@1 + joint@1..2 vs the Neyman-Pearson oracle; verifier.bench.detect_batch); "
                              "--rule / --case then name those mutants / bigram4_eos, trigram3.")
+    parser.add_argument("--penalties", action="store_true",
+                        help="Measure the penalty zoo instead (penalty_once_per_round, penalty_ignored_in_verification, "
+                             "min_p_skipped_on_verified on their exact laws with penalties and min-p; "
+                             "verifier.bench.detect_penalty); --rule / --case then name those mutants / unigram3, "
+                             "bigram4_eos, trigram3.")
     parser.add_argument("--format", choices=("markdown", "json"), default="markdown", help="Output format. Default: markdown.")
     parser.add_argument("--out", metavar="PATH", help="Also write the output to PATH.")
 
 
-ZOO_FLAGS = ("streams", "stop", "logprob", "vocab", "recurrent", "batch")  # bench detect's other zoos: at most one per run
+ZOO_FLAGS = ("streams", "stop", "logprob", "vocab", "recurrent", "batch", "penalties")  # bench detect's other zoos: at most one per run
 
 
 def run(args: argparse.Namespace) -> int:
@@ -363,6 +390,10 @@ def run(args: argparse.Namespace) -> int:
 
         rows = detect_batch_rows(args.rules, args.cases, seeds=args.seeds, alpha=args.alpha, progress=progress)
         render = render_batch_markdown
+    elif getattr(args, "penalties", False):
+        rows = detect_penalty_rows(args.rules, args.cases, seeds=args.seeds, alpha=args.alpha, max_factor=args.max_factor,
+                                   progress=progress)
+        render = render_markdown
     elif getattr(args, "stop", False):
         from verifier.bench.detect_stop import detect_stop_rows, render_stop_markdown
 

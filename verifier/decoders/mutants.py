@@ -172,7 +172,9 @@ def make_decoder(name: str, target, draft, num_draft_tokens: int = 4, **options)
         :data:`verifier.decoders.recurrent_mutants.RECURRENT_DECODER_REGISTRY` (``"recurrent_reference"``,
         ``"state_not_rolled_back"``, ``"state_checkpoint_stale"``: a recurrent target; option ``skip_prob``) or of
         :data:`verifier.decoders.batch_mutants.BATCH_DECODER_REGISTRY` (``"corrupt_batch_gt2"``: wrong only in calls of
-        more than 2 rows).
+        more than 2 rows) or of
+        :data:`verifier.decoders.penalty_mutants.PENALTY_DECODER_REGISTRY` (``"penalty_once_per_round"``, ...:
+        penalties / min-p wrong on the verified positions).
     target, draft : causal LM
         As for :class:`~verifier.decoders.SpeculativeDecoder`.
     num_draft_tokens : int, default 4
@@ -194,6 +196,7 @@ def make_decoder(name: str, target, draft, num_draft_tokens: int = 4, **options)
     from verifier.decoders.logprob_mutants import LOGPROB_DECODER_REGISTRY
     from verifier.decoders.recurrent_mutants import RECURRENT_DECODER_REGISTRY
     from verifier.decoders.batch_mutants import BATCH_DECODER_REGISTRY
+    from verifier.decoders.penalty_mutants import PENALTY_DECODER_REGISTRY
     from verifier.decoders.stop_mutants import STOP_DECODER_REGISTRY
     from verifier.decoders.stream_mutants import STREAM_DECODER_REGISTRY
     from verifier.decoders.tree_mutants import TREE_DECODER_REGISTRY  # tree decoders, loaded when a name is looked up
@@ -201,12 +204,13 @@ def make_decoder(name: str, target, draft, num_draft_tokens: int = 4, **options)
 
     spec = (DECODER_REGISTRY.get(name) or TREE_DECODER_REGISTRY.get(name) or STREAM_DECODER_REGISTRY.get(name)
             or STOP_DECODER_REGISTRY.get(name) or LOGPROB_DECODER_REGISTRY.get(name) or VOCAB_DECODER_REGISTRY.get(name)
-            or RECURRENT_DECODER_REGISTRY.get(name) or BATCH_DECODER_REGISTRY.get(name))
+            or RECURRENT_DECODER_REGISTRY.get(name) or BATCH_DECODER_REGISTRY.get(name) or PENALTY_DECODER_REGISTRY.get(name))
     if spec is None:
         raise invalid_argument("name", name, f"one of {sorted(DECODER_REGISTRY) + sorted(TREE_DECODER_REGISTRY)}"
                                f" or {sorted(STREAM_DECODER_REGISTRY) + sorted(STOP_DECODER_REGISTRY)}"
                                f" or {sorted(LOGPROB_DECODER_REGISTRY) + sorted(VOCAB_DECODER_REGISTRY)}"
-                               f" or {sorted(RECURRENT_DECODER_REGISTRY) + sorted(BATCH_DECODER_REGISTRY)}")
+                               f" or {sorted(RECURRENT_DECODER_REGISTRY) + sorted(BATCH_DECODER_REGISTRY)}"
+                               f" or {sorted(PENALTY_DECODER_REGISTRY)}")
     decoder = spec.factory(target, draft, num_draft_tokens, **options)
     decoder.name = name
     return decoder

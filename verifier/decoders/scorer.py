@@ -17,7 +17,7 @@ import torch
 from verifier.decoders._runner import CacheRunner, check_prompt, model_device, model_vocab_size
 from verifier.errors import invalid_argument
 from verifier.protocols import PADDING_TOKEN_ID
-from verifier.sampling import SamplingConfig, processed_probs
+from verifier.sampling import GENERATED_STEP, SamplingConfig, context_codes, processed_probs
 
 __all__ = ["TargetScorer", "ScoredBatch"]
 
@@ -114,7 +114,13 @@ class TargetScorer:
                             chunk[:, :-1].clamp(min=0)], dim=1)
         logits = runner.append(inputs)
         seen = None
-        if sampling.repetition_penalty is not None:
+        if sampling.counts_generated:  # context codes: prompt bit + 2 x times generated before the position
+            vocab = logits.shape[-1]
+            seen = context_codes(prompt, batch, vocab, self.device)[:, None].repeat(1, length, 1)
+            if length > 1:
+                one_hot = torch.nn.functional.one_hot(chunk[:, :-1].clamp(min=0), vocab).to(torch.int32) * valid[:, :-1, None]
+                seen[:, 1:] += GENERATED_STEP * torch.cumsum(one_hot, dim=1, dtype=torch.int32)
+        elif sampling.repetition_penalty is not None:
             vocab = logits.shape[-1]
             seen = torch.zeros(batch, length, vocab, dtype=torch.bool, device=self.device)
             seen[:, :, torch.as_tensor(prompt, device=self.device)] = True

@@ -27,7 +27,7 @@ from verifier.decoders._runner import (COMPACT_HOLE_FRACTION, CacheRunner, check
 from verifier.decoders.kernels import sample_from_probs, verify_chain
 from verifier.errors import ModelLoadError, invalid_argument
 from verifier.protocols import PADDING_TOKEN_ID, DecoderStats
-from verifier.sampling import SamplingConfig, processed_probs
+from verifier.sampling import SamplingConfig, add_generated, context_codes, processed_probs
 from verifier.validation import check_stop_rule
 
 __all__ = ["AncestralDecoder", "SpeculativeDecoder", "MAX_NUM_DRAFT_TOKENS", "row_logit_scale"]
@@ -100,11 +100,14 @@ def _scaled(logits: torch.Tensor, scale: torch.Tensor | None) -> torch.Tensor:
     return logits * scale.view(-1, *([1] * (logits.ndim - 1))).to(logits.dtype)
 
 
-def _one_hot_seen(token_ids: Sequence[int], batch: int, vocab: int, device) -> torch.Tensor:
-    seen = torch.zeros(batch, vocab, dtype=torch.bool, device=device)
-    if len(token_ids):
-        seen[:, torch.as_tensor(list(token_ids), device=device)] = True
-    return seen
+
+
+def _work_path(settings: dict, sampling: SamplingConfig):
+    """The per-step path over V: :mod:`_fast32` at float32 precision, :mod:`_fused` (float64) otherwise and whenever
+    a presence / frequency penalty or min-p is set (the float32 path implements neither; float64 is exact there)."""
+    if settings["precision"] == "float32" and not sampling.counts_generated and not sampling.min_p:
+        return _fast32
+    return _fused
 
 
 def _right_aligned(emitted: torch.Tensor, start: torch.Tensor, stop: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -271,18 +274,18 @@ class AncestralDecoder:
         live = torch.ones(num_samples, dtype=torch.bool, device=self.device)
         pending = torch.full((num_samples,), prompt[-1], dtype=torch.int64, device=self.device)
         out = self._output(num_samples, max_new_tokens, stops, limit)
-        use_seen = sampling.repetition_penalty is not None
-        seen = _one_hot_seen(prompt, num_samples, self.vocab_size, self.device) if use_seen else None
+        use_seen = sampling.uses_context
+        seen = context_codes(prompt, num_samples, self.vocab_size, self.device, sampling=sampling)  # None without penalties
         steps = 0
         while rows.numel():
             logits = _scaled(runner.append(pending[:, None])[:, -1], scale)
             uniforms = self._uniforms(rows, gen)
-            path = _fast32 if self.settings["precision"] == "float32" else _fused
+            path = _work_path(self.settings, sampling)
             token = path.propose(logits, sampling, seen, uniforms)[0]  # _fused: = sample_from_probs(processed_probs(...)), in row blocks
             steps += int(live.sum())
             live = live & ~out.write(rows, token[:, None], live.to(torch.int64))
             if use_seen:
-                seen[torch.arange(rows.numel(), device=self.device), token] = True
+                add_generated(seen, torch.arange(rows.numel(), device=self.device), token)
             keep = _rows_to_keep(live)
             if keep is not None:
                 runner.select_rows(keep)
@@ -384,11 +387,11 @@ class SpeculativeDecoder:
         """One round for every active row; returns emitted (active, k + 1), -1 padded."""
         k, dev = self.num_draft_tokens, self.device
         batch = st["target_pending"].shape[0]
-        seen = st["seen"]  # (B, V) tokens in context, only with a repetition penalty
+        seen = st["seen"]  # (B, V) context (bool mask or codes, verifier.sampling.context_codes), only with a penalty
         ctx = [seen]  # ctx[j]: context mask after d_1..d_j
         # 1. draft: feed the emitted tokens it has not seen yet, then propose d_1..d_k ~ q
         fused = self._fused()
-        path = _fast32 if self.settings["precision"] == "float32" else _fused
+        path = _work_path(self.settings, sampling)
         logits = _scaled(st["draft"].append(st["draft_pending"], st["draft_pending_visible"])[:, -1], st.get("scale"))
         drafts, qs, draft_logits = [], [], []
         for j in range(k):
@@ -401,7 +404,7 @@ class SpeculativeDecoder:
             drafts.append(token)
             qs.append(q)
             if seen is not None:
-                ctx.append(ctx[j].clone().index_put_((torch.arange(batch, device=dev), token), torch.tensor(True, device=dev)))
+                ctx.append(add_generated(ctx[j].clone(), torch.arange(batch, device=dev), token))
             if j < k - 1:
                 logits = _scaled(st["draft"].append(token[:, None])[:, -1], st.get("scale"))
         draft_ids = torch.stack(drafts, dim=1)  # (B, k)
@@ -528,9 +531,8 @@ class SpeculativeDecoder:
         last = torch.full((num_samples,), prompt[-1], dtype=torch.int64, device=dev)
         st["target_pending"] = st["draft_pending"] = last[:, None]
         st["target_pending_visible"] = st["draft_pending_visible"] = torch.ones_like(last[:, None], dtype=torch.bool)
-        st["seen"], st["scale"] = None, scale
-        if sampling.repetition_penalty is not None:
-            st["seen"] = _one_hot_seen(prompt, num_samples, self.vocab_size, dev)
+        st["seen"] = context_codes(prompt, num_samples, self.vocab_size, dev, sampling=sampling)  # None without penalties
+        st["scale"] = scale
         rows = torch.arange(num_samples, device=dev)  # original index of each batch row
         st["rows"] = rows  # a row's slot in the call, for hooks that depend on it (verifier.decoders.batch_mutants)
         live = torch.ones(num_samples, dtype=torch.bool, device=dev)  # finished rows idle until dropped
@@ -555,7 +557,7 @@ class SpeculativeDecoder:
             if st["seen"] is not None:
                 valid = emitted != PADDING_TOKEN_ID
                 r = torch.arange(rows.numel(), device=dev)[:, None].expand_as(emitted)[valid]
-                st["seen"][r, emitted[valid]] = True
+                add_generated(st["seen"], r, emitted[valid])
             live = live & ~out.write(rows, emitted, torch.where(live, num_emitted, 0), st.get("origins"),
                                      st.get("round_logprobs"))
             keep = _rows_to_keep(live)

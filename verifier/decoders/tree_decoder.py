@@ -37,14 +37,14 @@ import torch
 
 from verifier.decoders._runner import COMPACT_HOLE_FRACTION, CacheRunner, _use_buffered_layers, output_cache
 from verifier.decoders.kernels import sample_from_probs
-from verifier.decoders.speculative import _FROM_CONFIG, bind_model_pair, MAX_NUM_DRAFT_TOKENS, _generate_iv, _one_hot_seen, _Output, _right_aligned, \
+from verifier.decoders.speculative import _FROM_CONFIG, bind_model_pair, MAX_NUM_DRAFT_TOKENS, _generate_iv, _Output, _right_aligned, \
     _rows_to_keep
 from verifier.decoders.tree_kernels import TREE_KERNELS
 from verifier.errors import DecoderOutputError, invalid_argument
 from verifier.exact.tree_rules import PROPOSALS, get_tree_rule
 from verifier.exact.tree_shape import bfs_nodes, parse_tree, tree_depth, tree_label
 from verifier.protocols import PADDING_TOKEN_ID, DecoderStats
-from verifier.sampling import SamplingConfig, processed_probs
+from verifier.sampling import SamplingConfig, add_generated, context_codes, processed_probs
 from verifier.validation import check_stop_rule
 
 __all__ = ["TreeDecoder", "TreeCacheRunner", "tree_attention_mask"]
@@ -262,7 +262,7 @@ class TreeDecoder:
         rows = torch.arange(batch, device=dev)
         tokens = torch.zeros(batch, n, dtype=torch.int64, device=dev)  # node tokens; column 0 = the root
         tokens[:, 0] = st["target_pending"][:, -1]
-        seen = None  # (batch, nodes, vocab) context of each node, only with a repetition penalty
+        seen = None  # (batch, nodes, vocab) context of each node, only with a penalty
         if st["seen"] is not None:
             seen = st["seen"][:, None].repeat(1, n, 1)
         q = torch.full((batch, n, vocab), 1.0 / vocab, dtype=torch.float64, device=dev)  # deepest rows: unused placeholders
@@ -280,7 +280,7 @@ class TreeDecoder:
                     if seen is not None:
                         for c in kids:
                             seen[:, c] = seen[:, i]
-                            seen[rows, c, tokens[:, c]] = True
+                            add_generated(seen[:, c], rows, tokens[:, c])
             if level + 1 < d:  # score the next level: it attends to the context and its ancestors only
                 nxt = self._levels[level + 1]
                 lo, hi = nxt[0], nxt[-1] + 1
@@ -373,7 +373,7 @@ class TreeDecoder:
         last = torch.full((num_samples, 1), prompt[-1], dtype=torch.int64, device=dev)
         st["target_pending"] = st["draft_pending"] = last
         st["target_pending_visible"] = st["draft_pending_visible"] = torch.ones_like(last, dtype=torch.bool)
-        st["seen"] = _one_hot_seen(prompt, num_samples, self.vocab_size, dev) if sampling.repetition_penalty is not None else None
+        st["seen"] = context_codes(prompt, num_samples, self.vocab_size, dev, sampling=sampling)  # None without penalties
         rows = torch.arange(num_samples, device=dev)
         live = torch.ones(num_samples, dtype=torch.bool, device=dev)
         out = _Output(num_samples, max_new_tokens, self.eos_token_id, dev, stops, limit)
@@ -397,7 +397,7 @@ class TreeDecoder:
             if st["seen"] is not None:
                 valid = emitted != PADDING_TOKEN_ID
                 r = torch.arange(rows.numel(), device=dev)[:, None].expand_as(emitted)[valid]
-                st["seen"][r, emitted[valid]] = True
+                add_generated(st["seen"], r, emitted[valid])
             live = live & ~out.write(rows, emitted, torch.where(live, num_emitted, 0))
             keep = _rows_to_keep(live)
             if keep is not None:

@@ -21,7 +21,7 @@ from scipy import optimize, stats
 from verifier.diagnose.likelihood import SequenceProbs
 from verifier.diagnose.rows import sequence_ends
 from verifier.diagnose.rank import DIAGNOSIS_ALPHA
-from verifier.sampling import SamplingConfig, processed_probs
+from verifier.sampling import GENERATED_STEP, SamplingConfig, processed_probs
 
 __all__ = ["fit_temperature", "compare_settings", "T_MIN", "T_MAX"]
 
@@ -30,16 +30,17 @@ CI_LEVEL = 0.95
 
 
 def _context_mask(prompt: tuple[int, ...], tokens: np.ndarray, vocab: int) -> np.ndarray:
-    """(rows, steps, vocab) bool: token v occurs in the prompt or in the emitted tokens before t."""
+    """(rows, steps, vocab) int32 context codes (:func:`verifier.sampling.context_codes`) before emitted token t:
+    1 if v is in the prompt, plus 2 x times v was emitted before t (every penalty reads them)."""
     n, steps = tokens.shape
-    mask = np.zeros((n, steps, vocab), dtype=bool)
+    mask = np.zeros((n, steps, vocab), dtype=np.int32)
     if prompt:
-        mask[:, :, list(prompt)] = True
+        mask[:, :, list(prompt)] = 1
     for t in range(1, steps):
         mask[:, t] = mask[:, t - 1]
         prev = tokens[:, t - 1]
         ok = prev >= 0
-        mask[np.flatnonzero(ok), t, prev[ok]] = True
+        mask[np.flatnonzero(ok), t, prev[ok]] += GENERATED_STEP
     return mask
 
 
@@ -76,9 +77,10 @@ class _Scorer:
         return self._mask
 
     def __call__(self, sampling: SamplingConfig) -> float:
-        if sampling.top_k is None and sampling.top_p is None and sampling.repetition_penalty is None and sampling.temperature > 0:
+        if (sampling.top_k is None and sampling.top_p is None and not sampling.uses_context and not sampling.min_p
+                and sampling.temperature > 0):
             return self._plain(sampling.temperature)
-        mask = self.mask() if sampling.repetition_penalty is not None else None
+        mask = self.mask() if sampling.uses_context else None
         probs = processed_probs(self.logits, sampling, mask).numpy()
         px = np.take_along_axis(probs, self.tokens[..., None], axis=2)[..., 0]
         with np.errstate(divide="ignore"):
@@ -135,7 +137,7 @@ def compare_settings(seqs: SequenceProbs, sampling: SamplingConfig) -> dict:
     """Log-likelihood of the rows under the requested setting and under alternatives.
 
     Alternatives: unfiltered (no top-k / top-p, same T), unprocessed (``SamplingConfig()``), penalty off
-    (when a repetition penalty was requested).  Returns ``{"requested": ll, "alternatives": [{name,
+    (when a repetition, presence or frequency penalty was requested: all three off), min-p off (when min-p was).  Returns ``{"requested": ll, "alternatives": [{name,
     sampling, log_lr, better}], "threshold", "sentence"}``.
     """
     score = _Scorer(seqs)
@@ -143,8 +145,10 @@ def compare_settings(seqs: SequenceProbs, sampling: SamplingConfig) -> dict:
     alts = {}
     if sampling.top_k is not None or sampling.top_p is not None:
         alts["unfiltered (no top-k/top-p)"] = replace(sampling, top_k=None, top_p=None)
-    if sampling.repetition_penalty is not None:
-        alts["penalty off"] = replace(sampling, repetition_penalty=None)
+    if sampling.uses_context:  # every penalty off (a verification that ignores them, vLLM #18902)
+        alts["penalty off"] = replace(sampling, repetition_penalty=None, presence_penalty=None, frequency_penalty=None)
+    if sampling.min_p:
+        alts["min-p off"] = replace(sampling, min_p=None)
     if sampling != SamplingConfig():
         alts["unprocessed (T = 1, no filters)"] = SamplingConfig()
     thr = math.log(max(1, len(alts)) / DIAGNOSIS_ALPHA)

@@ -9,6 +9,7 @@ under a mechanism, on the joint-cell categories of :func:`verifier.runner.analys
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 
 import numpy as np
 
@@ -61,17 +62,18 @@ def sequence_probs(target_ref, draft_ref, prompt, tokens: np.ndarray, sampling: 
         With ``draft_after`` = the draft's processed probs at arbitrary contexts.
     """
     tokens = np.asarray(tokens, dtype=np.int64)
-    filtered = sampling.top_k is not None or sampling.top_p is not None
-    temperature_only = SamplingConfig(temperature=sampling.temperature, repetition_penalty=sampling.repetition_penalty)
+    filtered = sampling.top_k is not None or sampling.top_p is not None or bool(sampling.min_p)
+    # the draft's q as reported with temperature (and penalties) only: top-k / top-p / min-p left out
+    temperature_only = replace(sampling, top_k=None, top_p=None, min_p=None)
     q_temp = None
-    if sampling.repetition_penalty is None:
+    if not sampling.uses_context:
         # one forward pass per model: temperature, top-k and top-p are invariant to the per-row constant
         # between raw logits and log(softmax(raw logits)), so the processed probs come from the raw ones
         p_raw = _teacher_forced(target_ref, prompt, tokens, UNPROCESSED)
         q_raw = _teacher_forced(draft_ref, prompt, tokens, UNPROCESSED)
         p, q = (p_raw, q_raw) if sampling == UNPROCESSED else (_reprocess(p_raw, sampling), _reprocess(q_raw, sampling))
         q_temp = _reprocess(q_raw, temperature_only) if filtered else q
-    else:  # the penalty is not shift invariant: process the model's own logits
+    else:  # a penalty is not shift invariant: process the model's own logits
         p = _teacher_forced(target_ref, prompt, tokens, sampling)
         q = _teacher_forced(draft_ref, prompt, tokens, sampling)
         p_raw = q_raw = None
@@ -80,9 +82,9 @@ def sequence_probs(target_ref, draft_ref, prompt, tokens: np.ndarray, sampling: 
             q_raw = _teacher_forced(draft_ref, prompt, tokens, UNPROCESSED)
             q_temp = _teacher_forced(draft_ref, prompt, tokens, temperature_only) if filtered else q
     return SequenceProbs(tokens, p, q, p_raw, q_raw, target_ref.eos_token_id, tuple(int(t) for t in prompt),
-                         draft_after=lambda ctx: draft_ref.next_probs(ctx, sampling),
-                         target_after=lambda ctx: target_ref.next_probs(ctx, sampling),
-                         penalised=sampling.repetition_penalty is not None, q_temp=q_temp)
+                         draft_after=lambda ctx: draft_ref.next_probs(ctx, sampling, len(prompt)),
+                         target_after=lambda ctx: target_ref.next_probs(ctx, sampling, len(prompt)),
+                         penalised=sampling.uses_context, q_temp=q_temp)
 
 
 def all_sequences(vocab_size: int, num_tokens: int, eos_token_id: int | None) -> np.ndarray:

@@ -174,6 +174,7 @@ def _diagnose_names(report, plans, pairs, store, names, verdicts, with_fits, log
     from verifier.diagnose.glossary import mechanism_entries
     from verifier.diagnose.independence import INDEPENDENCE_STATUS, independence_finding
     from verifier.diagnose.logprob import LOGPROB_STATUS, logprob_finding
+    from verifier.diagnose.penalty import PENALTY_STATUS, penalty_finding
     from verifier.diagnose.stoprule import STOP_STATUS, stop_finding
 
     out = []
@@ -204,6 +205,16 @@ def _diagnose_names(report, plans, pairs, store, names, verdicts, with_fits, log
                         "sentence": f["sentence"], key: f})
             if log:
                 log(f"diagnosis {name}: {f['sentence']}")
+            continue
+        # penalties / min-p on (issue 29, kind 3): their mechanisms have exact laws on tabular pairs only
+        pen = penalty_finding(name, plans, pairs, lambda p: load_tokens(store, p, pair=pairs[p.pair])[0]) if biased else None
+        if pen is not None and pen["named"]:
+            for _ in _counted((p for p in plans if p.decoder.name == name), bar):
+                pass
+            out.append({"decoder": name, "verdict": verdicts.get(name), "sets": [], "status": PENALTY_STATUS,
+                        "sentence": pen["sentence"], "penalty": pen})
+            if log:
+                log(f"diagnosis {name}: {pen['sentence']}")
             continue
         sets, rankings, cache, too_large, unknown_draft, no_draft_rows = [], [], {}, None, [], {}
         for plan in _counted((p for p in plans if p.decoder.name == name), bar):
@@ -290,6 +301,8 @@ def _diagnose_names(report, plans, pairs, store, names, verdicts, with_fits, log
                 item["sentence"] += "; where: " + " | ".join(unknown_draft)
             _add_engine_laws(item, engine, plans, pairs, cache, no_draft_rows, biased)
         # rows also not independent / also past their stop: certain findings, so they lead (the stop rule first)
+        if pen is not None:  # penalties on, no penalty mechanism named: what was checked
+            item["penalty"] = pen
         for f, key in ((lp, "logprob"), (batch, "batch_composition"), (finding, "independence"), (stop, "stop_rule")):
             if f is not None:
                 item[key] = f

@@ -36,6 +36,8 @@ from verifier.protocols import DecoderStats
 __all__ = ["EngineDecoder", "checkpoint_dir", "sampling_fields", "origins_from_rounds"]
 
 SAMPLING_FIELDS = ("temperature", "top_k", "top_p", "repetition_penalty")
+# issue 29 kind 3: no adapter sends these yet, so a set one is refused unless an engine lists it in `supported`
+PROCESSOR_FIELDS = ("presence_penalty", "frequency_penalty", "min_p")
 
 
 def origins_from_rounds(row_rounds: Sequence[Sequence[Any]], tokens: np.ndarray, num_draft_tokens: int) -> np.ndarray | None:
@@ -165,6 +167,7 @@ class EngineDecoder:
         """The sampling fields to send, or :class:`~verifier.errors.SamplingRefusedError` (exit 2, also inside a
         suite run) for one the engine cannot express."""
         fields = sampling_fields(sampling)
+        fields.update({f: getattr(sampling, f) for f in PROCESSOR_FIELDS if getattr(sampling, f, None) is not None})
         for name, value in fields.items():
             if value is not None and name not in self.supported and not (name == "temperature" and value == 1.0):
                 raise refuse_sampling(name.replace("_", "-"), value, f"not set: engine {self.name!r} cannot express "

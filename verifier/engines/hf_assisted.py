@@ -500,7 +500,15 @@ class HFAssistedDecoder:
         ------
         DecoderError
             transformers raised (the message carries its exception).
+        SamplingRefusedError
+            A presence / frequency penalty (transformers has none) or min-p (not wired to this adapter yet) is set.
         """
+        from verifier.errors import refuse_sampling
+
+        for name in ("presence_penalty", "frequency_penalty", "min_p"):  # issue 29 kind 3: never silently dropped
+            if getattr(sampling, name, None) is not None:
+                raise refuse_sampling(name.replace("_", "-"), getattr(sampling, name), "not set: the transformers "
+                                      "adapter does not pass it to generate()")
         if max_new_tokens <= self.num_draft_tokens:
             msg = (f"max_new_tokens={max_new_tokens} <= num_draft_tokens={self.num_draft_tokens}: the assistant drafts "
                    f"min(k, tokens left - 1) tokens, so no round drafts k tokens")

@@ -9,6 +9,7 @@ from verifier.exact.counterexample import Counterexample, find_counterexample
 from verifier.exact.cases import ExactCase, TabularPair, standard_cases, standard_tabular_pairs, unigram_case
 from verifier.exact.logprob import LogprobDefectLaw, logprob_defect_law
 from verifier.exact.laws import accepted_count_law, marginal, n_token_law, round_law, target_law, total_variation
+from verifier.exact.penalties import PENALTY_RULES, penalty_n_token_law, penalty_target_law
 from verifier.exact.rules import RULES, Rule, get_rule, residual
 from verifier.exact.stage import ExactFinding, RuleVerdict, rule_verdicts, run_exact_stage
 from verifier.exact.step import StepLaw, step_law
@@ -19,6 +20,7 @@ from verifier.exact.vocab import MappedDraft, VOCAB_MODES, map_draft, vocab_n_to
 __all__ = [
     "ExactCase",
     "ExactFinding",
+    "PENALTY_RULES",
     "RULES",
     "Rule",
     "RuleVerdict",
@@ -36,6 +38,8 @@ __all__ = [
     "logprob_defect_law",
     "marginal",
     "n_token_law",
+    "penalty_n_token_law",
+    "penalty_target_law",
     "residual",
     "round_law",
     "rule_verdicts",

@@ -209,7 +209,8 @@ def processed_tabular(lm: TabularLM, sampling: SamplingConfig) -> TabularLM:
     lm : TabularLM
         The unprocessed table.
     sampling : SamplingConfig
-        Must not set ``repetition_penalty`` (it depends on the whole context, not a table row).
+        Must not set ``repetition_penalty``, ``presence_penalty`` or ``frequency_penalty`` (they depend on the whole
+        context, not a table row: :class:`verifier.exact.penalties.HistoryProcessedLM`); ``min_p`` is row-wise.
 
     Returns
     -------
@@ -219,13 +220,17 @@ def processed_tabular(lm: TabularLM, sampling: SamplingConfig) -> TabularLM:
     Raises
     ------
     InvalidArgumentError
-        If ``sampling.repetition_penalty`` is set.
+        If one of the three penalties is set.
     """
     from fractions import Fraction
 
     if sampling.repetition_penalty is not None:
         raise invalid_argument("sampling.repetition_penalty", sampling.repetition_penalty,
                                "None (a repetition penalty depends on the whole context, not one table row)")
+    for key in ("presence_penalty", "frequency_penalty"):
+        if getattr(sampling, key) is not None:
+            raise invalid_argument(f"sampling.{key}", getattr(sampling, key), "None (it depends on the generated tokens, "
+                                   "not one table row: verifier.exact.penalties.HistoryProcessedLM)")
     table = {}
     for ctx in lm.contexts:
         row = torch.tensor([float(f) for f in lm.probs(ctx)], dtype=torch.float64)

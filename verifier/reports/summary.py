@@ -80,7 +80,8 @@ def set_label(cell: dict, sets: dict[str, dict]) -> str:
         return ""
     samp = s.get("sampling") or {}
     parts = [f"T={samp.get('temperature'):g}" if samp.get("temperature") is not None else ""]
-    parts += [f"{k}={samp[k]:g}" for k in ("top_k", "top_p", "repetition_penalty") if samp.get(k) is not None]
+    parts += [f"{k}={samp[k]:g}" for k in ("top_k", "top_p", "repetition_penalty", "presence_penalty", "frequency_penalty",
+                                           "min_p") if samp.get(k) is not None]
     return f"prompt {s.get('prompt')}, {' '.join(p for p in parts if p)}, k={s.get('num_draft_tokens')}"
 
 

@@ -234,7 +234,7 @@ def position_laws(ref: ReferenceModel, prompt: tuple[int, ...], sampling: Sampli
         jtop = TopMass(MAX_JOINT_CATEGORIES) if sparse else None
         for s in range(0, m, batch):
             part = prefixes[s:s + batch]
-            probs = ref.next_probs(part, sampling) if len(part) else np.zeros((0, vocab))
+            probs = ref.next_probs(part, sampling, len(prompt)) if len(part) else np.zeros((0, vocab))
             path = weights[s:s + batch, None] * probs  # (batch, vocab)
             del probs
             law[:vocab] += path.sum(axis=0)
@@ -314,8 +314,8 @@ def accepted_count_law(ref: ReferenceModel, draft_ref: ReferenceModel, prompt: t
         nxt_p, nxt_w, last = [], [], []
         for s in range(0, len(prefixes), batch):
             part = prefixes[s:s + batch]
-            accepted = weights[s:s + batch, None] * np.minimum(ref.next_probs(part, sampling),
-                                                               draft_ref.next_probs(part, sampling))
+            accepted = weights[s:s + batch, None] * np.minimum(ref.next_probs(part, sampling, len(prompt)),
+                                                               draft_ref.next_probs(part, sampling, len(prompt)))
             law[i] += float(weights[s:s + batch].sum() - accepted.sum())  # rejected at draft position i + 1
             keep = accepted > 0
             if eos is not None:

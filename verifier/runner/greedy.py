@@ -46,7 +46,7 @@ def greedy_output(ref: ReferenceModel, prompt: tuple[int, ...], sampling: Sampli
     out = np.full(max_new_tokens, PADDING_TOKEN_ID, dtype=np.int64)
     prefix = list(prompt)
     for t in range(max_new_tokens):
-        probs = ref.next_probs(np.array([prefix], dtype=np.int64), sampling)[0]
+        probs = ref.next_probs(np.array([prefix], dtype=np.int64), sampling, len(prompt))[0]
         tok = int(np.argmax(probs))
         out[t] = tok
         prefix.append(tok)

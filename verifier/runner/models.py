@@ -28,11 +28,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from verifier.errors import ConfigError, ModelLoadError
+from verifier.errors import ConfigError, ModelLoadError, invalid_argument
 from verifier.exact.tabular import TabularLM
 from verifier.protocols import PADDING_TOKEN_ID
 from verifier.runner.memory import rows_per_batch
-from verifier.sampling import SamplingConfig, processed_probs
+from verifier.sampling import GENERATED_STEP, SamplingConfig, processed_probs
 from verifier.suite.schema import ModelPair, Prompt
 
 __all__ = ["ReferenceModel", "LoadedPair", "load_pair", "encode_prompt", "check_context_fits"]
@@ -103,7 +103,7 @@ class ReferenceModel:
                 self._keep_arg = False
         return self._keep_arg
 
-    def next_probs(self, prefixes: np.ndarray, sampling: SamplingConfig) -> np.ndarray:
+    def next_probs(self, prefixes: np.ndarray, sampling: SamplingConfig, prompt_len: int | None = None) -> np.ndarray:
         """Processed target probs after each prefix.
 
         Parameters
@@ -111,17 +111,32 @@ class ReferenceModel:
         prefixes : np.ndarray, shape (batch, prefix_len), int64
             Equal-length prefixes (prompt + tokens), no padding.
         sampling : SamplingConfig
+        prompt_len : int or None, default None
+            Tokens of each prefix that are the prompt; required with a presence or frequency penalty (they
+            count the generated tokens only, ``prefixes[:, prompt_len:]``).
 
         Returns
         -------
         np.ndarray, shape (batch, vocab), float64
+
+        Raises
+        ------
+        InvalidArgumentError
+            A presence or frequency penalty without ``prompt_len`` (or one outside ``0..prefix_len``).
         """
         seqs = torch.as_tensor(np.asarray(prefixes, dtype=np.int64))
+        if sampling.counts_generated and (prompt_len is None or not 0 <= prompt_len <= seqs.shape[-1]):
+            raise invalid_argument("prompt_len", prompt_len, f"0..{seqs.shape[-1]} (the prompt's length) with a presence "
+                                   "or frequency penalty")
         out = []
         for start in range(0, len(seqs), ROW_BATCH):
             part = seqs[start:start + ROW_BATCH]
             logits = self._logits(part, keep=1)[:, -1, :]
-            mask = _context_mask(part, self.vocab_size)[:, -1, :] if sampling.repetition_penalty else None
+            mask = None
+            if sampling.counts_generated:
+                mask = _context_codes(part, prompt_len, self.vocab_size)[:, -1, :]
+            elif sampling.repetition_penalty:
+                mask = _context_mask(part, self.vocab_size)[:, -1, :]
             out.append(processed_probs(logits, sampling, mask).numpy())
         return np.concatenate(out) if out else np.zeros((0, self.vocab_size))
 
@@ -158,12 +173,28 @@ class ReferenceModel:
             seqs = torch.cat([prompt.expand(len(part), -1), part[:, :-1]], dim=1)
             logits = self._logits(seqs, keep=steps)
             mask = None
-            if sampling.repetition_penalty and placeholder:
+            if sampling.counts_generated:  # the codes of the real tokens only (a placeholder is no prompt token)
+                real = torch.cat([prompt[:0] if placeholder else prompt.expand(len(part), -1), part[:, :-1]], dim=1)
+                codes = _context_codes(real, 0 if placeholder else len(prompt_ids), self.vocab_size)
+                if placeholder:  # position 0 reads an empty context
+                    codes = torch.cat([torch.zeros(len(part), 1, self.vocab_size, dtype=torch.int32), codes], dim=1)
+                mask = codes[:, max(len(prompt_ids) - 1, 0) if not placeholder else 0:, :]
+            elif sampling.repetition_penalty and placeholder:
                 seen = _context_mask(part[:, :-1], self.vocab_size) if steps > 1 else torch.zeros(len(part), 0, self.vocab_size, dtype=torch.bool)
                 mask = torch.cat([torch.zeros(len(part), 1, self.vocab_size, dtype=torch.bool), seen], dim=1)
             elif sampling.repetition_penalty:
                 mask = _context_mask(seqs, self.vocab_size)[:, len(prompt_ids) - 1:, :]
             yield slice(start, start + len(part)), processed_probs(logits, sampling, mask).numpy()
+
+
+def _context_codes(seqs: torch.Tensor, prompt_len: int, vocab: int) -> torch.Tensor:
+    """(batch, seq, vocab) int32 context codes (:func:`verifier.sampling.context_codes`) after ``seqs[:, :t+1]``:
+    bit 0 = in ``seqs[:, :prompt_len]``, plus 2 x times in ``seqs[:, prompt_len:t+1]``."""
+    one_hot = torch.nn.functional.one_hot(seqs, vocab).to(torch.int32)
+    in_prompt = (one_hot[:, :prompt_len].sum(dim=1, keepdim=True) > 0).to(torch.int32)
+    generated = one_hot.clone()
+    generated[:, :prompt_len] = 0
+    return in_prompt + GENERATED_STEP * torch.cumsum(generated, dim=1, dtype=torch.int32)
 
 
 def _context_mask(seqs: torch.Tensor, vocab: int) -> torch.Tensor:

@@ -50,6 +50,7 @@ def fast_pit_applies(ref, sampling: SamplingConfig) -> bool:
     return (not isinstance(ref.model, TabularLM) and not sampling.greedy and sampling.top_k is None
             and (sampling.top_p is None or sampling.top_p >= 1.0)
             and (sampling.repetition_penalty is None or sampling.repetition_penalty == 1.0)
+            and not sampling.counts_generated and not sampling.min_p  # issue 29 kind 3: float64 path
             and float(sampling.temperature) > 0)
 
 

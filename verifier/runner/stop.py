@@ -116,7 +116,7 @@ def stop_position_law(ref, prompt: tuple[int, ...], sampling: SamplingConfig, en
         nxt_p, nxt_w = [], []
         for s in range(0, len(prefixes), batch):
             part = prefixes[s:s + batch]
-            path = weights[s:s + batch, None] * ref.next_probs(part, sampling)
+            path = weights[s:s + batch, None] * ref.next_probs(part, sampling, len(prompt))
             passes += len(part)
             probs[t - 1] += float(path[:, ~go].sum())
             if t == limit:

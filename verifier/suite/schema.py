@@ -24,7 +24,7 @@ Schema (version 1)::
     [models.NAME]    target = "shipped:target" | "tabular:PAIR" | "module:factory" | "path/to/ckpt"
                      draft = ..., device = "cpu", dtype = "float32"
     [prompts.NAME]   text = "def " | ids = [1, 2]
-    [sampling.NAME]  temperature = 1.0, top_k, top_p, repetition_penalty
+    [sampling.NAME]  temperature = 1.0, top_k, top_p, repetition_penalty, presence_penalty, frequency_penalty, min_p
     [defaults]       any per-decoder grid key below
     [[decoders]]     name, decoder, expect, options, models, prompts, sampling, num_draft_tokens,
                      max_new_tokens, samples, chunk_size, tests, gof_positions, joint_tokens,
@@ -505,6 +505,9 @@ def parse_suite(data: Mapping[str, Any], *, source: str = "<suite>", base_dir: P
             "top_k": s.get("top_k", int, None),
             "top_p": s.get("top_p", _NUMBER, None, "a number in (0, 1]"),
             "repetition_penalty": s.get("repetition_penalty", _NUMBER, None, "a number > 0"),
+            "presence_penalty": s.get("presence_penalty", _NUMBER, None, "a number in [-100, 100]"),
+            "frequency_penalty": s.get("frequency_penalty", _NUMBER, None, "a number in [-100, 100]"),
+            "min_p": s.get("min_p", _NUMBER, None, "a number in [0, 1]"),
         }
         s.done()
         try:
