@@ -37,10 +37,14 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import torch
 
 from verifier.errors import invalid_argument
+
+if TYPE_CHECKING:  # torch is imported where a function needs it: SamplingConfig alone loads without torch
+    import torch
 
 __all__ = ["SamplingConfig", "processed_probs", "context_codes", "add_generated", "GREEDY", "MIN_TEMPERATURE"]
 
@@ -170,6 +174,8 @@ def check_logits(x: torch.Tensor) -> None:
     InvalidArgumentError
         ``logits`` contains NaN or +inf, or a row has no finite logit.
     """
+    import torch
+
     if torch.isnan(x).any() or torch.isposinf(x).any():
         raise invalid_argument("logits", "<contains NaN or +inf>", "finite values or -inf")
     if (x == -math.inf).all(dim=-1).any():
@@ -193,6 +199,8 @@ def context_codes(prompt_ids, batch: int, vocab: int, device=None, *, sampling: 
     torch.Tensor, shape (batch, vocab), int32 or bool; or None
         Codes ``2 * (times generated) + (1 if in the prompt)`` (0 generated so far), or the bool mask.
     """
+    import torch
+
     if sampling is not None and not sampling.uses_context:
         return None
     codes = sampling is None or sampling.counts_generated
@@ -215,6 +223,8 @@ def add_generated(context: torch.Tensor, rows: torch.Tensor, tokens: torch.Tenso
     torch.Tensor
         ``context``, updated: a code grows by 2 per occurrence, a mask entry becomes True.
     """
+    import torch
+
     if context.dtype == torch.bool:
         context[rows, tokens] = True
         return context
@@ -259,6 +269,8 @@ def processed_probs(
     >>> [round(v, 6) for v in probs.tolist()]
     [0.625, 0.375, 0.0]
     """
+    import torch
+
     raw = torch.as_tensor(logits)
     if raw.ndim == 0 or raw.shape[-1] == 0:
         raise invalid_argument("logits.shape", tuple(raw.shape), "(..., vocab) with vocab >= 1")

@@ -44,8 +44,6 @@ from collections import defaultdict
 from fractions import Fraction
 from typing import Callable, Sequence
 
-import torch
-
 from verifier.errors import invalid_argument
 from verifier.exact.laws import Law, _cut, _positive_int_iv, _rounds_law
 from verifier.exact.tabular import TabularLM
@@ -117,6 +115,8 @@ class HistoryProcessedLM:
         return self._memo[key]
 
     def _codes(self, counted: Sequence[int]) -> tuple | None:
+        import torch  # here, not at import: `verifier.exact` loads without torch (report re-rendering needs none)
+
         ctx = context_codes(counted[:self.prompt_len], 1, self.vocab_size, sampling=self.sampling)
         if ctx is None:
             return None
@@ -126,6 +126,8 @@ class HistoryProcessedLM:
         return tuple(ctx[0].tolist())
 
     def _process(self, row: tuple[Fraction, ...], codes: tuple | None) -> tuple[Fraction, ...]:
+        import torch
+
         p = torch.tensor([float(f) for f in row], dtype=torch.float64)
         logits = torch.where(p > 0, p.log(), torch.full_like(p, -float("inf")))
         mask = None if codes is None else torch.tensor(codes, dtype=torch.bool if not self.sampling.counts_generated else torch.int32)
