@@ -94,3 +94,20 @@ def test_a_deleted_journal_key_stops_the_audit_and_a_new_journal_trusts_no_entry
     fresh.append("k", {"prompt": [0]}, [Completion(token_ids=(1,), finish="length")], 0.1)
     notes, a = _rerun(run_dir, fresh, "A")
     assert any("not sealed" in n for n in notes) and a["counters"]["draft_tokens"] is None
+
+
+def test_an_earlier_session_of_other_requests_is_not_this_phases_evidence(tmp_path):
+    """Review 2026-12-03: entries were kept per set id (``<api>_prompt<i>``) only, so a second audit in the same folder
+    with other requests (another seed, sampling or n; here against a server whose speculation is now off: its own
+    delta is 0) summed the first audit's drafts and said speculation was verified for a sample none of whose requests
+    speculated.  Entries are now kept per set and phase (a digest of the phase's request bodies)."""
+    journal = Journal(tmp_path / "server" / "journal.jsonl", "http://127.0.0.1:1")
+    journal.append("k", {"prompt": [0]}, [Completion(token_ids=(1,), finish="length")], 0.1)
+    first = SpecLedger.phase_digest([{"seed": 1, "n": 4}])
+    assert first == SpecLedger.phase_digest([{"n": 4, "seed": 1}]) != SpecLedger.phase_digest([{"seed": 2, "n": 4}])
+    SpecLedger(tmp_path, journal).entries("A", _entry(4, 40), 4, "s1", phase=first)
+    other = SpecLedger.phase_digest([{"seed": 2, "n": 4}])
+    s = summarize(SpecLedger(tmp_path, journal).entries("A", _entry(4, 0), 4, "s2", phase=other), "s2")
+    assert s["requests"] == 4 and s["counters"]["draft_tokens"] == 0, s  # this phase's own delta only
+    again = summarize(SpecLedger(tmp_path, journal).entries("A", _entry(0, 0), 4, "s3", phase=first), "s3")
+    assert again["counters"]["draft_tokens"] == 40  # a rerun of the first phase keeps its evidence

@@ -85,12 +85,18 @@ class SpecLedger:
         mac = self._mac(entry, set_id)
         return mac is not None and hmac.compare_digest(str(entry.get("mac", "")), mac)
 
-    def entries(self, set_id: str, current: dict[str, Any], requests: int, session: str) -> list[dict[str, Any]]:
+    def entries(self, set_id: str, current: dict[str, Any], requests: int, session: str,
+                phase: str = "") -> list[dict[str, Any]]:
         """The set's entries for :func:`~verifier.runner.speculation.summarize`: earlier sessions' and this one's.
 
         Parameters
         ----------
         set_id : str
+        phase : str, default ""
+            A digest of the phase's requests (:meth:`phase_digest`): entries are kept per ``set_id`` and ``phase``, so
+            a session that sent other requests under the same set id (another sampling, seed, prompt or n in the same
+            run folder) is not this phase's evidence -- its counters measured other requests, perhaps another server
+            configuration.
         current : dict
             This session's entry (``requests_sent`` = requests it sent; counters of its before/after; per-request
             figures over every completion of the phase).
@@ -106,6 +112,7 @@ class SpecLedger:
             replay remainder (``requests_sent`` 0) for requests no entry accounts for, and the current entry with
             ``requests`` = the requests it sent.  When this session sent requests, its entry is saved.
         """
+        set_id = f"{set_id}@{phase}" if phase else set_id
         earlier = [dict({k: v for k, v in e.items() if k != "mac"}, per_request_draft_tokens=0 if current.get("per_request_draft_tokens") is not None else None,
                         per_request_accepted_tokens=0 if current.get("per_request_accepted_tokens") is not None else None)
                    for e in self._sets.get(set_id, [])]
@@ -123,6 +130,12 @@ class SpecLedger:
             self._sets.setdefault(set_id, []).append(stored)
             self._save()
         return earlier + replay + [now]
+
+    @staticmethod
+    def phase_digest(bodies) -> str:
+        """sha256 (16 hex digits) of a phase's request bodies, in order (what its journal keys are made of)."""
+        return hashlib.sha256(json.dumps(list(bodies), sort_keys=True, separators=(",", ":"),
+                                         default=str).encode()).hexdigest()[:16]
 
     def _save(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
