@@ -62,6 +62,20 @@ def test_a_decoder_without_return_logprobs_is_a_usage_error(tmp_path, capsys):
     assert "AncestralDecoder.generate takes no return_logprobs keyword" in capsys.readouterr().err
 
 
+
+def test_logprob_with_a_greedy_config_is_a_usage_error_not_a_silent_skip(tmp_path, capsys):
+    """Review 2026-12-03: at temperature 0 the greedy cell replaces every cell of a set, so `tests = [..., "logprob"]`
+    asked for the logprobs, stored them and never checked them: a decoder reporting -5.0 for every token passed
+    (exit 0, no logprob cell, no word).  A greedy config with the logprob test is refused before sampling, as a stop
+    rule with one is."""
+    text = SUITE.read_text().replace('python_path = ["../../.."]', f'python_path = ["{SUITE.parents[3]}"]')
+    suite = tmp_path / "s.toml"
+    suite.write_text(text.replace("temperature = 1.0", "temperature = 0.0"))
+    assert main(["run", str(suite), "--run-dir", str(tmp_path / "run"), "--no-progress"]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "'logprob'" in err and "sampling.t1 is greedy" in err and "Traceback" not in err, err
+    assert not (tmp_path / "run" / "samples").exists()  # refused before any sample
+
 def _rows():
     """Two rows of k = 2 rounds: origins 0 accepted, 1 recovered, 2 bonus; right values, the draft's, the tokens."""
     tokens = np.array([[1, 2, 0, 1], [2, 2, 1, -1]])
