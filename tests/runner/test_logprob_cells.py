@@ -181,3 +181,15 @@ def test_a_report_on_edited_stored_logprobs_is_exit_2_naming_the_chunk(tmp_path,
     assert main(["report", str(run), "--no-progress"]) == EXIT_USAGE
     out = capsys.readouterr()
     assert str(chunk) in out.err and "Traceback" not in out.err and "BIAS" not in out.out + out.err, out.err
+
+
+@pytest.mark.parametrize("extra", [{"defect": {"defect": "bogus", "sentence": "x"}}, {"defect": "zero"}, "zero", None,
+                                   {"defect": {"defect": ["zero"], "sentence": 3}}])
+def test_finding_reads_an_edited_report_without_a_traceback(extra):
+    """Review 2026-12-03: `specverify diagnose RUN_DIR` on a report.json whose logprob cell names another defect
+    (KeyError: 'bogus') or holds a string where the classifier's dict was (AttributeError) ended in a traceback with
+    exit 1, the bias code.  A defect the classifier never names is no defect (the generic pointer)."""
+    cells = [{"decoder": "d", "id": "d/logprob", "test": "logprob", "verdict": "BIAS", "support_violation": "x",
+              "extra": extra}]
+    f = logprob_finding("d", cells)
+    assert f["defect"] is None and f["marginal_clean"] and "position by position" in f["sentence"]
