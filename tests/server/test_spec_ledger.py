@@ -111,3 +111,14 @@ def test_an_earlier_session_of_other_requests_is_not_this_phases_evidence(tmp_pa
     assert s["requests"] == 4 and s["counters"]["draft_tokens"] == 0, s  # this phase's own delta only
     again = summarize(SpecLedger(tmp_path, journal).entries("A", _entry(0, 0), 4, "s3", phase=first), "s3")
     assert again["counters"]["draft_tokens"] == 40  # a rerun of the first phase keeps its evidence
+
+
+def test_a_ledger_copied_from_another_run_folder_is_not_used(run, tmp_path_factory):
+    run_dir, _journal = run
+    other = tmp_path_factory.mktemp("other")
+    journal = Journal(other / "server" / "journal.jsonl", "http://127.0.0.1:1")  # its own key
+    journal.append("k", {"prompt": [0]}, [Completion(token_ids=(1,), finish="length")], 0.1)
+    (other / LEDGER_NAME).write_text((run_dir / LEDGER_NAME).read_text())
+    notes, a = _rerun(other, journal, "A")
+    assert any("2 entries not sealed" in n for n in notes), notes
+    assert a["counters"]["draft_tokens"] is None
