@@ -216,7 +216,10 @@ def check_reported_logprobs(logprobs, tokens: np.ndarray, *, decoder_name: str =
     arr = logprobs
     if hasattr(arr, "detach") and hasattr(arr, "cpu"):  # torch.Tensor without importing torch
         try:
-            arr = arr.detach().cpu().numpy()
+            arr = arr.detach().cpu()
+            if callable(getattr(arr, "is_floating_point", None)) and arr.is_floating_point():
+                arr = arr.double()  # bfloat16 has no numpy dtype; every float dtype widens to float64 exactly
+            arr = arr.numpy()
         except (RuntimeError, TypeError, ValueError, NotImplementedError) as exc:
             raise DecoderOutputError(f"{decoder_name} returned logprobs that cannot be copied to a numpy array "
                                      f"({type(exc).__name__}: {exc}); allowed: a float numpy.ndarray or torch.Tensor") from None
@@ -233,7 +236,7 @@ def check_reported_logprobs(logprobs, tokens: np.ndarray, *, decoder_name: str =
     if bad.any():
         row, col = (int(v) for v in np.argwhere(bad)[0])
         raise DecoderOutputError(
-            f"{decoder_name} returned logprob {out[row, col]!r} for emitted token {int(tokens[row, col])} at row {row}, "
+            f"{decoder_name} returned logprob {float(out[row, col])!r} for emitted token {int(tokens[row, col])} at row {row}, "
             f"position {col}; allowed: a finite value <= 0 (<= {MAX_LOGPROB:g} for rounding) or -inf, the natural log "
             "of a probability")
     out[~live] = np.nan

@@ -42,3 +42,16 @@ def test_bad_arguments_are_clear_errors(capsys):
     assert set(LOGPROB_MUTANTS) == {"logprobs_zero", "logprobs_first_only", "logprobs_draft_row"}
     assert main(["bench", "detect", "--logprob", "--stop"]) == 2
     assert "--logprob" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flag, value", [("--alpha", "1.5"), ("--alpha", "1e-6"), ("--max-factor", "0")])
+def test_flags_the_logprob_zoo_does_not_use_are_refused(flag, value, capsys):
+    """Review 2026-12-03: `bench detect --logprob --alpha 1.5` (or --max-factor 0) printed its table and exited 0: the
+    logprob cell is deterministic (no alpha) and the stream runs until the wrong values appear (no max factor), so
+    the flag was silently ignored.  Now a usage error naming it."""
+    from verifier.cli import main
+    from verifier.errors import EXIT_USAGE
+
+    assert main(["bench", "detect", "--logprob", flag, value]) == EXIT_USAGE
+    out = capsys.readouterr()
+    assert f"{flag}=" in out.err and "|" not in out.out, out.err

@@ -130,6 +130,25 @@ def test_bad_defect_and_bad_logprobs_are_named():
             check_reported_logprobs(bad, tokens, decoder_name="d")
 
 
+
+def test_half_precision_torch_logprobs_are_read_not_refused():
+    """Review 2026-12-03: a bfloat16 torch tensor of logprobs (an engine serving in bf16) was exit 3 "cannot be copied
+    to a numpy array (unsupported ScalarType BFloat16)" while the message allowed "a float torch.Tensor"; its values
+    are now read exactly (bf16 -> float64 is exact) and judged like any other."""
+    import torch
+
+    tokens = np.array([[1, 3, -1], [0, 0, 0]])
+    values = torch.tensor([[-0.5, -np.inf, 7.0], [0.0, -1.0, -2.0]])
+    for dtype in (torch.bfloat16, torch.float16, torch.float32, torch.float64):
+        got = check_reported_logprobs(values.to(dtype), tokens, decoder_name="d")
+        assert got.dtype == np.float64 and got[0, 1] == -np.inf and got[1, 2] == -2.0 and np.isnan(got[0, 2])
+    with pytest.raises(DecoderOutputError, match="row 0, position 0"):
+        check_reported_logprobs(torch.full((2, 3), 0.5, dtype=torch.bfloat16), tokens, decoder_name="d")
+    with pytest.raises(DecoderOutputError, match="logprobs of dtype=bool"):
+        check_reported_logprobs(torch.ones((2, 3), dtype=torch.bool), tokens, decoder_name="d")
+    with pytest.raises(DecoderOutputError, match="meta"):
+        check_reported_logprobs(torch.empty((2, 3), device="meta"), tokens, decoder_name="d")
+
 def test_registry_names_are_found_by_make_decoder(models):
     pair, target, draft = models
     assert set(LOGPROB_DECODER_REGISTRY) == set(LOGPROB_DEFECTS.values())

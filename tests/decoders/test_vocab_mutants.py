@@ -74,3 +74,7 @@ def test_settings_and_bad_options():
         make_decoder("q_dtype_mismatch", t, d, K, dtype="int8")
     with pytest.raises(InvalidArgumentError, match="mode"):
         VocabMappedDecoder(t, d, K, mode="nope")
+    for kw, arg in (({"draft_to_target": [0, 1.5, 2]}, "draft_to_target"), ({"permutation": [0.5, 1, 2]}, "permutation"),
+                    ({"dtype": ["bfloat16"]}, "dtype"), ({"mode": ["q_permuted"]}, "mode")):  # review 2026-12-03
+        with pytest.raises(InvalidArgumentError, match=arg):
+            VocabMappedDecoder(t, d, K, **{"mode": "q_dtype_mismatch" if "dtype" in kw else "q_permuted", **kw})

@@ -189,3 +189,9 @@ def test_an_engine_whose_source_predicts_no_law_says_why_and_keeps_the_full_alph
     assert ranking_alpha("vllm") == DIAGNOSIS_ALPHA and ranking_alpha("openvino-genai") == DIAGNOSIS_ALPHA / 2
     control = engine_law_diagnosis("vllm", [dict(sets[0], options={"patch_cpu_expand": True})], bias_detected=True)
     assert "control" in control["sentence"] and "target's law" in control["sentence"]
+    # review 2026-12-03: sets of both kinds (the defect and its control) gave "the laws vllm's source predicts were
+    # not scored" -- for an engine whose source predicts none; each set's reason is now given under the true heading
+    mixed = engine_law_diagnosis("vllm", [sets[0], dict(sets[1], options={"patch_cpu_expand": True})],
+                                 bias_detected=True)
+    assert mixed["sentence"].startswith("no law is predicted from vllm's source: T=1.0: ") and "T=0.7: " in mixed[
+        "sentence"] and "predicts were not scored" not in mixed["sentence"], mixed["sentence"]

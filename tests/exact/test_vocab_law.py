@@ -130,3 +130,32 @@ def test_bad_arguments_name_the_argument():
     with pytest.raises(InvalidArgumentError, match="num_tokens"):
         vocab_n_token_law(pair.target, map_draft(pair.draft), pair.prefix, 2, 0)
     assert default_draft_to_target(3) == (0, 0, 1)
+
+
+@pytest.mark.parametrize("kw, arg", [
+    ({"draft_to_target": [0, 1.5, 2]}, "draft_to_target"),  # was silently the map (0, 1, 2)
+    ({"draft_to_target": ["0", "1", "2"]}, "draft_to_target"),  # strings were int()-ed
+    ({"draft_to_target": "012"}, "draft_to_target"),  # a string was iterated character by character
+    ({"draft_to_target": [0, float("inf")]}, "draft_to_target"),  # was an OverflowError traceback
+    ({"draft_to_target": [0, 2.0]}, "draft_to_target"),  # a float id: not an id, even when integral
+])
+def test_a_map_of_non_integers_is_refused_not_truncated(kw, arg):
+    """Review 2026-12-03: `int(t)` on each map entry turned 1.5 into 1 and "012" into (0, 1, 2): another map than
+    the one given, measured and reported as if it were the one given."""
+    pair = standard_tabular_pairs()["trigram3"]
+    with pytest.raises(InvalidArgumentError, match=arg):
+        map_draft(pair.draft, **kw)
+
+
+@pytest.mark.parametrize("kw, arg", [
+    ({"permutation": [0.5, 1, 2]}, "permutation"),  # was silently (0, 1, 2)
+    ({"permutation": [True, False, 2]}, "permutation"),  # was (1, 0, 2)
+    ({"permutation": "210"}, "permutation"),
+    ({"dtype": ["bfloat16"]}, "dtype"),  # was TypeError: unhashable type: 'list'
+])
+def test_a_bad_permutation_or_dtype_is_named(kw, arg):
+    mode = "q_permuted" if "permutation" in kw else "q_dtype_mismatch"
+    with pytest.raises(InvalidArgumentError, match=arg):
+        vocab_view(mode, vocab_size=3, **kw)
+    assert vocab_view("q_permuted", permutation=__import__("numpy").array([2, 0, 1]), vocab_size=3).settings[
+        "permutation"] == [2, 0, 1]  # numpy integers are ids

@@ -62,6 +62,20 @@ def test_a_decoder_without_return_logprobs_is_a_usage_error(tmp_path, capsys):
     assert "AncestralDecoder.generate takes no return_logprobs keyword" in capsys.readouterr().err
 
 
+
+def test_logprob_with_a_greedy_config_is_a_usage_error_not_a_silent_skip(tmp_path, capsys):
+    """Review 2026-12-03: at temperature 0 the greedy cell replaces every cell of a set, so `tests = [..., "logprob"]`
+    asked for the logprobs, stored them and never checked them: a decoder reporting -5.0 for every token passed
+    (exit 0, no logprob cell, no word).  A greedy config with the logprob test is refused before sampling, as a stop
+    rule with one is."""
+    text = SUITE.read_text().replace('python_path = ["../../.."]', f'python_path = ["{SUITE.parents[3]}"]')
+    suite = tmp_path / "s.toml"
+    suite.write_text(text.replace("temperature = 1.0", "temperature = 0.0"))
+    assert main(["run", str(suite), "--run-dir", str(tmp_path / "run"), "--no-progress"]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "'logprob'" in err and "sampling.t1 is greedy" in err and "Traceback" not in err, err
+    assert not (tmp_path / "run" / "samples").exists()  # refused before any sample
+
 def _rows():
     """Two rows of k = 2 rounds: origins 0 accepted, 1 recovered, 2 bonus; right values, the draft's, the tokens."""
     tokens = np.array([[1, 2, 0, 1], [2, 2, 1, -1]])
@@ -125,3 +139,57 @@ def test_finding_leads_when_other_cells_rejected_too():
     f = logprob_finding("d", cells)
     assert not f["marginal_clean"] and f["defect"] == "zero" and "gof@1" in f["sentence"]
     assert logprob_finding("other", cells) is None
+
+
+def test_stored_logprobs_no_decoder_run_writes_are_a_storage_error(tmp_path):
+    """Review 2026-12-03: a chunk's stored logprobs of another shape than its tokens crashed `specverify report`
+    (np.concatenate ValueError, traceback, exit 3 "decoder error"); values the write path refuses (0.7, a
+    probability above 1) became BIAS.  Both are a stored chunk edited after the run: StoredSampleError naming it."""
+    from verifier.errors import StoredSampleError
+    from verifier.runner.store import SampleStore, Shard
+
+    store = SampleStore(tmp_path)
+    tokens = np.array([[1, 2, 3, -1], [0, 0, 1, 2]], dtype=np.int64)
+    good = np.where(tokens >= 0, -0.5, np.nan)
+    origins = np.zeros(tokens.shape, dtype=np.int8)
+    for i, (lps, orig) in enumerate(((good, origins), (good[:, :-1], None), (np.where(tokens >= 0, 0.7, np.nan), None),
+                                     (good, origins[:, :-1]))):
+        store.write_chunk("s", i, Shard(tokens, None, np.zeros(0, np.int64), {"seed": i}, orig, lps))
+    lps, orig = store.check_reported(store.read_chunk("s", 0), "s", 0)
+    assert np.array_equal(np.isnan(lps), tokens < 0) and orig.shape == tokens.shape
+    for i, why in ((1, "shape=(2, 3)"), (2, "logprob 0.7 for emitted token"), (3, "origins of shape=(2, 3)")):
+        with pytest.raises(StoredSampleError) as err:
+            store.check_reported(store.read_chunk("s", i), "s", i)
+        assert str(store.chunk_path("s", i)) in str(err.value) and why in str(err.value), err.value
+    assert store.check_reported(Shard(tokens, None, np.zeros(0, np.int64), {}), "s", 0) == (None, None)
+
+
+@pytest.mark.full  # two small runs of the reference (~15 s on the shared machine)
+def test_a_report_on_edited_stored_logprobs_is_exit_2_naming_the_chunk(tmp_path, capsys):
+    text = SUITE.read_text().replace('python_path = ["../../.."]', f'python_path = ["{SUITE.parents[3]}"]')
+    suite = tmp_path / "s.toml"
+    suite.write_text(text.split("[[decoders]]\nname = \"logprobs_zero\"")[0])
+    run = tmp_path / "run"
+    assert main(["run", str(suite), "--run-dir", str(run), "--no-progress"]) == EXIT_OK
+    chunk = sorted((run / "samples").glob("reference*/chunk-000001.npz"))[0]
+    with np.load(chunk, allow_pickle=False) as z:
+        arrays = {k: z[k] for k in z.files}
+    arrays["logprobs"] = arrays["logprobs"][:, :-1]
+    with open(chunk, "wb") as fh:
+        np.savez(fh, **arrays)
+    capsys.readouterr()
+    assert main(["report", str(run), "--no-progress"]) == EXIT_USAGE
+    out = capsys.readouterr()
+    assert str(chunk) in out.err and "Traceback" not in out.err and "BIAS" not in out.out + out.err, out.err
+
+
+@pytest.mark.parametrize("extra", [{"defect": {"defect": "bogus", "sentence": "x"}}, {"defect": "zero"}, "zero", None,
+                                   {"defect": {"defect": ["zero"], "sentence": 3}}])
+def test_finding_reads_an_edited_report_without_a_traceback(extra):
+    """Review 2026-12-03: `specverify diagnose RUN_DIR` on a report.json whose logprob cell names another defect
+    (KeyError: 'bogus') or holds a string where the classifier's dict was (AttributeError) ended in a traceback with
+    exit 1, the bias code.  A defect the classifier never names is no defect (the generic pointer)."""
+    cells = [{"decoder": "d", "id": "d/logprob", "test": "logprob", "verdict": "BIAS", "support_violation": "x",
+              "extra": extra}]
+    f = logprob_finding("d", cells)
+    assert f["defect"] is None and f["marginal_clean"] and "position by position" in f["sentence"]

@@ -231,3 +231,35 @@ def test_a_rerun_from_the_journal_keeps_the_earlier_counter_evidence(servers, tm
     third = audit(args)
     spec3 = json.loads((run_dir / "report.json").read_text())["decoders"][0]["speculation"]
     assert "not sealed" in third.stdout and not spec3["verified"]  # the forged evidence is not used
+
+
+@pytest.mark.full  # two servers in turn on one port and two audits (~100 s on the shared machine)
+def test_a_second_audit_of_other_requests_does_not_borrow_the_first_audits_drafts(tmp_path):
+    """Review 2026-12-03: the ledger kept entries per set id (``<api>_prompt<i>``) only.  A first audit against a
+    speculating server (k = 2), then one in the same folder with another --seed (every request new) against a server
+    at the same URL with speculation off (k = 0, its counters do not move): the second report said speculation was
+    verified, from the first audit's drafts.  Entries are now kept per set and phase (its request bodies)."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = str(sock.getsockname()[1])
+    run_dir = tmp_path / "run"
+    base = ["--design", "self-reported", *COMMON[:-2], "--num-samples", "100",
+            "--target-tv", "0.3", "--collisions", "0", "--run-dir", str(run_dir)]
+    proc, url = start_serve("reference", "tabular:trigram3", 2, "--port", port)
+    try:
+        first = audit(["--url", url, *base, "--seed", "3"])
+    finally:
+        stop(proc)
+    spec1 = json.loads((run_dir / "report.json").read_text())["decoders"][0]["speculation"]
+    assert spec1["verified"] and spec1["counters"]["draft_tokens"] > 0, first.stdout[-2000:] + first.stderr[-2000:]
+    proc, url2 = start_serve("reference", "tabular:trigram3", 0, "--port", port)
+    try:
+        assert url2 == url
+        second = audit(["--url", url, *base, "--seed", "4"])
+    finally:
+        stop(proc)
+    spec2 = json.loads((run_dir / "report.json").read_text())["decoders"][0]["speculation"]
+    assert not spec2["verified"], (spec2, second.stdout[-2000:] + second.stderr[-2000:])
+    assert second.returncode != 0

@@ -370,6 +370,14 @@ def run(args: argparse.Namespace) -> int:
                                "one of them (one zoo per run)")
     if getattr(args, "logprob", False):
         from verifier.bench.detect_logprob import detect_logprob_rows, render_logprob_markdown
+        from verifier.errors import invalid_argument
+
+        for flag, value, default in (("--alpha", args.alpha, DEFAULT_ALPHA), ("--max-factor", args.max_factor,
+                                                                              DEFAULT_MAX_FACTOR)):
+            if value != default:  # the cell is deterministic (no alpha); each stream runs until its wrong values appear
+                raise invalid_argument(flag, value, f"the default {default:g}: the logprob zoo's cell is deterministic "
+                                       "and its streams run until the wrong values appear, so --alpha and --max-factor "
+                                       "do not apply to --logprob")
 
         rows = detect_logprob_rows(args.rules, args.cases, seeds=args.seeds, progress=progress)
         render = render_logprob_markdown

@@ -129,11 +129,21 @@ def _named(d: dict, mech: str) -> tuple[bool, bool, bool]:
     return right, consistent and not right, sharp
 
 
+def check_counts(args: argparse.Namespace) -> None:
+    """``--runs`` and every ``--n`` an integer >= 1 (InvalidArgumentError, exit 2), checked before any row runs."""
+    from verifier.stats._validate import check_positive_int
+
+    check_positive_int(args.runs, "--runs")
+    for n in args.n:
+        check_positive_int(n, "--n")
+
+
 def run(args: argparse.Namespace) -> int:
     from verifier.diagnose.family import family_size
     from verifier.diagnose.mechanisms import MECHANISMS
     from verifier.sampling import SamplingConfig
 
+    check_counts(args)  # before any row is sampled
     rng = np.random.default_rng(args.seed)
     t0 = time.perf_counter()
     settings = {"t1": _Setting(SamplingConfig(temperature=1.0)), "t07k2": _Setting(SamplingConfig(temperature=0.7, top_k=2))}

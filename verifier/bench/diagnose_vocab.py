@@ -47,11 +47,12 @@ def _vocab_law(st, mode: str) -> np.ndarray:
 
 
 def run(args: argparse.Namespace) -> int:
-    from verifier.bench.diagnose import _config, _named, _Setting
+    from verifier.bench.diagnose import _config, _named, _Setting, check_counts
     from verifier.diagnose.family import family_size
     from verifier.diagnose.mechanisms import MECHANISMS
     from verifier.sampling import SamplingConfig
 
+    check_counts(args)  # before any row is sampled
     rng = np.random.default_rng(args.seed)
     t0 = time.perf_counter()
     settings = {"t1": _Setting(SamplingConfig(temperature=1.0)), "t1k2": _Setting(SamplingConfig(temperature=1.0, top_k=2)),

@@ -87,7 +87,7 @@ class VocabMappedDecoder(SpeculativeDecoder):
 
     def __init__(self, target, draft, num_draft_tokens: int = 4, *, mode: str = "vocab_mapped", draft_to_target=None,
                  weights=None, permutation=None, dtype: str = "bfloat16", **options) -> None:
-        if mode not in VOCAB_DECODER_MODES:
+        if not isinstance(mode, str) or mode not in VOCAB_DECODER_MODES:
             raise invalid_argument("mode", mode, "one of " + ", ".join(VOCAB_DECODER_MODES))
         super().__init__(target, draft, num_draft_tokens, kernel=self._verify, **options)
         self.mode = mode

@@ -291,6 +291,9 @@ def engine_law_diagnosis(engine: str, sets: list[dict[str, Any]], *, bias_detect
         reasons = list(dict.fromkeys(n["note"] for n in notes if n.get("note")))
         if not getattr(module, "PREDICTS_LAWS", True) and len(reasons) == 1:  # one reason for every set: say it once
             out["sentence"] = f"no law is predicted from {engine}'s source: {reasons[0]}"
+        elif not getattr(module, "PREDICTS_LAWS", True):  # the sets' reasons differ (e.g. a defect set and its control)
+            out["sentence"] = (f"no law is predicted from {engine}'s source: "
+                               + "; ".join(f"{n['set']}: {n['note']}" for n in notes if n.get("note")))
         else:
             out["sentence"] = (f"the laws {engine}'s source predicts were not scored: "
                                + "; ".join(f"{n['set']}: {n['note']}" for n in notes if n.get("note")))

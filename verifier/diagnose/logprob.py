@@ -38,6 +38,14 @@ WHERE_TO_LOOK = {
 }
 
 
+def _classified(cell: dict[str, Any]) -> dict[str, Any]:
+    """The cell's ``extra["defect"]`` (:func:`verifier.runner.logprob.classify_defect`), {} when a report holds none
+    or something else there (an edited report.json is read, never a traceback)."""
+    extra = cell.get("extra")
+    got = extra.get("defect") if isinstance(extra, dict) else None
+    return got if isinstance(got, dict) else {}
+
+
 def logprob_finding(decoder: str, cells: Iterable[dict[str, Any]]) -> dict[str, Any] | None:
     """The finding for ``decoder`` from its cell results (report.json ``cells``), or None.
 
@@ -74,9 +82,10 @@ def logprob_finding(decoder: str, cells: Iterable[dict[str, Any]]) -> dict[str, 
     if not bad:
         return None
     others = [c for c in own if c.get("test") != LOGPROB_TEST and c.get("verdict") == CELL_BIAS]
-    named = {((c.get("extra") or {}).get("defect") or {}).get("defect") for c in bad}
+    named = {n if isinstance(n, str) and n in WHERE_TO_LOOK else None  # a name the classifier never gives: none
+             for n in (_classified(c).get("defect") for c in bad)}
     defect = named.pop() if len(named) == 1 else None
-    what = next((((c.get("extra") or {}).get("defect") or {}).get("sentence") for c in bad), None) or ""
+    what = next((w for c in bad if isinstance(w := _classified(c).get("sentence"), str)), None) or ""
     figures = str(bad[0].get("support_violation") or f"{bad[0].get('statistic')} wrong tokens")
     head = f"{FINDING}: {what.replace('reported logprobs: ', '')} ({figures})"
     if others:

@@ -176,14 +176,27 @@ def map_draft(draft: TabularLM, draft_to_target: Sequence[int] | None = None, we
     return MappedDraft(rows, m, draft.vocab_size, draft.context_len, f"{draft.name}|d2t={list(m)}")
 
 
+def _int_ids(seq) -> tuple[int, ...] | None:
+    """``seq`` as a tuple of ints when every entry is an integer (``operator.index``: int, numpy or 0-d integer
+    tensor; no bool, float or str -- ``int()`` would truncate 1.5 to 1 or read "012" digit by digit), else None."""
+    import operator
+
+    if isinstance(seq, (str, bytes)):
+        return None
+    try:
+        items = list(seq)
+        if any(isinstance(t, bool) for t in items):
+            return None
+        return tuple(operator.index(t) for t in items)
+    except (TypeError, ValueError):
+        return None
+
+
 def _map_iv(draft_to_target, vocab_size: int) -> tuple[int, ...]:
     m = default_draft_to_target(vocab_size) if draft_to_target is None else draft_to_target
-    allowed = f"a non-empty sequence of target ids in 0..{vocab_size - 1}"
-    try:
-        out = tuple(int(t) for t in m)
-    except (TypeError, ValueError):
-        raise invalid_argument("draft_to_target", m, allowed) from None
-    if not out or any(not 0 <= t < vocab_size for t in out) or any(isinstance(t, bool) for t in m):
+    allowed = f"a non-empty sequence of integer target ids in 0..{vocab_size - 1}"
+    out = _int_ids(m)
+    if not out or any(not 0 <= t < vocab_size for t in out):
         raise invalid_argument("draft_to_target", m, allowed)
     return out
 
@@ -225,7 +238,7 @@ def round_to_dtype(x: Fraction, dtype: str = DEFAULT_DTYPE) -> Fraction:
 
 
 def _dtype_iv(dtype: str) -> tuple[int, int]:
-    if dtype not in DTYPE_BITS:
+    if not isinstance(dtype, str) or dtype not in DTYPE_BITS:
         raise invalid_argument("dtype", dtype, "one of " + ", ".join(DTYPE_BITS))
     return DTYPE_BITS[dtype]
 
@@ -332,10 +345,9 @@ def _permutation_iv(permutation, vocab_size):
         if vocab_size is None:
             raise invalid_argument("permutation", None, "a permutation of 0..V-1 (or vocab_size for the default)")
         return default_permutation(vocab_size)
-    try:
-        pi = tuple(int(t) for t in permutation)
-    except (TypeError, ValueError):
-        raise invalid_argument("permutation", permutation, "a permutation of 0..V-1") from None
+    pi = _int_ids(permutation)
+    if pi is None:
+        raise invalid_argument("permutation", permutation, "a permutation of 0..V-1 (integers)")
     if sorted(pi) != list(range(len(pi))) or (vocab_size is not None and len(pi) != vocab_size):
         raise invalid_argument("permutation", permutation, f"a permutation of 0..{(vocab_size or len(pi)) - 1}")
     return pi

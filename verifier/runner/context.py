@@ -60,6 +60,13 @@ class SuiteContext:
                 check_context_fits(self.pairs[d.models], ids[(d.models, prompt)], d.max_new_tokens, max(d.num_draft_tokens),
                                    f"decoders[{d.name}] with prompts.{prompt}")
         check_stop_specs(suite, self.pairs)  # stop ids inside the vocabulary; a `stop` test that can stop a row
+        for d in suite.decoders:  # the greedy cell replaces every cell of a T = 0 set: a logprob test would never run
+            greedy = [name for name in d.sampling if suite.sampling[name].greedy]
+            if "logprob" in d.tests and greedy:
+                raise ConfigError(f"{suite.source}: decoders[{d.name}].tests includes 'logprob' and sampling.{greedy[0]} "
+                                  "is greedy (temperature 0); allowed: temperature > 0 with the logprob test (at T = 0 "
+                                  "the greedy cell replaces every cell of the set, so the reported logprobs would never "
+                                  "be checked), or tests without 'logprob' for greedy configs")
         self.plans = plan_sample_sets(suite, ids, {name: pair.vocab_size for name, pair in self.pairs.items()})
         self._decoders: dict[tuple[str, int], Any] = {}
         self.run_dir: Path | None = None  # set by the sampling stage: decoders with bind_run_dir() persist there

@@ -319,12 +319,12 @@ def _load_set(store: SampleStore, plan: SampleSetPlan, pair, speculation: list |
             continue
         if speculation is not None:
             speculation.append(shard.meta.get("speculation"))
-        if reported is not None:
-            reported.append((shard.logprobs, shard.origins))
         chunks += 1
         toks.append(store.check_tokens(plan.set_id, i, shard, max_new_tokens=plan.max_new_tokens,
                                        vocab_size=pair.vocab_size, eos_token_id=pair.eos_token_id,
                                        stop_token_ids=plan.decoder.stop_token_ids, max_tokens=plan.decoder.max_tokens))
+        if reported is not None:  # checked as the tokens are: an edited array is a storage error, never a verdict
+            reported.append(store.check_reported(shard, plan.set_id, i))
         fra, acc = store.check_stats(plan.set_id, i, shard, num_draft_tokens=plan.num_draft_tokens)
         fras.append(fra)
         counts.append(acc)

@@ -165,6 +165,31 @@ class SampleStore:
                 f"{str(exc).replace('it reported ', '', 1)}; it was edited or damaged after the run -- delete it and "
                 f"run `{resume_command(self.run_dir)}` to sample it again") from None
 
+    def check_reported(self, shard: Shard, set_id: str, chunk_index: int) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """The shard's ``(logprobs, origins)`` when they are what a run writes, else
+        :class:`~verifier.errors.StoredSampleError` naming the chunk file.
+
+        Logprobs (the ``logprob`` test) passed :func:`verifier.validation.check_reported_logprobs` before they were
+        stored (the tokens' shape; no NaN, +inf or value above ``MAX_LOGPROB`` at an emitted token); origins were
+        stored only with the tokens' shape.  Either may be absent (None)."""
+        from verifier.validation import check_reported_logprobs
+
+        tokens = np.asarray(shard.tokens)
+        what = None
+        lps, origins = shard.logprobs, shard.origins
+        if origins is not None and np.shape(origins) != tokens.shape:
+            what = f"origins of shape={np.shape(origins)}; allowed: the tokens' shape {tokens.shape}"
+        elif lps is not None:
+            try:
+                lps = check_reported_logprobs(lps, tokens, decoder_name="it")
+            except DecoderOutputError as exc:
+                what = str(exc).replace("it returned ", "", 1)
+        if what is not None:
+            raise StoredSampleError(
+                f"stored sample chunk {str(self.chunk_path(set_id, chunk_index))!r} is corrupt: {what}; it was edited "
+                f"or damaged after the run -- delete it and run `{resume_command(self.run_dir)}` to sample it again")
+        return lps, origins
+
     def write_json(self, name: str, data: Any) -> Path:
         """Atomically write ``RUN_DIR/name`` as JSON."""
         path = self.run_dir / name

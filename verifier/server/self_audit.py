@@ -290,7 +290,8 @@ def run_self_reported(spec: SelfReportedSpec) -> int:
                  "per_request_draft_tokens": None if None in drafted else sum(drafted),
                  "per_request_accepted_tokens": None if None in drafted else sum(c.accepted or 0 for c in completions)}
         # earlier sessions' counter deltas for this phase (a rerun from the journal sends nothing and measures 0)
-        spec_entries += ledger.entries(meta["set_id"], entry, len(jobs), session)
+        spec_entries += ledger.entries(meta["set_id"], entry, len(jobs), session,
+                                       phase=ledger.phase_digest(body for _label, body, _n, _m in jobs))
         laws = position_laws(completions, spec.sampling, convention, spec.vocab_size)
         laws_all.append(laws)
         cells += self_reported_cells(completions, laws, prompt_law, vocab_size=spec.vocab_size, cell_alpha=cell_alpha,
