@@ -9,8 +9,17 @@ import subprocess
 import time
 from typing import Any, Collection, Sequence
 
-__all__ = ["machine_facts", "md_table", "fmt_n", "fmt_ratio", "load_average", "Stopwatch", "peak_rss_mib", "names_from",
+__all__ = ["row_json", "machine_facts", "md_table", "fmt_n", "fmt_ratio", "load_average", "Stopwatch", "peak_rss_mib", "names_from",
            "check_seeds", "check_detect_args"]
+
+
+def row_json(row: Any, **derived: Any) -> dict[str, Any]:
+    """A bench row dataclass as JSON: its fields plus ``derived`` values (ratios), non-finite floats as None."""
+    from dataclasses import asdict
+
+    d = asdict(row)
+    d.update(derived)
+    return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in d.items()}
 
 
 def load_average() -> tuple[float, float, float] | None:

@@ -41,7 +41,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Sequence
 
 from verifier.bench._battery import BatterySpec, TupleLaw, first_rejections
-from verifier.bench._common import check_detect_args, fmt_n, fmt_ratio, md_table, names_from
+from verifier.bench._common import check_detect_args, fmt_n, fmt_ratio, md_table, names_from, row_json
 from verifier.bench._oracle import np_oracle_samples
 from verifier.runner.verdict import cell_level
 
@@ -95,9 +95,7 @@ class DetectRow:
         return min(self.fixed_ratio, self.seq_ratio)
 
     def to_json(self) -> dict[str, Any]:
-        d = asdict(self)
-        d.update(fixed_ratio=self.fixed_ratio, seq_ratio=self.seq_ratio)
-        return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in d.items()}
+        return row_json(self, fixed_ratio=self.fixed_ratio, seq_ratio=self.seq_ratio)
 
 
 def batteries(num_tokens: int, alpha: float) -> dict[str, BatterySpec]:

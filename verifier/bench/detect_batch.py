@@ -23,14 +23,14 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Sequence
 
 import numpy as np
 
 from verifier.bench._battery import n_grid
-from verifier.bench._common import fmt_n, fmt_ratio, md_table, names_from
+from verifier.bench._common import fmt_n, fmt_ratio, md_table, names_from, row_json
 
 __all__ = ["BATCH_CASES", "BATCH_MUTANTS", "BATCH_LEVELS", "BatchDetectRow", "detect_batch_rows", "render_batch_markdown"]
 
@@ -66,9 +66,7 @@ class BatchDetectRow:
         return self.median / self.oracle_median if math.isfinite(self.oracle_median) else math.nan
 
     def to_json(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["ratio"] = self.ratio
-        return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in d.items()}
+        return row_json(self, ratio=self.ratio)
 
 
 def _level_row(mutant: str, case: str, b: int, *, seeds: int, alpha: float, power: float, seed: int) -> BatchDetectRow:

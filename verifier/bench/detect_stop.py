@@ -29,13 +29,13 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
 
 from verifier.bench._battery import n_grid
-from verifier.bench._common import fmt_n, fmt_ratio, md_table, names_from
+from verifier.bench._common import fmt_n, fmt_ratio, md_table, names_from, row_json
 
 __all__ = ["STOP_CHUNK", "STOP_CASES", "STOP_MUTANTS", "StopDetectRow", "detect_stop_rows", "render_stop_markdown"]
 
@@ -70,9 +70,7 @@ class StopDetectRow:
         return self.median / self.oracle_median
 
     def to_json(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["ratio"] = self.ratio
-        return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in d.items()}
+        return row_json(self, ratio=self.ratio)
 
 
 def _geometric_n(pi: float, q: float) -> int:

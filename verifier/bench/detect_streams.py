@@ -32,14 +32,14 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Sequence
 
 import numpy as np
 
 from verifier.bench._battery import family_rejects, n_grid
-from verifier.bench._common import fmt_n, fmt_ratio, md_table, names_from
+from verifier.bench._common import fmt_n, fmt_ratio, md_table, names_from, row_json
 from verifier.runner.verdict import cell_level
 
 __all__ = ["STREAM_CHUNK", "STREAM_CASES", "STREAM_ROWS", "STREAM_MUTANTS", "StreamDetectRow", "detect_stream_rows", "render_stream_markdown"]
@@ -75,9 +75,7 @@ class StreamDetectRow:
         return self.fixed_median / self.oracle_n
 
     def to_json(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["ratio"] = self.ratio
-        return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in d.items()}
+        return row_json(self, ratio=self.ratio)
 
 
 class _Target:
