@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
+from verifier.diagnose.cell_findings import cell_names
 from verifier.runner.verdict import CELL_BIAS
 from verifier.suite.batch import level_name
 
@@ -77,7 +78,7 @@ def batch_finding(decoder: str, cells: Iterable[dict[str, Any]]) -> dict[str, An
     if len(levels) < 2 or not rejected or rejected == levels:
         return None
     clean = [b for b in levels if b not in rejected]
-    names = ", ".join(str(c.get("id")) for c in rejecting[:4]) + (", ..." if len(rejecting) > 4 else "")
+    names = cell_names(rejecting, key=lambda c: c.get("id"))
     plain_clean, plain_bad = [b[0] for b in clean if not b[1]], [b[0] for b in rejected if not b[1]]
     above = (f"; every level above {max(plain_clean)} rejects: more than {max(plain_clean)} rows per step"
              if plain_clean and plain_bad and max(plain_clean) < min(plain_bad) else "")

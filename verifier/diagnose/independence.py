@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from verifier.runner.verdict import CELL_BIAS
+from verifier.diagnose.cell_findings import cell_names, rejected_split
 
 __all__ = ["FINDING", "INDEPENDENCE_STATUS", "ACROSS_ROW_TESTS", "independence_finding"]
 
@@ -76,14 +76,12 @@ def independence_finding(decoder: str, cells: Iterable[dict[str, Any]]) -> dict[
     >>> independence_finding("d", cells[:1]) is None
     True
     """
-    own = [c for c in cells if c.get("decoder") == decoder]
-    across = [c for c in own if _kind(c) in ACROSS_ROW_TESTS and c.get("verdict") == CELL_BIAS]
+    across, marginal = rejected_split(decoder, cells, lambda c: _kind(c) in ACROSS_ROW_TESTS)
     if not across:
         return None
-    marginal = [c for c in own if _kind(c) not in ACROSS_ROW_TESTS and c.get("verdict") == CELL_BIAS]
     figures = "; ".join(_figure(c) for c in across)
     if marginal:  # the single-row cells' nulls assume independent rows: dependence alone inflates them
-        names = ", ".join(str(c.get("test") or c.get("id")) for c in marginal[:4]) + (", ..." if len(marginal) > 4 else "")
+        names = cell_names(marginal)
         sentence = (f"{FINDING} ({figures}); single-row cells rejected as well ({names}), but their null assumes "
                     f"independent rows, so the dependence alone can make them reject -- {WHERE_TO_LOOK}; the "
                     f"per-row diagnosis follows")

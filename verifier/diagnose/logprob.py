@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from verifier.runner.verdict import CELL_BIAS
+from verifier.diagnose.cell_findings import cell_names, rejected_split
 
 __all__ = ["FINDING", "LOGPROB_STATUS", "LOGPROB_TEST", "WHERE_TO_LOOK", "logprob_finding"]
 
@@ -77,11 +77,9 @@ def logprob_finding(decoder: str, cells: Iterable[dict[str, Any]]) -> dict[str, 
     >>> logprob_finding("d", cells[:1]) is None
     True
     """
-    own = [c for c in cells if c.get("decoder") == decoder]
-    bad = [c for c in own if c.get("test") == LOGPROB_TEST and c.get("verdict") == CELL_BIAS]
+    bad, others = rejected_split(decoder, cells, lambda c: c.get("test") == LOGPROB_TEST)
     if not bad:
         return None
-    others = [c for c in own if c.get("test") != LOGPROB_TEST and c.get("verdict") == CELL_BIAS]
     named = {n if isinstance(n, str) and n in WHERE_TO_LOOK else None  # a name the classifier never gives: none
              for n in (_classified(c).get("defect") for c in bad)}
     defect = named.pop() if len(named) == 1 else None
@@ -89,7 +87,7 @@ def logprob_finding(decoder: str, cells: Iterable[dict[str, Any]]) -> dict[str, 
     figures = str(bad[0].get("support_violation") or f"{bad[0].get('statistic')} wrong tokens")
     head = f"{FINDING}: {what.replace('reported logprobs: ', '')} ({figures})"
     if others:
-        names = ", ".join(str(c.get("test") or c.get("id")) for c in others[:4]) + (", ..." if len(others) > 4 else "")
+        names = cell_names(others)
         sentence = (f"{head} -- {WHERE_TO_LOOK[defect]}; other cells rejected as well ({names}), so the tokens "
                     "themselves are off too; the per-row diagnosis follows")
     else:

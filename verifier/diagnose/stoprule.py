@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from verifier.runner.verdict import CELL_BIAS
+from verifier.diagnose.cell_findings import cell_names, rejected_split
 
 __all__ = ["FINDING", "STOP_STATUS", "STOP_RULE_TEST", "stop_finding"]
 
@@ -61,14 +61,12 @@ def stop_finding(decoder: str, cells: Iterable[dict[str, Any]]) -> dict[str, Any
     >>> stop_finding("d", cells[:1]) is None
     True
     """
-    own = [c for c in cells if c.get("decoder") == decoder]
-    rule = [c for c in own if c.get("test") == STOP_RULE_TEST and c.get("verdict") == CELL_BIAS]
+    rule, others = rejected_split(decoder, cells, lambda c: c.get("test") == STOP_RULE_TEST)
     if not rule:
         return None
-    others = [c for c in own if c.get("test") != STOP_RULE_TEST and c.get("verdict") == CELL_BIAS]
     figures = "; ".join(str(c.get("support_violation") or f"{c.get('statistic')} violating rows") for c in rule[:2])
     if others:
-        names = ", ".join(str(c.get("test") or c.get("id")) for c in others[:4]) + (", ..." if len(others) > 4 else "")
+        names = cell_names(others)
         sentence = (f"{FINDING} ({figures}) -- {WHERE_TO_LOOK}; other cells rejected as well ({names}), so the "
                     "tokens themselves are off too; the per-row diagnosis follows")
     else:
