@@ -249,14 +249,20 @@ def target_law(target: TabularLM, prefix: Sequence[int], num_tokens: int) -> Law
     """
     prefix_t = _prefix_iv(target, prefix, "target_law")
     _positive_int_iv(num_tokens, "num_tokens", "target_law")
+    return _sampled_law(target.probs, target.eos_token_id, prefix_t, num_tokens)
+
+
+def _sampled_law(next_probs: Callable[[tuple[int, ...]], Sequence[Fraction]], eos_token_id: int | None,
+                 prefix: tuple[int, ...], num_tokens: int) -> Law:
+    """Law of ``num_tokens`` tokens sampled one by one from ``next_probs(prefix + emitted)`` (padding after EOS)."""
     law: Law = {(): Fraction(1)}
     for _ in range(num_tokens):
         grown: Law = defaultdict(Fraction)
         for seq, prob in law.items():
-            if seq and seq[-1] in (target.eos_token_id, PADDING_TOKEN_ID):
+            if seq and seq[-1] in (eos_token_id, PADDING_TOKEN_ID):
                 grown[seq + (PADDING_TOKEN_ID,)] += prob
                 continue
-            for y, py in enumerate(target.probs(prefix_t + seq)):
+            for y, py in enumerate(next_probs(prefix + seq)):
                 if py:
                     grown[seq + (y,)] += prob * py
         law = grown

@@ -45,9 +45,8 @@ from fractions import Fraction
 from typing import Callable, Sequence
 
 from verifier.errors import invalid_argument
-from verifier.exact.laws import Law, _cut, _positive_int_iv, _rounds_law
+from verifier.exact.laws import Law, _cut, _positive_int_iv, _rounds_law, _sampled_law
 from verifier.exact.tabular import TabularLM
-from verifier.protocols import PADDING_TOKEN_ID
 from verifier.sampling import SamplingConfig, add_generated, context_codes, processed_probs
 
 __all__ = ["PENALTY_RULES", "PENALTY_SAMPLING", "PENALTY_PROMPTS", "HistoryProcessedLM", "penalty_target_law",
@@ -250,18 +249,7 @@ def penalty_target_law(target: TabularLM, prompt: Sequence[int], sampling: Sampl
     prompt_t = _iv(target, None, prompt, sampling, "penalty_target_law")
     _positive_int_iv(num_tokens, "num_tokens", "penalty_target_law")
     model = HistoryProcessedLM(target, sampling, len(prompt_t))
-    law: Law = {(): Fraction(1)}
-    for _ in range(num_tokens):
-        grown: Law = defaultdict(Fraction)
-        for seq, prob in law.items():
-            if seq and seq[-1] in (target.eos_token_id, PADDING_TOKEN_ID):
-                grown[seq + (PADDING_TOKEN_ID,)] += prob
-                continue
-            for y, py in enumerate(model.probs(prompt_t + seq)):
-                if py:
-                    grown[seq + (y,)] += prob * py
-        law = grown
-    return dict(law)
+    return _sampled_law(model.probs, target.eos_token_id, prompt_t, num_tokens)
 
 
 def penalty_n_token_law(target: TabularLM, draft: TabularLM, prompt: Sequence[int], sampling: SamplingConfig,
