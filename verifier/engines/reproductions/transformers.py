@@ -37,7 +37,7 @@ import torch
 from verifier.sampling import processed_probs
 
 __all__ = ["LAW_TOKENS", "NEEDS_DRAFT", "LAW_SOURCE", "LAW_POINTER", "AS_SHIPPED", "law_unsupported", "engine_laws",
-           "first_token_law", "column_placements"]
+           "first_token_law", "column_placements", "pruned_translator"]
 
 LAW_TOKENS = 1
 NEEDS_DRAFT = False  # the assistant is loaded here (its own tokenizer and vocabulary): the harness's draft is unknown
@@ -81,24 +81,29 @@ def law_unsupported(sampling, num_draft_tokens: int, options: dict[str, Any] | N
     return None
 
 
-def column_placements(target_tokenizer, assistant_tokenizer, assistant_probs_pruned: np.ndarray, vocab_size: int,
-                      ) -> tuple[np.ndarray, np.ndarray]:
-    """Where the assistant's pruned-column probs land in the target vocabulary: ``(q_s, q_v)``, each shape (vocab,).
-
-    ``q_s`` follows ``get_target_ids`` (the id a sampled column is emitted as), ``q_v`` follows ``get_target_logits``
-    (the q ``_speculative_sampling`` divides by); both from the installed transformers' own translator.
-    """
+def pruned_translator(target_tokenizer, assistant_tokenizer, vocab_size: int):
+    """The installed transformers' ``AssistantToTargetTranslator`` on its pruned-LM-head path, as ``generate()`` builds
+    it (``assistant_overlap_token_ids``: the pruned columns' assistant ids in ``get_vocab()`` order), without a model."""
     from transformers.generation.candidate_generator import AssistantToTargetTranslator
 
     tr = AssistantToTargetTranslator(target_tokenizer, assistant_tokenizer, vocab_size, assistant_model=None,
                                      assistant_prune_lm_head=False)
-    tr.assistant_prune_lm_head = True  # the pruned-head path generate() builds, without touching a model
+    tr.assistant_prune_lm_head = True
     tr.assistant_overlap_token_ids = torch.tensor(list(tr.target_to_assistant_input_ids.values()), dtype=torch.long)
+    return tr
+
+
+def column_placements(translator, assistant_probs_pruned: np.ndarray, vocab_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Where the assistant's pruned-column probs land in the target vocabulary: ``(q_s, q_v)``, each shape (vocab,).
+
+    ``q_s`` follows ``get_target_ids`` (the id a sampled column is emitted as), ``q_v`` follows ``get_target_logits``
+    (the q ``_speculative_sampling`` divides by); both from ``translator`` (:func:`pruned_translator`).
+    """
     q = torch.as_tensor(assistant_probs_pruned, dtype=torch.float64)
     q_s = np.zeros(vocab_size)
-    q_s[tr._assistant_to_target_input_ids[tr.assistant_overlap_token_ids].numpy()] = q.numpy()
+    q_s[translator._assistant_to_target_input_ids[translator.assistant_overlap_token_ids].numpy()] = q.numpy()
     # the processed logits generate() hands over, as log q (float32, like the assistant's scores), placed by the translator
-    q_v = tr.get_target_logits(torch.log(q).float()[None, None, :])[0, 0].double().softmax(-1).numpy()
+    q_v = translator.get_target_logits(torch.log(q).float()[None, None, :])[0, 0].double().softmax(-1).numpy()
     return q_s, q_v
 
 
@@ -129,18 +134,9 @@ def engine_laws(prompt, sampling, target, draft=None, options: dict[str, Any] | 
         p = processed_probs(target(torch.tensor([list(prompt)])).logits[0, -1].double(), sampling).numpy()
         text = tt.decode(list(prompt), skip_special_tokens=True, clean_up_tokenization_spaces=True)
         ids = at(text, add_special_tokens=False)["input_ids"]
-        overlap = torch.tensor(list(_translator_overlap(tt, at, len(p))), dtype=torch.long)
-        pruned = assistant(torch.tensor([ids])).logits[0, -1, overlap].double()
-        # the assistant's logits go through the sampling processors twice (TWICE below): q = processed(processed)
+        tr = pruned_translator(tt, at, len(p))
+        pruned = assistant(torch.tensor([ids])).logits[0, -1, tr.assistant_overlap_token_ids].double()
+        # the assistant's logits go through the sampling processors twice (module docstring): q = processed(processed)
         q = processed_probs(torch.log(processed_probs(pruned, sampling)), sampling).numpy()
-    q_s, q_v = column_placements(tt, at, q, len(p))
+    q_s, q_v = column_placements(tr, q, len(p))
     return {"target": p, AS_SHIPPED: first_token_law(p, q_s, q_v)}
-
-
-def _translator_overlap(target_tokenizer, assistant_tokenizer, vocab_size: int) -> list[int]:
-    """The pruned LM head's columns: assistant ids in the translator's (get_vocab()) order."""
-    from transformers.generation.candidate_generator import AssistantToTargetTranslator
-
-    tr = AssistantToTargetTranslator(target_tokenizer, assistant_tokenizer, vocab_size, assistant_model=None,
-                                     assistant_prune_lm_head=False)
-    return list(tr.target_to_assistant_input_ids.values())
