@@ -214,7 +214,27 @@ def _init_worker(target: Any, draft: Any, device: str, dtype: Any, threads: int,
         # get_vocab() in one seeded order in every process (not the per-process hash order): reproducible samples
         _WORKER["vocab_order"] = fix_vocab_order(assistant, vocab_order_seed)
         _WORKER["tokenizers"] = {"tokenizer": load_tokenizer(_portable(target)), "assistant_tokenizer": assistant}
+        _warm_up_universal_assisted()
     _install_round_recorder()
+
+
+def _warm_up_universal_assisted() -> None:
+    """One throwaway universal-assisted ``generate`` call in this process before any sample.
+
+    transformers' first such call in a process builds the vocabulary translator and prunes the assistant's LM head in
+    place; that call's sample differs from what later calls draw at the same seed (measured: row 0 of a fresh worker,
+    whatever the prompt of the first call).  With several workers the samples then depended on which indices each
+    worker happened to draw first (1 run in 3 differed).  After this call every sample depends on its index only.
+    """
+    target, draft, tokenizers = _WORKER["target"], _WORKER["draft"], _WORKER["tokenizers"]
+    ids = tokenizers["tokenizer"]("def ", add_special_tokens=False)["input_ids"] or [0]
+    prompt = torch.tensor([ids], dtype=torch.long, device=target.device)
+    _set_assistant(draft, 1)
+    with torch.inference_mode():
+        torch.manual_seed(0)
+        target.generate(input_ids=prompt, attention_mask=torch.ones_like(prompt),
+                        generation_config=_generation_config(target, SamplingConfig(temperature=1.0), 2, None),
+                        assistant_model=draft, **tokenizers)
 
 
 def _generation_config(target: torch.nn.Module, sampling: SamplingConfig, max_new_tokens: int, weight: float | None):
