@@ -124,3 +124,34 @@ def test_a_url_server_without_a_version_endpoint_gets_its_fingerprint_or_folder_
     r["decoders"][0]["speculation"]["server_fingerprints"] = ["0.32.2-0.32.4-Linux-6.18-x86_64-cpu"]
     (other / "server" / "t1-k1" / "report.json").write_text(json.dumps(r))
     assert collect(other)[0]["version"] == "0.32.2"
+
+
+def test_field_kinds_table_reads_each_kind_from_the_committed_reports(tmp_path):
+    """The field-kinds table (issue 29): the MLX-LM server's committed independence cells (as shipped at T = 0.7 its
+    serial cell rejects -- the prompt-cache defect of its FINDINGS.md makes a request depend on the ones before; PASS
+    with the control server), the self-reported llama-server's logprob consistency
+    cell, and an engine with no kind cell shown as "not run" in every column; the README block is replaced."""
+    from verifier.engines.kinds_matrix import END as KEND, START as KSTART, collect_kinds, render_kinds
+
+    audits = REPO / "reports" / "audits"
+    for rel in ("mlx-lm-server-0.32.2/t07-topk8-k1", "mlx-lm-server-0.32.2/control-prompt-cache-fix-t07-topk8-k1",
+                "llama-server-0c1e570-self-reported/t1-topk20-k1", "llama.cpp-0.3.36/t07-topk8-k1"):
+        (tmp_path / rel).mkdir(parents=True)
+        for name in ("report.json", "audit.json"):  # audit.json: the engine record of a URL audit
+            if (audits / rel / name).is_file():
+                shutil.copy(audits / rel / name, tmp_path / rel / name)
+    groups = {(g["engine"], g["variant"]): g for g in collect_kinds(collect(tmp_path), tmp_path)}
+    shipped = groups[("mlx-lm server", "URL, 4 in flight")]["kinds"]
+    assert shipped["shared randomness"]["verdict"] == "BIAS" and set(shipped) == {"shared randomness"}
+    control = groups[("mlx-lm server", "URL, 4 in flight, control-prompt-cache-fix server")]["kinds"]
+    assert control["shared randomness"]["verdict"] == "PASS"
+    self_reported = groups[("llama-server (URL)", "URL self-reported, top-20 logprobs")]["kinds"]
+    assert self_reported["reported logprobs"]["verdict"] == "PASS"
+    assert groups[("llama.cpp", "every variant")]["kinds"] == {}
+    table = render_kinds(list(groups.values()))
+    assert table.count("\n") == 1 + len(groups) and "| `llama.cpp` | 0.3.36 | every variant | not run |" in table
+    readme = tmp_path / "README.md"
+    readme.write_text(f"{START}\nold\n{END}\nmid\n{KSTART}\nold kinds\n{KEND}\nend\n")
+    assert main([str(tmp_path), "--readme", str(readme)]) == 0
+    text = readme.read_text()
+    assert "old" not in text and "| batch shape | shared randomness |" in text and text.endswith("end\n")

@@ -48,9 +48,33 @@ def test_ci_suite_reference_passes_and_every_mutant_is_detected(tmp_path, capsys
     assert any(a["far_below"] for a in decoders["fresh_target_match"]["acceptance"])  # PASS + the loud note
     assert "ACCEPTANCE FAR BELOW CANONICAL" in out
     assert_matches_golden(report)  # issue 17: same verdicts and p-values as before the scale work
+    _check_field_kinds_per_decoder(report)
     diagnosed = {d["decoder"] for d in report["diagnosis"]["decoders"]}  # every biased decoder, no passing one
     assert diagnosed == set(verdicts), diagnosed
     _check_verdicts_do_not_depend_on_last_stats(tmp_path / "ci", report)
+
+
+def _check_field_kinds_per_decoder(report):
+    """The README's field-kinds table (verifier.engines.kinds_matrix) reads each issue-29 control as PASS and each
+    mutant as BIAS at its own kind -- and the batch mutant at batch 16 only, the lossy mode by its fingerprint."""
+    from verifier.engines.kinds_matrix import kind_results
+
+    kinds = {d["decoder"]: {k: v["verdict"] for k, v in kind_results(report, d["decoder"]).items()}
+             for d in report["decoders"]}
+    assert kinds["reference@batch"] == {"batch shape": "PASS"}
+    assert kinds["corrupt_batch_gt2@batch"] == {"batch shape": "BIAS"}
+    assert kind_results(report, "corrupt_batch_gt2@batch")["batch shape"]["levels"] == {"2": "PASS", "16": "BIAS"}
+    assert kinds["reference@requests"] == {"shared randomness": "PASS", "reported logprobs": "PASS"}
+    assert kinds["shared_stream@requests"] == {"shared randomness": "BIAS"}
+    assert kinds["logprobs_first_only@requests"] == {"reported logprobs": "BIAS"}
+    assert kinds["reference@penalties"] == {"penalties, min-p": "PASS"}
+    assert kinds["penalty_ignored_in_verification@penalties"] == {"penalties, min-p": "BIAS"}
+    assert kinds["reference@stop"] == {"stop rules": "PASS"} and kinds["stop_mid_block@stop"] == {"stop rules": "BIAS"}
+    assert kinds["synthetic_acceptance"] == {"lossy modes": "FLAGGED"} and kinds["reference"] == {"lossy modes": "PASS"}
+    assert kinds["vocab_mapped@vocab"] == {"another vocabulary": "PASS"}
+    assert kinds["many_to_one_q_single@vocab"] == {"another vocabulary": "BIAS"}
+    assert kinds["recurrent_reference_intermittent@recurrent"] == {"recurrent state": "PASS"}
+    assert kinds["state_not_rolled_back@recurrent"] == {"recurrent state": "BIAS"}
 
 
 def _check_verdicts_do_not_depend_on_last_stats(run_dir, report):

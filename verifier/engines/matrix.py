@@ -28,7 +28,9 @@ Root cause of a BIAS DETECTED: "harness: <mechanism>." when the report's own dia
 the first line starting with ``Root cause:`` in ``FINDINGS.md`` of the
 report folder or of the engine's folder (``reports/audits/<engine>-<version>/FINDINGS.md``); a BIAS
 without one says "root cause: not written up" (never left blank).  With ``--readme FILE`` the table
-between the markers ``<!-- audit-matrix:start -->`` and ``<!-- audit-matrix:end -->`` is replaced.
+between the markers ``<!-- audit-matrix:start -->`` and ``<!-- audit-matrix:end -->`` is replaced, and the
+field-kinds table (:mod:`verifier.engines.kinds_matrix`) between ``<!-- field-kinds:start -->`` and
+``<!-- field-kinds:end -->`` where the file has those markers.
 """
 
 from __future__ import annotations
@@ -288,7 +290,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{args.readme}: markers {START} / {END} not found", file=sys.stderr)
         return 2
     head, rest = text.split(START, 1)
-    Path(args.readme).write_text(f"{head}{START}\n{table}\n{END}{rest.split(END, 1)[1]}", encoding="utf-8")
+    text = f"{head}{START}\n{table}\n{END}{rest.split(END, 1)[1]}"
+    from verifier.engines import kinds_matrix as km
+
+    if km.START in text and km.END in text:  # the field-kinds table (issue 29), from the same reports
+        kinds = km.render_kinds(km.collect_kinds(collect(args.root), args.root))
+        head, rest = text.split(km.START, 1)
+        text = f"{head}{km.START}\n{kinds}\n{km.END}{rest.split(km.END, 1)[1]}"
+    Path(args.readme).write_text(text, encoding="utf-8")
     return 0
 
 
