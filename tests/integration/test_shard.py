@@ -147,3 +147,38 @@ def test_conflicting_samples_for_one_chunk_are_refused(runs, tmp_path):
     np.savez(path, **arrays)
     with pytest.raises(ConfigError, match="hold different samples for the same chunk"):
         merge_runs([runs / "shard0", forged, runs / "shard1"], tmp_path / "m")
+
+
+@pytest.mark.full  # ~60-80 s on 2 cores (a local Ray instance starts: ~30 s); covered in the quick tier by the
+# --shard/merge tests above (the same run_shard + merge_runs), and its argument checks by test_ray_arguments_are_checked
+def test_ray_local_cluster_gives_the_single_process_report_and_resumes(runs, tmp_path):
+    """`python -m verifier.cli.raylaunch --shards 2` on the embedded local Ray instance: two Ray tasks sample shards
+    0/2 and 1/2, the driver merges them, and report.json equals the unsharded run's; the same command again finds
+    both shards complete and samples nothing (no Ray start)."""
+    pytest.importorskip("ray")
+    run_dir = tmp_path / "ray"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, "-m", "verifier.cli.raylaunch", str(SUITE), "--shards", "2", "--num-cpus", "2",
+           "--run-dir", str(run_dir)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=400, env=env, cwd=ROOT)
+    single = _report(runs / "single")
+    assert proc.returncode == single["exit_code"], proc.stdout + proc.stderr
+    assert "shard 0/2:" in proc.stdout and "shard 1/2:" in proc.stdout and "with Ray" in proc.stdout
+    assert sorted(p.name for p in (run_dir / "shards").iterdir()) == ["rank-0-of-2", "rank-1-of-2"]
+    assert _stable(_report(run_dir)) == _stable(single)
+    again = subprocess.run(cmd, capture_output=True, text=True, timeout=400, env=env, cwd=ROOT)
+    assert again.returncode == single["exit_code"], again.stdout + again.stderr
+    assert "2 already complete" in again.stdout and "with Ray" not in again.stdout
+    assert _stable(_report(run_dir)) == _stable(single)
+
+
+@pytest.mark.parametrize("args, word", [(["--shards", "0"], "--shards"), (["--shards", "2", "--num-cpus", "0"], "--num-cpus"),
+                                        (["--shards", "2", "--address", "auto", "--num-cpus", "2"], "--num-cpus"),
+                                        (["--shards", "2", "--cpus-per-shard", "0"], "--cpus-per-shard")])
+def test_ray_arguments_are_checked(args, word, tmp_path, capsys):
+    """Bad launcher arguments exit 2 naming the argument, before Ray or the suite is touched."""
+    from verifier.cli.raylaunch import main as ray_main
+
+    assert ray_main([str(SUITE), "--run-dir", str(tmp_path / "r"), *args]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert word in err and "Traceback" not in err
