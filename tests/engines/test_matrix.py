@@ -140,7 +140,7 @@ def test_field_kinds_table_reads_each_kind_from_the_committed_reports(tmp_path):
         for name in ("report.json", "audit.json"):  # audit.json: the engine record of a URL audit
             if (audits / rel / name).is_file():
                 shutil.copy(audits / rel / name, tmp_path / rel / name)
-    groups = {(g["engine"], g["variant"]): g for g in collect_kinds(collect(tmp_path), tmp_path)}
+    groups = {(g["engine"], g["variant"]): g for g in collect_kinds(collect(tmp_path))}
     shipped = groups[("mlx-lm server", "URL, 4 in flight")]["kinds"]
     assert shipped["shared randomness"]["verdict"] == "BIAS" and set(shipped) == {"shared randomness"}
     control = groups[("mlx-lm server", "URL, 4 in flight, control-prompt-cache-fix server")]["kinds"]

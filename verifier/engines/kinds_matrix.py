@@ -127,9 +127,10 @@ def kind_results(report: dict[str, Any], decoder: str | None = None) -> dict[str
     return out
 
 
-def collect_kinds(rows: list[dict[str, Any]], root: str | Path = "reports/audits") -> list[dict[str, Any]]:
-    """One entry per engine variant of the audit matrix's ``rows`` (:func:`verifier.engines.matrix.collect` of
-    ``root``), each kind's worst result over the variant's reports with a link to the deciding report.
+def collect_kinds(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One entry per engine variant of the audit matrix's ``rows`` (:func:`verifier.engines.matrix.collect`; a row's
+    ``field_kinds`` is its engine record's), each kind's worst result over the variant's reports with a link to the
+    deciding report.
 
     An engine none of whose reports has a cell of any kind gets one entry (variant "every variant") that says
     "not run" (or the engine's ``field_kinds`` reason) in every column, so that every engine of the matrix shows.
@@ -140,8 +141,6 @@ def collect_kinds(rows: list[dict[str, Any]], root: str | Path = "reports/audits
         ``{"engine", "version", "variant", "kinds": {kind: {"verdict", "text", "folder"}}, "reasons": {kind: str}}``,
         sorted by engine, version and variant.
     """
-    from verifier.engines.matrix import _engine_from_folder  # the same engine lookup as the matrix rows
-
     groups: dict[tuple[str, str, str], dict[str, Any]] = {}
     for row in rows:
         folder = Path(row["folder"])
@@ -155,7 +154,7 @@ def collect_kinds(rows: list[dict[str, Any]], root: str | Path = "reports/audits
         key = (str(row["engine"]), str(row["version"]), variant)
         g = groups.setdefault(key, {"engine": key[0], "version": key[1], "variant": variant, "kinds": {},
                                     "reasons": {}, "counts": {}})
-        g["reasons"] = g["reasons"] or dict((_engine_from_folder(folder, Path(root)).get("field_kinds") or {}))
+        g["reasons"] = g["reasons"] or dict(row.get("field_kinds") or {})  # the engine record's, via the matrix row
         for kind, res in kind_results(report).items():
             g["counts"][kind] = g["counts"].get(kind, 0) + 1
             old = g["kinds"].get(kind)

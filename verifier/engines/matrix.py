@@ -219,7 +219,8 @@ def _known_p_row(folder: Path, r: dict[str, Any], root: Path) -> dict[str, Any]:
             "entry_point": eng.get("entry_point", ""), "config": cfg,
             "n": _count([s.get("samples_on_disk") for s in sets]), "verdict": verdict,
             "mde": _range([c.get("mde") for c in r.get("cells", []) if c.get("mde") is not None]),
-            "acceptance": "; ".join(acc), "folder": folder}
+            "acceptance": "; ".join(acc), "folder": folder,
+            "field_kinds": dict(eng.get("field_kinds") or {})}  # why a bug kind cannot run on it (kinds_matrix)
 
 
 def _target_tv(folder: Path, r: dict[str, Any]) -> float | None:
@@ -294,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
     from verifier.engines import kinds_matrix as km
 
     if km.START in text and km.END in text:  # the field-kinds table (issue 29), from the same reports
-        kinds = km.render_kinds(km.collect_kinds(collect(args.root), args.root))
+        kinds = km.render_kinds(km.collect_kinds(collect(args.root)))
         head, rest = text.split(km.START, 1)
         text = f"{head}{km.START}\n{kinds}\n{km.END}{rest.split(km.END, 1)[1]}"
     Path(args.readme).write_text(text, encoding="utf-8")
