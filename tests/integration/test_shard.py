@@ -182,3 +182,23 @@ def test_ray_arguments_are_checked(args, word, tmp_path, capsys):
     assert ray_main([str(SUITE), "--run-dir", str(tmp_path / "r"), *args]) == EXIT_USAGE
     err = capsys.readouterr().err
     assert word in err and "Traceback" not in err
+
+
+def test_shard_env_reads_the_launchers_rank_variables(monkeypatch, tmp_path, capsys):
+    """`--shard env` takes I/N from torchrun's RANK/WORLD_SIZE, a Slurm array's task id/count or srun's
+    PROCID/NTASKS (first pair set wins); none set, or a bad pair, exits 2 naming the variables."""
+    from verifier.runner.shard import RANK_VARIABLES, shard_from_env
+
+    for index, count in RANK_VARIABLES:
+        monkeypatch.delenv(index, raising=False)
+        monkeypatch.delenv(count, raising=False)
+    assert shard_from_env({"SLURM_PROCID": "1", "SLURM_NTASKS": "2"}) == ShardSpec(1, 2)
+    assert shard_from_env({"RANK": "0", "WORLD_SIZE": "4", "SLURM_PROCID": "3", "SLURM_NTASKS": "8"}) == ShardSpec(0, 4)
+    with pytest.raises(InvalidArgumentError, match="SLURM_ARRAY_TASK_ID"):
+        shard_from_env({"SLURM_ARRAY_TASK_ID": "8", "SLURM_ARRAY_TASK_COUNT": "8"})
+    assert main(["run", str(SUITE), "--shard", "env", "--run-dir", str(tmp_path / "none"), "--no-progress"]) == EXIT_USAGE
+    assert "RANK/WORLD_SIZE" in capsys.readouterr().err
+    monkeypatch.setenv("SLURM_ARRAY_TASK_ID", "1")
+    monkeypatch.setenv("SLURM_ARRAY_TASK_COUNT", "2")
+    assert main(["run", str(SUITE), "--shard", "env", "--run-dir", str(tmp_path / "s"), "--no-progress"]) == 0
+    assert (tmp_path / "s" / "shard-1-of-2.json").is_file()

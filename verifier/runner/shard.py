@@ -33,7 +33,8 @@ from typing import Any, Callable, Sequence
 
 from verifier.errors import ConfigError, invalid_argument
 
-__all__ = ["ShardSpec", "ShardOutcome", "parse_shard", "run_shard", "merge_shards", "shard_marker_name"]
+__all__ = ["ShardSpec", "ShardOutcome", "RANK_VARIABLES", "shard_from_env", "parse_shard", "run_shard", "merge_shards",
+           "shard_marker_name"]
 
 SHARD_MARKER_GLOB = "shard-*-of-*.json"
 _SHARD_RE = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")
@@ -66,8 +67,44 @@ class ShardOutcome:
     seconds: float
 
 
+# the rank variables of the launchers users run, in the order they are read: (index, count, offset of the index)
+RANK_VARIABLES = (("RANK", "WORLD_SIZE"),                                # torchrun, Ray Train, MPI-style launchers
+                  ("SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_COUNT"),   # a Slurm job array (ids 0..N-1)
+                  ("SLURM_PROCID", "SLURM_NTASKS"))                    # srun tasks of one Slurm job
+
+
+def shard_from_env(environ: Any = None) -> ShardSpec:
+    """The shard the launcher's rank variables name (``--shard env``): the first pair of :data:`RANK_VARIABLES`
+    that is set (torchrun ``RANK``/``WORLD_SIZE``; a Slurm array ``SLURM_ARRAY_TASK_ID``/``SLURM_ARRAY_TASK_COUNT``;
+    srun ``SLURM_PROCID``/``SLURM_NTASKS``).
+
+    Raises
+    ------
+    InvalidArgumentError
+        None of the pairs is set, or the set pair is not two integers 0 <= I < N.
+
+    Examples
+    --------
+    >>> shard_from_env({"SLURM_ARRAY_TASK_ID": "3", "SLURM_ARRAY_TASK_COUNT": "8"})
+    ShardSpec(index=3, count=8)
+    """
+    import os
+
+    env = os.environ if environ is None else environ
+    for index, count in RANK_VARIABLES:
+        if env.get(index) is not None and env.get(count) is not None:
+            spec = f"{env[index]}/{env[count]}"
+            m = _SHARD_RE.match(spec)
+            if not m or not (0 <= int(m.group(1)) < int(m.group(2))):
+                raise invalid_argument("--shard", f"env ({index}={env[index]!r}, {count}={env[count]!r})",
+                                       f"{index} and {count} integers with 0 <= {index} < {count}")
+            return ShardSpec(int(m.group(1)), int(m.group(2)))
+    names = ", ".join(f"{i}/{c}" for i, c in RANK_VARIABLES)
+    raise invalid_argument("--shard", "env", f"a launcher that sets one of {names} (none is set here), or --shard I/N")
+
+
 def parse_shard(text: str) -> ShardSpec:
-    """Parse ``"I/N"`` (0 <= I < N).
+    """Parse ``"I/N"`` (0 <= I < N), or ``"env"``: the launcher's rank variables (:func:`shard_from_env`).
 
     Raises
     ------
@@ -79,6 +116,8 @@ def parse_shard(text: str) -> ShardSpec:
     >>> parse_shard("1/4")
     ShardSpec(index=1, count=4)
     """
+    if str(text).strip() == "env":
+        return shard_from_env()
     m = _SHARD_RE.match(str(text))
     if not m or not (0 <= int(m.group(1)) < int(m.group(2))):
         raise invalid_argument("--shard", text, "I/N with integers 0 <= I < N, e.g. 0/4 (shard indices start at 0)")
