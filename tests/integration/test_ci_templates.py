@@ -137,7 +137,11 @@ def test_slurm_array_script_runs_one_shard_per_task():
     commands = _commands(body, env)
     assert len(commands) == 1
     args = _parse(build_parser(), commands[0][1:])
-    assert args.shard == "3/8" and args.profile == "nightly"
+    assert args.shard == "env" and args.profile == "nightly"  # I/N from the array's own variables
+    from verifier.runner.shard import ShardSpec, parse_shard
+
+    with __import__("unittest.mock").mock.patch.dict("os.environ", env, clear=True):
+        assert parse_shard(args.shard) == ShardSpec(3, 8)
     assert (ROOT / args.suite).is_file()
     merge = re.search(r'--wrap "(specverify merge [^"]+)"', text).group(1)
     assert _parse(build_parser(), shlex.split(merge)[1:]).run_dirs == [args.run_dir]
