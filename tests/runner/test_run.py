@@ -53,7 +53,8 @@ def test_reference_passes_and_biased_sampler_is_detected(tiny_run):
             assert cell[key] is not None, (cell["id"], key)
     assert {c["test"] for c in report["cells"]} == {"gof@1", "gof@2", "joint@1..2", "pit"}
     assert set(report["environment"]["versions"]) >= {"numpy", "scipy", "torch"}
-    assert sorted(p.name for p in run_dir.iterdir()) == ["junit.xml", "report.html", "report.json", "report.md", "run.json", "samples"]
+    assert sorted(p.name for p in run_dir.iterdir()) == ["junit.xml", "report.html", "report.json", "report.md", "run.json", "samples",
+                                                      "timing.jsonl"]  # the chunks' generate times (runner.cost)
 
 
 def test_same_suite_and_seed_give_the_same_report(tiny_run, tmp_path):

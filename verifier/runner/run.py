@@ -44,7 +44,7 @@ from verifier.errors import (
 )
 from verifier._resume import resume_command
 from verifier._tracebacks import crash_traceback
-from verifier.runner import acceptance, analysis, batch, fingerprint, guards, speculation
+from verifier.runner import acceptance, analysis, batch, cost, fingerprint, guards, speculation
 from verifier.runner.assemble import REPORT_SCHEMA_VERSION, build_report, environment
 from verifier._call_timeout import CallTimeout
 from verifier.runner.cells import acceptance_cells, count_cells, draft_unknown, expected_preflight, set_cells
@@ -242,6 +242,7 @@ def _sample(ctx: SuiteContext, store: SampleStore, progress: bool, log: Callable
                                                     vocab_size=pair.vocab_size, eos_token_id=pair.eos_token_id,
                                                     decoder_name=spec.name, stop_token_ids=spec.stop_token_ids,
                                                     max_tokens=spec.max_tokens)
+                    called = time.perf_counter()  # the chunk's generate time: the rate in the report (runner.cost)
                     try:  # one call of `rows` rows, or calls of a batch_composition level's rows (verifier.runner.batch)
                         tokens, stats, call_meta, reported = batch.generate_chunk(
                             decoder, plan, index, spec.name, check,
@@ -286,7 +287,9 @@ def _sample(ctx: SuiteContext, store: SampleStore, progress: bool, log: Callable
                     break
                 # optional per-token origins (diagnosis localization)
                 origins = origins if origins is not None and np.shape(origins) == tokens.shape else None
+                generate_seconds = time.perf_counter() - called
                 store.write_chunk(plan.set_id, index, Shard(tokens, fra, counts, meta, origins, reported))
+                cost.record_chunk(store.run_dir, plan.set_id, index, rows, generate_seconds)
                 bar.update(rows)
         finally:
             bar.close()
@@ -439,6 +442,7 @@ def assess(ctx: SuiteContext, store: SampleStore, errors: dict, exact: dict, sta
         log(f"time to verdict: {ttv['wall_seconds']:.1f} s since {ttv['wall_from']} ({ttv['cpu_seconds']:.1f} s CPU): "
             f"{said}; diagnosis and reports follow")
     report["run"][KEY_FIELD] = run_inputs_key(store.run_dir, allow_partial)
+    report["run"]["cost"] = cost.decoder_costs(report, cost.read_timing([store.run_dir]))  # volatile: in `run`
     report["samples_planned"] = sum(s["samples"] for s in sets_info)
     report["samples_missing"] = sum(s["samples_missing"] for s in sets_info)
     if report["samples_missing"]:

@@ -278,6 +278,7 @@ def merge_shards(run_dirs: Sequence[str | Path], out_dir: str | Path, *, allow_p
             dst.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, dst)
             copied += 1
+    _merge_timing(dirs, out)
     stopped = []
     for d in dirs:
         for m in _markers(d):
@@ -328,6 +329,20 @@ def _check_same_plugins(dirs: list[Path], run_file: str) -> None:
             check_plugins_unchanged(first, other, dirs[0])
         except ConfigError as exc:
             raise ConfigError(f"{d} was sampled with another plugin file than {dirs[0]}: {exc}") from None
+
+
+def _merge_timing(dirs: list[Path], out: Path) -> None:
+    """Carry every shard's chunk timing (``timing.jsonl``, :mod:`verifier.runner.cost`) into ``out``, once per chunk."""
+    from verifier.runner.cost import read_timing, record_chunk
+
+    have = read_timing([out])
+    for d in dirs:
+        if d.resolve() == out.resolve():
+            continue
+        for (set_id, chunk), (rows, seconds) in sorted(read_timing([d]).items()):
+            if (set_id, chunk) not in have:
+                record_chunk(out, set_id, chunk, rows, seconds)
+                have[(set_id, chunk)] = (rows, seconds)
 
 
 def _same_shard(a: Path, b: Path) -> bool:

@@ -1,0 +1,122 @@
+"""What a certificate still costs: the sampling rate, the rows still needed and the hours they take (issue 27).
+
+While sampling, the runner appends one line per chunk to ``RUN_DIR/timing.jsonl`` (:func:`record_chunk`):
+``{"set_id", "chunk", "rows", "seconds"}``, the wall seconds of that chunk's ``generate`` calls (the decoder's own
+time: no statistics, no diagnosis, no start-up).  Timing is volatile, so it stays out of the chunk files (whose bytes
+a rerun with the same seed reproduces) and out of everything in report.json but its ``run`` section.
+
+At report time :func:`decoder_costs` gives, per decoder, the measured rate (timed rows / timed seconds over its sets)
+and, where cells are UNDERPOWERED, the rows still needed to bring every set to the decoder's ``n_needed`` and the
+hours that takes at that rate.  A run folder written before timing was recorded (or one whose chunks were imported)
+says "rate not recorded" instead of guessing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Iterable
+
+__all__ = ["TIMING_FILE", "record_chunk", "read_timing", "decoder_costs", "cost_sentence"]
+
+TIMING_FILE = "timing.jsonl"
+
+
+def record_chunk(run_dir: str | Path, set_id: str, chunk: int, rows: int, seconds: float) -> None:
+    """Append one chunk's sampling time to ``RUN_DIR/timing.jsonl`` (a failed write is ignored: timing is advisory,
+    never a reason to lose a chunk)."""
+    line = json.dumps({"set_id": set_id, "chunk": int(chunk), "rows": int(rows), "seconds": round(float(seconds), 6)})
+    try:
+        with open(Path(run_dir) / TIMING_FILE, "a", encoding="utf-8") as fh:
+            fh.write(line + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+    except OSError:
+        pass
+
+
+def read_timing(run_dirs: Iterable[str | Path]) -> dict[tuple[str, int], tuple[int, float]]:
+    """``{(set_id, chunk): (rows, seconds)}`` from the folders' ``timing.jsonl`` (the last line of a chunk wins: a
+    chunk sampled again after a crash; unreadable lines are skipped)."""
+    out: dict[tuple[str, int], tuple[int, float]] = {}
+    for d in run_dirs:
+        path = Path(d) / TIMING_FILE
+        try:
+            lines = path.read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError):
+            continue
+        for line in lines:
+            try:
+                rec = json.loads(line)
+                rows, seconds = int(rec["rows"]), float(rec["seconds"])
+                if rows > 0 and seconds >= 0:
+                    out[(str(rec["set_id"]), int(rec["chunk"]))] = (rows, seconds)
+            except (ValueError, KeyError, TypeError):
+                continue
+    return out
+
+
+def decoder_costs(report: dict[str, Any], timing: dict[tuple[str, int], tuple[int, float]]) -> dict[str, dict[str, Any]]:
+    """Per decoder of ``report``: the sampling rate of its chunks on disk, the rows still needed and the hours.
+
+    Parameters
+    ----------
+    report : dict
+        report.json without its ``run`` section's cost (``decoders[].n_needed``, ``sample_sets[]``).
+    timing : dict
+        :func:`read_timing` of the run folder (and its shards).
+
+    Returns
+    -------
+    dict
+        ``{decoder: {"rate_samples_per_s": float | None, "timed_samples": int, "timed_seconds": float,
+        "rows_still_needed": int, "hours_still_needed": float | None, "sentence": str}}``; ``rows_still_needed``
+        sums ``n_needed - samples_on_disk`` over the decoder's sets (0 when no cell is underpowered or none can
+        reach the target with more rows).
+    """
+    out: dict[str, dict[str, Any]] = {}
+    sets = [s for s in report.get("sample_sets") or [] if isinstance(s, dict)]
+    per_set: dict[str, list[float]] = {}
+    for (set_id, _chunk), (r, sec) in timing.items():
+        acc = per_set.setdefault(set_id, [0.0, 0.0])
+        acc[0] += r
+        acc[1] += sec
+    for d in report.get("decoders") or []:
+        name = d.get("decoder")
+        mine = [s for s in sets if s.get("decoder") == name]
+        rows = sum(per_set.get(str(s.get("set_id")), [0.0, 0.0])[0] for s in mine)
+        seconds = sum(per_set.get(str(s.get("set_id")), [0.0, 0.0])[1] for s in mine)
+        rate = rows / seconds if rows and seconds > 0 else None
+        need = d.get("n_needed")
+        still = sum(max(0, int(need) - int(s.get("samples_on_disk") or 0)) for s in mine) if need else 0
+        hours = still / rate / 3600 if rate and still else (0.0 if not still else None)
+        entry = {"rate_samples_per_s": rate, "timed_samples": int(rows), "timed_seconds": seconds,
+                 "rows_still_needed": int(still), "hours_still_needed": hours}
+        entry["sentence"] = cost_sentence(entry, need, len(mine))
+        out[str(name)] = entry
+    return out
+
+
+def _rate(rate: float) -> str:
+    return f"{rate:,.0f}" if rate >= 100 else f"{rate:.3g}"
+
+
+def _duration(hours: float) -> str:
+    return f"{hours * 60:.1f} min" if hours < 1 else f"{hours:.1f} h"
+
+
+def cost_sentence(entry: dict[str, Any], n_needed: int | None, num_sets: int) -> str:
+    """One line: "sampled at R samples/s (N rows timed); S more rows (n_needed per set over K sets) take H at that
+    rate" -- or what is missing."""
+    rate = entry.get("rate_samples_per_s")
+    said = (f"sampled at {_rate(rate)} samples/s ({entry['timed_samples']:,} rows timed, "
+            f"{entry['timed_seconds']:.3g} s of generate calls)" if rate else
+            "sampling rate not recorded (no timing.jsonl for these chunks)")
+    still = entry.get("rows_still_needed") or 0
+    if not still:
+        return said
+    where = f"{still:,} more rows (n >= {n_needed:,} in each of {num_sets} sample set(s))"
+    hours = entry.get("hours_still_needed")
+    return f"{said}; {where}" + (f" take about {_duration(hours)} at that rate" if hours is not None else
+                                 ": the time cannot be estimated without a rate")
