@@ -124,3 +124,19 @@ def test_a_url_server_without_a_version_endpoint_gets_its_fingerprint_or_folder_
     r["decoders"][0]["speculation"]["server_fingerprints"] = ["0.32.2-0.32.4-Linux-6.18-x86_64-cpu"]
     (other / "server" / "t1-k1" / "report.json").write_text(json.dumps(r))
     assert collect(other)[0]["version"] == "0.32.2"
+
+
+def test_a_suite_of_several_decoders_gives_one_row_each(tmp_path):
+    """A suite report with several decoders (the field-kinds suites) is one row per decoder, each with its own verdict,
+    sampling (penalties and min-p shown) and cells -- the first decoder must not speak for the others."""
+    src = REPO / "reports" / "audits" / "openvino-genai-2026.4.1.0" / "field-kinds" / "suite" / "report.json"
+    folder = tmp_path / "openvino-genai-2026.4.1.0" / "field-kinds" / "suite"
+    folder.mkdir(parents=True)
+    shutil.copy(src, folder / "report.json")
+    (folder.parent / "FINDINGS.md").write_text("Root cause: precision.\n")
+    rows = collect(tmp_path)
+    assert [r["config"].split(";")[0] for r in rows] == ["independence-token1", "penalties-token1",
+                                                        "penalties-token1-control-f32: precision=f32"]
+    assert [r["verdict"].split(" at ")[0] for r in rows] == ["PASS", "BIAS DETECTED", "PASS"]
+    assert "repetition 1.5, min-p 0.1" in rows[1]["config"] and rows[1]["root_cause"].startswith("human: precision.")
+    assert rows[0]["root_cause"] == "" and rows[1]["mde"] == "0.0707"
