@@ -148,3 +148,24 @@ def test_transformers_expresses_min_p_refuses_penalties_and_returns_logprobs():
         logits = model(torch.tensor([DEF])).logits[0, -1].double()
     ref = torch.log_softmax(logits, -1).numpy()[tokens[:, 0]]
     assert np.allclose(lp[:, 0], ref, atol=1e-4), (lp[:, 0], ref)
+
+
+def test_transformers_stops_at_the_request_stop_tokens_and_max_tokens():
+    """The stop rule goes to generate (eos_token_id list, max_new_tokens = max_tokens) and the rows come back uncut:
+    no token after a row's first stop token, none past max_tokens, and some rows do stop."""
+    from verifier.engines.hf_transformers import decoder
+
+    stops = {84, 65, 83}  # 't', 'a', 's': each in 15-17 % of 4-token rows after "def "
+    dec = decoder(num_draft_tokens=3, num_workers=0)
+    try:
+        rows = dec.generate(DEF, 12, 8, SamplingConfig(), 5, stop_token_ids=sorted(stops), max_tokens=6)
+    finally:
+        dec.close()
+    assert (rows[:, 6:] == -1).all(), rows
+    stopped = 0
+    for r in rows.tolist():
+        hit = [j for j, t in enumerate(r) if t in stops or t == dec.eos_token_id]
+        if hit:
+            stopped += 1
+            assert all(t == -1 for t in r[hit[0] + 1:]), r
+    assert stopped > 0, rows

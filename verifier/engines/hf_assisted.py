@@ -292,7 +292,11 @@ def _run_samples(task: dict[str, Any]) -> tuple[np.ndarray, list[tuple[int, int]
     rounds = _install_round_recorder()
     rounds.clear()
     sampling = SamplingConfig(**task["sampling"])
-    gen_cfg = _generation_config(target, sampling, task["max_new_tokens"], task["weight"])
+    gen_cfg = _generation_config(target, sampling, task.get("max_tokens") or task["max_new_tokens"], task["weight"])
+    if task.get("stop_token_ids"):  # the request's stop tokens beside EOS (issue 29 kind 5): generate stops at any
+        eos = gen_cfg.eos_token_id
+        gen_cfg.eos_token_id = list(dict.fromkeys([*(eos if isinstance(eos, list) else [] if eos is None else [eos]),
+                                                   *task["stop_token_ids"]]))
     mode = task.get("mode", "assisted")
     extra: dict[str, Any] = {}
     if mode == "prompt_lookup":  # PromptLookupCandidateGenerator: drafts copied from the prompt's n-grams
@@ -533,7 +537,8 @@ class HFAssistedDecoder:
         self._pool = None
 
     def generate(self, prompt_ids: Sequence[int], num_samples: int, max_new_tokens: int, sampling: SamplingConfig, seed: int,
-                 return_logprobs: bool = False) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
+                 return_logprobs: bool = False, stop_token_ids: Sequence[int] = (),
+                 max_tokens: int | None = None) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
         """Draw ``num_samples`` independent continuations with HF assisted generation.
 
         Parameters
@@ -541,6 +546,10 @@ class HFAssistedDecoder:
         return_logprobs : bool, default False
             Also return the engine's reported logprobs (issue 29, kind 4): ``compute_transition_scores(...,
             normalize_logits=True)`` of the processed target scores ``generate(output_scores=True)`` returns.
+        stop_token_ids, max_tokens : optional
+            The request's stop rule (issue 29, kind 5): ``GenerationConfig.eos_token_id = [EOS, *stop_token_ids]`` and
+            ``max_new_tokens = max_tokens``, so transformers stops the row itself; the returned rows stay
+            ``max_new_tokens`` wide and are not cut here, so a token past a stop or past ``max_tokens`` shows.
 
         Returns
         -------
@@ -568,7 +577,8 @@ class HFAssistedDecoder:
                 self.settings["warnings"].append(msg)
         base = dict(prompt_ids=[int(t) for t in prompt_ids], max_new_tokens=int(max_new_tokens), sampling=sampling.to_dict(),
                     seed=int(seed), k=self.num_draft_tokens, weight=self.assistant_ensemble_weight, inject_kernel=self.inject_kernel,
-                    mode=self.mode, max_matching_ngram_size=self.max_matching_ngram_size, return_logprobs=bool(return_logprobs))
+                    mode=self.mode, max_matching_ngram_size=self.max_matching_ngram_size, return_logprobs=bool(return_logprobs),
+                    stop_token_ids=[int(t) for t in stop_token_ids], max_tokens=None if max_tokens is None else int(max_tokens))
         try:
             if self._local:
                 parts = [_run_samples({**base, "indices": list(range(num_samples))})]
