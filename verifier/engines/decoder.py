@@ -36,7 +36,8 @@ from verifier.protocols import DecoderStats
 __all__ = ["EngineDecoder", "checkpoint_dir", "sampling_fields", "origins_from_rounds"]
 
 SAMPLING_FIELDS = ("temperature", "top_k", "top_p", "repetition_penalty")
-# issue 29 kind 3: no adapter sends these yet, so a set one is refused unless an engine lists it in `supported`
+# issue 29 kind 3: a set one is refused unless the engine lists it in `supported` (llama-cpp-python: all three;
+# OpenVINO GenAI and transformers: min_p) or names the difference in `refusals`
 PROCESSOR_FIELDS = ("presence_penalty", "frequency_penalty", "min_p")
 
 
