@@ -155,3 +155,19 @@ def test_field_kinds_table_reads_each_kind_from_the_committed_reports(tmp_path):
     assert main([str(tmp_path), "--readme", str(readme)]) == 0
     text = readme.read_text()
     assert "old" not in text and "| batch shape | shared randomness |" in text and text.endswith("end\n")
+
+
+def test_a_suite_of_several_decoders_gives_one_row_each(tmp_path):
+    """A suite report with several decoders (the field-kinds suites) is one row per decoder, each with its own verdict,
+    sampling (penalties and min-p shown) and cells -- the first decoder must not speak for the others."""
+    src = REPO / "reports" / "audits" / "openvino-genai-2026.4.1.0" / "field-kinds" / "suite" / "report.json"
+    folder = tmp_path / "openvino-genai-2026.4.1.0" / "field-kinds" / "suite"
+    folder.mkdir(parents=True)
+    shutil.copy(src, folder / "report.json")
+    (folder.parent / "FINDINGS.md").write_text("Root cause: precision.\n")
+    rows = collect(tmp_path)
+    assert [r["config"].split(";")[0] for r in rows] == ["independence-token1", "penalties-token1",
+                                                        "penalties-token1-control-f32: precision=f32"]
+    assert [r["verdict"].split(" at ")[0] for r in rows] == ["PASS", "BIAS DETECTED", "PASS"]
+    assert "repetition 1.5, min-p 0.1" in rows[1]["config"] and rows[1]["root_cause"].startswith("human: precision.")
+    assert rows[0]["root_cause"] == "" and rows[1]["mde"] == "0.0707"

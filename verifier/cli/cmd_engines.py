@@ -36,6 +36,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"\n{r['name']}  [{r['kind']}]  {r['package']}=={r['version']}  {state}")
         print(f"  drives: {r['entry_point']}")
         print(f"  runs: {r.get('runtime', '')}")
+        if r.get("batching"):
+            print(f"  batching: {r['batching']}")
         for name, o in r["options"].items():
             allowed = "|".join(json.dumps(a) for a in o["allowed"]) if o["allowed"] else "any"
             print(f"  --engine-arg {name}={json.dumps(o['default'])}  ({allowed}) {o['help']}")

@@ -77,6 +77,9 @@ class LlamaCppDecoder:
                          "samplers": SAMPLER_ORDER, "processes": self.processes, "threads": self.threads, **(settings or {})}
         self.last_stats: DecoderStats | None = None
 
+    rows_per_step = 1  # one process per row: batch_composition levels above 1 row are refused
+    batching = "one row per speculative step: one llama-speculative process per row"
+
     # -- options -----------------------------------------------------------------------------
     def sampling_args(self, sampling: Any) -> list[str]:
         """The binary's sampling flags for ``sampling``, or SamplingRefusedError (exit 2) for what it cannot express."""
@@ -84,6 +87,12 @@ class LlamaCppDecoder:
         if penalty is not None and penalty != 1.0:
             raise refuse_sampling("repetition-penalty", penalty, "not set: llama.cpp's penalty window holds only generated "
                                    "tokens (llama-speculative never feeds the prompt to its sampler), Hugging Face's the whole context")
+        for name in ("presence_penalty", "frequency_penalty", "min_p"):  # issue 29 kind 3: never silently dropped
+            value = getattr(sampling, name, None)
+            if value is not None:
+                raise refuse_sampling(name.replace("_", "-"), value, "not set: this adapter runs llama-speculative with "
+                                      f"--samplers {SAMPLER_ORDER} and --min-p 0 (penalties and min-p are not wired to the "
+                                      "binary; audit them on llama-cpp-python, which shares the sampler code)")
         top_k = sampling.top_k if sampling.top_k is not None else 0
         top_p = sampling.top_p if sampling.top_p is not None else 1.0
         return ["--temp", repr(float(sampling.temperature)), "--top-k", str(int(top_k)), "--top-p", repr(float(top_p)),

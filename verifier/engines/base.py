@@ -105,6 +105,10 @@ class Engine:
     entry_point : str
         The engine's own function or class that is driven (``path.py::Class.method``).
     options : tuple of EngineOption
+    batching : str
+        How a decoder-kind engine schedules the rows of one ``generate`` call (issue 29, kind 1), e.g. "row by
+        row: ..."; empty where not stated.  An engine decoder with ``rows_per_step == 1`` refuses
+        ``batch_composition`` levels above 1 row (:func:`verifier.runner.batch.check_batch_level`).
     """
 
     name: ClassVar[str] = ""
@@ -113,6 +117,7 @@ class Engine:
     version: ClassVar[str] = ""
     entry_point: ClassVar[str] = ""
     options: ClassVar[tuple[EngineOption, ...]] = ()
+    batching: ClassVar[str] = ""
 
     # -- install location -------------------------------------------------------------------
     @classmethod
@@ -231,4 +236,5 @@ class Engine:
             "installed": cls.is_installed(), "install_dir": str(cls.install_dir()), "install": cls.install_script(),
             "install_seconds": (record or {}).get("seconds"), "runtime": cls.runtime(),
             "options": {o.name: {"default": o.default, "allowed": list(o.allowed), "help": o.help} for o in cls.options},
+            **({"batching": cls.batching} if cls.batching else {}),
         }

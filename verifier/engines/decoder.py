@@ -36,7 +36,8 @@ from verifier.protocols import DecoderStats
 __all__ = ["EngineDecoder", "checkpoint_dir", "sampling_fields", "origins_from_rounds"]
 
 SAMPLING_FIELDS = ("temperature", "top_k", "top_p", "repetition_penalty")
-# issue 29 kind 3: no adapter sends these yet, so a set one is refused unless an engine lists it in `supported`
+# issue 29 kind 3: a set one is refused unless the engine lists it in `supported` (llama-cpp-python: all three;
+# OpenVINO GenAI and transformers: min_p) or names the difference in `refusals`
 PROCESSOR_FIELDS = ("presence_penalty", "frequency_penalty", "min_p")
 
 
@@ -138,12 +139,22 @@ class EngineDecoder:
         Whether temperature 0 (greedy) is expressible.
     env : dict, optional
         Extra environment of the worker.
+    rows_per_step : int or None, default None
+        1 when the engine runs the rows of a call one at a time (each row its own speculative steps): then
+        ``batch_composition`` levels above 1 row are refused (:func:`verifier.runner.batch.check_batch_level`);
+        None: not stated.  ``engine.batching`` says how, in words.
+    refusals : dict of str to str, optional
+        Sampling fields the engine has but with another law than the harness's, each with the difference in words:
+        a set one is refused with that reason (instead of the generic "cannot express").
     """
 
     def __init__(self, engine: type, handler_file: str | Path, *, init: dict[str, Any], num_draft_tokens: int,
                  vocab_size: int, eos_token_id: int | None, supported: set[str] | None = None, greedy_ok: bool = True,
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, rows_per_step: int | None = None,
+                 refusals: dict[str, str] | None = None) -> None:
         self.engine = engine
+        self.rows_per_step = rows_per_step
+        self.refusals = dict(refusals or {})
         self.name = engine.name
         self.num_draft_tokens = int(num_draft_tokens)
         self.vocab_size = int(vocab_size)
@@ -169,6 +180,8 @@ class EngineDecoder:
         fields = sampling_fields(sampling)
         fields.update({f: getattr(sampling, f) for f in PROCESSOR_FIELDS if getattr(sampling, f, None) is not None})
         for name, value in fields.items():
+            if value is not None and name in self.refusals and not (name == "repetition_penalty" and value == 1.0):
+                raise refuse_sampling(name.replace("_", "-"), value, f"not set: {self.refusals[name]}")
             if value is not None and name not in self.supported and not (name == "temperature" and value == 1.0):
                 raise refuse_sampling(name.replace("_", "-"), value, f"not set: engine {self.name!r} cannot express "
                                        f"{name} (it supports {', '.join(sorted(self.supported)) or 'no sampling options'})")

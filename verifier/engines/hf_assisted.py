@@ -14,7 +14,10 @@ only calls ``model.generate``.  It sets what that path needs to *actually specul
 * every logits processor the harness does not ask for is switched off explicitly (``top_k=0``
   instead of the global default 50, ``top_p=1``, ``typical_p=1``, ``min_p=None``,
   ``repetition_penalty=1``, ``no_repeat_ngram_size=0``), so the target and the harness's scorer use
-  the same processed probs;
+  the same processed probs; a set ``min_p`` goes to ``MinPLogitsWarper`` (after temperature, top-k, top-p:
+  the harness's order; issue 29 kind 3); presence / frequency penalties are refused (transformers has none);
+* ``generate(..., return_logprobs=True)`` also returns the engine's reported logprobs (kind 4):
+  ``compute_transition_scores(normalize_logits=True)`` of ``generate(output_scores=True)``'s processed scores;
 * ``max_new_tokens`` should exceed ``k``: the assistant drafts ``min(k, tokens left - 1)`` tokens, so a
   shorter generation never runs a full round.  :attr:`HFAssistedDecoder.settings` records a warning.
 
@@ -22,7 +25,8 @@ Everything set is recorded in :attr:`HFAssistedDecoder.settings` (for the report
 draft length and accepted count are recorded in ``last_stats`` by wrapping
 ``AssistedCandidateGenerator.update_candidate_strategy`` (read-only observation).
 
-HF assisted generation only takes batch size 1, so samples run one at a time; ``num_workers``
+HF assisted generation only takes batch size 1, so samples run one at a time (``rows_per_step = 1``:
+``batch_composition`` levels above 1 row are refused, kind 1); ``num_workers``
 spawned processes (default: every CPU core, one torch thread each) share the samples.  Sample ``i``
 of a call seeds torch with a value derived from ``(seed, i)``, so results do not depend on how
 samples are split between workers.
@@ -260,7 +264,7 @@ def _generation_config(target: torch.nn.Module, sampling: SamplingConfig, max_ne
             top_k=sampling.top_k if sampling.top_k is not None else 0,  # 0 disables; None means HF's default 50
             top_p=float(sampling.top_p) if sampling.top_p is not None else 1.0,
             typical_p=1.0,
-            min_p=None,
+            min_p=float(sampling.min_p) if sampling.min_p else None,  # MinPLogitsWarper, after temperature/top-k/top-p
         )
     if weight is not None:
         kwargs["assistant_ensemble_weight"] = float(weight)
@@ -274,15 +278,25 @@ def _set_assistant(draft: torch.nn.Module, k: int) -> None:
     gc.assistant_confidence_threshold = 0.0
 
 
-def _run_samples(task: dict[str, Any]) -> tuple[np.ndarray, list[tuple[int, int]], list[int], list[list[tuple[int, int]]]]:
-    """Generate the samples with indices ``task['indices']`` in this process (batch size 1 each)."""
+def _run_samples(task: dict[str, Any]) -> tuple[np.ndarray, list[tuple[int, int]], list[int], list[list[tuple[int, int]]],
+                                                np.ndarray | None]:
+    """Generate the samples with indices ``task['indices']`` in this process (batch size 1 each).
+
+    With ``task["return_logprobs"]`` the last element is the engine's reported logprobs: ``generate(...,
+    return_dict_in_generate=True, output_scores=True)`` and ``compute_transition_scores(sequences, scores,
+    normalize_logits=True)`` (the log-softmax of the processed target scores ``_assisted_decoding`` stores per emitted
+    token), NaN after EOS; None otherwise."""
     from verifier.engines.hf_kernel import patched_speculative_sampling
 
     target, draft = _WORKER["target"], _WORKER["draft"]
     rounds = _install_round_recorder()
     rounds.clear()
     sampling = SamplingConfig(**task["sampling"])
-    gen_cfg = _generation_config(target, sampling, task["max_new_tokens"], task["weight"])
+    gen_cfg = _generation_config(target, sampling, task.get("max_tokens") or task["max_new_tokens"], task["weight"])
+    if task.get("stop_token_ids"):  # the request's stop tokens beside EOS (issue 29 kind 5): generate stops at any
+        eos = gen_cfg.eos_token_id
+        gen_cfg.eos_token_id = list(dict.fromkeys([*(eos if isinstance(eos, list) else [] if eos is None else [eos]),
+                                                   *task["stop_token_ids"]]))
     mode = task.get("mode", "assisted")
     extra: dict[str, Any] = {}
     if mode == "prompt_lookup":  # PromptLookupCandidateGenerator: drafts copied from the prompt's n-grams
@@ -299,6 +313,10 @@ def _run_samples(task: dict[str, Any]) -> tuple[np.ndarray, list[tuple[int, int]
         kernel = load_kernel(task["inject_kernel"])
     prompt = torch.tensor([task["prompt_ids"]], dtype=torch.long, device=target.device)
     out = np.full((len(task["indices"]), task["max_new_tokens"]), PADDING_TOKEN_ID, dtype=np.int64)
+    want_lp = bool(task.get("return_logprobs"))
+    logprobs = np.full(out.shape, np.nan) if want_lp else None
+    if want_lp:
+        extra.update(return_dict_in_generate=True, output_scores=True)
     first_round: list[int] = []  # accepted drafts in each row's first round (-1: no speculative round ran)
     row_rounds: list[list[tuple[int, int]]] = []  # each row's (drafted, accepted) per target pass: DecoderStats.origins
     with torch.inference_mode(), patched_speculative_sampling(kernel):
@@ -306,16 +324,23 @@ def _run_samples(task: dict[str, Any]) -> tuple[np.ndarray, list[tuple[int, int]
             before = len(rounds)
             torch.manual_seed(sample_seed(task["seed"], index))
             seq = target.generate(input_ids=prompt, attention_mask=torch.ones_like(prompt), generation_config=gen_cfg, **extra)
+            if want_lp:
+                lp = target.compute_transition_scores(seq.sequences, seq.scores, normalize_logits=True)[0]
+                seq = seq.sequences
+                logprobs[row, : min(len(lp), task["max_new_tokens"])] = lp[: task["max_new_tokens"]].double().cpu().numpy()
             new = seq[0, prompt.shape[1]:].cpu().numpy()
             out[row, : len(new)] = new[: task["max_new_tokens"]]
             drafted = [r for r in rounds[before:] if r[0] > 0]  # passes that verified >= 1 draft (speculative rounds)
             first_round.append(drafted[0][1] if drafted else NO_ROUND)
             row_rounds.append(list(rounds[before:]))
-    return out, list(rounds), first_round, row_rounds
+    return out, list(rounds), first_round, row_rounds, logprobs
 
 
 class HFAssistedDecoder:
     """transformers assisted generation with sampling, as a :class:`~verifier.protocols.Decoder`.
+
+    ``rows_per_step = 1``: assisted generation takes batch size 1, each row its own ``generate`` call
+    (:func:`verifier.runner.batch.check_batch_level`).
 
     Parameters
     ----------
@@ -363,6 +388,9 @@ class HFAssistedDecoder:
     InvalidArgumentError
         Invalid ``num_draft_tokens``, ``num_workers``, ensemble weight or mode.
     """
+
+    rows_per_step = 1
+    batching = "one row per speculative step: transformers' assisted generation requires batch size 1 (one generate call per row)"
 
     def __init__(self, target: Any, draft: Any, num_draft_tokens: int, *, num_workers: int | None = None, device: str = "cpu",
                  dtype: Any = None, assistant_ensemble_weight: float | None = None, inject_kernel: str | None = None,
@@ -508,27 +536,40 @@ class HFAssistedDecoder:
                 del _POOLS[key]
         self._pool = None
 
-    def generate(self, prompt_ids: Sequence[int], num_samples: int, max_new_tokens: int, sampling: SamplingConfig, seed: int) -> np.ndarray:
+    def generate(self, prompt_ids: Sequence[int], num_samples: int, max_new_tokens: int, sampling: SamplingConfig, seed: int,
+                 return_logprobs: bool = False, stop_token_ids: Sequence[int] = (),
+                 max_tokens: int | None = None) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
         """Draw ``num_samples`` independent continuations with HF assisted generation.
+
+        Parameters
+        ----------
+        return_logprobs : bool, default False
+            Also return the engine's reported logprobs (issue 29, kind 4): ``compute_transition_scores(...,
+            normalize_logits=True)`` of the processed target scores ``generate(output_scores=True)`` returns.
+        stop_token_ids, max_tokens : optional
+            The request's stop rule (issue 29, kind 5): ``GenerationConfig.eos_token_id = [EOS, *stop_token_ids]`` and
+            ``max_new_tokens = max_tokens``, so transformers stops the row itself; the returned rows stay
+            ``max_new_tokens`` wide and are not cut here, so a token past a stop or past ``max_tokens`` shows.
 
         Returns
         -------
         np.ndarray, shape (num_samples, max_new_tokens), int64
-            Emitted tokens, -1 after EOS.
+            Emitted tokens, -1 after EOS; with ``return_logprobs`` the pair (tokens, logprobs float64, NaN after EOS).
 
         Raises
         ------
         DecoderError
             transformers raised (the message carries its exception).
         SamplingRefusedError
-            A presence / frequency penalty (transformers has none) or min-p (not wired to this adapter yet) is set.
+            A presence / frequency penalty is set (transformers' ``GenerationConfig`` has none).
         """
         from verifier.errors import refuse_sampling
 
-        for name in ("presence_penalty", "frequency_penalty", "min_p"):  # issue 29 kind 3: never silently dropped
+        for name in ("presence_penalty", "frequency_penalty"):  # issue 29 kind 3: never silently dropped
             if getattr(sampling, name, None) is not None:
-                raise refuse_sampling(name.replace("_", "-"), getattr(sampling, name), "not set: the transformers "
-                                      "adapter does not pass it to generate()")
+                raise refuse_sampling(name.replace("_", "-"), getattr(sampling, name), "not set: transformers has no "
+                                      "presence or frequency penalty (GenerationConfig has no such field; its "
+                                      "repetition_penalty and min_p are expressible)")
         if max_new_tokens <= self.num_draft_tokens:
             msg = (f"max_new_tokens={max_new_tokens} <= num_draft_tokens={self.num_draft_tokens}: the assistant drafts "
                    f"min(k, tokens left - 1) tokens, so no round drafts k tokens")
@@ -536,7 +577,8 @@ class HFAssistedDecoder:
                 self.settings["warnings"].append(msg)
         base = dict(prompt_ids=[int(t) for t in prompt_ids], max_new_tokens=int(max_new_tokens), sampling=sampling.to_dict(),
                     seed=int(seed), k=self.num_draft_tokens, weight=self.assistant_ensemble_weight, inject_kernel=self.inject_kernel,
-                    mode=self.mode, max_matching_ngram_size=self.max_matching_ngram_size)
+                    mode=self.mode, max_matching_ngram_size=self.max_matching_ngram_size, return_logprobs=bool(return_logprobs),
+                    stop_token_ids=[int(t) for t in stop_token_ids], max_tokens=None if max_tokens is None else int(max_tokens))
         try:
             if self._local:
                 parts = [_run_samples({**base, "indices": list(range(num_samples))})]
@@ -573,6 +615,8 @@ class HFAssistedDecoder:
                    "rounds_longer_than_k": over, "drafted": int(drafted.sum()), "accepted": int(accepted.sum())},
             origins=origins,
         )
+        if return_logprobs:
+            return out, np.concatenate([p[4] for p in parts], axis=0) if parts else np.zeros(out.shape)
         return out
 
 

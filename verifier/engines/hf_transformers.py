@@ -55,6 +55,8 @@ class TransformersEngine(Engine):
     package = "transformers"
     version = _VERSION
     entry_point = "transformers.GenerationMixin.generate (_assisted_decoding; candidate generator per mode)"
+    batching = ("one row per speculative step: assisted generation requires batch size 1, one generate call per row "
+                "(batch_composition levels above 1 row are refused)")
     options = (
         EngineOption("mode", "assisted", ("assisted", "prompt_lookup", "assistant_tokenizer", "gemma4_assistant"),
                      "which candidate generator generate() runs (see verifier/engines/hf_transformers.py)"),

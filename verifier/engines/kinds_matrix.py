@@ -25,7 +25,10 @@ A kind's entry is its worst result over those cells: ``BIAS`` (a cell of the kin
 the fingerprint, an efficiency/configuration finding, not a bias verdict), else ``UNDERPOWERED``, else ``PASS``, with the batch levels or the number of reports and a link to the report that decided it.  "not run"
 means no committed report has a cell of the kind; where the engine's description
 (:meth:`verifier.engines.base.Engine.describe`) gives ``field_kinds[KIND]`` (why the kind cannot be expressed on it,
-e.g. an engine that samples one row per call has no batch), that reason is shown instead.  The verdict of a kind
+e.g. an engine that samples one row per call has no batch; an engine whose ``batching`` says "one row per
+speculative step" gets "not expressible" in the batch column), that reason is shown instead.  A suite report with
+several decoders is read per decoder (the matrix row's ``decoder``), so a negative control never speaks for the
+engine as shipped.  The verdict of a kind
 is the cells', not the audit's: an audit can be BIAS for another defect while its independence cells pass.  A kind's
 cells inherit every defect of the decoder they ran on, so a BIAS here is a finding only with its root cause (the
 audit matrix's last column and the engine's FINDINGS.md); the control rows of a biased engine isolate the kind.
@@ -154,8 +157,11 @@ def collect_kinds(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         key = (str(row["engine"]), str(row["version"]), variant)
         g = groups.setdefault(key, {"engine": key[0], "version": key[1], "variant": variant, "kinds": {},
                                     "reasons": {}, "counts": {}})
-        g["reasons"] = g["reasons"] or dict(row.get("field_kinds") or {})  # the engine record's, via the matrix row
-        for kind, res in kind_results(report).items():
+        if not g["reasons"]:  # the engine record's, via the matrix row
+            g["reasons"] = dict(row.get("field_kinds") or {})
+            if str(row.get("batching", "")).startswith("one row per speculative step"):
+                g["reasons"].setdefault(KINDS[0], "not expressible: one row per speculative step")
+        for kind, res in kind_results(report, row.get("decoder")).items():
             g["counts"][kind] = g["counts"].get(kind, 0) + 1
             old = g["kinds"].get(kind)
             if old is None or _RANK[res["verdict"]] > _RANK[old["verdict"]]:

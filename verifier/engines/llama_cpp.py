@@ -58,6 +58,7 @@ class LlamaCpp(Engine):
     package = PACKAGE
     version = VERSION
     entry_point = "vendor/llama.cpp/examples/speculative/speculative.cpp::main (llama-speculative; run as bin/llama-speculative-ids)"
+    batching = "one row per speculative step: one llama-speculative process per row (batch_composition levels above 1 row are refused)"
     options = (
         EngineOption("control", "none", tuple(CONTROLS), "'none': the engine as shipped; otherwise a CONTROL copy with one "
                      "defect patched: 'sampled_draft', 'residual_by_id' or 'both' (see the audit report)"),

@@ -25,11 +25,24 @@ The engine runs in its own venv behind a worker (:mod:`verifier.engines.bridge`,
 ``verifier/engines/workers/llama_cpp_python.py``): one ``Llama`` per decoder, reused across samples
 (``set_seed`` with a hashed seed per sample, ``generate(reset=True)``).
 
-Sampling: ``generate(temp=T, top_k=K or 0, top_p=P or 1, min_p=0, typical_p=1, repeat_penalty=1,
-frequency/presence 0)``.  The library's chain is fixed: top-k, typical, top-p, min-p, **then**
-temperature, then the dist sampler; top-p before temperature is not Hugging Face's law, so
-``top_p < 1`` together with ``temperature != 1`` is refused, as is ``repetition_penalty``.
-Temperature 0 is the library's greedy sampler.
+Sampling: ``generate(temp=T, top_k=K or 0, top_p=P or 1, min_p=M or 0, typical_p=1, repeat_penalty=1,
+frequency_penalty=F or 0, presence_penalty=PR or 0)``.  The library's chain is fixed (``Llama._init_sampler``):
+penalties, then top-k, typical, top-p, min-p, **then** temperature, then the dist sampler.  Top-p and min-p before
+temperature are not Hugging Face's law (vendored ``llama-sampler.cpp``: min-p keeps ``logit >= max logit + log(min_p)``
+on the unscaled logits), so ``top_p < 1`` or ``min_p`` together with ``temperature`` other than 0 or 1 is refused.
+Penalties (issue 29, kind 3; vendored ``llama_sampler_penalties_apply``): repetition (CTRL rule), then
+``logit -= count * frequency + (count > 0) * presence`` -- the harness's order and rule -- over the tokens the
+sampler has *accepted*: ``generate`` builds a fresh sampler chain per call and ``llama_sampler_sample`` accepts only
+the tokens it samples, so the prompt never counts, and only the last ``last_n_tokens_size`` (64) sampled tokens do.
+Presence and frequency therefore match the harness's law (generated tokens only) up to 64 emitted tokens (more is
+refused); ``repetition_penalty`` is refused (the harness's repetition penalty also reads the prompt, the library's
+does not).  Temperature 0 is the library's greedy sampler (penalties, then argmax).
+
+Logprobs (kind 4): ``Llama.generate`` yields token ids only; ``create_completion(logprobs=N)`` reports
+``Llama.logits_to_logprobs`` of the raw logits (a raw mode, not the processed law), so the adapter reports none.
+
+Batching (kind 1): the worker runs the rows of a call one at a time (one ``Llama``, one ``generate`` per row), so
+``batch_composition`` levels above 1 row are refused (:func:`verifier.runner.batch.check_batch_level`).
 
 Engine statistics (the library reports none): each draft call is a round, its accepted count is how
 many proposals the emitted tokens matched (``DecoderStats.accepted_counts``).  The first token is a
@@ -61,6 +74,8 @@ class LlamaCppPython(Engine):
     package = PACKAGE
     version = VERSION
     entry_point = "llama_cpp/llama.py::Llama.generate with draft_model=llama_cpp/llama_speculative.py::LlamaDraftModel"
+    batching = ("one row per speculative step: the worker calls Llama.generate once per row (batch_composition "
+                "levels above 1 row are refused)")
     options = (
         EngineOption("draft", "prompt_lookup", ("prompt_lookup", "model"),
                      "'prompt_lookup': the library's LlamaPromptLookupDecoding; 'model': k greedy tokens of the draft GGUF"),
@@ -120,7 +135,7 @@ def decoder(target_model: str = "shipped:target", draft_model: str = "shipped:dr
     dec = LlamaCppPythonDecoder(LlamaCppPython, HANDLER, init=init, num_draft_tokens=num_draft_tokens,
                                 vocab_size=vocab if vocab_size is None else vocab_size,
                                 eos_token_id=eos,
-                                supported={"temperature", "top_k", "top_p"},
-                                env={"LLAMA_CPP_LIB_PATH": str(root / "build" / "bin")})
+                                supported={"temperature", "top_k", "top_p", "presence_penalty", "frequency_penalty", "min_p"},
+                                env={"LLAMA_CPP_LIB_PATH": str(root / "build" / "bin")}, rows_per_step=1)
     dec.settings.update(target_model=target_model, draft_model=draft_model if opts["draft"] == "model" else None)
     return dec

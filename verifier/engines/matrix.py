@@ -152,7 +152,24 @@ def _self_reported_engine(design: dict[str, Any]) -> dict[str, Any]:
             "entry_point": f"--api {api}" if api else ""}
 
 
-def _known_p_row(folder: Path, r: dict[str, Any], root: Path) -> dict[str, Any]:
+def _per_decoder(r: dict[str, Any]) -> list[tuple[int, dict[str, Any]]]:
+    """(index, report restricted to that decoder) for each decoder of a suite report with several (one matrix row
+    each: a suite's first decoder must not speak for the others); ``[(0, r)]`` otherwise."""
+    decoders = r.get("decoders") or []
+    if len(decoders) < 2:
+        return [(0, r)]
+    out = []
+    for i, d in enumerate(decoders):
+        name = d.get("decoder")
+        diagnosis = dict(r.get("diagnosis") or {})
+        diagnosis["decoders"] = [x for x in diagnosis.get("decoders") or [] if x.get("decoder") == name]
+        out.append((i, {**r, "decoders": [d], "sample_sets": [x for x in r.get("sample_sets", []) if x.get("decoder") == name],
+                        "cells": [c for c in r.get("cells", []) if c.get("decoder") == name], "diagnosis": diagnosis,
+                        "several_decoders": True}))
+    return out
+
+
+def _known_p_row(folder: Path, r: dict[str, Any], root: Path, index: int = 0) -> dict[str, Any]:
     plan = json.loads((folder / "audit.json").read_text()) if (folder / "audit.json").is_file() else {}
     eng = plan.get("engine") or _engine_from_folder(folder, root)  # reports run with --decoder SPEC carry no engine record
     design = r.get("design") if isinstance(r.get("design"), dict) else {}
@@ -163,7 +180,7 @@ def _known_p_row(folder: Path, r: dict[str, Any], root: Path) -> dict[str, Any]:
     sets = r.get("sample_sets", [])
     options = {}
     try:
-        options = dict(r["suite"]["source"] and json.loads((folder / "run.json").read_text())["suite"]["raw"]["decoders"][0].get("options", {}))
+        options = dict(r["suite"]["source"] and json.loads((folder / "run.json").read_text())["suite"]["raw"]["decoders"][index].get("options", {}))
     except (OSError, ValueError, KeyError, IndexError):
         pass
     if not options and sets:  # report folders keep no run.json: the decoder identity in report.json has the options
@@ -174,6 +191,8 @@ def _known_p_row(folder: Path, r: dict[str, Any], root: Path) -> dict[str, Any]:
              and (k == "mode" or v != defaults.get(k))}  # the options that differ from the engine's defaults
     sampling = sets[0].get("sampling", {}) if sets else {}
     cfg = ", ".join(f"{k}={v}" for k, v in shown.items())
+    if r.get("several_decoders"):  # one decoder of a suite of several: the row names it
+        cfg = f"{d.get('decoder')}" + (f": {cfg}" if cfg else "")
     if "base_url" in options or self_reported:  # a URL audit: the client's options are not the server's configuration
         # the folder names the server variant before its sampling config: control-..., cache-off-..., certificate-...
         variant = re.match(r"(.+?)-t\d", folder.name)
@@ -181,7 +200,10 @@ def _known_p_row(folder: Path, r: dict[str, Any], root: Path) -> dict[str, Any]:
         cfg = (f"URL self-reported, top-{design.get('logprobs')} logprobs" if self_reported else
                f"URL, {options.get('num_concurrent', 4)} in flight") + (f", {control} server" if control else "")
     cfg += f"; T={sampling.get('temperature')}" + (f", top-k {sampling['top_k']}" if sampling.get("top_k") else "") \
-        + (f", top-p {sampling['top_p']}" if sampling.get("top_p") else "") + f", k={sets[0].get('num_draft_tokens') if sets else ''}"
+        + (f", top-p {sampling['top_p']}" if sampling.get("top_p") else "") \
+        + "".join(f", {label} {sampling[key]}" for key, label in (("repetition_penalty", "repetition"), ("presence_penalty", "presence"),
+                                                                 ("frequency_penalty", "frequency"), ("min_p", "min-p"))
+                  if sampling.get(key) is not None) + f", k={sets[0].get('num_draft_tokens') if sets else ''}"
     acc = []
     for a in d.get("acceptance") or []:
         if a.get("mean_accepted") is None:
@@ -206,6 +228,8 @@ def _known_p_row(folder: Path, r: dict[str, Any], root: Path) -> dict[str, Any]:
         acc.append(f"conformance {conf['verdict']}")
     floor = r.get("numeric_floor") or {}
     verdict = d.get("verdict", r.get("verdict", ""))
+    if r.get("several_decoders") and d.get("expect") == "detect":  # a suite's negative control, not the engine as shipped
+        verdict += " (negative control: expected)"
     tv = _target_tv(folder, r)
     if tv is not None and abs(tv - MATRIX_TV) > 1e-12 and verdict in ("PASS", "UNDERPOWERED"):
         # a certificate (or its attempt) for another TV than the matrix's: said beside the verdict
@@ -220,7 +244,9 @@ def _known_p_row(folder: Path, r: dict[str, Any], root: Path) -> dict[str, Any]:
             "n": _count([s.get("samples_on_disk") for s in sets]), "verdict": verdict,
             "mde": _range([c.get("mde") for c in r.get("cells", []) if c.get("mde") is not None]),
             "acceptance": "; ".join(acc), "folder": folder,
-            "field_kinds": dict(eng.get("field_kinds") or {})}  # why a bug kind cannot run on it (kinds_matrix)
+            "field_kinds": dict(eng.get("field_kinds") or {}),  # why a bug kind cannot run on it (kinds_matrix)
+            "batching": str(eng.get("batching") or ""),
+            "decoder": d.get("decoder") if r.get("several_decoders") else None}  # the row's decoder of a suite report
 
 
 def _target_tv(folder: Path, r: dict[str, Any]) -> float | None:
@@ -252,15 +278,17 @@ def collect(root: str | Path = "reports/audits") -> list[dict[str, Any]]:
             r = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             continue
-        row = _kernel_row(path.parent, r, root) if r.get("mode") == "kernel" else _known_p_row(path.parent, r, root)
-        cause = _root_cause(path.parent, root)
-        if "BIAS" in row["verdict"]:
-            harness = _harness_cause(r)
-            human = f"human: {cause}" if cause else "human: not written up"
-            row["root_cause"] = f"{harness} {human}" if harness else human
-        else:
-            row["root_cause"] = ""
-        rows.append(row)
+        parts = [(0, r)] if r.get("mode") == "kernel" else _per_decoder(r)
+        for index, part in parts:
+            row = _kernel_row(path.parent, part, root) if r.get("mode") == "kernel" else _known_p_row(path.parent, part, root, index)
+            cause = _root_cause(path.parent, root)
+            if "BIAS" in row["verdict"]:
+                harness = _harness_cause(part)
+                human = f"human: {cause}" if cause else "human: not written up"
+                row["root_cause"] = f"{harness} {human}" if harness else human
+            else:
+                row["root_cause"] = ""
+            rows.append(row)
     return sorted(rows, key=lambda x: (x["engine"], str(x["folder"])))
 
 

@@ -10,7 +10,20 @@ On CPU this runs the continuous-batching speculative pipeline
 ``src/cpp/src/sampling/sampler.cpp`` (``Sampler::validate_candidate`` and ``get_p_prime``).
 
 Sampling options map one to one (OpenVINO's logit processor applies top-k, temperature, top-p in
-Hugging Face's effective order; the repetition penalty covers prompt and generated tokens).
+Hugging Face's effective order; the repetition penalty covers prompt and generated tokens, as the harness's).
+Issue 29, kind 3 (``LogitProcessor`` in ``src/cpp/src/sampling/logit_processor.hpp``, read at openvino.genai
+0731d8ec; the wheel ships no source, its library has the same ``LogitTransformers::MinPFilter``): ``min_p`` is sent
+as ``GenerationConfig.min_p`` (min-p after temperature, on normalised probs: the harness's rule), but refused with
+``top_p < 1`` (OpenVINO runs min-p before top-p, the harness after); ``presence_penalty`` and ``frequency_penalty``
+are refused: OpenVINO moves a generated token's logit toward 0 (``logit -= penalty`` when ``logit >= 0``, ``+=``
+otherwise), not the OpenAI / vLLM law the harness audits.
+
+Logprobs (kind 4): not returned on this path -- ``LLMPipeline.generate`` returns ``EncodedResults.scores``, one sum
+per sequence; per-token ``generated_log_probs`` exist only on ``ContinuousBatchingPipeline``'s ``GenerationOutput``
+(another entry point), and ``LogitProcessor`` normalises them over the raw logits (a raw mode).
+
+Batching (kind 1): the worker makes one ``generate`` call per row (``rows_per_step = 1``), so ``batch_composition``
+levels above 1 row are refused.
 
 Engine statistics: the pipeline exposes only a per-call total of accepted drafts
 (``SDPerModelsPerfMetrics.get_num_accepted_tokens()``) and the tokens each main-model step emitted;
@@ -18,7 +31,10 @@ no per-round accepted counts and no first-round count, so the acceptance audit s
 and the totals go into the report's extra fields.
 
 Numeric floor: ``target_logits`` runs the exported target IR with OpenVINO's CPU plugin at f32 (one plain
-inference request; ``LLMPipeline`` exposes no logits).  At k = 1 use ``max_new_tokens >= 3``: with k + 1 = 2
+inference request; ``LLMPipeline`` exposes no logits).  The pipeline itself runs at the plugin's default precision
+(option ``precision="engine"``): bf16 inference and a u8 KV cache on a CPU with native bf16 (AMX here), so the floor
+understates the pipeline's distance from the f32 target; with min-p that moved a token across the threshold
+(field-kinds/FINDINGS.md).  ``precision="f32"`` sets both to f32 (the control).  At k = 1 use ``max_new_tokens >= 3``: with k + 1 = 2
 the draft proposes nothing and the audit sees plain target sampling.  The speculative law is reproduced
 exactly in :mod:`verifier.engines.openvino_repro` (FINDINGS.md).
 
@@ -48,8 +64,14 @@ class OpenVINOGenAI(Engine):
     package = "openvino-genai"
     version = "2026.4.1.0"
     entry_point = "openvino_genai.LLMPipeline(target, 'CPU', draft_model=...).generate (sampler.cpp::Sampler::validate_candidate)"
+    batching = ("one row per speculative step: the worker makes one LLMPipeline.generate call per row (batch_composition "
+                "levels above 1 row are refused)")
     options = (EngineOption("prefix_caching", True, (True, False),
                             "SchedulerConfig.enable_prefix_caching (engine default on; the content_length errors were seen only with it on)"),
+               EngineOption("precision", "engine", ("engine", "f32"),
+                            "'engine': the CPU plugin's defaults (bf16 inference on CPUs with native bf16, u8 KV cache); "
+                            "'f32': INFERENCE_PRECISION_HINT and KV_CACHE_PRECISION f32 for both models (the control of "
+                            "the min-p finding, field-kinds/FINDINGS.md)"),
                EngineOption("failure_log", "", (), "JSONL file to append each retried engine failure to (seed, attempt, "
                             "tokens streamed before it); empty: not logged"))
 
@@ -65,16 +87,20 @@ def decoder(target_model: str = "shipped:target", draft_model: str = "shipped:dr
     EngineNotInstalledError
         (exit 2) ``bash ci/engines/openvino-genai.sh`` has not run.
     """
-    from verifier.engines.decoder import EngineDecoder  # numpy: only when a decoder is built
+    from verifier.engines._openvino_decoder import PENALTY_REFUSAL, OpenVINODecoder  # numpy: only when a decoder is built
 
     options = OpenVINOGenAI.resolve_options(options)
     if int(num_draft_tokens) < 1:
         raise invalid_argument("num_draft_tokens", num_draft_tokens, "an integer >= 1")
     target = converted_model(OpenVINOGenAI, target_model, "target_model")
     draft = converted_model(OpenVINOGenAI, draft_model, "draft_model")
-    return EngineDecoder(OpenVINOGenAI, HANDLER,
+    return OpenVINODecoder(OpenVINOGenAI, HANDLER,
                          init={"target_dir": str(target), "draft_dir": str(draft), "num_draft_tokens": int(num_draft_tokens),
                                "eos_token_id": eos_token_id, "vocab_size": int(vocab_size),
-                               "prefix_caching": bool(options["prefix_caching"]), "failure_log": str(options["failure_log"])},
+                               "prefix_caching": bool(options["prefix_caching"]), "failure_log": str(options["failure_log"]),
+                               "precision": str(options["precision"])},
                          num_draft_tokens=num_draft_tokens, vocab_size=vocab_size, eos_token_id=eos_token_id,
-                         greedy_ok=True)
+                         greedy_ok=True, supported={"temperature", "top_k", "top_p", "repetition_penalty", "min_p"},
+                         refusals={"presence_penalty": PENALTY_REFUSAL.format(name="PresencePenaltyTransform"),
+                                   "frequency_penalty": PENALTY_REFUSAL.format(name="FrequencyPenaltyTransform")},
+                         rows_per_step=1)

@@ -33,7 +33,7 @@ from verifier.runner.plan import SampleSetPlan
 from verifier.runner.seeds import stream_seed
 from verifier.validation import plugin_attribute
 
-__all__ = ["call_seed", "call_plan", "generate_chunk", "takes_row_temperatures"]
+__all__ = ["call_seed", "call_plan", "check_batch_level", "generate_chunk", "takes_row_temperatures"]
 
 
 def _audited(plan: SampleSetPlan) -> int:
@@ -63,6 +63,28 @@ def takes_row_temperatures(decoder: Any) -> bool:
     except (TypeError, ValueError):
         return False
     return "row_temperatures" in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+
+
+def check_batch_level(decoder: Any, plan: SampleSetPlan, name: str) -> None:
+    """Refuse a batch level above 1 row on a decoder that runs one row per speculative step.
+
+    An engine decoder states ``rows_per_step = 1`` when its engine loops over the rows of a ``generate`` call
+    (llama-cpp-python, OpenVINO GenAI's worker, transformers assisted generation): a level of ``b`` rows would be
+    ``b`` calls of one row, not a batch, so its cells would audit nothing the level-1 cells do not.
+
+    Raises
+    ------
+    SamplingRefusedError
+        (exit 2) ``plan.batch_rows > 1`` and ``decoder.rows_per_step == 1``.
+    """
+    if plan.batch_rows is None or plan.batch_rows <= 1 or getattr(decoder, "rows_per_step", None) != 1:
+        return
+    how = (getattr(decoder, "batching", "") or getattr(getattr(decoder, "engine", None), "batching", "")
+           or "one row per speculative step")
+    raise SamplingRefusedError(f"decoders[{name}]: batch_composition level of {plan.batch_rows} rows cannot run: "
+                               f"{getattr(decoder, 'name', name)!r} runs {how}, so the level would loop calls of one "
+                               "row, not batch them; allowed: batch_composition rows = [1], or no batch_composition "
+                               "(audit batch shape on an engine that verifies several rows in one step)")
 
 
 def _mixed_kwargs(decoder: Any, plan: SampleSetPlan, name: str) -> tuple[dict[str, Any], slice]:
@@ -121,6 +143,7 @@ def generate_chunk(decoder: Any, plan: SampleSetPlan, index: int, name: str,
     from verifier.errors import DecoderOutputError
     from verifier.validation import check_reported_logprobs
 
+    check_batch_level(decoder, plan, name)
     stop_kw = plan.stop_kwargs()  # the request's stop rule, only where the suite sets one
     if return_logprobs:
         stop_kw["return_logprobs"] = True

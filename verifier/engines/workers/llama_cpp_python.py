@@ -67,6 +67,9 @@ class Handler:
         temp = float(sampling["temperature"])
         top_k = int(sampling["top_k"] or 0)
         top_p = float(sampling["top_p"] if sampling["top_p"] is not None else 1.0)
+        min_p = float(sampling.get("min_p") or 0.0)
+        presence = float(sampling.get("presence_penalty") or 0.0)
+        frequency = float(sampling.get("frequency_penalty") or 0.0)
         rows = np.full((len(seeds), int(max_new_tokens)), -1, dtype=np.int64)
         origins = np.full(rows.shape, -1, dtype=np.int8)  # ORIGIN_CODES: 0 accepted, 1 recovered, 2 bonus
         counts, drafted = [], 0
@@ -75,8 +78,9 @@ class Handler:
             self._prompt_len[0] = len(prompt)
             self.log.calls = []
             emitted = []
-            for token in self.llm.generate(prompt, top_k=top_k, top_p=top_p, min_p=0.0, typical_p=1.0, temp=temp,
-                                           repeat_penalty=1.0, frequency_penalty=0.0, presence_penalty=0.0, reset=True):
+            for token in self.llm.generate(prompt, top_k=top_k, top_p=top_p, min_p=min_p, typical_p=1.0, temp=temp,
+                                           repeat_penalty=1.0, frequency_penalty=frequency, presence_penalty=presence,
+                                           reset=True):
                 emitted.append(int(token))
                 if len(emitted) >= max_new_tokens or (self.eos_token_id is not None and token == self.eos_token_id):
                     break

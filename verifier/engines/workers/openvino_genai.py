@@ -31,7 +31,7 @@ def retry_seed(seed: int, attempt: int) -> int:
 
 class Handler:
     def __init__(self, target_dir: str, draft_dir: str, num_draft_tokens: int, eos_token_id=None,
-                 vocab_size: int = 384, prefix_caching: bool = True, failure_log: str = "") -> None:
+                 vocab_size: int = 384, prefix_caching: bool = True, failure_log: str = "", precision: str = "engine") -> None:
         import openvino as ov
         import openvino_genai as ovg
 
@@ -41,7 +41,13 @@ class Handler:
             sc = ovg.SchedulerConfig()
             sc.enable_prefix_caching = False
             kwargs["scheduler_config"] = sc
-        self.pipe = ovg.LLMPipeline(target_dir, "CPU", draft_model=ovg.draft_model(draft_dir, "CPU"), **kwargs)
+        # precision "f32": both models at f32 with an f32 KV cache (the CPU plugin's defaults are bf16 inference on
+        # CPUs with native bf16, e.g. AMX, and a u8 KV cache); "engine": the plugin's defaults
+        props = {"INFERENCE_PRECISION_HINT": ov.Type.f32, "KV_CACHE_PRECISION": ov.Type.f32} if precision == "f32" else {}
+        self.pipe = ovg.LLMPipeline(target_dir, "CPU", draft_model=ovg.draft_model(draft_dir, "CPU", **props), **kwargs, **props)
+        core = ov.Core()
+        self.plugin_precision = {"inference": str(core.get_property("CPU", "INFERENCE_PRECISION_HINT")),
+                                 "kv_cache": str(core.get_property("CPU", "KV_CACHE_PRECISION")), "requested": precision}
         self.k = int(num_draft_tokens)
         self.eos = None if eos_token_id is None else int(eos_token_id)
         self.vocab = int(vocab_size)
@@ -80,6 +86,8 @@ class Handler:
             cfg.top_k = int(sampling["top_k"]) if sampling.get("top_k") is not None else 0
             cfg.top_p = float(sampling["top_p"]) if sampling.get("top_p") is not None else 1.0
             cfg.rng_seed = int(seed)
+        if t != 0 and sampling.get("min_p"):
+            cfg.min_p = float(sampling["min_p"])
         if sampling.get("repetition_penalty") is not None:
             cfg.repetition_penalty = float(sampling["repetition_penalty"])
         if self.eos is not None:
@@ -132,7 +140,7 @@ class Handler:
             if steps:
                 step_sizes.extend(steps)
                 rounds += len(steps) - 1  # main-model steps after the prompt step
-        extra = {"calls": n, "retries": len(failures), "failures": failures[:200],
+        extra = {"calls": n, "retries": len(failures), "failures": failures[:200], "cpu_plugin_precision": self.plugin_precision,
                  "stats_source": "totals only: accepted = SDPerModelsPerfMetrics.get_num_accepted_tokens() summed over "
                                  "calls; rounds = main-model steps after the prompt step (raw_metrics.m_batch_sizes); "
                                  "the engine reports no per-round or first-round accepted counts"}
