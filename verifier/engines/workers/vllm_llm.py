@@ -110,7 +110,7 @@ class Handler:
     def generate(self, prompt_ids, max_new_tokens, sampling, seeds, return_logprobs=False, row_temperatures=None):
         """One ``LLM.generate`` call of ``len(seeds)`` requests (one engine batch); request i at ``row_temperatures[i]``
         when given.  With ``return_logprobs``: ``logprobs`` float64 (n, max_new_tokens), each emitted token's own
-        logprob as vLLM reports it (``logprobs=0``), NaN after EOS."""
+        logprob as vLLM reports it (``logprobs=0``; a NaN at an emitted token is vLLM's), NaN after EOS."""
         prompt = {"prompt_token_ids": [int(t) for t in prompt_ids]}
         temps = [None] * len(seeds) if row_temperatures is None else [float(t) for t in row_temperatures]
         extra = {"logprobs": 0} if return_logprobs else {}
@@ -124,7 +124,10 @@ class Handler:
             ids = list(out.outputs[0].token_ids)[: int(max_new_tokens)]
             tokens[i, : len(ids)] = ids
             if return_logprobs:
-                for t, (tok, table) in enumerate(zip(ids, out.outputs[0].logprobs or [])):
+                tables = out.outputs[0].logprobs or []
+                if len(tables) < len(ids):  # vLLM's own value is reported, never a NaN of ours
+                    raise RuntimeError(f"vLLM returned {len(tables)} logprob entries for the {len(ids)} tokens of request {i}")
+                for t, (tok, table) in enumerate(zip(ids, tables)):
                     logprobs[i, t] = float(table[tok].logprob)
         rounds, drafted, accepted = (after[c] - before[c] for c in _COUNTERS)
         per_pos = pos_after - pos_before
