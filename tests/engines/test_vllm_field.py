@@ -5,9 +5,10 @@ is not installed): presence / frequency penalties passed into ``SamplingParams``
 The engine test checks the reported logprobs against the harness's reference scorer (float64 processed probs of the
 shipped target, teacher-forced; tolerance :data:`verifier.runner.logprob.LOGPROB_TOL` float32 = 1e-4), so it fails if
 the penalties or a row's temperature did not reach vLLM (every row's first token would then carry another logprob) or
-if the logprobs were not the processed ones.  It runs the control (``patch_cpu_expand``): as shipped, the draft
-positions' processing divides by a never-written temperature (reports/audits/vllm-0.32.0/FINDINGS.md), so only the
-first token (prefill) is compared there.
+if the logprobs were not the processed ones (vLLM's default ``raw_logprobs`` misses by up to 4.6 nats with these
+penalties: reports/audits/vllm-0.32.0/field-kinds/README.md).  It runs the control (``patch_cpu_expand``): as
+shipped, the drafted positions' processing divides by a never-written temperature (reports/audits/vllm-0.32.0/
+FINDINGS.md) and vLLM reports NaN logprobs there.
 """
 
 import numpy as np
