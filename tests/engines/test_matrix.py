@@ -149,7 +149,7 @@ def test_field_kinds_table_reads_each_kind_from_the_committed_reports(tmp_path):
     assert self_reported["reported logprobs"]["verdict"] == "PASS"
     assert groups[("llama.cpp", "every variant")]["kinds"] == {}
     table = render_kinds(list(groups.values()))
-    assert table.count("\n") == 1 + len(groups) and "| `llama.cpp` | 0.3.36 | every variant | not run |" in table
+    assert table.count("\n") == 1 + len(groups) and "| `llama.cpp` | 0.3.36 | every variant | not expressible: one row per speculative step | not run |" in table
     readme = tmp_path / "README.md"
     readme.write_text(f"{START}\nold\n{END}\nmid\n{KSTART}\nold kinds\n{KEND}\nend\n")
     assert main([str(tmp_path), "--readme", str(readme)]) == 0
