@@ -253,7 +253,8 @@ def engine_law_diagnosis(engine: str, sets: list[dict[str, Any]], *, bias_detect
         a module whose laws need no draft, ``NEEDS_DRAFT = False``), ``prompt`` (list of int), ``sampling``
         (SamplingConfig), ``num_draft_tokens``, ``target`` / ``draft`` (the pair's torch models; draft None when
         unknown), ``label`` and optionally ``options`` (the decoder's options: the engine arguments, handed to the
-        module's ``law_unsupported`` and ``engine_laws``).
+        module's ``law_unsupported`` and ``engine_laws``) and ``laws`` (the module's ``engine_laws`` output, computed
+        once by a caller that diagnoses many row sets of one setting: the bench).
     bias_detected : bool
 
     Returns
@@ -278,7 +279,8 @@ def engine_law_diagnosis(engine: str, sets: list[dict[str, Any]], *, bias_detect
         if not callable(s["target"]):  # a tabular pair: the engines' laws run torch language models
             notes.append({"set": s["label"], "note": "the target is not a torch language model"})
             continue
-        laws = module.engine_laws(s["prompt"], s["sampling"], s["target"], s["draft"], options=s.get("options") or {})
+        laws = dict(s["laws"]) if s.get("laws") is not None else module.engine_laws(
+            s["prompt"], s["sampling"], s["target"], s["draft"], options=s.get("options") or {})
         target_law = laws.pop("target", None)
         if s.get("seqs") is not None:  # the family on the same tokens beside the engine's laws
             r = score_engine_laws(engine, module, s["seqs"], laws, s["num_draft_tokens"], J)
@@ -337,6 +339,9 @@ def engine_law_diagnosis(engine: str, sets: list[dict[str, Any]], *, bias_detect
         if out.get("weights"):  # a mixture: which of its laws the rows came from
             out["sentence"] += "; fitted shares: " + " | ".join(
                 ", ".join(f"{c} {v:.2f}" for c, v in w.items() if v > 0) for w in out["weights"])
+    elif d["status"] == "consistent":  # a family hypothesis leads on J tokens: its own fit is not checked here
+        out["sentence"] = (f"no law {engine}'s source predicts is preferred on {_tokens(J)} (the best there, {lead}, "
+                           "is a family hypothesis, whose own law the whole-row diagnosis checks)")
     else:
         out["sentence"] = (f"no law {engine}'s source predicts is preferred on {_tokens(J)} "
                            f"({d['sentence']})")
