@@ -50,14 +50,14 @@ MIN_PROB = 1e-15  # a law's categories at or below this count as impossible in t
 
 
 def model_logits(target, draft):
-    """Logits function of :func:`predict` from torch models: ``(role, contexts) -> float32 (contexts, vocab)``."""
+    """Logits function of :func:`predict` from torch models: ``(role, contexts) -> (contexts, vocab)`` in the models' dtype."""
     models = {"target": target, "draft": draft}
 
     def fn(role: str, contexts: list[list[int]]) -> np.ndarray:
         out = []
         with torch.no_grad():
             for i in range(0, len(contexts), BATCH):
-                out.append(models[role](torch.tensor(contexts[i:i + BATCH])).logits[:, -1].float().numpy())
+                out.append(models[role](torch.tensor(contexts[i:i + BATCH])).logits[:, -1].numpy())
         return np.concatenate(out) if out else np.zeros((0, 0), np.float32)
     return fn
 
@@ -72,6 +72,11 @@ def engine_logits_fn():
 
 def _processed(logits: np.ndarray, sampling) -> np.ndarray:
     return processed_probs(torch.as_tensor(logits), sampling).numpy()
+
+
+def _probs(model, contexts, sampling) -> np.ndarray:
+    """Processed probs of a torch model after each context, shape (contexts, vocab) (the float path of :func:`predict`)."""
+    return _processed(model_logits(model, None)("target", [list(c) for c in contexts]), sampling)
 
 
 def _walk(probs: np.ndarray, logits: np.ndarray, sampling) -> np.ndarray:
