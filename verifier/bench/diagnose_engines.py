@@ -10,7 +10,10 @@ audits use, and runs that ranking as a report would:
 * MLX-LM's server (prompt cache trimming the context), T = 0.7 with top-k 8, rows of 3 tokens, draft unknown (a URL
   audit): the laws of the target alone;
 * transformers' universal assisted generation (q in another column order), T = 1, draft unknown: needs the
-  retokenized draft of ``bash ci/engines/transformers.sh`` (skipped, said so, without it).
+  retokenized draft of ``bash ci/engines/transformers.sh`` (skipped, said so, without it);
+* OpenVINO GenAI again at T = 0.7 with top-k 8 alone (the shared seed walks ``TopKFilter``'s heap order);
+* transformers' Gemma4 assistant (greedy draft verified against its raw softmax), T = 1, tokens 1-2 on the tiny
+  Gemma4 pair of ``bash ci/engines/transformers.sh`` (prompt 2, 5, 7), draft unknown.
 
 Per law and n: accuracy = runs whose named law is this one (alone, or leading a class that contains it); wrong = runs
 that name another law or a family hypothesis; "n for 95%" = the smallest n of the grid with accuracy >= 0.95.  Null:
@@ -47,24 +50,28 @@ class _Engine:
     """One engine's laws at one setting, and a diagnosis of rows (as a report of that engine's audit runs it)."""
 
     def __init__(self, name: str, sampling, k: int, laws: dict[str, np.ndarray], target, draft=None,
-                 options: dict | None = None, extra_tokens: int = 0) -> None:
+                 options: dict | None = None, extra_tokens: int = 0, prompt: list[int] | None = None,
+                 label: str | None = None) -> None:
         self.name, self.sampling, self.k, self.target, self.draft = name, sampling, k, target, draft
-        self.options, self.extra_tokens = options or {}, extra_tokens
+        self.options, self.extra_tokens, self.prompt = options or {}, extra_tokens, list(prompt or PROMPT)
+        self.label = label or name
+        self.all_laws = laws
         self.target_law = laws["target"]
         self.laws = {key: v for key, v in laws.items() if key != "target"}
 
     def diagnose(self, tokens: np.ndarray) -> dict:
         from verifier.diagnose.engine_laws import engine_law_diagnosis
 
-        s = {"prompt": PROMPT, "sampling": self.sampling, "label": "bench", "num_draft_tokens": self.k,
-             "target": self.target, "draft": self.draft, "options": self.options, "seqs": None, "tokens": tokens}
+        s = {"prompt": self.prompt, "sampling": self.sampling, "label": "bench", "num_draft_tokens": self.k,
+             "target": self.target, "draft": self.draft, "options": self.options, "seqs": None, "tokens": tokens,
+             "laws": self.all_laws}
         if self.draft is not None:  # the draft is known: the family is ranked beside the laws on the same rows
             from verifier.diagnose.sample_set import diagnose_sample_set
             from verifier.runner.models import ReferenceModel, _info
 
             vocab, eos = _info(self.target)
             res = diagnose_sample_set(ReferenceModel(self.target, vocab, eos), ReferenceModel(self.draft, vocab, eos),
-                                      tuple(PROMPT), self.sampling, self.k, tokens, bias_detected=True, with_fits=False)
+                                      tuple(self.prompt), self.sampling, self.k, tokens, bias_detected=True, with_fits=False)
             s["seqs"] = res["_seqs"][0]
         return engine_law_diagnosis(self.name, [s], bias_detected=True)
 
@@ -79,7 +86,12 @@ def _engines(progress) -> tuple[list[_Engine], list[str]]:
     out, skipped = [], []
     s = SamplingConfig(temperature=1.0, top_p=0.5)
     progress("laws: openvino-genai")
-    out.append(_Engine("openvino-genai", s, 3, ov.engine_laws(PROMPT, s, target, draft), target, draft))
+    out.append(_Engine("openvino-genai", s, 3, ov.engine_laws(PROMPT, s, target, draft), target, draft,
+                       label="openvino-genai (T=1, top-p 0.5)"))
+    s = SamplingConfig(temperature=0.7, top_k=8)
+    progress("laws: openvino-genai, top-k alone (TopKFilter's heap order)")
+    out.append(_Engine("openvino-genai", s, 3, ov.engine_laws(PROMPT, s, target, draft), target, draft,
+                       label="openvino-genai (T=0.7, top-k 8)"))
     s = SamplingConfig(temperature=0.7, top_k=8)
     progress("laws: mlx-lm server")
     out.append(_Engine("mlx-lm server", s, 1, mlx.engine_laws(PROMPT, s, target), target, extra_tokens=1))
@@ -96,6 +108,19 @@ def _engines(progress) -> tuple[list[_Engine], list[str]]:
                            options=opts, extra_tokens=2))
     else:
         skipped.append(f"transformers: no retokenized draft (`{eng.install_script()}`)")
+    if (eng.install_dir() / "gemma4" / "assistant").is_dir():
+        from verifier.engines.hf_local import GEMMA4_PROMPT
+        from verifier.engines.reproductions import transformers as hf
+
+        s = SamplingConfig(temperature=1.0)
+        progress("laws: transformers (gemma4_assistant)")
+        opts = {"mode": "gemma4_assistant"}
+        g4_target = load_model(str(eng.install_dir() / "gemma4" / "target"))
+        out.append(_Engine("transformers", s, 3, hf.engine_laws(list(GEMMA4_PROMPT), s, g4_target, None, options=opts),
+                           g4_target, options=opts, extra_tokens=2, prompt=list(GEMMA4_PROMPT),
+                           label="transformers (gemma4_assistant)"))
+    else:
+        skipped.append(f"transformers gemma4_assistant: no tiny Gemma4 pair (`{eng.install_script()}`)")
     return out, skipped
 
 
@@ -133,11 +158,11 @@ def run(args: argparse.Namespace) -> int:
                 accs.append(ok / args.runs)
             label = "the target (null)" if law is None else law
             if law is None:  # the null: the share of runs with something named, and no accuracy
-                print(f"| {e.name} | {label} | " + " | ".join("-" for _ in args.n) + f" | - | {wrong} named of "
+                print(f"| {e.label} | {label} | " + " | ".join("-" for _ in args.n) + f" | - | {wrong} named of "
                       f"{args.runs * len(args.n)} |", flush=True)
                 continue
             reach = next((n for n, a in zip(args.n, accs) if a >= 0.95), None)
-            print(f"| {e.name} | {label} | " + " | ".join(f"{a:.2f}" for a in accs)
+            print(f"| {e.label} | {label} | " + " | ".join(f"{a:.2f}" for a in accs)
                   + f" | {reach if reach else '> ' + str(max(args.n))} | {wrong} |", flush=True)
     for s in skipped:
         print(f"\nskipped: {s}")

@@ -33,7 +33,8 @@ from verifier.diagnose.rank import (DIAGNOSIS_ALPHA, FIT_ALPHA, MechanismScore, 
                                     rank_mechanisms, robust_score)
 from verifier.diagnose.likelihood import SequenceProbs, target_log_likelihood
 
-__all__ = ["engine_module", "ranking_alpha", "truncate", "score_engine_laws", "engine_law_diagnosis", "ENGINE_LAW_MARK"]
+__all__ = ["engine_module", "law_tokens", "ranking_alpha", "truncate", "score_engine_laws", "engine_law_diagnosis",
+           "ENGINE_LAW_MARK"]
 
 ENGINE_LAW_MARK = "engine:"  # hypothesis names of engine laws start with this ("engine:openvino-genai/as shipped ...")
 MIN_PROB = 1e-300  # a law's entry at or below this is 0 (an impossible row: -inf before the contamination mixture)
@@ -45,6 +46,13 @@ def engine_module(engine: str | None):
 
     name = LAWS.get(engine) if isinstance(engine, str) else None
     return importlib.import_module(name) if name else None
+
+
+def law_tokens(module, options: dict | None = None) -> int:
+    """How many first tokens ``module``'s laws cover for a decoder with ``options``: ``module.law_tokens(options)``
+    where the module defines it (the count depends on the engine's mode), else ``module.LAW_TOKENS``."""
+    fn = getattr(module, "law_tokens", None)
+    return int(fn(options or {})) if callable(fn) else int(module.LAW_TOKENS)
 
 
 def ranking_alpha(engine: str | None, alpha: float = DIAGNOSIS_ALPHA) -> float:
@@ -65,8 +73,10 @@ def _law_name(engine: str, law: str) -> str:
     return f"{ENGINE_LAW_MARK}{engine}/{law}"
 
 
-def score_engine_laws(engine: str, module, seqs: SequenceProbs, laws: dict[str, np.ndarray], num_draft_tokens: int) -> Ranking:
-    """The family and the engine's laws ranked on the first ``module.LAW_TOKENS`` tokens of one sample set.
+def score_engine_laws(engine: str, module, seqs: SequenceProbs, laws: dict[str, np.ndarray], num_draft_tokens: int,
+                      num_tokens: int | None = None) -> Ranking:
+    """The family and the engine's laws ranked on the first ``num_tokens`` (default ``module.LAW_TOKENS``) tokens of one
+    sample set.
 
     Parameters
     ----------
@@ -78,6 +88,8 @@ def score_engine_laws(engine: str, module, seqs: SequenceProbs, laws: dict[str, 
     laws : dict of str -> np.ndarray, each shape (vocab,) * J
         The engine's predicted joint laws of tokens 1..J (``module.engine_laws``).
     num_draft_tokens : int
+    num_tokens : int, optional
+        J, the tokens the laws cover (:func:`law_tokens`); default ``module.LAW_TOKENS``.
 
     Returns
     -------
@@ -86,7 +98,7 @@ def score_engine_laws(engine: str, module, seqs: SequenceProbs, laws: dict[str, 
         rows cut after J tokens; rows that end (EOS) before J tokens keep their shorter prefix for the family and are
         left out of nothing: an engine law gives them the mass of every continuation of that prefix.
     """
-    J = int(module.LAW_TOKENS)
+    J = int(module.LAW_TOKENS) if num_tokens is None else int(num_tokens)
     short = truncate(seqs, J)
     ranking = rank_mechanisms(short, num_draft_tokens, per_position=False)
     ll_t = target_log_likelihood(short)
@@ -241,7 +253,8 @@ def engine_law_diagnosis(engine: str, sets: list[dict[str, Any]], *, bias_detect
         a module whose laws need no draft, ``NEEDS_DRAFT = False``), ``prompt`` (list of int), ``sampling``
         (SamplingConfig), ``num_draft_tokens``, ``target`` / ``draft`` (the pair's torch models; draft None when
         unknown), ``label`` and optionally ``options`` (the decoder's options: the engine arguments, handed to the
-        module's ``law_unsupported`` and ``engine_laws``).
+        module's ``law_unsupported`` and ``engine_laws``) and ``laws`` (the module's ``engine_laws`` output, computed
+        once by a caller that diagnoses many row sets of one setting: the bench).
     bias_detected : bool
 
     Returns
@@ -256,6 +269,7 @@ def engine_law_diagnosis(engine: str, sets: list[dict[str, Any]], *, bias_detect
     J = int(module.LAW_TOKENS)
     rankings, fits, notes = [], [], []
     for s in sets:
+        J = law_tokens(module, s.get("options"))  # one audit's sets share the decoder's options
         why = module.law_unsupported(s["sampling"], s["num_draft_tokens"], options=s.get("options") or {})
         if why is None and s.get("seqs") is None and getattr(module, "NEEDS_DRAFT", True):
             why = "the draft is unknown and this engine's laws need its probs"
@@ -265,10 +279,11 @@ def engine_law_diagnosis(engine: str, sets: list[dict[str, Any]], *, bias_detect
         if not callable(s["target"]):  # a tabular pair: the engines' laws run torch language models
             notes.append({"set": s["label"], "note": "the target is not a torch language model"})
             continue
-        laws = module.engine_laws(s["prompt"], s["sampling"], s["target"], s["draft"], options=s.get("options") or {})
+        laws = dict(s["laws"]) if s.get("laws") is not None else module.engine_laws(
+            s["prompt"], s["sampling"], s["target"], s["draft"], options=s.get("options") or {})
         target_law = laws.pop("target", None)
         if s.get("seqs") is not None:  # the family on the same tokens beside the engine's laws
-            r = score_engine_laws(engine, module, s["seqs"], laws, s["num_draft_tokens"])
+            r = score_engine_laws(engine, module, s["seqs"], laws, s["num_draft_tokens"], J)
             short = truncate(s["seqs"], J)
             tokens, weights = short.tokens, short.row_weights
         else:  # draft unknown: no family hypothesis can be scored; the engine's laws against the target's
@@ -324,6 +339,9 @@ def engine_law_diagnosis(engine: str, sets: list[dict[str, Any]], *, bias_detect
         if out.get("weights"):  # a mixture: which of its laws the rows came from
             out["sentence"] += "; fitted shares: " + " | ".join(
                 ", ".join(f"{c} {v:.2f}" for c, v in w.items() if v > 0) for w in out["weights"])
+    elif d["status"] == "consistent":  # a family hypothesis leads on J tokens: its own fit is not checked here
+        out["sentence"] = (f"no law {engine}'s source predicts is preferred on {_tokens(J)} (the best there, {lead}, "
+                           "is a family hypothesis, whose own law the whole-row diagnosis checks)")
     else:
         out["sentence"] = (f"no law {engine}'s source predicts is preferred on {_tokens(J)} "
                            f"({d['sentence']})")
@@ -343,5 +361,6 @@ def law_entry(engine: str, name: str) -> dict[str, str]:
 
     where = (f"python -m verifier.diagnose.reproduce {engine} RUN_DIR" if engine in SCORERS
              else "specverify diagnose RUN_DIR (the engine laws of verifier.engines.reproductions.LAWS)")
+    pointer = (getattr(module, "LAW_POINTERS", {}).get(key) or getattr(module, "LAW_POINTER", "")) if module else ""
     return {"name": name, "plain": module.LAW_SOURCE.get(key, "") if module else "", "reproduce": where,
-            "pointer": getattr(module, "LAW_POINTER", "") if module else ""}
+            "pointer": pointer}

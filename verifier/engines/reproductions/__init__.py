@@ -6,21 +6,23 @@ audit reports under ``reports/audits/<engine>-<version>/`` cite their output.  P
 reading a run folder's samples is :mod:`verifier.diagnose.reproduce`
 (``python -m verifier.diagnose.reproduce ENGINE RUN_DIR ...``).
 
-=====================  ===========================================================================
-module                 engine, what it predicts
-=====================  ===========================================================================
-``llama_cpp``          llama.cpp ``llama-speculative``: token 2 under the source and its 3 controls
-                       (:func:`verifier.engines.llama_cpp_repro.speculative_step_law` in float64)
-``llama_cpp_python``   llama-cpp-python ``Llama.generate`` with a model draft: first-round acceptance
-                       of its target-match rule with greedy proposals
-``openvino_genai``     OpenVINO GenAI ``validate_candidate``: tokens 1-2, independent or shared-seed
-                       draws (:mod:`verifier.engines.openvino_repro`)
-``openvino_replay``    the same engine replayed draw by draw from each call's ``rng_seed`` (needs the
-                       engine: ``bash ci/engines/openvino-genai.sh``)
-``transformers``       transformers' universal assisted generation (``mode=assistant_tokenizer``): token 1
-                       with q in the translator's other column order (:mod:`verifier.engines.hf_vocab_order`)
-``vllm``               vLLM's first speculative round: greedy-draft vs canonical acceptance
-=====================  ===========================================================================
+========================  ===========================================================================
+module                    engine, what it predicts
+========================  ===========================================================================
+``llama_cpp``             llama.cpp ``llama-speculative``: token 2 under the source and its 3 controls
+                          (:func:`verifier.engines.llama_cpp_repro.speculative_step_law` in float64)
+``llama_cpp_python``      llama-cpp-python ``Llama.generate`` with a model draft: first-round acceptance
+                          of its target-match rule with greedy proposals
+``openvino_genai``        OpenVINO GenAI ``validate_candidate``: tokens 1-2, independent or shared-seed
+                          draws (:mod:`verifier.engines.openvino_repro`)
+``openvino_replay``       the same engine replayed draw by draw from each call's ``rng_seed`` (needs the
+                          engine: ``bash ci/engines/openvino-genai.sh``)
+``transformers``          transformers' universal assisted generation (``mode=assistant_tokenizer``): token 1
+                          with q in the translator's other column order (:mod:`verifier.engines.hf_vocab_order`)
+``transformers_gemma4``   transformers' Gemma4 assistant (``mode=gemma4_assistant``): tokens 1-2, the greedy draft
+                          verified against softmax of the raw assistant logits (dispatched by ``transformers``)
+``vllm``                  vLLM's first speculative round: greedy-draft vs canonical acceptance
+========================  ===========================================================================
 """
 
 __all__ = ["SCORERS", "LAWS", "PREDICTED", "source_explanation"]
@@ -39,7 +41,7 @@ SCORERS = {
 LAWS = {
     "openvino-genai": "verifier.engines.reproductions.openvino_genai",
     "mlx-lm server": "verifier.engines.reproductions.mlx_lm_server",  # a URL audit's engine name (audit.json)
-    "transformers": "verifier.engines.reproductions.transformers",  # assistant_tokenizer mode (the decoder's options)
+    "transformers": "verifier.engines.reproductions.transformers",  # assistant_tokenizer, gemma4_assistant (the decoder's options)
     "vllm": "verifier.engines.reproductions.vllm",  # no law: says why (PREDICTS_LAWS = False)
     "vllm (URL)": "verifier.engines.reproductions.vllm",
 }

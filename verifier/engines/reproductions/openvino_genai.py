@@ -12,8 +12,14 @@ for the replacement drawn at the next position).  Laws compared (float64):
 - ``as shipped, shared seed``: the same, with candidate 1 drawn from the uniform that drew token 1 (both
   samplers are ``std::mt19937(rng_seed)``; the draft samples nothing at the prompt step): given token 1,
   the candidate's law is :func:`~verifier.engines.openvino_repro.inverse_cdf_law` of ``q`` on token 1's
-  interval.  CDFs walked in id order (no top-k / top-p) or by decreasing prob (top-p); top-k alone walks
-  a heap order that is not modelled.
+  interval.  CDFs walked in id order (no top-k / top-p), by decreasing prob (top-p), or, with top-k alone, in the
+  order ``TopKFilter``'s heap leaves the kept tokens (:mod:`verifier.engines.openvino_topk`, libstdc++'s heap
+  algorithms replayed on the raw float32 logits).
+
+Probs: on an audit of the installed engine (:func:`engine_laws` with the audit's decoder options), the engine's own
+logits -- its IRs at the CPU plugin's default precision, what ``LLMPipeline`` samples from
+(:mod:`verifier.engines.openvino_logits`; bf16 on CPUs with AMX, where the fp32 models' top-p set at T = 0.7, top-k 50,
+top-p 0.9 keeps 11 tokens and the engine's 12); else the torch models given.
 
 :func:`score_set` prints per sample set: TV of each predicted law from the target's (token 2 and tokens
 1-2), the chi-square p-value of the observed token-2 counts and of the observed (token 1, token 2) counts
@@ -31,6 +37,7 @@ import numpy as np
 import torch
 
 from verifier.engines.openvino_repro import cdf_interval, inverse_cdf_law, validation_step_law_np, walk_order
+from verifier.engines.openvino_topk import topk_heap_order
 from verifier.engines.reproductions._common import chi2_p
 from verifier.sampling import processed_probs
 
@@ -42,34 +49,78 @@ BATCH = 4096  # target contexts per forward pass
 MIN_PROB = 1e-15  # a law's categories at or below this count as impossible in the chi-square
 
 
-def _probs(model, contexts, sampling):
-    out = []
-    with torch.no_grad():
-        for i in range(0, len(contexts), BATCH):
-            out.append(processed_probs(model(torch.tensor(contexts[i:i + BATCH])).logits[:, -1], sampling).numpy())
-    return np.concatenate(out)
+def model_logits(target, draft):
+    """Logits function of :func:`predict` from torch models: ``(role, contexts) -> (contexts, vocab)`` in the models' dtype."""
+    models = {"target": target, "draft": draft}
+
+    def fn(role: str, contexts: list[list[int]]) -> np.ndarray:
+        out = []
+        with torch.no_grad():
+            for i in range(0, len(contexts), BATCH):
+                out.append(models[role](torch.tensor(contexts[i:i + BATCH])).logits[:, -1].numpy())
+        return np.concatenate(out) if out else np.zeros((0, 0), np.float32)
+    return fn
 
 
-def predict(prompt, sampling, target, draft):
-    """Laws of (token 1, token 2): dict name -> ndarray (vocab, vocab), plus predicted acceptances."""
-    p1 = _probs(target, [list(prompt)], sampling)[0]
+def engine_logits_fn():
+    """Logits function of :func:`predict` from the engine's own IRs at the CPU plugin's default precision
+    (:mod:`verifier.engines.openvino_logits`; what ``LLMPipeline`` samples from)."""
+    from verifier.engines.openvino_logits import engine_logits
+
+    return lambda role, contexts: engine_logits({role: contexts})[0][role]
+
+
+def _processed(logits: np.ndarray, sampling) -> np.ndarray:
+    return processed_probs(torch.as_tensor(logits), sampling).numpy()
+
+
+def _probs(model, contexts, sampling) -> np.ndarray:
+    """Processed probs of a torch model after each context, shape (contexts, vocab) (the float path of :func:`predict`)."""
+    return _processed(model_logits(model, None)("target", [list(c) for c in contexts]), sampling)
+
+
+def _walk(probs: np.ndarray, logits: np.ndarray, sampling) -> np.ndarray:
+    """The order ``_multinomial_sample`` walks the CDF in: decreasing prob after top-p's sort, TopKFilter's heap order
+    with top-k alone (:func:`verifier.engines.openvino_topk.topk_heap_order` of the raw logits), else id order."""
+    if sampling.top_p is not None and sampling.top_p < 1:
+        return walk_order(probs, True)
+    if sampling.top_k is not None and 0 < sampling.top_k < len(probs):
+        return np.asarray(topk_heap_order(logits, int(sampling.top_k)))
+    return walk_order(probs, False)
+
+
+def predict(prompt, sampling, target, draft, *, logits=None):
+    """Laws of (token 1, token 2): dict name -> ndarray (vocab, vocab), plus predicted acceptances.
+
+    ``logits``: ``(role, contexts) -> float32 (contexts, vocab)`` for role "target" / "draft"; default the torch models
+    ``target`` and ``draft`` (:func:`model_logits`); :func:`engine_logits_fn` gives the engine's own.
+    """
+    fn = logits or model_logits(target, draft)
+    l1 = fn("target", [list(prompt)])[0]
+    p1 = _processed(l1, sampling)
     V = len(p1)
     support = [int(t) for t in np.nonzero(p1)[0]]
     ctx1 = [list(prompt) + [t] for t in support]
-    p2, q2 = _probs(target, ctx1, sampling), _probs(draft, ctx1, sampling)
+    p2 = _processed(fn("target", ctx1), sampling)
+    ql2 = fn("draft", ctx1)
+    q2 = _processed(ql2, sampling)
+    cands = [[int(x) for x in np.nonzero(q2[i])[0]] for i in range(len(support))]
+    flat = [ctx1[i] + [x] for i in range(len(support)) for x in cands[i]]
+    p3 = _processed(fn("target", flat), sampling)
     laws = {"target": np.zeros((V, V))}
     laws.update({f"as shipped, {c}": np.zeros((V, V)) for c in COUPLINGS})
     acc = {name: 0.0 for name in laws}
-    sorted_walk = sampling.top_p is not None and sampling.top_p < 1
-    order1 = walk_order(p1, sorted_walk)
+    order1 = _walk(p1, l1, sampling)
+    row = 0
     for i, t1 in enumerate(support):
-        xs = [int(x) for x in np.nonzero(q2[i])[0]]
+        xs = cands[i]
         nxt = np.zeros((V, V))
-        nxt[xs] = _probs(target, [ctx1[i] + [x] for x in xs], sampling)
+        nxt[xs] = p3[row:row + len(xs)]
+        row += len(xs)
         laws["target"][t1] = p1[t1] * p2[i]
         acc["target"] += p1[t1] * np.minimum(p2[i], q2[i]).sum()  # canonical acceptance
         lo, hi = cdf_interval(p1, order1, t1)
-        proposals = {"independent": None, "shared seed": inverse_cdf_law(q2[i], walk_order(q2[i], sorted_walk), lo, hi)}
+        proposals = {"independent": None, "shared seed": inverse_cdf_law(q2[i], _walk(q2[i], ql2[i], sampling), lo, hi)}
         for c in COUPLINGS:
             law, a = validation_step_law_np(p2[i], q2[i], nxt, proposal=proposals[c])
             laws[f"as shipped, {c}"][t1] = p1[t1] * law
@@ -93,22 +144,36 @@ LAW_SOURCE = {
 }
 
 
-def _heap_walk(sampling) -> bool:
-    """Top-k without top-p: the shared-seed coupling walks q's CDF in a heap order (std::partial_sort), not modelled."""
-    return sampling.top_k is not None and sampling.top_k > 0 and not (sampling.top_p is not None and sampling.top_p < 1)
-
-
 def law_unsupported(sampling, num_draft_tokens: int, options=None) -> str | None:
-    """Why no law of tokens 1-2 can be predicted under ``sampling`` (None: at least one can)."""
+    """Why no law of tokens 1-2 can be predicted for this audit (None: they can).
+
+    With prefix caching on (``prefix_caching=True``, the engine's default) the pipeline speculates only until its first
+    ``content_length`` failure and samples the target alone afterwards (FINDINGS.md section 1): its rows mix two laws in
+    a share set by when that failure comes, which the source does not fix.
+    """
+    if (options or {}).get("prefix_caching") is True:
+        return ("prefix caching on: the pipeline speculates only until its first content_length failure and then "
+                "samples the target alone (FINDINGS.md section 1), so its rows mix the speculating law with the "
+                "target's in a share the source does not fix; audit with --engine-arg prefix_caching=false")
     return None
 
 
+def _audited_engine(options) -> bool:
+    """An audit of the installed engine on the shipped pair (its decoder options name them): the laws then take the
+    engine's own logits (:func:`engine_logits_fn`) -- the probs its pipeline samples from."""
+    from verifier.engines.openvino_logits import available
+
+    opts = options or {}
+    return (opts.get("target_model") == "shipped:target" and opts.get("draft_model") == "shipped:draft"
+            and available())
+
+
 def engine_laws(prompt, sampling, target, draft, options=None) -> dict[str, np.ndarray]:
-    """Joint laws of tokens 1-2, shape (vocab, vocab): ``"target"`` and each coupling of :data:`COUPLINGS` that is
-    modelled under ``sampling`` (the shared seed is not with top-k alone: :func:`_heap_walk`)."""
-    laws, _ = predict(prompt, sampling, target, draft)
-    if _heap_walk(sampling):
-        laws.pop("as shipped, shared seed")
+    """Joint laws of tokens 1-2, shape (vocab, vocab): ``"target"`` (the target's law on the same probs) and each
+    coupling of :data:`COUPLINGS`.  On an audit of the installed engine (``options`` name the shipped pair) the probs
+    are the engine's own (:mod:`verifier.engines.openvino_logits`: the IRs at the CPU plugin's default precision, bf16 on
+    CPUs with AMX); otherwise the torch models' (``target``, ``draft``)."""
+    laws, _ = predict(prompt, sampling, target, draft, logits=engine_logits_fn() if _audited_engine(options) else None)
     return laws
 
 

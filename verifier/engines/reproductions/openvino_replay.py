@@ -16,7 +16,8 @@ Needs the engine installed (``bash ci/engines/openvino-genai.sh``).
      r         = uniform_int(0, 100)(M) / 100   (M's 3rd; libstdc++ Lemire reduction)
      token 2   = cand. 1 if r <= q(cand. 1) / p(y) else F_{p after cand. 1}^-1(M.u)   (M's 4th)
    ``u = float(32-bit draw) / 2**32`` (libstdc++ ``generate_canonical<float>``); the CDF walk is id order, or
-   decreasing prob after top-p (top-k alone walks a heap order: not replayed).
+   decreasing prob after top-p, or ``TopKFilter``'s heap order with top-k alone
+   (:func:`verifier.engines.openvino_topk.topk_heap_order`).
 3. Prints each seed's engine and replayed tokens 1-2 and how many agree.  Agreement on every seed establishes
    the mechanism draw by draw; ``--independent-draft`` replays with the draft on its own stream instead
    (D seeded differently) to show that the shared seed is needed.
@@ -34,6 +35,7 @@ import numpy as np
 import torch
 
 from verifier.engines.base import engines_dir
+from verifier.engines.openvino_topk import topk_heap_order
 from verifier.engines.reproductions._common import SHIPPED_PROMPT
 from verifier.models.loading import load_model
 
@@ -78,12 +80,13 @@ class MT:
 
 
 def processed(model, ctx, t, top_k, top_p):
-    """(order, probs float32) as sampler.cpp holds them: top-k, temperature softmax, top-p (kept, not renormalised)."""
+    """(order, probs float32) as sampler.cpp holds them: top-k (heap order), temperature softmax, top-p (sorted, kept,
+    not renormalised)."""
     with torch.no_grad():
         logits = model(torch.tensor([ctx])).logits[0, -1].numpy().astype(np.float32)
     ids = np.arange(len(logits))
-    if top_k:
-        ids = np.argsort(-logits, kind="stable")[:top_k]
+    if top_k and top_k < len(logits):  # TopKFilter's heap order (the draw walks it as is when top-p does not sort)
+        ids = np.asarray(topk_heap_order(logits, top_k))
     z = logits[ids] / np.float32(t)
     e = np.exp(z - z.max()).astype(np.float32)
     probs = (e / e.sum(dtype=np.float32)).astype(np.float32)
@@ -93,8 +96,6 @@ def processed(model, ctx, t, top_k, top_p):
         c = np.cumsum(probs, dtype=np.float32)
         keep = int(np.argmax(c > np.float32(top_p))) + 1 if (c > np.float32(top_p)).any() else len(probs)
         ids, probs = ids[:keep], probs[:keep]
-    elif top_k:  # heap order: not modelled
-        raise SystemExit("top-k without top-p walks TopKFilter's heap order, which this replay does not model")
     return ids, probs
 
 

@@ -25,6 +25,10 @@ T^2).  That alone is lossless -- the assistant samples from the q it reports -- 
 matters here because the permuted q is that doubly processed law.  At T = 1 without top-k/top-p both are the same.  Laws of the target alone plus the
 assistant it loads itself (``NEEDS_DRAFT = False``): the harness cannot score this draft row by row, but this law it
 can.
+
+``mode=gemma4_assistant`` (the Gemma4 assistant's greedy draft verified against its raw softmax) has its own law of
+tokens 1-2, :mod:`verifier.engines.reproductions.transformers_gemma4`; :func:`law_tokens`, :func:`law_unsupported`
+and :func:`engine_laws` dispatch on the decoder's ``mode``.
 """
 
 from __future__ import annotations
@@ -34,12 +38,13 @@ from typing import Any
 import numpy as np
 import torch
 
+from verifier.engines.reproductions import transformers_gemma4 as gemma4
 from verifier.sampling import processed_probs
 
-__all__ = ["LAW_TOKENS", "NEEDS_DRAFT", "LAW_SOURCE", "LAW_POINTER", "AS_SHIPPED", "law_unsupported", "engine_laws",
-           "first_token_law", "column_placements", "pruned_translator"]
+__all__ = ["LAW_TOKENS", "NEEDS_DRAFT", "LAW_SOURCE", "LAW_POINTER", "LAW_POINTERS", "AS_SHIPPED", "law_tokens",
+           "law_unsupported", "engine_laws", "first_token_law", "column_placements", "pruned_translator"]
 
-LAW_TOKENS = 1
+LAW_TOKENS = 1  # assistant_tokenizer; mode=gemma4_assistant: tokens 1-2 (law_tokens, verifier.engines.reproductions.transformers_gemma4)
 NEEDS_DRAFT = False  # the assistant is loaded here (its own tokenizer and vocabulary): the harness's draft is unknown
 AS_SHIPPED = "universal assisted generation verifies against q in another column order"
 LAW_POINTER = ("transformers/generation/candidate_generator.py::AssistantToTargetTranslator.get_target_logits (pruned "
@@ -53,7 +58,14 @@ LAW_SOURCE = {
         "head in get_vocab() order but writes the pruned logits into the target vocabulary in assistant-id order, so "
         "_speculative_sampling divides p by a permutation of the q the draft token was sampled from (FINDINGS.md "
         "section 1; control: --engine-arg control_patch=usd_logit_order)"),
+    gemma4.AS_SHIPPED: gemma4.LAW_SOURCE[gemma4.AS_SHIPPED],
 }
+LAW_POINTERS = {gemma4.AS_SHIPPED: gemma4.LAW_POINTER}  # law -> source pointer where it is not LAW_POINTER's
+
+
+def law_tokens(options: dict[str, Any] | None = None) -> int:
+    """How many first tokens the laws of this audit's mode cover: 2 for ``gemma4_assistant``, else :data:`LAW_TOKENS`."""
+    return gemma4.LAW_TOKENS if (options or {}).get("mode") == "gemma4_assistant" else LAW_TOKENS
 
 
 def law_unsupported(sampling, num_draft_tokens: int, options: dict[str, Any] | None = None) -> str | None:
@@ -70,11 +82,15 @@ def law_unsupported(sampling, num_draft_tokens: int, options: dict[str, Any] | N
 
     opts = options or {}
     mode = opts.get("mode", "assisted")
-    if mode != "assistant_tokenizer":
-        return f"mode={mode}: no defect law is registered for it (only assistant_tokenizer's column order)"
+    if mode not in ("assistant_tokenizer", "gemma4_assistant"):
+        return (f"mode={mode}: no defect law is registered for it (only assistant_tokenizer's column order and the "
+                "Gemma4 assistant's greedy draft)")
     if opts.get("control_patch"):
-        return (f"control_patch={opts['control_patch']}: the control restores the column order this law models (its "
+        fixed = "column order" if mode == "assistant_tokenizer" else "q of the greedy draft"
+        return (f"control_patch={opts['control_patch']}: the control restores the {fixed} this law models (its "
                 "law is the target's)")
+    if mode == "gemma4_assistant":
+        return None
     if opts.get("vocab_order_seed", 0) == NATIVE_ORDER:
         return ("vocab_order_seed=-1: each worker process iterated the assistant vocabulary in its own hash order, "
                 "which is not recorded, so the permuted q cannot be rebuilt")
@@ -119,12 +135,15 @@ def first_token_law(p: np.ndarray, q_s: np.ndarray, q_v: np.ndarray) -> np.ndarr
 
 
 def engine_laws(prompt, sampling, target, draft=None, options: dict[str, Any] | None = None) -> dict[str, np.ndarray]:
-    """First-token laws, shape (vocab,): ``"target"`` and :data:`AS_SHIPPED` under the audit's vocabulary order."""
+    """First-token laws, shape (vocab,): ``"target"`` and :data:`AS_SHIPPED` under the audit's vocabulary order
+    (``mode=gemma4_assistant``: the laws of tokens 1-2 of :func:`verifier.engines.reproductions.transformers_gemma4.engine_laws`)."""
     from verifier.engines.hf_transformers import assistant_checkpoint
     from verifier.engines.hf_vocab_order import fix_vocab_order
     from verifier.models import load_model, load_tokenizer
 
     opts = options or {}
+    if opts.get("mode") == "gemma4_assistant":
+        return gemma4.engine_laws(prompt, sampling, target, draft, options=opts)
     tt = load_tokenizer(opts.get("target_model", "shipped:target"))
     spec = assistant_checkpoint("assistant_tokenizer", opts.get("draft_model", "shipped:draft"), opts.get("assistant_model", ""))
     at = load_tokenizer(str(spec))
