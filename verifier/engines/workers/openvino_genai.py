@@ -53,6 +53,7 @@ class Handler:
         self.vocab = int(vocab_size)
         self.failure_log = failure_log
         self.target_dir = target_dir
+        self.precision = precision  # target_logits (the numeric floor) compiles at the same precision
         self._logits_request = None
         self.calls = 0
 
@@ -160,12 +161,16 @@ class Handler:
         """The target IR's logits after ``prompt_ids`` (float32 -> list, shape (vocab,)), for the numeric floor.
 
         ``LLMPipeline`` does not expose logits, so this runs the same converted IR (``openvino_model.xml``,
-        stateful export) with OpenVINO's CPU plugin at f32 precision in one plain inference request
-        (not through the pipeline's paged-attention transformation).
+        stateful export) with OpenVINO's CPU plugin in one plain inference request (not through the pipeline's
+        paged-attention transformation), at the pipeline's own inference precision: the plugin's default (bf16 on
+        CPUs with AMX/AVX512-BF16) unless the adapter's ``precision=f32`` set f32 for both.  Measuring at f32 while
+        the pipeline ran bf16 understated the floor (session 15: the min-p BIAS of the field-kinds audit came from
+        the precision).  The pipeline's u8 KV cache is not reproduced (one prompt pass reads no cached key).
         """
         if self._logits_request is None:
             core = self.ov.Core()
-            model = core.compile_model(f"{self.target_dir}/openvino_model.xml", "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+            hints = {"INFERENCE_PRECISION_HINT": "f32"} if self.precision == "f32" else {}  # the pipeline's precision
+            model = core.compile_model(f"{self.target_dir}/openvino_model.xml", "CPU", hints)
             self._logits_request = (model, model.create_infer_request())
         model, request = self._logits_request
         ids = np.asarray(prompt_ids, dtype=np.int64)[None, :]
