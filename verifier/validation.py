@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from verifier.errors import DecoderOutputError
+from verifier.errors import DecoderOutputError, invalid_argument
 from verifier.protocols import PADDING_TOKEN_ID
 
 NO_ROUND = -1  # first_round_accepted of a row in which no speculative round ran (same as verifier.runner.acceptance.NO_ROUND)
 
-__all__ = ["check_emitted_tokens", "check_decoder_stats", "check_stop_rule", "check_reported_logprobs", "same_rows_nats",
+__all__ = ["check_row_temperatures", "check_emitted_tokens", "check_decoder_stats", "check_stop_rule", "check_reported_logprobs", "same_rows_nats",
            "repeated_block", "REPLAY_NATS", "MAX_LOGPROB", "plugin_attribute"]
 
 # the largest reported logprob accepted at an emitted token: log 1 = 0, plus the rounding of a float32 log-softmax
@@ -26,6 +26,31 @@ _PREFIX_CHECK = 32  # rows compared for every candidate block length before the 
 _FULL_CHECKS = 64  # candidate block lengths compared in full (low-entropy rows pass the prefix often)
 
 _MISSING = object()
+
+
+def check_row_temperatures(row_temperatures, num_samples: int, sampling) -> list[float] | None:
+    """``generate(..., row_temperatures=)`` checked: one finite temperature > 0 per row, or None (the batch-composition
+    axis's mixed levels, issue 29 kind 1; shared by the reference decoders and the engine adapters that take it).
+
+    Raises
+    ------
+    InvalidArgumentError
+        Not ``num_samples`` finite numbers > 0 (booleans refused), or ``sampling`` is greedy (T = 0 has no factor).
+    """
+    import math
+
+    if row_temperatures is None:
+        return None
+    try:
+        temps = [float(t) for t in row_temperatures]
+    except (TypeError, ValueError):
+        temps = []
+    if (len(temps) != num_samples or any(isinstance(t, bool) for t in row_temperatures)
+            or not all(math.isfinite(t) and t > 0 for t in temps)):
+        raise invalid_argument("row_temperatures", row_temperatures, f"{num_samples} finite numbers > 0 (one per row)")
+    if getattr(sampling, "greedy", False):
+        raise invalid_argument("row_temperatures", row_temperatures, "None with a greedy sampling config (T = 0)")
+    return temps
 
 
 def plugin_attribute(obj, name: str, default=None, *, decoder_name: str = "decoder"):

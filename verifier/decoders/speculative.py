@@ -14,7 +14,6 @@ dtype; all accept/reject arithmetic is float64.
 
 from __future__ import annotations
 
-import math
 import time
 from typing import Callable, Sequence
 
@@ -79,17 +78,11 @@ def row_logit_scale(row_temperatures, num_samples: int, sampling: SamplingConfig
     InvalidArgumentError
         Not ``num_samples`` finite numbers > 0, or ``sampling`` is greedy (T = 0 has no factor).
     """
-    if row_temperatures is None:
+    from verifier.validation import check_row_temperatures
+
+    temps = check_row_temperatures(row_temperatures, num_samples, sampling)
+    if temps is None:
         return None
-    try:
-        temps = [float(t) for t in row_temperatures]
-    except (TypeError, ValueError):
-        temps = []
-    if (len(temps) != num_samples or any(isinstance(t, bool) for t in row_temperatures)
-            or not all(math.isfinite(t) and t > 0 for t in temps)):
-        raise invalid_argument("row_temperatures", row_temperatures, f"{num_samples} finite numbers > 0 (one per row)")
-    if sampling.greedy:
-        raise invalid_argument("row_temperatures", row_temperatures, "None with a greedy sampling config (T = 0)")
     return torch.tensor([sampling.temperature / t for t in temps], dtype=torch.float64, device=device)
 
 

@@ -21,13 +21,13 @@ Beyond the base decoder it expresses the issue-29 field settings vLLM has (read 
 
 from __future__ import annotations
 
-import math
 from typing import Any, Sequence
 
 import numpy as np
 
 from verifier.engines.decoder import EngineDecoder
-from verifier.errors import DecoderOutputError, invalid_argument, refuse_sampling
+from verifier.errors import DecoderOutputError, refuse_sampling
+from verifier.validation import check_row_temperatures
 
 __all__ = ["VLLMDecoder"]
 
@@ -70,7 +70,7 @@ class VLLMDecoder(EngineDecoder):
         SamplingRefusedError, DecoderError, DecoderOutputError
             As :meth:`EngineDecoder.generate`; DecoderOutputError also for logprobs of the wrong shape.
         """
-        temps = _row_temperatures(row_temperatures, num_samples, sampling)
+        temps = check_row_temperatures(row_temperatures, num_samples, sampling)
         if not return_logprobs and temps is None:
             return super().generate(prompt_ids, num_samples, max_new_tokens, sampling, seed)
         extra: dict[str, Any] = {}
@@ -99,17 +99,3 @@ class VLLMDecoder(EngineDecoder):
         return self._last_reply
 
 
-def _row_temperatures(row_temperatures: Sequence[float] | None, num_samples: int, sampling: Any) -> list[float] | None:
-    """The per-request temperatures to send, or None; :class:`InvalidArgumentError` for bad ones."""
-    if row_temperatures is None:
-        return None
-    try:
-        temps = [float(t) for t in row_temperatures]
-    except (TypeError, ValueError):
-        temps = []
-    if (len(temps) != num_samples or any(isinstance(t, bool) for t in row_temperatures)
-            or not all(math.isfinite(t) and t > 0 for t in temps)):
-        raise invalid_argument("row_temperatures", row_temperatures, f"{num_samples} finite numbers > 0 (one per row)")
-    if getattr(sampling, "greedy", False):
-        raise invalid_argument("row_temperatures", row_temperatures, "None with a greedy sampling config (T = 0)")
-    return temps
