@@ -145,11 +145,16 @@ def collect_kinds(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         sorted by engine, version and variant.
     """
     groups: dict[tuple[str, str, str], dict[str, Any]] = {}
+    reports: dict[Path, dict[str, Any] | None] = {}  # a suite report is one row per decoder: read it once
     for row in rows:
         folder = Path(row["folder"])
-        try:
-            report = json.loads((folder / "report.json").read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+        if folder not in reports:
+            try:
+                reports[folder] = json.loads((folder / "report.json").read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                reports[folder] = None
+        report = reports[folder]
+        if report is None:
             continue
         if report.get("mode") == "kernel":
             continue
@@ -164,12 +169,14 @@ def collect_kinds(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         for kind, res in kind_results(report, row.get("decoder")).items():
             g["counts"][kind] = g["counts"].get(kind, 0) + 1
             old = g["kinds"].get(kind)
+            levels = dict(old.get("levels") or {}) if old else {}
+            for lvl, v in (res.get("levels") or {}).items():  # batch levels: the worst per level over the reports
+                if _RANK[v] > _RANK.get(levels.get(lvl, ""), 0):
+                    levels[lvl] = v
             if old is None or _RANK[res["verdict"]] > _RANK[old["verdict"]]:
-                g["kinds"][kind] = {**res, "folder": folder}
-            elif kind == KINDS[0] and old.get("levels") is not None:  # batch levels merge over reports
-                for lvl, v in (res.get("levels") or {}).items():
-                    if _RANK[v] > _RANK.get(old["levels"].get(lvl, ""), 0):
-                        old["levels"][lvl] = v
+                g["kinds"][kind] = old = {**res, "folder": folder}
+            if levels:
+                old["levels"] = levels
     out = []
     engines_with_kinds = {(g["engine"], g["version"]) for g in groups.values() if g["kinds"]}
     for g in groups.values():

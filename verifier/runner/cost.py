@@ -14,24 +14,30 @@ says "rate not recorded" instead of guessing.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any, Iterable
 
-__all__ = ["TIMING_FILE", "record_chunk", "read_timing", "decoder_costs", "cost_sentence"]
+__all__ = ["TIMING_FILE", "record_chunk", "record_chunks", "read_timing", "decoder_costs", "cost_sentence"]
 
 TIMING_FILE = "timing.jsonl"
 
 
 def record_chunk(run_dir: str | Path, set_id: str, chunk: int, rows: int, seconds: float) -> None:
-    """Append one chunk's sampling time to ``RUN_DIR/timing.jsonl`` (a failed write is ignored: timing is advisory,
-    never a reason to lose a chunk)."""
-    line = json.dumps({"set_id": set_id, "chunk": int(chunk), "rows": int(rows), "seconds": round(float(seconds), 6)})
+    """Append one chunk's sampling time to ``RUN_DIR/timing.jsonl``; see :func:`record_chunks`."""
+    record_chunks(run_dir, [(set_id, chunk, rows, seconds)])
+
+
+def record_chunks(run_dir: str | Path, records: Iterable[tuple[str, int, int, float]]) -> None:
+    """Append ``(set_id, chunk, rows, seconds)`` lines to ``RUN_DIR/timing.jsonl`` in one write.  Timing is advisory:
+    no fsync on the sampling path (a crash may lose a line; the report then times fewer rows), and a failed write is
+    ignored, never a reason to lose a chunk."""
+    text = "".join(json.dumps({"set_id": s, "chunk": int(c), "rows": int(r), "seconds": round(float(sec), 6)}) + "\n"
+                   for s, c, r, sec in records)
+    if not text:
+        return
     try:
         with open(Path(run_dir) / TIMING_FILE, "a", encoding="utf-8") as fh:
-            fh.write(line + "\n")
-            fh.flush()
-            os.fsync(fh.fileno())
+            fh.write(text)
     except OSError:
         pass
 

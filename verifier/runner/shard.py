@@ -333,16 +333,18 @@ def _check_same_plugins(dirs: list[Path], run_file: str) -> None:
 
 def _merge_timing(dirs: list[Path], out: Path) -> None:
     """Carry every shard's chunk timing (``timing.jsonl``, :mod:`verifier.runner.cost`) into ``out``, once per chunk."""
-    from verifier.runner.cost import read_timing, record_chunk
+    from verifier.runner.cost import read_timing, record_chunks
 
     have = read_timing([out])
+    new: list[tuple[str, int, int, float]] = []
     for d in dirs:
         if d.resolve() == out.resolve():
             continue
         for (set_id, chunk), (rows, seconds) in sorted(read_timing([d]).items()):
             if (set_id, chunk) not in have:
-                record_chunk(out, set_id, chunk, rows, seconds)
+                new.append((set_id, chunk, rows, seconds))
                 have[(set_id, chunk)] = (rows, seconds)
+    record_chunks(out, new)
 
 
 def _same_shard(a: Path, b: Path) -> bool:
