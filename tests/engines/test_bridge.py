@@ -26,9 +26,9 @@ class _Echo(Engine):
         return Path(sys.executable)
 
 
-def _decoder(**kw):
+def _decoder(generate_keywords=(), **kw):
     return EngineDecoder(_Echo, HANDLER, init={"vocab_size": 7, **kw}, num_draft_tokens=2, vocab_size=7, eos_token_id=None,
-                         supported={"temperature", "top_k"})
+                         supported={"temperature", "top_k"}, generate_keywords=generate_keywords)
 
 
 def test_generate_roundtrip_stats_and_hashed_seeds():
@@ -44,6 +44,33 @@ def test_generate_roundtrip_stats_and_hashed_seeds():
         assert dec.target_logits([1]).shape == (7,)
     finally:
         dec.close()
+
+
+def test_generate_keywords_pass_to_the_worker_and_the_runner_reads_them():
+    from verifier.runner.batch import takes_row_temperatures
+    from verifier.runner.logprob import takes_return_logprobs
+
+    plain, full = _decoder(), _decoder(generate_keywords=("return_logprobs", "row_temperatures"))
+    try:
+        assert not takes_return_logprobs(plain) and not takes_row_temperatures(plain)  # the signature has them: the
+        assert takes_return_logprobs(full) and takes_row_temperatures(full)  # declaration decides
+        with pytest.raises(InvalidArgumentError, match="return_logprobs=True.*no per-token logprobs"):
+            plain.generate([1], 2, 3, SamplingConfig(), seed=0, return_logprobs=True)
+        with pytest.raises(InvalidArgumentError, match="row_temperatures.*one temperature per call"):
+            plain.generate([1], 2, 3, SamplingConfig(), seed=0, row_temperatures=[1.0, 0.5])
+        tokens, lps = full.generate([1], 4, 3, SamplingConfig(), seed=0, return_logprobs=True, row_temperatures=[1, .5, 1, .5])
+        assert tokens.shape == lps.shape == (4, 3) and np.allclose(lps, -np.log(7))
+        assert full.last_stats.extra["row_temperatures"] == [1.0, 0.5, 1.0, 0.5]
+        with pytest.raises(InvalidArgumentError, match=r"row_temperatures.*4 finite numbers > 0"):
+            full.generate([1], 4, 3, SamplingConfig(), seed=0, row_temperatures=[1, 0, 1, 1])
+        from verifier.errors import DecoderOutputError
+        with pytest.raises(DecoderOutputError, match=r"logprobs of shape \(2, 2\); expected \(2, 3\)"):
+            full.generate([1], 2, 3, SamplingConfig(top_k=1), seed=0, return_logprobs=True)
+        with pytest.raises(InvalidArgumentError, match="generate_keywords.*a subset of"):
+            _decoder(generate_keywords=("stop_token_ids",))
+    finally:
+        plain.close()
+        full.close()
 
 
 def test_unsupported_sampling_is_refused_before_the_engine_starts():

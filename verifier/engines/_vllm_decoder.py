@@ -17,17 +17,17 @@ Beyond the base decoder it expresses the issue-29 field settings vLLM has (read 
   law, so use ``logprobs_mode=processed_logprobs`` to audit it);
 * ``row_temperatures``: one request per row with its own ``SamplingParams(temperature=...)`` in one ``LLM.generate``
   call (the batch-composition axis's mixed levels).
+
+The last two are the base decoder's ``generate`` keywords (``generate_keywords`` of
+:class:`~verifier.engines.decoder.EngineDecoder`, set by :func:`verifier.engines.vllm_engine.decoder`).
 """
 
 from __future__ import annotations
 
-from typing import Any, Sequence
-
-import numpy as np
+from typing import Any
 
 from verifier.engines.decoder import EngineDecoder
-from verifier.errors import DecoderOutputError, refuse_sampling
-from verifier.validation import check_row_temperatures
+from verifier.errors import refuse_sampling
 
 __all__ = ["VLLMDecoder"]
 
@@ -42,60 +42,3 @@ class VLLMDecoder(EngineDecoder):
                                   "(SamplingParams._validate_spec_decode: 'The min_p and logit_bias sampling parameters are "
                                   "not yet supported with speculative decoding'), so engine 'vllm' does not claim that law")
         return super().check_sampling(sampling)
-
-    def generate(self, prompt_ids: Sequence[int], num_samples: int, max_new_tokens: int, sampling: Any, seed: int, *,
-                 return_logprobs: bool = False, row_temperatures: Sequence[float] | None = None):
-        """Emitted tokens (and, with ``return_logprobs``, their reported logprobs); see :meth:`EngineDecoder.generate`.
-
-        Parameters
-        ----------
-        prompt_ids, num_samples, max_new_tokens, sampling, seed
-            As :meth:`EngineDecoder.generate`: one ``LLM.generate`` call of ``num_samples`` requests.
-        return_logprobs : bool, default False
-            Also return each emitted token's logprob as vLLM reports it (in the decoder's ``logprobs_mode``).
-        row_temperatures : sequence of float, optional
-            ``num_samples`` temperatures > 0, request i sampled at ``row_temperatures[i]`` with the rest of ``sampling``.
-
-        Returns
-        -------
-        tokens : np.ndarray, shape (num_samples, max_new_tokens), int64
-            -1 after EOS.
-        logprobs : np.ndarray, shape (num_samples, max_new_tokens), float64
-            Only with ``return_logprobs`` (then the pair ``(tokens, logprobs)``); NaN after EOS.
-
-        Raises
-        ------
-        InvalidArgumentError
-            ``row_temperatures`` not ``num_samples`` finite numbers > 0, or given with a greedy ``sampling``.
-        SamplingRefusedError, DecoderError, DecoderOutputError
-            As :meth:`EngineDecoder.generate`; DecoderOutputError also for logprobs of the wrong shape.
-        """
-        temps = check_row_temperatures(row_temperatures, num_samples, sampling)
-        if not return_logprobs and temps is None:
-            return super().generate(prompt_ids, num_samples, max_new_tokens, sampling, seed)
-        extra: dict[str, Any] = {}
-        if return_logprobs:
-            extra["return_logprobs"] = True
-        if temps is not None:
-            extra["row_temperatures"] = temps
-        self._call_kwargs = extra
-        try:
-            tokens = super().generate(prompt_ids, num_samples, max_new_tokens, sampling, seed)
-        finally:
-            self._call_kwargs = {}
-        if not return_logprobs:
-            return tokens
-        logprobs = np.asarray(self._last_reply.get("logprobs"), dtype=np.float64)
-        if logprobs.shape != tokens.shape:
-            raise DecoderOutputError(f"engine {self.name!r} returned logprobs of shape {logprobs.shape}; expected {tokens.shape}")
-        return tokens, logprobs
-
-    _call_kwargs: dict[str, Any] = {}  # this call's extra worker keywords (set only inside generate)
-    _last_reply: dict[str, Any] = {}
-
-    def _call_generate(self, **kwargs: Any) -> dict[str, Any]:
-        """The base generate's one worker call, with this call's extra keywords; the reply kept for its logprobs."""
-        self._last_reply = self.worker.call("generate", **kwargs, **self._call_kwargs)
-        return self._last_reply
-
-

@@ -16,7 +16,11 @@ The worker's ``Handler.generate`` contract (``verifier/engines/workers/<engine>.
                 DecoderStats.origins through :func:`origins_from_rounds`),
             optional "origins": int8[n, max_new_tokens]  (ORIGIN_CODES per emitted token, -1 padding; wins over row_accepted),
             optional "rounds": int, "drafted": int, "accepted": int  (as the engine reports them),
-            optional "extra": dict}
+            optional "extra": dict,
+            "logprobs": float64[n, max_new_tokens]  (only when asked with return_logprobs=True; NaN after EOS)}
+
+A worker whose ``generate`` also takes ``return_logprobs`` and/or ``row_temperatures`` (a temperature per
+request) says so through the decoder's ``generate_keywords``; :meth:`EngineDecoder.generate` then takes them.
 
 and, where the engine exposes its target logits, ``target_logits(prompt_ids) -> {"logits": float[V]}``
 (the numeric floor: the engine's target law vs the Hugging Face reference).
@@ -32,6 +36,7 @@ import numpy as np
 from verifier.engines.bridge import EngineWorker, hashed_seeds
 from verifier.errors import DecoderOutputError, invalid_argument, refuse_sampling
 from verifier.protocols import DecoderStats
+from verifier.validation import check_row_temperatures
 
 __all__ = ["EngineDecoder", "checkpoint_dir", "sampling_fields", "origins_from_rounds"]
 
@@ -39,6 +44,7 @@ SAMPLING_FIELDS = ("temperature", "top_k", "top_p", "repetition_penalty")
 # issue 29 kind 3: a set one is refused unless the engine lists it in `supported` (llama-cpp-python: all three;
 # OpenVINO GenAI and transformers: min_p) or names the difference in `refusals`
 PROCESSOR_FIELDS = ("presence_penalty", "frequency_penalty", "min_p")
+GENERATE_KEYWORDS = ("return_logprobs", "row_temperatures")  # optional worker keywords (generate_keywords)
 
 
 def origins_from_rounds(row_rounds: Sequence[Sequence[Any]], tokens: np.ndarray, num_draft_tokens: int) -> np.ndarray | None:
@@ -146,12 +152,27 @@ class EngineDecoder:
     refusals : dict of str to str, optional
         Sampling fields the engine has but with another law than the harness's, each with the difference in words:
         a set one is refused with that reason (instead of the generic "cannot express").
+    generate_keywords : collection of str, default ()
+        The optional keywords the worker's ``generate`` takes, from ``("return_logprobs", "row_temperatures")``:
+        ``return_logprobs`` (each emitted token's logprob as the engine reports it; the ``logprob`` test) and
+        ``row_temperatures`` (a temperature per request of one call; the mixed batch levels).  The runner reads the
+        attribute of the same name (:func:`verifier.runner.logprob.takes_return_logprobs`,
+        :func:`verifier.runner.batch.takes_row_temperatures`).
+
+    Raises
+    ------
+    InvalidArgumentError
+        A ``generate_keywords`` entry outside the two above.
     """
 
     def __init__(self, engine: type, handler_file: str | Path, *, init: dict[str, Any], num_draft_tokens: int,
                  vocab_size: int, eos_token_id: int | None, supported: set[str] | None = None, greedy_ok: bool = True,
                  env: dict[str, str] | None = None, rows_per_step: int | None = None,
-                 refusals: dict[str, str] | None = None) -> None:
+                 refusals: dict[str, str] | None = None, generate_keywords: Sequence[str] = ()) -> None:
+        unknown = sorted(set(generate_keywords) - set(GENERATE_KEYWORDS))
+        if unknown:
+            raise invalid_argument("generate_keywords", list(generate_keywords), f"a subset of {list(GENERATE_KEYWORDS)}")
+        self.generate_keywords = frozenset(generate_keywords)
         self.engine = engine
         self.rows_per_step = rows_per_step
         self.refusals = dict(refusals or {})
@@ -189,27 +210,78 @@ class EngineDecoder:
             raise refuse_sampling("temperature", 0, f"> 0: engine {self.name!r} has no greedy mode on its speculative path")
         return fields
 
-    def generate(self, prompt_ids: Sequence[int], num_samples: int, max_new_tokens: int, sampling: Any, seed: int) -> np.ndarray:
+    def generate(self, prompt_ids: Sequence[int], num_samples: int, max_new_tokens: int, sampling: Any, seed: int, *,
+                 return_logprobs: bool = False, row_temperatures: Sequence[float] | None = None):
         """Emitted tokens, int64 of shape (num_samples, max_new_tokens), -1 after EOS; see :class:`verifier.protocols.Decoder`.
 
         Every sample gets its own seed, hashed from ``seed`` (:func:`verifier.engines.bridge.hashed_seeds`).
+
+        Parameters
+        ----------
+        prompt_ids, num_samples, max_new_tokens, sampling, seed
+            As :class:`verifier.protocols.Decoder`: one worker call of ``num_samples`` requests.
+        return_logprobs : bool, default False
+            Also return each emitted token's logprob as the engine reports it (only where ``generate_keywords``
+            has ``"return_logprobs"``).
+        row_temperatures : sequence of float, optional
+            ``num_samples`` temperatures > 0: request i is sampled at ``row_temperatures[i]`` with the rest of
+            ``sampling`` (only where ``generate_keywords`` has ``"row_temperatures"``).
+
+        Returns
+        -------
+        tokens : np.ndarray, shape (num_samples, max_new_tokens), int64
+            -1 after EOS.
+        logprobs : np.ndarray, shape (num_samples, max_new_tokens), float64
+            Only with ``return_logprobs`` (then the pair ``(tokens, logprobs)``); NaN after EOS.
 
         Raises
         ------
         SamplingRefusedError
             (exit 2) a sampling setting the engine cannot express.
+        InvalidArgumentError
+            (exit 2) ``return_logprobs`` or ``row_temperatures`` asked of an engine whose worker does not take it;
+            ``row_temperatures`` not ``num_samples`` finite numbers > 0, or given with a greedy ``sampling``.
         DecoderError
             (exit 3) the engine raised or its worker died.
         DecoderOutputError
-            (exit 3) the reply has the wrong shape.
+            (exit 3) the reply has the wrong shape (tokens, or logprobs when asked).
         """
         fields = self.check_sampling(sampling)
-        reply = self._call_generate(prompt_ids=np.asarray(list(prompt_ids), dtype=np.int64), max_new_tokens=int(max_new_tokens),
-                                    sampling=fields, seeds=hashed_seeds(seed, num_samples))
+        extra = self._call_keywords(num_samples, sampling, return_logprobs, row_temperatures)
+        reply = self.worker.call("generate", prompt_ids=np.asarray(list(prompt_ids), dtype=np.int64),
+                                 max_new_tokens=int(max_new_tokens), sampling=fields,
+                                 seeds=hashed_seeds(seed, num_samples), **extra)
         tokens = np.asarray(reply.get("tokens"))
         if tokens.shape != (num_samples, max_new_tokens):
             raise DecoderOutputError(f"engine {self.name!r} returned tokens of shape {tokens.shape}; expected "
                                      f"({num_samples}, {max_new_tokens})")
+        self.last_stats = self._stats(reply, tokens)
+        tokens = tokens.astype(np.int64, copy=False)
+        if not return_logprobs:
+            return tokens
+        logprobs = np.asarray(reply.get("logprobs"), dtype=np.float64)
+        if logprobs.shape != tokens.shape:
+            raise DecoderOutputError(f"engine {self.name!r} returned logprobs of shape {logprobs.shape}; expected {tokens.shape}")
+        return tokens, logprobs
+
+    def _call_keywords(self, num_samples: int, sampling: Any, return_logprobs: bool,
+                       row_temperatures: Sequence[float] | None) -> dict[str, Any]:
+        """The optional worker keywords of one call, each checked against ``generate_keywords``."""
+        extra: dict[str, Any] = {}
+        if return_logprobs:
+            if "return_logprobs" not in self.generate_keywords:
+                raise invalid_argument("return_logprobs", return_logprobs,
+                                       f"False: engine {self.name!r} reports no per-token logprobs")
+            extra["return_logprobs"] = True
+        if row_temperatures is not None:
+            if "row_temperatures" not in self.generate_keywords:
+                raise invalid_argument("row_temperatures", row_temperatures,
+                                       f"None: engine {self.name!r} takes one temperature per call")
+            extra["row_temperatures"] = check_row_temperatures(row_temperatures, num_samples, sampling)
+        return extra
+
+    def _stats(self, reply: dict[str, Any], tokens: np.ndarray) -> DecoderStats:
+        """The :class:`DecoderStats` of one reply (the engine's own counters, where it reports them)."""
         counts = reply.get("accepted_counts")
         first = reply.get("first_round_accepted")
         row_rounds = reply.get("row_accepted")
@@ -219,7 +291,7 @@ class EngineDecoder:
         for key in ("drafted", "accepted"):
             if key in reply:
                 extra[f"engine_{key}"] = reply[key]
-        self.last_stats = DecoderStats(
+        return DecoderStats(
             rounds=int(reply.get("rounds", 0 if counts is None else len(counts))),
             accepted_counts=np.zeros(0, dtype=np.int64) if counts is None else np.asarray(counts, dtype=np.int64),
             num_draft_tokens=self.num_draft_tokens,
@@ -227,11 +299,6 @@ class EngineDecoder:
             extra=extra,
             origins=origins if origins is not None else
             None if row_rounds is None else origins_from_rounds(row_rounds, tokens, self.num_draft_tokens))
-        return tokens.astype(np.int64, copy=False)
-
-    def _call_generate(self, **kwargs: Any) -> dict[str, Any]:
-        """The worker's ``generate`` (a subclass adds keywords its worker takes)."""
-        return self.worker.call("generate", **kwargs)
 
     @property
     def exposes_target_logits(self) -> bool:

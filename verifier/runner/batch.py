@@ -57,7 +57,12 @@ def call_plan(plan: SampleSetPlan, index: int) -> list[tuple[int, int]]:
 
 
 def takes_row_temperatures(decoder: Any) -> bool:
-    """Whether ``decoder.generate`` takes the ``row_temperatures`` keyword (or ``**kwargs``)."""
+    """Whether ``decoder.generate`` takes the ``row_temperatures`` keyword (or ``**kwargs``); a decoder that states its optional
+    keywords (an engine adapter's ``generate_keywords``, :class:`verifier.engines.decoder.EngineDecoder`) is taken at
+    its word."""
+    declared = getattr(decoder, "generate_keywords", None)
+    if isinstance(declared, (set, frozenset, tuple, list)):
+        return "row_temperatures" in declared
     try:
         params = inspect.signature(decoder.generate).parameters
     except (TypeError, ValueError):

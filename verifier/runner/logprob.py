@@ -63,7 +63,12 @@ def logprob_tolerance(model: Any) -> float:
 
 
 def takes_return_logprobs(decoder: Any) -> bool:
-    """Whether ``decoder.generate`` takes the ``return_logprobs`` keyword (or ``**kwargs``)."""
+    """Whether ``decoder.generate`` takes the ``return_logprobs`` keyword (or ``**kwargs``); a decoder that states its optional
+    keywords (an engine adapter's ``generate_keywords``, :class:`verifier.engines.decoder.EngineDecoder`) is taken at
+    its word."""
+    declared = getattr(decoder, "generate_keywords", None)
+    if isinstance(declared, (set, frozenset, tuple, list)):
+        return "return_logprobs" in declared
     try:
         params = inspect.signature(decoder.generate).parameters
     except (TypeError, ValueError):
