@@ -119,3 +119,30 @@ def test_killed_worker_is_a_decoder_error(engine):
             dec.generate([5, 6], 2, 2, SamplingConfig(), seed=1)
     finally:
         dec.close()
+
+
+def test_reported_logprobs_are_the_targets_at_t1_and_refused_where_the_sampler_processes(engine, shipped):
+    """Issue 29 kind 4 on MLX-LM: every emitted token's yielded logprob -- accepted drafts included -- is the target's
+    (float32 engine vs the float64 reference, LOGPROB_TOL), and the keyword is refused (exit 2) at T = 0.7 and with
+    top-k, where mlx_lm's yielded row (before its sampler) is not the processed law."""
+    from verifier.engines.mlx_lm_engine import decoder
+    from verifier.runner.logprob import LOGPROB_TOL, reference_logprobs
+
+    pair, prompt = shipped
+    dec = decoder(num_draft_tokens=3)
+    try:
+        for refused in (SamplingConfig(temperature=0.7), SamplingConfig(top_k=8)):
+            with pytest.raises(InvalidArgumentError, match="'logprob' test"):
+                dec.generate(prompt, 2, 2, refused, seed=0, return_logprobs=True)
+        assert dec._worker is None  # refused before the engine starts
+        tokens, reported = dec.generate(prompt, 24, 5, SamplingConfig(), seed=5, return_logprobs=True)
+        live = tokens != -1
+        assert reported.shape == tokens.shape and np.isnan(reported[~live]).all()
+        assert dec.last_stats.accepted_counts.sum() > 0  # some emitted tokens were accepted drafts
+        ref = reference_logprobs(pair.reference, prompt, tokens, SamplingConfig())
+        assert np.abs(reported - ref)[live].max() <= LOGPROB_TOL["float32"]
+        # the check can fail: the reference at T = 0.7 is more than 100 tolerances away on these tokens
+        cold = reference_logprobs(pair.reference, prompt, tokens, SamplingConfig(temperature=0.7))
+        assert np.abs(cold - ref)[live].max() > 100 * LOGPROB_TOL["float32"]
+    finally:
+        dec.close()

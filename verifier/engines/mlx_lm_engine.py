@@ -22,6 +22,11 @@ What the source does (read from 0.32.2):
 * ``make_logits_processors(repetition_penalty=...)`` sees only the tokens ``speculative_generate_step``
   feeds through ``_step`` after its prefill -- the prompt's last token and the generated ones, not
   the rest of the prompt -- while Hugging Face penalises every prompt token: refused (exit 2).
+* Reported logprobs (the ``logprob`` test, issue 29 kind 4): the generator yields, with every token, the target's
+  ``logits - logsumexp(logits)`` row at that position -- after the logits processors, before the sampler's
+  temperature / top-k / top-p -- so the emitted token's entry is the processed law's logprob only when the sampler
+  changes nothing (T = 1, no top-k / top-p); elsewhere ``return_logprobs`` is refused (exit 2) rather than
+  audited against a law the engine does not report.
 * Engine statistics: ``from_draft`` of each yielded token (True: an accepted draft; False: the
   target's token that ends a round) gives the accepted drafts of every round.
 """
@@ -66,6 +71,20 @@ class MLXLM(Engine):
                                    "filters top-p on the untempered probs (Hugging Face: after temperature), a different law")
 
 
+def _check_raw_logprobs_are_processed(sampling: Any, vocab_size: int) -> None:
+    """Refuse (exit 2) reported logprobs under a sampler that changes the law: mlx_lm yields the log-softmax of the
+    target's logits before its sampler, which is the processed law only at T = 1 without top-k / top-p."""
+    t, top_k, top_p = (getattr(sampling, f, None) for f in ("temperature", "top_k", "top_p"))
+    why = ("with the 'logprob' test: mlx_lm yields the target's log-softmax before its sampler's temperature / top-k / "
+           "top-p, not the processed law the test checks")
+    if t is not None and t != 1.0:
+        raise refuse_sampling("temperature", t, f"1 {why}")
+    if top_k is not None and top_k < vocab_size:
+        raise refuse_sampling("top-k", top_k, f"not set {why}")
+    if top_p is not None and top_p < 1.0:
+        raise refuse_sampling("top-p", top_p, f"not set {why}")
+
+
 def _decoder_class() -> type:
     """``MLXDecoder``: :class:`~verifier.engines.decoder.EngineDecoder` refusing what mlx_lm's sampler orders
     differently (built on first use: listing engines must not import numpy)."""
@@ -77,6 +96,15 @@ def _decoder_class() -> type:
             def check_sampling(self, sampling: Any) -> dict[str, Any]:
                 MLXLM.check_sampling(sampling, self.vocab_size)
                 return super().check_sampling(sampling)
+
+            def generate(self, prompt_ids, num_samples, max_new_tokens, sampling, seed, *, return_logprobs=False,
+                         row_temperatures=None):
+                """As :meth:`EngineDecoder.generate`; ``return_logprobs`` refused where mlx_lm's sampler processes
+                the law (its yielded logprobs are those before the sampler)."""
+                if return_logprobs:
+                    _check_raw_logprobs_are_processed(sampling, self.vocab_size)
+                return super().generate(prompt_ids, num_samples, max_new_tokens, sampling, seed,
+                                        return_logprobs=return_logprobs, row_temperatures=row_temperatures)
 
         _MLXDecoder.__name__ = _MLXDecoder.__qualname__ = "MLXDecoder"
         MLXDecoder = _MLXDecoder
@@ -105,4 +133,4 @@ def decoder(target_model: str = "shipped:target", draft_model: str = "shipped:dr
     return _decoder_class()(MLXLM, HANDLER, init={"target_dir": str(target), "draft_dir": str(draft),
                                              "num_draft_tokens": int(num_draft_tokens), "eos_token_id": eos_token_id},
                       num_draft_tokens=num_draft_tokens, vocab_size=vocab_size, eos_token_id=eos_token_id,
-                      supported={"temperature", "top_k", "top_p"}, greedy_ok=True)
+                      supported={"temperature", "top_k", "top_p"}, greedy_ok=True, generate_keywords=("return_logprobs",))

@@ -8,7 +8,8 @@ ends a round (recovered or bonus).  ``logprobs`` are the target's log-softmax of
 (before the sampler's top-k/top-p/temperature).
 
 The generator does not stop at EOS (``stream_generate`` does): the handler stops at the first EOS
-and pads with -1.
+and pads with -1.  With ``return_logprobs`` the reply also has each emitted token's own entry of the
+yielded ``logprobs`` row (the target's, for accepted drafts too), NaN after EOS.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ class Handler:
                             top_k=0 if top_k is None or int(top_k) >= vocab else int(top_k),  # mlx refuses top_k >= vocab
                             top_p=0.0 if top_p is None else float(top_p))  # mlx: 0 or 1 = off
 
-    def generate(self, prompt_ids, max_new_tokens, sampling, seeds):
+    def generate(self, prompt_ids, max_new_tokens, sampling, seeds, return_logprobs=False):
         from mlx_lm.generate import speculative_generate_step
 
         mx = self.mx
@@ -48,6 +49,7 @@ class Handler:
         n = len(seeds)
         tokens = np.full((n, int(max_new_tokens)), -1, dtype=np.int64)
         first = np.zeros(n, dtype=np.int64)
+        reported = np.full((n, int(max_new_tokens)), np.nan) if return_logprobs else None
         counts: list[int] = []
         drafted_rounds = 0
         for row, seed in enumerate(np.asarray(seeds).tolist()):
@@ -57,8 +59,10 @@ class Handler:
             gen = speculative_generate_step(prompt, self.model, self.draft, num_draft_tokens=self.k,
                                             max_tokens=int(max_new_tokens), sampler=sampler)
             pos = 0
-            for tok, _lp, from_draft in gen:
+            for tok, lp, from_draft in gen:
                 tokens[row, pos] = int(tok)
+                if reported is not None:
+                    reported[row, pos] = float(lp[int(tok)].item())
                 pos += 1
                 if from_draft:
                     run += 1
@@ -76,9 +80,12 @@ class Handler:
             if run:
                 counts.append(run)
             drafted_rounds += rounds_done
-        return {"tokens": tokens, "first_round_accepted": first, "accepted_counts": np.asarray(counts, dtype=np.int64),
-                "rounds": len(counts), "accepted": int(sum(counts)),
-                "extra": {"stats_source": "from_draft flags yielded by speculative_generate_step (per round)"}}
+        reply = {"tokens": tokens, "first_round_accepted": first, "accepted_counts": np.asarray(counts, dtype=np.int64),
+                 "rounds": len(counts), "accepted": int(sum(counts)),
+                 "extra": {"stats_source": "from_draft flags yielded by speculative_generate_step (per round)"}}
+        if reported is not None:
+            reply["logprobs"] = reported
+        return reply
 
     def target_logits(self, prompt_ids):
         """The target's log-probs after ``prompt_ids`` as ``speculative_generate_step`` yields them (raw, before the sampler)."""
