@@ -35,13 +35,13 @@ def translator_setup(require_engine):
 def _laws(setup, patched):
     from transformers.generation.candidate_generator import AssistantToTargetTranslator
 
-    from verifier.engines.hf_assisted import _patch_usd_logit_order
+    from verifier.engines.hf_control_patches import patch_usd_logit_order
 
     tt, at, target, draft = setup
     original = AssistantToTargetTranslator.get_target_logits
     try:
         if patched:
-            _patch_usd_logit_order()
+            patch_usd_logit_order()
         tr = AssistantToTargetTranslator(tt, at, 384, assistant_model=None, assistant_prune_lm_head=False)
         tr.assistant_prune_lm_head = True  # the pruned-head path (what generate() builds), without touching a model
         tr.assistant_overlap_token_ids = torch.tensor(list(tr.target_to_assistant_input_ids.values()))
