@@ -121,6 +121,7 @@ def test_killed_worker_is_a_decoder_error(engine):
         dec.close()
 
 
+@pytest.mark.full  # ~30 s under load
 def test_reported_logprobs_are_the_targets_at_t1_and_refused_where_the_sampler_processes(engine, shipped):
     """Issue 29 kind 4 on MLX-LM: every emitted token's yielded logprob -- accepted drafts included -- is the target's
     (float32 engine vs the float64 reference, LOGPROB_TOL), and the keyword is refused (exit 2) at T = 0.7 and with
