@@ -53,6 +53,8 @@ class MLXLM(Engine):
     version = "0.32.2"
     entry_point = "mlx_lm/generate.py::speculative_generate_step"
     options = ()
+    batching = ("one row per speculative step: the worker runs one speculative_generate_step generator per row (it "
+                "takes one sequence; batch_composition levels above 1 row are refused)")
 
     @classmethod
     def check_sampling(cls, sampling: Any, vocab_size: int = 384) -> None:
@@ -133,4 +135,5 @@ def decoder(target_model: str = "shipped:target", draft_model: str = "shipped:dr
     return _decoder_class()(MLXLM, HANDLER, init={"target_dir": str(target), "draft_dir": str(draft),
                                              "num_draft_tokens": int(num_draft_tokens), "eos_token_id": eos_token_id},
                       num_draft_tokens=num_draft_tokens, vocab_size=vocab_size, eos_token_id=eos_token_id,
-                      supported={"temperature", "top_k", "top_p"}, greedy_ok=True, generate_keywords=("return_logprobs",))
+                      supported={"temperature", "top_k", "top_p"}, greedy_ok=True, generate_keywords=("return_logprobs",),
+                      rows_per_step=1)
