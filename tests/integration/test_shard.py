@@ -172,6 +172,26 @@ def test_ray_local_cluster_gives_the_single_process_report_and_resumes(runs, tmp
     assert _stable(_report(run_dir)) == _stable(single)
 
 
+def test_ray_launch_into_another_suites_run_dir_is_refused(runs, tmp_path, monkeypatch, capsys):
+    """A --run-dir whose shards are complete is merged without sampling; when those shards hold another suite, profile
+    or seed the launch exits 2 naming the folder (it merged them and printed their verdict as this suite's, exit 0).
+    The same suite given by a relative path resumes (no false refusal).  No Ray start: every shard is complete."""
+    pytest.importorskip("ray")
+    from verifier.cli.raylaunch import main as ray_main
+
+    run_dir = tmp_path / "ray"
+    for i in range(2):
+        shutil.copytree(runs / f"shard{i}", run_dir / "shards" / f"rank-{i}-of-2")
+    assert ray_main([str(SUITE), "--shards", "2", "--seed", "6", "--run-dir", str(run_dir)]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "already holds a run of suite 'shard'" in err and "seed 5" in err and "seed 6" in err, err
+    assert not (run_dir / "report.json").exists()
+    monkeypatch.chdir(ROOT)
+    code = ray_main([str(SUITE.relative_to(ROOT)), "--shards", "2", "--run-dir", str(run_dir)])
+    assert code == _report(runs / "single")["exit_code"], capsys.readouterr()
+    assert _stable(_report(run_dir)) == _stable(_report(runs / "single"))
+
+
 @pytest.mark.parametrize("args, word", [(["--shards", "0"], "--shards"), (["--shards", "2", "--num-cpus", "0"], "--num-cpus"),
                                         (["--shards", "2", "--address", "auto", "--num-cpus", "2"], "--num-cpus"),
                                         (["--shards", "2", "--cpus-per-shard", "0"], "--cpus-per-shard")])
