@@ -442,7 +442,8 @@ def assess(ctx: SuiteContext, store: SampleStore, errors: dict, exact: dict, sta
         log(f"time to verdict: {ttv['wall_seconds']:.1f} s since {ttv['wall_from']} ({ttv['cpu_seconds']:.1f} s CPU): "
             f"{said}; diagnosis and reports follow")
     report["run"][KEY_FIELD] = run_inputs_key(store.run_dir, allow_partial)
-    report["run"]["cost"] = cost.decoder_costs(report, cost.read_timing([store.run_dir]))  # volatile: in `run`
+    timing = cost.chunks_on_disk(cost.read_timing([store.run_dir]), ctx.plans, store.chunk_path)
+    report["run"]["cost"] = cost.decoder_costs(report, timing)  # volatile: in `run`
     report["samples_planned"] = sum(s["samples"] for s in sets_info)
     report["samples_missing"] = sum(s["samples_missing"] for s in sets_info)
     if report["samples_missing"]:
