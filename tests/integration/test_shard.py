@@ -194,9 +194,13 @@ def test_ray_launch_into_another_suites_run_dir_is_refused(runs, tmp_path, monke
 
 @pytest.mark.parametrize("args, word", [(["--shards", "0"], "--shards"), (["--shards", "2", "--num-cpus", "0"], "--num-cpus"),
                                         (["--shards", "2", "--address", "auto", "--num-cpus", "2"], "--num-cpus"),
-                                        (["--shards", "2", "--cpus-per-shard", "0"], "--cpus-per-shard")])
+                                        (["--shards", "2", "--cpus-per-shard", "0"], "--cpus-per-shard"),
+                                        (["--shards", "2", "--cpus-per-shard", "inf"], "--cpus-per-shard"),
+                                        (["--shards", "2", "--num-cpus", "1", "--cpus-per-shard", "2"], "--cpus-per-shard")])
 def test_ray_arguments_are_checked(args, word, tmp_path, capsys):
-    """Bad launcher arguments exit 2 naming the argument, before Ray or the suite is touched."""
+    """Bad launcher arguments exit 2 naming the argument, before Ray or the suite is touched.  Break-it finding: more
+    CPUs per shard than the local instance has (--num-cpus 1 --cpus-per-shard 2) started Ray and waited forever on a
+    task that can never be scheduled."""
     from verifier.cli.raylaunch import main as ray_main
 
     assert ray_main([str(SUITE), "--run-dir", str(tmp_path / "r"), *args]) == EXIT_USAGE

@@ -25,6 +25,7 @@ missing ``ray`` (``pip install "spec-verifier[ray]"``).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 import time
@@ -63,8 +64,13 @@ def _check(args) -> None:
     if args.num_cpus is not None and (args.num_cpus < 1 or args.address is not None):
         raise invalid_argument("--num-cpus", args.num_cpus, "an integer >= 1, and only without --address "
                                "(a cluster's CPUs are its own)")
-    if not args.cpus_per_shard > 0:
+    if not 0 < args.cpus_per_shard < float("inf"):
         raise invalid_argument("--cpus-per-shard", args.cpus_per_shard, "a number > 0")
+    local_cpus = args.num_cpus if args.num_cpus is not None else os.cpu_count()
+    if args.address is None and local_cpus and args.cpus_per_shard > local_cpus:  # Ray would wait for it forever
+        raise invalid_argument("--cpus-per-shard", args.cpus_per_shard,
+                               f"a number <= the {local_cpus} CPUs of the local Ray instance (--num-cpus, default "
+                               "every core): a task that needs more never starts, and the launch waits forever")
     if args.max_retries < 0:
         raise invalid_argument("--max-retries", args.max_retries, "an integer >= 0")
 
@@ -129,6 +135,18 @@ def _check_same_suite(suite, run_dir: Path, dirs: list[Path]) -> None:
                 "earlier launch of the same suite, profile and seed (it resumes)")
 
 
+def _check_fits_a_node(ray, cpus_per_shard: float) -> None:
+    """Refuse ``--cpus-per-shard`` above every live node's CPUs (a joined cluster's): Ray would keep the task pending
+    forever (with ``log_to_driver=False`` not even its "infeasible" warning shows)."""
+    from verifier.errors import invalid_argument
+
+    largest = max([float((n.get("Resources") or {}).get("CPU", 0)) for n in ray.nodes() if n.get("Alive")] or [0.0])
+    if cpus_per_shard > largest:
+        raise invalid_argument("--cpus-per-shard", cpus_per_shard,
+                               f"a number <= {largest:g}, the CPUs of the largest live node of the Ray cluster: a "
+                               "task that needs more never starts, and the launch waits forever")
+
+
 def _run(args) -> int:
     try:
         import ray
@@ -155,6 +173,7 @@ def _run(args) -> int:
         ray.init(address=args.address, num_cpus=args.num_cpus if own else None, include_dashboard=False,
                  log_to_driver=False, ignore_reinit_error=True)
         try:
+            _check_fits_a_node(ray, args.cpus_per_shard)
             task = ray.remote(num_cpus=args.cpus_per_shard, max_retries=args.max_retries)(sample_shard)
             refs = {task.remote(args.suite, args.profile, args.seed, i, args.shards,
                                 str(dirs[i])): i for i in todo}
