@@ -208,6 +208,27 @@ def test_ray_arguments_are_checked(args, word, tmp_path, capsys):
     assert word in err and "Traceback" not in err
 
 
+@pytest.mark.parametrize("env, words", [
+    ({}, "without RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT"),
+    ({"RANK": "x", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "MASTER_ADDR": "localhost", "MASTER_PORT": "29555"}, "RANK='x'"),
+    ({"RANK": "2", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "MASTER_ADDR": "localhost", "MASTER_PORT": "29555"},
+     "0 <= RANK < WORLD_SIZE")])
+def test_torchrun_launcher_outside_torchrun_or_with_bad_rank_variables_exits_2(env, words, monkeypatch, tmp_path, capsys):
+    """Break-it finding: `python -m verifier.cli.torchrun` started without torchrun (or RANK=x, or RANK >= WORLD_SIZE)
+    died in int() or init_process_group with a ValueError traceback and exit 1, the code of a BIAS verdict.  Now exit
+    2 naming the variables and the torchrun command, before any sampling or rendezvous."""
+    from verifier.cli.torchrun import main as torchrun_main
+
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):  # torchrun's; none inherited
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert torchrun_main([str(SUITE), "--run-dir", str(tmp_path / "t"), "--timeout-s", "5"]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert words in err and "torchrun --nproc-per-node" in err and "Traceback" not in err, err
+    assert not (tmp_path / "t").exists()
+
+
 def test_shard_env_reads_the_launchers_rank_variables(monkeypatch, tmp_path, capsys):
     """`--shard env` takes I/N from torchrun's RANK/WORLD_SIZE, a Slurm array's task id/count or srun's
     PROCID/NTASKS (first pair set wins); none set, or a bad pair, exits 2 naming the variables."""
