@@ -247,3 +247,26 @@ def test_shard_env_reads_the_launchers_rank_variables(monkeypatch, tmp_path, cap
     monkeypatch.setenv("SLURM_ARRAY_TASK_COUNT", "2")
     assert main(["run", str(SUITE), "--shard", "env", "--run-dir", str(tmp_path / "s"), "--no-progress"]) == 0
     assert (tmp_path / "s" / "shard-1-of-2.json").is_file()
+
+
+def test_shard_env_numbers_a_slurm_array_from_its_first_id_and_names_a_half_set_pair():
+    """Break-it findings: a Slurm array `--array=1-4` (ids 1..4, SLURM_ARRAY_TASK_MIN=1) ran shards 1..3 and refused
+    id 4, so shard 0 never ran; now id k is shard k - MIN, and an array whose ids are not consecutive (a step, a list)
+    is refused in every task.  RANK set without WORLD_SIZE said "none is set here"; now it names the half pair."""
+    from verifier.runner.shard import shard_from_env
+
+    one_based = {"SLURM_ARRAY_TASK_COUNT": "4", "SLURM_ARRAY_TASK_MIN": "1", "SLURM_ARRAY_TASK_MAX": "4",
+                 "SLURM_ARRAY_TASK_STEP": "1"}
+    assert [shard_from_env({**one_based, "SLURM_ARRAY_TASK_ID": str(i)}) for i in range(1, 5)] == [
+        ShardSpec(i, 4) for i in range(4)]
+    assert shard_from_env({**one_based, "SLURM_ARRAY_TASK_MIN": "0", "SLURM_ARRAY_TASK_MAX": "3",
+                           "SLURM_ARRAY_TASK_ID": "3"}) == ShardSpec(3, 4)
+    with pytest.raises(InvalidArgumentError, match="consecutive ids, e.g. --array=0-2 or --array=1-3"):
+        shard_from_env({"SLURM_ARRAY_TASK_ID": "0", "SLURM_ARRAY_TASK_COUNT": "3", "SLURM_ARRAY_TASK_MIN": "0",
+                        "SLURM_ARRAY_TASK_MAX": "4", "SLURM_ARRAY_TASK_STEP": "2"})
+    with pytest.raises(InvalidArgumentError, match="SLURM_ARRAY_TASK_ID - SLURM_ARRAY_TASK_MIN < SLURM_ARRAY_TASK_COUNT"):
+        shard_from_env({**one_based, "SLURM_ARRAY_TASK_ID": "5"})
+    with pytest.raises(InvalidArgumentError, match="RANK='1' is set but WORLD_SIZE is not"):
+        shard_from_env({"RANK": "1"})
+    with pytest.raises(InvalidArgumentError, match="none is set here"):
+        shard_from_env({})

@@ -67,10 +67,12 @@ class ShardOutcome:
     seconds: float
 
 
-# the rank variables of the launchers users run, in the order they are read: (index, count, offset of the index)
+# the rank variables of the launchers users run, in the order they are read: (index, count)
 RANK_VARIABLES = (("RANK", "WORLD_SIZE"),                                # torchrun, Ray Train, MPI-style launchers
-                  ("SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_COUNT"),   # a Slurm job array (ids 0..N-1)
+                  ("SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_COUNT"),   # a Slurm job array (ids MIN..MAX, see below)
                   ("SLURM_PROCID", "SLURM_NTASKS"))                    # srun tasks of one Slurm job
+# a Slurm array's first id (`--array=1-8` numbers its tasks 1..8: shard = id - MIN), its last and its step
+SLURM_ARRAY_RANGE = ("SLURM_ARRAY_TASK_MIN", "SLURM_ARRAY_TASK_MAX", "SLURM_ARRAY_TASK_STEP")
 
 
 def shard_from_env(environ: Any = None) -> ShardSpec:
@@ -78,29 +80,64 @@ def shard_from_env(environ: Any = None) -> ShardSpec:
     that is set (torchrun ``RANK``/``WORLD_SIZE``; a Slurm array ``SLURM_ARRAY_TASK_ID``/``SLURM_ARRAY_TASK_COUNT``;
     srun ``SLURM_PROCID``/``SLURM_NTASKS``).
 
+    A Slurm array is numbered from ``SLURM_ARRAY_TASK_MIN`` when Slurm sets it (``--array=1-8``: ids 1..8 are shards
+    0..7 of 8); its ids must be consecutive (``MAX - MIN + 1 == COUNT``, step 1), else some shards would never run.
+
     Raises
     ------
     InvalidArgumentError
-        None of the pairs is set, or the set pair is not two integers 0 <= I < N.
+        None of the pairs is set (naming a pair set only in half), the set pair is not two integers 0 <= I < N, or a
+        Slurm array's ids are not consecutive.
 
     Examples
     --------
     >>> shard_from_env({"SLURM_ARRAY_TASK_ID": "3", "SLURM_ARRAY_TASK_COUNT": "8"})
     ShardSpec(index=3, count=8)
+    >>> shard_from_env({"SLURM_ARRAY_TASK_ID": "1", "SLURM_ARRAY_TASK_COUNT": "8", "SLURM_ARRAY_TASK_MIN": "1",
+    ...                 "SLURM_ARRAY_TASK_MAX": "8", "SLURM_ARRAY_TASK_STEP": "1"})
+    ShardSpec(index=0, count=8)
     """
     import os
 
     env = os.environ if environ is None else environ
     for index, count in RANK_VARIABLES:
         if env.get(index) is not None and env.get(count) is not None:
-            spec = f"{env[index]}/{env[count]}"
-            m = _SHARD_RE.match(spec)
-            if not m or not (0 <= int(m.group(1)) < int(m.group(2))):
-                raise invalid_argument("--shard", f"env ({index}={env[index]!r}, {count}={env[count]!r})",
-                                       f"{index} and {count} integers with 0 <= {index} < {count}")
-            return ShardSpec(int(m.group(1)), int(m.group(2)))
+            shown = f"{index}={env[index]!r}, {count}={env[count]!r}"
+            m = _SHARD_RE.match(f"{env[index]}/{env[count]}")
+            first = 0
+            if m and index == "SLURM_ARRAY_TASK_ID":
+                first, shown = _slurm_array_first(env, int(m.group(2)), shown)
+            if not m or not (0 <= int(m.group(1)) - first < int(m.group(2))):
+                base = f"{index} - SLURM_ARRAY_TASK_MIN" if first else index
+                raise invalid_argument("--shard", f"env ({shown})",
+                                       f"{index} and {count} integers with 0 <= {base} < {count}")
+            return ShardSpec(int(m.group(1)) - first, int(m.group(2)))
+    half = [(i, c) for i, c in RANK_VARIABLES if (env.get(i) is None) != (env.get(c) is None)]
     names = ", ".join(f"{i}/{c}" for i, c in RANK_VARIABLES)
+    if half:
+        said = "; ".join(f"{a}={env[a]!r} is set but {b} is not" if env.get(a) is not None else
+                         f"{b}={env[b]!r} is set but {a} is not" for a, b in half)
+        raise invalid_argument("--shard", f"env ({said})", f"both variables of one of {names}, or --shard I/N")
     raise invalid_argument("--shard", "env", f"a launcher that sets one of {names} (none is set here), or --shard I/N")
+
+
+def _slurm_array_first(env: Any, count: int, shown: str) -> tuple[int, str]:
+    """The first id of a Slurm array (0 when Slurm does not say), checked to number ``count`` consecutive tasks."""
+    got = {name: env.get(name) for name in SLURM_ARRAY_RANGE if env.get(name) is not None}
+    if not got:
+        return 0, shown
+    shown += "".join(f", {name}={value!r}" for name, value in got.items())
+    try:
+        lo = int(str(got.get("SLURM_ARRAY_TASK_MIN", "0")).strip())
+        hi = int(str(got["SLURM_ARRAY_TASK_MAX"]).strip()) if "SLURM_ARRAY_TASK_MAX" in got else lo + count - 1
+        step = int(str(got.get("SLURM_ARRAY_TASK_STEP", "1")).strip())
+    except ValueError:
+        raise invalid_argument("--shard", f"env ({shown})", "integer Slurm array variables") from None
+    if step != 1 or hi - lo + 1 != count:
+        raise invalid_argument("--shard", f"env ({shown})",
+                               f"a Slurm array of consecutive ids, e.g. --array=0-{count - 1} or --array=1-{count} "
+                               "(with another step or a list of ids some shards would never run)")
+    return lo, shown
 
 
 def parse_shard(text: str) -> ShardSpec:
