@@ -270,3 +270,16 @@ def test_shard_env_numbers_a_slurm_array_from_its_first_id_and_names_a_half_set_
         shard_from_env({"RANK": "1"})
     with pytest.raises(InvalidArgumentError, match="none is set here"):
         shard_from_env({})
+
+
+def test_a_shard_of_another_n_into_a_folder_of_shards_is_refused(runs, tmp_path, capsys):
+    """Break-it finding: `run --shard 1/3` into a folder holding shard-0-of-2.json sampled and exited 0, and only the
+    merge refused the mixed shardings afterwards.  Now exit 2 before sampling, naming the marker and the way out."""
+    folder = tmp_path / "shared"
+    shutil.copytree(runs / "shard0", folder)
+    chunks = sorted(_chunks(folder))
+    assert main(["run", str(SUITE), "--shard", "1/3", "--run-dir", str(folder), "--no-progress"]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "--shard='1/3' is invalid" in err and "shard-0-of-2.json" in err and "remove those markers" in err, err
+    assert sorted(_chunks(folder)) == chunks and not list(folder.glob("shard-1-of-3.json"))
+    assert main(["run", str(SUITE), "--shard", "1/2", "--run-dir", str(folder), "--no-progress"]) == 0  # same N: fine

@@ -222,6 +222,7 @@ def _run_shard(suite, run_dir: str | Path, shard: ShardSpec, *, progress: bool,
                               "give each suite/profile/seed its own --run-dir")
     else:
         store.write_json(_run.RUN_FILE, run_file)
+    _check_one_sharding(Path(run_dir), shard)
     ctx = _run.SuiteContext(suite)
     guards.record_plugins(store, suite, _run.RUN_FILE, check=True)  # every shard sharing a folder must run the same plugin files
     items = _work_items(ctx.plans)
@@ -239,6 +240,19 @@ def _run_shard(suite, run_dir: str | Path, shard: ShardSpec, *, progress: bool,
     store.write_json(shard_marker_name(shard), marker)
     samples = sum(p.chunk_rows(i) for p, i in on_disk)
     return ShardOutcome(Path(run_dir), shard, chunks, samples, list(errors.values()), time.perf_counter() - started)
+
+
+def _check_one_sharding(run_dir: Path, shard: ShardSpec) -> None:
+    """Refuse a shard of N into a folder holding another N's shard markers: `merge` refuses mixed shardings, so the
+    samples of this shard could not be merged (it sampled, exited 0, and the merge failed afterwards)."""
+    other = sorted({(int(m.group(1)), int(m.group(2))) for p in run_dir.glob(SHARD_MARKER_GLOB)
+                    if (m := _MARKER_RE.match(p.name)) and int(m.group(2)) != shard.count})
+    if other:
+        held = ", ".join(f"shard-{i}-of-{n}.json" for i, n in other)
+        raise invalid_argument("--shard", str(shard),
+                               f"I/{other[0][1]} as the shards already in {str(run_dir)!r} ({held}): merge refuses "
+                               "folders that mix shardings; or another --run-dir, or remove those markers to shard "
+                               "this folder again with another N (its chunks are kept and reused: same seeds)")
 
 
 def _markers(run_dir: Path) -> list[dict[str, Any]]:
