@@ -283,3 +283,22 @@ def test_a_shard_of_another_n_into_a_folder_of_shards_is_refused(runs, tmp_path,
     assert "--shard='1/3' is invalid" in err and "shard-0-of-2.json" in err and "remove those markers" in err, err
     assert sorted(_chunks(folder)) == chunks and not list(folder.glob("shard-1-of-3.json"))
     assert main(["run", str(SUITE), "--shard", "1/2", "--run-dir", str(folder), "--no-progress"]) == 0  # same N: fine
+
+
+@pytest.mark.parametrize("content, words", [
+    ("[1, 2]", "a JSON list, not an object"), ('{"shard": 0}', "num_shards=None where the file name says 2"),
+    ('{"shard": "x", "num_shards": 2, "complete": true}', "shard='x'"),
+    ('{"shard": 1, "num_shards": 2, "complete": true}', "shard=1 where the file name says 0"),
+    ('{"shard": 0, "num_shards": 2, "complete": true, "stopped": "oops"}', "not a list of stop records"),
+    ('{"shard": 0, "num_shards": 2, "complete": true, "stopped": [{"x": 1}]}', "not a list of stop records")])
+def test_an_edited_or_damaged_shard_marker_is_named_by_merge(runs, tmp_path, capsys, content, words):
+    """Break-it finding: a shard marker that is not an object, lacks num_shards, or holds garbage stop records made
+    `specverify merge` die in a KeyError / TypeError traceback with exit 3 ("decoder error").  Now exit 2 naming the
+    file, what is wrong and the shard to rerun."""
+    shard0 = tmp_path / "shard0"
+    shutil.copytree(runs / "shard0", shard0)
+    (shard0 / "shard-0-of-2.json").write_text(content)
+    assert main(["merge", str(shard0), str(runs / "shard1"), "--out", str(tmp_path / "m")]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "shard-0-of-2.json: not a shard marker" in err and words in err and "--shard 0/2" in err, err
+    assert "Traceback" not in err and not (tmp_path / "m" / "report.json").exists()

@@ -256,14 +256,54 @@ def _check_one_sharding(run_dir: Path, shard: ShardSpec) -> None:
 
 
 def _markers(run_dir: Path) -> list[dict[str, Any]]:
+    """The shard markers of a folder, each checked to be as :func:`run_shard` writes it.
+
+    Raises
+    ------
+    ConfigError
+        A marker that is unreadable, not a JSON object, whose ``shard`` / ``num_shards`` are not its file name's, whose
+        ``complete`` is not a bool or whose ``stopped`` is not a list of stop records (an edited or damaged marker was a
+        KeyError / TypeError traceback in ``merge``, exit 3: "decoder error").
+    """
     out = []
     for path in sorted(run_dir.glob(SHARD_MARKER_GLOB)):
-        if _MARKER_RE.match(path.name):
-            try:
-                out.append(json.loads(path.read_text(encoding="utf-8")))
-            except (OSError, ValueError) as exc:
-                raise ConfigError(f"{path}: unreadable shard marker: {exc}") from None
+        name = _MARKER_RE.match(path.name)
+        if not name:
+            continue
+        try:
+            marker = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"{path}: unreadable shard marker: {exc}") from None
+        why = _marker_problem(marker, int(name.group(1)), int(name.group(2)))
+        if why:
+            raise ConfigError(f"{path}: not a shard marker as `specverify run --shard` writes it ({why}); allowed: "
+                              f"remove it and run `specverify run SUITE --shard {name.group(1)}/{name.group(2)} "
+                              f"--run-dir {run_dir}` again (it resumes: the chunks on disk are kept)")
+        out.append(marker)
     return out
+
+
+def _marker_problem(marker: Any, index: int, count: int) -> str | None:
+    """Why ``marker`` (of file ``shard-INDEX-of-COUNT.json``) is not one :func:`run_shard` wrote; None if it is."""
+    if not isinstance(marker, dict):
+        return f"a JSON {type(marker).__name__}, not an object"
+    for key, want in (("shard", index), ("num_shards", count)):
+        value = marker.get(key)
+        if isinstance(value, bool) or not isinstance(value, int) or value != want:
+            return f"{key}={value!r} where the file name says {want}"
+    if not isinstance(marker.get("complete"), bool):
+        return f"complete={marker.get('complete')!r}, not true or false"
+    return _stops_problem(marker.get("stopped", []))
+
+
+def _stops_problem(stopped: Any) -> str | None:
+    """Why ``stopped`` (a marker's, or an unsharded folder's stopped.json) is not a list of stop records."""
+    if not isinstance(stopped, list) or not all(
+            isinstance(e, dict) and isinstance(e.get("decoder"), str) and isinstance(e.get("set_id", ""), (str, type(None)))
+            and not isinstance(e.get("chunk", 0), bool) and isinstance(e.get("chunk", 0), (int, type(None)))
+            for e in stopped):
+        return f"stopped={str(stopped)[:200]}, not a list of stop records (each with a decoder name)"
+    return None
 
 
 def merge_shards(run_dirs: Sequence[str | Path], out_dir: str | Path, *, allow_partial: bool = False,
@@ -335,16 +375,29 @@ def merge_shards(run_dirs: Sequence[str | Path], out_dir: str | Path, *, allow_p
         for m in _markers(d):
             stopped.extend(m.get("stopped", []))
         if (d / _run.STOPPED_FILE).is_file() and not _markers(d):
-            stopped.extend(json.loads((d / _run.STOPPED_FILE).read_text(encoding="utf-8")))
+            path = d / _run.STOPPED_FILE
+            try:
+                stops = json.loads(path.read_text(encoding="utf-8"))
+            except (OSError, ValueError) as exc:
+                raise ConfigError(f"{path}: unreadable: {exc}") from None
+            if _stops_problem(stops):
+                raise ConfigError(f"{path}: not as `specverify run` writes it ({_stops_problem(stops)}); allowed: "
+                                  "the stopped.json the run wrote (a list of stop records, each with a decoder name)")
+            stopped.extend(stops)
     first_stop: dict[str, dict] = {}
     for e in stopped:  # keep each decoder's earliest stop
         key = e["decoder"]
-        if key not in first_stop or (e.get("set_id"), e.get("chunk", 0)) < (first_stop[key].get("set_id"), first_stop[key].get("chunk", 0)):
+        if key not in first_stop or _stop_order(e) < _stop_order(first_stop[key]):
             first_stop[key] = e
     if first_stop:
         out_store.write_json(_run.STOPPED_FILE, list(first_stop.values()))
     log(f"merged {len(dirs)} run folder(s) into {out} ({copied} chunk files copied)")
     return out
+
+
+def _stop_order(stop: dict[str, Any]) -> tuple[str, int]:
+    """Where a stop happened, comparable whatever the record holds (a stop outside a sample set has no set_id)."""
+    return str(stop.get("set_id") or ""), int(stop.get("chunk") or 0)
 
 
 def _check_out_dir(out: Path, dirs: list[Path], suite) -> None:
