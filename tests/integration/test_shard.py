@@ -290,7 +290,7 @@ def test_a_shard_of_another_n_into_a_folder_of_shards_is_refused(runs, tmp_path,
     ('{"shard": "x", "num_shards": 2, "complete": true}', "shard='x'"),
     ('{"shard": 1, "num_shards": 2, "complete": true}', "shard=1 where the file name says 0"),
     ('{"shard": 0, "num_shards": 2, "complete": true, "stopped": "oops"}', "not a list of stop records"),
-    ('{"shard": 0, "num_shards": 2, "complete": true, "stopped": [{"x": 1}]}', "not a list of stop records")])
+    ('{"shard": 0, "num_shards": 2, "complete": true, "stopped": [{"x": 1}]}', "stopped: record 0 has no decoder")])
 def test_an_edited_or_damaged_shard_marker_is_named_by_merge(runs, tmp_path, capsys, content, words):
     """Break-it finding: a shard marker that is not an object, lacks num_shards, or holds garbage stop records made
     `specverify merge` die in a KeyError / TypeError traceback with exit 3 ("decoder error").  Now exit 2 naming the
@@ -302,3 +302,22 @@ def test_an_edited_or_damaged_shard_marker_is_named_by_merge(runs, tmp_path, cap
     err = capsys.readouterr().err
     assert "shard-0-of-2.json: not a shard marker" in err and words in err and "--shard 0/2" in err, err
     assert "Traceback" not in err and not (tmp_path / "m" / "report.json").exists()
+
+
+@pytest.mark.parametrize("content, words", [
+    ('{"decoder": 1}', "a JSON dict, not a list of stop records"), ("[1]", "record 0 is a JSON int"),
+    ('[{"decoder": "reference"}]', "record 0 has no type, message, set"), ("garbage", "unreadable")])
+def test_an_edited_stopped_json_is_named_by_report_and_merge(runs, tmp_path, capsys, content, words):
+    """Break-it finding: a stopped.json that is not a list of the runner's stop records made `report --recompute`
+    (KeyError, or jinja2's UndefinedError for a record without its `set`) and `merge` of an unsharded folder die in a
+    traceback with exit 3 ("decoder error").  Now exit 2 naming the file."""
+    run = tmp_path / "single"
+    shutil.copytree(runs / "single", run)
+    (run / "stopped.json").write_text(content)
+    assert main(["report", str(run), "--recompute", "--no-progress"]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "stopped.json" in err and words in err and "Traceback" not in err, err
+    if content != "garbage":
+        assert main(["merge", str(run), "--out", str(tmp_path / "m")]) == EXIT_USAGE
+        err = capsys.readouterr().err
+        assert "stopped.json" in err and words in err and "Traceback" not in err, err

@@ -298,12 +298,10 @@ def _marker_problem(marker: Any, index: int, count: int) -> str | None:
 
 def _stops_problem(stopped: Any) -> str | None:
     """Why ``stopped`` (a marker's, or an unsharded folder's stopped.json) is not a list of stop records."""
-    if not isinstance(stopped, list) or not all(
-            isinstance(e, dict) and isinstance(e.get("decoder"), str) and isinstance(e.get("set_id", ""), (str, type(None)))
-            and not isinstance(e.get("chunk", 0), bool) and isinstance(e.get("chunk", 0), (int, type(None)))
-            for e in stopped):
-        return f"stopped={str(stopped)[:200]}, not a list of stop records (each with a decoder name)"
-    return None
+    from verifier.runner.store import stop_records_problem
+
+    why = stop_records_problem(stopped)
+    return f"stopped: {why}" if why else None
 
 
 def merge_shards(run_dirs: Sequence[str | Path], out_dir: str | Path, *, allow_partial: bool = False,
