@@ -266,6 +266,9 @@ def test_shard_env_numbers_a_slurm_array_from_its_first_id_and_names_a_half_set_
                         "SLURM_ARRAY_TASK_MAX": "4", "SLURM_ARRAY_TASK_STEP": "2"})
     with pytest.raises(InvalidArgumentError, match="SLURM_ARRAY_TASK_ID - SLURM_ARRAY_TASK_MIN < SLURM_ARRAY_TASK_COUNT"):
         shard_from_env({**one_based, "SLURM_ARRAY_TASK_ID": "5"})
+    with pytest.raises(InvalidArgumentError, match="give --shard 3/N with N the size of the original array"):
+        shard_from_env({"SLURM_ARRAY_TASK_ID": "3", "SLURM_ARRAY_TASK_COUNT": "1", "SLURM_ARRAY_TASK_MIN": "3",
+                        "SLURM_ARRAY_TASK_MAX": "3"})  # `sbatch --array=3`: task 3 resubmitted, not the whole suite
     with pytest.raises(InvalidArgumentError, match="RANK='1' is set but WORLD_SIZE is not"):
         shard_from_env({"RANK": "1"})
     with pytest.raises(InvalidArgumentError, match="none is set here"):

@@ -81,7 +81,8 @@ def shard_from_env(environ: Any = None) -> ShardSpec:
     srun ``SLURM_PROCID``/``SLURM_NTASKS``).
 
     A Slurm array is numbered from ``SLURM_ARRAY_TASK_MIN`` when Slurm sets it (``--array=1-8``: ids 1..8 are shards
-    0..7 of 8); its ids must be consecutive (``MAX - MIN + 1 == COUNT``, step 1), else some shards would never run.
+    0..7 of 8); its ids must be consecutive (``MAX - MIN + 1 == COUNT``, step 1), else some shards would never run,
+    and it must hold more than one task (a task resubmitted alone with ``sbatch --array=K`` is an array of one).
 
     Raises
     ------
@@ -106,6 +107,12 @@ def shard_from_env(environ: Any = None) -> ShardSpec:
             m = _SHARD_RE.match(f"{env[index]}/{env[count]}")
             first = 0
             if m and index == "SLURM_ARRAY_TASK_ID":
+                if int(m.group(2)) == 1:  # `sbatch --array=K`: most likely one task of a larger array, resubmitted
+                    raise invalid_argument("--shard", f"env ({shown})",
+                                           f"a Slurm array of more than one task; a task resubmitted alone "
+                                           f"(sbatch --array={env[index]}) is an array of one, which --shard env "
+                                           f"would read as the whole suite: give --shard {env[index]}/N with N the "
+                                           "size of the original array")
                 first, shown = _slurm_array_first(env, int(m.group(2)), shown)
             if not m or not (0 <= int(m.group(1)) - first < int(m.group(2))):
                 base = f"{index} - SLURM_ARRAY_TASK_MIN" if first else index
