@@ -210,3 +210,33 @@ def test_a_damaged_stored_diagnosis_is_recomputed_never_reused_or_a_traceback(ru
     (copy / "report.json").write_text("[1, 2]")
     with pytest.raises(ConfigError, match="not a report written by specverify"):
         diagnose_run_dir(copy)
+
+
+def test_diagnose_refuses_a_report_json_whose_verdicts_were_edited(run_dir, tmp_path, capsys):
+    """Break-it finding: report.json with full_p_fallback's BIAS DETECTED edited to PASS made `specverify diagnose`
+    print "no decoder to diagnose" and exit 0 over biased samples (it picks decoders from those verdicts unchecked).
+    Now exit 2 naming the file and `specverify report RUN_DIR --recompute`, also when the forger resealed it (the
+    verdict no longer follows from the BIAS cells); the untouched folder is still diagnosed."""
+    import shutil
+
+    from verifier.reports.digest import DIGEST_FIELD, report_digest
+
+    copy = tmp_path / "run"
+    shutil.copytree(run_dir, copy)
+    (copy / "diagnosis.json").unlink(missing_ok=True)
+    report = _report(copy)
+    for d in report["decoders"]:
+        if d["decoder"] == "full_p_fallback":
+            assert d["verdict"] == "BIAS DETECTED"
+            d["verdict"] = "PASS"
+    (copy / "report.json").write_text(json.dumps(report))
+    assert main(["diagnose", str(copy)]) == 2
+    err = capsys.readouterr().err
+    assert "report.json does not match its own digest" in err and f"specverify report {copy} --recompute" in err, err
+    assert not (copy / "diagnosis.json").exists()
+    report["run"][DIGEST_FIELD] = report_digest(report)  # resealed by the forger: the cells still say BIAS
+    (copy / "report.json").write_text(json.dumps(report))
+    assert main(["diagnose", str(copy)]) == 2
+    assert "whose cells include BIAS" in capsys.readouterr().err
+    assert main(["diagnose", str(run_dir)]) == 0
+    assert "full_p_fallback" in capsys.readouterr().out

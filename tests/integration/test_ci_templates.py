@@ -127,17 +127,24 @@ def test_checker_sees_a_broken_command(argv):
 SLURM = ROOT / "ci" / "slurm" / "specverify-array.sbatch"
 
 
-def test_slurm_array_script_runs_one_shard_per_task():
+@pytest.mark.parametrize("array_env", [
+    {"SLURM_ARRAY_TASK_COUNT": "8", "SLURM_ARRAY_TASK_MIN": "0", "SLURM_ARRAY_TASK_MAX": "7"},  # the array job
+    # task 3 resubmitted alone (`sbatch --array=3`, as the script's header advises): an array of one task; with
+    # `--shard env` it was shard 0 of 1 -- the whole suite in a folder of shards of 8 (break-it finding)
+    {"SLURM_ARRAY_TASK_COUNT": "1", "SLURM_ARRAY_TASK_MIN": "3", "SLURM_ARRAY_TASK_MAX": "3"}])
+def test_slurm_array_script_runs_one_shard_per_task(array_env):
     text = SLURM.read_text()
     array = re.search(r"^#SBATCH --array=0-(\d+)$", text, re.M)
     assert array, "the script must declare its array range"
-    env = {"SUITE": "suites/nightly.toml", "SPECVERIFY_SEED": "0", "SLURM_ARRAY_TASK_ID": "3",
-           "SLURM_ARRAY_TASK_COUNT": str(int(array.group(1)) + 1)}
+    shards = re.search(r"^SPECVERIFY_SHARDS=\$\{SPECVERIFY_SHARDS:-(\d+)\}$", text, re.M)
+    assert shards and int(shards.group(1)) == int(array.group(1)) + 1, "the shard count must be the array's size"
+    env = {"SUITE": "suites/nightly.toml", "SPECVERIFY_SEED": "0", "SPECVERIFY_SHARDS": shards.group(1),
+           "SLURM_ARRAY_TASK_ID": "3", **array_env}
     body = re.sub(r"\$\{(\w+):-[^}]*\}", r"$\1", text)  # ${VAR:-default} -> $VAR
     commands = _commands(body, env)
     assert len(commands) == 1
     args = _parse(build_parser(), commands[0][1:])
-    assert args.shard == "env" and args.profile == "nightly"  # I/N from the array's own variables
+    assert args.profile == "nightly"
     from verifier.runner.shard import ShardSpec, parse_shard
 
     with __import__("unittest.mock").mock.patch.dict("os.environ", env, clear=True):

@@ -172,16 +172,61 @@ def test_ray_local_cluster_gives_the_single_process_report_and_resumes(runs, tmp
     assert _stable(_report(run_dir)) == _stable(single)
 
 
+def test_ray_launch_into_another_suites_run_dir_is_refused(runs, tmp_path, monkeypatch, capsys):
+    """A --run-dir whose shards are complete is merged without sampling; when those shards hold another suite, profile
+    or seed the launch exits 2 naming the folder (it merged them and printed their verdict as this suite's, exit 0).
+    The same suite given by a relative path resumes (no false refusal).  No Ray start: every shard is complete."""
+    pytest.importorskip("ray")
+    from verifier.cli.raylaunch import main as ray_main
+
+    run_dir = tmp_path / "ray"
+    for i in range(2):
+        shutil.copytree(runs / f"shard{i}", run_dir / "shards" / f"rank-{i}-of-2")
+    assert ray_main([str(SUITE), "--shards", "2", "--seed", "6", "--run-dir", str(run_dir)]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "already holds a run of suite 'shard'" in err and "seed 5" in err and "seed 6" in err, err
+    assert not (run_dir / "report.json").exists()
+    monkeypatch.chdir(ROOT)
+    code = ray_main([str(SUITE.relative_to(ROOT)), "--shards", "2", "--run-dir", str(run_dir)])
+    assert code == _report(runs / "single")["exit_code"], capsys.readouterr()
+    assert _stable(_report(run_dir)) == _stable(_report(runs / "single"))
+
+
 @pytest.mark.parametrize("args, word", [(["--shards", "0"], "--shards"), (["--shards", "2", "--num-cpus", "0"], "--num-cpus"),
                                         (["--shards", "2", "--address", "auto", "--num-cpus", "2"], "--num-cpus"),
-                                        (["--shards", "2", "--cpus-per-shard", "0"], "--cpus-per-shard")])
+                                        (["--shards", "2", "--cpus-per-shard", "0"], "--cpus-per-shard"),
+                                        (["--shards", "2", "--cpus-per-shard", "inf"], "--cpus-per-shard"),
+                                        (["--shards", "2", "--num-cpus", "1", "--cpus-per-shard", "2"], "--cpus-per-shard")])
 def test_ray_arguments_are_checked(args, word, tmp_path, capsys):
-    """Bad launcher arguments exit 2 naming the argument, before Ray or the suite is touched."""
+    """Bad launcher arguments exit 2 naming the argument, before Ray or the suite is touched.  Break-it finding: more
+    CPUs per shard than the local instance has (--num-cpus 1 --cpus-per-shard 2) started Ray and waited forever on a
+    task that can never be scheduled."""
     from verifier.cli.raylaunch import main as ray_main
 
     assert ray_main([str(SUITE), "--run-dir", str(tmp_path / "r"), *args]) == EXIT_USAGE
     err = capsys.readouterr().err
     assert word in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("env, words", [
+    ({}, "without RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT"),
+    ({"RANK": "x", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "MASTER_ADDR": "localhost", "MASTER_PORT": "29555"}, "RANK='x'"),
+    ({"RANK": "2", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "MASTER_ADDR": "localhost", "MASTER_PORT": "29555"},
+     "0 <= RANK < WORLD_SIZE")])
+def test_torchrun_launcher_outside_torchrun_or_with_bad_rank_variables_exits_2(env, words, monkeypatch, tmp_path, capsys):
+    """Break-it finding: `python -m verifier.cli.torchrun` started without torchrun (or RANK=x, or RANK >= WORLD_SIZE)
+    died in int() or init_process_group with a ValueError traceback and exit 1, the code of a BIAS verdict.  Now exit
+    2 naming the variables and the torchrun command, before any sampling or rendezvous."""
+    from verifier.cli.torchrun import main as torchrun_main
+
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):  # torchrun's; none inherited
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert torchrun_main([str(SUITE), "--run-dir", str(tmp_path / "t"), "--timeout-s", "5"]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert words in err and "torchrun --nproc-per-node" in err and "Traceback" not in err, err
+    assert not (tmp_path / "t").exists()
 
 
 def test_shard_env_reads_the_launchers_rank_variables(monkeypatch, tmp_path, capsys):
@@ -202,3 +247,80 @@ def test_shard_env_reads_the_launchers_rank_variables(monkeypatch, tmp_path, cap
     monkeypatch.setenv("SLURM_ARRAY_TASK_COUNT", "2")
     assert main(["run", str(SUITE), "--shard", "env", "--run-dir", str(tmp_path / "s"), "--no-progress"]) == 0
     assert (tmp_path / "s" / "shard-1-of-2.json").is_file()
+
+
+def test_shard_env_numbers_a_slurm_array_from_its_first_id_and_names_a_half_set_pair():
+    """Break-it findings: a Slurm array `--array=1-4` (ids 1..4, SLURM_ARRAY_TASK_MIN=1) ran shards 1..3 and refused
+    id 4, so shard 0 never ran; now id k is shard k - MIN, and an array whose ids are not consecutive (a step, a list)
+    is refused in every task.  RANK set without WORLD_SIZE said "none is set here"; now it names the half pair."""
+    from verifier.runner.shard import shard_from_env
+
+    one_based = {"SLURM_ARRAY_TASK_COUNT": "4", "SLURM_ARRAY_TASK_MIN": "1", "SLURM_ARRAY_TASK_MAX": "4",
+                 "SLURM_ARRAY_TASK_STEP": "1"}
+    assert [shard_from_env({**one_based, "SLURM_ARRAY_TASK_ID": str(i)}) for i in range(1, 5)] == [
+        ShardSpec(i, 4) for i in range(4)]
+    assert shard_from_env({**one_based, "SLURM_ARRAY_TASK_MIN": "0", "SLURM_ARRAY_TASK_MAX": "3",
+                           "SLURM_ARRAY_TASK_ID": "3"}) == ShardSpec(3, 4)
+    with pytest.raises(InvalidArgumentError, match="consecutive ids, e.g. --array=0-2 or --array=1-3"):
+        shard_from_env({"SLURM_ARRAY_TASK_ID": "0", "SLURM_ARRAY_TASK_COUNT": "3", "SLURM_ARRAY_TASK_MIN": "0",
+                        "SLURM_ARRAY_TASK_MAX": "4", "SLURM_ARRAY_TASK_STEP": "2"})
+    with pytest.raises(InvalidArgumentError, match="SLURM_ARRAY_TASK_ID - SLURM_ARRAY_TASK_MIN < SLURM_ARRAY_TASK_COUNT"):
+        shard_from_env({**one_based, "SLURM_ARRAY_TASK_ID": "5"})
+    with pytest.raises(InvalidArgumentError, match="give --shard 3/N with N the size of the original array"):
+        shard_from_env({"SLURM_ARRAY_TASK_ID": "3", "SLURM_ARRAY_TASK_COUNT": "1", "SLURM_ARRAY_TASK_MIN": "3",
+                        "SLURM_ARRAY_TASK_MAX": "3"})  # `sbatch --array=3`: task 3 resubmitted, not the whole suite
+    with pytest.raises(InvalidArgumentError, match="RANK='1' is set but WORLD_SIZE is not"):
+        shard_from_env({"RANK": "1"})
+    with pytest.raises(InvalidArgumentError, match="none is set here"):
+        shard_from_env({})
+
+
+def test_a_shard_of_another_n_into_a_folder_of_shards_is_refused(runs, tmp_path, capsys):
+    """Break-it finding: `run --shard 1/3` into a folder holding shard-0-of-2.json sampled and exited 0, and only the
+    merge refused the mixed shardings afterwards.  Now exit 2 before sampling, naming the marker and the way out."""
+    folder = tmp_path / "shared"
+    shutil.copytree(runs / "shard0", folder)
+    chunks = sorted(_chunks(folder))
+    assert main(["run", str(SUITE), "--shard", "1/3", "--run-dir", str(folder), "--no-progress"]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "--shard='1/3' is invalid" in err and "shard-0-of-2.json" in err and "remove those markers" in err, err
+    assert sorted(_chunks(folder)) == chunks and not list(folder.glob("shard-1-of-3.json"))
+    assert main(["run", str(SUITE), "--shard", "1/2", "--run-dir", str(folder), "--no-progress"]) == 0  # same N: fine
+
+
+@pytest.mark.parametrize("content, words", [
+    ("[1, 2]", "a JSON list, not an object"), ('{"shard": 0}', "num_shards=None where the file name says 2"),
+    ('{"shard": "x", "num_shards": 2, "complete": true}', "shard='x'"),
+    ('{"shard": 1, "num_shards": 2, "complete": true}', "shard=1 where the file name says 0"),
+    ('{"shard": 0, "num_shards": 2, "complete": true, "stopped": "oops"}', "not a list of stop records"),
+    ('{"shard": 0, "num_shards": 2, "complete": true, "stopped": [{"x": 1}]}', "stopped: record 0 has no decoder")])
+def test_an_edited_or_damaged_shard_marker_is_named_by_merge(runs, tmp_path, capsys, content, words):
+    """Break-it finding: a shard marker that is not an object, lacks num_shards, or holds garbage stop records made
+    `specverify merge` die in a KeyError / TypeError traceback with exit 3 ("decoder error").  Now exit 2 naming the
+    file, what is wrong and the shard to rerun."""
+    shard0 = tmp_path / "shard0"
+    shutil.copytree(runs / "shard0", shard0)
+    (shard0 / "shard-0-of-2.json").write_text(content)
+    assert main(["merge", str(shard0), str(runs / "shard1"), "--out", str(tmp_path / "m")]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "shard-0-of-2.json: not a shard marker" in err and words in err and "--shard 0/2" in err, err
+    assert "Traceback" not in err and not (tmp_path / "m" / "report.json").exists()
+
+
+@pytest.mark.parametrize("content, words", [
+    ('{"decoder": 1}', "a JSON dict, not a list of stop records"), ("[1]", "record 0 is a JSON int"),
+    ('[{"decoder": "reference"}]', "record 0 has no type, message, set"), ("garbage", "unreadable")])
+def test_an_edited_stopped_json_is_named_by_report_and_merge(runs, tmp_path, capsys, content, words):
+    """Break-it finding: a stopped.json that is not a list of the runner's stop records made `report --recompute`
+    (KeyError, or jinja2's UndefinedError for a record without its `set`) and `merge` of an unsharded folder die in a
+    traceback with exit 3 ("decoder error").  Now exit 2 naming the file."""
+    run = tmp_path / "single"
+    shutil.copytree(runs / "single", run)
+    (run / "stopped.json").write_text(content)
+    assert main(["report", str(run), "--recompute", "--no-progress"]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "stopped.json" in err and words in err and "Traceback" not in err, err
+    if content != "garbage":
+        assert main(["merge", str(run), "--out", str(tmp_path / "m")]) == EXIT_USAGE
+        err = capsys.readouterr().err
+        assert "stopped.json" in err and words in err and "Traceback" not in err, err

@@ -65,6 +65,7 @@ def _write(path: Path, raw: dict) -> Path:
     ({"rows": [1, 2, 2]}, "distinct"), ({"rows": []}, "non-empty"), ({"rows": [0]}, "1..4096"),
     ({"rows": [True]}, "integers"), ({"rows": [4], "colour": 1}, "unknown key 'colour'"),
     ({"rows": [4], "mixed_temperature": 0}, "a finite number > 0"),
+    ({"rows": [1], "mixed_temperature": 0.5}, "only with a rows level >= 2"),  # break-it: ran, option ignored, exit 0
     ({"rows": [4], "mixed_prompt_lengths": [3]}, "not supported yet"), ([1, 2], "a table")])
 def test_schema_is_strict_and_names_the_key(value, words):
     with pytest.raises(ConfigError, match="batch_composition") as info:

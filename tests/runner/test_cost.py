@@ -51,3 +51,43 @@ def test_merged_shards_carry_each_chunks_timing_once(tmp_path, capsys):
     assert (out / TIMING_FILE).read_text() == before
     report = json.loads((out / "report.json").read_text())
     assert all(c["timed_samples"] > 0 for c in report["run"]["cost"].values())
+
+
+def test_a_forged_or_corrupt_timing_file_never_crashes_a_report_or_lends_it_a_rate(tmp_path, capsys):
+    """timing.jsonl is advisory: `report --recompute` over garbage lines, ``1e400`` rows (an OverflowError in
+    ``int()`` crashed the report: exit 3, "decoder error"), zero / tiny / infinite seconds, a chunk past the plan, a
+    line of another set, or a line whose row count is not the chunk's keeps the rate of the honest lines; a folder
+    with no valid line says the rate is not recorded."""
+    run = tmp_path / "a"
+    code = main(["audit", "--decoder", "reference", "--target", "tabular:bigram4_eos", "--num-samples", "300",
+                 "--target-tv", "0.03", "--run-dir", str(run), "--no-progress", "--no-diagnosis"])
+    assert code == 4, capsys.readouterr().out
+    honest = json.loads((run / "report.json").read_text())["run"]["cost"]["decoder"]
+    timing = run / TIMING_FILE
+    lines = timing.read_text().splitlines()
+    first = json.loads(lines[0])
+    forged = [
+        "not json", "[1, 2]", '"a string"', "{}",
+        json.dumps({**first, "rows": 1}).replace('"rows": 1', '"rows": 1e400'),  # OverflowError in int()
+        json.dumps({**first, "seconds": 0.0}), json.dumps({**first, "seconds": 1e-300}),
+        json.dumps({**first, "seconds": -3.0}), json.dumps({**first, "rows": True}),
+        json.dumps({**first, "seconds": 1.0}).replace("1.0}", "Infinity}"),
+        json.dumps({**first, "chunk": 99, "seconds": 1e-6}),           # a chunk the plan does not have
+        json.dumps({**first, "set_id": "other-set", "seconds": 1e-6}),  # another run's set
+        json.dumps({**first, "rows": first["rows"] * 1000, "seconds": 1e-6}),  # not the chunk's row count
+    ]
+    timing.write_text("\n".join(forged + lines) + "\n")  # the honest lines last (a chunk's last line wins)
+    assert main(["report", str(run), "--recompute", "--no-progress"]) == 4
+    out = capsys.readouterr()
+    assert "Traceback" not in out.err, out.err
+    cost = json.loads((run / "report.json").read_text())["run"]["cost"]["decoder"]
+    assert cost["timed_samples"] == honest["timed_samples"] == 300
+    assert cost["rate_samples_per_s"] == honest["rate_samples_per_s"]
+    timing.write_text("\n".join(forged) + "\n")  # nothing valid is left (each line alone would time 300 rows)
+    assert main(["report", str(run), "--recompute", "--no-progress"]) == 4
+    cost = json.loads((run / "report.json").read_text())["run"]["cost"]["decoder"]
+    assert cost["rate_samples_per_s"] is None and "rate not recorded" in cost["sentence"]
+    assert "cannot be estimated" in cost["sentence"]
+    timing.unlink()  # a missing file: the same
+    assert main(["report", str(run), "--recompute", "--no-progress"]) == 4
+    assert "rate not recorded" in (run / "report.md").read_text()

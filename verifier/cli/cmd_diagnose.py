@@ -36,6 +36,7 @@ def run(args: argparse.Namespace) -> int:
 
     if self_reported_report(args.run_dir) is not None:
         raise not_for_self_reported("diagnose", args.run_dir)
+    _check_sealed(args.run_dir)
     result = diagnose_run_dir(args.run_dir, decoders=args.decoder, recompute=args.recompute)
     out = Path(args.out) if args.out else Path(args.run_dir) / "diagnosis.json"
     try:
@@ -50,3 +51,37 @@ def run(args: argparse.Namespace) -> int:
             print(f"reused the diagnosis stored in {result['reused']}; --recompute to recompute it")
         print(f"diagnosis: {out}")
     return 0
+
+
+def _check_sealed(run_dir: str) -> None:
+    """Refuse a report.json that is not as ``write_reports`` sealed it (``run.report_sha256``) or whose verdicts do
+    not follow from its cells: the diagnosis picks its decoders (BIAS DETECTED) and biased sets from it, so a
+    hand-edited PASS made ``specverify diagnose`` answer "no decoder to diagnose" and exit 0 over biased samples.
+
+    A missing, unreadable or malformed report.json is left to :func:`diagnose_run_dir`, whose errors name it.
+
+    Raises
+    ------
+    ConfigError
+        Naming the file, what is wrong with it and the command that recomputes it from the samples.
+    """
+    from pathlib import Path
+
+    from verifier.errors import ConfigError
+    from verifier.reports.cache import seal_problem
+
+    path = Path(run_dir) / "report.json"
+    try:
+        report = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return
+    if not isinstance(report, dict) or not isinstance(report.get("decoders", []), list):
+        return
+    try:
+        why = seal_problem(report) if isinstance(report.get("run"), dict) else "has no run record"
+    except (TypeError, ValueError) as exc:
+        why = f"is malformed ({exc})"
+    if why is not None:
+        raise ConfigError(f"{path} {why}: its verdicts choose what to diagnose, so they are not used. Allowed: "
+                          f"`specverify report {run_dir} --recompute` (statistics and verdicts from the samples, a "
+                          f"new sealed report.json), then `specverify diagnose {run_dir}`")

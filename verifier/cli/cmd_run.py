@@ -31,8 +31,8 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--shard", metavar="I/N", default=None,
                         help="Sample only shard I of N (0-based) into the run folder, no statistics; combine the "
                         "shards with `specverify merge`. 'env': I and N from the launcher's rank variables (torchrun "
-                        "RANK/WORLD_SIZE, a Slurm array SLURM_ARRAY_TASK_ID/SLURM_ARRAY_TASK_COUNT, srun "
-                        "SLURM_PROCID/SLURM_NTASKS). Default: the whole suite in this process.")
+                        "RANK/WORLD_SIZE, a Slurm array SLURM_ARRAY_TASK_ID/SLURM_ARRAY_TASK_COUNT numbered from "
+                        "SLURM_ARRAY_TASK_MIN, srun SLURM_PROCID/SLURM_NTASKS). Default: the whole suite in this process.")
     parser.add_argument("--device", metavar="DEVICE", default=None,
                         help="Run every model of the suite on this torch device (cpu, cuda, cuda:1). Default: each [models.*] table's device.")
     parser.add_argument("--dtype", metavar="DTYPE", default=None, choices=("float32", "float64", "bfloat16", "float16"),

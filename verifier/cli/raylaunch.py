@@ -25,6 +25,7 @@ missing ``ray`` (``pip install "spec-verifier[ray]"``).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 import time
@@ -63,8 +64,13 @@ def _check(args) -> None:
     if args.num_cpus is not None and (args.num_cpus < 1 or args.address is not None):
         raise invalid_argument("--num-cpus", args.num_cpus, "an integer >= 1, and only without --address "
                                "(a cluster's CPUs are its own)")
-    if not args.cpus_per_shard > 0:
+    if not 0 < args.cpus_per_shard < float("inf"):
         raise invalid_argument("--cpus-per-shard", args.cpus_per_shard, "a number > 0")
+    local_cpus = args.num_cpus if args.num_cpus is not None else os.cpu_count()
+    if args.address is None and local_cpus and args.cpus_per_shard > local_cpus:  # Ray would wait for it forever
+        raise invalid_argument("--cpus-per-shard", args.cpus_per_shard,
+                               f"a number <= the {local_cpus} CPUs of the local Ray instance (--num-cpus, default "
+                               "every core): a task that needs more never starts, and the launch waits forever")
     if args.max_retries < 0:
         raise invalid_argument("--max-retries", args.max_retries, "an integer >= 0")
 
@@ -102,6 +108,45 @@ def sample_shard(suite_path: str, profile: str | None, seed: int | None, index: 
             tmp.cleanup()
 
 
+def _check_same_suite(suite, run_dir: Path, dirs: list[Path]) -> None:
+    """Refuse a ``--run-dir`` whose merged folder or shard folders hold another suite, profile or seed.
+
+    A complete shard is skipped, not sampled again, so without this check the launch of suite B into the folder
+    of an earlier launch of suite A merged A's shards and printed A's verdict as B's (exit 0 on A's PASS).
+
+    Raises
+    ------
+    ConfigError
+        Naming the folder, the run it holds and the run asked for.
+    """
+    from verifier.errors import ConfigError
+    from verifier.runner.run import RUN_FILE, load_run_suite
+
+    for d in [run_dir, *dirs]:
+        if not (d / RUN_FILE).is_file():
+            continue
+        stored, _ = load_run_suite(d)
+        if stored.to_dict() != suite.to_dict():
+            raise ConfigError(
+                f"--run-dir={str(run_dir)!r}: {d} already holds a run of suite {stored.name!r} (profile "
+                f"{stored.profile}, seed {stored.seed}, {stored.source}); this launch is suite {suite.name!r} "
+                f"(profile {suite.profile}, seed {suite.seed}, {suite.source}), and its complete shards would be "
+                "merged instead of sampled. Allowed: a --run-dir that does not exist yet, or the --run-dir of an "
+                "earlier launch of the same suite, profile and seed (it resumes)")
+
+
+def _check_fits_a_node(ray, cpus_per_shard: float) -> None:
+    """Refuse ``--cpus-per-shard`` above every live node's CPUs (a joined cluster's): Ray would keep the task pending
+    forever (with ``log_to_driver=False`` not even its "infeasible" warning shows)."""
+    from verifier.errors import invalid_argument
+
+    largest = max([float((n.get("Resources") or {}).get("CPU", 0)) for n in ray.nodes() if n.get("Alive")] or [0.0])
+    if cpus_per_shard > largest:
+        raise invalid_argument("--cpus-per-shard", cpus_per_shard,
+                               f"a number <= {largest:g}, the CPUs of the largest live node of the Ray cluster: a "
+                               "task that needs more never starts, and the launch waits forever")
+
+
 def _run(args) -> int:
     try:
         import ray
@@ -114,9 +159,11 @@ def _run(args) -> int:
     from verifier.pipeline import merge_runs
     from verifier.runner.shard import ShardSpec, shard_marker_name
 
-    _load_suite(args)  # a bad suite, profile or seed fails here, before any Ray start-up
+    args.suite = str(Path(args.suite).resolve())  # the tasks' path: their run.json and this suite compare equal
+    suite = _load_suite(args)  # a bad suite, profile or seed fails here, before any Ray start-up
     run_dir = Path(args.run_dir).resolve()
     dirs = [run_dir / "shards" / f"rank-{i}-of-{args.shards}" for i in range(args.shards)]
+    _check_same_suite(suite, run_dir, dirs)
     todo = [i for i, d in enumerate(dirs) if not (d / shard_marker_name(ShardSpec(i, args.shards))).is_file()]
     print(f"{args.shards} shards: {args.shards - len(todo)} already complete in {run_dir / 'shards'}, "
           f"{len(todo)} to sample", flush=True)
@@ -126,8 +173,9 @@ def _run(args) -> int:
         ray.init(address=args.address, num_cpus=args.num_cpus if own else None, include_dashboard=False,
                  log_to_driver=False, ignore_reinit_error=True)
         try:
+            _check_fits_a_node(ray, args.cpus_per_shard)
             task = ray.remote(num_cpus=args.cpus_per_shard, max_retries=args.max_retries)(sample_shard)
-            refs = {task.remote(str(Path(args.suite).resolve()), args.profile, args.seed, i, args.shards,
+            refs = {task.remote(args.suite, args.profile, args.seed, i, args.shards,
                                 str(dirs[i])): i for i in todo}
             pending = list(refs)
             while pending:

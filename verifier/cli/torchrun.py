@@ -28,7 +28,7 @@ import os
 import sys
 from pathlib import Path
 
-__all__ = ["main", "build_parser", "pick_backend"]
+__all__ = ["main", "build_parser", "pick_backend", "launcher_env", "TORCHRUN_VARIABLES"]
 
 DEFAULT_TIMEOUT_S = 24 * 3600  # collectives wait for the slowest rank's sampling (default 30 min is too short)
 
@@ -78,6 +78,46 @@ def _shard_files(shard_dir: Path) -> list[tuple[str, bytes]]:
             if p.is_file() and not p.name.startswith(".tmp-")]
 
 
+TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")  # what torchrun sets
+
+
+def launcher_env(environ) -> tuple[int, int, int]:
+    """``(RANK, WORLD_SIZE, LOCAL_RANK)`` from the variables torchrun sets, checked before any collective.
+
+    Raises
+    ------
+    InvalidArgumentError
+        A variable of :data:`TORCHRUN_VARIABLES` is missing (started without torchrun: ``init_process_group``
+        raised a ValueError traceback, exit 1 -- the code of a BIAS verdict), or RANK / WORLD_SIZE / LOCAL_RANK are
+        not integers with ``0 <= RANK < WORLD_SIZE`` and ``LOCAL_RANK >= 0``.
+
+    Examples
+    --------
+    >>> launcher_env({"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "MASTER_ADDR": "h", "MASTER_PORT": "29500"})
+    (1, 2, 1)
+    """
+    from verifier.errors import invalid_argument
+
+    how = "torchrun --nproc-per-node=N -m verifier.cli.torchrun SUITE --run-dir DIR (torchrun sets them)"
+    missing = [name for name in TORCHRUN_VARIABLES if not str(environ.get(name) or "").strip()]
+    if missing:
+        raise invalid_argument("environment", f"without {', '.join(missing)}",
+                               f"a process started by torchrun: {how}; without torchrun, `specverify run SUITE "
+                               "--shard I/N` per process, then `specverify merge`")
+    values = {}
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
+        try:
+            values[name] = int(str(environ[name]).strip())
+        except ValueError:
+            values[name] = None
+    rank, world, local = values["RANK"], values["WORLD_SIZE"], values["LOCAL_RANK"]
+    if None in (rank, world, local) or not (0 <= rank < world) or local < 0:
+        shown = ", ".join(f"{n}={environ[n]!r}" for n in ("RANK", "WORLD_SIZE", "LOCAL_RANK"))
+        raise invalid_argument("environment", f"({shown})",
+                               f"integers with 0 <= RANK < WORLD_SIZE and LOCAL_RANK >= 0, as {how}")
+    return rank, world, local
+
+
 def _run(args) -> int:
     import torch
     import torch.distributed as dist
@@ -85,14 +125,19 @@ def _run(args) -> int:
     from verifier.pipeline import merge_runs
     from verifier.runner.shard import ShardSpec, run_shard
 
-    rank = int(os.environ.get("RANK", "0"))
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    rank, world, local_rank = launcher_env(os.environ)
     suite = _load_suite(args)  # every rank fails the same way on a bad suite, before any collective
     backend = pick_backend(args.backend, suite)
     if backend == "nccl":
         torch.cuda.set_device(local_rank)  # suite device "cuda" then means this rank's GPU
-    dist.init_process_group(backend=backend, timeout=datetime.timedelta(seconds=args.timeout_s))
+    try:
+        dist.init_process_group(backend=backend, timeout=datetime.timedelta(seconds=args.timeout_s))
+    except (RuntimeError, ValueError) as exc:  # rendezvous refused or timed out: no traceback, never exit 1 (BIAS)
+        from verifier.errors import ConfigError
+
+        raise ConfigError(f"torch.distributed.init_process_group(backend={backend!r}) failed on rank {rank} of "
+                          f"{world}: {exc}; allowed: the MASTER_ADDR:MASTER_PORT torchrun set reachable by every "
+                          "rank (--rdzv-endpoint), --backend gloo on machines without CUDA") from None
     try:
         run_dir = Path(args.run_dir)
         shard = ShardSpec(rank, world)

@@ -14,12 +14,15 @@ says "rate not recorded" instead of guessing.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
-__all__ = ["TIMING_FILE", "record_chunk", "record_chunks", "read_timing", "decoder_costs", "cost_sentence"]
+__all__ = ["TIMING_FILE", "record_chunk", "record_chunks", "read_timing", "chunks_on_disk", "decoder_costs",
+           "cost_sentence"]
 
 TIMING_FILE = "timing.jsonl"
+MIN_SECONDS = 1e-6  # lines hold seconds rounded to 6 decimals: a smaller positive value was not written by record_chunks
 
 
 def record_chunk(run_dir: str | Path, set_id: str, chunk: int, rows: int, seconds: float) -> None:
@@ -44,7 +47,13 @@ def record_chunks(run_dir: str | Path, records: Iterable[tuple[str, int, int, fl
 
 def read_timing(run_dirs: Iterable[str | Path]) -> dict[tuple[str, int], tuple[int, float]]:
     """``{(set_id, chunk): (rows, seconds)}`` from the folders' ``timing.jsonl`` (the last line of a chunk wins: a
-    chunk sampled again after a crash; unreadable lines are skipped)."""
+    chunk sampled again after a crash).
+
+    Only lines as :func:`record_chunks` writes them count: a JSON object with a string ``set_id``, integers
+    ``chunk >= 0`` and ``rows >= 1`` and a finite ``seconds >= MIN_SECONDS`` (the resolution the lines are written
+    at).  Anything else -- garbage, ``1e400`` rows, negative, zero, tiny, NaN or infinite seconds, booleans -- is
+    skipped: timing is advisory and a corrupt line must neither crash a report nor put a nonsense rate in it.
+    """
     out: dict[tuple[str, int], tuple[int, float]] = {}
     for d in run_dirs:
         path = Path(d) / TIMING_FILE
@@ -55,12 +64,41 @@ def read_timing(run_dirs: Iterable[str | Path]) -> dict[tuple[str, int], tuple[i
         for line in lines:
             try:
                 rec = json.loads(line)
-                rows, seconds = int(rec["rows"]), float(rec["seconds"])
-                if rows > 0 and seconds >= 0:
-                    out[(str(rec["set_id"]), int(rec["chunk"]))] = (rows, seconds)
-            except (ValueError, KeyError, TypeError):
+            except ValueError:
                 continue
+            if not isinstance(rec, dict):
+                continue
+            set_id, chunk, rows, seconds = rec.get("set_id"), rec.get("chunk"), rec.get("rows"), rec.get("seconds")
+            if (isinstance(set_id, str) and _is_int(chunk) and chunk >= 0 and _is_int(rows) and rows >= 1
+                    and isinstance(seconds, (int, float)) and not isinstance(seconds, bool)
+                    and math.isfinite(seconds) and seconds >= MIN_SECONDS):
+                out[(set_id, int(chunk))] = (int(rows), float(seconds))
     return out
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def chunks_on_disk(timing: dict[tuple[str, int], tuple[int, float]], plans: Iterable[Any],
+                   chunk_path: Callable[[str, int], Path]) -> dict[tuple[str, int], tuple[int, float]]:
+    """The timing lines of chunks the run planned, holds on disk, and timed with the rows the plan gives them.
+
+    A line of another run's set, of a chunk index past the plan, of a chunk file that is gone, or with another row
+    count (a forged or stale line) would lend the report a rate its samples never had.
+
+    Parameters
+    ----------
+    timing : dict
+        :func:`read_timing` of the run folder.
+    plans : iterable of SampleSetPlan
+        The run's sample sets (``set_id``, ``num_chunks``, ``chunk_rows(i)``).
+    chunk_path : callable
+        ``(set_id, chunk) -> Path`` of the chunk file (``SampleStore.chunk_path``).
+    """
+    planned = {(p.set_id, i): p.chunk_rows(i) for p in plans for i in range(p.num_chunks)}
+    return {key: (rows, sec) for key, (rows, sec) in timing.items()
+            if planned.get(key) == rows and chunk_path(*key).is_file()}
 
 
 def decoder_costs(report: dict[str, Any], timing: dict[tuple[str, int], tuple[int, float]]) -> dict[str, dict[str, Any]]:
@@ -118,7 +156,7 @@ def cost_sentence(entry: dict[str, Any], n_needed: int | None, num_sets: int) ->
     rate = entry.get("rate_samples_per_s")
     said = (f"sampled at {_rate(rate)} samples/s ({entry['timed_samples']:,} rows timed, "
             f"{entry['timed_seconds']:.3g} s of generate calls)" if rate else
-            "sampling rate not recorded (no timing.jsonl for these chunks)")
+            "sampling rate not recorded (no valid timing.jsonl line for these chunks)")
     still = entry.get("rows_still_needed") or 0
     if not still:
         return said

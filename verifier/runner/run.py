@@ -442,7 +442,8 @@ def assess(ctx: SuiteContext, store: SampleStore, errors: dict, exact: dict, sta
         log(f"time to verdict: {ttv['wall_seconds']:.1f} s since {ttv['wall_from']} ({ttv['cpu_seconds']:.1f} s CPU): "
             f"{said}; diagnosis and reports follow")
     report["run"][KEY_FIELD] = run_inputs_key(store.run_dir, allow_partial)
-    report["run"]["cost"] = cost.decoder_costs(report, cost.read_timing([store.run_dir]))  # volatile: in `run`
+    timing = cost.chunks_on_disk(cost.read_timing([store.run_dir]), ctx.plans, store.chunk_path)
+    report["run"]["cost"] = cost.decoder_costs(report, timing)  # volatile: in `run`
     report["samples_planned"] = sum(s["samples"] for s in sets_info)
     report["samples_missing"] = sum(s["samples_missing"] for s in sets_info)
     if report["samples_missing"]:
@@ -494,10 +495,21 @@ def exact_failed_report(ctx: SuiteContext, exact: dict, stage: dict, info: dict)
 def regeneration(run_dir: str | Path, run_file: dict) -> tuple[dict, dict, dict | None]:
     """What ``specverify report`` reads back besides the samples: ``(errors, info, run_stages)`` --
     the decoders that stopped, the run's identity, and the stage times of the run that drew the samples."""
+    from verifier.runner.store import STOP_RECORD_KEYS, stop_records_problem
+
     store = SampleStore(run_dir)
     errors = {}
-    if (store.run_dir / STOPPED_FILE).exists():
-        errors = {e["decoder"]: e for e in store.read_json(STOPPED_FILE)}
+    if (store.run_dir / STOPPED_FILE).exists():  # edited or damaged: named, never a KeyError traceback (exit 3)
+        path = store.run_dir / STOPPED_FILE
+        try:
+            stops = store.read_json(STOPPED_FILE)
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"{path}: unreadable ({exc}); allowed: the stopped.json the run wrote") from None
+        why = stop_records_problem(stops)
+        if why:
+            raise ConfigError(f"{path} is not as the run wrote it ({why}); allowed: a list of stop records, each an "
+                              f"object with {', '.join(STOP_RECORD_KEYS)}")
+        errors = {e["decoder"]: e for e in stops}
     info = {"run_id": run_file.get("run_id", Path(run_dir).name), "started_at": run_file.get("created_at"),
             "regenerated_at": utc_now(), "resumed": False}
     run_stages = None

@@ -67,10 +67,12 @@ class ShardOutcome:
     seconds: float
 
 
-# the rank variables of the launchers users run, in the order they are read: (index, count, offset of the index)
+# the rank variables of the launchers users run, in the order they are read: (index, count)
 RANK_VARIABLES = (("RANK", "WORLD_SIZE"),                                # torchrun, Ray Train, MPI-style launchers
-                  ("SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_COUNT"),   # a Slurm job array (ids 0..N-1)
+                  ("SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_COUNT"),   # a Slurm job array (ids MIN..MAX, see below)
                   ("SLURM_PROCID", "SLURM_NTASKS"))                    # srun tasks of one Slurm job
+# a Slurm array's first id (`--array=1-8` numbers its tasks 1..8: shard = id - MIN), its last and its step
+SLURM_ARRAY_RANGE = ("SLURM_ARRAY_TASK_MIN", "SLURM_ARRAY_TASK_MAX", "SLURM_ARRAY_TASK_STEP")
 
 
 def shard_from_env(environ: Any = None) -> ShardSpec:
@@ -78,29 +80,71 @@ def shard_from_env(environ: Any = None) -> ShardSpec:
     that is set (torchrun ``RANK``/``WORLD_SIZE``; a Slurm array ``SLURM_ARRAY_TASK_ID``/``SLURM_ARRAY_TASK_COUNT``;
     srun ``SLURM_PROCID``/``SLURM_NTASKS``).
 
+    A Slurm array is numbered from ``SLURM_ARRAY_TASK_MIN`` when Slurm sets it (``--array=1-8``: ids 1..8 are shards
+    0..7 of 8); its ids must be consecutive (``MAX - MIN + 1 == COUNT``, step 1), else some shards would never run,
+    and it must hold more than one task (a task resubmitted alone with ``sbatch --array=K`` is an array of one).
+
     Raises
     ------
     InvalidArgumentError
-        None of the pairs is set, or the set pair is not two integers 0 <= I < N.
+        None of the pairs is set (naming a pair set only in half), the set pair is not two integers 0 <= I < N, or a
+        Slurm array's ids are not consecutive.
 
     Examples
     --------
     >>> shard_from_env({"SLURM_ARRAY_TASK_ID": "3", "SLURM_ARRAY_TASK_COUNT": "8"})
     ShardSpec(index=3, count=8)
+    >>> shard_from_env({"SLURM_ARRAY_TASK_ID": "1", "SLURM_ARRAY_TASK_COUNT": "8", "SLURM_ARRAY_TASK_MIN": "1",
+    ...                 "SLURM_ARRAY_TASK_MAX": "8", "SLURM_ARRAY_TASK_STEP": "1"})
+    ShardSpec(index=0, count=8)
     """
     import os
 
     env = os.environ if environ is None else environ
     for index, count in RANK_VARIABLES:
         if env.get(index) is not None and env.get(count) is not None:
-            spec = f"{env[index]}/{env[count]}"
-            m = _SHARD_RE.match(spec)
-            if not m or not (0 <= int(m.group(1)) < int(m.group(2))):
-                raise invalid_argument("--shard", f"env ({index}={env[index]!r}, {count}={env[count]!r})",
-                                       f"{index} and {count} integers with 0 <= {index} < {count}")
-            return ShardSpec(int(m.group(1)), int(m.group(2)))
+            shown = f"{index}={env[index]!r}, {count}={env[count]!r}"
+            m = _SHARD_RE.match(f"{env[index]}/{env[count]}")
+            first = 0
+            if m and index == "SLURM_ARRAY_TASK_ID":
+                if int(m.group(2)) == 1:  # `sbatch --array=K`: most likely one task of a larger array, resubmitted
+                    raise invalid_argument("--shard", f"env ({shown})",
+                                           f"a Slurm array of more than one task; a task resubmitted alone "
+                                           f"(sbatch --array={env[index]}) is an array of one, which --shard env "
+                                           f"would read as the whole suite: give --shard {env[index]}/N with N the "
+                                           "size of the original array")
+                first, shown = _slurm_array_first(env, int(m.group(2)), shown)
+            if not m or not (0 <= int(m.group(1)) - first < int(m.group(2))):
+                base = f"{index} - SLURM_ARRAY_TASK_MIN" if first else index
+                raise invalid_argument("--shard", f"env ({shown})",
+                                       f"{index} and {count} integers with 0 <= {base} < {count}")
+            return ShardSpec(int(m.group(1)) - first, int(m.group(2)))
+    half = [(i, c) for i, c in RANK_VARIABLES if (env.get(i) is None) != (env.get(c) is None)]
     names = ", ".join(f"{i}/{c}" for i, c in RANK_VARIABLES)
+    if half:
+        said = "; ".join(f"{a}={env[a]!r} is set but {b} is not" if env.get(a) is not None else
+                         f"{b}={env[b]!r} is set but {a} is not" for a, b in half)
+        raise invalid_argument("--shard", f"env ({said})", f"both variables of one of {names}, or --shard I/N")
     raise invalid_argument("--shard", "env", f"a launcher that sets one of {names} (none is set here), or --shard I/N")
+
+
+def _slurm_array_first(env: Any, count: int, shown: str) -> tuple[int, str]:
+    """The first id of a Slurm array (0 when Slurm does not say), checked to number ``count`` consecutive tasks."""
+    got = {name: env.get(name) for name in SLURM_ARRAY_RANGE if env.get(name) is not None}
+    if not got:
+        return 0, shown
+    shown += "".join(f", {name}={value!r}" for name, value in got.items())
+    try:
+        lo = int(str(got.get("SLURM_ARRAY_TASK_MIN", "0")).strip())
+        hi = int(str(got["SLURM_ARRAY_TASK_MAX"]).strip()) if "SLURM_ARRAY_TASK_MAX" in got else lo + count - 1
+        step = int(str(got.get("SLURM_ARRAY_TASK_STEP", "1")).strip())
+    except ValueError:
+        raise invalid_argument("--shard", f"env ({shown})", "integer Slurm array variables") from None
+    if step != 1 or hi - lo + 1 != count:
+        raise invalid_argument("--shard", f"env ({shown})",
+                               f"a Slurm array of consecutive ids, e.g. --array=0-{count - 1} or --array=1-{count} "
+                               "(with another step or a list of ids some shards would never run)")
+    return lo, shown
 
 
 def parse_shard(text: str) -> ShardSpec:
@@ -185,6 +229,7 @@ def _run_shard(suite, run_dir: str | Path, shard: ShardSpec, *, progress: bool,
                               "give each suite/profile/seed its own --run-dir")
     else:
         store.write_json(_run.RUN_FILE, run_file)
+    _check_one_sharding(Path(run_dir), shard)
     ctx = _run.SuiteContext(suite)
     guards.record_plugins(store, suite, _run.RUN_FILE, check=True)  # every shard sharing a folder must run the same plugin files
     items = _work_items(ctx.plans)
@@ -204,15 +249,66 @@ def _run_shard(suite, run_dir: str | Path, shard: ShardSpec, *, progress: bool,
     return ShardOutcome(Path(run_dir), shard, chunks, samples, list(errors.values()), time.perf_counter() - started)
 
 
+def _check_one_sharding(run_dir: Path, shard: ShardSpec) -> None:
+    """Refuse a shard of N into a folder holding another N's shard markers: `merge` refuses mixed shardings, so the
+    samples of this shard could not be merged (it sampled, exited 0, and the merge failed afterwards)."""
+    other = sorted({(int(m.group(1)), int(m.group(2))) for p in run_dir.glob(SHARD_MARKER_GLOB)
+                    if (m := _MARKER_RE.match(p.name)) and int(m.group(2)) != shard.count})
+    if other:
+        held = ", ".join(f"shard-{i}-of-{n}.json" for i, n in other)
+        raise invalid_argument("--shard", str(shard),
+                               f"I/{other[0][1]} as the shards already in {str(run_dir)!r} ({held}): merge refuses "
+                               "folders that mix shardings; or another --run-dir, or remove those markers to shard "
+                               "this folder again with another N (its chunks are kept and reused: same seeds)")
+
+
 def _markers(run_dir: Path) -> list[dict[str, Any]]:
+    """The shard markers of a folder, each checked to be as :func:`run_shard` writes it.
+
+    Raises
+    ------
+    ConfigError
+        A marker that is unreadable, not a JSON object, whose ``shard`` / ``num_shards`` are not its file name's, whose
+        ``complete`` is not a bool or whose ``stopped`` is not a list of stop records (an edited or damaged marker was a
+        KeyError / TypeError traceback in ``merge``, exit 3: "decoder error").
+    """
     out = []
     for path in sorted(run_dir.glob(SHARD_MARKER_GLOB)):
-        if _MARKER_RE.match(path.name):
-            try:
-                out.append(json.loads(path.read_text(encoding="utf-8")))
-            except (OSError, ValueError) as exc:
-                raise ConfigError(f"{path}: unreadable shard marker: {exc}") from None
+        name = _MARKER_RE.match(path.name)
+        if not name:
+            continue
+        try:
+            marker = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"{path}: unreadable shard marker: {exc}") from None
+        why = _marker_problem(marker, int(name.group(1)), int(name.group(2)))
+        if why:
+            raise ConfigError(f"{path}: not a shard marker as `specverify run --shard` writes it ({why}); allowed: "
+                              f"remove it and run `specverify run SUITE --shard {name.group(1)}/{name.group(2)} "
+                              f"--run-dir {run_dir}` again (it resumes: the chunks on disk are kept)")
+        out.append(marker)
     return out
+
+
+def _marker_problem(marker: Any, index: int, count: int) -> str | None:
+    """Why ``marker`` (of file ``shard-INDEX-of-COUNT.json``) is not one :func:`run_shard` wrote; None if it is."""
+    if not isinstance(marker, dict):
+        return f"a JSON {type(marker).__name__}, not an object"
+    for key, want in (("shard", index), ("num_shards", count)):
+        value = marker.get(key)
+        if isinstance(value, bool) or not isinstance(value, int) or value != want:
+            return f"{key}={value!r} where the file name says {want}"
+    if not isinstance(marker.get("complete"), bool):
+        return f"complete={marker.get('complete')!r}, not true or false"
+    return _stops_problem(marker.get("stopped", []))
+
+
+def _stops_problem(stopped: Any) -> str | None:
+    """Why ``stopped`` (a marker's, or an unsharded folder's stopped.json) is not a list of stop records."""
+    from verifier.runner.store import stop_records_problem
+
+    why = stop_records_problem(stopped)
+    return f"stopped: {why}" if why else None
 
 
 def merge_shards(run_dirs: Sequence[str | Path], out_dir: str | Path, *, allow_partial: bool = False,
@@ -284,16 +380,29 @@ def merge_shards(run_dirs: Sequence[str | Path], out_dir: str | Path, *, allow_p
         for m in _markers(d):
             stopped.extend(m.get("stopped", []))
         if (d / _run.STOPPED_FILE).is_file() and not _markers(d):
-            stopped.extend(json.loads((d / _run.STOPPED_FILE).read_text(encoding="utf-8")))
+            path = d / _run.STOPPED_FILE
+            try:
+                stops = json.loads(path.read_text(encoding="utf-8"))
+            except (OSError, ValueError) as exc:
+                raise ConfigError(f"{path}: unreadable: {exc}") from None
+            if _stops_problem(stops):
+                raise ConfigError(f"{path}: not as `specverify run` writes it ({_stops_problem(stops)}); allowed: "
+                                  "the stopped.json the run wrote (a list of stop records, each with a decoder name)")
+            stopped.extend(stops)
     first_stop: dict[str, dict] = {}
     for e in stopped:  # keep each decoder's earliest stop
         key = e["decoder"]
-        if key not in first_stop or (e.get("set_id"), e.get("chunk", 0)) < (first_stop[key].get("set_id"), first_stop[key].get("chunk", 0)):
+        if key not in first_stop or _stop_order(e) < _stop_order(first_stop[key]):
             first_stop[key] = e
     if first_stop:
         out_store.write_json(_run.STOPPED_FILE, list(first_stop.values()))
     log(f"merged {len(dirs)} run folder(s) into {out} ({copied} chunk files copied)")
     return out
+
+
+def _stop_order(stop: dict[str, Any]) -> tuple[str, int]:
+    """Where a stop happened, comparable whatever the record holds (a stop outside a sample set has no set_id)."""
+    return str(stop.get("set_id") or ""), int(stop.get("chunk") or 0)
 
 
 def _check_out_dir(out: Path, dirs: list[Path], suite) -> None:

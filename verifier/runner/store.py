@@ -30,9 +30,31 @@ import numpy as np
 from verifier._resume import resume_command
 from verifier.errors import DecoderOutputError, ReportWriteError, StoredSampleError
 
-__all__ = ["Shard", "SampleStore", "set_id_for"]
+__all__ = ["Shard", "SampleStore", "set_id_for", "STOP_RECORD_KEYS", "stop_records_problem"]
 
 SHARD_FORMAT = 1  # bump when the arrays stored in a shard change
+
+
+# every record of stopped.json / a shard marker's "stopped" has these (the reports and the CLI summary print them)
+STOP_RECORD_KEYS = ("decoder", "type", "message", "set", "chunk", "seed", "chunks_kept_in_set", "samples_dir")
+
+
+def stop_records_problem(stops: Any) -> str | None:
+    """Why ``stops`` (stopped.json, or a shard marker's ``stopped``) is not a list of stop records as the runner writes
+    them (None: it is): each an object with :data:`STOP_RECORD_KEYS`, a string ``decoder`` and ``set_id`` (when
+    present), an integer ``chunk``.  An edited record crashed ``report`` / ``merge`` with a traceback (exit 3)."""
+    if not isinstance(stops, list):
+        return f"a JSON {type(stops).__name__}, not a list of stop records"
+    for i, e in enumerate(stops):
+        if not isinstance(e, dict):
+            return f"record {i} is a JSON {type(e).__name__}, not an object"
+        missing = [k for k in STOP_RECORD_KEYS if k not in e]
+        if missing:
+            return f"record {i} has no {', '.join(missing)}"
+        if (not isinstance(e["decoder"], str) or not isinstance(e.get("set_id", ""), str)
+                or isinstance(e["chunk"], bool) or not isinstance(e["chunk"], int)):
+            return f"record {i} holds decoder={e['decoder']!r}, set_id={e.get('set_id')!r}, chunk={e['chunk']!r}"
+    return None
 
 
 def set_id_for(key: str, label: str) -> str:

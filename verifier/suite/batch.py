@@ -61,7 +61,8 @@ def parse_batch_composition(r: Any, base: Mapping[str, Any]) -> tuple[tuple[int,
     ------
     ConfigError
         Not a table, an unknown key (one of :data:`NOT_YET` with its reason), ``rows`` missing, empty, repeated or
-        outside 1..:data:`MAX_BATCH_ROWS`, ``mixed_temperature`` not a finite number > 0.
+        outside 1..:data:`MAX_BATCH_ROWS`, ``mixed_temperature`` not a finite number > 0 or without a ``rows``
+        level >= 2 (no mixed level would be made).
     """
     table = r.get("batch_composition", dict, None, "a table such as { rows = [1, 2, 4, 16] }")
     if table is None:
@@ -82,6 +83,10 @@ def parse_batch_composition(r: Any, base: Mapping[str, Any]) -> tuple[tuple[int,
     if mixed is not None and (isinstance(mixed, bool) or not isinstance(mixed, (int, float))
                               or not math.isfinite(mixed) or mixed <= 0):
         r._fail(f"{where}.mixed_temperature", mixed, "a finite number > 0 (the filler rows' temperature)")
+    if mixed is not None and max(rows) < 2:  # batch_levels makes mixed levels of b >= 2 only: it would be ignored
+        r._fail(f"{where}.mixed_temperature", mixed,
+                f"only with a rows level >= 2 (a mixed call holds a filler row beside each audited row; rows={rows} "
+                "makes no mixed level, so the option would be silently ignored)")
     return tuple(rows), (float(mixed) if mixed is not None else None)
 
 
