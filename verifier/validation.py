@@ -53,6 +53,23 @@ def check_row_temperatures(row_temperatures, num_samples: int, sampling) -> list
     return temps
 
 
+def takes_generate_keyword(decoder, name: str) -> bool:
+    """Whether ``decoder.generate`` takes the optional keyword ``name`` (``return_logprobs``, ``row_temperatures``): a
+    decoder that states its optional keywords (an engine adapter's ``generate_keywords``,
+    :class:`verifier.engines.decoder.EngineDecoder`) is taken at its word; otherwise its signature decides (the
+    keyword itself or ``**kwargs``)."""
+    import inspect
+
+    declared = getattr(decoder, "generate_keywords", None)
+    if isinstance(declared, (set, frozenset, tuple, list)):
+        return name in declared
+    try:
+        params = inspect.signature(decoder.generate).parameters
+    except (TypeError, ValueError):
+        return False
+    return name in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+
+
 def plugin_attribute(obj, name: str, default=None, *, decoder_name: str = "decoder"):
     """``getattr(obj, name, default)`` on plugin code: a property that raises is a decoder error.
 

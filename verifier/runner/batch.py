@@ -24,7 +24,6 @@ from typing import Any, Callable
 
 import numpy as np
 
-import inspect
 
 from verifier._call_timeout import call_deadline
 from verifier.errors import SamplingRefusedError
@@ -60,14 +59,9 @@ def takes_row_temperatures(decoder: Any) -> bool:
     """Whether ``decoder.generate`` takes the ``row_temperatures`` keyword (or ``**kwargs``); a decoder that states its optional
     keywords (an engine adapter's ``generate_keywords``, :class:`verifier.engines.decoder.EngineDecoder`) is taken at
     its word."""
-    declared = getattr(decoder, "generate_keywords", None)
-    if isinstance(declared, (set, frozenset, tuple, list)):
-        return "row_temperatures" in declared
-    try:
-        params = inspect.signature(decoder.generate).parameters
-    except (TypeError, ValueError):
-        return False
-    return "row_temperatures" in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    from verifier.validation import takes_generate_keyword
+
+    return takes_generate_keyword(decoder, "row_temperatures")
 
 
 def check_batch_level(decoder: Any, plan: SampleSetPlan, name: str) -> None:

@@ -29,7 +29,6 @@ Tolerance
 
 from __future__ import annotations
 
-import inspect
 from typing import Any
 
 import numpy as np
@@ -66,14 +65,9 @@ def takes_return_logprobs(decoder: Any) -> bool:
     """Whether ``decoder.generate`` takes the ``return_logprobs`` keyword (or ``**kwargs``); a decoder that states its optional
     keywords (an engine adapter's ``generate_keywords``, :class:`verifier.engines.decoder.EngineDecoder`) is taken at
     its word."""
-    declared = getattr(decoder, "generate_keywords", None)
-    if isinstance(declared, (set, frozenset, tuple, list)):
-        return "return_logprobs" in declared
-    try:
-        params = inspect.signature(decoder.generate).parameters
-    except (TypeError, ValueError):
-        return False
-    return "return_logprobs" in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    from verifier.validation import takes_generate_keyword
+
+    return takes_generate_keyword(decoder, "return_logprobs")
 
 
 def reference_logprobs(reference: Any, prompt_ids, tokens: np.ndarray, sampling) -> np.ndarray:
