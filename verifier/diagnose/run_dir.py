@@ -295,6 +295,8 @@ def _diagnose_names(report, plans, pairs, store, names, verdicts, with_fits, log
             item["ranking"] = total.to_dict()
             item["configs"] = _config_sentence(sets)
             _add_engine_laws(item, engine, plans, pairs, cache, no_draft_rows, biased)
+            if biased and item["status"] != "consistent":  # a support change at a filter threshold (numeric)
+                _add_boundary(item, report, engine, plans, pairs, cache)
         else:
             item["status"], item["sentence"] = "not diagnosed", too_large or "no sample set to diagnose"
             if unknown_draft:
@@ -363,6 +365,56 @@ def _add_engine_laws(item: dict, engine: str | None, plans, pairs, cache, no_dra
         item["mechanism"] = [law_entry(engine, n) for n in found["named"]]
     else:
         item["sentence"] += f"; {found['sentence']}"
+
+
+def _add_boundary(item: dict, report: dict, engine: str | None, plans, pairs, cache) -> None:
+    """Name a bias confined to tokens at a top-k / top-p / min-p threshold (:mod:`verifier.diagnose.boundary`) when
+    no mechanism explains the rows: the rejected sets' findings, named when every rejected filtered set shows it."""
+    from verifier.diagnose.boundary import BOUNDARY_STATUS, boundary_set_finding, covered_positions
+
+    found = []
+    for plan in (p for p in plans if p.decoder.name == item["decoder"] and p.set_id in cache):
+        entry = next((s for s in item["sets"] if s["set_id"] == plan.set_id), {})
+        if not entry.get("biased"):
+            continue
+        (seqs, _), tokens, _ = cache[plan.set_id]
+        prefix = f"{plan.decoder.name}/{plan.prompt}/{plan.sampling_name}/k={plan.num_draft_tokens}/"
+        positions = covered_positions(report.get("cells", []), prefix, tokens.shape[1])
+        f = boundary_set_finding(seqs, plan.sampling, positions, label=_token_label(pairs[plan.pair]))
+        if f is None:
+            return  # a rejected set without a filter: not a boundary effect
+        found.append((plan.label, f))
+    if not found:
+        return
+    item["boundary"] = {label: f for label, f in found}
+    if all(f["named"] for _, f in found):
+        hint = _precision_hint(engine or _decoder_engine(next(p for p in plans if p.decoder.name == item["decoder"])))
+        item["status"] = BOUNDARY_STATUS
+        item["sentence"] = "; ".join(f"{label}: {f['sentence']}" for label, f in found) + (f" ({hint})" if hint else "")
+
+
+def _token_label(pair):
+    tok = getattr(pair, "tokenizer", None)
+    if tok is None or not hasattr(tok, "decode"):
+        return None
+    return lambda t: repr(tok.decode([t])) + f" (id {t})"
+
+
+def _decoder_engine(plan) -> str | None:
+    """The registered engine whose adapter module provides ``plan``'s decoder (``module:factory``), or None."""
+    source = getattr(plan.decoder, "decoder", None)
+    if not isinstance(source, str) or ":" not in source:
+        return None
+    from verifier.engines import engine_names, get_engine
+
+    module = source.split(":", 1)[0]
+    return next((name for name in engine_names() if get_engine(name).__module__ == module), None)
+
+
+def _precision_hint(engine: str | None) -> str | None:
+    """Where ``engine``'s precision comes from (its law module's ``PRECISION_HINT``), or None."""
+    module = engine_module(engine)
+    return getattr(module, "PRECISION_HINT", None) if module is not None else None
 
 
 def _counted(items, bar):

@@ -80,10 +80,16 @@ def _root_cause(folder: Path, root: Path) -> str:
 
 def _harness_cause(r: dict[str, Any]) -> str:
     """"harness: <mechanism>." when the report's own diagnosis named one (report.json ``diagnosis``), else ""."""
+    from verifier.diagnose.boundary import BOUNDARY_STATUS
+
     names = []
     for d in ((r.get("diagnosis") or {}).get("decoders") or []):
         if d.get("status") == "consistent":
             names += [m["name"] for m in d.get("mechanism") or []]
+        elif d.get("status") == BOUNDARY_STATUS:  # a support change at a filter threshold (numeric precision)
+            for f in (d.get("boundary") or {}).values():
+                kind = "rounding" if f.get("rounding") else "precision or a logits defect"
+                names.append(f"{'/'.join(f.get('filters') or [])} threshold flip ({kind})")
     return f"harness: `{' or '.join(dict.fromkeys(names))}`." if names else ""
 
 
@@ -118,6 +124,12 @@ def _engine_from_folder(folder: Path, root: Path) -> dict[str, Any]:
     for cls in ENGINE_REGISTRY.values():
         if top == f"{cls.name}-{cls.version}":
             return cls.describe()
+    # the folder of another version than the one installed here (transformers follows the harness's own venv):
+    # the adapter's description with the folder's version, the longest matching name first
+    for cls in sorted(ENGINE_REGISTRY.values(), key=lambda c: -len(c.name)):
+        rest = top[len(cls.name) + 1:] if top.startswith(f"{cls.name}-") else ""
+        if rest[:1].isdigit():
+            return {**cls.describe(), "version": rest}
     return {}
 
 

@@ -30,6 +30,11 @@ they reject the target's is the law the engine samples.
 
 from __future__ import annotations
 
+# where a filter-boundary finding's precision comes from (verifier.diagnose.boundary; field-kinds/FINDINGS.md)
+PRECISION_HINT = ("OpenVINO's CPU plugin runs LLMPipeline at its default INFERENCE_PRECISION_HINT, bf16 on CPUs with "
+                  "AMX / AVX512-bf16, with a u8 KV cache (KV_CACHE_PRECISION), although the IR is f32; the adapter's "
+                  "`--engine-arg precision=f32` sets both to f32 for target and draft")
+
 import json
 from typing import Callable
 
