@@ -169,5 +169,7 @@ def test_a_suite_of_several_decoders_gives_one_row_each(tmp_path):
     assert [r["config"].split(";")[0] for r in rows] == ["independence-token1", "penalties-token1",
                                                         "penalties-token1-control-f32: precision=f32"]
     assert [r["verdict"].split(" at ")[0] for r in rows] == ["PASS", "BIAS DETECTED", "PASS"]
-    assert "repetition 1.5, min-p 0.1" in rows[1]["config"] and rows[1]["root_cause"].startswith("human: precision.")
+    assert "repetition 1.5, min-p 0.1" in rows[1]["config"] and "human: precision." in rows[1]["root_cause"]
+    # the report's own diagnosis names the threshold flip (verifier.diagnose.boundary) before the human text
+    assert rows[1]["root_cause"].startswith("harness: `min-p threshold flip")
     assert rows[0]["root_cause"] == "" and rows[1]["mde"] == "0.0707"

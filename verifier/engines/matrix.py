@@ -27,7 +27,8 @@ report's ``suite.stats.target_mde``) says so: "PASS at target TV 0.3".
 Root cause of a BIAS DETECTED: "harness: <mechanism>." when the report's own diagnosis named one, then "human:" and
 the first line starting with ``Root cause:`` in ``FINDINGS.md`` of the
 report folder or of the engine's folder (``reports/audits/<engine>-<version>/FINDINGS.md``); a BIAS
-without one says "root cause: not written up" (never left blank).  With ``--readme FILE`` the table
+without one says "root cause: not written up" (never left blank).  An ERROR row carries the same FINDINGS line (an
+engine that crashes on a setting is a finding: vLLM's server at top-k without top-p).  With ``--readme FILE`` the table
 between the markers ``<!-- audit-matrix:start -->`` and ``<!-- audit-matrix:end -->`` is replaced, and the
 field-kinds table (:mod:`verifier.engines.kinds_matrix`) between ``<!-- field-kinds:start -->`` and
 ``<!-- field-kinds:end -->`` where the file has those markers.
@@ -298,6 +299,8 @@ def collect(root: str | Path = "reports/audits") -> list[dict[str, Any]]:
                 harness = _harness_cause(part)
                 human = f"human: {cause}" if cause else "human: not written up"
                 row["root_cause"] = f"{harness} {human}" if harness else human
+            elif "ERROR" in row["verdict"]:  # a decoder or server that died is a finding too: say why
+                row["root_cause"] = f"human: {cause}" if cause else "error: see the report"
             else:
                 row["root_cause"] = ""
             rows.append(row)
