@@ -111,3 +111,18 @@ def test_the_openvino_min_p_row_is_named_from_its_committed_samples(tmp_path):
     (name,) = [e for e in f["first_position"] if e["token"] == 361]
     assert name["observed"] == 0 and name["expected"] > 50 and name["margin"] < BAND_NATS
     assert "INFERENCE_PRECISION_HINT" in item["sentence"]
+
+
+def test_a_rule_defect_that_drops_a_token_wholly_is_not_named():
+    """deterministic_acceptance (accept iff p >= q) never emits token 0 at token 1 here -- all or nothing, like a flip --
+    but it also moves non-band tokens of later positions by more than rounding allows (2,500 rows, seed 1)."""
+    from verifier.bench.diagnose import _Setting
+
+    st = _Setting(REQUESTED)
+    law = st.law("deterministic_acceptance")
+    idx = np.random.default_rng(1).choice(len(law), size=2500, p=law)
+    uniq, counts = np.unique(idx, return_counts=True)
+    seqs = st.sp.rows(uniq)
+    seqs.weights = counts.astype(np.float64)
+    f = boundary_set_finding(seqs, REQUESTED, N)
+    assert not f["named"] and f["flip_pvalue"] < 0.01 and "farther than TV" in f["sentence"], f["sentence"]

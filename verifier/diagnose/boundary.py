@@ -21,20 +21,29 @@ A perturbation of every processed logit by at most ``e`` nats changes a decision
 ``2 e``.  The *band* is every token with margin <= :data:`BAND_NATS` (0.05 nats: a 5% change of a probability ratio,
 the order of bf16 rounding -- 8 significant bits -- of logits of magnitude 10-20, as this module's callers report).
 
-The finding (all three at once; the band is fixed before the data are looked at):
+The finding (the band is fixed before the data are looked at).  **Named** when all of:
 
 1. **Every impossible token lies in the band.**  An emitted token the requested law gives probability 0 (a support
    violation) outside the band rules the finding out.
 2. **The band deviates.**  Emissions of band tokens the requested law keeps, against their expected number (a sum of
    per-position probabilities along the observed prefixes: a martingale, normal approximation, two-sided), or any
    emission of a band token the law drops; significant at ``alpha`` (:data:`verifier.diagnose.rank.DIAGNOSIS_ALPHA`).
-3. **Outside the band the emitted law is the requested one, up to rounding.**  Each emitted non-band token is
-   tested under the requested law restricted to the non-band tokens of its position (which band tokens an engine
-   keeps changes only the normalisation), with the tolerance a rounding error allows: a perturbation of every logit
-   by at most ``BAND_NATS / 2`` moves a law by at most TV :data:`TOLERANCE_TV` ((e^0.05 - 1) / 2 = 0.0256), so the
-   data must be consistent with a distance <= TOLERANCE_TV -- the lower ``1 - FIT_ALPHA`` confidence bound of the
-   distance at most TOLERANCE_TV -- on the randomized-PIT KS over every analysed position (KS distance <= TV) and, on
-   the first position (one context for every row), on the Pearson chi-square's TV interval of the non-band counts.
+3. **All or nothing per context.**  The logits are deterministic, so a rounding error moves a band token wholly across
+   its threshold in a given context (position and observed prefix): some kept band token is never emitted where its
+   requested prob makes that unlikely (``(1 - p)^n < alpha``, Bonferroni), or a dropped one is emitted; and no band
+   token is emitted at a partial rate (two-sided binomial, Bonferroni, at ``FIT_ALPHA``) -- a defect of the rule moves
+   rates part of the way (``deterministic_acceptance`` drops a token wholly too, but fails 4).
+4. **Outside the band, within rounding in TV.**  Each emitted non-band token is tested under the requested law
+   restricted to the non-band tokens of its position (which band tokens an engine keeps changes only the
+   normalisation).  A perturbation of every logit by at most ``BAND_NATS / 2`` moves a law by at most TV
+   :data:`TOLERANCE_TV` ((e^0.05 - 1) / 2 = 0.0256), so the data must be consistent with a distance <= TOLERANCE_TV:
+   the lower ``1 - FIT_ALPHA`` confidence bound of the randomized-PIT KS distance over every analysed position (KS
+   distance <= TV) and of the first position's chi-square TV interval (one context for every row) at most TOLERANCE_TV.
+
+**Rounding** when, besides, the non-band tokens' effective temperature (profile likelihood on the fixed non-band
+support) has the requested T in its ``1 - FIT_ALPHA`` interval; else the report names both candidates (lower precision
+with a quantised KV cache, or a temperature / logits-processor defect) and the float32 run that separates them.
+``specverify bench diagnose-boundary`` measures both rates on flips, temperature errors, the null and every mechanism.
 
 Positions analysed: 1..P, P the last position of a rejected gof / joint cell of the set (every position when a
 rejected cell covers all of them, e.g. the PIT).  An engine law module may add where the precision comes from
@@ -227,6 +236,7 @@ def boundary_set_finding(seqs, sampling, positions: int, *, label=None, alpha: f
         band_p = float(2 * norm.sf(abs(obs_kept - exp_kept) / math.sqrt(var)))
     else:
         band_p = 1.0
+    flip = _flip_test(seqs.tokens[:, :steps], live, w, law, band, kept)
     # step 3: the requested law restricted to the non-band tokens of each position
     outside = np.where(band, 0.0, law)
     z = outside.sum(axis=-1, keepdims=True)
@@ -262,15 +272,59 @@ def boundary_set_finding(seqs, sampling, positions: int, *, label=None, alpha: f
     fit_p = min(1.0, min(ps) * len(ps)) if ps else None
     lows = [v for v in (pit_low, first_low) if v is not None]
     fits = bool(lows) and max(lows) <= TOLERANCE_TV  # within a rounding-level perturbation outside the band
-    named = bool(imp_out == 0 and band_p < alpha)  # the support changed at a threshold, and nowhere else
-    rounding = bool(named and fits and temp["consistent"])  # ... and the rest of the law moved by rounding only
+    # the support changed at a threshold, all or nothing per context, and nowhere else
+    # ... and the rest of the law within the TV a rounding-level logit error can cause
+    named = bool(imp_out == 0 and band_p < alpha and flip["flip_pvalue"] < alpha and flip["partial_pvalue"] >= FIT_ALPHA
+                 and fits)
+    rounding = bool(named and temp["consistent"])  # ... at the requested temperature: rounding, as far as the data see
     out = {"named": named, "rounding": rounding, "filters": filters, "band_nats": BAND_NATS, "positions": steps,
            "impossible": imp_total, "impossible_outside_band": imp_out, "band_observed": obs_kept,
-           "band_expected": exp_kept, "band_dropped_emitted": dropped_emitted, "band_pvalue": band_p,
+           "band_expected": exp_kept, "band_dropped_emitted": dropped_emitted, "band_pvalue": band_p, **flip,
            "pit_pvalue": pit_p, "first_pvalue": first_p, "fit_pvalue": fit_p, "pit_ks_low": pit_low,
            "first_tv_low": first_low, "tolerance_tv": TOLERANCE_TV, "temperature": temp, "first_position": first}
     out["sentence"] = _sentence(out, sampling)
     return out
+
+
+def _flip_test(tokens, live, w, law, band, kept) -> dict:
+    """All or nothing per context: a rounding error moves a band token wholly across its threshold in a given
+    context (the logits are deterministic), a defect of the rule moves its rate partly.
+
+    For each (position, observed prefix) context with ``n`` rows and each band token of it: a kept token emitted 0
+    times is a flip with p-value ``(1 - p)^n`` (p its requested prob); a dropped one emitted is a flip (p 0); a kept
+    one emitted must not be emitted less or more than its requested prob allows (two-sided binomial test) -- a partial
+    rate is no flip.  Returns ``flip_pvalue`` (smallest flip p, Bonferroni over the band pairs), ``partial_pvalue``
+    (smallest binomial p, Bonferroni), ``flipped`` (how many pairs look flipped)."""
+    from scipy.stats import binomtest
+
+    steps = tokens.shape[1]
+    pairs, flip_ps, partial_ps = 0, [], []
+    for t in range(steps):
+        rows = np.flatnonzero(live[:, t])
+        if not len(rows):
+            continue
+        groups: dict[bytes, list[int]] = {}
+        for i in rows:
+            groups.setdefault(tokens[i, :t].tobytes(), []).append(int(i))
+        for members in groups.values():
+            i0 = members[0]
+            for v in np.flatnonzero(band[i0, t]):
+                pairs += 1
+                n = int(round(float(w[members].sum())))
+                o = int(round(float(w[[i for i in members if tokens[i, t] == v]].sum())))
+                if not kept[i0, t, v]:
+                    if o > 0:
+                        flip_ps.append(0.0)
+                    continue
+                pv = float(law[i0, t, v])
+                if o == 0:
+                    flip_ps.append((1.0 - pv) ** n)
+                else:
+                    partial_ps.append(float(binomtest(o, n, pv).pvalue))
+    bonf = max(1, pairs)
+    return {"flip_pvalue": min(1.0, min(flip_ps) * bonf) if flip_ps else 1.0,
+            "partial_pvalue": min(1.0, min(partial_ps) * bonf) if partial_ps else 1.0,
+            "flipped": int(sum(p < DIAGNOSIS_ALPHA for p in flip_ps))}
 
 
 def _temperature_check(logits, sampling, mask, band, r, t, x, w) -> dict:
@@ -305,14 +359,27 @@ def _temperature_check(logits, sampling, mask, band, r, t, x, w) -> dict:
     fitted, best = float(math.exp(res.x)), -float(res.fun)
     lr = best - ll(requested)
     cut = float(stats.chi2.ppf(1 - FIT_ALPHA, 1)) / 2
-    return {"consistent": bool(lr <= cut), "fitted": fitted, "requested": requested, "log_lr": lr, "cut": cut}
+
+    def gap(lt: float) -> float:  # < 0 inside the (1 - FIT_ALPHA) profile-likelihood interval
+        v = ll(math.exp(lt))
+        return (best - v) - cut if math.isfinite(v) else 1.0
+
+    lo_b, hi_b = math.log(0.05), math.log(5.0)
+    low = 0.05 if gap(lo_b) < 0 else float(math.exp(optimize.brentq(gap, lo_b, res.x, xtol=1e-3)))
+    high = 5.0 if gap(hi_b) < 0 else float(math.exp(optimize.brentq(gap, res.x, hi_b, xtol=1e-3)))
+    return {"consistent": bool(lr <= cut), "fitted": fitted, "ci": [low, high], "ci_level": 1 - FIT_ALPHA,
+            "requested": requested, "log_lr": lr, "cut": cut}
 
 
 def _sentence(f: dict, sampling) -> str:
     which = "/".join(f["filters"])
     if not f["named"]:
         why = ("an emitted token the requested law drops lies outside the band" if f["impossible_outside_band"] else
-               "the band tokens are emitted as often as expected")
+               "the band tokens are emitted as often as expected" if f["band_pvalue"] >= DIAGNOSIS_ALPHA else
+               "no band token is wholly gone or wholly new in any context" if f["flip_pvalue"] >= DIAGNOSIS_ALPHA else
+               "a band token's rate moved part of the way (a rounding error moves it all or nothing)"
+               if f["partial_pvalue"] < FIT_ALPHA else
+               f"outside the band the law is farther than TV {f['tolerance_tv']:.3g} from the requested one")
         return f"not a {which} boundary effect ({why}; band {BAND_NATS:g} nats)"
     moved = sorted(f["first_position"], key=lambda e: -abs(e["observed"] - e["expected"]))[:MAX_LISTED]
     listed = "; ".join(
@@ -325,8 +392,8 @@ def _sentence(f: dict, sampling) -> str:
     fit = ", ".join(s for s in (
         f"randomized-PIT KS p = {f['pit_pvalue']:.2g}" if f["pit_pvalue"] is not None else "",
         f"token-1 chi-square p = {f['first_pvalue']:.2g}" if f["first_pvalue"] is not None else "",
-        f"effective temperature {temp['fitted']:.3g} (log LR {temp['log_lr']:.1f} over the requested "
-        f"{temp['requested']:g}, cut {temp['cut']:.2f})" if "cut" in temp else "") if s)
+        f"effective temperature {temp['fitted']:.3g}, {100 * temp['ci_level']:.1f}% interval [{temp['ci'][0]:.3g}, "
+        f"{temp['ci'][1]:.3g}], requested {temp['requested']:g}" if "ci" in temp else "") if s)
     head = (f"the support changed at the {which} threshold only -- {where}; every emitted token the requested law "
             f"drops lies within {BAND_NATS:g} nats of a threshold")
     if f["rounding"]:
@@ -335,7 +402,8 @@ def _sentence(f: dict, sampling) -> str:
                 f"engine's target logits differ from the reference's by a rounding error (lower-precision inference, "
                 f"e.g. bf16 / fp16), which the filter turns into a support change; not a defect of the speculative "
                 f"rule. Confirm with a run at float32 precision")
-    return (f"{head}; elsewhere the law also moved ({fit}; positions 1-{f['positions']}): the engine's target logits "
-            f"differ from the reference's beyond rounding -- lower precision with a quantised KV cache, or a "
-            f"temperature / logits-processor defect; a run at float32 precision separates them (it passes: precision; it "
-            f"keeps the change: a defect)")
+    return (f"{head}; elsewhere the law is within TV {f['tolerance_tv']:.3g} of the requested one but its effective "
+            f"temperature moved ({fit}; positions 1-{f['positions']}): the engine's target logits differ from the "
+            f"reference's by more than rounding -- lower precision with a quantised KV cache, or a temperature / "
+            f"logits-processor defect; a run at float32 precision separates them (it passes: precision; it keeps the "
+            f"change: a defect)")
