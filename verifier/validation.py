@@ -13,7 +13,7 @@ from verifier.protocols import PADDING_TOKEN_ID
 
 NO_ROUND = -1  # first_round_accepted of a row in which no speculative round ran (same as verifier.runner.acceptance.NO_ROUND)
 
-__all__ = ["check_row_temperatures", "check_emitted_tokens", "check_decoder_stats", "check_stop_rule", "check_reported_logprobs", "same_rows_nats",
+__all__ = ["check_row_temperatures", "check_row_prompts", "check_emitted_tokens", "check_decoder_stats", "check_stop_rule", "check_reported_logprobs", "same_rows_nats",
            "repeated_block", "REPLAY_NATS", "MAX_LOGPROB", "plugin_attribute"]
 
 # the largest reported logprob accepted at an emitted token: log 1 = 0, plus the rounding of a float32 log-softmax
@@ -51,6 +51,51 @@ def check_row_temperatures(row_temperatures, num_samples: int, sampling) -> list
     if getattr(sampling, "greedy", False):
         raise invalid_argument("row_temperatures", row_temperatures, "None with a greedy sampling config (T = 0)")
     return temps
+
+
+def check_row_prompts(row_prompts, num_samples: int, vocab_size: int | None = None,
+                      min_len: int = 1) -> list[tuple[int, ...]] | None:
+    """``generate(..., row_prompts=)`` checked: one prompt (a sequence of token ids) per row, or None (the
+    batch-composition axis's mixed-prompts levels, issue 29 kind 1; shared by the reference decoders and the engine
+    adapters that take it).
+
+    Parameters
+    ----------
+    row_prompts : sequence of sequence of int, or None
+        ``num_samples`` prompts, row ``r`` continues ``row_prompts[r]`` (in place of ``prompt_ids``).
+    num_samples : int
+    vocab_size : int, optional
+        Ids must be in ``0..vocab_size - 1``; None: only ``>= 0`` is checked (an engine checks its own vocabulary).
+    min_len : int, default 1
+        The models' shortest prompt (a tabular model's context length).
+
+    Returns
+    -------
+    list of tuple of int, or None
+
+    Raises
+    ------
+    InvalidArgumentError
+        Not a sequence of ``num_samples`` prompts, a prompt shorter than ``min_len``, an id that is not an integer
+        (booleans refused) or outside the vocabulary; the message names ``row_prompts[r]``.
+    """
+    if row_prompts is None:
+        return None
+    if isinstance(row_prompts, (str, bytes)) or not hasattr(row_prompts, "__len__") or len(row_prompts) != num_samples:
+        raise invalid_argument("row_prompts", row_prompts, f"{num_samples} prompts (one sequence of token ids per row)")
+    out = []
+    top = f"0..{vocab_size - 1}" if vocab_size is not None else ">= 0"
+    for r, prompt in enumerate(row_prompts):
+        try:
+            ids = tuple(prompt)
+        except TypeError:
+            ids = None
+        if (ids is None or len(ids) < min_len or any(isinstance(t, bool) or not isinstance(t, (int, np.integer))
+                                                      or t < 0 or (vocab_size is not None and t >= vocab_size)
+                                                      for t in ids)):
+            raise invalid_argument(f"row_prompts[{r}]", prompt, f"at least {min_len} token id(s) in {top}")
+        out.append(tuple(int(t) for t in ids))
+    return out
 
 
 def takes_generate_keyword(decoder, name: str) -> bool:

@@ -111,6 +111,26 @@ class CacheRunner:
         self.lengths = torch.full((batch,), ids.shape[1], dtype=torch.int64, device=self.device)
 
     @torch.no_grad()
+    def prefill_rows(self, contexts: Sequence[Sequence[int]]) -> None:
+        """Run a context per row (lengths may differ, any may be empty), left-padded to the longest.
+
+        The padding columns carry :data:`DUMMY_TOKEN_ID` with mask 0 and do not count as positions, so each row's
+        real tokens sit at positions ``0..len - 1`` and no later query attends to the padding: a padded batch with an
+        attention mask and per-row position ids, as engines run prompts of different lengths in one step.
+        """
+        batch = len(contexts)
+        self.cache = None
+        self.mask = torch.zeros(batch, 0, dtype=torch.bool, device=self.device)
+        self.lengths = torch.zeros(batch, dtype=torch.int64, device=self.device)
+        width = max((len(c) for c in contexts), default=0)
+        if width == 0:
+            return
+        ids = torch.tensor([[DUMMY_TOKEN_ID] * (width - len(c)) + [int(t) for t in c] for c in contexts],
+                           dtype=torch.int64, device=self.device)
+        visible = torch.tensor([[False] * (width - len(c)) + [True] * len(c) for c in contexts], device=self.device)
+        self.append(ids, visible)
+
+    @torch.no_grad()
     def append(self, token_ids: torch.Tensor, visible: torch.Tensor | None = None) -> torch.Tensor:
         """Feed ``token_ids`` (batch, m); return logits (batch, m, vocab) in the model's dtype.
 

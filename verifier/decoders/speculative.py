@@ -20,13 +20,13 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from verifier.decoders import _fast32, _fused
+from verifier.decoders import _fast32, _fused, _row_prompts
 from verifier.decoders._runner import (COMPACT_HOLE_FRACTION, CacheRunner, check_prompt, model_device, model_eos_token_id,
                                        model_vocab_size)
 from verifier.decoders.kernels import sample_from_probs, verify_chain
 from verifier.errors import ModelLoadError, invalid_argument
 from verifier.protocols import PADDING_TOKEN_ID, DecoderStats
-from verifier.sampling import SamplingConfig, add_generated, context_codes, processed_probs
+from verifier.sampling import SamplingConfig, add_generated, processed_probs
 from verifier.validation import check_stop_rule
 
 __all__ = ["AncestralDecoder", "SpeculativeDecoder", "MAX_NUM_DRAFT_TOKENS", "row_logit_scale"]
@@ -239,11 +239,12 @@ class AncestralDecoder:
     @torch.no_grad()
     def generate(self, prompt_ids: Sequence[int], num_samples: int, max_new_tokens: int,
                  sampling: SamplingConfig, seed: int, *, stop_token_ids: Sequence[int] = (),
-                 max_tokens: int | None = None, row_temperatures: Sequence[float] | None = None) -> np.ndarray:
+                 max_tokens: int | None = None, row_temperatures: Sequence[float] | None = None,
+                 row_prompts: Sequence[Sequence[int]] | None = None) -> np.ndarray:
         """Sample ``num_samples`` continuations of ``prompt_ids`` from the target.
 
-        ``stop_token_ids`` / ``max_tokens``: the request's stop rule; ``row_temperatures``: a temperature per row; both
-        as for :meth:`SpeculativeDecoder.generate`.
+        ``stop_token_ids`` / ``max_tokens``: the request's stop rule; ``row_temperatures``: a temperature per row;
+        ``row_prompts``: a prompt per row (one padded batch); all as for :meth:`SpeculativeDecoder.generate`.
 
         Returns
         -------
@@ -254,21 +255,24 @@ class AncestralDecoder:
         ------
         InvalidArgumentError
             Bad prompt (empty, out-of-vocabulary id), counts < 1, seed < 0, not a SamplingConfig, a bad stop
-            rule (:func:`verifier.validation.check_stop_rule`) or bad ``row_temperatures`` (:func:`row_logit_scale`).
+            rule (:func:`verifier.validation.check_stop_rule`), bad ``row_temperatures`` (:func:`row_logit_scale`)
+            or bad ``row_prompts`` (:func:`verifier.validation.check_row_prompts`).
         """
         prompt = _generate_iv(prompt_ids, num_samples, max_new_tokens, sampling, seed, self.vocab_size, self.min_prompt_len)
         stops, limit = check_stop_rule(stop_token_ids, max_tokens, max_new_tokens=max_new_tokens, vocab_size=self.vocab_size)
         scale = row_logit_scale(row_temperatures, num_samples, sampling, self.device)
+        prompts = _row_prompts.row_prompt_list(prompt, row_prompts, num_samples, self.vocab_size, self.min_prompt_len)
         t0 = time.perf_counter()
         gen = torch.Generator(device=self.device).manual_seed(int(seed))
-        runner = CacheRunner(self.target, self.device, reserve_columns=len(prompt) + max_new_tokens)  # one column a step
-        runner.prefill(prompt[:-1], num_samples)
+        width = max(len(p) for p in prompts)
+        runner = CacheRunner(self.target, self.device, reserve_columns=width + max_new_tokens)  # one column a step
+        _row_prompts.prefill(runner, prompts)
         rows = torch.arange(num_samples, device=self.device)
         live = torch.ones(num_samples, dtype=torch.bool, device=self.device)
-        pending = torch.full((num_samples,), prompt[-1], dtype=torch.int64, device=self.device)
+        pending = _row_prompts.last_tokens(prompts, self.device)
         out = self._output(num_samples, max_new_tokens, stops, limit)
         use_seen = sampling.uses_context
-        seen = context_codes(prompt, num_samples, self.vocab_size, self.device, sampling=sampling)  # None without penalties
+        seen = _row_prompts.row_context(prompts, self.vocab_size, self.device, sampling)  # None without penalties
         steps = 0
         while rows.numel():
             logits = _scaled(runner.append(pending[:, None])[:, -1], scale)
@@ -368,6 +372,11 @@ class SpeculativeDecoder:
         """Each row's logit factor (``row_temperatures``); the ``mixed_temperature_leak`` mutant returns row 0's."""
         return scale
 
+    def _row_prompts(self, prompts: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
+        """Each row's prompt as the call runs it (``row_prompts``); the ``prompt_length_leak`` mutant cuts or pads
+        every row to slot 0's length."""
+        return prompts
+
     def _fused(self) -> bool:
         """True when the hooks and kernel are the reference's: the round then runs in row blocks
         (:mod:`verifier.decoders._fused`, same tokens for the same seed, no (batch, k, vocab) probs)."""
@@ -464,7 +473,7 @@ class SpeculativeDecoder:
     def generate(self, prompt_ids: Sequence[int], num_samples: int, max_new_tokens: int,
                  sampling: SamplingConfig, seed: int, *, stop_token_ids: Sequence[int] = (),
                  max_tokens: int | None = None, row_temperatures: Sequence[float] | None = None,
-                 return_logprobs: bool = False):
+                 row_prompts: Sequence[Sequence[int]] | None = None, return_logprobs: bool = False):
         """Sample ``num_samples`` continuations of ``prompt_ids`` by speculative decoding.
 
         Parameters
@@ -495,6 +504,12 @@ class SpeculativeDecoder:
             of rows at other temperatures (issue 29, bug kind 1: the ``batch_composition`` axis's filler rows).  Each
             row's target and draft logits are multiplied by ``sampling.temperature / t_r``
             (:func:`row_logit_scale`).  None: every row at ``sampling``.
+        row_prompts : sequence of sequence of int, or None, default None
+            A prompt per row in place of ``prompt_ids`` (issue 29, bug kind 1: the ``batch_composition`` axis's
+            mixed-prompts levels, filler rows with prompts of other lengths).  The call runs as one padded batch: each
+            row's context left-padded to the longest with a masked dummy token, its own position ids, last prompt
+            token and penalty context (:mod:`verifier.decoders._row_prompts`), so row ``r`` is exact speculative
+            sampling after ``row_prompts[r]``.  Rows sharing one prompt are the call without it, token for token.
 
         Returns
         -------
@@ -506,25 +521,29 @@ class SpeculativeDecoder:
         ------
         InvalidArgumentError
             Bad prompt, counts < 1, seed < 0, ``sampling`` not a SamplingConfig, a bad stop rule
-            (:func:`verifier.validation.check_stop_rule`) or bad ``row_temperatures`` (:func:`row_logit_scale`).
+            (:func:`verifier.validation.check_stop_rule`), bad ``row_temperatures`` (:func:`row_logit_scale`) or
+            bad ``row_prompts`` (:func:`verifier.validation.check_row_prompts`).
         """
         prompt = _generate_iv(prompt_ids, num_samples, max_new_tokens, sampling, seed, self.vocab_size, self.min_prompt_len)
         stops, limit = check_stop_rule(stop_token_ids, max_tokens, max_new_tokens=max_new_tokens, vocab_size=self.vocab_size)
         scale = self._row_scale(row_logit_scale(row_temperatures, num_samples, sampling, self.device))
+        prompts = self._row_prompts(_row_prompts.row_prompt_list(prompt, row_prompts, num_samples, self.vocab_size,
+                                                                 self.min_prompt_len))
         t0 = time.perf_counter()
         dev = self.device
         gen = torch.Generator(device=dev).manual_seed(int(seed))
         # cache columns: visible tokens (prompt + emitted, up to k + 1 past max_new_tokens) plus the
         # masked holes, at most COMPACT_HOLE_FRACTION of the columns after a rollback, plus one round
         k = self.num_draft_tokens
-        reserve = int((len(prompt) + max_new_tokens + k + 1) / (1 - COMPACT_HOLE_FRACTION)) + k + 1
+        width = max(len(p) for p in prompts)  # the longest row's prompt (rows with shorter ones are left-padded)
+        reserve = int((width + max_new_tokens + k + 1) / (1 - COMPACT_HOLE_FRACTION)) + k + 1
         st = {"target": CacheRunner(self.target, dev, reserve), "draft": CacheRunner(self.draft, dev, reserve)}
-        st["target"].prefill(prompt[:-1], num_samples)
-        st["draft"].prefill(prompt[:-1], num_samples)
-        last = torch.full((num_samples,), prompt[-1], dtype=torch.int64, device=dev)
+        _row_prompts.prefill(st["target"], prompts)
+        _row_prompts.prefill(st["draft"], prompts)
+        last = _row_prompts.last_tokens(prompts, dev)
         st["target_pending"] = st["draft_pending"] = last[:, None]
         st["target_pending_visible"] = st["draft_pending_visible"] = torch.ones_like(last[:, None], dtype=torch.bool)
-        st["seen"] = context_codes(prompt, num_samples, self.vocab_size, dev, sampling=sampling)  # None without penalties
+        st["seen"] = _row_prompts.row_context(prompts, self.vocab_size, dev, sampling)  # None without penalties
         st["scale"] = scale
         rows = torch.arange(num_samples, device=dev)  # original index of each batch row
         st["rows"] = rows  # a row's slot in the call, for hooks that depend on it (verifier.decoders.batch_mutants)
