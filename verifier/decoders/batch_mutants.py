@@ -20,6 +20,13 @@ apart.
   temperatures (``generate(..., row_temperatures=)``), every row is sampled at row 0's -- one sampling parameter read
   for the whole batch.  Calls at one temperature are the reference.
 
+* ``prompt_length_leak`` (:class:`PromptLengthLeakDecoder`): in a call whose rows have prompts of different lengths
+  (``generate(..., row_prompts=)``), every row's generation starts at slot 0's prompt length -- one sequence length
+  read for the whole padded batch, as the offset of the first generated token's position and KV slot.  A row with a
+  shorter prompt reads the padding after it (the dummy pad id, :data:`~verifier.decoders._runner.DUMMY_TOKEN_ID`) as
+  prompt; a row with a longer one has its last prompt tokens overwritten by generation.  Calls whose rows share one
+  prompt length are the reference.
+
 :data:`BATCH_DECODER_REGISTRY` maps a name to a :class:`~verifier.decoders.spec.DecoderSpec`;
 :func:`verifier.decoders.make_decoder` finds these names too (``decoder = "corrupt_batch_gt2"`` in a suite).
 """
@@ -28,12 +35,13 @@ from __future__ import annotations
 
 import torch
 
+from verifier.decoders._runner import DUMMY_TOKEN_ID
 from verifier.decoders.kernels import _chain, residual_or_target
 from verifier.decoders.spec import DecoderSpec
 from verifier.decoders.speculative import SpeculativeDecoder
 
 __all__ = ["BATCH_DECODER_REGISTRY", "CLEAN_SLOTS", "CorruptBatchGt2Decoder", "MixedTemperatureLeakDecoder",
-           "batch_decoder_names"]
+           "PromptLengthLeakDecoder", "leaked_prompt", "batch_decoder_names"]
 
 CLEAN_SLOTS = 2  # slots with their own residual buffer: the smallest captured batch (verifier.exact.batch.CLEAN_ROWS)
 
@@ -97,6 +105,42 @@ class MixedTemperatureLeakDecoder(SpeculativeDecoder):
         return None if scale is None else scale[:1].expand_as(scale).clone()  # BUG on purpose: row 0's for all rows
 
 
+def leaked_prompt(prompt, length: int, pad_id: int = DUMMY_TOKEN_ID) -> tuple[int, ...]:
+    """The prompt a row of ``prompt_length_leak`` runs when slot 0's prompt has ``length`` tokens: ``prompt`` cut to
+    ``length`` tokens, or right-padded to it with ``pad_id`` (visible).
+
+    Examples
+    --------
+    >>> leaked_prompt((1, 2, 3), 2), leaked_prompt((1,), 3)
+    ((1, 2), (1, 0, 0))
+    """
+    ids = tuple(int(t) for t in prompt)
+    return (ids + (int(pad_id),) * max(0, length - len(ids)))[:length]
+
+
+class PromptLengthLeakDecoder(SpeculativeDecoder):
+    """Reference speculative decoding that runs every row of a mixed-length call at slot 0's prompt length.
+
+    ``generate(..., row_prompts=)`` asks for rows with their own prompts in one padded call; this decoder reads one
+    sequence length for the batch (slot 0's) and starts every row's generation there: a shorter row continues its
+    prompt plus visible pad tokens, a longer row its prompt's first ``len(row_prompts[0])`` tokens
+    (:func:`leaked_prompt`).  A call whose rows share one prompt length, or without ``row_prompts``, is the reference.
+    Parameters as for :class:`~verifier.decoders.SpeculativeDecoder`.
+
+    Notes
+    -----
+    Per row: exact speculative sampling of the target after ``leaked_prompt(row_prompts[r], len(row_prompts[0]))``
+    (``verifier.exact.target_law`` of that prompt).  The batch-composition axis puts its filler rows
+    (``mixed_prompt_lengths``) in the even slots, slot 0 included, so every audited row runs at a filler's length.
+    A tabular n-gram model sees it only where the leaked prompt's last ``context_len`` tokens differ from the
+    row's own (a pad id equal to the prompt's last token hides it).
+    """
+
+    def _row_prompts(self, prompts):
+        length = len(prompts[0])
+        return [leaked_prompt(p, length) for p in prompts]  # BUG on purpose: slot 0's length for every row
+
+
 def _factory(cls):
     return lambda target, draft, k, **options: cls(target, draft, k, **options)
 
@@ -114,6 +158,13 @@ _ENTRIES = [
                 "only in mixed-temperature calls (batch_composition mixed_temperature, filler rows in the even slots "
                 "from slot 0), T > 0, where the filler's temperature differs: every audited row is drawn at it; "
                 "calls at one temperature are the reference", _factory(MixedTemperatureLeakDecoder)),
+    DecoderSpec("prompt_length_leak", "In a generate call whose rows have prompts of different lengths (row_prompts), "
+                "every row's generation starts at slot 0's prompt length (one sequence length read for the padded "
+                "batch): a shorter row reads pad tokens as prompt, a longer row's prompt tail is overwritten.", "biased",
+                "only in mixed-prompt-length calls (batch_composition mixed_prompt_lengths, filler rows in the even "
+                "slots from slot 0) where the cut or padded prompt changes the model's context (for an n-gram model: "
+                "its last context_len tokens); calls whose rows share one prompt length are the reference",
+                _factory(PromptLengthLeakDecoder)),
 ]
 
 BATCH_DECODER_REGISTRY: dict[str, DecoderSpec] = {spec.name: spec for spec in _ENTRIES}
