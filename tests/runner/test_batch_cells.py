@@ -17,6 +17,10 @@ at batch 2 and 16, 640 rows per level (gof@1 MDE at n = 640: 0.135 TV, asserted;
 
 Mixed temperatures (``suites/batch_mixed.toml``): level 2 plain and level 2 with a filler row at T = 0.3 in slot 0 of
 every call; ``mixed_temperature_leak`` (row 0's temperature for every row) is BIAS only at the mixed level.
+
+Mixed prompt lengths (``suites/batch_prompts.toml``): level 2 plain and level 2 with a filler row continuing a prompt of
+another length in slot 0 of every call; ``prompt_length_leak`` (slot 0's prompt length for every row) is BIAS only at
+the mixed-prompts level.
 """
 
 from __future__ import annotations
@@ -44,19 +48,22 @@ def _raw(**defaults) -> dict:
     return raw
 
 
+def _value(value) -> str:
+    if isinstance(value, dict):  # an inline table
+        return "{ " + ", ".join(f"{k} = {_value(v)}" for k, v in value.items()) + " }"
+    return json.dumps(value)
+
+
 def _write(path: Path, raw: dict) -> Path:
-    lines = ["schema_version = 1", f"name = {raw['name']!r}", f"seed = {raw['seed']}", "[exact]", "enabled = false",
-             "[models.tab]", 'target = "tabular:bigram4_eos"', 'draft = "tabular:bigram4_eos"', "[prompts.zero]",
-             "ids = [0]", "[sampling.t1]", "temperature = 1.0", "[defaults]"]
-    for key, value in raw["defaults"].items():
-        if isinstance(value, dict):
-            value = "{ " + ", ".join(f"{k} = {json.dumps(v)}" for k, v in value.items()) + " }"
-        else:
-            value = json.dumps(value)
-        lines.append(f"{key} = {value}")
+    """``raw`` (a parsed suite) as TOML: top-level scalars, its tables (``[models.tab]``), then ``[[decoders]]``."""
+    lines = [f"{k} = {_value(v)}" for k, v in raw.items() if not isinstance(v, (dict, list))]
+    for key, table in raw.items():
+        if isinstance(table, dict):
+            named = table.items() if key in ("models", "prompts", "sampling", "profiles") else [(None, table)]
+            for name, entries in named:
+                lines += [f"[{key}.{name}]" if name else f"[{key}]"] + [f"{k} = {_value(v)}" for k, v in entries.items()]
     for d in raw["decoders"]:
-        lines += ["[[decoders]]"] + [f"{k} = {json.dumps(v)}" for k, v in d.items()]
-    lines += ["[stats]"] + [f"{k} = {json.dumps(v)}" for k, v in raw["stats"].items()]
+        lines += ["[[decoders]]"] + [f"{k} = {_value(v)}" for k, v in d.items()]
     path.write_text("\n".join(lines) + "\n")
     return path
 
@@ -66,7 +73,10 @@ def _write(path: Path, raw: dict) -> Path:
     ({"rows": [True]}, "integers"), ({"rows": [4], "colour": 1}, "unknown key 'colour'"),
     ({"rows": [4], "mixed_temperature": 0}, "a finite number > 0"),
     ({"rows": [1], "mixed_temperature": 0.5}, "only with a rows level >= 2"),  # break-it: ran, option ignored, exit 0
-    ({"rows": [4], "mixed_prompt_lengths": [3]}, "not supported yet"), ([1, 2], "a table")])
+    ({"rows": [4], "mixed_prompt_lengths": [3]}, "list of distinct prompt names"),
+    ({"rows": [4], "mixed_prompt_lengths": []}, "non-empty list"), ({"rows": [4], "mixed_prompt_lengths": "zero"}, "true"),
+    ({"rows": [1], "mixed_prompt_lengths": True}, "only with a rows level >= 2"),
+    ({"rows": [4], "mixed_prompt_lengths": ["nope"]}, "names defined under [prompts]"), ([1, 2], "a table")])
 def test_schema_is_strict_and_names_the_key(value, words):
     with pytest.raises(ConfigError, match="batch_composition") as info:
         parse_suite(_raw(batch_composition=value))
@@ -159,3 +169,58 @@ def test_mixed_temperature_levels_audit_the_odd_slots(tmp_path, capsys):
     code = main(["run", str(_write(tmp_path / "tree.toml", raw)), "--run-dir", str(tmp_path / "tree"), "--no-progress",
                  "--no-diagnosis"])
     assert code == 2 and "takes no row_temperatures keyword" in capsys.readouterr().err
+
+
+PROMPTS = Path(__file__).parent / "suites" / "batch_prompts.toml"
+
+
+def test_mixed_prompt_levels_plan_their_fillers_and_combine_with_mixed_temperature():
+    """``mixed_prompt_lengths = true`` takes every suite prompt of another length as a filler; with
+    ``mixed_temperature`` each factor makes its own levels; a set left without a filler of another length is refused
+    when the suite is planned, naming the key and the lengths."""
+    from verifier.runner.batch import row_prompts_of
+
+    raw = tomllib.loads(PROMPTS.read_text())
+    raw["prompts"]["three"] = {"ids": [0, 1, 2]}
+    raw["prompts"]["uno"] = {"ids": [3]}  # the audited prompt's length: never a filler
+    raw["defaults"]["batch_composition"] = {"rows": [1, 4], "mixed_temperature": 0.5, "mixed_prompt_lengths": True}
+    ids = {("tab", n): tuple(p["ids"]) for n, p in raw["prompts"].items()}
+    plans = [p for p in plan_sample_sets(parse_suite(raw), ids) if p.decoder.name == "reference"]
+    assert [p.level_name for p in plans] == ["1", "4", "4 mixed T=0.5", "4 mixed prompts"]
+    mixed = plans[-1]
+    assert mixed.filler_prompt_names == ("two", "three") and mixed.samples == 200 and mixed.mixed
+    assert row_prompts_of(mixed) == [[2, 0], [1], [0, 1, 2], [1]]
+    assert len({p.key for p in plans}) == 4 and mixed.describe()["filler_prompts"] == ["two", "three"]
+    raw["defaults"]["batch_composition"] = {"rows": [2], "mixed_prompt_lengths": ["uno"]}
+    with pytest.raises(ConfigError, match=r"mixed_prompt_lengths=\['uno'\] leaves no filler prompt of another length"):
+        plan_sample_sets(parse_suite(raw), ids)
+
+
+def test_mixed_prompt_levels_audit_the_odd_slots(tmp_path, capsys):
+    """``suites/batch_prompts.toml`` (seed 37, 200 rows per level, alpha 1e-3, 4 cells per decoder): the reference
+    passes at level 2 plain and mixed prompts (slot 0 continues [2, 0], slot 1 audited continues [1], one padded call);
+    ``prompt_length_leak`` passes plain and is BIAS mixed (its audited rows continue [1, 0]: first-token TV 0.4 exact,
+    gof@1's MDE at n = 200 is below 0.25, asserted), and the finding names the mixed-prompts level and where to look.
+    A decoder whose generate takes no row_prompts is refused (exit 2), naming the keyword."""
+    run_dir = tmp_path / "run"
+    code = main(["run", str(PROMPTS), "--run-dir", str(run_dir), "--no-progress", "--no-diagnosis", "--threads", "1"])
+    report, cells = _cells(run_dir)
+    assert code == EXIT_OK, report["summary"]
+    for t in ("gof@1", "joint@1..2"):
+        assert cells[("reference", f"{t}[batch=2]")]["verdict"] == "PASS"
+        assert cells[("reference", f"{t}[batch=2,mixed prompts]")]["verdict"] == "PASS"
+        assert cells[("prompt_length_leak", f"{t}[batch=2]")]["verdict"] == "PASS"
+        assert cells[("prompt_length_leak", f"{t}[batch=2,mixed prompts]")]["verdict"] == "BIAS"
+    assert cells[("reference", "gof@1[batch=2,mixed prompts]")]["mde"] < 0.25
+    assert cells[("reference", "gof@1[batch=2,mixed prompts]")]["extra"]["filler_prompts"] == ["two"]
+    finding = batch_finding("prompt_length_leak", report["cells"])
+    assert finding["rejected_levels"] == ["2 mixed prompts"] and finding["clean_levels"] == ["2"]
+    assert "rows with prompts of other lengths" in finding["sentence"] and "position ids" in finding["sentence"]
+    shard = np.load(next((run_dir / "samples").glob("*mixedprompts*/chunk-000000.npz")), allow_pickle=True)
+    assert json.loads(str(shard["meta"]))["filler_prompts"] == ["two"]
+    raw = tomllib.loads(PROMPTS.read_text())
+    raw["decoders"] = [{"name": "tree", "decoder": "tree_reference", "expect": "pass"}]
+    _write(tmp_path / "tree.toml", raw)
+    code = main(["run", str(tmp_path / "tree.toml"), "--run-dir", str(tmp_path / "tree"), "--no-progress",
+                 "--no-diagnosis"])
+    assert code == 2 and "takes no row_prompts keyword" in capsys.readouterr().err

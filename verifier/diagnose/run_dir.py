@@ -170,7 +170,6 @@ def _diagnose_decoders(report, plans, pairs, store, decoders, with_fits, log) ->
 
 def _diagnose_names(report, plans, pairs, store, names, verdicts, with_fits, log, bar) -> dict[str, Any]:
     from verifier.diagnose.batchlevel import batch_finding
-    from verifier.suite.batch import level_name
     from verifier.diagnose.glossary import mechanism_entries
     from verifier.diagnose.independence import INDEPENDENCE_STATUS, independence_finding
     from verifier.diagnose.logprob import LOGPROB_STATUS, logprob_finding
@@ -259,7 +258,7 @@ def _diagnose_names(report, plans, pairs, store, names, verdicts, with_fits, log
                                     f"{AUTO_FIT_MAX_ENTRIES})")
             ranking, seqs_set = res.pop("_ranking"), res.pop("_seqs")
             if (batch is None or plan.batch_rows is None  # a clean level has the target's law: not ranked
-                    or level_name(plan.batch_rows, plan.filler_temperature) in batch["rejected_levels"]):
+                    or plan.level_name in batch["rejected_levels"]):
                 rankings.append(ranking)
                 cache[plan.set_id] = (seqs_set, tokens, res["fit_window"])
             entry.update(res)
@@ -540,6 +539,7 @@ def diagnose_run_dir(run_dir, *, decoders: list[str] | None = None, with_fits: b
 
     from verifier.errors import ConfigError
     from verifier.runner.models import encode_prompt, load_pair
+    from verifier.suite.batch import filler_prompt_names
     from verifier.runner.plan import plan_sample_sets
     from verifier.runner.run import load_run_suite
     from verifier.runner.store import SampleStore
@@ -571,7 +571,8 @@ def diagnose_run_dir(run_dir, *, decoders: list[str] | None = None, with_fits: b
     pairs = {name: load_pair(suite.models[name], suite.base_dir) for name in used}
     # prompt ids of the pairs not loaded are placeholders: their decoders' plans are dropped below
     ids = {(d.models, pr): encode_prompt(suite.prompts[pr], pairs[d.models]) if d.models in pairs else (0,)
-           for d in suite.decoders for pr in d.prompts}
+           for d in suite.decoders
+           for pr in dict.fromkeys([*d.prompts, *filler_prompt_names(d.batch_mixed_prompts, list(suite.prompts))])}
     plans = [p for p in plan_sample_sets(suite, ids, {n: pair.vocab_size for n, pair in pairs.items()})
              if p.decoder.name in wanted] if ids else []
     from verifier.runner.inputs_key import KEY_FIELD, run_inputs_key

@@ -14,6 +14,11 @@ only the audited rows (and their first-round accepted counts and origins) are ke
 not per row) is dropped.  A decoder whose ``generate`` takes no ``row_temperatures`` keyword, or a greedy set, is a
 :class:`~verifier.errors.SamplingRefusedError` (exit 2).
 
+A mixed-prompts level (``mixed_prompt_lengths``) calls ``generate(..., row_prompts=[F0, P, F1, P, ...])``: the even
+slots continue the filler prompts (other prompts of other lengths, :attr:`SampleSetPlan.filler_prompts` in turn), the
+odd slots the set's prompt ``P``, all at the set's sampling config; the same rows are kept as at a mixed-temperature
+level.  A decoder whose ``generate`` takes no ``row_prompts`` keyword is refused (exit 2) the same way.
+
 Storage stays per chunk (one file of up to ``chunk_size`` rows), so a level of 1 row per call costs one call per row
 but not one file per row.
 """
@@ -32,13 +37,14 @@ from verifier.runner.plan import SampleSetPlan
 from verifier.runner.seeds import stream_seed
 from verifier.validation import plugin_attribute
 
-__all__ = ["call_seed", "call_plan", "check_batch_level", "generate_chunk", "takes_row_temperatures"]
+__all__ = ["call_seed", "call_plan", "check_batch_level", "generate_chunk", "takes_row_temperatures",
+           "row_prompts_of"]
 
 
 def _audited(plan: SampleSetPlan) -> int:
     from verifier.suite.batch import audited_rows
 
-    return audited_rows(plan.batch_rows, plan.filler_temperature)
+    return audited_rows(plan.batch_rows, plan.mixed)
 
 
 def call_seed(plan: SampleSetPlan, chunk_index: int, call_index: int) -> int:
@@ -86,8 +92,25 @@ def check_batch_level(decoder: Any, plan: SampleSetPlan, name: str) -> None:
                                "(audit batch shape on an engine that verifies several rows in one step)")
 
 
+def row_prompts_of(plan: SampleSetPlan) -> list[list[int]]:
+    """The ``row_prompts`` of every call of a mixed-prompts level: filler ``j mod n`` in even slot ``2 j``, the set's
+    prompt in the odd slots (module docstring)."""
+    fillers = plan.filler_prompts
+    return [list(fillers[(r // 2) % len(fillers)]) if r % 2 == 0 else list(plan.prompt_ids)
+            for r in range(plan.batch_rows)]
+
+
 def _mixed_kwargs(decoder: Any, plan: SampleSetPlan, name: str) -> tuple[dict[str, Any], slice]:
     """(extra generate keywords, the audited rows of a call) of a set: the fillers in the even slots of a mixed level."""
+    from verifier.validation import takes_generate_keyword
+
+    if plan.filler_prompts:
+        if not takes_generate_keyword(decoder, "row_prompts"):
+            raise SamplingRefusedError(f"decoders[{name}]: batch_composition.mixed_prompt_lengths="
+                                       f"{list(plan.filler_prompt_names)} cannot run: its generate takes no row_prompts "
+                                       "keyword (a prompt per row of one call); allowed: a decoder whose generate takes "
+                                       "row_prompts (the reference decoders), or no mixed_prompt_lengths")
+        return {"row_prompts": row_prompts_of(plan)}, slice(1, None, 2)
     if plan.filler_temperature is None:
         return {}, slice(None)
     if plan.sampling.greedy or not takes_row_temperatures(decoder):
@@ -171,7 +194,8 @@ def generate_chunk(decoder: Any, plan: SampleSetPlan, index: int, name: str,
     if plan.batch_rows is None:
         return outs[0], stats[0], {}, joined_lp
     meta = {"batch_rows": plan.batch_rows, "call_seeds": [seed for _, seed in calls],
-            **({"filler_temperature": plan.filler_temperature, "filler_slots": "even"} if mixed_kw else {})}
+            **({"filler_temperature": plan.filler_temperature, "filler_slots": "even"} if mixed_kw else {}),
+            **({"filler_prompts": list(plan.filler_prompt_names)} if plan.filler_prompts else {})}
     return np.concatenate(outs), _joined(stats, name, kept), meta, joined_lp
 
 

@@ -105,17 +105,19 @@ def set_cells(ctx: SuiteContext, plan: SampleSetPlan, tokens: np.ndarray,
                cell_alpha_of: Callable[[int], float], reported: tuple | None = None) -> list[analysis.CellResult]:
     """The bias cells of one sample set; ``reported`` = (logprobs, origins) of its rows for the ``logprob`` cell.  At
     a ``batch_composition`` level each cell's id ends with the level (``.../gof@1[batch=4]``, ``[batch=4,mixed
-    T=0.5]``: :func:`verifier.suite.batch.level_tag`) and its ``extra["batch_rows"]`` (and
-    ``extra["filler_temperature"]``) hold it."""
+    T=0.5]``, ``[batch=4,mixed prompts]``: :func:`verifier.suite.batch.level_tag`) and its ``extra["batch_rows"]``
+    (and ``extra["filler_temperature"]`` / ``extra["filler_prompts"]``, the filler prompts' names) hold it."""
     cells = _set_cells(ctx, plan, tokens, cell_alpha_of, reported)
     if plan.batch_rows is not None:
         from verifier.suite.batch import level_tag
 
         for cell in cells:
-            cell.id += level_tag(plan.batch_rows, plan.filler_temperature)
+            cell.id += level_tag(plan.batch_rows, plan.filler_temperature, bool(plan.filler_prompts))
             cell.extra["batch_rows"] = plan.batch_rows
             if plan.filler_temperature is not None:
                 cell.extra["filler_temperature"] = plan.filler_temperature
+            if plan.filler_prompts:
+                cell.extra["filler_prompts"] = list(plan.filler_prompt_names)
     return cells
 
 

@@ -13,6 +13,7 @@ from verifier.runner.models import LoadedPair, check_context_fits, encode_prompt
 from verifier.runner.plan import build_decoder, plan_sample_sets
 from verifier.runner.logprob import takes_return_logprobs
 from verifier.runner.stop import check_stop_specs, decoder_takes_stop
+from verifier.suite.batch import filler_prompt_names
 from verifier.suite.schema import Suite
 
 __all__ = ["SuiteContext"]
@@ -54,8 +55,8 @@ class SuiteContext:
             guards.check_device(suite.models[name].device, f"{suite.source}: models.{name}.device")
         self.pairs: dict[str, LoadedPair] = {name: load_pair(suite.models[name], suite.base_dir) for name in used}
         ids = {}
-        for d in suite.decoders:
-            for prompt in d.prompts:
+        for d in suite.decoders:  # the entry's prompts and the filler prompts of its mixed-prompts levels
+            for prompt in dict.fromkeys([*d.prompts, *filler_prompt_names(d.batch_mixed_prompts, list(suite.prompts))]):
                 ids[(d.models, prompt)] = encode_prompt(suite.prompts[prompt], self.pairs[d.models])
                 check_context_fits(self.pairs[d.models], ids[(d.models, prompt)], d.max_new_tokens, max(d.num_draft_tokens),
                                    f"decoders[{d.name}] with prompts.{prompt}")

@@ -113,7 +113,7 @@ def _estimate(decoder: Any, plan: Any) -> float:
     if getattr(plan, "batch_rows", None) is not None:  # batch_composition: calls of batch_rows rows, fillers included
         from verifier.suite.batch import audited_rows
 
-        return plan.samples // audited_rows(plan.batch_rows, plan.filler_temperature) * (per_call + per_row * plan.batch_rows)
+        return plan.samples // audited_rows(plan.batch_rows, plan.mixed) * (per_call + per_row * plan.batch_rows)
     return plan.num_chunks * per_call + plan.samples * per_row
 
 

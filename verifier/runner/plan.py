@@ -40,6 +40,22 @@ class SampleSetPlan:
     suite_seed: int
     batch_rows: int | None = None  # rows per generate call at this batch_composition level; None: chunks as before
     filler_temperature: float | None = None  # a mixed level: the even slots' temperature (their rows discarded)
+    filler_prompts: tuple[tuple[int, ...], ...] = ()  # a mixed-prompts level: the even slots' prompts, in turn
+    filler_prompt_names: tuple[str, ...] = ()  # their names under [prompts]
+
+    @property
+    def mixed(self) -> bool:
+        """A mixed level: filler rows in the even slots of every call (their rows discarded)."""
+        return self.filler_temperature is not None or bool(self.filler_prompts)
+
+    @property
+    def level_name(self) -> str | None:
+        """The batch level as findings name it (``"4 mixed prompts"``: :func:`verifier.suite.batch.level_name`)."""
+        from verifier.suite.batch import level_name
+
+        if self.batch_rows is None:
+            return None
+        return level_name(self.batch_rows, self.filler_temperature, bool(self.filler_prompts))
 
     @property
     def num_chunks(self) -> int:
@@ -53,11 +69,7 @@ class SampleSetPlan:
 
     @property
     def label(self) -> str:
-        level = ""
-        if self.batch_rows is not None:
-            from verifier.suite.batch import level_name
-
-            level = f" | batch={level_name(self.batch_rows, self.filler_temperature)}"
+        level = f" | batch={self.level_name}" if self.batch_rows is not None else ""
         return f"{self.decoder.name} | {self.prompt} | {self.sampling.label()} | k={self.num_draft_tokens}{level}"
 
     def describe(self) -> dict[str, Any]:
@@ -71,6 +83,8 @@ class SampleSetPlan:
                if self.decoder.has_stop_rule else {}),
             **({"batch_rows": self.batch_rows, "filler_temperature": self.filler_temperature}
                if self.batch_rows is not None else {}),
+            **({"filler_prompts": list(self.filler_prompt_names),
+                "filler_prompt_ids": [list(p) for p in self.filler_prompts]} if self.filler_prompts else {}),
         }
 
     def stop_kwargs(self) -> dict[str, Any]:
@@ -86,14 +100,20 @@ def plan_sample_sets(suite: Suite, prompt_ids: dict[tuple[str, str], tuple[int, 
     Parameters
     ----------
     prompt_ids : dict
-        ``(model pair, prompt name) -> token ids`` (prompts are encoded per pair).
+        ``(model pair, prompt name) -> token ids`` (prompts are encoded per pair); with ``mixed_prompt_lengths``
+        also the entry's filler prompts (:func:`verifier.suite.batch.filler_prompt_names`).
     vocab_sizes : dict, optional
         ``model pair -> V``; a decoder entry without ``chunk_size`` gets
         :func:`verifier.runner.chunking.default_chunk_size` of its pair's V and k (500 at V <= 67k).
         Without it (or for a pair not in it) such entries keep 500.
+
+    Raises
+    ------
+    ConfigError
+        A mixed-prompts level left without a filler prompt of another length (:func:`verifier.suite.batch.resolve_fillers`).
     """
     from verifier.runner.chunking import default_chunk_size
-    from verifier.suite.batch import audited_rows, batch_levels, level_chunk_size
+    from verifier.suite.batch import audited_rows, batch_levels, filler_prompt_names, level_chunk_size, resolve_fillers
 
     plans = []
     for d in suite.decoders:
@@ -102,14 +122,20 @@ def plan_sample_sets(suite: Suite, prompt_ids: dict[tuple[str, str], tuple[int, 
             for sname in d.sampling:
                 sampling = suite.sampling[sname]
                 for k in d.num_draft_tokens:
-                    levels = batch_levels(d.batch_composition, d.batch_mixed_temperature) or [(None, None)]
-                    for level, filler in levels:  # batch_composition: a sample set per level
+                    levels = (batch_levels(d.batch_composition, d.batch_mixed_temperature, d.batch_mixed_prompts)
+                              or [(None, None, False)])
+                    for level, filler, mixed_prompts in levels:  # batch_composition: a sample set per level
+                        names, fillers = (resolve_fillers(
+                            d.batch_mixed_prompts, ids,
+                            {n: prompt_ids[(d.models, n)] for n in filler_prompt_names(d.batch_mixed_prompts,
+                                                                                        list(suite.prompts))},
+                            f"decoders[{d.name}] with prompts.{prompt}") if mixed_prompts else ((), ()))
                         chunk = d.chunk_size
                         if not d.chunk_size_set and vocab_sizes and d.models in vocab_sizes:
                             chunk = default_chunk_size(vocab_sizes[d.models], k)
                         samples = d.samples
                         if level is not None:  # whole calls of `level` rows in every chunk (`per` of them kept)
-                            per = audited_rows(level, filler)
+                            per = audited_rows(level, filler is not None or mixed_prompts)
                             chunk, samples = level_chunk_size(per, chunk), -(-d.samples // per) * per
                         key = "|".join([
                             f"decoder={d.name}", f"impl={d.decoder}", f"options={json.dumps(d.options, sort_keys=True)}",
@@ -117,14 +143,17 @@ def plan_sample_sets(suite: Suite, prompt_ids: dict[tuple[str, str], tuple[int, 
                             f"k={k}", f"max_new_tokens={d.max_new_tokens}", f"chunk_size={chunk}",
                         ] + ([f"stop_token_ids={list(d.stop_token_ids)}", f"max_tokens={d.max_tokens}"] if d.has_stop_rule else [])
                           + ([f"batch_rows={level}"] if level is not None else [])
-                          + ([f"filler_temperature={filler!r}"] if filler is not None else []))
+                          + ([f"filler_temperature={filler!r}"] if filler is not None else [])
+                          + ([f"filler_prompts={[list(f) for f in fillers]}"] if fillers else []))
                         label = (f"{d.name}_{prompt}_{sname}_k{k}" + (f"_b{level}" if level is not None else "")
-                                 + (f"_mixed{filler:g}" if filler is not None else ""))
+                                 + (f"_mixed{filler:g}" if filler is not None else "")
+                                 + ("_mixedprompts" if fillers else ""))
                         plans.append(SampleSetPlan(
                             decoder=d, pair=d.models, prompt=prompt, prompt_ids=ids, sampling_name=sname,
                             sampling=sampling, num_draft_tokens=k, max_new_tokens=d.max_new_tokens,
                             samples=samples, chunk_size=chunk, key=key, set_id=set_id_for(key, label),
                             suite_seed=suite.seed, batch_rows=level, filler_temperature=filler,
+                            filler_prompts=fillers, filler_prompt_names=names,
                         ))
     return plans
 

@@ -33,8 +33,10 @@ Schema (version 1)::
                      stop_token_ids = [] (the request's stop tokens beside EOS), max_tokens (the request's
                      length limit, <= max_new_tokens; default max_new_tokens): the stop rule passed to
                      generate; with either set, tests = ["stop"] (the other cells' laws end rows at EOS only)
-                     batch_composition = { rows = [1, 2, 4, 16], mixed_temperature = 0.5 } (rows per
-                     generate call, a sample set per level: verifier.suite.batch)
+                     batch_composition = { rows = [1, 2, 4, 16], mixed_temperature = 0.5,
+                     mixed_prompt_lengths = true } (rows per generate call, a sample set per level;
+                     mixed levels with filler rows at another temperature / with other prompts of other
+                     lengths: verifier.suite.batch)
     [stats]          alpha = 1e-3, correction = "gate", target_mde = 0.1, power = 0.99, tv_test = "pearson"
     [profiles.NAME]  sample_scale = 1.0, alpha, correction, target_mde
 """
@@ -144,6 +146,7 @@ class DecoderSpec:
     chunk_size_set: bool = True  # False: no chunk_size in the suite; the runner sizes chunks from V (verifier.runner.chunking)
     batch_composition: tuple[int, ...] = ()  # rows-per-call levels, each a sample set (verifier.suite.batch)
     batch_mixed_temperature: float | None = None  # filler rows' temperature of the mixed levels (verifier.suite.batch)
+    batch_mixed_prompts: tuple[str, ...] | bool | None = None  # filler prompts of the mixed-prompts levels (True: all)
 
     @property
     def is_plugin(self) -> bool:
@@ -402,7 +405,8 @@ def _parse_decoder_grid(r: _Reader, base: Mapping[str, Any]) -> dict[str, Any]:
     g["acceptance"] = r.get("acceptance", str, base.get("acceptance", "any"), " | ".join(map(repr, ACCEPTANCE_RULES)))
     _check_choice(r, "acceptance", g["acceptance"], ACCEPTANCE_RULES)
     _parse_stop_rule(r, base, g)
-    g["batch_composition"], g["batch_mixed_temperature"] = parse_batch_composition(r, base)  # issue 29, bug kind 1
+    (g["batch_composition"], g["batch_mixed_temperature"],
+     g["batch_mixed_prompts"]) = parse_batch_composition(r, base)  # issue 29, bug kind 1
     for key in ("prompts", "sampling", "num_draft_tokens", "tests", "gof_positions", "stop_token_ids"):
         _no_duplicates(r, key, g[key])
     return g
@@ -548,6 +552,11 @@ def parse_suite(data: Mapping[str, Any], *, source: str = "<suite>", base_dir: P
             for ref in grid[key]:
                 if ref not in table:
                     d._fail(d.path(key), ref, f"names defined under [{key}]: {sorted(table)}")
+        if isinstance(grid["batch_mixed_prompts"], (list, tuple)):  # filler prompts of the mixed-prompts levels
+            for ref in grid["batch_mixed_prompts"]:
+                if ref not in prompts:
+                    d._fail(d.path("batch_composition") + ".mixed_prompt_lengths", ref,
+                            f"names defined under [prompts]: {sorted(prompts)}")
         decoders.append(
             DecoderSpec(
                 name=dname, decoder=decoder, expect=expect, options=dict(options),
