@@ -50,10 +50,19 @@ def test_generate_keywords_pass_to_the_worker_and_the_runner_reads_them():
     from verifier.runner.batch import takes_row_temperatures
     from verifier.runner.logprob import takes_return_logprobs
 
-    plain, full = _decoder(), _decoder(generate_keywords=("return_logprobs", "row_temperatures"))
+    from verifier.validation import takes_generate_keyword
+
+    plain, full = _decoder(), _decoder(generate_keywords=("return_logprobs", "row_temperatures", "row_prompts"))
     try:
         assert not takes_return_logprobs(plain) and not takes_row_temperatures(plain)  # the signature has them: the
         assert takes_return_logprobs(full) and takes_row_temperatures(full)  # declaration decides
+        assert takes_generate_keyword(full, "row_prompts") and not takes_generate_keyword(plain, "row_prompts")
+        with pytest.raises(InvalidArgumentError, match="row_prompts.*one prompt per call"):
+            plain.generate([1], 2, 3, SamplingConfig(), seed=0, row_prompts=[[1], [2, 3]])
+        full.generate([1], 2, 3, SamplingConfig(), seed=0, row_prompts=[[1], [2, 3]])
+        assert full.last_stats.extra["row_prompts"] == [[1], [2, 3]]
+        with pytest.raises(InvalidArgumentError, match=r"row_prompts\[1\].*0\.\.6"):
+            full.generate([1], 2, 3, SamplingConfig(), seed=0, row_prompts=[[1], [7]])
         with pytest.raises(InvalidArgumentError, match="return_logprobs=True.*no per-token logprobs"):
             plain.generate([1], 2, 3, SamplingConfig(), seed=0, return_logprobs=True)
         with pytest.raises(InvalidArgumentError, match="row_temperatures.*one temperature per call"):

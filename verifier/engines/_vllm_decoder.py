@@ -16,9 +16,12 @@ Beyond the base decoder it expresses the issue-29 field settings vLLM has (read 
   logits, before penalties, temperature and top-k / top-p -- the ``logprob`` cell's reference is the processed
   law, so use ``logprobs_mode=processed_logprobs`` to audit it);
 * ``row_temperatures``: one request per row with its own ``SamplingParams(temperature=...)`` in one ``LLM.generate``
-  call (the batch-composition axis's mixed levels).
+  call (the batch-composition axis's mixed levels);
+* ``row_prompts``: one request per row with its own ``prompt_token_ids`` in one ``LLM.generate`` call (the
+  mixed-prompts levels: vLLM schedules requests of different lengths in one step natively -- its batches are
+  flattened token lists with per-request positions and KV slots, not padded rectangles).
 
-The last two are the base decoder's ``generate`` keywords (``generate_keywords`` of
+The last three are the base decoder's ``generate`` keywords (``generate_keywords`` of
 :class:`~verifier.engines.decoder.EngineDecoder`, set by :func:`verifier.engines.vllm_engine.decoder`).
 """
 

@@ -19,8 +19,9 @@ The worker's ``Handler.generate`` contract (``verifier/engines/workers/<engine>.
             optional "extra": dict,
             "logprobs": float64[n, max_new_tokens]  (only when asked with return_logprobs=True; NaN after EOS)}
 
-A worker whose ``generate`` also takes ``return_logprobs`` and/or ``row_temperatures`` (a temperature per
-request) says so through the decoder's ``generate_keywords``; :meth:`EngineDecoder.generate` then takes them.
+A worker whose ``generate`` also takes ``return_logprobs``, ``row_temperatures`` (a temperature per request) and/or
+``row_prompts`` (a prompt per request: a list of n lists of token ids) says so through the decoder's
+``generate_keywords``; :meth:`EngineDecoder.generate` then takes them.
 
 and, where the engine exposes its target logits, ``target_logits(prompt_ids) -> {"logits": float[V]}``
 (the numeric floor: the engine's target law vs the Hugging Face reference).
@@ -36,7 +37,7 @@ import numpy as np
 from verifier.engines.bridge import EngineWorker, hashed_seeds
 from verifier.errors import DecoderOutputError, invalid_argument, refuse_sampling
 from verifier.protocols import DecoderStats
-from verifier.validation import check_row_temperatures
+from verifier.validation import check_row_prompts, check_row_temperatures
 
 __all__ = ["EngineDecoder", "checkpoint_dir", "sampling_fields", "origins_from_rounds"]
 
@@ -44,7 +45,7 @@ SAMPLING_FIELDS = ("temperature", "top_k", "top_p", "repetition_penalty")
 # issue 29 kind 3: a set one is refused unless the engine lists it in `supported` (llama-cpp-python: all three;
 # OpenVINO GenAI and transformers: min_p) or names the difference in `refusals`
 PROCESSOR_FIELDS = ("presence_penalty", "frequency_penalty", "min_p")
-GENERATE_KEYWORDS = ("return_logprobs", "row_temperatures")  # optional worker keywords (generate_keywords)
+GENERATE_KEYWORDS = ("return_logprobs", "row_temperatures", "row_prompts")  # optional worker keywords (generate_keywords)
 
 
 def origins_from_rounds(row_rounds: Sequence[Sequence[Any]], tokens: np.ndarray, num_draft_tokens: int) -> np.ndarray | None:
@@ -153,16 +154,17 @@ class EngineDecoder:
         Sampling fields the engine has but with another law than the harness's, each with the difference in words:
         a set one is refused with that reason (instead of the generic "cannot express").
     generate_keywords : collection of str, default ()
-        The optional keywords the worker's ``generate`` takes, from ``("return_logprobs", "row_temperatures")``:
-        ``return_logprobs`` (each emitted token's logprob as the engine reports it; the ``logprob`` test) and
-        ``row_temperatures`` (a temperature per request of one call; the mixed batch levels).  The runner reads the
+        The optional keywords the worker's ``generate`` takes, from :data:`GENERATE_KEYWORDS`:
+        ``return_logprobs`` (each emitted token's logprob as the engine reports it; the ``logprob`` test),
+        ``row_temperatures`` (a temperature per request of one call; the mixed-temperature batch levels) and
+        ``row_prompts`` (a prompt per request of one call; the mixed-prompts batch levels).  The runner reads the
         attribute of the same name (:func:`verifier.runner.logprob.takes_return_logprobs`,
         :func:`verifier.runner.batch.takes_row_temperatures`).
 
     Raises
     ------
     InvalidArgumentError
-        A ``generate_keywords`` entry outside the two above.
+        A ``generate_keywords`` entry outside the three above.
     """
 
     def __init__(self, engine: type, handler_file: str | Path, *, init: dict[str, Any], num_draft_tokens: int,
@@ -211,7 +213,8 @@ class EngineDecoder:
         return fields
 
     def generate(self, prompt_ids: Sequence[int], num_samples: int, max_new_tokens: int, sampling: Any, seed: int, *,
-                 return_logprobs: bool = False, row_temperatures: Sequence[float] | None = None):
+                 return_logprobs: bool = False, row_temperatures: Sequence[float] | None = None,
+                 row_prompts: Sequence[Sequence[int]] | None = None):
         """Emitted tokens, int64 of shape (num_samples, max_new_tokens), -1 after EOS; see :class:`verifier.protocols.Decoder`.
 
         Every sample gets its own seed, hashed from ``seed`` (:func:`verifier.engines.bridge.hashed_seeds`).
@@ -226,6 +229,9 @@ class EngineDecoder:
         row_temperatures : sequence of float, optional
             ``num_samples`` temperatures > 0: request i is sampled at ``row_temperatures[i]`` with the rest of
             ``sampling`` (only where ``generate_keywords`` has ``"row_temperatures"``).
+        row_prompts : sequence of sequence of int, optional
+            ``num_samples`` prompts: request i continues ``row_prompts[i]`` in place of ``prompt_ids``, all in the
+            same worker call (only where ``generate_keywords`` has ``"row_prompts"``).
 
         Returns
         -------
@@ -239,15 +245,16 @@ class EngineDecoder:
         SamplingRefusedError
             (exit 2) a sampling setting the engine cannot express.
         InvalidArgumentError
-            (exit 2) ``return_logprobs`` or ``row_temperatures`` asked of an engine whose worker does not take it;
-            ``row_temperatures`` not ``num_samples`` finite numbers > 0, or given with a greedy ``sampling``.
+            (exit 2) ``return_logprobs``, ``row_temperatures`` or ``row_prompts`` asked of an engine whose worker
+            does not take it; ``row_temperatures`` not ``num_samples`` finite numbers > 0, or given with a greedy
+            ``sampling``; ``row_prompts`` not ``num_samples`` prompts of token ids in the vocabulary.
         DecoderError
             (exit 3) the engine raised or its worker died.
         DecoderOutputError
             (exit 3) the reply has the wrong shape (tokens, or logprobs when asked).
         """
         fields = self.check_sampling(sampling)
-        extra = self._call_keywords(num_samples, sampling, return_logprobs, row_temperatures)
+        extra = self._call_keywords(num_samples, sampling, return_logprobs, row_temperatures, row_prompts)
         reply = self.worker.call("generate", prompt_ids=np.asarray(list(prompt_ids), dtype=np.int64),
                                  max_new_tokens=int(max_new_tokens), sampling=fields,
                                  seeds=hashed_seeds(seed, num_samples), **extra)
@@ -265,7 +272,8 @@ class EngineDecoder:
         return tokens, logprobs
 
     def _call_keywords(self, num_samples: int, sampling: Any, return_logprobs: bool,
-                       row_temperatures: Sequence[float] | None) -> dict[str, Any]:
+                       row_temperatures: Sequence[float] | None,
+                       row_prompts: Sequence[Sequence[int]] | None = None) -> dict[str, Any]:
         """The optional worker keywords of one call, each checked against ``generate_keywords``."""
         extra: dict[str, Any] = {}
         if return_logprobs:
@@ -278,6 +286,10 @@ class EngineDecoder:
                 raise invalid_argument("row_temperatures", row_temperatures,
                                        f"None: engine {self.name!r} takes one temperature per call")
             extra["row_temperatures"] = check_row_temperatures(row_temperatures, num_samples, sampling)
+        if row_prompts is not None:
+            if "row_prompts" not in self.generate_keywords:
+                raise invalid_argument("row_prompts", row_prompts, f"None: engine {self.name!r} takes one prompt per call")
+            extra["row_prompts"] = [list(p) for p in check_row_prompts(row_prompts, num_samples, self.vocab_size)]
         return extra
 
     def _stats(self, reply: dict[str, Any], tokens: np.ndarray) -> DecoderStats:

@@ -128,7 +128,8 @@ def decoder(target_model: str = "shipped:target", draft_model: str = "shipped:dr
     -------
     verifier.engines._vllm_decoder.VLLMDecoder
         Expresses temperature, top-k, top-p and the repetition / presence / frequency penalties (min-p is refused:
-        vLLM refuses it with speculative decoding); takes ``return_logprobs`` and ``row_temperatures``.
+        vLLM refuses it with speculative decoding); takes ``return_logprobs``, ``row_temperatures`` and
+        ``row_prompts`` (a prompt per request of one ``LLM.generate`` call).
 
     Raises
     ------
@@ -157,4 +158,4 @@ def decoder(target_model: str = "shipped:target", draft_model: str = "shipped:dr
     supported = set(SAMPLING_FIELDS) | {"presence_penalty", "frequency_penalty"}  # min-p: refused (VLLMDecoder)
     return VLLMDecoder(VLLMEngine, HANDLER, init=init, num_draft_tokens=num_draft_tokens, vocab_size=vocab,
                        eos_token_id=eos if isinstance(eos, int) else None, supported=supported, env=ENV,
-                       generate_keywords=("return_logprobs", "row_temperatures"))
+                       generate_keywords=("return_logprobs", "row_temperatures", "row_prompts"))

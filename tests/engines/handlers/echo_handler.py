@@ -11,11 +11,13 @@ class Handler:
         self.vocab_size = vocab_size
         print("engine banner printed to stdout")  # must not corrupt the protocol
 
-    def generate(self, prompt_ids, max_new_tokens, sampling, seeds, return_logprobs=False, row_temperatures=None):
+    def generate(self, prompt_ids, max_new_tokens, sampling, seeds, return_logprobs=False, row_temperatures=None,
+                 row_prompts=None):
         rng = np.random.default_rng(int(seeds[0]))
         tokens = rng.integers(0, self.vocab_size, size=(len(seeds), max_new_tokens))
         reply = {"tokens": tokens, "accepted_counts": np.full(len(seeds), 1), "drafted": 2 * len(seeds), "accepted": len(seeds),
-                 "extra": {"temperature": sampling["temperature"], "seeds": seeds.tolist(), "row_temperatures": row_temperatures}}
+                 "extra": {"temperature": sampling["temperature"], "seeds": seeds.tolist(), "row_temperatures": row_temperatures,
+                           "row_prompts": row_prompts}}
         if return_logprobs:  # the uniform law's logprob of every token; one column short when asked to misbehave
             cols = max_new_tokens - 1 if sampling.get("top_k") == 1 else max_new_tokens
             reply["logprobs"] = np.full((len(seeds), cols), -np.log(self.vocab_size))

@@ -4,7 +4,8 @@ Drives ``vllm.LLM(model=TARGET, speculative_config={"method": "draft_model", "mo
 "num_speculative_tokens": k, ...}, dtype="float32", enforce_eager=True)``: one ``LLM.generate`` call
 per harness chunk, one request per sample (prompt as ``prompt_token_ids``), each with its own
 ``SamplingParams(seed=...)`` (temperature, top-k, top-p, the repetition / presence / frequency penalties;
-``temperature`` per request when the harness sends ``row_temperatures``).  With ``return_logprobs`` every request
+``temperature`` per request when the harness sends ``row_temperatures``; a prompt per request when it sends
+``row_prompts``).  With ``return_logprobs`` every request
 asks for ``logprobs=0`` (the emitted token's own logprob, in the engine's ``logprobs_mode``).
 
 Engine statistics come from vLLM's own spec-decode counters (``LLM.get_metrics()``, which needs
@@ -107,16 +108,19 @@ class Handler:
                               frequency_penalty=float(sampling.get("frequency_penalty") or 0.0),
                               seed=int(seed), max_tokens=int(max_tokens), detokenize=False, **extra)
 
-    def generate(self, prompt_ids, max_new_tokens, sampling, seeds, return_logprobs=False, row_temperatures=None):
+    def generate(self, prompt_ids, max_new_tokens, sampling, seeds, return_logprobs=False, row_temperatures=None,
+                 row_prompts=None):
         """One ``LLM.generate`` call of ``len(seeds)`` requests (one engine batch); request i at ``row_temperatures[i]``
-        when given.  With ``return_logprobs``: ``logprobs`` float64 (n, max_new_tokens), each emitted token's own
+        and continuing ``row_prompts[i]`` when given.  With ``return_logprobs``: ``logprobs`` float64 (n, max_new_tokens), each emitted token's own
         logprob as vLLM reports it (``logprobs=0``; a NaN at an emitted token is vLLM's), NaN after EOS."""
         prompt = {"prompt_token_ids": [int(t) for t in prompt_ids]}
         temps = [None] * len(seeds) if row_temperatures is None else [float(t) for t in row_temperatures]
         extra = {"logprobs": 0} if return_logprobs else {}
         params = [self._params(sampling, s, max_new_tokens, t, **extra) for s, t in zip(seeds, temps)]
         before, pos_before = self._metrics()
-        outs = self.llm.generate([prompt] * len(params), params, use_tqdm=False)
+        prompts = ([prompt] * len(params) if row_prompts is None
+                   else [{"prompt_token_ids": [int(t) for t in p]} for p in row_prompts])
+        outs = self.llm.generate(prompts, params, use_tqdm=False)
         after, pos_after = self._metrics()
         tokens = np.full((len(params), int(max_new_tokens)), -1, dtype=np.int64)
         logprobs = np.full(tokens.shape, np.nan) if return_logprobs else None
