@@ -11,7 +11,7 @@ enumerator ``verifier.exact.target_law``): in one call of 1,200 rows alternating
 audited prompt (odd slots), with prompt lengths 2 and 1 (bigram4_eos) or 3 and 2 (trigram3), the reference and
 ancestral decoders' odd rows fit the law after the audited prompt and their even rows the law after the filler's;
 ``prompt_length_leak``'s odd rows reject it and fit the law after the leaked prompt (the audited prompt padded or cut
-to slot 0's length, :func:`verifier.decoders.batch_mutants.leaked_prompt`).  n = 600 rows per side sees a joint TV of
+to slot 0's length, :func:`verifier.exact.leaked_prompt`).  n = 600 rows per side sees a joint TV of
 0.12 at power 0.99 (the assertion prints it); the leaked laws are TV >= 0.3 away on both pairs (asserted).
 """
 
@@ -22,7 +22,7 @@ import pytest
 import torch
 
 from verifier.decoders import AncestralDecoder, make_decoder
-from verifier.decoders.batch_mutants import leaked_prompt
+from verifier.exact import leaked_prompt
 from verifier.errors import InvalidArgumentError
 from verifier.exact import standard_tabular_pairs, target_law, total_variation
 from verifier.models import TabularCausalLM, load_model, load_tokenizer

@@ -23,7 +23,7 @@ apart.
 * ``prompt_length_leak`` (:class:`PromptLengthLeakDecoder`): in a call whose rows have prompts of different lengths
   (``generate(..., row_prompts=)``), every row's generation starts at slot 0's prompt length -- one sequence length
   read for the whole padded batch, as the offset of the first generated token's position and KV slot.  A row with a
-  shorter prompt reads the padding after it (the dummy pad id, :data:`~verifier.decoders._runner.DUMMY_TOKEN_ID`) as
+  shorter prompt reads the padding after it (the pad id, :data:`verifier.exact.batch.PAD_TOKEN_ID`) as
   prompt; a row with a longer one has its last prompt tokens overwritten by generation.  Calls whose rows share one
   prompt length are the reference.
 
@@ -35,13 +35,13 @@ from __future__ import annotations
 
 import torch
 
-from verifier.decoders._runner import DUMMY_TOKEN_ID
 from verifier.decoders.kernels import _chain, residual_or_target
 from verifier.decoders.spec import DecoderSpec
 from verifier.decoders.speculative import SpeculativeDecoder
+from verifier.exact.batch import leaked_prompt
 
 __all__ = ["BATCH_DECODER_REGISTRY", "CLEAN_SLOTS", "CorruptBatchGt2Decoder", "MixedTemperatureLeakDecoder",
-           "PromptLengthLeakDecoder", "leaked_prompt", "batch_decoder_names"]
+           "PromptLengthLeakDecoder", "batch_decoder_names"]
 
 CLEAN_SLOTS = 2  # slots with their own residual buffer: the smallest captured batch (verifier.exact.batch.CLEAN_ROWS)
 
@@ -105,32 +105,20 @@ class MixedTemperatureLeakDecoder(SpeculativeDecoder):
         return None if scale is None else scale[:1].expand_as(scale).clone()  # BUG on purpose: row 0's for all rows
 
 
-def leaked_prompt(prompt, length: int, pad_id: int = DUMMY_TOKEN_ID) -> tuple[int, ...]:
-    """The prompt a row of ``prompt_length_leak`` runs when slot 0's prompt has ``length`` tokens: ``prompt`` cut to
-    ``length`` tokens, or right-padded to it with ``pad_id`` (visible).
-
-    Examples
-    --------
-    >>> leaked_prompt((1, 2, 3), 2), leaked_prompt((1,), 3)
-    ((1, 2), (1, 0, 0))
-    """
-    ids = tuple(int(t) for t in prompt)
-    return (ids + (int(pad_id),) * max(0, length - len(ids)))[:length]
-
-
 class PromptLengthLeakDecoder(SpeculativeDecoder):
     """Reference speculative decoding that runs every row of a mixed-length call at slot 0's prompt length.
 
     ``generate(..., row_prompts=)`` asks for rows with their own prompts in one padded call; this decoder reads one
     sequence length for the batch (slot 0's) and starts every row's generation there: a shorter row continues its
     prompt plus visible pad tokens, a longer row its prompt's first ``len(row_prompts[0])`` tokens
-    (:func:`leaked_prompt`).  A call whose rows share one prompt length, or without ``row_prompts``, is the reference.
-    Parameters as for :class:`~verifier.decoders.SpeculativeDecoder`.
+    (:func:`verifier.exact.leaked_prompt`).  A call whose rows share one prompt length, or without ``row_prompts``,
+    is the reference.  Parameters as for :class:`~verifier.decoders.SpeculativeDecoder`.
 
     Notes
     -----
     Per row: exact speculative sampling of the target after ``leaked_prompt(row_prompts[r], len(row_prompts[0]))``
-    (``verifier.exact.target_law`` of that prompt).  The batch-composition axis puts its filler rows
+    (``verifier.exact.target_law`` of that prompt; at a mixed-prompts level
+    :func:`verifier.exact.mixed_prompts_level_law`).  The batch-composition axis puts its filler rows
     (``mixed_prompt_lengths``) in the even slots, slot 0 included, so every audited row runs at a filler's length.
     A tabular n-gram model sees it only where the leaked prompt's last ``context_len`` tokens differ from the
     row's own (a pad id equal to the prompt's last token hides it).

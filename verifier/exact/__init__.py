@@ -4,7 +4,7 @@ Everything is :class:`fractions.Fraction`; see docs/ARCHITECTURE.md ("Exact stag
 contract and :mod:`verifier.exact.rules` for the rules and where exp() is handled.
 """
 
-from verifier.exact.batch import batch_level_law, corrupted_share, slot_law
+from verifier.exact.batch import batch_level_law, corrupted_share, leaked_prompt, mixed_prompts_level_law, slot_law
 from verifier.exact.counterexample import Counterexample, find_counterexample
 from verifier.exact.cases import ExactCase, TabularPair, standard_cases, standard_tabular_pairs, unigram_case
 from verifier.exact.logprob import LogprobDefectLaw, logprob_defect_law
@@ -30,6 +30,8 @@ __all__ = [
     "LogprobDefectLaw",
     "accepted_count_law",
     "batch_level_law",
+    "leaked_prompt",
+    "mixed_prompts_level_law",
     "corrupted_share",
     "as_fraction_probs",
     "find_counterexample",

@@ -17,6 +17,12 @@ and the law of a row drawn uniformly from calls of ``b`` rows -- the rows the ru
 exact in Fractions here (:func:`batch_level_law`), with the corrupted share :func:`corrupted_share`.  Every cell
 of a sample set at level ``b`` reads rows of that mixture: ``gof@t`` its marginal, ``joint@1..J`` its first J
 tokens.
+
+The zoo's ``prompt_length_leak`` starts every row of a call whose rows have prompts of different lengths at slot
+0's prompt length (a shorter row reads pad tokens as prompt, a longer row's tail is overwritten).  At a mixed-prompts
+level (``batch_composition.mixed_prompt_lengths``) slot 0 is a filler, so every audited row is exact speculative
+sampling after :func:`leaked_prompt` ``(prompt, len(filler))``: :func:`mixed_prompts_level_law`, the same at every
+``b >= 2``; calls whose rows share one prompt length are the reference.
 """
 
 from __future__ import annotations
@@ -29,11 +35,13 @@ from verifier.exact.laws import n_token_law, target_law
 from verifier.exact.rules import get_rule
 from verifier.exact.tabular import TabularLM
 
-__all__ = ["CLEAN_ROWS", "BATCH_DEFECTS", "corrupted_share", "slot_law", "batch_level_law"]
+__all__ = ["CLEAN_ROWS", "BATCH_DEFECTS", "PAD_TOKEN_ID", "corrupted_share", "slot_law", "batch_level_law",
+           "leaked_prompt", "mixed_prompts_level_law"]
 
 CLEAN_ROWS = 2  # slots 0 and 1: the smallest captured batch, whose buffers every call has
 # defect name -> the rule of a corrupted slot (verifier.exact.rules); the clean slots follow the canonical rule
 BATCH_DEFECTS = {"corrupt_batch_gt2": "full_p_fallback"}
+PAD_TOKEN_ID = 0  # the pad id a padded batch fills with (verifier.decoders._runner.DUMMY_TOKEN_ID)
 
 
 def _rows_iv(name: str, value) -> int:
@@ -145,3 +153,56 @@ def batch_level_law(target: TabularLM, draft: TabularLM, prefix: Sequence[int], 
     bad = slot_law(target, draft, prefix, num_draft_tokens, num_tokens, CLEAN_ROWS, batch_rows, defect)
     return {x: (1 - share) * clean.get(x, Fraction(0)) + share * bad.get(x, Fraction(0))
             for x in sorted(set(clean) | set(bad)) if clean.get(x, 0) or bad.get(x, 0)}
+
+
+def leaked_prompt(prompt: Sequence[int], length: int, pad_id: int = PAD_TOKEN_ID) -> tuple[int, ...]:
+    """The prompt a row of ``prompt_length_leak`` runs when slot 0's prompt has ``length`` tokens: ``prompt`` cut to
+    ``length`` tokens, or right-padded to it with ``pad_id`` (read as prompt).
+
+    Examples
+    --------
+    >>> leaked_prompt((1, 2, 3), 2), leaked_prompt((1,), 3)
+    ((1, 2), (1, 0, 0))
+    """
+    ids = tuple(int(t) for t in prompt)
+    return (ids + (int(pad_id),) * max(0, int(length) - len(ids)))[:int(length)]
+
+
+def mixed_prompts_level_law(target: TabularLM, prompt: Sequence[int], filler: Sequence[int], num_tokens: int,
+                            defect: str = "prompt_length_leak") -> dict[tuple[int, ...], Fraction]:
+    """Exact law of the audited rows of a mixed-prompts level whose slot 0 continues ``filler`` (module docstring).
+
+    Parameters
+    ----------
+    target : TabularLM
+    prompt : sequence of int
+        The audited rows' prompt.
+    filler : sequence of int
+        Slot 0's prompt (the first filler).
+    num_tokens : int
+        N, tokens of the law (``-1`` after EOS).
+    defect : {"prompt_length_leak", "reference"}, default "prompt_length_leak"
+
+    Returns
+    -------
+    dict
+        ``{tokens: Fraction}``: the target's law after :func:`leaked_prompt` ``(prompt, len(filler))``, or after
+        ``prompt`` for ``"reference"`` (speculative sampling is exact: the draft and k do not enter).
+
+    Raises
+    ------
+    InvalidArgumentError
+        Unknown ``defect``.
+
+    Examples
+    --------
+    >>> from verifier.exact import standard_tabular_pairs, marginal, total_variation
+    >>> pair = standard_tabular_pairs()["bigram4_eos"]
+    >>> law = lambda d: marginal(mixed_prompts_level_law(pair.target, (1,), (2, 0), 1, d), (0,))
+    >>> str(total_variation(law("prompt_length_leak"), law("reference")))
+    '2/5'
+    """
+    if defect not in ("prompt_length_leak", "reference"):
+        raise invalid_argument("defect", defect, "'prompt_length_leak' or 'reference'")
+    used = leaked_prompt(prompt, len(filler)) if defect == "prompt_length_leak" else tuple(prompt)
+    return target_law(target, used, num_tokens)
