@@ -342,8 +342,9 @@ def register(parser: argparse.ArgumentParser) -> None:
                              "the parity3 recurrent target; verifier.bench.detect_recurrent); --rule then names its "
                              "scenarios.")
     parser.add_argument("--batch", action="store_true",
-                        help="Measure the batch-shape zoo instead (corrupt_batch_gt2 per rows-per-call level 1, 2, 4, "
-                             "16: gof@1 + joint@1..2 vs the Neyman-Pearson oracle; verifier.bench.detect_batch); "
+                        help="Measure the batch-shape zoo instead (corrupt_batch_gt2 and prompt_length_leak per "
+                             "rows-per-call level 1, 2, 4, 16, prompt_length_leak also at a mixed-prompts level: gof@1 + "
+                             "joint@1..2 vs the Neyman-Pearson oracle; verifier.bench.detect_batch); "
                              "--rule / --case then name those mutants / bigram4_eos, trigram3.")
     parser.add_argument("--penalties", action="store_true",
                         help="Measure the penalty zoo instead (penalty_once_per_round, penalty_ignored_in_verification, "
