@@ -203,7 +203,7 @@ def test_mixed_prompt_levels_audit_the_odd_slots(tmp_path, capsys):
     gof@1's MDE at n = 200 is below 0.25, asserted), and the finding names the mixed-prompts level and where to look.
     A decoder whose generate takes no row_prompts is refused (exit 2), naming the keyword."""
     run_dir = tmp_path / "run"
-    code = main(["run", str(PROMPTS), "--run-dir", str(run_dir), "--no-progress", "--no-diagnosis", "--threads", "1"])
+    code = main(["run", str(PROMPTS), "--run-dir", str(run_dir), "--no-progress", "--threads", "1"])
     report, cells = _cells(run_dir)
     assert code == EXIT_OK, report["summary"]
     for t in ("gof@1", "joint@1..2"):
@@ -216,6 +216,9 @@ def test_mixed_prompt_levels_audit_the_odd_slots(tmp_path, capsys):
     finding = batch_finding("prompt_length_leak", report["cells"])
     assert finding["rejected_levels"] == ["2 mixed prompts"] and finding["clean_levels"] == ["2"]
     assert "rows with prompts of other lengths" in finding["sentence"] and "position ids" in finding["sentence"]
+    diagnosis = {d["decoder"]: d for d in report["diagnosis"]["decoders"]}["prompt_length_leak"]
+    assert diagnosis["prompt_context"]["named"] == "slot 0's prompt length"
+    assert "the audited rows continue slot 0's prompt length ([1, 0] for prompt [1])" in diagnosis["sentence"]
     shard = np.load(next((run_dir / "samples").glob("*mixedprompts*/chunk-000000.npz")), allow_pickle=True)
     assert json.loads(str(shard["meta"]))["filler_prompts"] == ["two"]
     raw = tomllib.loads(PROMPTS.read_text())
@@ -224,3 +227,27 @@ def test_mixed_prompt_levels_audit_the_odd_slots(tmp_path, capsys):
     code = main(["run", str(tmp_path / "tree.toml"), "--run-dir", str(tmp_path / "tree"), "--no-progress",
                  "--no-diagnosis"])
     assert code == 2 and "takes no row_prompts keyword" in capsys.readouterr().err
+
+
+def test_the_prompt_context_check_names_nothing_on_rows_of_their_own_prompt(tmp_path):
+    """``verifier.diagnose.batchprompts`` (alpha 1e-3, Markov bound over 2 candidates): on the reference's 200 audited
+    rows of ``suites/batch_prompts.toml`` (they continue their own prompt [1]) no candidate context is named; on
+    ``prompt_length_leak``'s (they continue [1, 0]) slot 0's prompt length is, by a log LR far past log(2 / alpha)."""
+    from verifier.diagnose.batchprompts import prompt_context_finding
+    from verifier.diagnose.run_dir import load_tokens
+    from verifier.runner.models import load_pair
+    from verifier.runner.store import SampleStore
+    from verifier.suite.schema import load_suite
+
+    run_dir = tmp_path / "run"
+    assert main(["run", str(PROMPTS), "--run-dir", str(run_dir), "--no-progress", "--no-diagnosis", "--threads", "1"]) == 0
+    suite = load_suite(PROMPTS)
+    pairs = {"tab": load_pair(suite.models["tab"])}
+    plans = plan_sample_sets(suite, {("tab", "one"): (1,), ("tab", "two"): (2, 0)})
+    store = SampleStore(run_dir)
+    found = {name: prompt_context_finding([p for p in plans if p.decoder.name == name], pairs, ["2 mixed prompts"],
+                                          lambda p: load_tokens(store, p)[0]) for name in ("reference", "prompt_length_leak")}
+    assert found["reference"]["named"] is None and found["reference"]["rows"] == 200
+    assert max(found["reference"]["log_lr"].values()) < found["reference"]["threshold"]
+    assert found["prompt_length_leak"]["named"] == "slot 0's prompt length"
+    assert found["prompt_length_leak"]["log_lr"]["slot 0's prompt length"] > 10 * found["prompt_length_leak"]["threshold"]

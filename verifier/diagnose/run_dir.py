@@ -109,7 +109,7 @@ def load_tokens(store, plan, *, with_calls: bool = False, pair=None):
             max_tokens=plan.decoder.max_tokens))
         origins.append(getattr(shard, "origins", None))
         b = getattr(plan, "batch_rows", None)  # a batch_composition level: the chunk is calls of b (kept) rows
-        b = b // 2 if b and getattr(plan, "filler_temperature", None) is not None else b
+        b = b // 2 if b and getattr(plan, "mixed", getattr(plan, "filler_temperature", None) is not None) else b
         calls.append(i * (plan.chunk_size // b) + np.arange(len(toks[-1])) // b if b else np.full(len(toks[-1]), i))
     tokens = np.concatenate(toks) if toks else np.zeros((0, plan.max_new_tokens), dtype=np.int64)
     orig = np.concatenate(origins) if origins and all(o is not None for o in origins) else None
@@ -304,7 +304,17 @@ def _diagnose_names(report, plans, pairs, store, names, verdicts, with_fits, log
         # rows also not independent / also past their stop: certain findings, so they lead (the stop rule first)
         if pen is not None:  # penalties on, no penalty mechanism named: what was checked
             item["penalty"] = pen
-        for f, key in ((lp, "logprob"), (batch, "batch_composition"), (finding, "independence"), (stop, "stop_rule")):
+        ctx = None  # a rejecting mixed-prompts level: which context the audited rows continue (issue 29, kind 1)
+        if batch is not None and any(level.endswith("mixed prompts") for level in batch["rejected_levels"]):
+            from verifier.diagnose.batchprompts import prompt_context_finding
+
+            ctx = prompt_context_finding((p for p in plans if p.decoder.name == name), pairs, batch["rejected_levels"],
+                                         lambda p: load_tokens(store, p, pair=pairs[p.pair])[0])
+            if ctx is not None:
+                item["prompt_context"] = ctx
+        named_ctx = ctx if ctx is not None and ctx["named"] else None
+        for f, key in ((lp, "logprob"), (named_ctx, "prompt_context"), (batch, "batch_composition"),
+                       (finding, "independence"), (stop, "stop_rule")):
             if f is not None:
                 item[key] = f
                 item["sentence"] = f"{f['sentence']}: {item['sentence']}"
