@@ -44,7 +44,7 @@ SAMPLING_FIELDS = ("temperature", "top_k", "top_p", "repetition_penalty")
 # issue 29 kind 3: a set one is refused unless the engine lists it in `supported` (llama-cpp-python: all three;
 # OpenVINO GenAI and transformers: min_p) or names the difference in `refusals`
 PROCESSOR_FIELDS = ("presence_penalty", "frequency_penalty", "min_p")
-GENERATE_KEYWORDS = ("return_logprobs", "row_temperatures")  # optional worker keywords (generate_keywords)
+GENERATE_KEYWORDS = ("return_logprobs", "row_temperatures", "stop_token_ids", "max_tokens")  # optional worker keywords
 
 
 def origins_from_rounds(row_rounds: Sequence[Sequence[Any]], tokens: np.ndarray, num_draft_tokens: int) -> np.ndarray | None:
@@ -153,16 +153,17 @@ class EngineDecoder:
         Sampling fields the engine has but with another law than the harness's, each with the difference in words:
         a set one is refused with that reason (instead of the generic "cannot express").
     generate_keywords : collection of str, default ()
-        The optional keywords the worker's ``generate`` takes, from ``("return_logprobs", "row_temperatures")``:
+        The optional keywords the worker's ``generate`` takes, from :data:`GENERATE_KEYWORDS`:
         ``return_logprobs`` (each emitted token's logprob as the engine reports it; the ``logprob`` test) and
         ``row_temperatures`` (a temperature per request of one call; the mixed batch levels).  The runner reads the
         attribute of the same name (:func:`verifier.runner.logprob.takes_return_logprobs`,
-        :func:`verifier.runner.batch.takes_row_temperatures`).
+        :func:`verifier.runner.batch.takes_row_temperatures`); ``stop_token_ids`` and ``max_tokens`` together (the
+        request's stop rule, :func:`verifier.runner.stop.takes_stop_rule`).
 
     Raises
     ------
     InvalidArgumentError
-        A ``generate_keywords`` entry outside the two above.
+        A ``generate_keywords`` entry outside :data:`GENERATE_KEYWORDS`.
     """
 
     def __init__(self, engine: type, handler_file: str | Path, *, init: dict[str, Any], num_draft_tokens: int,
@@ -211,7 +212,8 @@ class EngineDecoder:
         return fields
 
     def generate(self, prompt_ids: Sequence[int], num_samples: int, max_new_tokens: int, sampling: Any, seed: int, *,
-                 return_logprobs: bool = False, row_temperatures: Sequence[float] | None = None):
+                 return_logprobs: bool = False, row_temperatures: Sequence[float] | None = None,
+                 stop_token_ids: Sequence[int] = (), max_tokens: int | None = None):
         """Emitted tokens, int64 of shape (num_samples, max_new_tokens), -1 after EOS; see :class:`verifier.protocols.Decoder`.
 
         Every sample gets its own seed, hashed from ``seed`` (:func:`verifier.engines.bridge.hashed_seeds`).
@@ -226,6 +228,9 @@ class EngineDecoder:
         row_temperatures : sequence of float, optional
             ``num_samples`` temperatures > 0: request i is sampled at ``row_temperatures[i]`` with the rest of
             ``sampling`` (only where ``generate_keywords`` has ``"row_temperatures"``).
+        stop_token_ids, max_tokens : optional
+            The request's stop rule (issue 29, kind 5), sent to the engine (only where ``generate_keywords`` has
+            ``"stop_token_ids"`` and ``"max_tokens"``); the worker returns each row as the engine emitted it.
 
         Returns
         -------
@@ -248,6 +253,7 @@ class EngineDecoder:
         """
         fields = self.check_sampling(sampling)
         extra = self._call_keywords(num_samples, sampling, return_logprobs, row_temperatures)
+        extra.update(self._stop_keywords(stop_token_ids, max_tokens))
         reply = self.worker.call("generate", prompt_ids=np.asarray(list(prompt_ids), dtype=np.int64),
                                  max_new_tokens=int(max_new_tokens), sampling=fields,
                                  seeds=hashed_seeds(seed, num_samples), **extra)
@@ -279,6 +285,16 @@ class EngineDecoder:
                                        f"None: engine {self.name!r} takes one temperature per call")
             extra["row_temperatures"] = check_row_temperatures(row_temperatures, num_samples, sampling)
         return extra
+
+    def _stop_keywords(self, stop_token_ids: Sequence[int], max_tokens: int | None) -> dict[str, Any]:
+        """The stop rule's worker keywords, checked against ``generate_keywords`` (empty without a stop rule)."""
+        if not list(stop_token_ids) and max_tokens is None:
+            return {}
+        if not {"stop_token_ids", "max_tokens"} <= self.generate_keywords:
+            raise invalid_argument("stop_token_ids / max_tokens", f"{list(stop_token_ids)} / {max_tokens}",
+                                   f"none: engine {self.name!r} takes no stop rule through this adapter")
+        return {"stop_token_ids": [int(t) for t in stop_token_ids],
+                "max_tokens": None if max_tokens is None else int(max_tokens)}
 
     def _stats(self, reply: dict[str, Any], tokens: np.ndarray) -> DecoderStats:
         """The :class:`DecoderStats` of one reply (the engine's own counters, where it reports them)."""
