@@ -156,28 +156,7 @@ def test_a_failing_figure_is_left_out_not_the_report():
 
 
 def test_an_unknown_option_of_a_built_in_decoder_names_it_and_the_allowed_ones(tmp_path, capsys):
-    suite = tmp_path / "s.toml"
-    suite.write_text("""schema_version = 1
-name = "badopt"
-seed = 1
-[exact]
-enabled = false
-[models.tri]
-target = "tabular:trigram3"
-draft = "tabular:trigram3"
-[prompts.p]
-ids = [0, 1]
-[sampling.t1]
-temperature = 1.0
-[defaults]
-models = "tri"
-max_new_tokens = 2
-[[decoders]]
-name = "reference"
-decoder = "reference"
-options = { foo = 1 }
-samples = 100
-""")
+    suite = write_suite(tmp_path, decoder="reference", options="{ foo = 1 }", expect="pass")
     assert main(["run", str(suite), "--run-dir", str(tmp_path / "run"), "--no-progress"]) == EXIT_USAGE
     err = capsys.readouterr().err
     assert "options.foo = 1 is not an option of decoder 'reference'" in err and "allowed: kernel, eos_token_id" in err
