@@ -113,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
                 d = st.diagnose(*st.draw(mech, big, rng), True, rng)
                 right, wrong, crisp = _named(d, mech)
                 ok, bad, sh = ok + right, bad + wrong, sh + crisp
-                with_field += any(p.split("@")[0] in field for p in d.get("best") or [])
+                with_field += d["status"] == "consistent" and any(p.split("@")[0] in field for p in d.get("best") or [])
             print(f"| {mech} | {_config(mech)} | {ok}/{args.runs} | {bad} | {sh} | {with_field} |", flush=True)
     _cost(settings["t1"], args.shipped_rows, args.seed)
     print(f"\n({time.perf_counter() - t0:.0f} s)")
