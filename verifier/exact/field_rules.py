@@ -42,7 +42,7 @@ from fractions import Fraction
 from typing import Sequence
 
 from verifier.errors import invalid_argument
-from verifier.exact.rules import Rule, _full_target, _residual_or_target, _sample_draft
+from verifier.exact.rules import Rule, _full_target, _ratio, _residual_or_target, _sample_draft
 from verifier.exact.tabular import TabularLM
 
 __all__ = ["FIELD_RULES", "late_recovered_law", "same_uniform_acceptance", "target_processed_first_only"]
@@ -145,7 +145,7 @@ def target_processed_first_only(target_raw: TabularLM) -> Rule:
     return Rule("target_processed_first_only", "biased",
                 "the request's temperature / top-k / top-p (processed target probs) applied at the first position of "
                 "each round only; later acceptance tests, residuals and the bonus token use the unprocessed target",
-                _sample_draft, _ratio_canonical, _residual_or_target, round_outcomes=round_outcomes)
+                _sample_draft, _ratio, _residual_or_target, round_outcomes=round_outcomes)
 
 
 class _FirstContextOnly:
@@ -160,12 +160,8 @@ class _FirstContextOnly:
         return self.processed.probs(prefix) if tuple(prefix) == self.first else self.raw.probs(prefix)
 
 
-def _ratio_canonical(target_probs: Probs, draft_probs: Probs, x: int) -> Fraction:
-    return min(Fraction(1), target_probs[x] / draft_probs[x])
-
-
 def _rule(name: str, description: str, **hooks) -> Rule:
-    return Rule(name, "biased", description, hooks.pop("propose", _sample_draft), hooks.pop("acceptance", _ratio_canonical),
+    return Rule(name, "biased", description, hooks.pop("propose", _sample_draft), hooks.pop("acceptance", _ratio),
                 hooks.pop("recover", _residual_or_target), **hooks)
 
 
