@@ -153,3 +153,10 @@ def test_a_failing_figure_is_left_out_not_the_report():
 
     assert svg.cell_figure({"test": "pit", "effect_unit": "ks", "observed": [1, "x", 3], "decoder": "d"}) is None
     assert svg.cell_figure({"test": "gof@1", "effect_unit": "tv", "observed": [1, 2], "expected": [1, 2, 3]}) is None
+
+
+def test_an_unknown_option_of_a_built_in_decoder_names_it_and_the_allowed_ones(tmp_path, capsys):
+    suite = write_suite(tmp_path, decoder="reference", options="{ foo = 1 }", expect="pass")
+    assert main(["run", str(suite), "--run-dir", str(tmp_path / "run"), "--no-progress"]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "options.foo = 1 is not an option of decoder 'reference'" in err and "allowed: kernel, eos_token_id" in err

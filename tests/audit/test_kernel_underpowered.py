@@ -30,3 +30,15 @@ def test_tree_kernel_audit_tiny_n_is_underpowered_without_tv_claim(capsys):
     rc = main(["audit-tree", "--kernel", "residual_not_updated", "--num-draws", "10", "--case", case.name])
     out = capsys.readouterr().out
     assert rc == 4 and "PASS" not in out and "TV~" not in out
+
+
+def test_an_underpowered_case_says_how_many_draws_and_hours_it_needs():
+    """MDE ~ 1 / sqrt(n): a case of 10,000 draws in 100 s whose least reached cell has MDE 0.06 needs 4x the draws
+    for TV 0.03 (40,000; 400 s = 0.11 h); a PASS case needs none."""
+    from verifier.audit.kernel_report import draws_needed
+
+    case = {"verdict": "UNDERPOWERED", "num_draws": 10_000, "seconds": 100.0,
+            "cells": [{"mde_tv": 0.01}, {"mde_tv": 0.06}, {"mde_tv": None}]}
+    need = draws_needed(case, 0.03)
+    assert need["draws"] == 40_000 and need["rate"] == 100.0 and abs(need["hours"] - 400 / 3600) < 1e-12
+    assert draws_needed({**case, "verdict": "PASS"}, 0.03) is None

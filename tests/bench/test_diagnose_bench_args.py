@@ -1,4 +1,4 @@
-"""`specverify bench diagnose` / `bench diagnose-vocab` arguments (review 2026-12-03): `--n -1` was a numpy ValueError
+"""`specverify bench diagnose` / `bench diagnose-vocab` / `bench diagnose-field` arguments (review 2026-12-03): `--n -1` was a numpy ValueError
 traceback (exit 1, the bias code) after the first rows had run; `--runs 0` printed a table of 0/0 cells and exited 0.
 Both are usage errors (exit 2) naming the flag, before any row is sampled."""
 
@@ -10,10 +10,26 @@ from verifier.cli import main
 from verifier.errors import EXIT_USAGE
 
 
-@pytest.mark.parametrize("command", ["diagnose", "diagnose-vocab"])
+@pytest.mark.parametrize("command", ["diagnose", "diagnose-vocab", "diagnose-field"])
 @pytest.mark.parametrize("args, name", [(["--runs", "0"], "--runs"), (["--n", "400", "-1"], "--n"),
                                         (["--n", "0"], "--n")])
 def test_bad_counts_are_usage_errors(command, args, name, capsys):
     assert main(["bench", command, *args]) == EXIT_USAGE
     out = capsys.readouterr()
     assert f"{name}=" in out.err and "Traceback" not in out.err and "|" not in out.out, out.err
+
+
+def test_diagnose_field_null_runs_is_checked_too(capsys):
+    assert main(["bench", "diagnose-field", "--null-runs", "0"]) == EXIT_USAGE
+    assert "--null-runs=" in capsys.readouterr().err
+
+
+def test_diagnose_field_prints_each_mechanism_the_null_and_the_cost(capsys):
+    """One replicate per cell at n = 100 (trigram3, rows from each law): the table's rows and the tabular cost line."""
+    assert main(["bench", "diagnose-field", "--runs", "1", "--null-runs", "1", "--n", "100", "--no-old",
+                 "--shipped-rows", "0"]) == 0
+    out = capsys.readouterr().out
+    for row in ("| recovered_one_late | t1 |", "| draft_accept_same_uniform | t1 |", "| target_processed_first_only | t07k2 |",
+                "| target_processed_first_only | t1 |", "| t1 | 1 | 0 | 0 |", "| t07k2 | 1 | 0 | 0 |",
+                "| trigram3, all 27 outcomes, T = 1 | 27 | 78 | 243 | yes |"):
+        assert row in out, row

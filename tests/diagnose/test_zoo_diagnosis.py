@@ -12,6 +12,7 @@ The lossless decoders must get "no mechanism preferred" (false-diagnosis rate <=
 
 import pytest
 
+from verifier.decoders.field_mutants import FIELD_DECODER_REGISTRY
 from verifier.decoders.mutants import DECODER_REGISTRY, make_decoder
 from verifier.diagnose.mechanisms import MECHANISMS, mechanism_for_decoder
 from verifier.exact import n_token_law
@@ -24,7 +25,8 @@ PROCESSING_ONLY = {"draft_raw_q", "target_unprocessed", "residual_by_index"}  # 
 MODELLED_MUTANTS = [n for n, s in DECODER_REGISTRY.items()
                     if s.declared != "exact" and mechanism_for_decoder(n) not in (None, "canonical")]
 RULES_WITHOUT_DECODER = [n for n, m in MECHANISMS.items() if m.kind == "rule" and m.declared != "exact"
-                         and not any(n in DECODER_REGISTRY[d].name or mechanism_for_decoder(d) == n for d in DECODER_REGISTRY)]
+                         and not any(n in DECODER_REGISTRY[d].name or mechanism_for_decoder(d) == n for d in DECODER_REGISTRY)
+                         and n not in FIELD_DECODER_REGISTRY]  # the field mechanisms: tests/diagnose/test_field_mechanisms.py
 
 
 def test_the_lists_cover_the_zoo():

@@ -125,3 +125,30 @@ def test_target_logits_for_the_numeric_floor(engine):
         dec.close()
     logits, precision = engine_logits({"target": [[272, 70, 221]]})
     assert np.abs(got - np.asarray(logits["target"])[0]).max() < 1e-5, precision
+
+
+def test_stop_rule_goes_to_the_engine_and_rows_come_back_uncut(engine):
+    """Issue 29, kind 5: stop tokens 't', 'a', 's' (each in 15-17% of rows after "def ") and max_tokens 6 reach
+    GenerationConfig; every row ends right after its first stop token (the engine emits it), none is longer than
+    max_tokens, and the worker cuts nothing (a token past a stop would show).  Prefix caching off: speculation runs."""
+    from verifier.engines.openvino_genai_engine import decoder
+    from verifier.runner.stop import takes_stop_rule
+
+    dec = decoder(num_draft_tokens=3, prefix_caching=False)
+    stops = (84, 65, 83)
+    try:
+        assert takes_stop_rule(dec)
+        rows = dec.generate([272, 70, 221], 60, 8, SamplingConfig(temperature=1.0), seed=5, stop_token_ids=stops,
+                            max_tokens=6)
+        assert rows.shape == (60, 8) and (rows[:, 6:] == -1).all()
+        ended = 0
+        for row in rows.tolist():
+            toks = [t for t in row if t >= 0]
+            assert row[:len(toks)] == toks  # -1 only after the row's end
+            hit = [i for i, t in enumerate(toks) if t in stops]
+            if hit:
+                assert len(toks) == hit[0] + 1, row  # nothing after the first stop token
+                ended += 1
+        assert ended >= 20  # about 60% of 6-token rows hit one of the three stops
+    finally:
+        dec.close()

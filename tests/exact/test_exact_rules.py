@@ -25,6 +25,8 @@ EXPECTED_RULES = {
     "accept_all": "biased",  # issue 26: "every draft accepted" is a mechanism of its own
     "residual_by_index": "biased",  # issue 26: llama.cpp's second defect
     "synthetic_acceptance": "lossy",  # issue 29 kind 6: a benchmarking mode (fixed acceptance) left on
+    "recovered_one_late": "biased",  # issue 26, mechanisms the field reports (verifier.exact.field_rules)
+    "draft_accept_same_uniform": "biased",
 }
 
 

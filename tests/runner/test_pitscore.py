@@ -112,3 +112,25 @@ def test_threads_split_rows_without_changing_any_value(monkeypatch):
     monkeypatch.setattr(pitscore, "ROW_TILE", 16)
     three = pitscore._block_terms(logits, ids, 0.8)
     assert all(np.array_equal(a, b) for a, b in zip(one, three))
+
+
+@pytest.mark.parametrize("sampling", [SamplingConfig(temperature=0.7, top_k=8),
+                                      SamplingConfig(temperature=1.0, repetition_penalty=1.5, presence_penalty=0.5,
+                                                     frequency_penalty=0.5, min_p=0.05)])
+def test_teacher_forcing_each_distinct_prefix_once_changes_nothing(sampling):
+    """teacher_forced runs each distinct prefix of a row batch through the model once (rows repeat a lot under top-k);
+    the probs equal the float64 path over every row to 1e-12 -- penalties, whose context codes come from the prefix,
+    included."""
+    from verifier.runner.models import _forced_probs_of
+
+    ref = _model()
+    rng = np.random.default_rng(5)
+    tokens = rng.choice([3, 11, 40, 2500], size=(120, 4))  # at most 64 distinct 3-token prefixes
+    tokens[-7:, 2:] = -1
+    prompt = (5, 11, 5)
+    got = np.concatenate([p for _, p in ref.teacher_forced(prompt, tokens, sampling)])
+    part = torch.as_tensor(np.where(tokens == -1, 0, tokens), dtype=torch.long)
+    seqs = torch.cat([torch.as_tensor(prompt).expand(len(part), -1), part[:, :-1]], dim=1)
+    want = _forced_probs_of(ref, seqs, prompt, 4, sampling)  # every row through the model, as before
+    assert got.shape == want.shape == (120, 4, VOCAB)
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-12)

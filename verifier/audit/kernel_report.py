@@ -196,6 +196,11 @@ def render_kernel_markdown(report: dict[str, Any]) -> str:
             ci = cell["tv_ci"] or [None, None]
             lines.append(f"| {cell['name']} | {cell['n']} | {_fmt(cell['pvalue'])} | {_fmt(cell['adjusted_pvalue'])} | {_fmt(cell['mde_tv'])} | "
                          f"{_fmt(cell['tv_estimate'])} [{_fmt(ci[0])}, {_fmt(ci[1])}] | {cell['verdict']} |")
+        need = draws_needed(c, report["target_tv"])
+        if need is not None:
+            lines += ["", f"Draws needed for TV {report['target_tv']:g} in every cell: about {need['draws']:,} (the MDE scales as "
+                          f"1 / sqrt(n); the least reached cell sets it)"
+                          + (f", {need['hours']:.2g} h at this case's {need['rate']:,.0f} draws/s" if need.get("hours") else "") + "."]
         a = c["acceptance"] or {}
         text = "" if not a else ( (f"Acceptance (not part of the verdict): accepted-count law observed {[round(v, 4) for v in a['observed']]}, "
                 f"canonical {[round(v, 4) for v in a['canonical_law']]} (p = {_fmt(a['vs_canonical_pvalue'])})"))
@@ -206,6 +211,20 @@ def render_kernel_markdown(report: dict[str, Any]) -> str:
         if c["blind"]:
             lines += ["", "Blind cells (defects this case cannot show, whatever n):", ""] + [f"- {b}" for b in c["blind"]]
     return "\n".join(lines) + "\n"
+
+
+def draws_needed(case: dict[str, Any], target_tv: float) -> dict[str, Any] | None:
+    """Draws an UNDERPOWERED case needs for every cell's MDE to reach ``target_tv`` (MDE ~ 1 / sqrt(n), so
+    ``num_draws * max(MDE / target_tv)^2``), and the hours at the case's measured rate; None for another verdict."""
+    if case.get("verdict") != UNDERPOWERED:
+        return None
+    mdes = [c["mde_tv"] for c in case["cells"] if isinstance(c.get("mde_tv"), float) and c["mde_tv"] > target_tv]
+    if not mdes:
+        return None
+    draws = int(math.ceil(case["num_draws"] * (max(mdes) / target_tv) ** 2))
+    secs = case.get("seconds")
+    rate = case["num_draws"] / float(secs) if isinstance(secs, (int, float)) and secs > 0 else None
+    return {"draws": draws, "rate": rate, "hours": draws / rate / 3600 if rate else None}
 
 
 def write_kernel_report(report: dict[str, Any], out_dir: str | Path) -> Path:

@@ -351,11 +351,16 @@ def register(parser: argparse.ArgumentParser) -> None:
                              "min_p_skipped_on_verified on their exact laws with penalties and min-p; "
                              "verifier.bench.detect_penalty); --rule / --case then name those mutants / unigram3, "
                              "bigram4_eos, trigram3.")
+    parser.add_argument("--field", action="store_true",
+                        help="Measure the mechanisms the field reports instead (recovered_one_late, "
+                             "draft_accept_same_uniform at T = 1; target_processed_first_only at T = 1/2 with top_k = 2; "
+                             "verifier.bench.detect_field); --rule / --case then name those mechanisms / bigram4_eos, "
+                             "trigram3.")
     parser.add_argument("--format", choices=("markdown", "json"), default="markdown", help="Output format. Default: markdown.")
     parser.add_argument("--out", metavar="PATH", help="Also write the output to PATH.")
 
 
-ZOO_FLAGS = ("streams", "stop", "logprob", "vocab", "recurrent", "batch", "penalties")  # bench detect's other zoos: at most one per run
+ZOO_FLAGS = ("streams", "stop", "logprob", "vocab", "recurrent", "batch", "penalties", "field")  # bench detect's other zoos: at most one per run
 
 
 def run(args: argparse.Namespace) -> int:
@@ -387,6 +392,12 @@ def run(args: argparse.Namespace) -> int:
                                               seeds=args.seeds, alpha=args.alpha, max_factor=args.max_factor,
                                               progress=progress)
         render = lambda r: (render_markdown(r) if r else "") + "\n" + render_oracle_only(oracle_only)  # noqa: E731
+    elif getattr(args, "field", False):
+        from verifier.bench.detect_field import detect_field_rows
+
+        rows = detect_field_rows(args.rules, args.cases, measure=_measure, batteries=batteries, seeds=args.seeds,
+                                 alpha=args.alpha, max_factor=args.max_factor, progress=progress)
+        render = render_markdown
     elif getattr(args, "recurrent", False):
         from verifier.bench.detect_recurrent import detect_recurrent_rows, render_recurrent_markdown
 

@@ -28,7 +28,7 @@ import numpy as np
 HELP = "Diagnosis accuracy per mechanism at the ci n, the n reaching 95%, and the false-diagnosis rate under the null."
 CI_N = 2500
 N_GRID = (100, 200, 400, 800, 1600, 2500, 5000)
-PROCESSING_ONLY = ("draft_raw_q", "target_unprocessed", "residual_by_index", "draft_processors_differ")
+PROCESSING_ONLY = ("draft_raw_q", "target_unprocessed", "residual_by_index", "draft_processors_differ", "target_processed_first_only")
 # pairs of defects and the prefill layout (issue 26): llama.cpp's pair, a pair on one config, a defect from token 2
 COMPOSITES = ("greedy_draft+residual_by_index@prefill", "full_p_fallback+greedy_draft", "full_p_fallback@prefill",
               "deterministic_acceptance+residual_by_index")

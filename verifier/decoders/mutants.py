@@ -174,7 +174,9 @@ def make_decoder(name: str, target, draft, num_draft_tokens: int = 4, **options)
         :data:`verifier.decoders.batch_mutants.BATCH_DECODER_REGISTRY` (``"corrupt_batch_gt2"``: wrong only in calls of
         more than 2 rows) or of
         :data:`verifier.decoders.penalty_mutants.PENALTY_DECODER_REGISTRY` (``"penalty_once_per_round"``, ...:
-        penalties / min-p wrong on the verified positions).
+        penalties / min-p wrong on the verified positions) or of
+        :data:`verifier.decoders.field_mutants.FIELD_DECODER_REGISTRY` (``"recovered_one_late"``,
+        ``"draft_accept_same_uniform"``, ``"target_processed_first_only"``: mechanisms the field reports).
     target, draft : causal LM
         As for :class:`~verifier.decoders.SpeculativeDecoder`.
     num_draft_tokens : int, default 4
@@ -193,6 +195,7 @@ def make_decoder(name: str, target, draft, num_draft_tokens: int = 4, **options)
     TypeError
         If ``options`` holds a keyword the decoder does not take.
     """
+    from verifier.decoders.field_mutants import FIELD_DECODER_REGISTRY
     from verifier.decoders.logprob_mutants import LOGPROB_DECODER_REGISTRY
     from verifier.decoders.recurrent_mutants import RECURRENT_DECODER_REGISTRY
     from verifier.decoders.batch_mutants import BATCH_DECODER_REGISTRY
@@ -204,13 +207,14 @@ def make_decoder(name: str, target, draft, num_draft_tokens: int = 4, **options)
 
     spec = (DECODER_REGISTRY.get(name) or TREE_DECODER_REGISTRY.get(name) or STREAM_DECODER_REGISTRY.get(name)
             or STOP_DECODER_REGISTRY.get(name) or LOGPROB_DECODER_REGISTRY.get(name) or VOCAB_DECODER_REGISTRY.get(name)
-            or RECURRENT_DECODER_REGISTRY.get(name) or BATCH_DECODER_REGISTRY.get(name) or PENALTY_DECODER_REGISTRY.get(name))
+            or RECURRENT_DECODER_REGISTRY.get(name) or BATCH_DECODER_REGISTRY.get(name) or PENALTY_DECODER_REGISTRY.get(name)
+            or FIELD_DECODER_REGISTRY.get(name))
     if spec is None:
         raise invalid_argument("name", name, f"one of {sorted(DECODER_REGISTRY) + sorted(TREE_DECODER_REGISTRY)}"
                                f" or {sorted(STREAM_DECODER_REGISTRY) + sorted(STOP_DECODER_REGISTRY)}"
                                f" or {sorted(LOGPROB_DECODER_REGISTRY) + sorted(VOCAB_DECODER_REGISTRY)}"
                                f" or {sorted(RECURRENT_DECODER_REGISTRY) + sorted(BATCH_DECODER_REGISTRY)}"
-                               f" or {sorted(PENALTY_DECODER_REGISTRY)}")
+                               f" or {sorted(PENALTY_DECODER_REGISTRY) + sorted(FIELD_DECODER_REGISTRY)}")
     decoder = spec.factory(target, draft, num_draft_tokens, **options)
     decoder.name = name
     return decoder

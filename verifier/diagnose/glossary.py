@@ -63,6 +63,15 @@ GLOSSARY: dict[str, str] = {
     "q_dtype_mismatch": "the draft samples from its probabilities rounded to bfloat16 (renormalised) while the acceptance "
                         "ratio and residual use the unrounded ones: a bias of at most 2^-9 relative per token, out of "
                         "reach of most runs.",
+    "recovered_one_late": "after a rejected draft, the replacement token is drawn from the residual of the next "
+                          "position's rows (computed with the rejected draft token in the prefix; the bonus row at the "
+                          "last draft position) instead of the rejected position's: an off-by-one in the row index.",
+    "draft_accept_same_uniform": "the draft token and its acceptance test share one uniform draw (the draft samples by "
+                                 "inverse CDF in token-id order and the test u < p/q reuses that u), so low-id tokens "
+                                 "are accepted too often and high-id tokens too rarely.",
+    "target_processed_first_only": "the request's temperature / top-k / top-p are applied to the target at the first "
+                                   "position of each round only; later positions and the bonus token use the "
+                                   "unprocessed target (indistinguishable from the target at T = 1 without filters).",
     "kv_not_rolled_back": "rejected draft tokens are left in the target and draft KV caches, so later tokens are "
                           "conditioned on text that was never emitted.",
     "batch_cross_talk": "row 0's accepted length is applied to every row of the batch, so the other rows keep or drop "

@@ -16,6 +16,13 @@ the stale KV cache (``kv_not_rolled_back``) and batch cross-talk (``batch_cross_
 ``latent`` mechanisms: their law is enumerated exactly over the decoder's choices
 (:mod:`verifier.diagnose.latent`), on pairs small enough for it.  The degenerate residual is the
 canonical rule with float64 probs.
+
+Three mechanisms the field reports (issue 26; exact laws in :mod:`verifier.exact.field_rules`, mutants in
+:mod:`verifier.decoders.field_mutants`): ``recovered_one_late`` (the recovered token's law reads the rows after the
+latent rejected draft token: ``late_recover``, teacher-forced through ``SequenceProbs.target_after`` /
+``draft_after``, computed only where that is cheap: :data:`verifier.diagnose.rank.MAX_LATE_ROWS`),
+``draft_accept_same_uniform`` (an acceptance hook) and ``target_processed_first_only`` (``later_raw``: the raw target
+after a round's first position; at T = 1 without filters it is the canonical law, which the ranking scores as such).
 """
 
 from __future__ import annotations
@@ -111,6 +118,17 @@ def _typical(p: np.ndarray) -> np.ndarray:
     return (p > threshold).astype(np.float64)
 
 
+def _same_uniform_acceptance(p: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """``draft_accept_same_uniform``: P(x accepted | proposed) when the inverse-CDF uniform that drew x (token-id order)
+    is reused by the test ``u < p(x)/q(x)``: ``max(0, min(F(x), p(x)/q(x)) - F(x - 1)) / q(x)``
+    (:func:`verifier.exact.field_rules.same_uniform_acceptance`)."""
+    cdf = np.cumsum(q, axis=-1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(q > 0, p / np.where(q > 0, q, 1.0), 0.0)
+        mass = np.clip(np.minimum(cdf, ratio) - (cdf - q), 0.0, None)
+        return np.where(q > 0, np.minimum(1.0, mass / np.where(q > 0, q, 1.0)), 0.0)
+
+
 def _fresh_match_reject_emit(v: Views, proposal: np.ndarray, acceptance: np.ndarray) -> np.ndarray:
     # rejected iff a fresh y ~ p differs from the draft d; y is emitted: sum_d prop(d) p(y) [y != d]
     return v.p * (1.0 - proposal)
@@ -152,7 +170,17 @@ class Mechanism:
         ``position_acceptance``; positions beyond it take the last entry), replacing ``acceptance`` in the round.
     composable : bool, default True
         Enters pairs of defects (:func:`verifier.diagnose.family.composite_names`).  False for a mechanism within a
-        small TV of the canonical rule (``q_dtype_mismatch``): each of its pairs would be a near-copy of its other part.
+        small TV of the canonical rule (``q_dtype_mismatch``): each of its pairs would be a near-copy of its other part;
+        and for the field mechanisms (issue 26), which enter alone (and ``@prefill``) so that the family, its threshold
+        and the auto-diagnosis's cost grow by six hypotheses only.
+    late_recover : bool, default False
+        ``recovered_one_late``: the recovered token at round position j is drawn from the rows *after* the latent
+        rejected draft token d (``residual(p[j + 1], q[j + 1])``, ``p[k]`` at j = k - 1), summed over d; the likelihood
+        needs ``SequenceProbs.target_after`` / ``draft_after`` at every ``x_<t + d`` (``recover`` is the rule at k = 1
+        on a context-free pair, where the next row is p).
+    later_raw : bool, default False
+        ``target_processed_first_only``: round positions after the first verify against the unprocessed target
+        (``p_raw``: acceptance and residual); with ``target = "p_raw"`` the bonus token too.
     """
 
     name: str
@@ -173,6 +201,8 @@ class Mechanism:
     position_acceptance: tuple[float, ...] | None = None
     aliases: tuple[str, ...] = field(default=())
     composable: bool = True
+    late_recover: bool = False
+    later_raw: bool = False
 
     def acceptance_at(self, accepted: int, v: Views, acceptance: np.ndarray) -> np.ndarray:
         """Acceptance thresholds of the next draft after ``accepted`` drafts of the round (``acceptance`` = the hook's)."""
@@ -224,6 +254,12 @@ MECHANISMS: dict[str, Mechanism] = {m.name: m for m in [
     Mechanism("q_dtype_mismatch", "biased", "the draft samples from its probs rounded to bfloat16 and renormalised; the "
               "ratio and residual use the unrounded q (issue 29 kind 7)", propose=lambda v: _bfloat16_renormalised(v.q),
               composable=False, aliases=("q_dtype_mismatch",)),
+    _rule("recovered_one_late", recover=lambda v: v.p, late_recover=True, composable=False),
+    _rule("draft_accept_same_uniform", acceptance=lambda v: _same_uniform_acceptance(v.p, v.q), composable=False),
+    Mechanism("target_processed_first_only", "biased", "the request's temperature / top-k / top-p applied at the first "
+              "position of each round only; later acceptance tests, residuals and the bonus token use the unprocessed "
+              "target (the same law as the target at T = 1 without filters)", target="p_raw", needs_raw=True,
+              later_raw=True, composable=False, aliases=("target_processed_first_only",)),
     Mechanism("kv_not_rolled_back", "biased", "rejected draft tokens stay in the target and draft KV caches: later "
               "probs condition on them", latent=True, aliases=("kv_not_rolled_back",)),
     Mechanism("batch_cross_talk", "biased", "row 0's accepted length is applied to every row of the batch (the law of "

@@ -44,6 +44,11 @@ __all__ = ["DIAGNOSIS_ALPHA", "FIT_ALPHA", "MechanismScore", "Ranking", "rank_me
 DIAGNOSIS_ALPHA = 0.01  # bound on naming a mechanism when the decoder samples from the target
 FIT_ALPHA = 1e-3  # level of the best mechanism's goodness of fit (rejecting a true mechanism this often)
 MAX_DRAFT_AFTER_ROWS = 2_000_000  # draft forward rows a kept-suffix likelihood may need (distinct observed contexts x vocab)
+# recovered_one_late reads the target and draft after every latent rejected token: forward rows (distinct prefixes x
+# vocab x 2 models) and float64 entries of its (rows, vocab, vocab) tensors it may take; a tabular pair needs < 1,000
+# rows, the shipped transformers (vocab 384, 3,000 rows) ~1.5 M rows and 4e8 entries: not computed there
+MAX_LATE_ROWS = 100_000
+MAX_LATE_ENTRIES = 8_000_000
 
 CONSISTENT, NO_KNOWN, NONE_PREFERRED = "consistent", "no known mechanism", "none preferred"
 
@@ -154,6 +159,9 @@ def rank_mechanisms(seqs: SequenceProbs, num_draft_tokens: int, *, mechanisms=No
 
                 scores.append(scored(name, m, total=call_log_likelihood(seqs, num_draft_tokens)))
                 continue
+        if m.late_recover and (why := _late_note(seqs)):
+            scores.append(MechanismScore(name, m.declared, None, None, why))
+            continue
         if m.needs_raw and seqs.p_raw is None:
             scores.append(MechanismScore(name, m.declared, None, None, "needs unprocessed probs"))
             continue
@@ -176,6 +184,19 @@ def rank_mechanisms(seqs: SequenceProbs, num_draft_tokens: int, *, mechanisms=No
             computed[name] = (ll, None)
         scores.append(scored(name, m, ll))
     return Ranking(int(w.sum()), total_t, scores, per_pos, row_ll)
+
+
+def _late_note(seqs: SequenceProbs) -> str:
+    """Why a ``recovered_one_late`` likelihood is not computed for ``seqs`` ("" when it is)."""
+    if seqs.target_after is None or seqs.draft_after is None:
+        return "not computed: a recovered token read one position late needs the models after every latent rejected token (no oracle)"
+    from verifier.diagnose.likelihood import late_recover_cost
+
+    rows, entries = late_recover_cost(seqs)
+    if rows > MAX_LATE_ROWS or entries > MAX_LATE_ENTRIES:
+        return (f"not computed: a recovered token read one position late needs the models after every latent rejected "
+                f"token ({rows} forward rows, {entries} entries > {MAX_LATE_ROWS}, {MAX_LATE_ENTRIES})")
+    return ""
 
 
 def weighted_total(ll: np.ndarray, w: np.ndarray) -> float:
@@ -402,8 +423,10 @@ def sentence(d: dict[str, Any]) -> str:
 
 def separating_advice(names: list[str]) -> str:
     """What would tell the hypotheses apart: where each one's defect is visible (the zoo's ``visible_when``)."""
+    from verifier.decoders.field_mutants import FIELD_DECODER_REGISTRY
     from verifier.decoders.mutants import DECODER_REGISTRY
 
+    registry = {**DECODER_REGISTRY, **FIELD_DECODER_REGISTRY}
     parts = {n: parts_of(n) for n in names}
     layouts = {prefill for _, prefill in parts.values()}
     hints = []
@@ -422,7 +445,7 @@ def separating_advice(names: list[str]) -> str:
                 hints.append(f"{part} is a law of the first tokens only: a control run with the engine's defect patched "
                              "separates it")
                 continue
-            spec = next((DECODER_REGISTRY[a] for a in MECHANISMS[part].aliases if a in DECODER_REGISTRY), None)
+            spec = next((registry[a] for a in MECHANISMS[part].aliases if a in registry), None)
             if spec is not None:
                 hints.append(f"{part} shows {spec.visible_when}")
     return "; ".join(hints) + "." if hints else "run other prompts or sampling settings."

@@ -45,7 +45,8 @@ SAMPLING_FIELDS = ("temperature", "top_k", "top_p", "repetition_penalty")
 # issue 29 kind 3: a set one is refused unless the engine lists it in `supported` (llama-cpp-python: all three;
 # OpenVINO GenAI and transformers: min_p) or names the difference in `refusals`
 PROCESSOR_FIELDS = ("presence_penalty", "frequency_penalty", "min_p")
-GENERATE_KEYWORDS = ("return_logprobs", "row_temperatures", "row_prompts")  # optional worker keywords (generate_keywords)
+GENERATE_KEYWORDS = ("return_logprobs", "row_temperatures", "row_prompts", "stop_token_ids",
+                     "max_tokens")  # optional worker keywords (generate_keywords)
 
 
 def origins_from_rounds(row_rounds: Sequence[Sequence[Any]], tokens: np.ndarray, num_draft_tokens: int) -> np.ndarray | None:
@@ -159,12 +160,13 @@ class EngineDecoder:
         ``row_temperatures`` (a temperature per request of one call; the mixed-temperature batch levels) and
         ``row_prompts`` (a prompt per request of one call; the mixed-prompts batch levels).  The runner reads the
         attribute of the same name (:func:`verifier.runner.logprob.takes_return_logprobs`,
-        :func:`verifier.runner.batch.takes_row_temperatures`).
+        :func:`verifier.runner.batch.takes_row_temperatures`); ``stop_token_ids`` and ``max_tokens`` together (the
+        request's stop rule, :func:`verifier.runner.stop.takes_stop_rule`).
 
     Raises
     ------
     InvalidArgumentError
-        A ``generate_keywords`` entry outside the three above.
+        A ``generate_keywords`` entry outside :data:`GENERATE_KEYWORDS`.
     """
 
     def __init__(self, engine: type, handler_file: str | Path, *, init: dict[str, Any], num_draft_tokens: int,
@@ -214,7 +216,8 @@ class EngineDecoder:
 
     def generate(self, prompt_ids: Sequence[int], num_samples: int, max_new_tokens: int, sampling: Any, seed: int, *,
                  return_logprobs: bool = False, row_temperatures: Sequence[float] | None = None,
-                 row_prompts: Sequence[Sequence[int]] | None = None):
+                 row_prompts: Sequence[Sequence[int]] | None = None, stop_token_ids: Sequence[int] = (),
+                 max_tokens: int | None = None):
         """Emitted tokens, int64 of shape (num_samples, max_new_tokens), -1 after EOS; see :class:`verifier.protocols.Decoder`.
 
         Every sample gets its own seed, hashed from ``seed`` (:func:`verifier.engines.bridge.hashed_seeds`).
@@ -232,6 +235,9 @@ class EngineDecoder:
         row_prompts : sequence of sequence of int, optional
             ``num_samples`` prompts: request i continues ``row_prompts[i]`` in place of ``prompt_ids``, all in the
             same worker call (only where ``generate_keywords`` has ``"row_prompts"``).
+        stop_token_ids, max_tokens : optional
+            The request's stop rule (issue 29, kind 5), sent to the engine (only where ``generate_keywords`` has
+            ``"stop_token_ids"`` and ``"max_tokens"``); the worker returns each row as the engine emitted it.
 
         Returns
         -------
@@ -255,6 +261,7 @@ class EngineDecoder:
         """
         fields = self.check_sampling(sampling)
         extra = self._call_keywords(num_samples, sampling, return_logprobs, row_temperatures, row_prompts)
+        extra.update(self._stop_keywords(stop_token_ids, max_tokens))
         reply = self.worker.call("generate", prompt_ids=np.asarray(list(prompt_ids), dtype=np.int64),
                                  max_new_tokens=int(max_new_tokens), sampling=fields,
                                  seeds=hashed_seeds(seed, num_samples), **extra)
@@ -291,6 +298,16 @@ class EngineDecoder:
                 raise invalid_argument("row_prompts", row_prompts, f"None: engine {self.name!r} takes one prompt per call")
             extra["row_prompts"] = [list(p) for p in check_row_prompts(row_prompts, num_samples, self.vocab_size)]
         return extra
+
+    def _stop_keywords(self, stop_token_ids: Sequence[int], max_tokens: int | None) -> dict[str, Any]:
+        """The stop rule's worker keywords, checked against ``generate_keywords`` (empty without a stop rule)."""
+        if not list(stop_token_ids) and max_tokens is None:
+            return {}
+        if not {"stop_token_ids", "max_tokens"} <= self.generate_keywords:
+            raise invalid_argument("stop_token_ids / max_tokens", f"{list(stop_token_ids)} / {max_tokens}",
+                                   f"none: engine {self.name!r} takes no stop rule through this adapter")
+        return {"stop_token_ids": [int(t) for t in stop_token_ids],
+                "max_tokens": None if max_tokens is None else int(max_tokens)}
 
     def _stats(self, reply: dict[str, Any], tokens: np.ndarray) -> DecoderStats:
         """The :class:`DecoderStats` of one reply (the engine's own counters, where it reports them)."""

@@ -22,6 +22,10 @@ Logprobs (kind 4): not returned on this path -- ``LLMPipeline.generate`` returns
 per sequence; per-token ``generated_log_probs`` exist only on ``ContinuousBatchingPipeline``'s ``GenerationOutput``
 (another entry point), and ``LogitProcessor`` normalises them over the raw logits (a raw mode).
 
+Stop rules (kind 5): the request's ``stop_token_ids`` go to ``GenerationConfig.stop_token_ids`` and ``max_tokens`` to
+``max_new_tokens`` (``generate_keywords``); the engine emits the stop token and ends the row, and the worker returns
+each row as emitted (never cut), so a token past a stop accepted mid-block, or past ``max_tokens``, would show.
+
 Batching (kind 1): the worker makes one ``generate`` call per row (``rows_per_step = 1``), so ``batch_composition``
 levels above 1 row are refused.
 
@@ -103,4 +107,4 @@ def decoder(target_model: str = "shipped:target", draft_model: str = "shipped:dr
                          greedy_ok=True, supported={"temperature", "top_k", "top_p", "repetition_penalty", "min_p"},
                          refusals={"presence_penalty": PENALTY_REFUSAL.format(name="PresencePenaltyTransform"),
                                    "frequency_penalty": PENALTY_REFUSAL.format(name="FrequencyPenaltyTransform")},
-                         rows_per_step=1)
+                         rows_per_step=1, generate_keywords=("stop_token_ids", "max_tokens"))

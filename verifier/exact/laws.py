@@ -70,7 +70,9 @@ def _round_outcomes(target: TabularLM, draft: TabularLM, prefix: tuple[int, ...]
                 accept, next_bound = threshold, Fraction(1)
             if accept < 1:  # rejected position: emit the recovered token (and, for one mutant, the draft suffix)
                 reject = prob * qx * (1 - accept)
-                for y, ry in enumerate(rule.recover(p, q, x)):
+                recovered = (rule.recover(p, q, x) if rule.recover_after is None  # recovered_one_late: the rows after x
+                             else rule.recover_after(target, draft, context + (x,), len(accepted) == k - 1))
+                for y, ry in enumerate(recovered):
                     if not ry:
                         continue
                     if rule.keep_suffix:

@@ -109,6 +109,11 @@ class Rule:
         position j (1-based) is accepted with probability ``position_acceptance[j - 1]`` (positions beyond the
         tuple take its last entry), replacing ``acceptance`` in the round enumerators; ``acceptance`` is then the
         position-1 entry (the rule at ``k = 1``).
+    recover_after : callable or None, default None
+        A recovered-token law read from the models *after* the rejected draft token (``recovered_one_late``,
+        :mod:`verifier.exact.field_rules`): ``(target, draft, context + (x,), last) -> probs`` with ``last`` True at
+        the round's last draft position; replaces ``recover`` in the round enumerators (``recover`` is then the
+        rule at ``k = 1`` on a context-free pair).
     """
 
     name: str
@@ -122,6 +127,7 @@ class Rule:
     shared_uniform: bool = False
     round_outcomes: Callable | None = None
     position_acceptance: tuple[Fraction, ...] | None = None
+    recover_after: Callable | None = None
 
     def __post_init__(self) -> None:
         assert self.declared in DECLARED_STATUSES, self.declared
@@ -413,3 +419,14 @@ def get_rule(rule: str | Rule) -> Rule:
     if isinstance(rule, str) and rule in RULES:
         return RULES[rule]
     raise invalid_argument("rule", rule, "one of " + ", ".join(RULES))
+
+
+def _register_field_rules() -> None:
+    """Add the field-reported rules (:mod:`verifier.exact.field_rules`, issue 26) to :data:`RULES`; that module builds
+    on this one, so it is imported once this one is complete."""
+    from verifier.exact.field_rules import FIELD_RULES
+
+    RULES.update(FIELD_RULES)
+
+
+_register_field_rules()

@@ -204,11 +204,33 @@ def build_decoder(spec: DecoderSpec, pair: Any, num_draft_tokens: int, where: st
             decoder = make_decoder(spec.decoder, target=pair.target, draft=pair.draft,
                                    num_draft_tokens=num_draft_tokens, **options)
         except (KeyError, ValueError, TypeError) as exc:
-            raise ConfigError(f"{where}={spec.decoder!r}: {exc}") from None
+            raise ConfigError(_unknown_option(where, spec, exc) or f"{where}={spec.decoder!r}: {exc}") from None
     if not callable(getattr(decoder, "generate", None)):
         raise ConfigError(f"{where}={spec.decoder!r} gave {type(decoder).__name__}, which has no generate(); "
                           "allowed: an object implementing verifier.protocols.Decoder")
     return decoder
+
+
+def _unknown_option(where: str, spec: DecoderSpec, exc: Exception) -> str | None:
+    """The message for an option a built-in decoder's constructor does not take: the option, its value and the
+    options that decoder takes (None when ``exc`` is not about an unknown keyword)."""
+    import inspect
+    import re
+
+    m = re.search(r"(\w+)\.__init__\(\) got an unexpected keyword argument '(\w+)'", str(exc))
+    if not isinstance(exc, TypeError) or m is None:
+        return None
+    import verifier.decoders as decoders
+
+    cls = next((getattr(mod, m.group(1)) for mod in (decoders, *[getattr(decoders, n) for n in dir(decoders)])
+                if inspect.isclass(getattr(mod, m.group(1), None))), None)
+    skip = {"self", "target", "draft", "num_draft_tokens"}
+    allowed = [] if cls is None else [
+        n for n, p in inspect.signature(cls.__init__).parameters.items()
+        if n not in skip and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    key = m.group(2)
+    return (f"{where}: options.{key} = {spec.options.get(key)!r} is not an option of decoder {spec.decoder!r}; "
+            f"allowed: {', '.join(allowed) if allowed else 'no options'}")
 
 
 def decoder_identity(spec: DecoderSpec, decoder: Any, num_draft_tokens: int) -> dict[str, Any]:

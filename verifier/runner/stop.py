@@ -26,7 +26,6 @@ laws end rows at EOS only.
 
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass
 from typing import Any
 
@@ -229,14 +228,12 @@ def stop_position_cell(cell_id: str, tokens: np.ndarray, law: StopLaw, ends: np.
 
 
 def takes_stop_rule(decoder: Any) -> bool:
-    """Whether ``decoder.generate`` takes the ``stop_token_ids`` and ``max_tokens`` keywords (or ``**kwargs``)."""
-    try:
-        params = inspect.signature(decoder.generate).parameters
-    except (TypeError, ValueError):
-        return False
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        return True
-    return {"stop_token_ids", "max_tokens"} <= set(params)
+    """Whether ``decoder.generate`` takes the ``stop_token_ids`` and ``max_tokens`` keywords: a decoder that states
+    its optional keywords (an engine adapter's ``generate_keywords``) is taken at its word, else its signature
+    decides (the keywords or ``**kwargs``; :func:`verifier.validation.takes_generate_keyword`)."""
+    from verifier.validation import takes_generate_keyword
+
+    return takes_generate_keyword(decoder, "stop_token_ids") and takes_generate_keyword(decoder, "max_tokens")
 
 
 def check_stop_specs(suite, pairs: dict) -> None:

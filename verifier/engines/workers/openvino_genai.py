@@ -73,9 +73,11 @@ class Handler:
 
         self.Collect = Collect
 
-    def _config(self, sampling: dict, max_new_tokens: int, seed: int):
+    def _config(self, sampling: dict, max_new_tokens: int, seed: int, stop_token_ids=None):
         cfg = self.ovg.GenerationConfig()
         cfg.max_new_tokens = int(max_new_tokens)
+        if stop_token_ids:  # the request's stop tokens (issue 29 kind 5): the engine stops after emitting one
+            cfg.stop_token_ids = {int(t) for t in stop_token_ids}
         cfg.num_assistant_tokens = self.k
         t = sampling.get("temperature")
         t = 1.0 if t is None else float(t)
@@ -95,8 +97,8 @@ class Handler:
             cfg.eos_token_id = self.eos
         return cfg
 
-    def _one(self, input_ids, sampling, max_new_tokens, seed, streamer):
-        res = self.pipe.generate(input_ids, self._config(sampling, max_new_tokens, seed), streamer)
+    def _one(self, input_ids, sampling, max_new_tokens, seed, streamer, stop_token_ids=None):
+        res = self.pipe.generate(input_ids, self._config(sampling, max_new_tokens, seed, stop_token_ids), streamer)
         toks = list(res.tokens[0])
         steps = None
         accepted = None
@@ -109,10 +111,16 @@ class Handler:
                 steps = None
         return toks, accepted, steps
 
-    def generate(self, prompt_ids, max_new_tokens, sampling, seeds):
+    def generate(self, prompt_ids, max_new_tokens, sampling, seeds, stop_token_ids=None, max_tokens=None):
+        """One call per seed; rows ``max_new_tokens`` wide, -1 after the row's end.  With a stop rule
+        (``stop_token_ids`` and / or ``max_tokens``; issue 29 kind 5) the engine gets ``GenerationConfig.stop_token_ids``
+        and ``max_new_tokens = max_tokens`` and the row is kept exactly as returned -- never cut here -- so a token
+        past a stop (accepted mid-block) or past ``max_tokens`` shows; without one, rows are cut after EOS."""
         ids = np.asarray(prompt_ids, dtype=np.int64)[None, :]
         input_ids = self.ov.Tensor(ids)
         n, T = len(seeds), int(max_new_tokens)
+        stop_rule = bool(stop_token_ids) or max_tokens is not None
+        limit = int(max_tokens) if max_tokens is not None else T
         tokens = np.full((n, T), -1, dtype=np.int64)
         accepted_total = 0
         step_sizes: list[int] = []
@@ -124,7 +132,7 @@ class Handler:
                 s = int(seed) if attempt == 0 else retry_seed(seed, attempt)
                 streamer = self.Collect()
                 try:
-                    toks, acc, steps = self._one(input_ids, sampling, T, s, streamer)
+                    toks, acc, steps = self._one(input_ids, sampling, limit, s, streamer, stop_token_ids)
                     break
                 except RuntimeError as exc:
                     if "content_length" not in str(exc) or attempt == MAX_ATTEMPTS - 1:
@@ -134,7 +142,7 @@ class Handler:
                     self._log(failures[-1], sampling)
             for j, t in enumerate(toks[:T]):
                 tokens[row, j] = int(t)
-                if self.eos is not None and int(t) == self.eos:
+                if not stop_rule and self.eos is not None and int(t) == self.eos:
                     break
             if acc is not None:
                 accepted_total += acc
