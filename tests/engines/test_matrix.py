@@ -173,3 +173,10 @@ def test_a_suite_of_several_decoders_gives_one_row_each(tmp_path):
     # the report's own diagnosis names the threshold flip (verifier.diagnose.boundary) before the human text
     assert rows[1]["root_cause"].startswith("harness: `min-p threshold flip")
     assert rows[0]["root_cause"] == "" and rows[1]["mde"] == "0.0707"
+
+
+def test_the_matrix_reads_the_boundary_status_the_diagnosis_writes():
+    from verifier.diagnose.boundary import BOUNDARY_STATUS
+    from verifier.engines import matrix
+
+    assert matrix.BOUNDARY_STATUS == BOUNDARY_STATUS

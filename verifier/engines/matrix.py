@@ -79,10 +79,11 @@ def _root_cause(folder: Path, root: Path) -> str:
     return ""
 
 
+BOUNDARY_STATUS = "filter boundary (numeric precision)"  # = verifier.diagnose.boundary.BOUNDARY_STATUS (tested; no upward import)
+
+
 def _harness_cause(r: dict[str, Any]) -> str:
     """"harness: <mechanism>." when the report's own diagnosis named one (report.json ``diagnosis``), else ""."""
-    from verifier.diagnose.boundary import BOUNDARY_STATUS
-
     names = []
     for d in ((r.get("diagnosis") or {}).get("decoders") or []):
         if d.get("status") == "consistent":

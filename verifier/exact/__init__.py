@@ -4,13 +4,17 @@ Everything is :class:`fractions.Fraction`; see docs/ARCHITECTURE.md ("Exact stag
 contract and :mod:`verifier.exact.rules` for the rules and where exp() is handled.
 """
 
+from verifier.exact.rules import RULES, Rule, get_rule, residual  # first: RULES is complete before any other module
+from verifier.exact.field_rules import FIELD_RULES
+
+RULES.update(FIELD_RULES)  # the field-reported rules (issue 26) build on rules.py: registered here, no import circle
+# isort: split
 from verifier.exact.batch import batch_level_law, corrupted_share, leaked_prompt, mixed_prompts_level_law, slot_law
 from verifier.exact.counterexample import Counterexample, find_counterexample
 from verifier.exact.cases import ExactCase, TabularPair, standard_cases, standard_tabular_pairs, unigram_case
 from verifier.exact.logprob import LogprobDefectLaw, logprob_defect_law
 from verifier.exact.laws import accepted_count_law, marginal, n_token_law, round_law, target_law, total_variation
 from verifier.exact.penalties import PENALTY_RULES, penalty_n_token_law, penalty_target_law
-from verifier.exact.rules import RULES, Rule, get_rule, residual
 from verifier.exact.stage import ExactFinding, RuleVerdict, rule_verdicts, run_exact_stage
 from verifier.exact.step import StepLaw, step_law
 from verifier.exact.stop import stop_position_law, stop_position_of, stop_violation_prob

@@ -419,14 +419,3 @@ def get_rule(rule: str | Rule) -> Rule:
     if isinstance(rule, str) and rule in RULES:
         return RULES[rule]
     raise invalid_argument("rule", rule, "one of " + ", ".join(RULES))
-
-
-def _register_field_rules() -> None:
-    """Add the field-reported rules (:mod:`verifier.exact.field_rules`, issue 26) to :data:`RULES`; that module builds
-    on this one, so it is imported once this one is complete."""
-    from verifier.exact.field_rules import FIELD_RULES
-
-    RULES.update(FIELD_RULES)
-
-
-_register_field_rules()
