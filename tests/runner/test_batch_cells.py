@@ -219,6 +219,8 @@ def test_mixed_prompt_levels_audit_the_odd_slots(tmp_path, capsys):
     diagnosis = {d["decoder"]: d for d in report["diagnosis"]["decoders"]}["prompt_length_leak"]
     assert diagnosis["prompt_context"]["named"] == "slot 0's prompt length"
     assert "the audited rows continue slot 0's prompt length ([1, 0] for prompt [1])" in diagnosis["sentence"]
+    # the per-row ranking (at the own prompt) does not apply: no mechanism is named (issue 26: never a wrong name)
+    assert diagnosis["status"] == "prompt context" and "mechanism" not in diagnosis
     shard = np.load(next((run_dir / "samples").glob("*mixedprompts*/chunk-000000.npz")), allow_pickle=True)
     assert json.loads(str(shard["meta"]))["filler_prompts"] == ["two"]
     raw = tomllib.loads(PROMPTS.read_text())

@@ -313,6 +313,11 @@ def _diagnose_names(report, plans, pairs, store, names, verdicts, with_fits, log
             if ctx is not None:
                 item["prompt_context"] = ctx
         named_ctx = ctx if ctx is not None and ctx["named"] else None
+        if named_ctx is not None and item.get("status") == "consistent":
+            # the rows continue another prompt: a per-row mechanism ranked at the own prompt does not apply, and naming
+            # it would send the engineer to the wrong code (issue 26: never a wrong name) -- kept aside, not named
+            item["ranked_at_own_prompt"] = {"status": item.pop("status"), "mechanism": item.pop("mechanism", None)}
+            item["status"] = PROMPT_CONTEXT_STATUS
         for f, key in ((lp, "logprob"), (named_ctx, "prompt_context"), (batch, "batch_composition"),
                        (finding, "independence"), (stop, "stop_rule")):
             if f is not None:
@@ -323,6 +328,9 @@ def _diagnose_names(report, plans, pairs, store, names, verdicts, with_fits, log
         out.append(item)
     # no wall time here: report.json keeps volatile figures in `run` only (run.stage_seconds["diagnosis"])
     return json_safe({"alpha": DIAGNOSIS_ALPHA, "fit_alpha": FIT_ALPHA, "decoders": out})
+
+
+PROMPT_CONTEXT_STATUS = "prompt context"  # the audited rows continue another row's prompt (verifier.diagnose.batchprompts)
 
 
 def _engine_name(store) -> str | None:
