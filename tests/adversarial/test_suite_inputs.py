@@ -191,3 +191,17 @@ def test_a_recurrent_decoder_on_a_tabular_pair_is_a_config_error(tmp_path, capsy
     assert main(["run", str(suite), "--run-dir", str(tmp_path / "run"), "--no-progress"]) == EXIT_USAGE
     err = capsys.readouterr().err
     assert "target='TabularCausalLM' is invalid" in err and "state-space" in err and "Traceback" not in err
+
+
+def test_a_stop_rule_on_an_engine_adapter_that_declares_none_fails_before_sampling(tmp_path, capsys):
+    """An EngineDecoder whose generate_keywords hold no stop rule (vLLM, mlx-lm, llama-cpp-python adapters): its
+    generate signature has stop_token_ids / max_tokens, but the declaration decides -- exit 2 before a row is drawn."""
+    import shutil
+
+    suite = write_suite(tmp_path, decoder=f"{tmp_path / 'engine.py'}:make", extra="stop_token_ids = [2]\nmax_tokens = 2",
+                        expect="pass", tests='["stop"]')
+    shutil.copy(Path(__file__).parent / "_engine_plug.py", tmp_path / "engine.py")
+    assert main(["run", str(suite), "--run-dir", str(tmp_path / "run"), "--no-progress"]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "sets stop_token_ids=[2] / max_tokens=2, but EngineDecoder.generate takes no stop_token_ids" in err, err
+    assert not list((tmp_path / "run").glob("samples/**/*.npy")) and "Traceback" not in err
