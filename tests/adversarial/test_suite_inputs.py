@@ -205,3 +205,21 @@ def test_a_stop_rule_on_an_engine_adapter_that_declares_none_fails_before_sampli
     err = capsys.readouterr().err
     assert "sets stop_token_ids=[2] / max_tokens=2, but EngineDecoder.generate takes no stop_token_ids" in err, err
     assert not list((tmp_path / "run").glob("samples/**/*.npy")) and "Traceback" not in err
+
+
+def test_a_generate_keywords_property_that_raises_is_a_decoder_error_naming_it(tmp_path, capsys):
+    """The runner reads a decoder's declared keywords (verifier.validation.takes_generate_keyword) with a plain
+    getattr: plugin code raising there killed the job process (a harness traceback, 'ended without writing its
+    verdict'); now it is that decoder's ERROR (exit 3) naming the property."""
+    plug = tmp_path / "liar.py"
+    plug.write_text("import numpy as np\n\nclass Liar:\n    vocab_size, eos_token_id, name, last_stats = 4, 3, 'liar', None\n\n"
+                    "    @property\n    def generate_keywords(self):\n        raise RuntimeError('boom')\n\n"
+                    "    def generate(self, prompt_ids, num_samples, max_new_tokens, sampling, seed, **kw):\n"
+                    "        return np.random.default_rng(seed).integers(0, 3, size=(num_samples, max_new_tokens))\n\n\n"
+                    "def make():\n    return Liar()\n")
+    suite = write_suite(tmp_path, decoder=f"{plug}:make", extra="stop_token_ids = [2]\nmax_tokens = 2", expect="pass",
+                        tests='["stop"]')
+    assert main(["run", str(suite), "--run-dir", str(tmp_path / "run"), "--no-progress"]) == EXIT_DECODER
+    out = capsys.readouterr()
+    assert "reading its `generate_keywords` property raised RuntimeError: boom" in out.out + out.err
+    assert "without writing its verdict" not in out.err
