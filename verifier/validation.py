@@ -105,7 +105,7 @@ def takes_generate_keyword(decoder, name: str) -> bool:
     keyword itself or ``**kwargs``)."""
     import inspect
 
-    declared = getattr(decoder, "generate_keywords", None)
+    declared = plugin_attribute(decoder, "generate_keywords", None)  # plugin code: a property that raises is exit 3
     if isinstance(declared, (set, frozenset, tuple, list)):
         return name in declared
     try:

@@ -159,4 +159,67 @@ def test_an_unknown_option_of_a_built_in_decoder_names_it_and_the_allowed_ones(t
     suite = write_suite(tmp_path, decoder="reference", options="{ foo = 1 }", expect="pass")
     assert main(["run", str(suite), "--run-dir", str(tmp_path / "run"), "--no-progress"]) == EXIT_USAGE
     err = capsys.readouterr().err
-    assert "options.foo = 1 is not an option of decoder 'reference'" in err and "allowed: kernel, eos_token_id" in err
+    assert "options.foo = 1 is not an option of that decoder (decoder 'reference')" in err
+    assert "allowed: eos_token_id, precision" in err  # kernel is the reference's own, not an option
+
+
+@pytest.mark.parametrize("decoder, options, allowed", [
+    ("reference", '{ kernel = "x" }', "allowed: eos_token_id, precision"),
+    ("full_p_fallback", "{ name = 3 }", "allowed: eos_token_id, precision"),
+    ("synthetic_acceptance", "{ foo = 1 }", "allowed: rates, eos_token_id, precision"),
+    ("tree_reference", '{ rule = "canonical" }', "allowed: tree, kernel, proposal, eos_token_id"),
+    ("recurrent_reference", "{ foo = 1 }", "allowed: skip_prob"),
+])
+def test_an_option_a_registered_decoder_sets_itself_is_named_with_the_real_options(tmp_path, capsys, decoder, options,
+                                                                                   allowed):
+    """kernel / rule / name are set by the registered factory (a mutant's kernel, a tree's rule, the registry name):
+    the message listed them as allowed and passing one gave Python's 'got multiple values' text; synthetic_acceptance's
+    own option ``rates`` was missing from the list, and recurrent_reference (whose defaults do not build on a
+    non-recurrent pair) listed none."""
+    suite = write_suite(tmp_path, decoder=decoder, options=options, expect="pass")
+    assert main(["run", str(suite), "--run-dir", str(tmp_path / "run"), "--no-progress"]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    key = options.split()[1]
+    assert f"options.{key} = " in err and "multiple values" not in err and allowed in err, err
+    assert "Traceback" not in err
+
+
+def test_a_recurrent_decoder_on_a_tabular_pair_is_a_config_error(tmp_path, capsys):
+    """recurrent_reference wrapped the tabular target (config + forward, no weights) as a transformers state-space
+    model and died on ``next(model.parameters())``: a StopIteration traceback and exit 3 from the job process."""
+    suite = write_suite(tmp_path, decoder="recurrent_reference", expect="pass")
+    assert main(["run", str(suite), "--run-dir", str(tmp_path / "run"), "--no-progress"]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "target='TabularCausalLM' is invalid" in err and "state-space" in err and "Traceback" not in err
+
+
+def test_a_stop_rule_on_an_engine_adapter_that_declares_none_fails_before_sampling(tmp_path, capsys):
+    """An EngineDecoder whose generate_keywords hold no stop rule (vLLM, mlx-lm, llama-cpp-python adapters): its
+    generate signature has stop_token_ids / max_tokens, but the declaration decides -- exit 2 before a row is drawn."""
+    import shutil
+
+    suite = write_suite(tmp_path, decoder=f"{tmp_path / 'engine.py'}:make", extra="stop_token_ids = [2]\nmax_tokens = 2",
+                        expect="pass", tests='["stop"]')
+    shutil.copy(Path(__file__).parent / "_engine_plug.py", tmp_path / "engine.py")
+    assert main(["run", str(suite), "--run-dir", str(tmp_path / "run"), "--no-progress"]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "sets stop_token_ids=[2] / max_tokens=2, but EngineDecoder.generate takes no stop_token_ids" in err, err
+    assert not list((tmp_path / "run").glob("samples/**/*.npy")) and "Traceback" not in err
+
+
+def test_a_generate_keywords_property_that_raises_is_a_decoder_error_naming_it(tmp_path, capsys):
+    """The runner reads a decoder's declared keywords (verifier.validation.takes_generate_keyword) with a plain
+    getattr: plugin code raising there killed the job process (a harness traceback, 'ended without writing its
+    verdict'); now it is that decoder's ERROR (exit 3) naming the property."""
+    plug = tmp_path / "liar.py"
+    plug.write_text("import numpy as np\n\nclass Liar:\n    vocab_size, eos_token_id, name, last_stats = 4, 3, 'liar', None\n\n"
+                    "    @property\n    def generate_keywords(self):\n        raise RuntimeError('boom')\n\n"
+                    "    def generate(self, prompt_ids, num_samples, max_new_tokens, sampling, seed, **kw):\n"
+                    "        return np.random.default_rng(seed).integers(0, 3, size=(num_samples, max_new_tokens))\n\n\n"
+                    "def make():\n    return Liar()\n")
+    suite = write_suite(tmp_path, decoder=f"{plug}:make", extra="stop_token_ids = [2]\nmax_tokens = 2", expect="pass",
+                        tests='["stop"]')
+    assert main(["run", str(suite), "--run-dir", str(tmp_path / "run"), "--no-progress"]) == EXIT_DECODER
+    out = capsys.readouterr()
+    assert "reading its `generate_keywords` property raised RuntimeError: boom" in out.out + out.err
+    assert "without writing its verdict" not in out.err

@@ -42,3 +42,13 @@ def test_an_underpowered_case_says_how_many_draws_and_hours_it_needs():
     need = draws_needed(case, 0.03)
     assert need["draws"] == 40_000 and need["rate"] == 100.0 and abs(need["hours"] - 400 / 3600) < 1e-12
     assert draws_needed({**case, "verdict": "PASS"}, 0.03) is None
+
+
+def test_a_cell_with_no_finite_mde_is_named_not_scaled_past():
+    """A cell whose MDE is infinite at this n (stored as "inf") was skipped, so the draws came from the finite cells
+    and understated what the case needs; now no number is given and the cell is named."""
+    from verifier.audit.kernel_report import draws_needed
+
+    case = {"verdict": "UNDERPOWERED", "num_draws": 10_000, "seconds": 100.0,
+            "cells": [{"name": "gof@1", "mde_tv": 0.06}, {"name": "gof@3", "mde_tv": "inf"}]}
+    assert draws_needed(case, 0.03) == {"draws": None, "rate": None, "hours": None, "blind": ["gof@3"]}

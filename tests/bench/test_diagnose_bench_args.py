@@ -24,6 +24,16 @@ def test_diagnose_field_null_runs_is_checked_too(capsys):
     assert "--null-runs=" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("command, args, name", [
+    ("diagnose-boundary", ["--seed", "-1"], "--seed"), ("diagnose-field", ["--seed", "-1"], "--seed"),
+    ("diagnose", ["--seed", "-1"], "--seed"), ("diagnose-field", ["--shipped-rows", "-5"], "--shipped-rows")])
+def test_a_negative_seed_or_shipped_rows_is_a_usage_error_before_any_row(command, args, name, capsys):
+    """--seed -1 was numpy's ValueError traceback (exit 1); --shipped-rows -5 ran every table for minutes first."""
+    assert main(["bench", command, *args]) == EXIT_USAGE
+    out = capsys.readouterr()
+    assert f"{name}=-" in out.err and "Traceback" not in out.err and "|" not in out.out, out.err
+
+
 def test_diagnose_field_prints_each_mechanism_the_null_and_the_cost(capsys):
     """One replicate per cell at n = 100 (trigram3, rows from each law): the table's rows and the tabular cost line."""
     assert main(["bench", "diagnose-field", "--runs", "1", "--null-runs", "1", "--n", "100", "--no-old",

@@ -76,7 +76,9 @@ def test_generate_keywords_pass_to_the_worker_and_the_runner_reads_them():
         with pytest.raises(DecoderOutputError, match=r"logprobs of shape \(2, 2\); expected \(2, 3\)"):
             full.generate([1], 2, 3, SamplingConfig(top_k=1), seed=0, return_logprobs=True)
         with pytest.raises(InvalidArgumentError, match="generate_keywords.*a subset of"):
-            _decoder(generate_keywords=("stop_strings",))
+            _decoder(generate_keywords=("stop_ids",))
+        with pytest.raises(InvalidArgumentError, match="generate_keywords.*'stop_token_ids' and 'max_tokens' together"):
+            _decoder(generate_keywords=("stop_token_ids",))  # half a stop rule: the runner sends both
     finally:
         plain.close()
         full.close()

@@ -180,3 +180,20 @@ def test_the_matrix_reads_the_boundary_status_the_diagnosis_writes():
     from verifier.engines import matrix
 
     assert matrix.BOUNDARY_STATUS == BOUNDARY_STATUS
+
+
+def test_a_hand_edited_diagnosis_or_a_non_report_json_is_no_crash(tmp_path):
+    """report.json files are read from committed folders; a diagnosis edited into odd shapes (a decoder entry that is
+    a string, a boundary entry that is a list, filters that are not a list) or a report.json that is a JSON list
+    crashed collect() with AttributeError / TypeError; their malformed parts now name nothing."""
+    bad = tmp_path / "eng-1" / "b"
+    bad.mkdir(parents=True)
+    r = json.loads(KERNEL.read_text())
+    r["verdict"] = "BIAS DETECTED"
+    r["diagnosis"] = {"decoders": ["x", {"status": "filter boundary (numeric precision)", "boundary": {"s": [1], "t": {
+        "filters": "min-p", "rounding": True}}}, {"status": "consistent", "mechanism": ["y", {"name": "full_p_fallback"}]}]}
+    (bad / "report.json").write_text(json.dumps(r))
+    (tmp_path / "eng-1" / "c").mkdir()
+    (tmp_path / "eng-1" / "c" / "report.json").write_text("[1, 2]")
+    (row,) = collect(tmp_path)
+    assert row["root_cause"].startswith("harness: ` threshold flip (rounding) or full_p_fallback`."), row["root_cause"]

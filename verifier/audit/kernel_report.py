@@ -197,7 +197,11 @@ def render_kernel_markdown(report: dict[str, Any]) -> str:
             lines.append(f"| {cell['name']} | {cell['n']} | {_fmt(cell['pvalue'])} | {_fmt(cell['adjusted_pvalue'])} | {_fmt(cell['mde_tv'])} | "
                          f"{_fmt(cell['tv_estimate'])} [{_fmt(ci[0])}, {_fmt(ci[1])}] | {cell['verdict']} |")
         need = draws_needed(c, report["target_tv"])
-        if need is not None:
+        if need is not None and need["draws"] is None:
+            lines += ["", f"Draws needed for TV {report['target_tv']:g}: not estimated -- cell(s) {', '.join(need['blind'])} "
+                          f"have no finite smallest detectable TV at this n, so the 1 / sqrt(n) scaling has nothing to "
+                          f"scale; rerun with more draws."]
+        elif need is not None:
             lines += ["", f"Draws needed for TV {report['target_tv']:g} in every cell: about {need['draws']:,} (the MDE scales as "
                           f"1 / sqrt(n); the least reached cell sets it)"
                           + (f", {need['hours']:.2g} h at this case's {need['rate']:,.0f} draws/s" if need.get("hours") else "") + "."]
@@ -215,9 +219,14 @@ def render_kernel_markdown(report: dict[str, Any]) -> str:
 
 def draws_needed(case: dict[str, Any], target_tv: float) -> dict[str, Any] | None:
     """Draws an UNDERPOWERED case needs for every cell's MDE to reach ``target_tv`` (MDE ~ 1 / sqrt(n), so
-    ``num_draws * max(MDE / target_tv)^2``), and the hours at the case's measured rate; None for another verdict."""
+    ``num_draws * max(MDE / target_tv)^2``), and the hours at the case's measured rate; None for another verdict.
+    A cell with an infinite MDE gives ``draws`` None and ``blind`` (the cells): the finite ones would understate it."""
     if case.get("verdict") != UNDERPOWERED:
         return None
+    blind = [c.get("name", "?") for c in case["cells"] if c.get("mde_tv") == "inf"
+             or (isinstance(c.get("mde_tv"), float) and math.isinf(c["mde_tv"]))]  # no MDE at this n: no scaling
+    if blind:  # the finite cells would understate it: say which cell no scaling of n reaches
+        return {"draws": None, "rate": None, "hours": None, "blind": blind}
     mdes = [c["mde_tv"] for c in case["cells"] if isinstance(c.get("mde_tv"), float) and c["mde_tv"] > target_tv]
     if not mdes:
         return None

@@ -130,12 +130,16 @@ def _named(d: dict, mech: str) -> tuple[bool, bool, bool]:
 
 
 def check_counts(args: argparse.Namespace) -> None:
-    """``--runs`` and every ``--n`` an integer >= 1 (InvalidArgumentError, exit 2), checked before any row runs."""
+    """``--runs`` and every ``--n`` an integer >= 1, ``--seed`` one >= 0 (InvalidArgumentError, exit 2), checked
+    before any row runs."""
+    from verifier.errors import invalid_argument
     from verifier.stats._validate import check_positive_int
 
     check_positive_int(args.runs, "--runs")
     for n in args.n:
         check_positive_int(n, "--n")
+    if getattr(args, "seed", 0) < 0:  # numpy's generators take seeds >= 0 only (a traceback from default_rng)
+        raise invalid_argument("--seed", args.seed, "an integer >= 0")
 
 
 def run(args: argparse.Namespace) -> int:

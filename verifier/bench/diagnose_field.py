@@ -68,6 +68,10 @@ def run(args: argparse.Namespace) -> int:
 
     check_counts(args)  # before any row is sampled
     check_positive_int(args.null_runs, "--null-runs")
+    if args.shipped_rows < 0:  # checked before the tables: the shipped cost is timed last, after minutes of rows
+        from verifier.errors import invalid_argument
+
+        raise invalid_argument("--shipped-rows", args.shipped_rows, "an integer >= 0 (0 skips the shipped pair)")
     rng = np.random.default_rng(args.seed)
     t0 = time.perf_counter()
     settings = {"t1": _Setting(SamplingConfig(temperature=1.0)), "t07k2": _Setting(SamplingConfig(temperature=0.7, top_k=2))}

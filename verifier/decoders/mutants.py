@@ -195,6 +195,20 @@ def make_decoder(name: str, target, draft, num_draft_tokens: int = 4, **options)
     TypeError
         If ``options`` holds a keyword the decoder does not take.
     """
+    spec = registered_spec(name)
+    decoder = spec.factory(target, draft, num_draft_tokens, **options)
+    decoder.name = name
+    return decoder
+
+
+def registered_spec(name: str) -> DecoderSpec:
+    """The :class:`DecoderSpec` registered under ``name`` in any decoder zoo (see :func:`make_decoder`).
+
+    Raises
+    ------
+    InvalidArgumentError
+        If ``name`` is not registered (the message lists the names).
+    """
     from verifier.decoders.field_mutants import FIELD_DECODER_REGISTRY
     from verifier.decoders.logprob_mutants import LOGPROB_DECODER_REGISTRY
     from verifier.decoders.recurrent_mutants import RECURRENT_DECODER_REGISTRY
@@ -215,6 +229,4 @@ def make_decoder(name: str, target, draft, num_draft_tokens: int = 4, **options)
                                f" or {sorted(LOGPROB_DECODER_REGISTRY) + sorted(VOCAB_DECODER_REGISTRY)}"
                                f" or {sorted(RECURRENT_DECODER_REGISTRY) + sorted(BATCH_DECODER_REGISTRY)}"
                                f" or {sorted(PENALTY_DECODER_REGISTRY) + sorted(FIELD_DECODER_REGISTRY)}")
-    decoder = spec.factory(target, draft, num_draft_tokens, **options)
-    decoder.name = name
-    return decoder
+    return spec

@@ -279,7 +279,8 @@ def boundary_set_finding(seqs, sampling, positions: int, *, label=None, alpha: f
     rounding = bool(named and temp["consistent"])  # ... at the requested temperature: rounding, as far as the data see
     out = {"named": named, "rounding": rounding, "filters": filters, "band_nats": BAND_NATS, "positions": steps,
            "impossible": imp_total, "impossible_outside_band": imp_out, "band_observed": obs_kept,
-           "band_expected": exp_kept, "band_dropped_emitted": dropped_emitted, "band_pvalue": band_p, **flip,
+           "band_expected": exp_kept, "band_dropped_emitted": dropped_emitted, "band_pvalue": band_p,
+           "analysed": float(ww.sum()), "band_positions": float(ww[band[r, t].any(axis=-1)].sum()), **flip,
            "pit_pvalue": pit_p, "first_pvalue": first_p, "fit_pvalue": fit_p, "pit_ks_low": pit_low,
            "first_tv_low": first_low, "tolerance_tv": TOLERANCE_TV, "temperature": temp, "first_position": first}
     out["sentence"] = _sentence(out, sampling)
@@ -375,6 +376,9 @@ def _sentence(f: dict, sampling) -> str:
     which = "/".join(f["filters"])
     if not f["named"]:
         why = ("an emitted token the requested law drops lies outside the band" if f["impossible_outside_band"] else
+               f"no emitted token in positions 1-{f['positions']} to analyse" if not f["analysed"] else
+               f"no token's {which} decision lies within {BAND_NATS:g} nats of its threshold at any emitted position"
+               if not f["band_positions"] else
                "the band tokens are emitted as often as expected" if f["band_pvalue"] >= DIAGNOSIS_ALPHA else
                "no band token is wholly gone or wholly new in any context" if f["flip_pvalue"] >= DIAGNOSIS_ALPHA else
                "a band token's rate moved part of the way (a rounding error moves it all or nothing)"

@@ -342,7 +342,10 @@ def decide(ranking: Ranking, *, bias_detected: bool, fit_pvalue: float | None = 
     out: dict[str, Any] = {"threshold": thr, "separation": separation_for(len(named) or len(ranked), alpha),
                            "fit_pvalue": fit_pvalue, "fit_alpha": FIT_ALPHA, "best": [], "equivalent": [], "next": [],
                            "log_lr": None, "margin": None, "contamination": None, "hypotheses": len(named),
-                           "not_excluded": []}
+                           "not_excluded": [],
+                           # hypotheses whose likelihood was too costly here (recovered_one_late on a large vocabulary)
+                           "not_computed": [x.name for x in ranking.scores if x.log_likelihood is None
+                                            and x.note.startswith("not computed")]}
     if group:
         out["best"] = [s.name for s in group]
         out["equivalent"] = [s.name for s in group[1:] if _same_law_on_rows(ranking, group[0].name, s.name)]
@@ -416,9 +419,16 @@ def sentence(d: dict[str, Any]) -> str:
                    f"(goodness of fit p = {d['fit_pvalue']:.2g} < {FIT_ALPHA:g})")
         else:
             why = f"the best, {best}, has log LR {_num(lr)} over the target, below the threshold {d['threshold']:.1f}"
-        return f"matches no known mechanism ({why})"
+        return f"matches no known mechanism ({why}){_not_computed(d)}"
     return (f"no mechanism preferred over the target (best: {best}, log LR {_num(lr)} < threshold "
-            f"{d['threshold']:.1f})")
+            f"{d['threshold']:.1f}){_not_computed(d)}")
+
+
+def _not_computed(d: dict[str, Any]) -> str:
+    """"; not computed on these rows: X (its note in the ranking says why)" -- a hypothesis left out is not excluded."""
+    names = d.get("not_computed") or []
+    return (f"; not computed on these rows, so not excluded: {', '.join(names)} (the ranking's note says why)"
+            if names else "")
 
 
 def separating_advice(names: list[str]) -> str:

@@ -295,7 +295,10 @@ def _diagnose_names(report, plans, pairs, store, names, verdicts, with_fits, log
             item["configs"] = _config_sentence(sets)
             _add_engine_laws(item, engine, plans, pairs, cache, no_draft_rows, biased)
             if biased and item["status"] != "consistent":  # a support change at a filter threshold (numeric)
-                _add_boundary(item, report, engine, plans, pairs, cache)
+                try:
+                    _add_boundary(item, report, engine, plans, pairs, cache)
+                except Exception as exc:  # noqa: BLE001 - an optional finding must not cost the ranking above
+                    item["boundary_error"] = f"{type(exc).__name__}: {exc}"
         else:
             item["status"], item["sentence"] = "not diagnosed", too_large or "no sample set to diagnose"
             if unknown_draft:
@@ -398,16 +401,20 @@ def _add_boundary(item: dict, report: dict, engine: str | None, plans, pairs, ca
         prefix = f"{plan.decoder.name}/{plan.prompt}/{plan.sampling_name}/k={plan.num_draft_tokens}/"
         positions = covered_positions(report.get("cells", []), prefix, tokens.shape[1])
         f = boundary_set_finding(seqs, plan.sampling, positions, label=_token_label(pairs[plan.pair]))
-        if f is None:
-            return  # a rejected set without a filter: not a boundary effect
-        found.append((plan.label, f))
-    if not found:
-        return
+        found.append((plan.label, f or {"named": False, "filters": [], "sentence": NO_FILTER}))
+    if not any(f["filters"] for _, f in found):
+        return  # no rejected set is filtered: nothing to say about thresholds
     item["boundary"] = {label: f for label, f in found}
     if all(f["named"] for _, f in found):
         hint = _precision_hint(engine or _decoder_engine(next(p for p in plans if p.decoder.name == item["decoder"])))
         item["status"] = BOUNDARY_STATUS
         item["sentence"] = "; ".join(f"{label}: {f['sentence']}" for label, f in found) + (f" ({hint})" if hint else "")
+    elif any(f["named"] for _, f in found):  # named on some rejected sets only: say why it does not hold for the run
+        item["sentence"] += "; not a filter-boundary effect: " + "; ".join(
+            f"{label}: {f['sentence']}" for label, f in found if not f["named"])
+
+
+NO_FILTER = "no top-k / top-p / min-p filter on this set: its bias is not a filter-boundary effect"
 
 
 def _token_label(pair):

@@ -176,6 +176,10 @@ class EngineDecoder:
         unknown = sorted(set(generate_keywords) - set(GENERATE_KEYWORDS))
         if unknown:
             raise invalid_argument("generate_keywords", list(generate_keywords), f"a subset of {list(GENERATE_KEYWORDS)}")
+        if len({"stop_token_ids", "max_tokens"} & set(generate_keywords)) == 1:  # a stop rule is both or nothing
+            raise invalid_argument("generate_keywords", list(generate_keywords),
+                                   "'stop_token_ids' and 'max_tokens' together or neither (the runner sends a stop rule "
+                                   "as both keywords)")
         self.generate_keywords = frozenset(generate_keywords)
         self.engine = engine
         self.rows_per_step = rows_per_step

@@ -84,14 +84,20 @@ BOUNDARY_STATUS = "filter boundary (numeric precision)"  # = verifier.diagnose.b
 
 def _harness_cause(r: dict[str, Any]) -> str:
     """"harness: <mechanism>." when the report's own diagnosis named one (report.json ``diagnosis``), else ""."""
+    def items(v, kind=list) -> list:  # a hand-edited or damaged diagnosis: its malformed parts name nothing
+        if not isinstance(v, kind):
+            return []
+        return list(v.values()) if kind is dict else v
+
     names = []
-    for d in ((r.get("diagnosis") or {}).get("decoders") or []):
+    diagnosis = r.get("diagnosis") if isinstance(r.get("diagnosis"), dict) else {}
+    for d in (d for d in items(diagnosis.get("decoders")) if isinstance(d, dict)):
         if d.get("status") == "consistent":
-            names += [m["name"] for m in d.get("mechanism") or []]
+            names += [str(m["name"]) for m in items(d.get("mechanism")) if isinstance(m, dict) and "name" in m]
         elif d.get("status") == BOUNDARY_STATUS:  # a support change at a filter threshold (numeric precision)
-            for f in (d.get("boundary") or {}).values():
+            for f in (f for f in items(d.get("boundary"), dict) if isinstance(f, dict)):
                 kind = "rounding" if f.get("rounding") else "precision or a logits defect"
-                names.append(f"{'/'.join(f.get('filters') or [])} threshold flip ({kind})")
+                names.append(f"{'/'.join(map(str, items(f.get('filters'))))} threshold flip ({kind})")
     return f"harness: `{' or '.join(dict.fromkeys(names))}`." if names else ""
 
 
@@ -290,7 +296,9 @@ def collect(root: str | Path = "reports/audits") -> list[dict[str, Any]]:
     for path in sorted(root.rglob("report.json")):
         try:
             r = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):
+            continue
+        if not isinstance(r, dict):  # not a report specverify wrote
             continue
         parts = [(0, r)] if r.get("mode") == "kernel" else _per_decoder(r)
         for index, part in parts:

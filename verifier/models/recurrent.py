@@ -178,10 +178,16 @@ def as_recurrent_target(target):
         return RecurrentStateLM(target)
     if all(hasattr(target, a) for a in ("start", "step", "snapshot", "restore")):
         return target
-    if hasattr(target, "config") and hasattr(target, "forward"):
+    if hasattr(target, "config") and hasattr(target, "forward") and _has_parameters(target):
         return HFStateSpaceLM(target)
     raise invalid_argument("target", type(target).__name__, "a RecurrentLM, a recurrent adapter or a transformers "
                            "state-space causal LM")
+
+
+def _has_parameters(model) -> bool:
+    """Whether ``model`` is a torch module with weights (a tabular model wrapped for decoders has none: no state)."""
+    params = getattr(model, "parameters", None)
+    return callable(params) and next(iter(params()), None) is not None
 
 
 def random_mamba(vocab_size: int = 16, *, hidden_size: int = 32, num_layers: int = 2, state_size: int = 8,

@@ -9,6 +9,7 @@ test each) are statistics of a sample set: ``gof@t``, ``joint@1..J``, ``surprisa
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -200,37 +201,91 @@ def build_decoder(spec: DecoderSpec, pair: Any, num_draft_tokens: int, where: st
             from verifier.decoders import make_decoder
         except ImportError as exc:  # pragma: no cover - the decoders package ships with the harness
             raise ConfigError(f"{where}={spec.decoder!r}: registered decoders are unavailable ({exc})") from None
+        failure = None
         try:
             decoder = make_decoder(spec.decoder, target=pair.target, draft=pair.draft,
                                    num_draft_tokens=num_draft_tokens, **options)
         except (KeyError, ValueError, TypeError) as exc:
-            raise ConfigError(_unknown_option(where, spec, exc) or f"{where}={spec.decoder!r}: {exc}") from None
+            failure = exc
+        if failure is not None:  # outside the handler: CPython 3.11 reports a keyword clash there as a KeyError
+            raise ConfigError(_unknown_option(where, spec, failure, pair, num_draft_tokens)
+                              or f"{where}={spec.decoder!r}: {failure}") from None
     if not callable(getattr(decoder, "generate", None)):
         raise ConfigError(f"{where}={spec.decoder!r} gave {type(decoder).__name__}, which has no generate(); "
                           "allowed: an object implementing verifier.protocols.Decoder")
     return decoder
 
 
-def _unknown_option(where: str, spec: DecoderSpec, exc: Exception) -> str | None:
-    """The message for an option a built-in decoder's constructor does not take: the option, its value and the
-    options that decoder takes (None when ``exc`` is not about an unknown keyword)."""
-    import inspect
-    import re
+_NOT_AN_OPTION = re.compile(r"got an unexpected keyword argument '(\w+)'|got multiple values for (?:keyword )?argument '(\w+)'")
 
-    m = re.search(r"(\w+)\.__init__\(\) got an unexpected keyword argument '(\w+)'", str(exc))
+
+def _unknown_option(where: str, spec: DecoderSpec, exc: Exception, pair: Any, num_draft_tokens: int) -> str | None:
+    """The message for an option a built-in decoder does not take -- a keyword its constructor does not know, or one
+    its registered factory sets itself (``kernel`` of a mutant, ``rule`` of a tree decoder): the option, its value
+    and the options that decoder takes (None when ``exc`` is not about such a keyword)."""
+    m = _NOT_AN_OPTION.search(str(exc))
     if not isinstance(exc, TypeError) or m is None:
         return None
-    import verifier.decoders as decoders
-
-    cls = next((getattr(mod, m.group(1)) for mod in (decoders, *[getattr(decoders, n) for n in dir(decoders)])
-                if inspect.isclass(getattr(mod, m.group(1), None))), None)
-    skip = {"self", "target", "draft", "num_draft_tokens"}
-    allowed = [] if cls is None else [
-        n for n, p in inspect.signature(cls.__init__).parameters.items()
-        if n not in skip and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
-    key = m.group(2)
-    return (f"{where}: options.{key} = {spec.options.get(key)!r} is not an option of decoder {spec.decoder!r}; "
+    key = m.group(1) or m.group(2)
+    allowed = _decoder_options(spec.decoder, pair, num_draft_tokens)
+    how = "is set by that decoder itself" if m.group(2) else "is not an option of that decoder"
+    return (f"{where}: options.{key} = {spec.options.get(key)!r} {how} (decoder {spec.decoder!r}); "
             f"allowed: {', '.join(allowed) if allowed else 'no options'}")
+
+
+def _decoder_options(name: str, pair: Any, num_draft_tokens: int) -> list[str]:
+    """The options registered decoder ``name`` takes: each keyword of its factory and of its class's constructors
+    (the whole MRO) that the factory accepts from a suite -- probed with a placeholder value: a keyword the factory
+    also sets, or one no constructor knows, fails with a TypeError naming it; any other outcome (a built decoder, a
+    check of the value) means the option exists."""
+    import inspect
+
+    from verifier.decoders import make_decoder
+    from verifier.decoders.mutants import registered_spec
+
+    def build(**options):
+        return make_decoder(name, target=pair.target, draft=pair.draft, num_draft_tokens=num_draft_tokens, **options)
+
+    factory = registered_spec(name).factory
+    try:
+        classes = type(build()).__mro__
+    except Exception:  # noqa: BLE001 - the defaults do not build on this pair: the classes the factory holds
+        cells = [c.cell_contents for c in getattr(factory, "__closure__", None) or ()]
+        classes = tuple(k for c in cells if inspect.isclass(c) for k in c.__mro__)
+    candidates: list[str] = []
+    for fn in (factory, *(c.__init__ for c in classes if "__init__" in vars(c))):
+        try:
+            params = inspect.signature(fn).parameters.values()
+        except (TypeError, ValueError):
+            continue
+        candidates += [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+                       and p.name not in candidates]
+    allowed = []
+    for key in candidates:
+        if key in ("self", "target", "draft", "k", "num_draft_tokens", "name"):  # given by the runner / make_decoder
+            continue
+        try:
+            build(**{key: _PROBE})
+        except TypeError as exc:
+            if _NOT_AN_OPTION.search(str(exc)):
+                continue
+        except KeyError as exc:  # CPython 3.11's keyword clash inside an exception handler
+            if exc.args == (key,):
+                continue
+        except Exception:  # noqa: BLE001 - the value was checked: the option exists
+            pass
+        allowed.append(key)
+    return allowed
+
+
+class _Probe:
+    """A placeholder option value (:func:`_decoder_options`)."""
+
+    def __repr__(self) -> str:
+        return "<probe>"
+
+
+_PROBE = _Probe()
 
 
 def decoder_identity(spec: DecoderSpec, decoder: Any, num_draft_tokens: int) -> dict[str, Any]:
