@@ -32,7 +32,9 @@ The finding (the band is fixed before the data are looked at).  **Named** when a
    its threshold in a given context (position and observed prefix): some kept band token is never emitted where its
    requested prob makes that unlikely (``(1 - p)^n < alpha``, Bonferroni), or a dropped one is emitted; and no band
    token is emitted at a partial rate (two-sided binomial, Bonferroni, at ``FIT_ALPHA``) -- a defect of the rule moves
-   rates part of the way (``deterministic_acceptance`` drops a token wholly too, but fails 4).
+   rates part of the way (``deterministic_acceptance`` drops a token wholly too, but fails 4); and no kept token far
+   from every threshold is wholly gone in a context (``(1 - p)^n``, Bonferroni, at ``FIT_ALPHA``: a rule defect that
+   drops tokens drops non-band ones too, visible before the TV test of 4 has power).
 4. **Outside the band, within rounding in TV.**  Each emitted non-band token is tested under the requested law
    restricted to the non-band tokens of its position (which band tokens an engine keeps changes only the
    normalisation).  A perturbation of every logit by at most ``BAND_NATS / 2`` moves a law by at most TV
@@ -275,7 +277,7 @@ def boundary_set_finding(seqs, sampling, positions: int, *, label=None, alpha: f
     # the support changed at a threshold, all or nothing per context, and nowhere else
     # ... and the rest of the law within the TV a rounding-level logit error can cause
     named = bool(imp_out == 0 and band_p < alpha and flip["flip_pvalue"] < alpha and flip["partial_pvalue"] >= FIT_ALPHA
-                 and fits)
+                 and flip["far_gone_pvalue"] >= FIT_ALPHA and fits)
     rounding = bool(named and temp["consistent"])  # ... at the requested temperature: rounding, as far as the data see
     out = {"named": named, "rounding": rounding, "filters": filters, "band_nats": BAND_NATS, "positions": steps,
            "impossible": imp_total, "impossible_outside_band": imp_out, "band_observed": obs_kept,
@@ -300,6 +302,7 @@ def _flip_test(tokens, live, w, law, band, kept) -> dict:
 
     steps = tokens.shape[1]
     pairs, flip_ps, partial_ps = 0, [], []
+    gone_pairs, gone_ps = 0, []  # kept tokens far from every threshold, never emitted in a context
     for t in range(steps):
         rows = np.flatnonzero(live[:, t])
         if not len(rows):
@@ -309,6 +312,13 @@ def _flip_test(tokens, live, w, law, band, kept) -> dict:
             groups.setdefault(tokens[i, :t].tobytes(), []).append(int(i))
         for members in groups.values():
             i0 = members[0]
+            n_ctx = float(w[members].sum())
+            far = kept[i0, t] & ~band[i0, t]
+            seen = np.bincount(tokens[members, t], weights=w[members], minlength=far.shape[0]) > 0
+            gone_pairs += int(far.sum())
+            missing = far & ~seen
+            if missing.any():
+                gone_ps.append(float(np.exp(n_ctx * np.log1p(-law[i0, t][missing].max()))))
             for v in np.flatnonzero(band[i0, t]):
                 pairs += 1
                 n = int(round(float(w[members].sum())))
@@ -325,7 +335,9 @@ def _flip_test(tokens, live, w, law, band, kept) -> dict:
     bonf = max(1, pairs)
     return {"flip_pvalue": min(1.0, min(flip_ps) * bonf) if flip_ps else 1.0,
             "partial_pvalue": min(1.0, min(partial_ps) * bonf) if partial_ps else 1.0,
-            "flipped": int(sum(p < DIAGNOSIS_ALPHA for p in flip_ps))}
+            "flipped": int(sum(p < DIAGNOSIS_ALPHA for p in flip_ps)),
+            # a token far from every threshold wholly gone: no rounding error does that (Bonferroni over those pairs)
+            "far_gone_pvalue": min(1.0, min(gone_ps) * max(1, gone_pairs)) if gone_ps else 1.0}
 
 
 def _temperature_check(logits, sampling, mask, band, r, t, x, w) -> dict:
@@ -383,6 +395,8 @@ def _sentence(f: dict, sampling) -> str:
                "no band token is wholly gone or wholly new in any context" if f["flip_pvalue"] >= DIAGNOSIS_ALPHA else
                "a band token's rate moved part of the way (a rounding error moves it all or nothing)"
                if f["partial_pvalue"] < FIT_ALPHA else
+               "a token far from every threshold is wholly gone in some context (no rounding error does that)"
+               if f.get("far_gone_pvalue", 1.0) < FIT_ALPHA else
                f"outside the band the law is farther than TV {f['tolerance_tv']:.3g} from the requested one")
         return f"not a {which} boundary effect ({why}; band {BAND_NATS:g} nats)"
     moved = sorted(f["first_position"], key=lambda e: -abs(e["observed"] - e["expected"]))[:MAX_LISTED]
