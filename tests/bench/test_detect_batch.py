@@ -31,7 +31,7 @@ def test_clean_levels_are_never_detectable():
 
 @pytest.mark.full  # ~35-60 s of chi-squares on a grid; test_clean_levels_are_never_detectable runs the module
 def test_batch_16_row_against_the_oracle():
-    (row,) = detect_batch_rows(cases=["bigram4_eos"], levels=[16], seeds=5)
+    (row,) = detect_batch_rows(["corrupt_batch_gt2"], cases=["bigram4_eos"], levels=[16], seeds=5)
     assert (row.corrupted_share, round(row.tv_first, 4), round(row.tv_joint, 4)) == ("7/8", 0.1313, 0.1487)
     assert (row.oracle_median, row.oracle_n) == (41, 159)
     assert row.oracle_median <= row.median <= row.max_n
