@@ -1,5 +1,5 @@
 """Adversarial inputs to the filter-boundary finding (``verifier.diagnose.boundary``, wired in
-``verifier.diagnose.run_dir._add_boundary``).
+``verifier.diagnose.boundary.add_boundary_finding``).
 
 The run: trigram3, prompt (0, 1), k = 2, 3 tokens, 3,000 rows per set, a plugin decoder (``_flip_plug.py``) that runs
 the reference decoder at min-p x 1.03 (token 0, kept by min-p 0.396 at a margin of 0.0101 nats, dropped: a threshold
@@ -17,7 +17,7 @@ import pytest
 
 from verifier.cli import main
 from verifier.diagnose.boundary import boundary_set_finding
-from verifier.diagnose.run_dir import NO_FILTER
+from verifier.diagnose.boundary import NO_FILTER
 from verifier.errors import EXIT_OK
 
 HERE = Path(__file__).resolve().parent
@@ -61,7 +61,7 @@ def _run(tmp_path: Path, sets: str) -> dict:
 
 
 def test_a_flip_on_one_set_and_an_unfiltered_bias_on_another_says_why_it_is_not_named(tmp_path):
-    """Before: the unfiltered set ended ``_add_boundary`` silently -- no ``boundary`` entry, nothing said about the
+    """Before: the unfiltered set ended the run-level finding silently -- no ``boundary`` entry, nothing said about the
     min-p set's flip; now each rejected set has its finding and the sentence says why the run is not named."""
     item = _run(tmp_path, '"mp", "t1"')
     assert item["status"] != "filter boundary (numeric precision)"

@@ -65,7 +65,8 @@ import numpy as np
 
 from verifier.diagnose.rank import DIAGNOSIS_ALPHA, FIT_ALPHA
 
-__all__ = ["BAND_NATS", "BOUNDARY_STATUS", "filter_margins", "covered_positions", "boundary_set_finding"]
+__all__ = ["BAND_NATS", "BOUNDARY_STATUS", "filter_margins", "covered_positions", "boundary_set_finding",
+           "add_boundary_finding"]
 
 BAND_NATS = 0.05  # a filter decision within this many nats of its threshold can flip under bf16/fp16 logits
 TOLERANCE_TV = (math.exp(BAND_NATS) - 1) / 2  # TV a perturbation of every logit by BAND_NATS / 2 can cause at most
@@ -287,6 +288,70 @@ def boundary_set_finding(seqs, sampling, positions: int, *, label=None, alpha: f
            "first_tv_low": first_low, "tolerance_tv": TOLERANCE_TV, "temperature": temp, "first_position": first}
     out["sentence"] = _sentence(out, sampling)
     return out
+
+
+def add_boundary_finding(item: dict, cells: list[dict], engine: str | None, plans, pairs, cache) -> None:
+    """Add the finding to a diagnosed decoder (``item``, :func:`verifier.diagnose.run_dir.diagnose_decoders`) whose
+    rows no mechanism explains: one entry per rejected sample set (``item["boundary"]``), named -- status
+    :data:`BOUNDARY_STATUS`, the engine's ``PRECISION_HINT`` appended -- when every rejected set shows it.
+
+    Parameters
+    ----------
+    item : dict
+        The decoder's diagnosis (``decoder``, ``sets``, ``sentence``, ``status``); updated in place.
+    cells : list of dict
+        The report's cells (which positions the rejected cells cover: :func:`covered_positions`).
+    engine : str or None
+        The audited engine (audit.json), else the engine whose adapter provides the decoder.
+    plans, pairs, cache
+        The run's sample-set plans, loaded pairs, and ``{set_id: ((seqs, inverse), tokens, window)}`` of the ranked
+        sets.
+    """
+    from verifier.runner.cells import token_labeler
+
+    found = []
+    for plan in (p for p in plans if p.decoder.name == item["decoder"] and p.set_id in cache):
+        entry = next((s for s in item["sets"] if s["set_id"] == plan.set_id), {})
+        if not entry.get("biased"):
+            continue
+        (seqs, _), tokens, _ = cache[plan.set_id]
+        pair = pairs[plan.pair]
+        text = token_labeler(pair, pair.vocab_size)
+        f = boundary_set_finding(seqs, plan.sampling, covered_positions(cells, plan.cell_base + "/", tokens.shape[1]),
+                                 label=lambda t, text=text: f"{text(t)} (id {t})")
+        found.append((plan.label, f or {"named": False, "filters": [], "sentence": NO_FILTER}))
+    if not any(f["filters"] for _, f in found):
+        return  # no rejected set is filtered: nothing to say about thresholds
+    item["boundary"] = {label: f for label, f in found}
+    if all(f["named"] for _, f in found):
+        hint = _precision_hint(engine or _decoder_engine(next(p for p in plans if p.decoder.name == item["decoder"])))
+        item["status"] = BOUNDARY_STATUS
+        item["sentence"] = "; ".join(f"{label}: {f['sentence']}" for label, f in found) + (f" ({hint})" if hint else "")
+    elif any(f["named"] for _, f in found):  # named on some rejected sets only: say why it does not hold for the run
+        item["sentence"] += "; not a filter-boundary effect: " + "; ".join(
+            f"{label}: {f['sentence']}" for label, f in found if not f["named"])
+
+
+NO_FILTER = "no top-k / top-p / min-p filter on this set: its bias is not a filter-boundary effect"
+
+
+def _decoder_engine(plan) -> str | None:
+    """The registered engine whose adapter module provides ``plan``'s decoder (``module:factory``), or None."""
+    source = getattr(plan.decoder, "decoder", None)
+    if not isinstance(source, str) or ":" not in source:
+        return None
+    from verifier.engines import engine_names, get_engine
+
+    module = source.split(":", 1)[0]
+    return next((name for name in engine_names() if get_engine(name).__module__ == module), None)
+
+
+def _precision_hint(engine: str | None) -> str | None:
+    """Where ``engine``'s precision comes from (its law module's ``PRECISION_HINT``), or None."""
+    from verifier.diagnose.engine_laws import engine_module
+
+    module = engine_module(engine)
+    return getattr(module, "PRECISION_HINT", None) if module is not None else None
 
 
 def _flip_test(tokens, live, w, law, band, kept) -> dict:

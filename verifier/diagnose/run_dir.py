@@ -296,7 +296,9 @@ def _diagnose_names(report, plans, pairs, store, names, verdicts, with_fits, log
             _add_engine_laws(item, engine, plans, pairs, cache, no_draft_rows, biased)
             if biased and item["status"] != "consistent":  # a support change at a filter threshold (numeric)
                 try:
-                    _add_boundary(item, report, engine, plans, pairs, cache)
+                    from verifier.diagnose.boundary import add_boundary_finding
+
+                    add_boundary_finding(item, report.get("cells", []), engine, plans, pairs, cache)
                 except Exception as exc:  # noqa: BLE001 - an optional finding must not cost the ranking above
                     item["boundary_error"] = f"{type(exc).__name__}: {exc}"
         else:
@@ -385,60 +387,6 @@ def _add_engine_laws(item: dict, engine: str | None, plans, pairs, cache, no_dra
         item["mechanism"] = [law_entry(engine, n) for n in found["named"]]
     else:
         item["sentence"] += f"; {found['sentence']}"
-
-
-def _add_boundary(item: dict, report: dict, engine: str | None, plans, pairs, cache) -> None:
-    """Name a bias confined to tokens at a top-k / top-p / min-p threshold (:mod:`verifier.diagnose.boundary`) when
-    no mechanism explains the rows: the rejected sets' findings, named when every rejected filtered set shows it."""
-    from verifier.diagnose.boundary import BOUNDARY_STATUS, boundary_set_finding, covered_positions
-
-    found = []
-    for plan in (p for p in plans if p.decoder.name == item["decoder"] and p.set_id in cache):
-        entry = next((s for s in item["sets"] if s["set_id"] == plan.set_id), {})
-        if not entry.get("biased"):
-            continue
-        (seqs, _), tokens, _ = cache[plan.set_id]
-        prefix = f"{plan.decoder.name}/{plan.prompt}/{plan.sampling_name}/k={plan.num_draft_tokens}/"
-        positions = covered_positions(report.get("cells", []), prefix, tokens.shape[1])
-        f = boundary_set_finding(seqs, plan.sampling, positions, label=_token_label(pairs[plan.pair]))
-        found.append((plan.label, f or {"named": False, "filters": [], "sentence": NO_FILTER}))
-    if not any(f["filters"] for _, f in found):
-        return  # no rejected set is filtered: nothing to say about thresholds
-    item["boundary"] = {label: f for label, f in found}
-    if all(f["named"] for _, f in found):
-        hint = _precision_hint(engine or _decoder_engine(next(p for p in plans if p.decoder.name == item["decoder"])))
-        item["status"] = BOUNDARY_STATUS
-        item["sentence"] = "; ".join(f"{label}: {f['sentence']}" for label, f in found) + (f" ({hint})" if hint else "")
-    elif any(f["named"] for _, f in found):  # named on some rejected sets only: say why it does not hold for the run
-        item["sentence"] += "; not a filter-boundary effect: " + "; ".join(
-            f"{label}: {f['sentence']}" for label, f in found if not f["named"])
-
-
-NO_FILTER = "no top-k / top-p / min-p filter on this set: its bias is not a filter-boundary effect"
-
-
-def _token_label(pair):
-    tok = getattr(pair, "tokenizer", None)
-    if tok is None or not hasattr(tok, "decode"):
-        return None
-    return lambda t: repr(tok.decode([t])) + f" (id {t})"
-
-
-def _decoder_engine(plan) -> str | None:
-    """The registered engine whose adapter module provides ``plan``'s decoder (``module:factory``), or None."""
-    source = getattr(plan.decoder, "decoder", None)
-    if not isinstance(source, str) or ":" not in source:
-        return None
-    from verifier.engines import engine_names, get_engine
-
-    module = source.split(":", 1)[0]
-    return next((name for name in engine_names() if get_engine(name).__module__ == module), None)
-
-
-def _precision_hint(engine: str | None) -> str | None:
-    """Where ``engine``'s precision comes from (its law module's ``PRECISION_HINT``), or None."""
-    module = engine_module(engine)
-    return getattr(module, "PRECISION_HINT", None) if module is not None else None
 
 
 def _counted(items, bar):

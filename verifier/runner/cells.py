@@ -126,7 +126,7 @@ def _set_cells(ctx: SuiteContext, plan: SampleSetPlan, tokens: np.ndarray,
     suite, spec = ctx.suite, plan.decoder
     pair = ctx.pairs[plan.pair]
     vocab = pair.vocab_size
-    base = f"{spec.name}/{plan.prompt}/{plan.sampling_name}/k={plan.num_draft_tokens}"
+    base = plan.cell_base
     meta = {"decoder": spec.name, "set_id": plan.set_id}
     rng = np.random.default_rng(stream_seed(suite.seed, "analysis|" + plan.key))
     power = suite.stats.power
@@ -246,7 +246,7 @@ def acceptance_cells(ctx: SuiteContext, plan: SampleSetPlan, fra: np.ndarray | N
         return audit.to_dict(), None, why
     rng = np.random.default_rng(stream_seed(ctx.suite.seed, "conformance|" + plan.key))
     counts = np.bincount(np.clip(fra[fra != acceptance.NO_ROUND], 0, k), minlength=k + 1)
-    cell = analysis.gof_cell(f"{spec.name}/{plan.prompt}/{plan.sampling_name}/k={k}/acceptance-conformance", counts, law,
+    cell = analysis.gof_cell(f"{plan.cell_base}/acceptance-conformance", counts, law,
                              cell_alpha=ctx.suite.stats.alpha, power=ctx.suite.stats.power, rng=rng,
                              label_fn=lambda j: f"{j} accepted", test="acceptance conformance",
                              decoder=spec.name, set_id=plan.set_id)

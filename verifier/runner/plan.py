@@ -69,6 +69,11 @@ class SampleSetPlan:
         return chunk_seed(self.suite_seed, self.key, index)
 
     @property
+    def cell_base(self) -> str:
+        """The id prefix of the set's cells (``decoder/prompt/sampling/k=K``; each cell appends ``/test@...``)."""
+        return f"{self.decoder.name}/{self.prompt}/{self.sampling_name}/k={self.num_draft_tokens}"
+
+    @property
     def label(self) -> str:
         level = f" | batch={self.level_name}" if self.batch_rows is not None else ""
         return f"{self.decoder.name} | {self.prompt} | {self.sampling.label()} | k={self.num_draft_tokens}{level}"
