@@ -270,7 +270,7 @@ def boundary_set_finding(seqs, sampling, positions: int, *, label=None, alpha: f
             first.append({"token": int(v), "label": name(int(v)), "margin": float(margins[row0, 0, v]),
                           "kept": bool(kept[row0, 0, v]), "observed": float(ww[(t == 0) & (x == v)].sum()),
                           "expected": float(law[row0, 0, v] * n_first)})
-    temp = _temperature_check(logits, sampling, mask, band, r[sel], t[sel], x[sel], ww[sel])
+    temp = _temperature_check(logits, sampling, mask, ~band & kept, r[sel], t[sel], x[sel], ww[sel])
     ps = [p for p in (pit_p, first_p) if p is not None]
     fit_p = min(1.0, min(ps) * len(ps)) if ps else None
     lows = [v for v in (pit_low, first_low) if v is not None]
@@ -405,9 +405,9 @@ def _flip_test(tokens, live, w, law, band, kept) -> dict:
             "far_gone_pvalue": min(1.0, min(gone_ps) * max(1, gone_pairs)) if gone_ps else 1.0}
 
 
-def _temperature_check(logits, sampling, mask, band, r, t, x, w) -> dict:
+def _temperature_check(logits, sampling, mask, support, r, t, x, w) -> dict:
     """Maximum-likelihood temperature of the emitted non-band tokens: the processed logits at temperature T on the
-    requested law's non-band support (held fixed: a temperature that moves a filter is not what is fitted);
+    requested law's non-band support (``support``, (rows, steps, vocab) bool: kept and not in the band; held fixed: a temperature that moves a filter is not what is fitted);
     consistent when the requested T lies in the ``1 - FIT_ALPHA`` profile-likelihood interval (a rounding error shifts
     no temperature; a temperature defect does)."""
     import torch
@@ -416,8 +416,6 @@ def _temperature_check(logits, sampling, mask, band, r, t, x, w) -> dict:
     from verifier.sampling import processed_probs
 
     raw = torch.as_tensor(np.asarray(logits, dtype=np.float64))
-
-    support = ~band & (processed_probs(raw, sampling, mask).numpy() > 0)  # the requested non-band support, kept fixed
     shape = replace(sampling, top_k=None, top_p=None, min_p=None)
 
     def ll(temperature: float) -> float:

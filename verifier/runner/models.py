@@ -140,9 +140,6 @@ class ReferenceModel:
             out.append(processed_probs(logits, sampling, mask).numpy())
         return np.concatenate(out) if out else np.zeros((0, self.vocab_size))
 
-    def _forced_probs(self, seqs: torch.Tensor, prompt_ids: tuple[int, ...], steps: int, sampling: SamplingConfig) -> np.ndarray:
-        return _forced_probs_of(self, seqs, prompt_ids, steps, sampling)
-
     def teacher_forced(self, prompt_ids: tuple[int, ...], tokens: np.ndarray, sampling: SamplingConfig):
         """Yield ``(rows, probs)`` per row batch: processed target probs at every emitted position.
 
@@ -177,7 +174,7 @@ class ReferenceModel:
             seqs = torch.cat([prompt.expand(len(part), -1), part[:, :-1]], dim=1)
             if torch_model:  # each distinct prefix through the model once (top-k rows repeat: 64 prefixes for 25k rows)
                 uniq, inverse = torch.unique(seqs, dim=0, return_inverse=True)
-                yield slice(start, start + len(part)), self._forced_probs(uniq, prompt_ids, steps, sampling)[inverse.numpy()]
+                yield slice(start, start + len(part)), _forced_probs_of(self, uniq, prompt_ids, steps, sampling)[inverse.numpy()]
                 continue
             logits = self._logits(seqs, keep=steps)
             mask = None
