@@ -94,7 +94,26 @@ def test_server_serving_another_model_is_never_a_pass(servers, tmp_path):
     assert "numeric floor TV" in d["reason"] and "bias stands" in d["reason"]
 
 
+def test_floor_logprobs_sets_the_floor_rows_only(servers, tmp_path):
+    """``--floor-logprobs 1`` on trigram3 (3 ids, T = 1): every floor row holds one id, so the floor is the bound with
+    the other ids' mass counted as disagreeing (above 0.2: UNDERPOWERED, exit 4), and the sample requests ask for no
+    logprobs (the option is the floor's alone; ``--logprobs`` would ask for them in every sample request)."""
+    from verifier.server.journal import JOURNAL_NAME
+
+    run_dir = tmp_path / "run"
+    done = audit(["--url", servers["same"], *COMMON, "--floor-logprobs", "1", "--run-dir", str(run_dir)])
+    assert done.returncode == 4, done.stdout[-3000:] + done.stderr[-3000:]
+    floor = _report(run_dir)["numeric_floor"]
+    assert floor["logprobs"] == 1 and floor["above_target"] and {r["how"][:8] for r in floor["rows"]} == {"bounded:"}
+    assert "--floor-logprobs at the vocabulary size" in floor["method"]
+    requests = [json.loads(line)["request"] for line in (run_dir / JOURNAL_NAME).read_text().splitlines()
+                if line.strip() and "request" in json.loads(line)]
+    assert requests and not any(r.get("logprobs") for r in requests)
+
+
 @pytest.mark.parametrize("args", [
+    ["--url", "http://127.0.0.1:9", *COMMON, "--floor-logprobs", "0"],
+    ["--url", "http://127.0.0.1:9", *COMMON, "--reference-off", "--api", "llama-server", "--floor-logprobs", "4"],
     ["--url", "http://127.0.0.1:9", *COMMON, "--floor-positions", "-1"],
     ["--url", "http://127.0.0.1:9", *COMMON, "--floor-positions", "1001"],
     ["--url", "http://127.0.0.1:9", *COMMON, "--logprobs", "0"],
@@ -106,7 +125,7 @@ def test_server_serving_another_model_is_never_a_pass(servers, tmp_path):
 def test_floor_usage_errors_exit_2(args):
     done = audit(args, timeout=120)
     assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-2000:]
-    assert "--floor-positions" in done.stderr + done.stdout or "--logprobs" in done.stderr + done.stdout
+    assert any(f in done.stderr + done.stdout for f in ("--floor-positions", "--logprobs", "--floor-logprobs"))
 
 
 def test_rows_that_miss_the_kept_set_are_bounded_conservatively():

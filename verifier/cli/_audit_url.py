@@ -129,9 +129,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                             "to check the reported logprobs. Default: 32")
     group.add_argument("--floor-positions", type=int, default=None, metavar="N",
                        help="known target: positions per prompt (the prompt + N-1 emitted prefixes, seeded) at which the "
-                            "server's reported top-K law (one-token requests, speculation off; K = --logprobs or 20) is "
+                            "server's reported top-K law (one-token requests, speculation off; K = --floor-logprobs, --logprobs or 20) is "
                             "compared with --target's -- the numeric floor; a floor above --target-tv turns PASS into "
                             "UNDERPOWERED; 0 skips it. Default: 8")
+    group.add_argument("--floor-logprobs", type=int, default=None, metavar="K",
+                       help="known target: K of the numeric floor's one-token requests only (the sample requests keep "
+                            "--logprobs). K >= the vocabulary size, or --top-k <= K, makes the floor exact; below, the "
+                            "mass outside the top K counts as disagreeing (an upper bound). Default: --logprobs, else 20 "
+                            "within the server's cap")
     group.add_argument("--reported-logprobs", choices=("raw", "processed"), default=None,
                        help="self-reported: what the server's logprobs are -- raw (temperature 1, before any sampler: vLLM's "
                             "default) or processed (after the sampler chain: llama-server post_sampling_probs, which "
@@ -197,9 +202,10 @@ def route_url(args: argparse.Namespace) -> None:
         for flag, value in _given(args, [f for f in args.url_only_flags if f[0] in SELF_REPORTED_ONLY]):
             raise invalid_argument(flag, value, f"with --design self-reported (the {args.design} design does not "
                                    "use it)")
-    if args.floor_positions is not None and args.design != "known-target":
-        raise invalid_argument("--floor-positions", args.floor_positions, "with the known-target design (--target, "
-                               "no --reference-url/--reference-off): the floor compares the server with --target")
+    for flag, value in (("--floor-positions", args.floor_positions), ("--floor-logprobs", args.floor_logprobs)):
+        if value is not None and args.design != "known-target":
+            raise invalid_argument(flag, value, "with the known-target design (--target, no --reference-url/"
+                                   "--reference-off): the floor compares the server with --target")
     if args.design == "self-reported":
         _check_self_reported(args, dialect)
         return
@@ -227,7 +233,11 @@ def route_url(args: argparse.Namespace) -> None:
                                "(--num-concurrent N still sets how many requests the client keeps queued)")
     from verifier.cli._audit_common import _sampling
 
-    dialect.check_request_options(_sampling(args), _floor_logprobs(args.logprobs, dialect))  # before any request
+    floor_k = _floor_logprobs(args, dialect)
+    if args.floor_logprobs is not None and dialect.max_top_logprobs and floor_k > dialect.max_top_logprobs:
+        raise invalid_argument("--floor-logprobs", floor_k, f"an integer in 1..{dialect.max_top_logprobs} with --api "
+                               f"{args.api} (the server's top-logprobs cap)")
+    dialect.check_request_options(_sampling(args), args.logprobs if args.floor_logprobs is not None else floor_k)
     if dialect.needs_text and (not args.target or args.target.startswith("tabular:")):
         raise invalid_argument("--target", args.target, f"a checkpoint with a tokenizer (e.g. shipped:target) with --api "
                                f"{args.api}: the server takes text prompts, written by the target's tokenizer")
@@ -471,14 +481,21 @@ def floor_plan(args: argparse.Namespace) -> dict | None:
     from verifier.server.dialects import get_dialect
 
     positions = DEFAULT_POSITIONS if args.floor_positions is None else int(args.floor_positions)
-    return {"positions": positions, "logprobs": _floor_logprobs(args.logprobs, get_dialect(args.api))}
+    return {"positions": positions, "logprobs": _floor_logprobs(args, get_dialect(args.api))}
 
 
-def _floor_logprobs(logprobs: int | None, dialect) -> int:
-    """K of the numeric floor's one-token requests: ``--logprobs``, else the floor's default within the dialect's cap."""
+def _floor_logprobs(args: argparse.Namespace, dialect) -> int:
+    """K of the numeric floor's one-token requests: ``--floor-logprobs``, else ``--logprobs``, else the floor's
+    default within the dialect's cap.  Raises InvalidArgumentError (exit 2) for a K that is no integer >= 1."""
     from verifier.server.floor import MAX_LOGPROBS
 
-    return int(logprobs or min(MAX_LOGPROBS, dialect.max_top_logprobs or MAX_LOGPROBS))
+    k = getattr(args, "floor_logprobs", None)
+    if k is not None:
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise invalid_argument("--floor-logprobs", k, "an integer >= 1 (top logprobs of the floor's one-token "
+                                   "requests; the server's own cap applies)")
+        return k
+    return int(args.logprobs or min(MAX_LOGPROBS, dialect.max_top_logprobs or MAX_LOGPROBS))
 
 
 def _sets(run_dir: Path) -> list[dict]:

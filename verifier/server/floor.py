@@ -269,5 +269,7 @@ def measure_server_floor(settings, dialect, reference, jobs: Sequence[tuple[int,
             "method": ("TV between the processed law the server reports at one-token requests (speculation off: a "
                        "server drafts no request's last token) and --target's processed law (float64), per checked "
                        f"position; {len(rows) - bounded} exact, {bounded} bounded (the row does not hold the kept set: "
-                       "compared in the row's own convention with the mass outside the row counted as disagreeing)")}
+                       "compared in the row's own convention with the mass outside the row counted as disagreeing"
+                       + ("; --floor-logprobs at the vocabulary size, where the server allows it, makes it exact)"
+                          if bounded else ")"))}
 
