@@ -14,8 +14,9 @@ Method.  For one configuration (``--url``, ``--api``, target, sampling, k, concu
    plus its fixed cost (start-up, models, statistics, reports) measured in step 2.
 
 The two measurements use different seeds (the server would otherwise answer from its prompt cache
-in the same order), run one after the other on the same server, and the load average is printed beside them:
-on a shared machine compare CPU-quiet runs only.
+in the same order) and alternate on the same server ``--repeats`` times (audit, bare, bare, audit, audit, ...: neither
+always meets a colder or a warmer server); the figures are the medians of the repeats, each pair is printed, and the
+load average is printed beside them: on a shared machine compare CPU-quiet runs only.
 """
 
 from __future__ import annotations
@@ -49,6 +50,8 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--temperature", type=float, default=1.0, help="Default: 1.0")
     parser.add_argument("--top-k", type=int, default=None)
     parser.add_argument("--conclusive-tv", type=float, default=0.03, help="TV of a conclusive certificate. Default: 0.03")
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="alternating bare/audit measurements; the figures are their medians. Default: 3")
     parser.add_argument("--out", default=None, help="also write the figures as JSON")
 
 
@@ -96,33 +99,58 @@ def _audit(args, seed: int) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
+    import statistics
+
     from verifier.sampling import SamplingConfig
 
     if args.num_samples < 10:
         raise invalid_argument("--num-samples", args.num_samples, "an integer >= 10")
+    if isinstance(args.repeats, bool) or not isinstance(args.repeats, int) or not 1 <= args.repeats <= 20:
+        raise invalid_argument("--repeats", args.repeats, "an integer in 1..20")
     sampling = SamplingConfig(temperature=args.temperature, top_k=args.top_k)
     load = os.getloadavg()[0]
-    audit = _audit(args, seed=1)
-    prompt = audit["prompt_ids"]  # the audit's own prompt: the bare client sends the same requests
-    max_new = audit["max_new_tokens"]
-    raw = server_throughput(args.url, args.api, prompt, sampling, max_new, args.num_samples, args.num_concurrent, seed=2)
-    sampling_s = audit["stage_seconds"].get("sampling") or float("nan")
-    audit_rate = args.num_samples / sampling_s
-    fixed = audit["wall_seconds"] - sampling_s
-    n_conc = audit["n_conclusive"]
+    pairs, prompt, max_new = [], None, None
+    for r in range(args.repeats):
+        audit_first = r % 2 == 0  # audit, bare | bare, audit | audit, bare ... (the first audit gives the prompt)
+        seeds = (2 * r + 1, 2 * r + 2)  # audit seed, bare seed: every measurement its own requests
+        audit = raw = None
+        for which in (("audit", "bare") if audit_first else ("bare", "audit")):
+            if which == "audit":
+                audit = _audit(args, seed=seeds[0])
+                prompt, max_new = audit["prompt_ids"], audit["max_new_tokens"]  # the bare client sends the same requests
+            else:
+                raw = server_throughput(args.url, args.api, prompt, sampling, max_new, args.num_samples,
+                                        args.num_concurrent, seed=seeds[1])
+        sampling_s = audit["stage_seconds"].get("sampling") or float("nan")
+        pairs.append({"order": "audit first" if audit_first else "bare first", "server": raw, "audit": audit,
+                      "audit_sampling_samples_per_s": args.num_samples / sampling_s,
+                      "ratio_sampling": args.num_samples / sampling_s / raw["samples_per_s"],
+                      "fixed_seconds": audit["wall_seconds"] - sampling_s})
+    raw_rate = statistics.median(p["server"]["samples_per_s"] for p in pairs)
+    audit_rate = statistics.median(p["audit_sampling_samples_per_s"] for p in pairs)
+    ratio = statistics.median(p["ratio_sampling"] for p in pairs)
+    wall = statistics.median(p["audit"]["wall_seconds"] for p in pairs)
+    fixed = statistics.median(p["fixed_seconds"] for p in pairs)
+    last = pairs[-1]["audit"]
+    n_conc = last["n_conclusive"]
     out = {"url": args.url, "api": args.api, "target": args.target, "sampling": sampling.label(),
            "num_draft_tokens": args.num_draft_tokens, "num_concurrent": args.num_concurrent, "samples": args.num_samples,
-           "max_new_tokens": max_new, "load_average": load, "server": raw, "audit": audit,
-           "audit_sampling_samples_per_s": audit_rate, "ratio_sampling": audit_rate / raw["samples_per_s"],
-           "ratio_end_to_end": (args.num_samples / audit["wall_seconds"]) / raw["samples_per_s"],
+           "max_new_tokens": max_new, "load_average": load, "load_average_after": os.getloadavg()[0],
+           "repeats": pairs, "server_samples_per_s": raw_rate,
+           "audit_sampling_samples_per_s": audit_rate, "ratio_sampling": ratio,
+           "ratio_end_to_end": (args.num_samples / wall) / raw_rate,
            "conclusive_tv": args.conclusive_tv, "n_conclusive": n_conc,
            "seconds_to_conclusive": (n_conc / audit_rate + fixed) if n_conc else None}
     print(f"server {args.url} ({args.api}), {sampling.label()}, k={args.num_draft_tokens}, {args.num_concurrent} in flight, "
-          f"n = {args.num_samples}, {max_new} tokens per sample (load average {load:.1f})")
-    print(f"  server throughput (bare client, same requests): {raw['samples_per_s']:,.1f} samples/s")
-    print(f"  URL audit sampling stage: {audit_rate:,.1f} samples/s = {out['ratio_sampling']:.2f} of the server's "
-          f"(goal >= 0.9); end to end {out['ratio_end_to_end']:.2f} ({audit['wall_seconds']:.1f} s wall, "
-          f"{fixed:.1f} s outside sampling); verdict {audit['verdict']}")
+          f"n = {args.num_samples}, {max_new} tokens per sample, {args.repeats} alternating repeats (load average "
+          f"{load:.1f} -> {out['load_average_after']:.1f})")
+    for i, p in enumerate(pairs):
+        print(f"  repeat {i + 1} ({p['order']}): server {p['server']['samples_per_s']:,.1f} samples/s, audit sampling "
+              f"{p['audit_sampling_samples_per_s']:,.1f} samples/s = {p['ratio_sampling']:.2f}")
+    print(f"  server throughput (bare client, same requests; median): {raw_rate:,.1f} samples/s")
+    print(f"  URL audit sampling stage (median): {audit_rate:,.1f} samples/s; median ratio {ratio:.2f} of the server's "
+          f"(goal >= 0.9); end to end {out['ratio_end_to_end']:.2f} ({wall:.1f} s wall, {fixed:.1f} s outside "
+          f"sampling); verdict {last['verdict']}")
     if n_conc:
         print(f"  conclusive at TV {args.conclusive_tv:g}: n = {n_conc:,} per prompt -> about "
               f"{out['seconds_to_conclusive'] / 60:.1f} min at this rate")
