@@ -38,6 +38,7 @@ def test_ci_suite_reference_passes_and_every_mutant_is_detected(tmp_path, capsys
     # the reference, the lossless decoders with other acceptance rules (issue 12; their acceptance is audited
     # beside) and one lossless control per field bug kind (issue 29: batch, requests, penalties, stop, vocab, recurrent)
     assert {"reference", "reference@shipped", "fresh_target_match", "block_verification", "reference@batch",
+            "reference@batch-prompts",
             "reference@requests", "reference@penalties", "reference@stop", "vocab_mapped@vocab",
             "recurrent_reference_intermittent@recurrent"} == must_pass
     assert all(verdicts.pop(name) == "PASS" for name in must_pass), verdicts
@@ -64,6 +65,11 @@ def _check_field_kinds_per_decoder(report):
     assert kinds["reference@batch"] == {"batch shape": "PASS"}
     assert kinds["corrupt_batch_gt2@batch"] == {"batch shape": "BIAS"}
     assert kind_results(report, "corrupt_batch_gt2@batch")["batch shape"]["levels"] == {"2": "PASS", "16": "BIAS"}
+    # mixed prompt lengths: the control passes plain and mixed; the leak rejects only in mixed calls (its 500 rows leave
+    # the plain level UNDERPOWERED at the ci profile's TV 0.1, never BIAS)
+    assert kind_results(report, "reference@batch-prompts")["batch shape"]["levels"] == {"4": "PASS", "4,mixed prompts": "PASS"}
+    assert kind_results(report, "prompt_length_leak@batch")["batch shape"]["levels"] == {"4": "UNDERPOWERED",
+                                                                                       "4,mixed prompts": "BIAS"}
     assert kinds["reference@requests"] == {"shared randomness": "PASS", "reported logprobs": "PASS"}
     assert kinds["shared_stream@requests"] == {"shared randomness": "BIAS"}
     assert kinds["logprobs_first_only@requests"] == {"reported logprobs": "BIAS"}
