@@ -5,6 +5,7 @@ Regression for breakit items 2 and 3: at n = 20 (10) draws every cell's minimum 
 """
 
 from verifier.audit.kernel_audit import audit_kernel, standard_kernel_cases
+from verifier.audit.kernel_report import render_kernel_markdown
 from verifier.audit.tree_kernel_audit import audit_tree_kernel, standard_tree_kernel_cases
 from verifier.cli import main
 from verifier.decoders.kernels import full_p_fallback_kernel
@@ -42,6 +43,37 @@ def test_an_underpowered_case_says_how_many_draws_and_hours_it_needs():
     need = draws_needed(case, 0.03)
     assert need["draws"] == 40_000 and need["rate"] == 100.0 and abs(need["hours"] - 400 / 3600) < 1e-12
     assert draws_needed({**case, "verdict": "PASS"}, 0.03) is None
+
+
+def test_the_hours_scale_the_drawing_rate_not_the_statistics():
+    """A case whose 100 s were 1 s of drawing and 99 s of statistics (the vllm-sampler kernel at 200,000 draws: 31.7 s
+    of wall time, 33M draws then took 93 s) needs 40,000 draws = 4 s of drawing + the 99 s once, not 400 s."""
+    from verifier.audit.kernel_report import draws_needed
+
+    case = {"verdict": "UNDERPOWERED", "num_draws": 10_000, "seconds": 100.0, "draw_seconds": 1.0,
+            "cells": [{"mde_tv": 0.01}, {"mde_tv": 0.06}]}
+    need = draws_needed(case, 0.03)
+    assert need["draws"] == 40_000 and need["rate"] == 10_000.0 and need["rate_of"] == "drawing"
+    assert abs(need["hours"] - (4 + 99) / 3600) < 1e-12
+
+
+def test_a_kernel_audit_records_its_drawing_time():
+    """The kernel report's case carries draw_seconds (the kernel's own time), at most the case's wall time, and an
+    UNDERPOWERED case scales that rate."""
+    import time
+
+    from verifier.audit.kernel_report import kernel_audit_report
+    from verifier.decoders.kernels import verify_chain
+
+    case = next(c for c in standard_kernel_cases() if c.name == "chain-k4")
+    start = time.perf_counter()
+    r = audit_kernel(verify_chain, case, num_draws=2000, seed=0)
+    wall = time.perf_counter() - start
+    report = kernel_audit_report([r], kernel="verify_chain", seconds=[wall])
+    c = report["cases"][0]
+    assert 0 < c["draw_seconds"] <= wall and c["verdict"] == "UNDERPOWERED"  # 2,000 draws reach position 4 ~70 times
+    assert "(drawing)" in render_kernel_markdown(report)
+
 
 
 def test_a_cell_with_no_finite_mde_is_named_not_scaled_past():

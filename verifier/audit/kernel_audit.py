@@ -28,6 +28,7 @@ fallback is invisible there.
 from __future__ import annotations
 
 import itertools
+import time
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Callable, Sequence
@@ -422,6 +423,7 @@ class KernelAuditResult(_KernelVerdict):
     acceptance: dict = field(default_factory=dict)  # verifier.runner.acceptance.AcceptanceAudit.to_dict()
     conformance: KernelCell | None = None  # only with acceptance="canonical" declared
     target_tv: float = KERNEL_TARGET_TV  # a cell that cannot see this TV makes the case UNDERPOWERED
+    draw_seconds: float | None = None  # wall seconds of drawing alone (the statistics excluded)
 
     def summary(self) -> str:
         i = int(np.argmin(self.adjustment.adjusted_pvalues))
@@ -498,11 +500,14 @@ def audit_kernel(kernel: VerificationKernel, case: KernelCase, *, num_draws: int
         raise invalid_argument("target_tv", target_tv, "a total variation in (0, 1)")
     if acceptance not in ("any", "canonical"):
         raise invalid_argument("acceptance", acceptance, "'any' or 'canonical'")
+    started = time.perf_counter()
     emitted = draw_kernel_samples(kernel, case, num_draws, seed, batch_size=batch_size)
+    draw_seconds = time.perf_counter() - started  # the kernel's own time: the rate a longer run scales by
     cells = _kernel_cells(case, emitted, alpha)
     adjustment = adjust([c.result for c in cells], alpha=alpha, mode="gate", dependent=True)
     blind = [f"position {j}: {r}" for j, (p, q) in enumerate(zip(case.target_probs, case.draft_probs)) for r in blind_cell_reasons(p, q)]
     label = name or getattr(kernel, "name", None) or getattr(kernel, "__name__", type(kernel).__name__)
     audit, conformance = _acceptance(case, emitted, label, alpha, acceptance)
     return KernelAuditResult(kernel=label, case=case, num_draws=num_draws, seed=seed, alpha=alpha, cells=cells,
-                             adjustment=adjustment, blind=blind, acceptance=audit, conformance=conformance, target_tv=target_tv)
+                             adjustment=adjustment, blind=blind, acceptance=audit, conformance=conformance, target_tv=target_tv,
+                             draw_seconds=draw_seconds)
