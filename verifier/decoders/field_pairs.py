@@ -55,11 +55,8 @@ def field_pair_decoder(name: str, target, draft, num_draft_tokens: int = 4, **op
     ----------
     name : str
         ``"A+B"`` (either part order) with a pair of :data:`BUILT`, e.g. ``"greedy_draft+recovered_one_late"``.
-    target, draft : causal LM
-        As for :class:`~verifier.decoders.SpeculativeDecoder`.
-    num_draft_tokens : int, default 4
-    **options
-        Passed to the decoder's constructor (e.g. ``eos_token_id``).
+    target, draft, num_draft_tokens, **options
+        As for :func:`verifier.decoders.make_decoder` (``num_draft_tokens`` default 4).
 
     Returns
     -------
