@@ -202,8 +202,8 @@ def log_likelihood(mechanism: Mechanism, seqs: SequenceProbs, num_draft_tokens: 
                 continue
             if j == k:  # bonus token from the target row at t + bonus_offset
                 # (later_raw: the processed row when that is the round's first, k = 1 with the bonus one row early)
-                rows = seqs.p if mechanism.later_raw and k + mechanism.bonus_offset == 0 else target_rows
-                bonus = rows[:, t + mechanism.bonus_offset]
+                bonus_rows = seqs.p if mechanism.later_raw and k + mechanism.bonus_offset == 0 else target_rows
+                bonus = bonus_rows[:, t + mechanism.bonus_offset]
                 la[:, t + 1, 0] = np.logaddexp(la[:, t + 1, 0], a + _log(_pick(bonus, x)))
                 if pred is not None:
                     pred += state_w[:, j:j + 1] * bonus
