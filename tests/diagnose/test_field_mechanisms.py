@@ -29,12 +29,13 @@ from tests.diagnose._helpers import CI_K, PROMPT, T07K2, T1, decoder_calls, diag
 FIELD = ("recovered_one_late", "draft_accept_same_uniform", "target_processed_first_only")
 
 
-def test_family_holds_each_alone_and_with_prefill():
+def test_family_holds_each_alone_with_prefill_and_in_pairs():
+    """Each alone and @prefill, and in pairs with the disjoint parts (tests/diagnose/test_field_pairs.py): M = 154."""
     names = family_names()
     for name in FIELD:
         assert mechanism_for_decoder(name) == name and name in names and name + "@prefill" in names
-        assert not any("+" in n and name in n.split("@")[0].split("+") for n in names)  # not composed (documented)
-    assert family_size() == 110
+        assert any("+" in n and name in n.split("@")[0].split("+") for n in names)  # composed (issue 26)
+    assert family_size() == 154
 
 
 @pytest.mark.parametrize("name", FIELD)

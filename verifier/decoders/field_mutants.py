@@ -31,7 +31,7 @@ from verifier.decoders.spec import DecoderSpec
 from verifier.decoders.speculative import SpeculativeDecoder
 from verifier.sampling import SamplingConfig, processed_probs
 
-__all__ = ["FIELD_DECODER_REGISTRY", "recovered_one_late_kernel", "DraftAcceptSameUniformDecoder",
+__all__ = ["FIELD_DECODER_REGISTRY", "recovered_one_late_kernel", "late_recover_rules", "DraftAcceptSameUniformDecoder",
            "TargetProcessedFirstOnlyDecoder", "field_decoder_names"]
 
 _UNPROCESSED = SamplingConfig()  # T = 1, no filter: what the later positions of a round get
@@ -65,8 +65,15 @@ def recovered_one_late_kernel(target_probs, draft_probs, draft_token_ids, genera
     pair only at the last draft position, where ``p[k] = p`` replaces the residual).
     """
     p, q, ids = K._verify_chain_iv(target_probs, draft_probs, draft_token_ids, generator)
+    return K._chain(p, q, ids, generator, **late_recover_rules(p, q))
+
+
+def late_recover_rules(p: torch.Tensor, q: torch.Tensor) -> dict:
+    """``count_rule`` and ``recover_rule`` of :func:`verifier.decoders.kernels._chain` that draw the recovered token
+    from the next position's rows (``recovered_one_late``; p: (batch, k + 1, vocab), q: (batch, k, vocab), float64):
+    shared by :func:`recovered_one_late_kernel` and the pairs of :mod:`verifier.decoders.field_pairs`."""
     batch, k, _ = q.shape
-    rows = torch.arange(batch, device=ids.device)
+    rows = torch.arange(batch, device=q.device)
     got: dict[str, torch.Tensor] = {}
 
     def count(accepted):
@@ -78,7 +85,7 @@ def recovered_one_late_kernel(target_probs, draft_probs, draft_token_ids, genera
         q_next = torch.where((nxt < k)[:, None], q[rows, nxt.clamp(max=k - 1)], torch.zeros_like(q_rej))
         return residual_or_target(p[rows, nxt], q_next)
 
-    return K._chain(p, q, ids, generator, count_rule=count, recover_rule=recover)
+    return {"count_rule": count, "recover_rule": recover}
 
 
 class DraftAcceptSameUniformDecoder(SpeculativeDecoder):
@@ -100,6 +107,11 @@ class DraftAcceptSameUniformDecoder(SpeculativeDecoder):
         super().__init__(target, draft, num_draft_tokens, kernel=self._verify, **options)
         self._draft_uniforms: list[torch.Tensor] = []  # per draft position of the round: the uniform that drew it
 
+    def _chain_options(self, p: torch.Tensor, q: torch.Tensor) -> dict:
+        """Further replacement rules of :func:`verifier.decoders.kernels._chain` (none: a second defect's, in
+        :mod:`verifier.decoders.field_pairs`)."""
+        return {}
+
     def _propose(self, logits, sampling: SamplingConfig, seen, gen):
         q = processed_probs(logits, sampling, seen)
         u = torch.rand(q.shape[0], dtype=torch.float64, device=q.device, generator=gen)
@@ -116,7 +128,7 @@ class DraftAcceptSameUniformDecoder(SpeculativeDecoder):
             p_d = p[:, :ids.shape[1]].gather(-1, ids[..., None])[..., 0]
             return u_draft * q.gather(-1, ids[..., None])[..., 0] < p_d  # BUG on purpose: u_draft, not the fresh u
 
-        return K._chain(*args, generator, accept_rule=accept)
+        return K._chain(*args, generator, accept_rule=accept, **self._chain_options(args[0], args[1]))
 
 
 class TargetProcessedFirstOnlyDecoder(SpeculativeDecoder):

@@ -5,9 +5,13 @@ Real engines differ from the zoo in two ways the diagnosis must model (issue 26)
 * **Defects come in pairs.**  llama.cpp drafts the draft's most probable token *and* subtracts the residual by
   array index.  A *composite* applies two mechanisms that change different parts of the rule -- the draft side
   (``propose``), the acceptance test (``acceptance``), the recovered-token law (``recover``), the round switches
-  (``bonus_offset``, ``shared_uniform``) and the processed-probs view (``needs_raw`` / ``target``) -- as one chain
-  rule; two mechanisms that change the same part do not compose (neither would be what the code does).  Its name
-  is ``"A+B"``.
+  (``bonus_offset``, ``shared_uniform``) and the processed-probs view (``needs_raw`` / ``target``, or the raw rows
+  after a round's first position: ``later_raw``) -- as one chain rule; two mechanisms that change the same part do
+  not compose (neither would be what the code does).  Its name is ``"A+B"``.  The field mechanisms (issue 26) enter
+  pairs too: ``recovered_one_late`` changes the recovered law (``late_recover``), ``draft_accept_same_uniform`` the
+  acceptance test, ``target_processed_first_only`` which target rows a round's later positions read (``later_raw``),
+  so the last composes with any acceptance / recovered-law defect (the defect's hooks applied to the raw rows);
+  :func:`composite_names` lists the pairs kept out and why.
 * **The first token comes from the prefill.**  vLLM, llama.cpp's ``llama-speculative`` and most servers sample
   the first emitted token from the target's prefill forward pass and start drafting after it, so a defect shows
   from token 2 on.  The ``@prefill`` variant of a hypothesis emits ``lead = 1`` plain target sample before its
@@ -30,11 +34,11 @@ from functools import lru_cache
 from verifier.diagnose.mechanisms import MECHANISMS, Mechanism
 from verifier.errors import invalid_argument
 
-__all__ = ["PREFILL", "COMPOSE_FIELDS", "parts_of", "compose", "with_lead", "hypothesis", "family_names",
+__all__ = ["PREFILL", "COMPOSE_FIELDS", "NOT_WELL_DEFINED", "parts_of", "compose", "with_lead", "hypothesis", "family_names",
            "composite_names", "family_size"]
 
 PREFILL = "@prefill"  # suffix of a hypothesis whose first emitted token is a plain target sample (the prefill step)
-COMPOSE_FIELDS = ("propose", "acceptance", "recover", "reject_emit", "bonus_offset", "shared_uniform", "view")
+COMPOSE_FIELDS = ("propose", "acceptance", "recover", "reject_emit", "bonus_offset", "shared_uniform", "view", "later_raw")
 SEPARATOR = "+"
 _CANONICAL = MECHANISMS["canonical"]
 
@@ -45,7 +49,9 @@ def _changed(m: Mechanism) -> dict[str, object]:
     for f in ("propose", "acceptance", "recover", "reject_emit", "bonus_offset", "shared_uniform"):
         if getattr(m, f) is not getattr(_CANONICAL, f) and getattr(m, f) != getattr(_CANONICAL, f):
             out[f] = getattr(m, f)
-    if m.needs_raw or m.target != "p":
+    if m.later_raw:  # the raw target at a round's later positions: the hooks stay, the rows they read change
+        out["later_raw"] = True
+    elif m.needs_raw or m.target != "p":
         out["view"] = (m.needs_raw, m.target)
     if m.position_acceptance is not None:  # a fixed rate per round position (synthetic_acceptance)
         out["position_acceptance"] = m.position_acceptance
@@ -62,14 +68,28 @@ def composite_names() -> tuple[str, ...]:
 
     A part one changes that the other's change makes irrelevant is a conflict too: a rule that never rejects
     (``accept_all``) or draws every recovered token from p has no residual for a recover-side defect to change.
+
+    Pairs of the field mechanisms kept out (:data:`NOT_WELL_DEFINED`): ``draft_accept_same_uniform`` with
+    ``greedy_draft`` (an argmax draft draws no uniform for the test to reuse) or with ``shared_uniform`` (both say
+    which uniform the acceptance test reads); ``target_processed_first_only`` with ``recovered_one_late`` (its late
+    rows would be the *raw* target's after the latent token: the teacher-forced oracles give the processed ones) and
+    with another view (``draft_raw_q``, ``target_unprocessed``, ``draft_processors_differ``: two statements of which
+    rows the rule reads, whose order no engine fixes); ``q_dtype_mismatch`` enters no pair (``composable = False``).
     """
     names = [n for n, m in MECHANISMS.items() if _composable(m)]
     out = []
     for a, b in itertools.combinations(names, 2):
         ca, cb = set(_changed(MECHANISMS[a])), set(_changed(MECHANISMS[b]))
-        if not (ca & cb or _overrides(ca, cb) or _overrides(cb, ca)):
+        if not (ca & cb or _overrides(ca, cb) or _overrides(cb, ca) or frozenset((a, b)) in NOT_WELL_DEFINED):
             out.append(f"{a}{SEPARATOR}{b}")
     return tuple(out)
+
+
+# pairs of parts that touch different hooks but whose composition is not well defined (composite_names says why)
+NOT_WELL_DEFINED = frozenset(frozenset(pair) for pair in [
+    ("draft_accept_same_uniform", "greedy_draft"), ("draft_accept_same_uniform", "shared_uniform"),
+    ("target_processed_first_only", "recovered_one_late"), ("target_processed_first_only", "draft_raw_q"),
+    ("target_processed_first_only", "target_unprocessed"), ("target_processed_first_only", "draft_processors_differ")])
 
 
 def _overrides(ca: set[str], cb: set[str]) -> bool:
@@ -96,8 +116,12 @@ def compose(a: Mechanism, b: Mechanism) -> Mechanism:
         for f, v in _changed(m).items():
             if f == "view":
                 kw["needs_raw"], kw["target"] = v
+            elif f == "later_raw":
+                kw["needs_raw"], kw["target"], kw["later_raw"] = True, m.target, True
             else:
                 kw[f] = v
+        if m.late_recover:  # recovered_one_late: the recover hook (p) is the k = 1 rule; the round reads the next rows
+            kw["late_recover"] = True
     declared = "lossy" if "lossy" in (a.declared, b.declared) and "biased" not in (a.declared, b.declared) else "biased"
     return dataclasses.replace(_CANONICAL, name=name, declared=declared,
                                description=f"{a.description}; and {b.description}", aliases=(), **kw)

@@ -168,6 +168,7 @@ def log_likelihood(mechanism: Mechanism, seqs: SequenceProbs, num_draft_tokens: 
     x_all = np.where(seqs.tokens < 0, 0, seqs.tokens)
     target_rows = getattr(seqs, mechanism.target)
     thresholds = np.zeros((n, steps))  # acceptance threshold of the observed token at each t (shared uniform)
+    later_thresholds = np.zeros((n, steps)) if mechanism.later_raw else thresholds  # the same at a round's later positions
     for t in range(steps):
         live = t < ends
         if not live.any():
@@ -188,6 +189,7 @@ def log_likelihood(mechanism: Mechanism, seqs: SequenceProbs, num_draft_tokens: 
         if mechanism.later_raw:  # target_processed_first_only: positions after a round's first see the raw target
             vl = Views(v.p_raw, v.q, v.p_raw, v.q_raw, v.q_temp)
             later_view = (vl, mechanism.propose(vl), mechanism.acceptance(vl), mechanism.recover(vl))
+            later_thresholds[:, t] = _pick(later_view[2], x)
         late = next_rows(seqs, t, live) if mechanism.late_recover else None  # recovered_one_late: (n, d, y) rows
         pred = None
         if predictive is not None and not (mechanism.keep_suffix and k > 1):
@@ -199,7 +201,9 @@ def log_likelihood(mechanism: Mechanism, seqs: SequenceProbs, num_draft_tokens: 
             if not np.isfinite(a).any():
                 continue
             if j == k:  # bonus token from the target row at t + bonus_offset
-                bonus = target_rows[:, t + mechanism.bonus_offset]
+                # (later_raw: the processed row when that is the round's first, k = 1 with the bonus one row early)
+                bonus_rows = seqs.p if mechanism.later_raw and k + mechanism.bonus_offset == 0 else target_rows
+                bonus = bonus_rows[:, t + mechanism.bonus_offset]
                 la[:, t + 1, 0] = np.logaddexp(la[:, t + 1, 0], a + _log(_pick(bonus, x)))
                 if pred is not None:
                     pred += state_w[:, j:j + 1] * bonus
@@ -207,7 +211,8 @@ def log_likelihood(mechanism: Mechanism, seqs: SequenceProbs, num_draft_tokens: 
             v, prop, acc, rec = later_view if j else first_view
             acc_eff = mechanism.acceptance_at(j, v, acc)  # a fixed rate per round position, else the hook's
             if mechanism.shared_uniform and j:
-                bound = thresholds[:, t - j:t].min(axis=1)[:, None]  # U < bound after j acceptances this round
+                # U < bound after j acceptances this round (the round's first at t - j, the later ones after it)
+                bound = np.minimum(thresholds[:, t - j], later_thresholds[:, t - j + 1:t].min(axis=1) if j > 1 else np.inf)[:, None]
                 with np.errstate(divide="ignore", invalid="ignore"):
                     acc_eff = np.where(bound > 0, np.minimum(acc, bound) / np.where(bound > 0, bound, 1.0), 0.0)
             reject_w = prop * (1.0 - acc_eff)

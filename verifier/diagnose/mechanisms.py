@@ -170,9 +170,10 @@ class Mechanism:
         ``position_acceptance``; positions beyond it take the last entry), replacing ``acceptance`` in the round.
     composable : bool, default True
         Enters pairs of defects (:func:`verifier.diagnose.family.composite_names`).  False for a mechanism within a
-        small TV of the canonical rule (``q_dtype_mismatch``): each of its pairs would be a near-copy of its other part;
-        and for the field mechanisms (issue 26), which enter alone (and ``@prefill``) so that the family, its threshold
-        and the auto-diagnosis's cost grow by six hypotheses only.
+        small TV of the canonical rule (``q_dtype_mismatch``): each of its pairs would be a near-copy of its other part.
+        The field mechanisms (issue 26) compose (``late_recover`` / ``later_raw`` carried through
+        :func:`verifier.diagnose.family.compose`), except with the parts listed in
+        :data:`verifier.diagnose.family.NOT_WELL_DEFINED`.
     late_recover : bool, default False
         ``recovered_one_late``: the recovered token at round position j is drawn from the rows *after* the latent
         rejected draft token d (``residual(p[j + 1], q[j + 1])``, ``p[k]`` at j = k - 1), summed over d; the likelihood
@@ -254,12 +255,12 @@ MECHANISMS: dict[str, Mechanism] = {m.name: m for m in [
     Mechanism("q_dtype_mismatch", "biased", "the draft samples from its probs rounded to bfloat16 and renormalised; the "
               "ratio and residual use the unrounded q (issue 29 kind 7)", propose=lambda v: _bfloat16_renormalised(v.q),
               composable=False, aliases=("q_dtype_mismatch",)),
-    _rule("recovered_one_late", recover=lambda v: v.p, late_recover=True, composable=False),
-    _rule("draft_accept_same_uniform", acceptance=lambda v: _same_uniform_acceptance(v.p, v.q), composable=False),
+    _rule("recovered_one_late", recover=lambda v: v.p, late_recover=True),
+    _rule("draft_accept_same_uniform", acceptance=lambda v: _same_uniform_acceptance(v.p, v.q)),
     Mechanism("target_processed_first_only", "biased", "the request's temperature / top-k / top-p applied at the first "
               "position of each round only; later acceptance tests, residuals and the bonus token use the unprocessed "
               "target (the same law as the target at T = 1 without filters)", target="p_raw", needs_raw=True,
-              later_raw=True, composable=False, aliases=("target_processed_first_only",)),
+              later_raw=True, aliases=("target_processed_first_only",)),
     Mechanism("kv_not_rolled_back", "biased", "rejected draft tokens stay in the target and draft KV caches: later "
               "probs condition on them", latent=True, aliases=("kv_not_rolled_back",)),
     Mechanism("batch_cross_talk", "biased", "row 0's accepted length is applied to every row of the batch (the law of "

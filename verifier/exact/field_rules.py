@@ -96,7 +96,7 @@ def same_uniform_acceptance(target_probs: Probs, draft_probs: Probs, x: int) -> 
     return max(Fraction(0), min(below + qx, ratio) - below) / qx
 
 
-def target_processed_first_only(target_raw: TabularLM) -> Rule:
+def target_processed_first_only(target_raw: TabularLM, inner: Rule | str = "canonical") -> Rule:
     """The ``target_processed_first_only`` rule for the unprocessed target table ``target_raw``.
 
     The rule is applied to the *processed* target (the table the request's sampling config gives, whose law the
@@ -107,18 +107,22 @@ def target_processed_first_only(target_raw: TabularLM) -> Rule:
     ----------
     target_raw : TabularLM
         The unprocessed target (T = 1, no filter), same vocabulary and EOS as the processed one.
+    inner : Rule or str, default "canonical"
+        The per-position rule the round runs on those rows (another defect of the same engine: the composite
+        ``inner+target_processed_first_only``, :func:`verifier.exact.composite.composite_rule`).
 
     Returns
     -------
     Rule
-        Named ``target_processed_first_only``, declared ``biased``; per-position hooks canonical (one step verifies
-        the first position: exact), ``round_outcomes`` the round law above.  With ``target_raw`` equal to the
-        processed table the law is the target's (T = 1 without filters: exact).
+        Named ``target_processed_first_only``, declared ``biased``; per-position hooks ``inner``'s (one step verifies
+        the first position), ``round_outcomes`` the round law above.  With ``target_raw`` equal to the processed table
+        the law is ``inner``'s (the target's for the canonical rule: T = 1 without filters is exact).
 
     Raises
     ------
     InvalidArgumentError
-        ``target_raw`` is not a TabularLM; at enumeration, another vocabulary size or EOS than the processed target.
+        ``target_raw`` is not a TabularLM; ``inner`` is no rule or enumerates whole rounds itself; at enumeration,
+        another vocabulary size or EOS than the processed target.
 
     Examples
     --------
@@ -131,21 +135,28 @@ def target_processed_first_only(target_raw: TabularLM) -> Rule:
     if not isinstance(target_raw, TabularLM):
         raise invalid_argument("target_raw", type(target_raw).__name__, "a verifier.exact.TabularLM (the unprocessed target)",
                                where="target_processed_first_only")
+    from verifier.exact.rules import get_rule
+
+    inner_rule = get_rule(inner)
+    if inner_rule.round_outcomes is not None:
+        raise invalid_argument("inner", inner_rule.name, "a per-position rule (not one that enumerates whole rounds)",
+                               where="target_processed_first_only")
 
     def round_outcomes(target, draft, prefix, k, rule):
         from verifier.exact.laws import _round_outcomes
-        from verifier.exact.rules import RULES
 
         for name, value, want in (("target_raw.vocab_size", target_raw.vocab_size, target.vocab_size),
                                   ("target_raw.eos_token_id", target_raw.eos_token_id, target.eos_token_id)):
             if value != want:
                 raise invalid_argument(name, value, f"the processed target's ({want})", where="target_processed_first_only")
-        yield from _round_outcomes(_FirstContextOnly(target, target_raw, tuple(prefix)), draft, prefix, k, RULES["canonical"])
+        yield from _round_outcomes(_FirstContextOnly(target, target_raw, tuple(prefix)), draft, prefix, k, inner_rule)
 
+    hooks = {h: getattr(inner_rule, h) for h in ("propose", "acceptance", "recover", "bonus_offset", "shared_uniform",
+                                                  "keep_suffix", "position_acceptance", "recover_after")}
     return Rule("target_processed_first_only", "biased",
                 "the request's temperature / top-k / top-p (processed target probs) applied at the first position of "
                 "each round only; later acceptance tests, residuals and the bonus token use the unprocessed target",
-                _sample_draft, _ratio, _residual_or_target, round_outcomes=round_outcomes)
+                round_outcomes=round_outcomes, **hooks)
 
 
 class _FirstContextOnly:
