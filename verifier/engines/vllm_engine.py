@@ -158,4 +158,5 @@ def decoder(target_model: str = "shipped:target", draft_model: str = "shipped:dr
     supported = set(SAMPLING_FIELDS) | {"presence_penalty", "frequency_penalty"}  # min-p: refused (VLLMDecoder)
     return VLLMDecoder(VLLMEngine, HANDLER, init=init, num_draft_tokens=num_draft_tokens, vocab_size=vocab,
                        eos_token_id=eos if isinstance(eos, int) else None, supported=supported, env=ENV,
-                       generate_keywords=("return_logprobs", "row_temperatures", "row_prompts"))
+                       generate_keywords=("return_logprobs", "row_temperatures", "row_prompts", "stop_token_ids",
+                                          "max_tokens"))

@@ -109,14 +109,21 @@ class Handler:
                               seed=int(seed), max_tokens=int(max_tokens), detokenize=False, **extra)
 
     def generate(self, prompt_ids, max_new_tokens, sampling, seeds, return_logprobs=False, row_temperatures=None,
-                 row_prompts=None):
+                 row_prompts=None, stop_token_ids=None, max_tokens=None):
         """One ``LLM.generate`` call of ``len(seeds)`` requests (one engine batch); request i at ``row_temperatures[i]``
         and continuing ``row_prompts[i]`` when given.  With ``return_logprobs``: ``logprobs`` float64 (n, max_new_tokens), each emitted token's own
-        logprob as vLLM reports it (``logprobs=0``; a NaN at an emitted token is vLLM's), NaN after EOS."""
+        logprob as vLLM reports it (``logprobs=0``; a NaN at an emitted token is vLLM's), NaN after EOS.  With a stop
+        rule (issue 29 kind 5) the requests carry ``SamplingParams(stop_token_ids=..., max_tokens=max_tokens)`` and the
+        rows come back as vLLM emitted them (``max_new_tokens`` wide, never cut here): a token after a stop accepted
+        mid-block, or past ``max_tokens``, would show."""
         prompt = {"prompt_token_ids": [int(t) for t in prompt_ids]}
         temps = [None] * len(seeds) if row_temperatures is None else [float(t) for t in row_temperatures]
         extra = {"logprobs": 0} if return_logprobs else {}
-        params = [self._params(sampling, s, max_new_tokens, t, **extra) for s, t in zip(seeds, temps)]
+        limit = int(max_new_tokens)
+        if stop_token_ids or max_tokens is not None:
+            extra["stop_token_ids"] = [int(t) for t in (stop_token_ids or ())]
+            limit = int(max_tokens) if max_tokens is not None else limit
+        params = [self._params(sampling, s, limit, t, **extra) for s, t in zip(seeds, temps)]
         before, pos_before = self._metrics()
         prompts = ([prompt] * len(params) if row_prompts is None
                    else [{"prompt_token_ids": [int(t) for t in p]} for p in row_prompts])
