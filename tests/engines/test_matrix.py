@@ -197,3 +197,29 @@ def test_a_hand_edited_diagnosis_or_a_non_report_json_is_no_crash(tmp_path):
     (tmp_path / "eng-1" / "c" / "report.json").write_text("[1, 2]")
     (row,) = collect(tmp_path)
     assert row["root_cause"].startswith("harness: ` threshold flip (rounding) or full_p_fallback`."), row["root_cause"]
+
+
+def test_a_url_audit_of_design_factors_is_one_batch_shape_row_with_its_levels(tmp_path):
+    """The committed llama-server design-factor audit (1, 4, 16 requests in flight, 4 with a mixed batch, 4 unseeded):
+    the audit matrix gives one row per decoder, its label naming the mixed batch / unseeded factor; the field-kinds
+    table reads the report once as one variant whose batch-shape entry has a level per concurrency (the unseeded
+    decoder is the independence kind's, not a level); the same report read per decoder (one level) would have no
+    batch design."""
+    from verifier.engines.kinds_matrix import collect_kinds, kind_results
+
+    rel = "llama-server-0c1e570/field-kinds/batch"
+    src = REPO / "reports" / "audits" / rel
+    (tmp_path / rel).mkdir(parents=True)
+    for name in ("report.json", "audit.json"):
+        shutil.copy(src / name, tmp_path / rel / name)
+    rows = collect(tmp_path)
+    labels = sorted(r["config"].split(";")[0] for r in rows)
+    assert labels == ["URL, 1 in flight", "URL, 16 in flight", "URL, 4 in flight", "URL, 4 in flight, mixed batch",
+                      "URL, 4 in flight, unseeded"], labels
+    groups = collect_kinds(rows)
+    assert len(groups) == 1 and groups[0]["variant"].startswith("URL, design factors: ")
+    batch = groups[0]["kinds"]["batch shape"]
+    assert set(batch["levels"]) == {"1 in flight", "4 in flight", "16 in flight", "4 in flight,mixed batch"}
+    assert batch["verdict"] == "PASS" and groups[0]["kinds"]["shared randomness"]["verdict"] == "PASS"
+    report = json.loads((src / "report.json").read_text())
+    assert "batch shape" not in kind_results(report, "c4")  # one decoder alone is one level: no batch design

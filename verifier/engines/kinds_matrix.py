@@ -50,6 +50,29 @@ _RANK = {"BIAS": 4, "FLAGGED": 3, "UNDERPOWERED": 2, "PASS": 1}  # FLAGGED: the 
 _BATCH = re.compile(r"\[batch=(\d+)(,mixed[^\]]*)?\]$")
 
 
+def _url_levels(cells: list[dict[str, Any]], sets: dict[Any, dict[str, Any]]) -> dict[str, list[str | None]]:
+    """Batch levels of a URL audit's design factors (kind 1): each sample set of a ``ServerDecoder`` is a level
+    ``"N in flight"`` (``",mixed batch"`` with background requests at other temperatures and a longer prompt in
+    flight), counted only when the report audits two or more such levels (one level is no batch design).  Unseeded
+    sets are the independence kind's (their collision cells), not a batch level."""
+    def level(s: dict[str, Any]) -> str | None:
+        ident = s.get("decoder_identity") if isinstance(s.get("decoder_identity"), dict) else {}
+        opts = ident.get("options") if isinstance(ident.get("options"), dict) else {}
+        if not str(ident.get("class", "")).endswith("ServerDecoder") or opts.get("seeded") is False:
+            return None
+        return f"{opts.get('num_concurrent', 4)} in flight" + (",mixed batch" if opts.get("background") else "")
+
+    per_set = {sid: level(s) for sid, s in sets.items()}
+    if len({v for v in per_set.values() if v}) < 2:
+        return {}
+    out: dict[str, list[str | None]] = {}
+    for c in cells:
+        lvl = per_set.get(c.get("set_id"))
+        if lvl:
+            out.setdefault(lvl, []).append(_cell_verdict(c))
+    return out
+
+
 def _cell_verdict(cell: dict[str, Any]) -> str | None:
     v = str(cell.get("verdict") or "")
     return "BIAS" if v.startswith("BIAS") else v if v in _RANK else None
@@ -91,6 +114,7 @@ def kind_results(report: dict[str, Any], decoder: str | None = None) -> dict[str
         m = _BATCH.search(str(c.get("id", "")))
         if m:
             levels.setdefault(m.group(1) + (m.group(2) or ""), []).append(_cell_verdict(c))  # "4", "4,mixed T=0.5"
+    levels.update(_url_levels(cells, sets))
     if levels:
         per = {lvl: _worst(v) for lvl, v in levels.items()}
         add(KINDS[0], list(per.values()), levels={k: v for k, v in per.items() if v})
@@ -159,6 +183,14 @@ def collect_kinds(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if report.get("mode") == "kernel":
             continue
         variant = str(row.get("config", "")).split(";")[0].strip()
+        decoder = row.get("decoder")
+        url_levels = _url_levels(report.get("cells") or [], {s.get("set_id"): s for s in report.get("sample_sets") or []
+                                                             if isinstance(s, dict)})
+        if url_levels:  # a URL audit of design factors: one variant, its levels read together (each decoder is a level)
+            if (folder, "url-levels") in reports:
+                continue
+            reports[(folder, "url-levels")] = report  # type: ignore[index]
+            variant, decoder = "URL, design factors: " + ", ".join(url_levels), None
         key = (str(row["engine"]), str(row["version"]), variant)
         g = groups.setdefault(key, {"engine": key[0], "version": key[1], "variant": variant, "kinds": {},
                                     "reasons": {}, "counts": {}})
@@ -166,7 +198,7 @@ def collect_kinds(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             g["reasons"] = dict(row.get("field_kinds") or {})
             if str(row.get("batching", "")).startswith("one row per speculative step"):
                 g["reasons"].setdefault(KINDS[0], "not expressible: one row per speculative step")
-        for kind, res in kind_results(report, row.get("decoder")).items():
+        for kind, res in kind_results(report, decoder).items():
             g["counts"][kind] = g["counts"].get(kind, 0) + 1
             old = g["kinds"].get(kind)
             levels = dict(old.get("levels") or {}) if old else {}
@@ -189,7 +221,7 @@ def collect_kinds(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             n = g["counts"][kind]
             if kind == KINDS[0] and res.get("levels"):
                 by: dict[str, list[str]] = {}
-                for lvl, v in sorted(res["levels"].items(), key=lambda kv: (int(kv[0].split(",")[0]), kv[0])):
+                for lvl, v in sorted(res["levels"].items(), key=lambda kv: (int(re.match(r"\d+", kv[0]).group()), kv[0])):
                     by.setdefault(v, []).append(lvl)
                 res["text"] = "; ".join(f"{v} at {', '.join(lvls)}" for v, lvls in by.items())
             else:

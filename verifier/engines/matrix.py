@@ -51,6 +51,14 @@ HEADER = ("| engine | version | entry point | config | n | verdict | MDE (TV) | 
 START, END = "<!-- audit-matrix:start -->", "<!-- audit-matrix:end -->"
 
 
+
+def _url_factors(options: dict[str, Any]) -> str:
+    """A URL audit decoder's design factors beyond the concurrency: the mixed batch, unseeded requests, ``n`` > 1."""
+    out = ", mixed batch" if options.get("background") else ""
+    out += ", unseeded" if options.get("seeded") is False else ""
+    n = options.get("n_per_request", 1)
+    return out + (f", n = {n} per request" if isinstance(n, int) and n > 1 else "")
+
 def _fmt(x: float | None) -> str:
     return "" if x is None else f"{x:.3g}"
 
@@ -218,7 +226,8 @@ def _known_p_row(folder: Path, r: dict[str, Any], root: Path, index: int = 0) ->
         variant = re.match(r"(.+?)-t\d", folder.name)
         control = variant.group(1) if variant else ""
         cfg = (f"URL self-reported, top-{design.get('logprobs')} logprobs" if self_reported else
-               f"URL, {options.get('num_concurrent', 4)} in flight") + (f", {control} server" if control else "")
+               f"URL, {options.get('num_concurrent', 4)} in flight" + _url_factors(options)) \
+            + (f", {control} server" if control else "")
     cfg += f"; T={sampling.get('temperature')}" + (f", top-k {sampling['top_k']}" if sampling.get("top_k") else "") \
         + (f", top-p {sampling['top_p']}" if sampling.get("top_p") else "") \
         + "".join(f", {label} {sampling[key]}" for key, label in (("repetition_penalty", "repetition"), ("presence_penalty", "presence"),
