@@ -487,13 +487,12 @@ def floor_plan(args: argparse.Namespace) -> dict | None:
 def _floor_logprobs(args: argparse.Namespace, dialect) -> int:
     """K of the numeric floor's one-token requests: ``--floor-logprobs``, else ``--logprobs``, else the floor's
     default within the dialect's cap.  Raises InvalidArgumentError (exit 2) for a K that is no integer >= 1."""
+    from verifier.server.dialects import check_request_logprobs
     from verifier.server.floor import MAX_LOGPROBS
 
     k = getattr(args, "floor_logprobs", None)
     if k is not None:
-        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-            raise invalid_argument("--floor-logprobs", k, "an integer >= 1 (top logprobs of the floor's one-token "
-                                   "requests; the server's own cap applies)")
+        check_request_logprobs("--floor-logprobs", k, "top logprobs of the floor's one-token requests")
         return k
     return int(args.logprobs or min(MAX_LOGPROBS, dialect.max_top_logprobs or MAX_LOGPROBS))
 
