@@ -246,6 +246,8 @@ def route_url(args: argparse.Namespace) -> None:
     if args.floor_positions is not None and not 0 <= args.floor_positions <= MAX_FLOOR_POSITIONS:
         raise invalid_argument("--floor-positions", args.floor_positions, f"an integer in 0..{MAX_FLOOR_POSITIONS} "
                                "(0: no numeric floor)")
+    if args.floor_positions == 0 and args.floor_logprobs is not None:  # it would be stored in the plan, never used
+        raise invalid_argument("--floor-logprobs", args.floor_logprobs, "not with --floor-positions 0 (no floor is measured)")
     check_logprobs(args.logprobs)
     for url in (args.url, args.reference_url):  # checked here: exit 2 before a model is loaded
         if url is not None:
