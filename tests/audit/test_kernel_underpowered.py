@@ -4,6 +4,8 @@ Regression for breakit items 2 and 3: at n = 20 (10) draws every cell's minimum 
 .99, alpha 1e-3) is far above the kernel target TV 0.03, so no PASS may be claimed.
 """
 
+import pytest
+
 from verifier.audit.kernel_audit import audit_kernel, standard_kernel_cases
 from verifier.audit.kernel_report import render_kernel_markdown
 from verifier.audit.tree_kernel_audit import audit_tree_kernel, standard_tree_kernel_cases
@@ -84,3 +86,18 @@ def test_a_cell_with_no_finite_mde_is_named_not_scaled_past():
     case = {"verdict": "UNDERPOWERED", "num_draws": 10_000, "seconds": 100.0,
             "cells": [{"name": "gof@1", "mde_tv": 0.06}, {"name": "gof@3", "mde_tv": "inf"}]}
     assert draws_needed(case, 0.03) == {"draws": None, "rate": None, "hours": None, "blind": ["gof@3"]}
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -1.0, 0.0, True, "1.0"])
+def test_a_duration_that_is_no_measured_time_gives_no_rate_from_it(bad):
+    """draw_seconds / seconds of an edited or corrupted report.json: an infinite draw_seconds used to give rate 0 and no
+    hours while claiming the drawing rate, an infinite seconds "inf h", True one second; now such a value is absent."""
+    from verifier.audit.kernel_report import draws_needed
+
+    case = {"verdict": "UNDERPOWERED", "num_draws": 10_000, "seconds": 100.0, "cells": [{"mde_tv": 0.06}]}
+    need = draws_needed({**case, "draw_seconds": bad}, 0.03)
+    assert need["rate"] == 100.0 and need["rate_of"] == "case wall time" and abs(need["hours"] - 400 / 3600) < 1e-12
+    need = draws_needed({**case, "seconds": bad, "draw_seconds": 1.0}, 0.03)
+    assert need["rate"] == 10_000.0 and abs(need["hours"] - 4 / 3600) < 1e-12  # no fixed part from a bad wall time
+    need = draws_needed({**case, "seconds": bad}, 0.03)
+    assert need["rate"] is None and need["hours"] is None

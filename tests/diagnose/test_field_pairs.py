@@ -132,6 +132,36 @@ def test_every_pair_decoder_is_built_or_refused_with_the_pairs_it_builds():
     assert RULES["recovered_one_late"].recover_after is not None
 
 
+def test_the_decoder_builds_no_pair_the_family_leaves_out():
+    """field_pair_decoder built target_processed_first_only with the exact kernels block_verification and
+    fresh_target_match: pairs no composite law (composite_rule: "an exact rule changes nothing") nor diagnosis has."""
+    from verifier.decoders import kernels as K
+    from verifier.diagnose.family import MECHANISMS
+
+    names = set(MECHANISMS) | set(K.KERNELS)
+    built = {f"{a}+{b}" for a in names for b in names if field_pair_buildable(f"{a}+{b}")}
+    family = set(composite_names()) | {"+".join(n.split("+")[::-1]) for n in composite_names()}
+    assert built and built <= family, sorted(built - family)
+    assert not field_pair_buildable("block_verification+target_processed_first_only")
+
+
+@pytest.mark.parametrize("name, match", [
+    ("greedy_draft+draft_accept_same_uniform", "these two mechanisms make no composite"),  # NOT_WELL_DEFINED
+    ("draft_accept_same_uniform+greedy_draft", "these two mechanisms make no composite"),  # either order
+    ("canonical+greedy_draft", "these two mechanisms make no composite"),  # an exact part
+    ("greedy_draft+recovered_one_late+canonical", "a composite A\\+B of two"), ("greedy_draft+", "a composite A\\+B"),
+    (None, "mechanism=None.*a string"), (["greedy_draft"], "a string"), (5, "a string")])
+def test_a_name_outside_the_family_is_refused_saying_why(name, match):
+    with pytest.raises(InvalidArgumentError, match=match):
+        hypothesis(name)
+
+
+def test_a_pair_in_the_other_order_is_the_same_hypothesis():
+    a, b = "greedy_draft", "recovered_one_late"
+    assert f"{a}+{b}" in composite_names() and hypothesis(f"{b}+{a}") == hypothesis(f"{a}+{b}")
+    assert hypothesis(f"{b}+{a}@prefill").name == f"{a}+{b}@prefill"
+
+
 @pytest.mark.parametrize("name,cfg,seed", [("greedy_draft+recovered_one_late", T1, 1611),
                                            ("residual_by_index+target_processed_first_only", T07K2, 1612)])
 def test_a_field_pair_mutant_is_named_as_the_pair(name, cfg, seed):

@@ -141,3 +141,18 @@ def test_an_engine_without_target_logits_gets_no_floor_source_not_a_crash():
     finally:
         plain.close()
         echo.close()
+
+
+@pytest.mark.parametrize("stops, max_tokens, match", [
+    ([-1], None, r"stop_token_ids=\[-1\].*token ids in 0\.\.6"), ([7], None, r"stop_token_ids=\[7\].*0\.\.6"),
+    ([2, 2], None, "each id at most once"), (["a"], None, "stop_token_ids"), (5, None, "stop_token_ids=5"),
+    ([], 0, r"max_tokens=0.*1\.\.max_new_tokens=3"), ([1], 4, r"max_tokens=4.*1\.\.max_new_tokens=3"),
+    ([1], True, "max_tokens=True")])
+def test_a_bad_stop_rule_is_refused_before_the_engine_starts(stops, max_tokens, match):
+    """The adapter sent stop ids and max_tokens to the engine unchecked: vLLM ignores an id it never emits (a negative
+    one, one past the vocabulary: the stop test then audits a rule that was never applied) and a max_tokens above
+    max_new_tokens came back as a reply of the wrong width (exit 3, blamed on the engine)."""
+    dec = _decoder(generate_keywords=("stop_token_ids", "max_tokens"))
+    with pytest.raises(InvalidArgumentError, match=match):
+        dec.generate([1], 2, 3, SamplingConfig(), seed=0, stop_token_ids=stops, max_tokens=max_tokens)
+    assert dec._worker is None

@@ -196,6 +196,44 @@ def test_mixed_prompt_levels_plan_their_fillers_and_combine_with_mixed_temperatu
         plan_sample_sets(parse_suite(raw), ids)
 
 
+def test_all_prompts_skips_a_prompt_the_pair_cannot_take_and_a_listed_one_must_load(tmp_path):
+    """``mixed_prompt_lengths = true`` in a suite that also holds a text prompt (suites/ci.toml's `def`) on a tabular
+    pair: the text prompt is no filler this pair can take, so it is left out (it used to refuse the whole suite:
+    "needs a tokenizer"); listed by name it is still refused (exit 2)."""
+    from verifier.runner.context import SuiteContext
+    from verifier.suite.schema import load_suite
+
+    raw = tomllib.loads(PROMPTS.read_text())
+    raw["prompts"]["txt"] = {"text": "def "}
+    raw["decoders"] = raw["decoders"][:1]
+    ctx = SuiteContext(load_suite(_write(tmp_path / "true.toml", raw)))
+    mixed = [p for p in ctx.plans if p.mixed]
+    assert [p.filler_prompt_names for p in mixed] == [("two",)]
+    raw["defaults"]["batch_composition"] = {"rows": [2], "mixed_prompt_lengths": ["txt"]}
+    with pytest.raises(ConfigError, match="prompts.txt.text='def ' needs a tokenizer"):
+        SuiteContext(load_suite(_write(tmp_path / "listed.toml", raw)))
+
+
+def test_diagnose_one_decoder_beside_a_mixed_prompts_entry_on_another_pair(tmp_path, capsys):
+    """`specverify diagnose RUN` loads only the diagnosed decoders' pairs; the others' prompts were placeholders of one
+    length, so a mixed-prompts entry on a pair not loaded (suites/ci.toml's reference@batch-prompts beside a trigram3
+    mutant) was "left without a filler prompt of another length": exit 2, no diagnosis."""
+    raw = tomllib.loads(PROMPTS.read_text())
+    raw["models"]["tri"] = {"target": "tabular:trigram3", "draft": "tabular:trigram3"}
+    raw["prompts"]["ctx"] = {"ids": [0, 1]}
+    raw["defaults"]["batch_composition"] = {"rows": [2], "mixed_prompt_lengths": ["two"]}
+    raw["decoders"] = [{"name": "ref_mixed", "decoder": "reference", "expect": "pass", "models": "tab"},
+                       {"name": "fpf", "decoder": "full_p_fallback", "expect": "detect", "models": "tri",
+                        "prompts": ["ctx"], "batch_composition": {"rows": [1]}, "samples": 400, "chunk_size": 400}]
+    run_dir = tmp_path / "run"
+    code = main(["run", str(_write(tmp_path / "two_pairs.toml", raw)), "--run-dir", str(run_dir), "--no-progress",
+                 "--no-diagnosis", "--threads", "1"])
+    assert code == EXIT_OK, capsys.readouterr()
+    capsys.readouterr()
+    assert main(["diagnose", str(run_dir), "--decoder", "fpf", "--no-progress"]) == 0, capsys.readouterr().err
+    assert "full_p_fallback" in capsys.readouterr().out
+
+
 def test_mixed_prompt_levels_audit_the_odd_slots(tmp_path, capsys):
     """``suites/batch_prompts.toml`` (seed 37, 200 rows per level, alpha 1e-3, 4 cells per decoder): the reference
     passes at level 2 plain and mixed prompts (slot 0 continues [2, 0], slot 1 audited continues [1], one padded call);

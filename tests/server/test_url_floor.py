@@ -113,6 +113,9 @@ def test_floor_logprobs_sets_the_floor_rows_only(servers, tmp_path):
 
 @pytest.mark.parametrize("args", [
     ["--url", "http://127.0.0.1:9", *COMMON, "--floor-logprobs", "0"],
+    ["--url", "http://127.0.0.1:9", *COMMON, "--floor-positions", "0", "--floor-logprobs", "5"],  # was silently unused
+    ["--url", "http://127.0.0.1:9", *COMMON, "--floor-logprobs", "1000001"],  # was sent: a 32-bit server reads garbage
+    ["--url", "http://127.0.0.1:9", *COMMON, "--logprobs", "100000000000000000000000"],
     ["--url", "http://127.0.0.1:9", *COMMON, "--reference-off", "--api", "llama-server", "--floor-logprobs", "4"],
     ["--url", "http://127.0.0.1:9", *COMMON, "--floor-positions", "-1"],
     ["--url", "http://127.0.0.1:9", *COMMON, "--floor-positions", "1001"],

@@ -233,15 +233,23 @@ def draws_needed(case: dict[str, Any], target_tv: float) -> dict[str, Any] | Non
     if not mdes:
         return None
     draws = int(math.ceil(case["num_draws"] * (max(mdes) / target_tv) ** 2))
-    secs, drawing = case.get("seconds"), case.get("draw_seconds")
-    if isinstance(drawing, (int, float)) and drawing > 0:  # the drawing rate scales with n; the rest is paid once
-        rate = case["num_draws"] / float(drawing)
-        fixed = max(0.0, float(secs) - float(drawing)) if isinstance(secs, (int, float)) else 0.0
+    secs, drawing = _seconds(case.get("seconds")), _seconds(case.get("draw_seconds"))
+    if drawing is not None:  # the drawing rate scales with n; the rest is paid once
+        rate = case["num_draws"] / drawing
+        fixed = max(0.0, secs - drawing) if secs is not None else 0.0
     else:  # an older report: the case's whole wall time (statistics included) -- an overestimate at large n
-        rate = case["num_draws"] / float(secs) if isinstance(secs, (int, float)) and secs > 0 else None
+        rate = case["num_draws"] / secs if secs is not None else None
         fixed = 0.0
     return {"draws": draws, "rate": rate, "hours": (draws / rate + fixed) / 3600 if rate else None,
-            "rate_of": "drawing" if isinstance(drawing, (int, float)) and drawing > 0 else "case wall time"}
+            "rate_of": "drawing" if drawing is not None else "case wall time"}
+
+
+def _seconds(x: Any) -> float | None:
+    """A stored duration as a float, or None when it is no measured time (absent, a bool, a string, zero, negative,
+    NaN or infinite: an edited or corrupted report.json), so no rate or hours come from it."""
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return None
+    return float(x) if math.isfinite(x) and x > 0 else None
 
 
 def write_kernel_report(report: dict[str, Any], out_dir: str | Path) -> Path:

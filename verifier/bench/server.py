@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from verifier.errors import invalid_argument
+from verifier.errors import EXIT_DECODER, DecoderError, ReportWriteError, VerifierError, invalid_argument
 
 __all__ = ["HELP", "register", "run", "server_throughput"]
 
@@ -89,7 +89,10 @@ def _audit(args, seed: int) -> dict[str, Any]:
             if not report.get("sample_sets"):
                 raise ValueError("no sample set")
         except (OSError, ValueError):
-            raise RuntimeError(f"the audit wrote no report (exit {done.returncode}): {done.stderr[-2000:]}") from None
+            # the audit's own error (exit 2: usage, a dead URL; 3: a misbehaving server) with its message, no traceback
+            error = DecoderError if done.returncode == EXIT_DECODER else VerifierError
+            raise error(f"bench server: the audit (seed {seed}) wrote no report (exit {done.returncode}): "
+                        f"{(done.stderr or done.stdout)[-2000:].strip()}") from None
         m = PLAN_LINE.search(done.stdout)
         stages = report["run"]["stage_seconds"]
         return {"exit_code": done.returncode, "verdict": report["verdict"], "wall_seconds": wall, "stage_seconds": stages,
@@ -107,6 +110,8 @@ def run(args: argparse.Namespace) -> int:
         raise invalid_argument("--num-samples", args.num_samples, "an integer >= 10")
     if isinstance(args.repeats, bool) or not isinstance(args.repeats, int) or not 1 <= args.repeats <= 20:
         raise invalid_argument("--repeats", args.repeats, "an integer in 1..20")
+    if args.out and not Path(args.out).resolve().parent.is_dir():  # before minutes of measurements, not after
+        raise invalid_argument("--out", args.out, "a file in an existing folder")
     sampling = SamplingConfig(temperature=args.temperature, top_k=args.top_k)
     load = os.getloadavg()[0]
     pairs, prompt, max_new = [], None, None
@@ -155,5 +160,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"  conclusive at TV {args.conclusive_tv:g}: n = {n_conc:,} per prompt -> about "
               f"{out['seconds_to_conclusive'] / 60:.1f} min at this rate")
     if args.out:
-        Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
+        try:
+            Path(args.out).write_text(json.dumps(out, indent=2) + "\n", encoding="utf-8")
+        except OSError as exc:  # the figures are printed above: nothing measured is lost
+            raise ReportWriteError(f"--out={args.out!r} cannot be written: {exc.strerror or exc}") from None
     return 0

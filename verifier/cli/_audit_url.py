@@ -246,6 +246,8 @@ def route_url(args: argparse.Namespace) -> None:
     if args.floor_positions is not None and not 0 <= args.floor_positions <= MAX_FLOOR_POSITIONS:
         raise invalid_argument("--floor-positions", args.floor_positions, f"an integer in 0..{MAX_FLOOR_POSITIONS} "
                                "(0: no numeric floor)")
+    if args.floor_positions == 0 and args.floor_logprobs is not None:  # it would be stored in the plan, never used
+        raise invalid_argument("--floor-logprobs", args.floor_logprobs, "not with --floor-positions 0 (no floor is measured)")
     check_logprobs(args.logprobs)
     for url in (args.url, args.reference_url):  # checked here: exit 2 before a model is loaded
         if url is not None:
@@ -487,13 +489,12 @@ def floor_plan(args: argparse.Namespace) -> dict | None:
 def _floor_logprobs(args: argparse.Namespace, dialect) -> int:
     """K of the numeric floor's one-token requests: ``--floor-logprobs``, else ``--logprobs``, else the floor's
     default within the dialect's cap.  Raises InvalidArgumentError (exit 2) for a K that is no integer >= 1."""
+    from verifier.server.dialects import check_request_logprobs
     from verifier.server.floor import MAX_LOGPROBS
 
     k = getattr(args, "floor_logprobs", None)
     if k is not None:
-        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-            raise invalid_argument("--floor-logprobs", k, "an integer >= 1 (top logprobs of the floor's one-token "
-                                   "requests; the server's own cap applies)")
+        check_request_logprobs("--floor-logprobs", k, "top logprobs of the floor's one-token requests")
         return k
     return int(args.logprobs or min(MAX_LOGPROBS, dialect.max_top_logprobs or MAX_LOGPROBS))
 

@@ -42,7 +42,9 @@ _BESIDE_SAME_UNIFORM = {
     "bonus_wrong_position": lambda p, q: {"bonus_row": q.shape[1] - 1},
     "recovered_one_late": late_recover_rules,
 }
-_NO_PAIR_KERNELS = ("canonical", "draft_suffix_kept", "batch_cross_talk", "degenerate_residual_div0")  # not pair parts
+# not pair parts: exact kernels (block_verification, fresh_target_match: they change nothing, composite_rule refuses them)
+_NO_PAIR_KERNELS = ("canonical", "block_verification", "fresh_target_match", "draft_suffix_kept", "batch_cross_talk",
+                    "degenerate_residual_div0")
 BUILT = ("target_processed_first_only with greedy_draft, draft_accept_same_uniform or a mutant kernel of "
          "verifier.decoders.kernels.KERNELS; draft_accept_same_uniform with " + ", ".join(_BESIDE_SAME_UNIFORM) +
          "; recovered_one_late with greedy_draft or bonus_wrong_position")  # the pairs field_pair_decoder builds

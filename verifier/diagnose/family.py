@@ -142,15 +142,22 @@ def parts_of(name: str) -> tuple[tuple[str, ...], bool]:
     return tuple(core.split(SEPARATOR)), prefill
 
 
-@lru_cache(maxsize=None)
 def hypothesis(name: str) -> Mechanism:
     """The :class:`Mechanism` of a family name (a mechanism, a composite ``A+B``, either with ``@prefill``).
 
     Raises
     ------
     InvalidArgumentError
-        If ``name`` is not in the family.
+        If ``name`` is not in the family (not a string; a pair of mechanisms that :func:`composite_names` leaves out
+        is named as such).
     """
+    if not isinstance(name, str):
+        raise invalid_argument("mechanism", name, "a mechanism name (a string), a composite A+B of two, either with @prefill")
+    return _hypothesis(name)
+
+
+@lru_cache(maxsize=None)
+def _hypothesis(name: str) -> Mechanism:
     if name in MECHANISMS:
         return MECHANISMS[name]
     parts, prefill = parts_of(name)
@@ -160,6 +167,10 @@ def hypothesis(name: str) -> Mechanism:
     elif len(parts) == 2 and (core in composite_names() or SEPARATOR.join(parts[::-1]) in composite_names()):
         a, b = parts if core in composite_names() else parts[::-1]  # the registry order names it
         m = compose(MECHANISMS[a], MECHANISMS[b])
+    elif len(parts) == 2 and all(part in MECHANISMS for part in parts) and parts[0] != parts[1]:
+        raise invalid_argument("mechanism", name, "a composite A+B of composite_names(): these two mechanisms make no "
+                               "composite (an exact, latent or non-composable part, two changes of one part of the rule, "
+                               "or a pair whose composition is not well defined)")
     else:
         raise invalid_argument("mechanism", name, "a mechanism, a composite A+B of two, either with @prefill")
     if prefill:

@@ -511,7 +511,8 @@ def diagnose_run_dir(run_dir, *, decoders: list[str] | None = None, with_fits: b
     from pathlib import Path
 
     from verifier.errors import ConfigError
-    from verifier.runner.models import encode_prompt, load_pair
+    from verifier.runner.context import entry_prompt_ids
+    from verifier.runner.models import load_pair
     from verifier.suite.batch import filler_prompt_names
     from verifier.runner.plan import plan_sample_sets
     from verifier.runner.run import load_run_suite
@@ -542,10 +543,12 @@ def diagnose_run_dir(run_dir, *, decoders: list[str] | None = None, with_fits: b
             return reused
     used = sorted({d.models for d in suite.decoders if d.name in wanted})
     pairs = {name: load_pair(suite.models[name], suite.base_dir) for name in used}
-    # prompt ids of the pairs not loaded are placeholders: their decoders' plans are dropped below
-    ids = {(d.models, pr): encode_prompt(suite.prompts[pr], pairs[d.models]) if d.models in pairs else (0,)
-           for d in suite.decoders
+    # prompt ids of the pairs not loaded are placeholders, of distinct lengths (a mixed-prompts level of theirs is never
+    # left without a filler of another length): their decoders' plans are dropped below
+    placeholders = {pr: (0,) * (i + 1) for i, pr in enumerate(suite.prompts)}
+    ids = {(d.models, pr): placeholders[pr] for d in suite.decoders if d.models not in pairs
            for pr in dict.fromkeys([*d.prompts, *filler_prompt_names(d.batch_mixed_prompts, list(suite.prompts))])}
+    ids.update(entry_prompt_ids(suite, pairs))  # the run's own ids: the same fillers, the same sample sets
     plans = [p for p in plan_sample_sets(suite, ids, {n: pair.vocab_size for n, pair in pairs.items()})
              if p.decoder.name in wanted] if ids else []
     from verifier.runner.inputs_key import KEY_FIELD, run_inputs_key

@@ -37,7 +37,7 @@ import numpy as np
 from verifier.engines.bridge import EngineWorker, hashed_seeds
 from verifier.errors import DecoderOutputError, invalid_argument, refuse_sampling
 from verifier.protocols import DecoderStats
-from verifier.validation import check_row_prompts, check_row_temperatures
+from verifier.validation import check_row_prompts, check_row_temperatures, check_stop_rule
 
 __all__ = ["EngineDecoder", "checkpoint_dir", "sampling_fields", "origins_from_rounds"]
 
@@ -257,7 +257,9 @@ class EngineDecoder:
         InvalidArgumentError
             (exit 2) ``return_logprobs``, ``row_temperatures`` or ``row_prompts`` asked of an engine whose worker
             does not take it; ``row_temperatures`` not ``num_samples`` finite numbers > 0, or given with a greedy
-            ``sampling``; ``row_prompts`` not ``num_samples`` prompts of token ids in the vocabulary.
+            ``sampling``; ``row_prompts`` not ``num_samples`` prompts of token ids in the vocabulary; a stop rule
+            :func:`verifier.validation.check_stop_rule` refuses (an id outside ``0..vocab_size - 1`` or repeated,
+            ``max_tokens`` outside ``1..max_new_tokens``), before the engine starts.
         DecoderError
             (exit 3) the engine raised or its worker died.
         DecoderOutputError
@@ -265,7 +267,7 @@ class EngineDecoder:
         """
         fields = self.check_sampling(sampling)
         extra = self._call_keywords(num_samples, sampling, return_logprobs, row_temperatures, row_prompts)
-        extra.update(self._stop_keywords(stop_token_ids, max_tokens))
+        extra.update(self._stop_keywords(stop_token_ids, max_tokens, max_new_tokens))
         reply = self.worker.call("generate", prompt_ids=np.asarray(list(prompt_ids), dtype=np.int64),
                                  max_new_tokens=int(max_new_tokens), sampling=fields,
                                  seeds=hashed_seeds(seed, num_samples), **extra)
@@ -303,15 +305,18 @@ class EngineDecoder:
             extra["row_prompts"] = [list(p) for p in check_row_prompts(row_prompts, num_samples, self.vocab_size)]
         return extra
 
-    def _stop_keywords(self, stop_token_ids: Sequence[int], max_tokens: int | None) -> dict[str, Any]:
-        """The stop rule's worker keywords, checked against ``generate_keywords`` (empty without a stop rule)."""
-        if not list(stop_token_ids) and max_tokens is None:
+    def _stop_keywords(self, stop_token_ids: Sequence[int], max_tokens: int | None, max_new_tokens: int) -> dict[str, Any]:
+        """The stop rule's worker keywords, checked against ``generate_keywords`` and by
+        :func:`verifier.validation.check_stop_rule` (ids in the vocabulary, none repeated, ``max_tokens`` in
+        ``1..max_new_tokens``) before the engine starts; empty without a stop rule."""
+        ids, limit = check_stop_rule(() if stop_token_ids is None else stop_token_ids, max_tokens,  # an engine would
+                                     max_new_tokens=int(max_new_tokens), vocab_size=self.vocab_size)  # ignore a bad id
+        if not ids and limit is None:
             return {}
         if not {"stop_token_ids", "max_tokens"} <= self.generate_keywords:
-            raise invalid_argument("stop_token_ids / max_tokens", f"{list(stop_token_ids)} / {max_tokens}",
+            raise invalid_argument("stop_token_ids / max_tokens", f"{list(ids)} / {limit}",
                                    f"none: engine {self.name!r} takes no stop rule through this adapter")
-        return {"stop_token_ids": [int(t) for t in stop_token_ids],
-                "max_tokens": None if max_tokens is None else int(max_tokens)}
+        return {"stop_token_ids": list(ids), "max_tokens": limit}
 
     def _stats(self, reply: dict[str, Any], tokens: np.ndarray) -> DecoderStats:
         """The :class:`DecoderStats` of one reply (the engine's own counters, where it reports them)."""

@@ -13,7 +13,7 @@ from verifier.runner.models import LoadedPair, check_context_fits, encode_prompt
 from verifier.runner.plan import build_decoder, plan_sample_sets
 from verifier.runner.logprob import takes_return_logprobs
 from verifier.runner.stop import check_stop_specs, decoder_takes_stop
-from verifier.suite.batch import filler_prompt_names
+from verifier.suite.batch import ALL_PROMPTS, filler_prompt_names
 from verifier.suite.schema import Suite
 
 __all__ = ["SuiteContext"]
@@ -54,12 +54,7 @@ class SuiteContext:
         for name in used:
             guards.check_device(suite.models[name].device, f"{suite.source}: models.{name}.device")
         self.pairs: dict[str, LoadedPair] = {name: load_pair(suite.models[name], suite.base_dir) for name in used}
-        ids = {}
-        for d in suite.decoders:  # the entry's prompts and the filler prompts of its mixed-prompts levels
-            for prompt in dict.fromkeys([*d.prompts, *filler_prompt_names(d.batch_mixed_prompts, list(suite.prompts))]):
-                ids[(d.models, prompt)] = encode_prompt(suite.prompts[prompt], self.pairs[d.models])
-                check_context_fits(self.pairs[d.models], ids[(d.models, prompt)], d.max_new_tokens, max(d.num_draft_tokens),
-                                   f"decoders[{d.name}] with prompts.{prompt}")
+        ids = entry_prompt_ids(suite, self.pairs)
         check_stop_specs(suite, self.pairs)  # stop ids inside the vocabulary; a `stop` test that can stop a row
         for d in suite.decoders:  # the greedy cell replaces every cell of a T = 0 set: a logprob test would never run
             greedy = [name for name in d.sampling if suite.sampling[name].greedy]
@@ -108,3 +103,36 @@ class SuiteContext:
                                           "seed": p.chunk_seed(0), "chunks_kept_in_set": 0,
                                           "samples_dir": str(Path("samples") / p.set_id)}
         return errors
+
+
+def entry_prompt_ids(suite: Suite, pairs: dict[str, LoadedPair]) -> dict[tuple[str, str], tuple[int, ...]]:
+    """``(model pair, prompt name) -> token ids`` of every decoder entry on a loaded pair: its prompts and the filler
+    prompts of its mixed-prompts levels, each checked to fit the pair's context (the run and ``specverify diagnose``
+    plan the same sample sets from it).
+
+    With ``mixed_prompt_lengths = true`` the fillers are the suite prompts this pair can take: one it cannot encode
+    (a text prompt on a tabular pair) or whose rows would not fit its context is left out.  A prompt the entry names
+    (its own, or a listed filler) must load.
+
+    Raises
+    ------
+    ConfigError
+        A prompt the entry names does not encode for its pair or does not fit its context.
+    """
+    ids: dict[tuple[str, str], tuple[int, ...]] = {}
+    for d in suite.decoders:
+        if d.models not in pairs:
+            continue
+        fillers = filler_prompt_names(d.batch_mixed_prompts, list(suite.prompts))
+        optional = set(fillers) - set(d.prompts) if d.batch_mixed_prompts is ALL_PROMPTS else set()
+        for prompt in dict.fromkeys([*d.prompts, *fillers]):
+            try:
+                encoded = encode_prompt(suite.prompts[prompt], pairs[d.models])
+                check_context_fits(pairs[d.models], encoded, d.max_new_tokens, max(d.num_draft_tokens),
+                                   f"decoders[{d.name}] with prompts.{prompt}")
+            except ConfigError:
+                if prompt in optional:
+                    continue
+                raise
+            ids[(d.models, prompt)] = encoded
+    return ids

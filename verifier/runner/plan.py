@@ -134,7 +134,8 @@ def plan_sample_sets(suite: Suite, prompt_ids: dict[tuple[str, str], tuple[int, 
                         names, fillers = (resolve_fillers(
                             d.batch_mixed_prompts, ids,
                             {n: prompt_ids[(d.models, n)] for n in filler_prompt_names(d.batch_mixed_prompts,
-                                                                                        list(suite.prompts))},
+                                                                                        list(suite.prompts))
+                             if (d.models, n) in prompt_ids},  # `true` skips the prompts this pair cannot take
                             f"decoders[{d.name}] with prompts.{prompt}") if mixed_prompts else ((), ()))
                         chunk = d.chunk_size
                         if not d.chunk_size_set and vocab_sizes and d.models in vocab_sizes:

@@ -45,12 +45,15 @@ if TYPE_CHECKING:  # annotations only: `specverify --help` imports this module a
     from verifier.sampling import SamplingConfig
 
 __all__ = ["Completion", "Dialect", "OpenAICompletions", "LlamaServer", "MLXLM", "DIALECTS", "get_dialect",
-           "ServerReplyError", "MLX_MAX_TOP_LOGPROBS", "check_logprobs"]
+           "ServerReplyError", "MLX_MAX_TOP_LOGPROBS", "MAX_REQUEST_LOGPROBS", "check_logprobs"]
 
 TOKEN_ID_TEXT = re.compile(r"^token_id:(-?\d+)$")  # vLLM's return_tokens_as_token_ids spelling of a token
 REPLY_HEAD_CHARS = 300  # how much of an unexpected reply an error message shows
 LOGPROB_SLACK = 1e-3  # a reported logprob above this is not a log probability (rounding may give a hair above 0)
 MLX_MAX_TOP_LOGPROBS = 11  # mlx_lm server: _validate("top_logprobs", int, max_val=11)
+# K of any logprobs request: above every tokenizer's vocabulary (the largest ~256k; K >= V already returns the whole row),
+# and within the 32-bit int a server parses it into (llama-server's n_probs: a larger K is garbage there, not "all")
+MAX_REQUEST_LOGPROBS = 1_000_000
 
 
 class ServerReplyError(DecoderOutputError):
@@ -564,9 +567,15 @@ DIALECTS: dict[str, Dialect] = {
 def check_logprobs(value: Any) -> None:
     """``--logprobs K``: None or an integer >= 1 (the server's own cap applies on top: vLLM ``--max-logprobs``,
     default 20; mlx-lm 11); anything else is an InvalidArgumentError (exit 2) naming the flag."""
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-        raise invalid_argument("--logprobs", value, "an integer >= 1 (top logprobs per emitted token; the server's own "
-                               "cap applies, e.g. vLLM --max-logprobs, default 20)")
+    check_request_logprobs("--logprobs", value, "top logprobs per emitted token")
+
+
+def check_request_logprobs(flag: str, value: Any, what: str) -> None:
+    """``flag``'s K: None or an integer in ``1..MAX_REQUEST_LOGPROBS`` (``what`` says what it asks for); anything else
+    is an InvalidArgumentError (exit 2) naming the flag."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_REQUEST_LOGPROBS):
+        raise invalid_argument(flag, value, f"an integer in 1..{MAX_REQUEST_LOGPROBS:,} ({what}; the server's own cap "
+                               "applies, e.g. vLLM --max-logprobs, default 20)")
 
 
 def get_dialect(name: str) -> Dialect:

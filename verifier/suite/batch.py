@@ -53,7 +53,7 @@ __all__ = ["BATCH_KEYS", "MAX_BATCH_ROWS", "NOT_YET", "ALL_PROMPTS", "parse_batc
 BATCH_KEYS = ("rows", "mixed_temperature", "mixed_prompt_lengths")
 MAX_BATCH_ROWS = 4096  # rows of one generate call; beyond it a level is a memory question, not a batch-shape one
 NOT_YET: dict[str, str] = {}  # known keys refused with a reason (none at present)
-ALL_PROMPTS = True  # mixed_prompt_lengths = true: every suite prompt of another length is a filler
+ALL_PROMPTS = True  # mixed_prompt_lengths = true: every suite prompt of another length the pair can take is a filler
 
 
 def parse_batch_composition(r: Any, base: Mapping[str, Any]

@@ -1,0 +1,31 @@
+"""``specverify bench server`` on bad input: an error naming what failed (exit 2), never a traceback, never exit 0.
+
+A dead URL (port 9, nothing listens) makes the benchmark's first audit exit 2 without a report; the benchmark used to
+raise a bare ``RuntimeError`` (a traceback, exit 1).  An ``--out`` in a missing folder used to fail only after every
+measurement, with a traceback.  Each case takes about 3 s (one audit child process) on 2 shared cores.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from verifier.cli import main
+
+DEAD_URL = "http://127.0.0.1:9"
+
+
+def test_a_dead_url_is_the_audits_usage_error_not_a_traceback(capsys):
+    code = main(["bench", "server", "--url", DEAD_URL, "--target", "tabular:trigram3", "--num-draft-tokens", "2",
+                 "--num-samples", "10", "--repeats", "1"])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "the audit (seed 1) wrote no report (exit 2)" in err and "does not answer" in err and DEAD_URL in err
+
+
+@pytest.mark.parametrize("extra, flag", [(["--out", "/nonexistent-folder-specverify/x.json"], "--out"),
+                                         (["--repeats", "0"], "--repeats"), (["--repeats", "21"], "--repeats"),
+                                         (["--num-samples", "9"], "--num-samples")])
+def test_bad_arguments_are_refused_before_any_request(capsys, extra, flag):
+    code = main(["bench", "server", "--url", DEAD_URL, "--target", "tabular:trigram3", *extra])
+    err = capsys.readouterr().err
+    assert code == 2 and f"{flag}=" in err and "audit" not in err, err
