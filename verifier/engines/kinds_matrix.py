@@ -190,7 +190,8 @@ def collect_kinds(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             if (folder, "url-levels") in reports:
                 continue
             reports[(folder, "url-levels")] = report  # type: ignore[index]
-            variant, decoder = "URL, design factors: " + ", ".join(url_levels), None
+            server = re.search(r", ([^,;]+ server)(?:;|$)", str(row.get("config", "")))  # a control server's name
+            variant, decoder = "URL, design factors: " + ", ".join(url_levels) + (f", {server.group(1)}" if server else ""), None
         key = (str(row["engine"]), str(row["version"]), variant)
         g = groups.setdefault(key, {"engine": key[0], "version": key[1], "variant": variant, "kinds": {},
                                     "reasons": {}, "counts": {}})
