@@ -18,11 +18,29 @@ from verifier.diagnose.mechanisms import Mechanism
 from verifier.protocols import PADDING_TOKEN_ID
 from verifier.sampling import SamplingConfig
 
-__all__ = ["sequence_probs", "all_sequences", "mechanism_law", "joint_codes", "MAX_LAW_OUTCOMES"]
+__all__ = ["sequence_probs", "all_sequences", "mechanism_law", "joint_codes", "ProbsAfter", "MAX_LAW_OUTCOMES"]
 
 MAX_LAW_OUTCOMES = 20_000  # J-token outcomes a mechanism's law is enumerated over (V = 384: J = 1 only)
 UNPROCESSED = SamplingConfig()
 _OUTCOME_PROBS: dict = {}  # (models, prompt, sampling, J) -> (outcomes, SequenceProbs) (holds the models while cached)
+
+
+class ProbsAfter:
+    """A model's processed probs after arbitrary contexts: ``SequenceProbs.draft_after`` / ``target_after``.
+
+    Called with contexts (m, L) int64 (prompt included) it returns ``ref.next_probs`` (m, vocab) float64.  ``extend``
+    is :meth:`verifier.runner.models.ReferenceModel.extend_probs` for this sampling config where the model can share a
+    context's keys and values between its continuations (a Hugging Face causal LM), else None; the
+    kept-suffix likelihood uses it to run each shared context once (:func:`verifier.diagnose.likelihood._suffix_terms`).
+    """
+
+    def __init__(self, ref, sampling: SamplingConfig, prompt_len: int) -> None:
+        self.ref, self.sampling, self.prompt_len = ref, sampling, int(prompt_len)
+        self.extend = (lambda bases, tails, parent: ref.extend_probs(bases, tails, parent, sampling, self.prompt_len)) \
+            if hasattr(ref, "can_extend") and ref.can_extend(sampling) else None
+
+    def __call__(self, contexts: np.ndarray) -> np.ndarray:
+        return self.ref.next_probs(contexts, self.sampling, self.prompt_len)
 
 
 def _teacher_forced(ref, prompt, tokens, sampling) -> np.ndarray:
@@ -82,8 +100,8 @@ def sequence_probs(target_ref, draft_ref, prompt, tokens: np.ndarray, sampling: 
             q_raw = _teacher_forced(draft_ref, prompt, tokens, UNPROCESSED)
             q_temp = _teacher_forced(draft_ref, prompt, tokens, temperature_only) if filtered else q
     return SequenceProbs(tokens, p, q, p_raw, q_raw, target_ref.eos_token_id, tuple(int(t) for t in prompt),
-                         draft_after=lambda ctx: draft_ref.next_probs(ctx, sampling, len(prompt)),
-                         target_after=lambda ctx: target_ref.next_probs(ctx, sampling, len(prompt)),
+                         draft_after=ProbsAfter(draft_ref, sampling, len(prompt)),
+                         target_after=ProbsAfter(target_ref, sampling, len(prompt)),
                          penalised=sampling.uses_context, q_temp=q_temp)
 
 

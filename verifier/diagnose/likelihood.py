@@ -26,7 +26,7 @@ Glossary: see :mod:`verifier.protocols`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
@@ -85,6 +85,7 @@ class SequenceProbs:
     penalised: bool = False
     calls: tuple[np.ndarray, np.ndarray] | None = None
     q_temp: np.ndarray | None = None
+    memo: dict = field(default_factory=dict, repr=False, compare=False)  # oracle results shared by the hypotheses
 
     @property
     def row_weights(self) -> np.ndarray:
@@ -258,7 +259,18 @@ def _suffix_jumps(la, a, reject_w, rec_x, t, m, ends, seqs: SequenceProbs, mecha
     length = np.minimum(m, ends[rows] - (t + 1))  # observed suffix tokens of each row (cut at EOS / the end)
     log_suffix = np.zeros((len(rows), vocab))  # log P(observed suffix | latent d)
     prompt = np.asarray(seqs.prompt, dtype=np.int64)
-    for i in range(1, int(length.max(initial=0)) + 1):
+    if getattr(seqs.draft_after, "extend", None) is not None:  # the same terms from a KV cache, shared by the hypotheses
+        need = reject_w[rows] > 0
+        if eos is not None:
+            need[:, eos] = False  # an EOS draft: no suffix (below)
+        terms = _suffix_terms(seqs, t, m, ends, mechanism, rows, need)
+        for i in range(1, int(length.max(initial=0)) + 1):
+            sel = np.flatnonzero(length >= i)
+            log_suffix[sel] += terms[i - 1][rows[sel]]
+        length_max = 0  # the loop below is the oracle-by-context path
+    else:
+        length_max = int(length.max(initial=0))
+    for i in range(1, length_max + 1):
         sel = np.flatnonzero(length >= i)
         r = rows[sel]
         # context of the i-th suffix token: prompt, x_<t, latent d, x_{t+1..t+i-1}; rows sharing the observed
@@ -289,6 +301,58 @@ def _suffix_jumps(la, a, reject_w, rec_x, t, m, ends, seqs: SequenceProbs, mecha
         jump = np.logaddexp.reduce(_log(w) + log_suffix, axis=1) + _log(rec_x[rows])
     dest = t + 1 + length
     la[rows, dest, 0] = np.logaddexp(la[rows, dest, 0], a[rows] + jump)
+
+
+def _suffix_terms(seqs: SequenceProbs, t: int, m: int, ends: np.ndarray, mechanism: Mechanism, rows: np.ndarray,
+                  need: np.ndarray) -> list[np.ndarray]:
+    """``log propose(q(. | prompt, x_<t, d, x_{t+1..t+i-1}))[x_{t+i}]`` for each row and latent d, i = 1..m: a list of
+    (all rows, vocab) float64 arrays, memoised on ``seqs`` per (t, propose) and shared by the hypotheses.
+
+    Filled where ``need`` (rows ``rows``, vocab) is True (a latent d of rejection weight 0 adds nothing to the jump;
+    its entry stays 0); 0 also where a row has no i-th suffix token.  The draft runs once per distinct ``x_<t`` (its
+    keys and values cached) and then over the tails ``d, x_{t+1..t+L-1}`` of every distinct observed suffix and needed
+    d, all L positions in one pass (``draft_after.extend``,
+    :meth:`verifier.runner.models.ReferenceModel.extend_probs`): the terms of the context-by-context loop of
+    :func:`_suffix_jumps` to float32 rounding of the draft's logits (tests/diagnose/test_fast_oracles.py).
+    """
+    n, _, vocab = seqs.p.shape
+    memo = seqs.memo.setdefault(("suffix", t, mechanism.propose), {"terms": [], "done": np.zeros((n, vocab), bool)})
+    while len(memo["terms"]) < m:  # a longer suffix than before: its deeper terms are new
+        memo["terms"].append(np.zeros((n, vocab)))
+        memo["done"][:] = False
+    terms, done = memo["terms"], memo["done"]
+    want = np.zeros((n, vocab), bool)
+    want[rows] = need
+    want &= ~done
+    avail = np.clip(np.minimum(len(terms), ends - (t + 1)), 0, None)
+    prompt = np.asarray(seqs.prompt, dtype=np.int64)
+    for length in range(1, len(terms) + 1):
+        sel = np.flatnonzero((avail == length) & want.any(axis=1))
+        if not sel.size:
+            continue
+        key_rows = np.concatenate([seqs.tokens[sel, :t], seqs.tokens[sel, t + 1:t + length]], axis=1)
+        uniq, inv = np.unique(key_rows, axis=0, return_inverse=True)
+        inv = np.asarray(inv).reshape(-1)
+        key_want = np.zeros((len(uniq), vocab), bool)
+        np.logical_or.at(key_want, inv, want[sel])
+        pair_u, pair_d = np.nonzero(key_want)  # (distinct suffix, latent d) pairs to run, suffix-major
+        step = max(1, SUFFIX_BATCH_ENTRIES // (vocab * length))  # tail rows per pass (memory bound)
+        for lo in range(0, len(pair_u), step):
+            pu, pd = pair_u[lo:lo + step], pair_d[lo:lo + step]
+            heads, parent = np.unique(uniq[pu, :t], axis=0, return_inverse=True)
+            bases = np.concatenate([np.broadcast_to(prompt, (len(heads), len(prompt))), heads], axis=1)
+            tails = np.concatenate([pd[:, None], uniq[pu, t:]], axis=1)
+            _, probs = seqs.draft_after.extend(bases, tails, np.asarray(parent).reshape(-1))
+            slot = np.full((len(uniq), vocab), -1)
+            slot[pu, pd] = np.arange(len(pu))
+            r_idx, d_idx = np.nonzero(slot[inv] >= 0)  # every row of a suffix in this pass, at each of its d in the pass
+            src = slot[inv[r_idx], d_idx]
+            for i in range(1, length + 1):
+                qd = probs[:, i - 1]
+                picked = mechanism.propose(Views(qd, qd))
+                terms[i - 1][sel[r_idx], d_idx] = _log(picked[src, seqs.tokens[sel[r_idx], t + i]])
+            done[sel[r_idx], d_idx] = True
+    return terms
 
 
 def next_rows(seqs: SequenceProbs, t: int, live: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

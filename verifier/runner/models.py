@@ -39,6 +39,7 @@ __all__ = ["ReferenceModel", "LoadedPair", "load_pair", "encode_prompt", "check_
 
 _PY_SPEC = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 ROW_BATCH = 256  # rows per forward pass of a torch model
+MIN_EXTEND_ROWS = 8  # fewest rows of an extend_probs forward pass (the CPU kernels of 1-4 rows round differently)
 
 
 class ReferenceModel:
@@ -139,6 +140,124 @@ class ReferenceModel:
                 mask = _context_mask(part, self.vocab_size)[:, -1, :]
             out.append(processed_probs(logits, sampling, mask).numpy())
         return np.concatenate(out) if out else np.zeros((0, self.vocab_size))
+
+    def can_extend(self, sampling: SamplingConfig) -> bool:
+        """True when :meth:`extend_probs` may run: a Hugging Face causal LM that takes a ``DynamicCache`` (keys and
+        values per layer).  ``sampling`` is accepted for symmetry with :meth:`next_probs` (penalties are supported)."""
+        if isinstance(self.model, TabularLM):
+            return False
+        if not hasattr(self, "_cache_arg"):
+            import inspect
+
+            self._cache_arg = None
+            try:
+                from transformers import DynamicCache, PreTrainedModel
+
+                if isinstance(self.model, PreTrainedModel) and hasattr(DynamicCache(), "layers"):
+                    params = inspect.signature(self.model.forward).parameters
+                    self._cache_arg = next((a for a in ("cache", "past_key_values") if a in params), None)
+            except (ImportError, TypeError, ValueError):
+                pass
+        return self._cache_arg is not None
+
+    def extend_probs(self, bases: np.ndarray, tails: np.ndarray, parent: np.ndarray, sampling: SamplingConfig,
+                     prompt_len: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Processed probs after each base and after each prefix of each base's tails, the bases' keys and values
+        computed once (a KV cache) and shared by all their tails.
+
+        Parameters
+        ----------
+        bases : np.ndarray, shape (num_bases, base_len), int64
+            Equal-length contexts (prompt included), no padding.
+        tails : np.ndarray, shape (num_tails, tail_len), int64
+            Tokens after a base.
+        parent : np.ndarray, shape (num_tails,), int
+            The base each tail follows.
+        sampling : SamplingConfig
+        prompt_len : int or None, default None
+            Tokens of each base that are the prompt; required with a presence or frequency penalty (as
+            :meth:`next_probs`: the penalty's context is the whole context, tail included).
+
+        Returns
+        -------
+        base_probs : np.ndarray, shape (num_bases, vocab), float64
+            ``next_probs(bases)``.
+        tail_probs : np.ndarray, shape (num_tails, tail_len, vocab), float64
+            ``tail_probs[r, j]`` = ``next_probs(bases[parent[r]] + tails[r, :j + 1])``.
+
+        Notes
+        -----
+        A causal LM's output at a position reads only the positions before it, so these are the probs that
+        :meth:`next_probs` gives for each whole context, up to the rounding of the model's dtype: on the CPU a position
+        computed after a KV cache is not bit-identical to the same position of a full pass for every shape (float32
+        shipped pair: ~1e-7 relative; float64 copies: 1e-12, tests/diagnose/test_fast_oracles.py).  Every forward pass
+        has at least :data:`MIN_EXTEND_ROWS` rows (a smaller batch is padded with copies of its first row: the CPU
+        kernels of a batch of 1-4 rows round differently from the large batches :meth:`next_probs` mostly runs).
+        """
+        if not self.can_extend(sampling):
+            raise invalid_argument("model", type(self.model).__name__, "a Hugging Face causal LM with a KV cache (can_extend)")
+        bases = np.asarray(bases, dtype=np.int64)
+        if sampling.counts_generated and (prompt_len is None or not 0 <= prompt_len <= bases.shape[-1]):
+            raise invalid_argument("prompt_len", prompt_len, f"0..{bases.shape[-1]} (the prompt's length) with a presence "
+                                   "or frequency penalty")
+        tails = np.asarray(tails, dtype=np.int64)
+        parent = np.asarray(parent, dtype=np.int64).reshape(-1)
+        if tails.ndim != 2 or len(tails) != len(parent):
+            raise invalid_argument("tails", tails.shape, f"shape (num_tails, tail_len) with num_tails = {len(parent)}")
+        vocab, tail_len = self.vocab_size, tails.shape[1]
+        base_probs = np.zeros((len(bases), vocab))
+        tail_probs = np.zeros((len(tails), tail_len, vocab))
+        order = np.argsort(parent, kind="stable")
+        bounds = np.searchsorted(parent[order], np.arange(len(bases) + 1))
+        # a batch's float64 logits and probs: tail_len x vocab x 8 bytes x 3 per tail row
+        step = min(max(ROW_BATCH, rows_per_batch(max(1, tail_len) * vocab * 8 * 3)), 16 * ROW_BATCH)
+        for lo in range(0, len(bases), ROW_BATCH):
+            hi = min(len(bases), lo + ROW_BATCH)
+            head = torch.as_tensor(bases[lo:hi])
+            logits, kv = self._forward_cached(head, None, 1)
+            base_mask = self._penalty_mask(head, sampling, prompt_len) if sampling.uses_context else None
+            base_probs[lo:hi] = processed_probs(logits[:, -1, :], sampling, base_mask).numpy()
+            mine = order[bounds[lo]:bounds[hi]] if tail_len else order[:0]
+            for start in range(0, len(mine), step):
+                rows = mine[start:start + step]
+                sel = torch.as_tensor(parent[rows] - lo)
+                tail = torch.as_tensor(tails[rows])
+                logits, _ = self._forward_cached(tail, [(k[sel], v[sel]) for k, v in kv], tail_len)
+                mask = None
+                if sampling.uses_context:  # the base's context plus the tail's tokens so far (all generated)
+                    seen = torch.nn.functional.one_hot(tail, vocab).to(torch.int32).cumsum(dim=1, dtype=torch.int32)
+                    mask = base_mask[sel][:, None, :] + GENERATED_STEP * seen if sampling.counts_generated \
+                        else base_mask[sel][:, None, :] | (seen > 0)
+                tail_probs[rows] = processed_probs(logits, sampling, mask).numpy()
+        return base_probs, tail_probs
+
+    def _penalty_mask(self, seqs: torch.Tensor, sampling: SamplingConfig, prompt_len: int | None) -> torch.Tensor:
+        """The penalty's context mask (batch, vocab) after the whole of each row of ``seqs`` (as :meth:`next_probs`)."""
+        if sampling.counts_generated:
+            return _context_codes(seqs, prompt_len, self.vocab_size)[:, -1, :]
+        return _context_mask(seqs, self.vocab_size)[:, -1, :]
+
+    def _forward_cached(self, seqs: torch.Tensor, kv: list | None, keep: int) -> tuple[torch.Tensor, list]:
+        """Float64 logits of the last ``keep`` positions of ``seqs`` after the cached keys and values ``kv`` (a list of
+        (keys, values) per layer, batch rows aligned with ``seqs``; None: an empty cache), and the new cache."""
+        from transformers import DynamicCache
+
+        rows = len(seqs)
+        if rows < MIN_EXTEND_ROWS:  # pad with copies of row 0 (see extend_probs)
+            pad = torch.zeros(MIN_EXTEND_ROWS - rows, dtype=torch.long)
+            seqs = torch.cat([seqs, seqs[pad]])
+            kv = None if kv is None else [(torch.cat([k, k[pad]]), torch.cat([v, v[pad]])) for k, v in kv]
+        device = next(self.model.parameters()).device
+        cache = DynamicCache() if kv is None else DynamicCache(ddp_cache_data=[(k.to(device), v.to(device)) for k, v in kv])
+        kwargs = {self._cache_arg: cache, "use_cache": True}
+        if self._takes_logits_to_keep():
+            kwargs["logits_to_keep"] = keep
+        with torch.inference_mode():
+            out = self.model(seqs.to(device), **kwargs)
+            new = getattr(out, "cache", None) or getattr(out, "past_key_values", None) or cache
+            logits = out.logits[:rows, -keep:, :].to(device="cpu", dtype=torch.float64)
+            layers = [(layer.keys[:rows].cpu(), layer.values[:rows].cpu()) for layer in new.layers]
+        return logits, layers
 
     def teacher_forced(self, prompt_ids: tuple[int, ...], tokens: np.ndarray, sampling: SamplingConfig):
         """Yield ``(rows, probs)`` per row batch: processed target probs at every emitted position.
