@@ -132,6 +132,7 @@ def test_stop_rule_goes_to_the_engine_and_rows_come_back_uncut(engine):
     GenerationConfig; every row ends right after its first stop token (the engine emits it), none is longer than
     max_tokens, and the worker cuts nothing (a token past a stop would show).  Prefix caching off: speculation runs."""
     from verifier.engines.openvino_genai_engine import decoder
+    from tests.engines.stop_rows import rows_ended_at_stops
     from verifier.runner.stop import takes_stop_rule
 
     dec = decoder(num_draft_tokens=3, prefix_caching=False)
@@ -141,14 +142,7 @@ def test_stop_rule_goes_to_the_engine_and_rows_come_back_uncut(engine):
         rows = dec.generate([272, 70, 221], 60, 8, SamplingConfig(temperature=1.0), seed=5, stop_token_ids=stops,
                             max_tokens=6)
         assert rows.shape == (60, 8) and (rows[:, 6:] == -1).all()
-        ended = 0
-        for row in rows.tolist():
-            toks = [t for t in row if t >= 0]
-            assert row[:len(toks)] == toks  # -1 only after the row's end
-            hit = [i for i, t in enumerate(toks) if t in stops]
-            if hit:
-                assert len(toks) == hit[0] + 1, row  # nothing after the first stop token
-                ended += 1
+        ended = rows_ended_at_stops(rows, stops, max_tokens=6)
         assert ended >= 20  # about 60% of 6-token rows hit one of the three stops
     finally:
         dec.close()

@@ -91,7 +91,7 @@ def _case_report(r, target_tv: float, rule: str) -> dict[str, Any]:
             "seed": r.seed, "alpha": r.alpha, "verdict": verdict, "emitted_family": {"method": adj.method, "combined_pvalue": _num(adj.combined_pvalue)},
             "smallest_mde_tv": min(mdes) if mdes else None, "largest_mde_tv": max(mdes) if mdes else None,
             "cells": cells, "acceptance": acceptance, "blind": list(r.blind),
-            "draw_seconds": None if getattr(r, "draw_seconds", None) is None else round(float(r.draw_seconds), 2)}
+            "draw_seconds": None if getattr(r, "draw_seconds", None) is None else round(float(r.draw_seconds), 6)}
 
 
 def _accepted_histogram(r) -> np.ndarray | None:
