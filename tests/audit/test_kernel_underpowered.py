@@ -101,3 +101,13 @@ def test_a_duration_that_is_no_measured_time_gives_no_rate_from_it(bad):
     assert need["rate"] == 10_000.0 and abs(need["hours"] - 4 / 3600) < 1e-12  # no fixed part from a bad wall time
     need = draws_needed({**case, "seconds": bad}, 0.03)
     assert need["rate"] is None and need["hours"] is None
+
+
+def test_an_edited_report_without_draws_or_with_target_tv_0_gives_no_estimate():
+    """A hand-edited report.json (no num_draws, a target TV of 0, cells not a list) gets no estimate, not a crash."""
+    from verifier.audit.kernel_report import draws_needed
+
+    case = {"verdict": "UNDERPOWERED", "num_draws": 10_000, "seconds": 100.0, "cells": [{"mde_tv": 0.06}]}
+    assert draws_needed(case, 0.03)["draws"] == 40_000
+    assert draws_needed({k: v for k, v in case.items() if k != "num_draws"}, 0.03) is None
+    assert draws_needed(case, 0) is None and draws_needed({**case, "cells": None}, 0.03) is None

@@ -29,3 +29,13 @@ def test_bad_arguments_are_refused_before_any_request(capsys, extra, flag):
     code = main(["bench", "server", "--url", DEAD_URL, "--target", "tabular:trigram3", *extra])
     err = capsys.readouterr().err
     assert code == 2 and f"{flag}=" in err and "audit" not in err, err
+
+
+@pytest.mark.parametrize("bench, args", [("help-time", []), ("detect", []), ("scale-power", []), ("sampling-profile", [])])
+def test_every_bench_checks_its_out_file_before_it_runs(tmp_path, capsys, bench, args):
+    """An --out in a missing folder, or naming a folder, is exit 2 before any measurement (benchmarks that took
+    minutes used to end in a traceback when they wrote it); the check is the bench command's, for every benchmark."""
+    for out in (tmp_path / "missing" / "x.json", tmp_path):
+        code = main(["bench", bench, *args, "--out", str(out)])
+        err = capsys.readouterr().err
+        assert code == 2 and "--out" in err and "Traceback" not in err, (bench, out, err)

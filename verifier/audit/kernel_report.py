@@ -225,6 +225,10 @@ def draws_needed(case: dict[str, Any], target_tv: float) -> dict[str, Any] | Non
     A cell with an infinite MDE gives ``draws`` None and ``blind`` (the cells): the finite ones would understate it."""
     if case.get("verdict") != UNDERPOWERED:
         return None
+    draws_now = case.get("num_draws")
+    if (isinstance(draws_now, bool) or not isinstance(draws_now, int) or draws_now < 1 or isinstance(target_tv, bool)
+            or not isinstance(target_tv, (int, float)) or not 0 < target_tv < 1 or not isinstance(case.get("cells"), list)):
+        return None  # an edited or truncated report: nothing to scale from (never a traceback)
     blind = [c.get("name", "?") for c in case["cells"] if c.get("mde_tv") == "inf"
              or (isinstance(c.get("mde_tv"), float) and math.isinf(c["mde_tv"]))]  # no MDE at this n: no scaling
     if blind:  # the finite cells would understate it: say which cell no scaling of n reaches
