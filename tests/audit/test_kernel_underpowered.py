@@ -75,6 +75,12 @@ def test_a_kernel_audit_records_its_drawing_time():
     c = report["cases"][0]
     assert 0 < c["draw_seconds"] <= wall and c["verdict"] == "UNDERPOWERED"  # 2,000 draws reach position 4 ~70 times
     assert "(drawing)" in render_kernel_markdown(report)
+    # report.md's figure is the console's (the power calculation per cell), not a second estimate
+    from verifier.audit.kernel_report import draws_needed
+
+    assert c["draws_needed_power"] == r.draws_needed() > 2000
+    assert draws_needed(c, report["target_tv"])["draws"] == r.draws_needed()
+    assert f"about {r.draws_needed():,} (the power calculation" in render_kernel_markdown(report)
 
 
 

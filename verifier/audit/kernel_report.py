@@ -91,7 +91,19 @@ def _case_report(r, target_tv: float, rule: str) -> dict[str, Any]:
             "seed": r.seed, "alpha": r.alpha, "verdict": verdict, "emitted_family": {"method": adj.method, "combined_pvalue": _num(adj.combined_pvalue)},
             "smallest_mde_tv": min(mdes) if mdes else None, "largest_mde_tv": max(mdes) if mdes else None,
             "cells": cells, "acceptance": acceptance, "blind": list(r.blind),
-            "draw_seconds": None if getattr(r, "draw_seconds", None) is None else round(float(r.draw_seconds), 6)}
+            "draw_seconds": None if getattr(r, "draw_seconds", None) is None else round(float(r.draw_seconds), 6),
+            "draws_needed_power": _power_draws(r) if verdict == UNDERPOWERED else None}
+
+
+def _power_draws(r) -> int | None:
+    """The draws the case needs by the power calculation the console prints (:meth:`KernelAuditResult.draws_needed`),
+    so report.md and the console agree; None where it has none (no feasible n, or another result type)."""
+    need = getattr(r, "draws_needed", None)
+    try:
+        value = need() if callable(need) else None
+    except (ValueError, ArithmeticError):
+        return None
+    return int(value) if isinstance(value, (int, np.integer)) and value > 0 else None
 
 
 def _accepted_histogram(r) -> np.ndarray | None:
@@ -203,8 +215,10 @@ def render_kernel_markdown(report: dict[str, Any]) -> str:
                           f"have no finite smallest detectable TV at this n, so the 1 / sqrt(n) scaling has nothing to "
                           f"scale; rerun with more draws."]
         elif need is not None:
-            lines += ["", f"Draws needed for TV {report['target_tv']:g} in every cell: about {need['draws']:,} (the MDE scales as "
-                          f"1 / sqrt(n); the least reached cell sets it)"
+            how = ("the power calculation of each cell at its level, scaled by the share of draws that reach it"
+                   if need.get("method") == "power calculation per cell" else "the MDE scales as 1 / sqrt(n)")
+            lines += ["", f"Draws needed for TV {report['target_tv']:g} in every cell: about {need['draws']:,} ({how}; "
+                          f"the least reached cell sets it)"
                           + (f", {need['hours']:.2g} h at this case's {need['rate']:,.0f} draws/s ({need['rate_of']})"
                              if need.get("hours") else "") + "."]
         a = c["acceptance"] or {}
@@ -237,6 +251,10 @@ def draws_needed(case: dict[str, Any], target_tv: float) -> dict[str, Any] | Non
     if not mdes:
         return None
     draws = int(math.ceil(case["num_draws"] * (max(mdes) / target_tv) ** 2))
+    power = case.get("draws_needed_power")  # the console's figure: the power calculation per cell (KernelAuditResult)
+    method = "1 / sqrt(n) scaling"
+    if isinstance(power, int) and not isinstance(power, bool) and power > 0:
+        draws, method = power, "power calculation per cell"
     secs, drawing = _seconds(case.get("seconds")), _seconds(case.get("draw_seconds"))
     if drawing is not None:  # the drawing rate scales with n; the rest is paid once
         rate = case["num_draws"] / drawing
@@ -245,7 +263,7 @@ def draws_needed(case: dict[str, Any], target_tv: float) -> dict[str, Any] | Non
         rate = case["num_draws"] / secs if secs is not None else None
         fixed = 0.0
     return {"draws": draws, "rate": rate, "hours": (draws / rate + fixed) / 3600 if rate else None,
-            "rate_of": "drawing" if drawing is not None else "case wall time"}
+            "rate_of": "drawing" if drawing is not None else "case wall time", "method": method}
 
 
 def _seconds(x: Any) -> float | None:
