@@ -252,8 +252,6 @@ def _run_iv(args: argparse.Namespace) -> None:
         raise invalid_argument("--device", args.device, "a torch device: cpu, cuda, cuda:N") from None
     if args.work_dir and Path(args.work_dir).exists() and not Path(args.work_dir).is_dir():
         raise invalid_argument("--work-dir", args.work_dir, "a folder (or a path to create one)")
-    if args.out and not Path(args.out).resolve().parent.is_dir():
-        raise invalid_argument("--out", args.out, "a file in an existing folder")
 
 
 def run(args: argparse.Namespace) -> int:
