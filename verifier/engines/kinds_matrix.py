@@ -50,6 +50,12 @@ _RANK = {"BIAS": 4, "FLAGGED": 3, "UNDERPOWERED": 2, "PASS": 1}  # FLAGGED: the 
 _BATCH = re.compile(r"\[batch=(\d+)(,mixed[^\]]*)?\]$")
 
 
+def _sets_by_id(report: dict[str, Any], decoder: str | None = None) -> dict[Any, dict[str, Any]]:
+    """The report's sample sets by ``set_id`` (only ``decoder``'s when given)."""
+    return {s.get("set_id"): s for s in report.get("sample_sets") or []
+            if isinstance(s, dict) and (decoder is None or s.get("decoder") == decoder)}
+
+
 def _url_levels(cells: list[dict[str, Any]], sets: dict[Any, dict[str, Any]]) -> dict[str, list[str | None]]:
     """Batch levels of a URL audit's design factors (kind 1): each sample set of a ``ServerDecoder`` is a level
     ``"N in flight"`` (``",mixed batch"`` with background requests at other temperatures and a longer prompt in
@@ -101,7 +107,7 @@ def kind_results(report: dict[str, Any], decoder: str | None = None) -> dict[str
     """
     mine = lambda x: isinstance(x, dict) and (decoder is None or x.get("decoder") == decoder)  # noqa: E731
     cells = [c for c in report.get("cells") or [] if mine(c)]
-    sets = {s.get("set_id"): s for s in report.get("sample_sets") or [] if mine(s)}
+    sets = _sets_by_id(report, decoder)
     out: dict[str, dict[str, Any]] = {}
 
     def add(kind: str, verdicts: list[str | None], **extra: Any) -> None:
@@ -170,6 +176,8 @@ def collect_kinds(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """
     groups: dict[tuple[str, str, str], dict[str, Any]] = {}
     reports: dict[Path, dict[str, Any] | None] = {}  # a suite report is one row per decoder: read it once
+    url_levels_of: dict[Path, dict[str, list[str | None]]] = {}  # a design-factor URL audit's levels, once per folder
+    url_read: set[Path] = set()  # such a report is one variant: read with its first row, its other rows skipped
     for row in rows:
         folder = Path(row["folder"])
         if folder not in reports:
@@ -184,12 +192,13 @@ def collect_kinds(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             continue
         variant = str(row.get("config", "")).split(";")[0].strip()
         decoder = row.get("decoder")
-        url_levels = _url_levels(report.get("cells") or [], {s.get("set_id"): s for s in report.get("sample_sets") or []
-                                                             if isinstance(s, dict)})
+        if folder not in url_levels_of:
+            url_levels_of[folder] = _url_levels(report.get("cells") or [], _sets_by_id(report))
+        url_levels = url_levels_of[folder]
         if url_levels:  # a URL audit of design factors: one variant, its levels read together (each decoder is a level)
-            if (folder, "url-levels") in reports:
+            if folder in url_read:
                 continue
-            reports[(folder, "url-levels")] = report  # type: ignore[index]
+            url_read.add(folder)
             server = re.search(r", ([^,;]+ server)(?:;|$)", str(row.get("config", "")))  # a control server's name
             variant, decoder = "URL, design factors: " + ", ".join(url_levels) + (f", {server.group(1)}" if server else ""), None
         key = (str(row["engine"]), str(row["version"]), variant)

@@ -51,13 +51,13 @@ HEADER = ("| engine | version | entry point | config | n | verdict | MDE (TV) | 
 START, END = "<!-- audit-matrix:start -->", "<!-- audit-matrix:end -->"
 
 
-
 def _url_factors(options: dict[str, Any]) -> str:
     """A URL audit decoder's design factors beyond the concurrency: the mixed batch, unseeded requests, ``n`` > 1."""
     out = ", mixed batch" if options.get("background") else ""
     out += ", unseeded" if options.get("seeded") is False else ""
     n = options.get("n_per_request", 1)
     return out + (f", n = {n} per request" if isinstance(n, int) and n > 1 else "")
+
 
 def _fmt(x: float | None) -> str:
     return "" if x is None else f"{x:.3g}"
