@@ -267,30 +267,28 @@ def _suffix_jumps(la, a, reject_w, rec_x, t, m, ends, seqs: SequenceProbs, mecha
         for i in range(1, int(length.max(initial=0)) + 1):
             sel = np.flatnonzero(length >= i)
             log_suffix[sel] += terms[i - 1][rows[sel]]
-        length_max = 0  # the loop below is the oracle-by-context path
-    else:
-        length_max = int(length.max(initial=0))
-    for i in range(1, length_max + 1):
-        sel = np.flatnonzero(length >= i)
-        r = rows[sel]
-        # context of the i-th suffix token: prompt, x_<t, latent d, x_{t+1..t+i-1}; rows sharing the observed
-        # part share it, so the draft runs once per distinct (x_<t, x_{t+1..t+i-1}) and latent d (exact)
-        key = np.concatenate([seqs.tokens[r, :t], seqs.tokens[r, t + 1:t + i]], axis=1)
-        uniq, inv = np.unique(key, axis=0, return_inverse=True)
-        inv = np.asarray(inv).reshape(-1)
-        nxt = seqs.tokens[r, t + i]
-        got = np.zeros((len(r), vocab))
-        step = max(1, SUFFIX_BATCH_ENTRIES // (vocab * vocab))  # distinct contexts per draft call (memory bound)
-        for lo in range(0, len(uniq), step):
-            u = uniq[lo:lo + step]
-            head = np.concatenate([np.broadcast_to(prompt, (len(u), len(prompt))), u[:, :t]], axis=1)
-            ctx = np.concatenate([np.repeat(head, vocab, axis=0), np.tile(np.arange(vocab), len(u))[:, None],
-                                  np.repeat(u[:, t:], vocab, axis=0)], axis=1)
-            qd = seqs.draft_after(ctx)
-            prop = mechanism.propose(Views(qd, qd)).reshape(len(u), vocab, vocab)
-            mine = np.flatnonzero((inv >= lo) & (inv < lo + len(u)))
-            got[mine] = prop[inv[mine] - lo, :, nxt[mine]]
-        log_suffix[sel] += _log(got)
+    else:  # the oracle by context: one draft call per distinct context and latent d
+        for i in range(1, int(length.max(initial=0)) + 1):
+            sel = np.flatnonzero(length >= i)
+            r = rows[sel]
+            # context of the i-th suffix token: prompt, x_<t, latent d, x_{t+1..t+i-1}; rows sharing the observed
+            # part share it, so the draft runs once per distinct (x_<t, x_{t+1..t+i-1}) and latent d (exact)
+            key = np.concatenate([seqs.tokens[r, :t], seqs.tokens[r, t + 1:t + i]], axis=1)
+            uniq, inv = np.unique(key, axis=0, return_inverse=True)
+            inv = np.asarray(inv).reshape(-1)
+            nxt = seqs.tokens[r, t + i]
+            got = np.zeros((len(r), vocab))
+            step = max(1, SUFFIX_BATCH_ENTRIES // (vocab * vocab))  # distinct contexts per draft call (memory bound)
+            for lo in range(0, len(uniq), step):
+                u = uniq[lo:lo + step]
+                head = np.concatenate([np.broadcast_to(prompt, (len(u), len(prompt))), u[:, :t]], axis=1)
+                ctx = np.concatenate([np.repeat(head, vocab, axis=0), np.tile(np.arange(vocab), len(u))[:, None],
+                                      np.repeat(u[:, t:], vocab, axis=0)], axis=1)
+                qd = seqs.draft_after(ctx)
+                prop = mechanism.propose(Views(qd, qd)).reshape(len(u), vocab, vocab)
+                mine = np.flatnonzero((inv >= lo) & (inv < lo + len(u)))
+                got[mine] = prop[inv[mine] - lo, :, nxt[mine]]
+            log_suffix[sel] += _log(got)
     w = reject_w[rows]
     if eos is not None:  # an EOS draft stops drafting: no suffix, the round ends after the recovered token
         stop = w[:, eos].copy()
