@@ -36,7 +36,12 @@ CONFIGS = [  # (folder, k, sampling flags, launch keywords)
     ("cache-off-t07-topk8-k1", 1, T07, {"prompt_cache_size": 0}),
     # a TV 0.03 certificate of the fixed server (n ~ 10^4 at ~60 samples/s: about 10 min on 2 cores)
     ("certificate-control-prompt-cache-fix-t07-topk8-k1", 1, T07 + ["--target-tv", "0.03"], {"patches": ("prompt_cache",)}),
+    # at T = 1 (n = 53,474: about 25 min on 2 cores); the exact floor needs the logit_bias sweeps (FLOOR)
+    ("certificate-control-prompt-cache-fix-t1-k1", 1, T1 + ["--target-tv", "0.03"], {"patches": ("prompt_cache",)}),
 ]
+# the numeric floor over the whole vocabulary: the server caps top_logprobs at 11, so at T = 1 the rows above it are
+# rebuilt by logit_bias sweeps (verifier/server/floor_sweep.py; 39 one-token requests per position) -- exact
+FLOOR = ["--floor-logprobs", "384"]
 
 
 def main() -> int:
@@ -59,7 +64,7 @@ def main() -> int:
                 run = Path(args.work_dir) / name if args.work_dir else Path(tmp) / "run"
                 # no /metrics on this server: --speculation-unverified (the report says speculation was not observable)
                 cmd = [sys.executable, "-m", "verifier.cli", "audit", "--url", server.base_url, "--api", "mlx-lm",
-                       "--target", "shipped:target", "--num-draft-tokens", str(k), "--target-tv", args.target_tv, *flags,
+                       "--target", "shipped:target", "--num-draft-tokens", str(k), "--target-tv", args.target_tv, *flags, *FLOOR,
                        "--speculation-unverified", "--run-dir", str(run), "--no-progress"]
                 done = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
                 print(done.stdout[-3000:], done.stderr[-2000:], sep="\n", flush=True)

@@ -190,3 +190,22 @@ def test_mlx_overlay_is_removed_on_stop_and_when_the_server_does_not_start(mlx_i
         (overlay,) = overlays()
         assert (overlay / "mlx_lm" / "server.py").is_file() and server.is_running()
     assert overlays() == []
+
+
+@pytest.mark.full  # ~25 s: a server start, one URL audit at TV 0.2 and a 312-request sweep floor
+def test_mlx_server_t1_floor_is_exact_by_logit_bias_sweeps(mlx_installed, tmp_path):
+    """At T = 1 the top-11 rows hold ~2/3 of the mass, so the default floor is only bounded (0.33 on the committed
+    audits: UNDERPOWERED at any target TV below it); ``--floor-logprobs 384`` rebuilds the whole row by logit_bias
+    sweeps (39 requests per position) and the fixed server's floor is exact, float32-sized, so the audit PASSes at
+    TV 0.2 (seed 0; the control's false-fail rate <= 0.001)."""
+    from verifier.server.launch_mlx import launch_mlx_server
+
+    flags = ["--api", "mlx-lm", "--target", "shipped:target", "--num-draft-tokens", "1", "--temperature", "1.0",
+             "--target-tv", "0.2", "--seed", "0", "--speculation-unverified"]
+    with launch_mlx_server(num_draft_tokens=1, patches=("prompt_cache",)) as server:
+        done = audit(["--url", server.base_url, *flags, "--floor-logprobs", "384", "--run-dir", str(tmp_path / "run")])
+    report = json.loads((tmp_path / "run" / "report.json").read_text())
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    floor = report["numeric_floor"]
+    assert floor["max_tv"] < 1e-4 and all("logit_bias sweep" in r["how"] for r in floor["rows"]), floor["where"]
+    assert len(floor["rows"]) == 8

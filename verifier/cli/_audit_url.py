@@ -135,8 +135,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--floor-logprobs", type=int, default=None, metavar="K",
                        help="known target: K of the numeric floor's one-token requests only (the sample requests keep "
                             "--logprobs). K >= the vocabulary size, or --top-k <= K, makes the floor exact; below, the "
-                            "mass outside the top K counts as disagreeing (an upper bound). Default: --logprobs, else 20 "
-                            "within the server's cap")
+                            "mass outside the top K counts as disagreeing (an upper bound). Above the server's cap "
+                            "on --api mlx-lm (11), the whole row is rebuilt by logit_bias sweeps (one request per 10 "
+                            "ids: exact). Default: --logprobs, else 20 within the server's cap")
     group.add_argument("--reported-logprobs", choices=("raw", "processed"), default=None,
                        help="self-reported: what the server's logprobs are -- raw (temperature 1, before any sampler: vLLM's "
                             "default) or processed (after the sampler chain: llama-server post_sampling_probs, which "
@@ -234,7 +235,8 @@ def route_url(args: argparse.Namespace) -> None:
     from verifier.cli._audit_common import _sampling
 
     floor_k = _floor_logprobs(args, dialect)
-    if args.floor_logprobs is not None and dialect.max_top_logprobs and floor_k > dialect.max_top_logprobs:
+    if (args.floor_logprobs is not None and dialect.max_top_logprobs and floor_k > dialect.max_top_logprobs
+            and not dialect.bias_sweep):
         raise invalid_argument("--floor-logprobs", floor_k, f"an integer in 1..{dialect.max_top_logprobs} with --api "
                                f"{args.api} (the server's top-logprobs cap)")
     dialect.check_request_options(_sampling(args), args.logprobs if args.floor_logprobs is not None else floor_k)

@@ -156,6 +156,9 @@ class Dialect:
         The most top logprobs a request may ask for, where the server fixes it (None: the server's own setting).
     needs_text : bool
         Prompts are sent as text: :meth:`with_text` must give the decoder of the target's tokenizer.
+    bias_sweep : bool
+        Its reported logprobs are taken after ``logit_bias`` (mlx_lm): a numeric floor asking for more than
+        ``max_top_logprobs`` rebuilds the whole row by bias sweeps (:mod:`verifier.server.floor_sweep`).
     shares_batches : bool
         Requests in flight together can share the server's batches (False: the server serves one request at a
         time -- ``mlx_lm server`` with a draft model, whose ``ModelProvider`` sets ``is_batchable = False`` -- so
@@ -177,6 +180,7 @@ class Dialect:
     ids_with_top_logprobs: bool = True
     max_top_logprobs: int | None = None
     needs_text: bool = False
+    bias_sweep: bool = False
     shares_batches: bool = True
     text_of: Any = None
 
@@ -559,7 +563,7 @@ DIALECTS: dict[str, Dialect] = {
                           "accepted_tokens": ("llamacpp:spec_decode_num_accepted_tokens",)}),
     # no /metrics: the speculation guard says "not observable" (--speculation-unverified accepts that)
     "mlx-lm": MLXLM("mlx-lm", "/v1/completions", max_n=1, health_paths=("/health",), has_switch=True,
-                    max_top_logprobs=MLX_MAX_TOP_LOGPROBS,
+                    max_top_logprobs=MLX_MAX_TOP_LOGPROBS, bias_sweep=True,
                     ids_with_top_logprobs=False, needs_text=True, shares_batches=False),
 }
 

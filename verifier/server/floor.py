@@ -20,7 +20,9 @@ Requests
     ``logprobs = K``: a one-token request is never drafted (a server drafts no request's last token,
     docs/servers.md), so the row is the target's without speculation; on llama-server the per-request
     ``speculative.n_max = 0`` is sent as well (build 0c1e570 ignores it).  Replies are journaled in
-    ``RUN_DIR/server/floor-responses.jsonl``.
+    ``RUN_DIR/server/floor-responses.jsonl``.  A K above the server's top-logprobs cap on a server whose
+    logprobs follow ``logit_bias`` (mlx_lm: cap 11) asks for the cap, then rebuilds the whole row by one
+    biased request per ``cap - 1`` ids (:mod:`verifier.server.floor_sweep`), which makes the floor exact.
 Comparison (:func:`compare_row`)
     The server's processed law is rebuilt from the row with :func:`verifier.server.reported_law.rebuild_law`
     (the dialect's convention).  When the row defines it (it holds the whole kept set: ``--top-k <= K``,
@@ -50,6 +52,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from verifier.server.floor_sweep import SWEEP_BIAS
 from verifier.server.reported_law import MASS_TOL, ReportedLaw, rebuild_law
 
 __all__ = ["choose_prefixes", "compare_row", "measure_server_floor", "DEFAULT_POSITIONS", "MAX_LOGPROBS",
@@ -218,9 +221,12 @@ def measure_server_floor(settings, dialect, reference, jobs: Sequence[tuple[int,
     from verifier.server.journal import request_key
 
     switch = 0 if dialect.has_switch else None
+    cap = dialect.max_top_logprobs
+    sweep = bool(dialect.bias_sweep and cap and int(logprobs) > cap)  # the whole row by logit_bias sweeps
+    plain_k = min(int(logprobs), cap) if cap else int(logprobs)
     bodies, keys = [], []
     for i, prefix, sampling in jobs:
-        body = dialect.request(list(prefix), sampling, 1, FLOOR_SEED, n=1, logprobs=int(logprobs), model=model,
+        body = dialect.request(list(prefix), sampling, 1, FLOOR_SEED, n=1, logprobs=plain_k, model=model,
                                draft_tokens=switch)
         bodies.append(body)
         keys.append(request_key({"api": dialect.name, "design": "known-target floor", "body": body}))
@@ -241,17 +247,33 @@ def measure_server_floor(settings, dialect, reference, jobs: Sequence[tuple[int,
     finally:
         if journal is not None:
             journal.sync()
+    plain_rows = []
+    for j in range(len(jobs)):
+        tops = (replies.get(j) or journal.get(keys[j]))[0].top_logprobs or ()
+        plain_rows.append(tops[0] if tops else None)
+    swept = [(None, {})] * len(jobs)
+    if sweep:
+        from verifier.server.floor_sweep import run_sweeps
+
+        swept = run_sweeps(settings, dialect, bodies, plain_rows, reference.vocab_size, journal=journal,
+                           eos_token_id=eos_token_id, labels=[f"prefix {list(p)[:12]}" for _, p, _ in jobs])
     rows, undefined = [], {}
     best, where = None, ""
     raw = SamplingConfig()
     for j, (i, prefix, sampling) in enumerate(jobs):
-        completion = (replies.get(j) or journal.get(keys[j]))[0]
-        tops = completion.top_logprobs or ()
         ids = np.asarray([list(prefix)], dtype=np.int64)
         processed = reference.next_probs(ids, sampling)[0]
         local_raw = reference.next_probs(ids, raw)[0]
-        result = compare_row(tops[0] if tops else None, processed, local_raw, sampling, dialect.reported_law,
-                             reference.vocab_size)
+        whole, info = swept[j]
+        result = compare_row(whole if whole is not None else plain_rows[j], processed, local_raw, sampling,
+                             dialect.reported_law, reference.vocab_size)
+        if whole is not None and "undefined" not in result:
+            result["tv"] = min(1.0, result["tv"] + info["unseen"])  # mass outside the sweep disagrees in full
+            result["how"] = (f"exact: the whole row by {info['requests']} logit_bias sweep requests ({info['missing']} "
+                             f"ids below e^-{SWEEP_BIAS:g} set to 0, {info['unseen']:.2g} outside the sweep, plain row "
+                             f"agrees to {info['deviation']:.2g})")
+        elif sweep and "undefined" not in result:
+            result["how"] += f"; sweep not used: {info.get('why', 'no sweep')}"
         if "undefined" in result:
             undefined[result["undefined"]] = undefined.get(result["undefined"], 0) + 1
             continue
@@ -263,7 +285,9 @@ def measure_server_floor(settings, dialect, reference, jobs: Sequence[tuple[int,
             where = (f"prompt {i}, position {position} (prefix {list(prefix)[:12]}{'...' if len(prefix) > 12 else ''}, "
                      f"{sampling.label()}; {result['how']})")
     bounded = sum(1 for r in rows if r["how"] != "exact")
-    return {"source": f"{dialect.name} {settings.base_url}, one-token requests with top-{logprobs} logprobs",
+    how_k = (f"top-{plain_k} logprobs and the whole row by logit_bias sweeps of {cap}" if sweep
+             else f"top-{logprobs} logprobs")
+    return {"source": f"{dialect.name} {settings.base_url}, one-token requests with {how_k}",
             "rows": rows, "max_tv": best, "where": where, "logprobs": int(logprobs), "positions": len(jobs),
             "undefined": undefined, "seconds": round(time.monotonic() - started, 3),
             "method": ("TV between the processed law the server reports at one-token requests (speculation off: a "
@@ -271,5 +295,7 @@ def measure_server_floor(settings, dialect, reference, jobs: Sequence[tuple[int,
                        f"position; {len(rows) - bounded} exact, {bounded} bounded (the row does not hold the kept set: "
                        "compared in the row's own convention with the mass outside the row counted as disagreeing"
                        + ("; --floor-logprobs at the vocabulary size, where the server allows it, makes it exact)"
-                          if bounded else ")"))}
+                          if bounded else ")")
+                       + (f"; rows beyond the server's top-{cap} cap rebuilt by logit_bias sweeps (verifier/server/"
+                          "floor_sweep.py)" if sweep else ""))}
 
