@@ -278,7 +278,7 @@ class ReferenceModel:
         prompt = torch.as_tensor(prompt_ids, dtype=torch.long)
         # logits, processed probs and their mask of one row: steps x vocab float64 each (the batch fits the
         # memory budget of verifier.runner.memory; a fixed entry budget gave 2 rows per pass at vocab 262k)
-        rows = rows_per_batch(steps * self.vocab_size * 8 * 4)
+        budget = rows = rows_per_batch(steps * self.vocab_size * 8 * 4)
         rows = rows if isinstance(self.model, TabularLM) else min(rows, ROW_BATCH)
         # A context-free table (context_len 0) may be scored after an empty prompt: its rows never read the
         # context, so a placeholder id stands in front (every position needs a prefix); the penalty mask is
@@ -287,6 +287,13 @@ class ReferenceModel:
         if placeholder:
             prompt = torch.zeros(1, dtype=torch.long)
         torch_model = not isinstance(self.model, TabularLM)
+        if torch_model and n > rows:  # every distinct prefix of the whole set once, when they fit one batch's budget
+            known = _forced_unique(self, prompt, tokens, prompt_ids, steps, sampling, budget)
+            if known is not None:
+                probs_u, inverse = known
+                for start in range(0, n, rows):
+                    yield slice(start, min(start + rows, n)), probs_u[inverse[start:start + rows]]
+                return
         for start in range(0, n, rows):
             part = torch.as_tensor(tokens[start:start + rows], dtype=torch.long)
             part = torch.where(part == PADDING_TOKEN_ID, torch.zeros_like(part), part)
@@ -309,6 +316,48 @@ class ReferenceModel:
             elif sampling.repetition_penalty:
                 mask = _context_mask(seqs, self.vocab_size)[:, len(prompt_ids) - 1:, :]
             yield slice(start, start + len(part)), processed_probs(logits, sampling, mask).numpy()
+
+
+def _forced_unique(ref, prompt: torch.Tensor, tokens: np.ndarray, prompt_ids: tuple[int, ...], steps: int,
+                   sampling: SamplingConfig, budget_rows: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """``(probs of each distinct prefix (u, steps, vocab) float64, row -> prefix index (n,))`` of a torch model over
+    the whole set, or None when the distinct prefixes are more than ``budget_rows`` (one batch's memory budget) or
+    no fewer than a batch-by-batch pass would see.  At T < 1 with top-k the rows repeat across batches (64
+    prefixes for 25,257 rows at top-k 8, k = 1), so each goes through the model once instead of once per batch."""
+    known = distinct_prefixes(prompt, tokens, budget_rows)
+    if known is None:
+        return None
+    uniq, inverse = known
+    probs = [_forced_probs_of(ref, uniq[i:i + ROW_BATCH], prompt_ids, steps, sampling)
+             for i in range(0, len(uniq), ROW_BATCH)]
+    return np.concatenate(probs), inverse
+
+
+def distinct_prefixes(prompt: torch.Tensor, tokens: np.ndarray, budget_rows: int) -> tuple[torch.Tensor, np.ndarray] | None:
+    """The distinct teacher-forcing inputs ``prompt + row[:-1]`` of ``tokens`` and each row's index among them.
+
+    Parameters
+    ----------
+    prompt : torch.Tensor, shape (prompt_len,), int64
+    tokens : np.ndarray, shape (num_samples, max_new_tokens), int64, -1 after EOS (read as id 0: those positions'
+        probs are never used)
+    budget_rows : int
+        The most distinct inputs worth holding at once (one batch's memory budget).
+
+    Returns
+    -------
+    (uniq, inverse) or None
+        ``uniq`` (num_distinct, prompt_len + max_new_tokens - 1) int64 and ``inverse`` (num_samples,) int64 with
+        ``uniq[inverse[i]]`` the input of row i; None when there are more than ``budget_rows`` of them or more than half
+        as many as rows (a batch-by-batch pass then costs about the same).
+    """
+    part = torch.as_tensor(tokens, dtype=torch.long)
+    part = torch.where(part == PADDING_TOKEN_ID, torch.zeros_like(part), part)
+    seqs = torch.cat([prompt.expand(len(part), -1), part[:, :-1]], dim=1)
+    uniq, inverse = torch.unique(seqs, dim=0, return_inverse=True)
+    if len(uniq) > budget_rows or 2 * len(uniq) > len(part):
+        return None
+    return uniq, inverse.numpy()
 
 
 def _forced_probs_of(ref, seqs: torch.Tensor, prompt_ids: tuple[int, ...], steps: int, sampling: SamplingConfig) -> np.ndarray:

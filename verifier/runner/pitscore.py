@@ -32,6 +32,7 @@ import torch
 from verifier.exact.tabular import TabularLM
 from verifier.protocols import PADDING_TOKEN_ID
 from verifier.runner.memory import rows_per_batch
+from verifier.runner.models import distinct_prefixes
 from verifier.sampling import SamplingConfig
 
 __all__ = ["fast_pit_applies", "pit_terms", "pit_values", "ROW_TILE", "BLOCK_WIDTH", "FLOAT32_ABOVE"]
@@ -148,12 +149,20 @@ def pit_terms(ref, prompt_ids: tuple[int, ...], tokens: np.ndarray, sampling: Sa
     prompt = torch.as_tensor(prompt_ids, dtype=torch.long)
     inv_t = 1.0 / float(sampling.temperature)
     # the batch's float32 logits (the model's own output) plus the model's transients of the same size
-    rows = min(rows_per_batch(steps * vocab * 4 * 2), MAX_ROWS)
+    budget = rows_per_batch(steps * vocab * 4 * 2)
+    rows = min(budget, MAX_ROWS)
+    known = distinct_prefixes(prompt, tokens, budget) if n > rows else None
+    if known is not None:  # each distinct prefix through the model once (182 for 53,474 rows at T = 1, k = 1)
+        uniq, inverse = known
+        table = torch.cat([ref.float_logits(uniq[i:i + rows], keep=steps) for i in range(0, len(uniq), rows)])
     for start in range(0, n, rows):
         part = torch.as_tensor(tokens[start:start + rows], dtype=torch.long)
         part = torch.where(part == PADDING_TOKEN_ID, torch.zeros_like(part), part)
-        seqs = torch.cat([prompt.expand(len(part), -1), part[:, :-1]], dim=1)
-        logits = ref.float_logits(seqs, keep=steps)  # (rows, steps, vocab) float32
+        if known is not None:
+            logits = table[torch.as_tensor(inverse[start:start + rows])]
+        else:
+            seqs = torch.cat([prompt.expand(len(part), -1), part[:, :-1]], dim=1)
+            logits = ref.float_logits(seqs, keep=steps)  # (rows, steps, vocab) float32
         px, below = _block_terms(logits.reshape(-1, vocab), part.reshape(-1), inv_t)
         del logits
         yield slice(start, start + len(part)), px.reshape(len(part), steps), below.reshape(len(part), steps)
