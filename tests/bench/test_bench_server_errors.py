@@ -39,3 +39,21 @@ def test_every_bench_checks_its_out_file_before_it_runs(tmp_path, capsys, bench,
         code = main(["bench", bench, *args, "--out", str(out)])
         err = capsys.readouterr().err
         assert code == 2 and "--out" in err and "Traceback" not in err, (bench, out, err)
+
+
+def test_an_out_file_that_cannot_be_written_after_the_run_is_a_named_error(tmp_path):
+    """The up-front check cannot see a folder removed while the benchmark runs: the write itself then raises
+    ReportWriteError naming --out (exit 2, the figures already printed), not an OSError traceback -- the one writer
+    every benchmark's --out goes through (detect, gpu, help-time, sampling-profile, scale-power, server)."""
+    from verifier.bench._common import write_out
+    from verifier.errors import EXIT_USAGE, ReportWriteError
+
+    folder = tmp_path / "gone"
+    folder.mkdir()
+    write_out(str(folder / "x.json"), "{}")
+    assert (folder / "x.json").read_text() == "{}"
+    (folder / "x.json").unlink()
+    folder.rmdir()
+    with pytest.raises(ReportWriteError, match=r"--out=.*x\.json.* cannot be written") as err:
+        write_out(str(folder / "x.json"), "{}")
+    assert err.value.exit_code == EXIT_USAGE

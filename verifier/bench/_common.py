@@ -166,3 +166,17 @@ def check_seeds(seeds: Any) -> int:
     if not (isinstance(seeds, int) and seeds >= 1):
         raise invalid_argument("seeds", seeds, "an integer >= 1")
     return seeds
+
+
+def write_out(path: str, text: str) -> None:
+    """Write a benchmark's ``--out`` file; one that cannot be written (its folder went away or became read-only after
+    the up-front check of ``specverify bench``) is a ReportWriteError naming ``--out`` (exit 2, the figures already
+    printed), never a traceback."""
+    from pathlib import Path
+
+    from verifier.errors import ReportWriteError
+
+    try:
+        Path(path).write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise ReportWriteError(f"--out={path!r} cannot be written: {exc.strerror or exc}") from None

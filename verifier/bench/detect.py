@@ -41,7 +41,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Sequence
 
 from verifier.bench._battery import BatterySpec, TupleLaw, first_rejections
-from verifier.bench._common import check_detect_args, fmt_n, fmt_ratio, md_table, names_from, row_json
+from verifier.bench._common import check_detect_args, fmt_n, fmt_ratio, md_table, names_from, row_json, write_out
 from verifier.bench._oracle import np_oracle_samples
 from verifier.runner.verdict import cell_level
 
@@ -431,6 +431,5 @@ def run(args: argparse.Namespace) -> int:
             else render(rows) + f"\n_{time.perf_counter() - t0:.0f} s_\n")
     print(text)
     if args.out:
-        with open(args.out, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        write_out(args.out, text)
     return 0

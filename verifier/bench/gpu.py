@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from verifier.bench._common import machine_facts, md_table
+from verifier.bench._common import machine_facts, md_table, write_out
 from verifier.errors import EXIT_USAGE
 
 __all__ = ["HELP", "TARGET_CONFIG", "DRAFT_CONFIG", "GRID", "DRY_RUN_GRID", "build_models", "scale_grid", "gpu_throughput",
@@ -237,6 +237,5 @@ def run(args: argparse.Namespace) -> int:
     parts.append("**Throughput**: " + render_markdown(res["throughput"]))
     print("\n".join(parts))
     if args.out:
-        with open(args.out, "w", encoding="utf-8") as fh:
-            json.dump(res, fh, indent=1)
+        write_out(args.out, json.dumps(res, indent=1))
     return 0

@@ -19,6 +19,8 @@ import sys
 import time
 from pathlib import Path
 
+from verifier.bench._common import write_out
+
 HELP = "Wall and CPU time of 'specverify --help' and each sub-command's --help (fresh processes, median of N)."
 
 GOAL_S = 0.5  # issue 16: `specverify --help` under half a second
@@ -85,5 +87,5 @@ def run(args: argparse.Namespace) -> int:
         print(f"specverify --help: {top['wall_s']:.2f} s wall, {top['cpu_s']:.2f} s CPU "
               f"({'under' if top['wall_s'] < GOAL_S else 'OVER'} the {GOAL_S} s goal)")
     if args.out:
-        Path(args.out).write_text(json.dumps({"repeats": args.repeats, "load_average": load, "rows": rows}, indent=2), encoding="utf-8")
+        write_out(args.out, json.dumps({"repeats": args.repeats, "load_average": load, "rows": rows}, indent=2))
     return 0

@@ -36,6 +36,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from verifier.bench._common import write_out
+
 __all__ = ["HELP", "micro_floor", "profile_generate", "register", "run"]
 
 HELP = "Split of the reference speculative decoder's time: forward passes vs processed probs, verify, draws (random-init Llama pair)."
@@ -239,5 +241,5 @@ def run(args: argparse.Namespace) -> int:
         print(f"logits per call: forward {e['forward']:,}, turned into probs {e['processed_probs']:,}; one exp f32 each: "
               f"{res['exp_floor_over_forward']:.0%} of the forward's CPU (the floor of harness / forward)")
     if args.out:
-        Path(args.out).write_text(json.dumps(res, indent=1), encoding="utf-8")
+        write_out(args.out, json.dumps(res, indent=1))
     return 0

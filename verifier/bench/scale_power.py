@@ -39,7 +39,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from verifier.bench._common import check_seeds, md_table, names_from
+from verifier.bench._common import check_seeds, md_table, names_from, write_out
 from verifier.errors import invalid_argument
 
 __all__ = ["HELP", "DEFAULT_DECODERS", "build_peaked_pair", "power_suite", "power_rows", "render_markdown", "register",
@@ -311,7 +311,7 @@ def run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     def partial(rows) -> None:  # the rows so far, in case the run is stopped
         if args.out:
-            Path(args.out + ".partial.json").write_text(json.dumps(rows, indent=1), encoding="utf-8")
+            write_out(args.out + ".partial.json", json.dumps(rows, indent=1))
 
     res = power_rows(args.vocab, args.samples, seeds=args.seeds, decoders=args.decoders or DEFAULT_DECODERS,
                      head_scale=args.head_scale, draft_noise=args.draft_noise, temperature=args.temperature,
@@ -321,6 +321,5 @@ def run(args: argparse.Namespace) -> int:
     text = json.dumps(res, indent=1) if args.format == "json" else render_markdown(res) + f"\n_{res['seconds']:.0f} s_\n"
     print(text)
     if args.out:
-        with open(args.out, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        write_out(args.out, text)
     return 0

@@ -32,7 +32,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from verifier.errors import EXIT_DECODER, DecoderError, ReportWriteError, VerifierError, invalid_argument
+from verifier.bench._common import write_out
+from verifier.errors import EXIT_DECODER, DecoderError, VerifierError, invalid_argument
 
 __all__ = ["HELP", "register", "run", "server_throughput"]
 
@@ -158,8 +159,5 @@ def run(args: argparse.Namespace) -> int:
         print(f"  conclusive at TV {args.conclusive_tv:g}: n = {n_conc:,} per prompt -> about "
               f"{out['seconds_to_conclusive'] / 60:.1f} min at this rate")
     if args.out:
-        try:
-            Path(args.out).write_text(json.dumps(out, indent=2) + "\n", encoding="utf-8")
-        except OSError as exc:  # the figures are printed above: nothing measured is lost
-            raise ReportWriteError(f"--out={args.out!r} cannot be written: {exc.strerror or exc}") from None
+        write_out(args.out, json.dumps(out, indent=2) + "\n")  # the figures are printed above: nothing is lost
     return 0
