@@ -42,3 +42,20 @@ def test_run_resume_refuses_a_two_sample_url_audit_folder(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "is a two-sample URL audit's folder" in err and f"--run-dir {folder}" in err
     assert _files(folder) == before
+
+
+def test_audit_into_a_folder_that_holds_a_run_is_refused_before_the_plan(tmp_path, capsys):
+    """A second ``specverify audit --run-dir`` on an audit's folder is exit 2 naming ``audit --resume``, refused before
+    the models load and the plan prints (it used to load the pair and print the plan first: 15 s for an engine
+    audit), and the folder is left as it was."""
+    run_dir = tmp_path / "run"
+    argv = ["audit", "--decoder", "reference", "--target", "tabular:trigram3", "--num-draft-tokens", "2",
+            "--num-samples", "20", "--no-progress", "--no-diagnosis", "--run-dir", str(run_dir)]
+    assert main(argv) in (0, 4)
+    before = _files(run_dir)
+    capsys.readouterr()
+    assert main(argv) == 2
+    out, err = capsys.readouterr()
+    assert "already holds a run" in err and f"specverify audit --resume {run_dir}" in err, err
+    assert "plan:" not in out and "audit run ->" not in out, out
+    assert _files(run_dir) == before

@@ -148,6 +148,11 @@ def _run_known_p(args, sampling) -> int:
     else:
         if not args.target:
             raise invalid_argument("--target", None, "a target model for known-p mode (or use --blackbox-reference SPEC)")
+        if args.run_dir:  # refused before the models load and the plan prints (run_audit checks it again)
+            from verifier.runner import guards
+            from verifier.runner.run import RUN_FILE
+
+            guards.check_fresh_run_dir(args.run_dir, RUN_FILE)
         pair = _pair(args)
         _check_model_flags(args, pair)
         prompts = [("ids", tuple(p)) for p in args.prompt_ids] + [("text", t) for t in args.prompt]
