@@ -38,6 +38,8 @@ CONFIGS = [  # (folder, k, sampling flags, launch keywords)
     ("certificate-control-prompt-cache-fix-t07-topk8-k1", 1, T07 + ["--target-tv", "0.03"], {"patches": ("prompt_cache",)}),
     # at T = 1 (n = 53,474: about 25 min on 2 cores); the exact floor needs the logit_bias sweeps (FLOOR)
     ("certificate-control-prompt-cache-fix-t1-k1", 1, T1 + ["--target-tv", "0.03"], {"patches": ("prompt_cache",)}),
+    ("certificate-control-prompt-cache-fix-t1-k3", 3, T1 + ["--target-tv", "0.03"], {"patches": ("prompt_cache",)}),
+    ("certificate-control-prompt-cache-fix-t07-topk8-k3", 3, T07 + ["--target-tv", "0.03"], {"patches": ("prompt_cache",)}),
 ]
 # the numeric floor over the whole vocabulary: the server caps top_logprobs at 11, so at T = 1 the rows above it are
 # rebuilt by logit_bias sweeps (verifier/server/floor_sweep.py; 39 one-token requests per position) -- exact
