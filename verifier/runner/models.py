@@ -324,6 +324,8 @@ def _forced_unique(ref, prompt: torch.Tensor, tokens: np.ndarray, prompt_ids: tu
     the whole set, or None when the distinct prefixes are more than ``budget_rows`` (one batch's memory budget) or
     no fewer than a batch-by-batch pass would see.  At T < 1 with top-k the rows repeat across batches (64
     prefixes for 25,257 rows at top-k 8, k = 1), so each goes through the model once instead of once per batch."""
+    from verifier.runner.prefixes import distinct_prefixes
+
     known = distinct_prefixes(prompt, tokens, budget_rows)
     if known is None:
         return None
@@ -331,33 +333,6 @@ def _forced_unique(ref, prompt: torch.Tensor, tokens: np.ndarray, prompt_ids: tu
     probs = [_forced_probs_of(ref, uniq[i:i + ROW_BATCH], prompt_ids, steps, sampling)
              for i in range(0, len(uniq), ROW_BATCH)]
     return np.concatenate(probs), inverse
-
-
-def distinct_prefixes(prompt: torch.Tensor, tokens: np.ndarray, budget_rows: int) -> tuple[torch.Tensor, np.ndarray] | None:
-    """The distinct teacher-forcing inputs ``prompt + row[:-1]`` of ``tokens`` and each row's index among them.
-
-    Parameters
-    ----------
-    prompt : torch.Tensor, shape (prompt_len,), int64
-    tokens : np.ndarray, shape (num_samples, max_new_tokens), int64, -1 after EOS (read as id 0: those positions'
-        probs are never used)
-    budget_rows : int
-        The most distinct inputs worth holding at once (one batch's memory budget).
-
-    Returns
-    -------
-    (uniq, inverse) or None
-        ``uniq`` (num_distinct, prompt_len + max_new_tokens - 1) int64 and ``inverse`` (num_samples,) int64 with
-        ``uniq[inverse[i]]`` the input of row i; None when there are more than ``budget_rows`` of them or more than half
-        as many as rows (a batch-by-batch pass then costs about the same).
-    """
-    part = torch.as_tensor(tokens, dtype=torch.long)
-    part = torch.where(part == PADDING_TOKEN_ID, torch.zeros_like(part), part)
-    seqs = torch.cat([prompt.expand(len(part), -1), part[:, :-1]], dim=1)
-    uniq, inverse = torch.unique(seqs, dim=0, return_inverse=True)
-    if len(uniq) > budget_rows or 2 * len(uniq) > len(part):
-        return None
-    return uniq, inverse.numpy()
 
 
 def _forced_probs_of(ref, seqs: torch.Tensor, prompt_ids: tuple[int, ...], steps: int, sampling: SamplingConfig) -> np.ndarray:

@@ -32,7 +32,7 @@ import torch
 from verifier.exact.tabular import TabularLM
 from verifier.protocols import PADDING_TOKEN_ID
 from verifier.runner.memory import rows_per_batch
-from verifier.runner.models import distinct_prefixes
+from verifier.runner.prefixes import distinct_prefixes
 from verifier.sampling import SamplingConfig
 
 __all__ = ["fast_pit_applies", "pit_terms", "pit_values", "ROW_TILE", "BLOCK_WIDTH", "FLOAT32_ABOVE"]
