@@ -67,3 +67,15 @@ def test_sweep_request_biases_the_anchor_and_its_group():
     assert body["logit_bias"] == {"2": SWEEP_BIAS, "4": SWEEP_BIAS, "9": SWEEP_BIAS} and body["top_logprobs"] == 11
     with pytest.raises(Exception, match="cap"):
         sweep_groups(10, 0, 1)
+
+
+def test_a_server_that_ignores_logit_bias_is_refused_not_read_as_a_point_mass():
+    """Replies that are the plain top row every time (the bias ignored) leave most ids out of their groups' rows: the
+    sweep would set them to 0 and hold only the plain row's ids, whose plain probs then say a third of the mass is
+    outside the sweep -- refused (the floor falls back to the bounded plain row), not read as a law."""
+    logits = np.random.default_rng(8).normal(0.0, 3.0, 384)
+    plain = _top_row(logits, {}, 11)
+    anchor = max(plain, key=plain.get)
+    groups = sweep_groups(384, anchor, 11)
+    row, info = rebuild_row(plain, [plain] * len(groups), groups, anchor)
+    assert row is None and info["unseen"] > 0.1 and info["missing"] > 300 and "did not see one law" in info["why"]

@@ -131,8 +131,8 @@ def rebuild_row(plain: Mapping[int, float], sweeps: Sequence[Mapping[int, float]
     logp = logits - lse
     swept = dict(zip(ids.tolist(), logp.tolist()))
     # mass outside the sweep from the plain row: exp(r_x) = (1 - unseen) p_sw(x) for the ids both hold
-    both = [t for t in plain if t in swept and math.isfinite(swept[t])]
-    ratios = [math.exp(float(plain[t]) - swept[t]) for t in both]
+    both = [t for t in plain if t in swept]  # an id the sweep set to 0 but the plain row holds counts as disagreement
+    ratios = [math.exp(float(plain[t]) - swept[t]) for t in both if math.isfinite(swept[t])]
     unseen = max(0.0, 1.0 - min(ratios)) if ratios else 0.0
     deviation = max((abs(math.exp(float(plain[t])) - (1.0 - unseen) * math.exp(swept[t])) for t in both), default=0.0)
     info = {"requests": len(groups), "missing": missing, "unseen": unseen, "deviation": deviation}
