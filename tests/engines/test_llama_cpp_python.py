@@ -7,10 +7,13 @@ proposals), so the known verdict is no bias; the draft here is the library's own
 Run time: about 60 s in all on 2 loaded cores (model load ~1 s, a few hundred samples/s... measured in the README).
 """
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 from verifier.cli import main
+from verifier.errors import InvalidArgumentError
 
 ENGINE = "llama-cpp-python"
 PROMPT = "def f(x):\n    return x\ndef f("  # the prompt-lookup draft finds 'def f(' earlier and proposes 'x):...'
@@ -113,3 +116,77 @@ def test_model_draft_origins_follow_the_target_match_rule(engine):
     for row, orig in zip(rows, origins):
         if orig[1] == 0:
             assert proposal.setdefault(int(row[0]), int(row[1])) == int(row[1])
+
+
+# one-character stop string "s": the 11 tokens whose text holds an "s" (verifier/engines/_stop_strings.py)
+S_TOKENS = (83, 262, 274, 287, 304, 307, 321, 323, 350, 359, 369)
+
+
+def test_stop_rule_goes_through_create_completion_and_rows_come_back_uncut(engine):
+    """Issue 29, kind 5: stop tokens S_TOKENS go to ``create_completion(stop=["s"], max_tokens=6)`` (draft=model,
+    k = 3, T = 1, 60 rows, seed 5); every row ends right after its first stop token or EOS, none is longer than 6, and
+    it is the row ``generate`` yields without the stop rule, cut there (same seeds).  Can fail: those uncut rows --
+    what a stop-ignoring engine returns -- break the deterministic stop-rule cell's check (about half the rows run past)."""
+    from tests.engines.stop_rows import rows_are_the_uncut_rows_stopped, rows_ended_at_stops
+    from verifier.engines.llama_cpp_python import decoder
+    from verifier.runner.stop import stop_ends, takes_stop_rule
+
+    dec = decoder(num_draft_tokens=3, draft="model")
+    try:
+        assert takes_stop_rule(dec)
+        rows = dec.generate([272, 70, 221], 60, 8, _sampling(1.0), seed=5, stop_token_ids=S_TOKENS, max_tokens=6)
+        extra = dec.last_stats.extra
+        free = dec.generate([272, 70, 221], 60, 8, _sampling(1.0), seed=5)
+    finally:
+        dec.close()
+    assert extra["stop_strings"] == ["s"] and sum(extra["finish_reasons"].values()) == 60
+    assert rows.shape == (60, 8) and (rows[:, 6:] == -1).all()
+    assert rows_ended_at_stops(rows, S_TOKENS + (0,), max_tokens=6) >= 15
+    assert rows_are_the_uncut_rows_stopped(rows, free, stop_ends(S_TOKENS, 0), 6) >= 15
+
+
+def test_stop_ids_a_string_cannot_express_are_refused_before_the_engine_starts(engine):
+    """Stop id 83 ('s') alone: the string "s" would also stop at the 10 other tokens holding an "s" -- exit-2 error
+    naming them; id 272 ('de', two characters): refused; the worker never starts."""
+    from verifier.engines.llama_cpp_python import decoder
+
+    dec = decoder(num_draft_tokens=3, draft="model")
+    with pytest.raises(InvalidArgumentError, match=r"stop_token_ids=\[83\].*missing \[262, 274"):
+        dec.generate([272, 70, 221], 4, 8, _sampling(1.0), seed=1, stop_token_ids=(83,), max_tokens=6)
+    with pytest.raises(InvalidArgumentError, match=r"stop_token_ids=\[272\].*one ASCII character"):
+        dec.generate([272, 70, 221], 4, 8, _sampling(1.0), seed=1, stop_token_ids=(272,), max_tokens=6)
+    assert dec._worker is None
+
+
+def test_a_utf8_lead_byte_makes_create_completion_skip_its_stop_checks(engine):
+    """Engine defect (llama_cpp/llama.py 1421-1431, ``multibyte_fix``): after a token that ends in an incomplete UTF-8
+    lead byte (0xE2, a 3-byte character's first byte) ``_create_completion`` ``continue``s over the stop-string and
+    ``max_tokens`` checks for the next token too, so a stop token right after it is followed by one more token, and
+    ``max_tokens = 6`` yields 7.  Forced tokens (logits processor), prompt "def "; the controls without the lead byte
+    stop at the stop token and at 6.  The harness's stop-rule check flags both rows, passes the controls."""
+    from verifier.engines._llama_common import gguf_path
+    from verifier.engines.bridge import EngineWorker
+    from verifier.runner.stop import stop_ends, stop_violations
+
+    root = engine.require_installed()
+    worker = EngineWorker(engine.python(), Path(__file__).parent / "handlers" / "llama_forced_completion.py",
+                          name="llama-forced", init={"target_gguf": str(gguf_path(root, "shipped:target", "target_model"))},
+                          env={"LLAMA_CPP_LIB_PATH": str(root / "build" / "bin")})
+    try:
+        lead = int(worker.call("byte_token", value=0xE2)["id"])
+        f, s = 70, 83  # 'f', 's'
+        runs = {name: worker.call("completion", prompt_ids=[272, 70, 221], forced=forced, stop=stop, max_tokens=6, seed=3)
+                for name, forced, stop in (("stop", [f, f, lead, s], ["s"]), ("stop control", [f, f, f, s], ["s"]),
+                                           ("limit", [f, f, f, f, lead, f], []), ("limit control", [f] * 6, []))}
+    finally:
+        worker.close()
+    pulled = {name: np.asarray(r["pulled"]).tolist() for name, r in runs.items()}
+    assert pulled["stop"][:4] == [f, f, lead, s] and len(pulled["stop"]) == 5  # one token after the stop token
+    assert pulled["stop control"] == [f, f, f, s]
+    assert len(pulled["limit"]) == 7 and runs["limit"]["completion_tokens"] == 7  # max_tokens = 6 overshot
+    assert pulled["limit control"] == [f] * 6 and runs["limit control"]["completion_tokens"] == 6
+    ends = stop_ends(S_TOKENS, 0)
+    for name, row in pulled.items():
+        rows = np.full((1, 8), -1, dtype=np.int64)
+        rows[0, : len(row)] = row
+        assert bool(stop_violations(rows, ends, 6)[0][0]) == ("control" not in name), (name, row)

@@ -147,3 +147,42 @@ def test_reported_logprobs_are_the_targets_at_t1_and_refused_where_the_sampler_p
         assert np.abs(cold - ref)[live].max() > 100 * LOGPROB_TOL["float32"]
     finally:
         dec.close()
+
+
+def test_stop_rule_goes_through_stream_generate_and_rows_come_back_uncut(engine):
+    """Issue 29, kind 5: stop tokens 't', 'a', 's' (84, 65, 83; each in 15-17% of rows after "def ") and max_tokens
+    6 reach mlx_lm's own stop check (``stream_generate`` with ``tokenizer.eos_token_ids = {EOS, 84, 65, 83}``);
+    60 rows, T = 1, k = 3, seed 5.  Every row ends right after its first stop token or EOS, none is longer than 6,
+    and it is the same row the engine emits without the stop rule, cut there (same seeds: the stop changes nothing
+    before it; compared at the same limit, 6 wide).  Can fail: those rows without the stop rule -- what a
+    stop-ignoring engine returns -- must break the deterministic stop-rule cell's check (rows running past a stop)."""
+    from tests.engines.stop_rows import rows_are_the_uncut_rows_stopped, rows_ended_at_stops
+    from verifier.engines.mlx_lm_engine import decoder
+    from verifier.runner.stop import stop_ends, takes_stop_rule
+
+    stops, prompt, t1 = (84, 65, 83), [272, 70, 221], SamplingConfig(temperature=1.0)
+    dec = decoder(num_draft_tokens=3)
+    try:
+        assert takes_stop_rule(dec)
+        rows = dec.generate(prompt, 60, 8, t1, seed=5, stop_token_ids=stops, max_tokens=6)
+        origins = dec.last_stats.origins
+        free = dec.generate(prompt, 60, 6, t1, seed=5)  # 6 wide: the loop drafts min(limit - tokens, k) tokens, so
+    finally:  # the same limit draws the same random numbers
+        dec.close()
+    assert rows.shape == (60, 8) and (rows[:, 6:] == -1).all()
+    assert rows_ended_at_stops(rows, stops + (0,), max_tokens=6) >= 20
+    assert origins.shape == rows.shape and ((origins >= 0) == (rows >= 0)).all()
+    assert rows_are_the_uncut_rows_stopped(rows, free, stop_ends(stops, 0), 6) >= 15
+
+
+def test_bad_stop_rule_is_refused_before_the_engine_starts(engine):
+    """A stop id outside the vocabulary (384) or max_tokens past the row width: exit-2 error naming the value; the
+    worker (engine start-up) never runs."""
+    from verifier.engines.mlx_lm_engine import decoder
+
+    dec = decoder(num_draft_tokens=3)
+    for stops, limit in (((84, 384), 6), ((84,), 9)):
+        with pytest.raises(InvalidArgumentError, match="384|9"):
+            dec.generate([272, 70, 221], 4, 8, SamplingConfig(temperature=1.0), seed=1, stop_token_ids=stops,
+                         max_tokens=limit)
+    assert dec._worker is None

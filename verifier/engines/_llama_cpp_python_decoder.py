@@ -6,6 +6,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from verifier.engines._stop_strings import stop_strings, token_texts
 from verifier.engines.decoder import EngineDecoder
 from verifier.errors import refuse_sampling
 
@@ -19,6 +20,9 @@ class LlamaCppPythonDecoder(EngineDecoder):
     """:class:`EngineDecoder` that refuses what llama-cpp-python's fixed sampler chain does not express as the
     harness's law: top-p or min-p with a temperature (both run before temperature), the repetition penalty (the
     library's never reads the prompt), and presence / frequency penalties past the 64-token window."""
+
+    checkpoint = None  # the target's Hugging Face folder (its tokenizer.json maps stop ids to stop strings)
+    _texts: list[bytes] | None = None
 
     def check_sampling(self, sampling: Any) -> dict[str, Any]:
         rep = getattr(sampling, "repetition_penalty", None)
@@ -37,11 +41,28 @@ class LlamaCppPythonDecoder(EngineDecoder):
                                       f"Hugging Face law at temperature {fields['temperature']}")
         return fields
 
-    def generate(self, prompt_ids: Sequence[int], num_samples: int, max_new_tokens: int, sampling: Any, seed: int) -> np.ndarray:
+    def generate(self, prompt_ids: Sequence[int], num_samples: int, max_new_tokens: int, sampling: Any, seed: int, *,
+                 stop_token_ids: Sequence[int] = (), max_tokens: int | None = None) -> np.ndarray:
         """As :meth:`EngineDecoder.generate`; refuses presence / frequency penalties over rows longer than the
-        library's penalty window (``PENALTY_LAST_N`` sampled tokens; the harness counts every generated token)."""
+        library's penalty window (``PENALTY_LAST_N`` sampled tokens; the harness counts every generated token).
+
+        A stop rule (``stop_token_ids`` / ``max_tokens``, issue 29 kind 5) runs each row through
+        ``Llama.create_completion(stop=STRINGS, max_tokens=max_tokens)``, the library's own stop check; the stop
+        tokens must be expressible as one-character stop strings (:func:`verifier.engines._stop_strings.stop_strings`:
+        an InvalidArgumentError, exit 2, before the engine starts, otherwise)."""
         if getattr(sampling, "counts_generated", False) and max_new_tokens > PENALTY_LAST_N:
             raise refuse_sampling("max-new-tokens", max_new_tokens, f"<= {PENALTY_LAST_N} with a presence or frequency "
                                   f"penalty: llama-cpp-python counts only the last {PENALTY_LAST_N} sampled tokens "
                                   "(Llama(last_n_tokens_size=64)), the harness every generated token")
-        return super().generate(prompt_ids, num_samples, max_new_tokens, sampling, seed)
+        return super().generate(prompt_ids, num_samples, max_new_tokens, sampling, seed, stop_token_ids=stop_token_ids,
+                                max_tokens=max_tokens)
+
+    def _stop_keywords(self, stop_token_ids: Sequence[int], max_tokens: int | None, max_new_tokens: int) -> dict[str, Any]:
+        """:meth:`EngineDecoder._stop_keywords` plus ``stop_strings``: the one-character stop strings whose stop set
+        is exactly ``stop_token_ids`` on the target's token texts (checked before the engine starts)."""
+        extra = super()._stop_keywords(stop_token_ids, max_tokens, max_new_tokens)
+        if extra:
+            if self._texts is None:
+                self._texts = token_texts(self.checkpoint)
+            extra["stop_strings"] = stop_strings(extra["stop_token_ids"], self._texts, eos_token_id=self.eos_token_id)
+        return extra

@@ -41,6 +41,16 @@ does not).  Temperature 0 is the library's greedy sampler (penalties, then argma
 Logprobs (kind 4): ``Llama.generate`` yields token ids only; ``create_completion(logprobs=N)`` reports
 ``Llama.logits_to_logprobs`` of the raw logits (a raw mode, not the processed law), so the adapter reports none.
 
+Stop rules (kind 5): ``Llama.generate`` has no stop check of its own (it yields every sampled token, accepted
+proposals one at a time); ``Llama._create_completion`` checks each yielded token -- EOS (``llama_vocab_is_eog``), then
+the stop *strings* on the completion's text, then ``max_tokens`` -- and ``break``s.  Strings are its only per-request
+stop mechanism, so a stop rule runs each row through ``create_completion(stop=STRINGS, max_tokens=...)`` with
+one-character strings whose stop set is exactly the request's ``stop_token_ids`` (:mod:`verifier.engines._stop_strings`;
+any other set is refused, exit 2, before the engine starts); the worker keeps every token ``generate`` yielded to it.
+Known defect there: after a token ending in an incomplete UTF-8 lead byte, ``multibyte_fix`` ``continue``s past the
+stop-string and ``max_tokens`` checks for the next token, so one token can follow a stop string and ``max_tokens``
+can be overshot by one (``reports/audits/llama-cpp-python-0.3.36/field-kinds/stop/FINDINGS.md``).
+
 Batching (kind 1): the worker runs the rows of a call one at a time (one ``Llama``, one ``generate`` per row), so
 ``batch_composition`` levels above 1 row are refused (:func:`verifier.runner.batch.check_batch_level`).
 
@@ -124,6 +134,7 @@ def decoder(target_model: str = "shipped:target", draft_model: str = "shipped:dr
     root = LlamaCppPython.require_installed()
     target_model, draft_model = model_spec(target_model, "target_model"), model_spec(draft_model, "draft_model")
     from verifier.engines._llama_cpp_python_decoder import LlamaCppPythonDecoder
+    from verifier.engines.decoder import checkpoint_dir
 
     vocab, eos = hf_vocab(target_model)
     eos = eos if eos_token_id is None else eos_token_id
@@ -136,6 +147,8 @@ def decoder(target_model: str = "shipped:target", draft_model: str = "shipped:dr
                                 vocab_size=vocab if vocab_size is None else vocab_size,
                                 eos_token_id=eos,
                                 supported={"temperature", "top_k", "top_p", "presence_penalty", "frequency_penalty", "min_p"},
-                                env={"LLAMA_CPP_LIB_PATH": str(root / "build" / "bin")}, rows_per_step=1)
+                                env={"LLAMA_CPP_LIB_PATH": str(root / "build" / "bin")}, rows_per_step=1,
+                                generate_keywords=("stop_token_ids", "max_tokens"))
+    dec.checkpoint = checkpoint_dir(target_model, "target_model")
     dec.settings.update(target_model=target_model, draft_model=draft_model if opts["draft"] == "model" else None)
     return dec

@@ -27,6 +27,15 @@ What the source does (read from 0.32.2):
   temperature / top-k / top-p -- so the emitted token's entry is the processed law's logprob only when the sampler
   changes nothing (T = 1, no top-k / top-p); elsewhere ``return_logprobs`` is refused (exit 2) rather than
   audited against a law the engine does not report.
+* Stop rules (issue 29, kind 5): ``speculative_generate_step`` checks ``max_tokens`` per token (``num_draft =
+  min(max_tokens - ntoks, k)``, and ``if ntoks == max_tokens: break`` after every accepted draft, generate.py
+  lines 621 and 640-646) but no stop token; ``stream_generate`` (lines 739 and 743; last response line 760) checks every token the loop yields --
+  accepted drafts one at a time -- ``if token in tokenizer.eos_token_ids: break`` and ``if (n + 1) == max_tokens:
+  break``, then yields that token as its last response.  The request's ``stop_token_ids`` therefore go to
+  ``tokenizer.eos_token_ids = {EOS, *stop_token_ids}`` (the set mlx_lm's ``--extra-eos-token`` extends; mlx_lm has
+  no other per-request stop token on this path -- its stop *strings* live in the server and ``BatchGenerator``, not
+  on the speculative loop) and ``max_tokens`` to ``stream_generate(max_tokens=...)``; the worker keeps every
+  response's token, uncut.
 * Engine statistics: ``from_draft`` of each yielded token (True: an accepted draft; False: the
   target's token that ends a round) gives the accepted drafts of every round.
 """
@@ -100,13 +109,15 @@ def _decoder_class() -> type:
                 return super().check_sampling(sampling)
 
             def generate(self, prompt_ids, num_samples, max_new_tokens, sampling, seed, *, return_logprobs=False,
-                         row_temperatures=None):
+                         row_temperatures=None, stop_token_ids=(), max_tokens=None):
                 """As :meth:`EngineDecoder.generate`; ``return_logprobs`` refused where mlx_lm's sampler processes
-                the law (its yielded logprobs are those before the sampler)."""
+                the law (its yielded logprobs are those before the sampler); a stop rule runs the rows through
+                ``stream_generate``'s own stop check (module docstring)."""
                 if return_logprobs:
                     _check_raw_logprobs_are_processed(sampling, self.vocab_size)
                 return super().generate(prompt_ids, num_samples, max_new_tokens, sampling, seed,
-                                        return_logprobs=return_logprobs, row_temperatures=row_temperatures)
+                                        return_logprobs=return_logprobs, row_temperatures=row_temperatures,
+                                        stop_token_ids=stop_token_ids, max_tokens=max_tokens)
 
         _MLXDecoder.__name__ = _MLXDecoder.__qualname__ = "MLXDecoder"
         MLXDecoder = _MLXDecoder
@@ -135,5 +146,5 @@ def decoder(target_model: str = "shipped:target", draft_model: str = "shipped:dr
     return _decoder_class()(MLXLM, HANDLER, init={"target_dir": str(target), "draft_dir": str(draft),
                                              "num_draft_tokens": int(num_draft_tokens), "eos_token_id": eos_token_id},
                       num_draft_tokens=num_draft_tokens, vocab_size=vocab_size, eos_token_id=eos_token_id,
-                      supported={"temperature", "top_k", "top_p"}, greedy_ok=True, generate_keywords=("return_logprobs",),
+                      supported={"temperature", "top_k", "top_p"}, greedy_ok=True, generate_keywords=("return_logprobs", "stop_token_ids", "max_tokens"),
                       rows_per_step=1)
