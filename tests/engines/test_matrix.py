@@ -67,6 +67,16 @@ def test_known_p_row_shows_engine_options_from_the_report(tmp_path):
     assert collect(tmp_path)[0]["config"].startswith("control=both; T=0.7, top-k 8, k=1")
 
 
+def test_a_row_names_every_sampling_config_of_its_report(tmp_path):
+    """One decoder sampled at two configs (the MLX-LM stop suite: T = 1 and T = 0.7 with top-k 8) is one row whose
+    config names both; it used to show only the first sample set's, so the T = 0.7 half read as never run."""
+    src = REPO / "reports" / "audits" / "mlx-lm-0.32.2" / "field-kinds" / "stop" / "report.json"
+    folder = tmp_path / "mlx-lm-0.32.2" / "field-kinds" / "stop"
+    folder.mkdir(parents=True)
+    shutil.copy(src, folder / "report.json")
+    assert collect(tmp_path)[0]["config"].endswith("T=1.0, k=3 and T=0.7, top-k 8, k=3")
+
+
 def test_a_row_planned_for_another_target_tv_says_so(tmp_path):
     """The llama-cpp-python n = 300 audit was planned for TV 0.3 (suite.stats.target_mde, no audit.json): its PASS must
     not read as the TV 0.03 certificates beside it; a URL audit's audit.json target_tv (0.2) is read too, and a 0.03

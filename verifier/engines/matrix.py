@@ -197,6 +197,15 @@ def _per_decoder(r: dict[str, Any]) -> list[tuple[int, dict[str, Any]]]:
     return out
 
 
+def _sampling_label(sampling: dict[str, Any], k: Any) -> str:
+    """``T=1.0, top-k 8, k=3``: one sample set's sampling config and draft length as the matrix shows it."""
+    return f"T={sampling.get('temperature')}" + (f", top-k {sampling['top_k']}" if sampling.get("top_k") else "") \
+        + (f", top-p {sampling['top_p']}" if sampling.get("top_p") else "") \
+        + "".join(f", {label} {sampling[key]}" for key, label in (("repetition_penalty", "repetition"), ("presence_penalty", "presence"),
+                                                                 ("frequency_penalty", "frequency"), ("min_p", "min-p"))
+                  if sampling.get(key) is not None) + f", k={k if k is not None else ''}"
+
+
 def _known_p_row(folder: Path, r: dict[str, Any], root: Path, index: int = 0) -> dict[str, Any]:
     plan = json.loads((folder / "audit.json").read_text()) if (folder / "audit.json").is_file() else {}
     eng = plan.get("engine") or _engine_from_folder(folder, root)  # reports run with --decoder SPEC carry no engine record
@@ -228,11 +237,8 @@ def _known_p_row(folder: Path, r: dict[str, Any], root: Path, index: int = 0) ->
         cfg = (f"URL self-reported, top-{design.get('logprobs')} logprobs" if self_reported else
                f"URL, {options.get('num_concurrent', 4)} in flight" + _url_factors(options)) \
             + (f", {control} server" if control else "")
-    cfg += f"; T={sampling.get('temperature')}" + (f", top-k {sampling['top_k']}" if sampling.get("top_k") else "") \
-        + (f", top-p {sampling['top_p']}" if sampling.get("top_p") else "") \
-        + "".join(f", {label} {sampling[key]}" for key, label in (("repetition_penalty", "repetition"), ("presence_penalty", "presence"),
-                                                                 ("frequency_penalty", "frequency"), ("min_p", "min-p"))
-                  if sampling.get(key) is not None) + f", k={sets[0].get('num_draft_tokens') if sets else ''}"
+    labels = list(dict.fromkeys(_sampling_label(x.get("sampling", {}), x.get("num_draft_tokens")) for x in sets))
+    cfg += "; " + (" and ".join(labels) if labels else _sampling_label(sampling, ""))  # every config the report holds
     acc = []
     for a in d.get("acceptance") or []:
         if a.get("mean_accepted") is None:
