@@ -167,6 +167,22 @@ def test_field_kinds_table_reads_each_kind_from_the_committed_reports(tmp_path):
     assert "old" not in text and "| batch shape | shared randomness |" in text and text.endswith("end\n")
 
 
+def test_a_powered_pass_of_a_batch_level_outranks_an_underpowered_run_of_it(tmp_path):
+    """vLLM's control at batch level 4: 300 rows in control-batch-prompts (UNDERPOWERED: MDE 0.22 > TV 0.1) and 2,500
+    rows in control-batch-n2500 (PASS, MDE <= 0.098).  Across the variant's reports the conclusive result decides the
+    level (the table used to keep the worst, UNDERPOWERED); a level only the small run has stays UNDERPOWERED."""
+    from verifier.engines.kinds_matrix import collect_kinds
+
+    audits = REPO / "reports" / "audits" / "vllm-0.32.0" / "field-kinds"
+    for name in ("control-batch-n2500", "control-batch-prompts"):
+        (tmp_path / "vllm-0.32.0" / name).mkdir(parents=True)
+        shutil.copy(audits / name / "report.json", tmp_path / "vllm-0.32.0" / name / "report.json")
+    (group,) = [g for g in collect_kinds(collect(tmp_path)) if g["kinds"]]
+    levels = group["kinds"]["batch shape"]["levels"]
+    assert levels["4"] == "PASS" and levels["2"] == levels["16"] == "PASS"
+    assert levels["4,mixed prompts"] == "UNDERPOWERED"
+
+
 def test_a_suite_of_several_decoders_gives_one_row_each(tmp_path):
     """A suite report with several decoders (the field-kinds suites) is one row per decoder, each with its own verdict,
     sampling (penalties and min-p shown) and cells -- the first decoder must not speak for the others."""

@@ -47,6 +47,9 @@ KINDS = ("batch shape", "shared randomness", "penalties, min-p", "reported logpr
          "another vocabulary", "recurrent state")
 START, END = "<!-- field-kinds:start -->", "<!-- field-kinds:end -->"
 _RANK = {"BIAS": 4, "FLAGGED": 3, "UNDERPOWERED": 2, "PASS": 1}  # FLAGGED: the acceptance fingerprint (not a bias verdict)
+# across reports of one variant a conclusive result outranks an inconclusive one: a powered PASS (vLLM's control at
+# 2,500 rows per level) is not undone by an earlier UNDERPOWERED run of the same level (300 rows); BIAS still wins
+_ACROSS = {"BIAS": 4, "FLAGGED": 3, "PASS": 2, "UNDERPOWERED": 1}
 _BATCH = re.compile(r"\[batch=(\d+)(,mixed[^\]]*)?\]$")
 
 
@@ -162,8 +165,9 @@ def kind_results(report: dict[str, Any], decoder: str | None = None) -> dict[str
 
 def collect_kinds(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One entry per engine variant of the audit matrix's ``rows`` (:func:`verifier.engines.matrix.collect`; a row's
-    ``field_kinds`` is its engine record's), each kind's worst result over the variant's reports with a link to the
-    deciding report.
+    ``field_kinds`` is its engine record's), each kind's deciding result over the variant's reports with a link to the
+    deciding report: BIAS over a fingerprint FLAGGED over PASS over UNDERPOWERED (a conclusive run outranks an
+    inconclusive one; within one report a kind is its worst cell).
 
     An engine none of whose reports has a cell of any kind gets one entry (variant "every variant") that says
     "not run" (or the engine's ``field_kinds`` reason) in every column, so that every engine of the matrix shows.
@@ -212,10 +216,10 @@ def collect_kinds(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             g["counts"][kind] = g["counts"].get(kind, 0) + 1
             old = g["kinds"].get(kind)
             levels = dict(old.get("levels") or {}) if old else {}
-            for lvl, v in (res.get("levels") or {}).items():  # batch levels: the worst per level over the reports
-                if _RANK[v] > _RANK.get(levels.get(lvl, ""), 0):
+            for lvl, v in (res.get("levels") or {}).items():  # batch levels: per level over the reports (_ACROSS)
+                if _ACROSS[v] > _ACROSS.get(levels.get(lvl, ""), 0):
                     levels[lvl] = v
-            if old is None or _RANK[res["verdict"]] > _RANK[old["verdict"]]:
+            if old is None or _ACROSS[res["verdict"]] > _ACROSS[old["verdict"]]:
                 g["kinds"][kind] = old = {**res, "folder": folder}
             if levels:
                 old["levels"] = levels
