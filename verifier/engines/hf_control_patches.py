@@ -5,14 +5,17 @@ verdict PASS with that defect alone fixed (reports/audits/transformers-5.24.0/FI
 
 * ``usd_logit_order``: ``AssistantToTargetTranslator.get_target_logits`` writes a pruned assistant head's columns to
   the target ids of the tokens they hold (universal speculative decoding with a different-tokenizer draft);
-* ``gemma4_greedy_q``: the Gemma4 assistant hands the point mass it drafted from as q.
+* ``gemma4_greedy_q``: the Gemma4 assistant hands the point mass it drafted from as q;
+* ``draft_warpers_once``: the assistant of assisted generation applies the sampling warpers (temperature, top-k, top-p,
+  min-p, ...) once, not twice (reports/audits/transformers-5.25.0/field-kinds/lossy/FINDINGS.md: an efficiency finding,
+  not a bias).
 """
 
 from __future__ import annotations
 
 import torch
 
-__all__ = ["CONTROL_PATCHES", "patch_usd_logit_order", "patch_gemma4_greedy_q"]
+__all__ = ["CONTROL_PATCHES", "patch_usd_logit_order", "patch_gemma4_greedy_q", "patch_draft_warpers_once"]
 
 
 def patch_usd_logit_order() -> None:
@@ -69,4 +72,36 @@ def patch_gemma4_greedy_q() -> None:
     cls.get_candidates = get_candidates
 
 
-CONTROL_PATCHES = {"usd_logit_order": patch_usd_logit_order, "gemma4_greedy_q": patch_gemma4_greedy_q}  # name -> monkeypatch (controls of findings; off by default)
+def patch_draft_warpers_once() -> None:
+    """CONTROL ONLY (``control_patch="draft_warpers_once"``, off by default): the assistant's sampling warpers once.
+
+    ``GenerationMixin._assisted_decoding`` hands the candidate generator the target's *prepared* processor list (its
+    warpers included: ``TemperatureLogitsWarper(T)``, top-k, top-p, min-p, ...), and ``AssistedCandidateGenerator``
+    passes it on to ``assistant_model.generate(logits_processor=..., generation_config=<a copy with do_sample and T>)``,
+    whose ``_get_logits_processor`` merges the passed list *before* it appends the warpers of the generation config:
+    every warper runs twice, so the draft samples at ``T**2`` (top-p applied twice keeps fewer tokens).  The scores
+    it returns are the ones it sampled from, so the rule stays lossless; acceptance falls (T = 2: 0.646 instead of
+    0.724 on the shipped pair).  The patch drops the warpers from the list the assistant is handed (its generate
+    re-creates each once from the config); nothing else changes.
+    """
+    from transformers.generation import candidate_generator as cg
+    from transformers.generation import logits_process as lp
+
+    cls = cg.AssistedCandidateGenerator
+    original = cls.__init__
+    if getattr(original, "_specverify_control", False):
+        return
+    warpers = tuple(getattr(lp, name) for name in ("TemperatureLogitsWarper", "TopHLogitsWarper", "TopKLogitsWarper",
+                                                   "TopPLogitsWarper", "MinPLogitsWarper", "TypicalLogitsWarper",
+                                                   "EpsilonLogitsWarper", "EtaLogitsWarper") if hasattr(lp, name))
+
+    def __init__(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        self.logits_processor = [p for p in self.logits_processor if not isinstance(p, warpers)]
+
+    __init__._specverify_control = True
+    cls.__init__ = __init__
+
+
+CONTROL_PATCHES = {"usd_logit_order": patch_usd_logit_order, "gemma4_greedy_q": patch_gemma4_greedy_q,
+                   "draft_warpers_once": patch_draft_warpers_once}  # name -> monkeypatch (controls of findings; off by default)

@@ -64,9 +64,10 @@ class TransformersEngine(Engine):
         EngineOption("assistant_model", "", (), "assistant_tokenizer / gemma4_assistant: the assistant checkpoint "
                      "(default: the local one built by ci/engines/transformers.sh)"),
         EngineOption("num_workers", 0, (), "worker processes (0: every CPU core)"),
-        EngineOption("control_patch", "", ("", "usd_logit_order", "gemma4_greedy_q"), "CONTROL of a finding, off by "
-                     "default: 'usd_logit_order' fixes the q column order of universal assisted generation; "
-                     "'gemma4_greedy_q' hands the Gemma4 assistant's point-mass q over (FINDINGS.md)"),
+        EngineOption("control_patch", "", ("", "usd_logit_order", "gemma4_greedy_q", "draft_warpers_once"),
+                     "CONTROL of a finding, off by default: 'usd_logit_order' fixes the q column order of universal "
+                     "assisted generation; 'gemma4_greedy_q' hands the Gemma4 assistant's point-mass q over; "
+                     "'draft_warpers_once' applies the assistant's temperature/top-k/top-p once (FINDINGS.md)"),
         EngineOption("vocab_order_seed", 0, (), "assistant_tokenizer: the assistant vocabulary's get_vocab() order, a "
                      "permutation drawn from this seed in every process (reproducible samples); -1: each process's "
                      "own hash order"),
