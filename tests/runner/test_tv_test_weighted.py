@@ -25,7 +25,8 @@ def test_schema_default_is_pearson_and_the_choice_is_checked(write_suite):
     assert load_suite(write_suite(suite_text(EXACT_DECODER))).stats.tv_test == "pearson"
     suite = load_suite(write_suite(suite_text(EXACT_DECODER, stats="tv_test = 'weighted'")), "nightly")
     assert suite.stats.tv_test == "weighted"  # kept through a profile
-    with pytest.raises(ConfigError, match=r"stats\.tv_test='vv' is invalid; allowed: 'pearson' \| 'weighted'"):
+    assert load_suite(write_suite(suite_text(EXACT_DECODER, stats="tv_test = 'mixture'"))).stats.tv_test == "mixture"
+    with pytest.raises(ConfigError, match=r"stats\.tv_test='vv' is invalid; allowed: 'pearson' \| 'weighted' \| 'mixture'"):
         load_suite(write_suite(suite_text(EXACT_DECODER, stats="tv_test = 'vv'")))
 
 
