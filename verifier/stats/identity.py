@@ -200,23 +200,28 @@ def identity_test(counts, expected_probs, *, alpha: float = 0.01, power: float =
     InvalidArgumentError
         Bad probs or counts, shapes that differ, alpha/power outside (0, 1), n < 1.
     """
+    probs, n, x, p, violation, draws = _test_inputs(counts, expected_probs, alpha, power, min_expected, draws)
+    if p.size < 2:
+        return IdentityResult(math.nan, 0.0 if violation else 1.0, 0, int(p.size), math.inf, violation)
+    t = float(identity_statistic(x, p))
+    pvalue, used = (0.0, 0) if violation else _mc_pvalue(t, p, n, draws)
+    tv = identity_mde(n, probs, alpha=alpha, power=power, min_expected=min_expected) if mde else math.nan
+    return IdentityResult(t, pvalue, used, int(p.size), tv, violation)
+
+
+def _test_inputs(counts, expected_probs, alpha, power, min_expected, draws):
+    """Checked inputs of an identity test: ``(probs, n, pooled counts, pooled probs, support violation, null draws B)``."""
     probs = check_probs(expected_probs, "expected_probs")
     counts = np.asarray(counts)
     if counts.shape != probs.shape or counts.dtype.kind not in "iu" or (counts < 0).any():
         raise invalid_argument("counts", counts.shape, f"non-negative integer counts of shape {probs.shape}")
     n = check_positive_int(int(counts.sum()), "counts.sum()")
-    alpha, power = check_alpha(alpha), check_fraction(power, "power")
+    alpha = check_alpha(alpha)
+    check_fraction(power, "power")
     pooling = _pool(probs, n, float(min_expected))
     violation = bool(counts[pooling.groups < 0].sum() > 0)
-    p = pooling.expected_probs
-    x = pooling.pool(counts)
-    if p.size < 2:
-        return IdentityResult(math.nan, 0.0 if violation else 1.0, 0, int(p.size), math.inf, violation)
-    t = float(identity_statistic(x, p))
     b = int(draws) if draws is not None else max(1000, math.ceil(DRAWS_PER_ALPHA / alpha))
-    pvalue, used = (0.0, 0) if violation else _mc_pvalue(t, p, n, b)
-    tv = identity_mde(n, probs, alpha=alpha, power=power, min_expected=min_expected) if mde else math.nan
-    return IdentityResult(t, pvalue, used, int(p.size), tv, violation)
+    return probs, n, pooling.pool(counts), np.ascontiguousarray(pooling.expected_probs), violation, b
 
 
 # --------------------------------------------------------------------------- Gaussian-limit law of T

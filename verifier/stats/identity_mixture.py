@@ -37,10 +37,9 @@ import math
 
 import numpy as np
 
-from verifier.errors import invalid_argument
 from verifier.stats._validate import check_alpha, check_fraction, check_positive_int, check_probs
-from verifier.stats.identity import (ALTERNATIVE_EXPONENTS, DRAWS_PER_ALPHA, IdentityResult, _decision_threshold,
-                                     _mc_pvalue, identity_samples_needed, least_favourable)
+from verifier.stats.identity import (ALTERNATIVE_EXPONENTS, IdentityResult, _decision_threshold, _mc_pvalue,
+                                     _test_inputs, identity_samples_needed, least_favourable)
 from verifier.stats.pooling import MIN_EXPECTED_COUNT, _pool
 
 __all__ = ["GAMMA0", "ALTERNATIVES", "mixture_statistic", "random_sign_law", "mixture_test", "mixture_power",
@@ -62,10 +61,9 @@ def mixture_statistic(counts, probs: np.ndarray, tune_tv: float) -> np.ndarray:
 
     Parameters
     ----------
-    counts : array_like, shape (..., K), int
-        Pooled counts; every row sums to the same n >= 1.
-    probs : np.ndarray, shape (K,), float64
-        Pooled null law, every entry > 0.
+    counts, probs
+        As :func:`verifier.stats.identity.identity_statistic`: pooled counts of shape (..., K), rows summing to one n,
+        and the pooled null law of shape (K,).
     tune_tv : float
         The TV the weights are tuned to (``sum |delta| = 2 tune_tv``).
 
@@ -114,19 +112,11 @@ def mixture_test(counts, expected_probs, *, tune_tv: float, alpha: float = 0.01,
 
     Parameters
     ----------
-    counts : array_like, shape (vocab,), int
-        Observed counts (n >= 1).
-    expected_probs : array_like, shape (vocab,), float64
-        Exact null law.
+    counts, expected_probs, alpha, power, min_expected, draws
+        As :func:`verifier.stats.identity.identity_test` (counts and law of shape (vocab,); alpha sets the ``50 /
+        alpha`` null draws and the MDE's level).
     tune_tv : float
         TV in (0, 1) the statistic is tuned to (the suite's target TV), fixed before the data.
-    alpha : float, default 0.01
-        Level: sets the Monte Carlo draws (``50 / alpha``) and the level of the MDE.
-    power : float, default 0.99
-    min_expected : float, default 10
-        Pooling floor (as :func:`verifier.stats.gof_test`).
-    draws : int, optional
-        Null draws B (default ``max(1000, ceil(50 / alpha))``).
     mde : bool, default True
         False: skip the (measured) minimum detectable effect (``mde_tv`` nan).
 
@@ -140,21 +130,13 @@ def mixture_test(counts, expected_probs, *, tune_tv: float, alpha: float = 0.01,
     InvalidArgumentError
         Bad probs or counts, shapes that differ, alpha / power / tune_tv outside (0, 1), n < 1.
     """
-    probs = check_probs(expected_probs, "expected_probs")
-    counts = np.asarray(counts)
-    if counts.shape != probs.shape or counts.dtype.kind not in "iu" or (counts < 0).any():
-        raise invalid_argument("counts", counts.shape, f"non-negative integer counts of shape {probs.shape}")
-    n = check_positive_int(int(counts.sum()), "counts.sum()")
-    alpha, power, tune_tv = check_alpha(alpha), check_fraction(power, "power"), check_fraction(tune_tv, "tune_tv")
-    pooling = _pool(probs, n, float(min_expected))
-    violation = bool(counts[pooling.groups < 0].sum() > 0)
-    p = np.ascontiguousarray(pooling.expected_probs)
+    tune_tv = check_fraction(tune_tv, "tune_tv")
+    probs, n, x, p, violation, draws = _test_inputs(counts, expected_probs, alpha, power, min_expected, draws)
     if p.size < 2:
         return IdentityResult(math.nan, 0.0 if violation else 1.0, 0, int(p.size), math.inf, violation)
-    s = float(mixture_statistic(pooling.pool(counts), p, tune_tv))
-    b = int(draws) if draws is not None else max(1000, math.ceil(DRAWS_PER_ALPHA / alpha))
+    s = float(mixture_statistic(x, p, tune_tv))
     stat = functools.partial(mixture_statistic, tune_tv=tune_tv)
-    pvalue, used = (0.0, 0) if violation else _mc_pvalue(s, p, n, b, stat, _key(tune_tv))
+    pvalue, used = (0.0, 0) if violation else _mc_pvalue(s, p, n, draws, stat, _key(tune_tv))
     tv = mixture_mde(n, probs, tune_tv=tune_tv, alpha=alpha, power=power, min_expected=min_expected) if mde else math.nan
     return IdentityResult(s, pvalue, used, int(p.size), tv, violation)
 
@@ -229,23 +211,16 @@ def mixture_mde(n, expected_probs, *, tune_tv: float, alpha: float = 0.01, power
 
     Parameters
     ----------
-    n : int
-    expected_probs : array_like, shape (vocab,), float64
-    tune_tv : float
-        TV the statistic is tuned to.
-    alpha, power : float
-    min_expected : float, default 10
+    n, expected_probs, tune_tv, alpha, min_expected
+        As :func:`mixture_power`.
+    power : float, default 0.99
     runs : int, default 1000
         Draws per alternative and step (an MDE for the report; planning uses :data:`DEFAULT_RUNS`).
 
     Returns
     -------
     float
-
-    Raises
-    ------
-    InvalidArgumentError
-        As :func:`mixture_power`.
+        The TV; ``InvalidArgumentError`` as :func:`mixture_power`.
     """
     p = _pooled(expected_probs, n, min_expected)
     power = check_fraction(power, "power")
@@ -268,20 +243,11 @@ def mixture_mde(n, expected_probs, *, tune_tv: float, alpha: float = 0.01, power
 def mixture_samples_needed(expected_probs, eps: float, *, alpha: float = 0.01, power: float = 0.99,
                            min_expected: float = MIN_EXPECTED_COUNT, runs: int = DEFAULT_RUNS, n_min: int = 2,
                            n_max: int = 10**8, rel_tol: float = 0.02) -> int | None:
-    """Smallest n (to ``rel_tol``) at which the measured :func:`mixture_power` at TV ``eps`` is >= ``power``.
+    """Smallest n (to ``rel_tol``) at which the measured :func:`mixture_power` at TV ``eps`` is >= ``power``: the
+    certificate's n, or None when ``n_max`` does not suffice (``InvalidArgumentError`` as :func:`mixture_power`).
 
     Starts from the weighted test's plan (:func:`verifier.stats.identity.identity_samples_needed`), brackets by
     factors of 0.85 down (or 1.1 up) and bisects; every step is a measurement with its own null stream.
-
-    Returns
-    -------
-    int or None
-        None when ``n_max`` does not suffice.
-
-    Raises
-    ------
-    InvalidArgumentError
-        As :func:`mixture_power`.
     """
     check_probs(expected_probs, "expected_probs")
     eps, alpha, power = check_fraction(eps, "eps"), check_alpha(alpha), check_fraction(power, "power")
