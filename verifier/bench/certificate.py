@@ -27,7 +27,7 @@ is not (the **exact n**, :func:`exact_check`); at that n it measures
   the lightest half of the categories, mass moved into / out of the pooled tail -- the smallest rejection rate with its
   Clopper--Pearson interval, goal >= 0.99.
 
-The **mixture n** (section 24 of reports/benchmarks.md): the sign-mixture statistic ``sum log cosh(a_i Z_i)``
+The **mixture n** (section 25 of reports/benchmarks.md): the sign-mixture statistic ``sum log cosh(a_i Z_i)``
 (:mod:`verifier.stats.identity_mixture`; same pooling, same level, same null stream as the weighted test) planned by its
 measured power (:func:`verifier.stats.identity_mixture.mixture_samples_needed`) on the cells that can bind
 (``MIX_PLAN_SHARE``), then checked like the others.  ``--lower-bound`` adds the Neyman--Pearson power against sign
@@ -317,7 +317,7 @@ def mixture_np_power(probs: np.ndarray, n: int, alpha: float, gamma: float, *, t
     ``sum |delta| = 2 target_tv``) with an independent fair sign.  ``paired=False``: every category its own fair sign
     (``delta_i = +-c p_i^gamma``), twice the signs, hence a harder mixture -- but its laws do not sum to one; renormalised
     their TV is 0.029 on average, 0.023 at the 0.5% quantile on the T = 1 joint cell, so it is a bound only for
-    alternatives of that spread of TV (reports/benchmarks.md section 24).  With independent standardised counts the
+    alternatives of that spread of TV (reports/benchmarks.md section 25).  With independent standardised counts the
     likelihood ratio is a product over pairs of ``cosh(V) exp(-s^2 / 2)``, ``V ~ N(0, s^2)`` under the null and
     ``N(s^2, s^2)`` under the mixture; the law of ``sum log cosh(V)`` is a convolution of one-dimensional laws
     (FFT on a grid of ``grid`` points).

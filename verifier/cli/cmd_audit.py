@@ -106,7 +106,7 @@ def register(parser: argparse.ArgumentParser) -> None:
                         help="test of the TV cells (known-p mode): Pearson's chi-square, the weighted identity test "
                              "(Valiant-Valiant p^-2/3 weights, Monte Carlo null), whose certificate needs 0.57-0.75x "
                              "the samples on the shipped pair (reports/benchmarks.md section 15), or the sign-mixture "
-                             "test (sum log cosh, measured power; planning takes minutes per cell: section 24). "
+                             "test (sum log cosh, measured power; planning takes minutes per cell: section 25). "
                              "Default: pearson")
     parser.add_argument("--seed", type=int, default=0, help="Default: 0")
     parser.add_argument("--vocab-size", type=int, default=None, help="vocabulary size when no --target gives it")

@@ -8,7 +8,7 @@ but its p-value comes from :func:`verifier.stats.identity.identity_test` (Valian
 (:func:`verifier.stats.identity.identity_mde`), which needs 0.57--0.75x Pearson's n for the same TV on the
 shipped pair (reports/benchmarks.md §15).  ``"mixture"`` takes the sign-mixture statistic ``sum log cosh(a_i Z_i)``
 tuned to the suite's target TV instead (:mod:`verifier.stats.identity_mixture`: the same null stream, a measured
-power; reports/benchmarks.md §24).
+power; reports/benchmarks.md §25).
 """
 
 from __future__ import annotations

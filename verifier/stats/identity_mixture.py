@@ -10,7 +10,7 @@ quadratic where ``a_i Z_i`` is small (the light categories: ``a_i^2 Z_i^2 / 2``,
 linear, ``|a_i Z_i|``, where it is large (the heavy categories, whose shift at TV 0.03 is 2-3 standard deviations
 on the shipped pair), where a square wastes power on the noise.  The test fixes ``gamma = GAMMA0 = 0.75`` (between
 the planned least favourable exponents 2/3 and 0.8; chosen on the shipped pair's T = 1 joint cell, reports/benchmarks.md
-section 24) and ``c = 2 tune_tv / sum p^gamma`` (``sum |delta| = 2 tune_tv``: the suite's target TV) before any data.
+section 25) and ``c = 2 tune_tv / sum p^gamma`` (``sum |delta| = 2 tune_tv``: the suite's target TV) before any data.
 
 The test
 --------
