@@ -267,8 +267,8 @@ def simulate_cell(probs: np.ndarray, n: int, alpha: float, test: str, *, null_ru
         def reject(x):
             return identity_statistic(x, p) > crit + 1e-9 * max(abs(crit), 1.0)
     elif test == "mixture":  # the same Besag-Clifford decision, on the mixture statistic of the same seeded stream
-        stat = functools.partial(mixture_statistic, tune_tv=TARGET_TV)
-        crit = _decision_threshold(p, n, alpha, stat, _key(TARGET_TV))
+        stat = functools.partial(mixture_statistic, tune_tv=target_tv)  # tuned to the TV it is measured at
+        crit = _decision_threshold(p, n, alpha, stat, _key(target_tv))
 
         def reject(x):
             return stat(x, p) > crit + 1e-9 * max(abs(crit), 1.0)
