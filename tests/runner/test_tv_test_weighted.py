@@ -25,7 +25,8 @@ def test_schema_default_is_pearson_and_the_choice_is_checked(write_suite):
     assert load_suite(write_suite(suite_text(EXACT_DECODER))).stats.tv_test == "pearson"
     suite = load_suite(write_suite(suite_text(EXACT_DECODER, stats="tv_test = 'weighted'")), "nightly")
     assert suite.stats.tv_test == "weighted"  # kept through a profile
-    with pytest.raises(ConfigError, match=r"stats\.tv_test='vv' is invalid; allowed: 'pearson' \| 'weighted'"):
+    assert load_suite(write_suite(suite_text(EXACT_DECODER, stats="tv_test = 'mixture'"))).stats.tv_test == "mixture"
+    with pytest.raises(ConfigError, match=r"stats\.tv_test='vv' is invalid; allowed: 'pearson' \| 'weighted' \| 'mixture'"):
         load_suite(write_suite(suite_text(EXACT_DECODER, stats="tv_test = 'vv'")))
 
 
@@ -71,3 +72,15 @@ def test_cell_reports_n_needed_and_support_violations(law):
     counts = np.append(rng.multinomial(500, law), 2)
     cell = identity_cell("c", counts, with_zero, cell_alpha=1e-3, power=0.99, label_fn=lambda c: f"t{c}", **META)
     assert cell.pvalue == 0.0 and cell.support_violation == f"token t{len(law)} emitted 2 times at target prob 0"
+
+
+@pytest.mark.full  # minutes: every TV cell's n is bisected by measured power at the audit's cell level
+def test_audit_plan_with_the_mixture_test_is_measured_and_no_larger_than_the_weighted_one():
+    """trigram3, prompt (0, 1), k = 2, TV 0.1, the audit's alpha 1e-3 and power 0.99: the mixture plan keeps the
+    level, writes ``tv_test = "mixture"`` and needs at most 2% (its bisection step) more rows than the weighted plan."""
+    common = dict(decoder="reference", target="tabular:trigram3", prompts=(("ids", (0, 1)),), num_draft_tokens=2,
+                  target_tv=0.1)
+    weighted = plan_audit(AuditSpec(**common, tv_test="weighted"))
+    mixture = plan_audit(AuditSpec(**common, tv_test="mixture"))
+    assert mixture.cell_alpha == weighted.cell_alpha and mixture.raw["stats"]["tv_test"] == "mixture"
+    assert mixture.n_needed <= 1.02 * weighted.n_needed, (weighted.needed, mixture.needed)

@@ -82,7 +82,7 @@ class AuditSpec:
     description: str = ""
     plan_n: bool = True  # False: skip the power calculation (n given, no target TV to plan for)
     acceptance: str = "any"  # "canonical": the decoder declares min(1, p/q); its accepted-count law is checked
-    tv_test: str = "pearson"  # "weighted": the TV cells take the weighted identity test and n is planned by its power
+    tv_test: str = "pearson"  # "weighted" / "mixture": the TV cells take that identity test and n is planned by its power
     # design factors: one decoder per (name, option overrides), each with its own cells and verdict (e.g. a URL
     # audit's concurrency levels); empty -> the one decoder.  The caller splits alpha over them.
     variants: tuple = ()
@@ -225,8 +225,8 @@ def _check_spec(spec: AuditSpec) -> int:
         raise invalid_argument("--num-samples", spec.num_samples, "an integer >= 1")
     if spec.chunk_size is not None and spec.chunk_size < 1:
         raise invalid_argument("--chunk-size", spec.chunk_size, "an integer >= 1")
-    if spec.tv_test not in ("pearson", "weighted"):
-        raise invalid_argument("--tv-test", spec.tv_test, "'pearson' | 'weighted'")
+    if spec.tv_test not in ("pearson", "weighted", "mixture"):
+        raise invalid_argument("--tv-test", spec.tv_test, "'pearson' | 'weighted' | 'mixture'")
     t = spec.max_new_tokens if spec.max_new_tokens is not None else spec.num_draft_tokens + 1
     if t < 1:
         raise invalid_argument("--max-new-tokens", spec.max_new_tokens, "an integer >= 1")
@@ -311,6 +311,11 @@ def plan_audit(spec: AuditSpec, *, base_dir: str | Path = ".", pair: Any = None)
             from verifier.stats.identity import identity_samples_needed
 
             needed[label] = identity_samples_needed(law, spec.target_tv, alpha=level, power=spec.power, n_max=10 ** 8)
+            return
+        if spec.tv_test == "mixture":  # the sign-mixture test's measured power (verifier.stats.identity_mixture)
+            from verifier.stats.identity_mixture import mixture_samples_needed
+
+            needed[label] = mixture_samples_needed(law, spec.target_tv, alpha=level, power=spec.power, n_max=10 ** 8)
             return
         needed[label] = samples_for_mde(lambda n: gof_mde(n, law, alpha=level, power=spec.power).tv, spec.target_tv,
                                         n_max=10 ** 8)

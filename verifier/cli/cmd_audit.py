@@ -102,10 +102,12 @@ def register(parser: argparse.ArgumentParser) -> None:
                         help="kernel mode: run only these cases (seed-3token, chain-k4, one-hot-blind, adversarial[full_p_fallback]; "
                              "repeatable). Default: all")
     parser.add_argument("--alpha", type=float, default=1e-3, help="family-wise false-alarm rate. Default: 0.001")
-    parser.add_argument("--tv-test", choices=("pearson", "weighted"), default="pearson",
-                        help="test of the TV cells (known-p mode): Pearson's chi-square, or the weighted identity test "
+    parser.add_argument("--tv-test", choices=("pearson", "weighted", "mixture"), default="pearson",
+                        help="test of the TV cells (known-p mode): Pearson's chi-square, the weighted identity test "
                              "(Valiant-Valiant p^-2/3 weights, Monte Carlo null), whose certificate needs 0.57-0.75x "
-                             "the samples on the shipped pair (reports/benchmarks.md section 15). Default: pearson")
+                             "the samples on the shipped pair (reports/benchmarks.md section 15), or the sign-mixture "
+                             "test (sum log cosh, measured power; planning takes minutes per cell: section 25). "
+                             "Default: pearson")
     parser.add_argument("--seed", type=int, default=0, help="Default: 0")
     parser.add_argument("--vocab-size", type=int, default=None, help="vocabulary size when no --target gives it")
     parser.add_argument("--eos-token-id", type=int, default=None, help="EOS id when no --target gives it")

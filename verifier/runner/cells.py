@@ -139,8 +139,12 @@ def _set_cells(ctx: SuiteContext, plan: SampleSetPlan, tokens: np.ndarray,
     cells = []
     positions, jt = position_plan(plan)
     tv_cell = analysis.gof_cell  # the TV cells' test: Pearson, or the opt-in weighted identity test (issue 27)
-    if getattr(suite.stats, "tv_test", "pearson") == "weighted":
-        from verifier.runner.identity_cell import identity_cell as tv_cell
+    if getattr(suite.stats, "tv_test", "pearson") in ("weighted", "mixture"):
+        import functools
+
+        from verifier.runner.identity_cell import identity_cell
+
+        tv_cell = functools.partial(identity_cell, tv_test=suite.stats.tv_test)
     if positions or jt:
         laws = expected_laws(ctx, plan)
         note = laws.note()

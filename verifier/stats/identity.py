@@ -130,35 +130,45 @@ def _seed(probs: np.ndarray, n: int) -> int:
 
 
 @functools.lru_cache(maxsize=16)
-def _null_stream(probs_bytes: bytes, n: int):
+def _null_stream(probs_bytes: bytes, n: int, key: tuple = ()):
     probs = np.frombuffer(probs_bytes, dtype=np.float64)
     return {"rng": np.random.default_rng(_seed(probs, n)), "values": np.empty(0), "probs": probs,
             "lock": threading.Lock()}
 
 
-def _null_draws(probs: np.ndarray, n: int, draws: int) -> np.ndarray:
+def _null_draws(probs: np.ndarray, n: int, draws: int, statistic=None, key: tuple = ()) -> np.ndarray:
     """The first ``draws`` null values of T (a fixed seeded stream per law and n, grown in fixed chunks under a
-    lock, so cells computed in threads see the same draws)."""
-    stream = _null_stream(np.ascontiguousarray(probs, dtype=np.float64).tobytes(), int(n))
+    lock, so cells computed in threads see the same draws).  ``statistic(counts, probs)`` (default
+    :func:`identity_statistic`) with its ``key`` (hashable, naming it and its parameters): another statistic of
+    the *same* seeded multinomial draws (:mod:`verifier.stats.identity_mixture`)."""
+    statistic = identity_statistic if statistic is None else statistic
+    stream = _null_stream(np.ascontiguousarray(probs, dtype=np.float64).tobytes(), int(n), key)
     with stream["lock"]:
         while stream["values"].size < draws:
             x = stream["rng"].multinomial(n, stream["probs"], size=_CHUNK)
-            stream["values"] = np.concatenate([stream["values"], identity_statistic(x, stream["probs"])])
+            stream["values"] = np.concatenate([stream["values"], statistic(x, stream["probs"])])
         return stream["values"][:draws]
 
 
-def _mc_pvalue(observed: float, probs: np.ndarray, n: int, draws: int) -> tuple[float, int]:
+def _mc_pvalue(observed: float, probs: np.ndarray, n: int, draws: int, statistic=None, key: tuple = ()) -> tuple[float, int]:
     """Besag-Clifford: p = h / l at the h-th exceedance (draw l, h = STOP_EXCEEDANCES), else (1 + g) / (1 + draws)."""
     tol = 1e-9 * max(abs(observed), 1.0)  # float rounding of an equal statistic counts as reaching it
     done = 0
     while done < draws:
         upto = min(draws, done + _CHUNK)
-        hits = np.flatnonzero(_null_draws(probs, n, upto) >= observed - tol)
+        hits = np.flatnonzero(_null_draws(probs, n, upto, statistic, key) >= observed - tol)
         if hits.size >= STOP_EXCEEDANCES:
             return STOP_EXCEEDANCES / float(hits[STOP_EXCEEDANCES - 1] + 1), int(hits[STOP_EXCEEDANCES - 1] + 1)
         done = upto
-    g = int(np.count_nonzero(_null_draws(probs, n, draws) >= observed - tol))
+    g = int(np.count_nonzero(_null_draws(probs, n, draws, statistic, key) >= observed - tol))
     return (1 + g) / (1 + draws), draws
+
+
+def _decision_threshold(probs: np.ndarray, n: int, alpha: float, statistic=None, key: tuple = ()) -> float:
+    """The value the statistic must exceed for the Besag-Clifford p-value to be <= ``alpha``: the h-th largest of
+    the first ``ceil(h / alpha) - 1`` draws of the stream (h = STOP_EXCEEDANCES; draws B >= that)."""
+    first = min(max(1000, math.ceil(DRAWS_PER_ALPHA / alpha)), math.ceil(STOP_EXCEEDANCES / alpha) - 1)
+    return float(np.sort(_null_draws(probs, n, first, statistic, key))[first - STOP_EXCEEDANCES])
 
 
 def identity_test(counts, expected_probs, *, alpha: float = 0.01, power: float = 0.99,
@@ -190,23 +200,28 @@ def identity_test(counts, expected_probs, *, alpha: float = 0.01, power: float =
     InvalidArgumentError
         Bad probs or counts, shapes that differ, alpha/power outside (0, 1), n < 1.
     """
+    probs, n, x, p, violation, draws = _test_inputs(counts, expected_probs, alpha, power, min_expected, draws)
+    if p.size < 2:
+        return IdentityResult(math.nan, 0.0 if violation else 1.0, 0, int(p.size), math.inf, violation)
+    t = float(identity_statistic(x, p))
+    pvalue, used = (0.0, 0) if violation else _mc_pvalue(t, p, n, draws)
+    tv = identity_mde(n, probs, alpha=alpha, power=power, min_expected=min_expected) if mde else math.nan
+    return IdentityResult(t, pvalue, used, int(p.size), tv, violation)
+
+
+def _test_inputs(counts, expected_probs, alpha, power, min_expected, draws):
+    """Checked inputs of an identity test: ``(probs, n, pooled counts, pooled probs, support violation, null draws B)``."""
     probs = check_probs(expected_probs, "expected_probs")
     counts = np.asarray(counts)
     if counts.shape != probs.shape or counts.dtype.kind not in "iu" or (counts < 0).any():
         raise invalid_argument("counts", counts.shape, f"non-negative integer counts of shape {probs.shape}")
     n = check_positive_int(int(counts.sum()), "counts.sum()")
-    alpha, power = check_alpha(alpha), check_fraction(power, "power")
+    alpha = check_alpha(alpha)
+    check_fraction(power, "power")
     pooling = _pool(probs, n, float(min_expected))
     violation = bool(counts[pooling.groups < 0].sum() > 0)
-    p = pooling.expected_probs
-    x = pooling.pool(counts)
-    if p.size < 2:
-        return IdentityResult(math.nan, 0.0 if violation else 1.0, 0, int(p.size), math.inf, violation)
-    t = float(identity_statistic(x, p))
     b = int(draws) if draws is not None else max(1000, math.ceil(DRAWS_PER_ALPHA / alpha))
-    pvalue, used = (0.0, 0) if violation else _mc_pvalue(t, p, n, b)
-    tv = identity_mde(n, probs, alpha=alpha, power=power, min_expected=min_expected) if mde else math.nan
-    return IdentityResult(t, pvalue, used, int(p.size), tv, violation)
+    return probs, n, pooling.pool(counts), np.ascontiguousarray(pooling.expected_probs), violation, b
 
 
 # --------------------------------------------------------------------------- Gaussian-limit law of T

@@ -78,7 +78,8 @@ TEST_NAMES = ("gof", "joint", "surprisal", "pit", "collision", "serial", "stop",
 # (independence of requests), "stop" at the request's stop rule (issue 29, bug kind 5) and "logprob" at the logprobs the
 # decoder reports (kind 4: generate(..., return_logprobs=True), verifier.runner.logprob): all four are opted into by name
 DEFAULT_TESTS = ("gof", "joint", "surprisal", "pit", "accepted")
-TV_TESTS = ("pearson", "weighted")  # stats.tv_test: Pearson's chi-square, or the weighted identity test (verifier.stats.identity)
+TV_TESTS = ("pearson", "weighted", "mixture")  # stats.tv_test: Pearson's chi-square, the weighted identity test (verifier.stats.identity)
+# or the sign-mixture identity test (verifier.stats.identity_mixture)
 CORRECTIONS = ("gate", "audit")  # gate: Holm(alpha/2) + Cauchy combination(alpha/2); audit: Benjamini-Yekutieli (the cells share samples)
 EXPECTATIONS = ("pass", "detect")
 ACCEPTANCE_RULES = ("any", "canonical")  # "canonical": the accepted-count law is checked (acceptance rule conformance)
@@ -167,7 +168,7 @@ class StatsSettings:
     correction: str = "gate"
     target_mde: float = 0.1  # total-variation distance every `pass` cell must be able to see
     power: float = 0.99
-    tv_test: str = "pearson"  # the test of the TV cells (gof@t, joint@1..J): "pearson" or the opt-in "weighted" (issue 27)
+    tv_test: str = "pearson"  # the test of the TV cells (gof@t, joint@1..J): "pearson" or the opt-in "weighted" / "mixture" (issue 27)
 
 
 @dataclass(frozen=True)
