@@ -116,4 +116,5 @@ def test_whole_diagnosis_names_the_mutant_on_the_shipped_pair(shipped):
         if named:
             assert d["status"] == "consistent" and d["best"] == ["recovered_one_late"], d["sentence"]
         else:
-            assert d["status"] != "consistent" and not d.get("not_computed"), d["sentence"]
+            late_left_out = [n for n in d.get("not_computed") or [] if "recovered_one_late" in n]
+            assert d["status"] != "consistent" and not late_left_out, d["sentence"]

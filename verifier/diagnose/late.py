@@ -1,4 +1,4 @@
-"""``recovered_one_late``'s recovered laws: the models after each latent rejected draft token, read at the emitted token.
+"""``recovered_one_late``'s recovered laws: the models after each latent rejected draft token, at the emitted token.
 
 Under ``recovered_one_late`` (:mod:`verifier.exact.field_rules`) the recovered token after a rejection at round
 position j is drawn from the rows *after* the rejected draft token d: ``residual(p(. | x_<t, d), q(. | x_<t, d))``
@@ -18,8 +18,8 @@ The rows come from the same oracles (``SequenceProbs.target_after`` / ``draft_af
 row) in batches that :meth:`verifier.runner.models.ReferenceModel.next_probs` runs as it ran them for the dense
 reference (never a pass of fewer than :data:`~verifier.runner.models.MIN_EXTEND_ROWS` rows, whose CPU kernels round
 differently), so the likelihood is bit-identical to the dense path's (tests/diagnose/test_late_columns.py).  A KV cache
-(``ReferenceModel.extend_probs``, one prefix pass and one-token steps) would be ~2.5x faster on the shipped pair
-but moves a float32 model's probs by up to ~2e-5 relative (reports/benchmarks.md section 24), so it is not used here.
+(``ReferenceModel.extend_probs``, one prefix pass and one-token steps) would take ~3x less CPU on the shipped pair
+but moves a float32 model's log probs by up to ~2e-5 (reports/benchmarks.md section 24), so it is not used here.
 
 Glossary: see :mod:`verifier.protocols`.
 """
