@@ -1,7 +1,8 @@
 """The field mechanisms' diagnosis (issue 26) on inputs where a hypothesis cannot be computed.
 
-On the shipped transformers pair (vocab ~1k), ``recovered_one_late``'s likelihood is not computed (756,480 forward rows
-> MAX_LATE_ROWS for 600 rows of 4 tokens at k = 1 and 3; ``verifier.diagnose.rank._late_note``); a run of that decoder
+On the shipped transformers pair (vocab ~1k), ``recovered_one_late``'s likelihood was not computed (756,480 forward rows
+> the old MAX_LATE_ROWS for 600 rows of 4 tokens at k = 1 and 3; now rows beyond ``rank.MAX_LATE_POSITIONS``, see
+``verifier.diagnose.rank._late_note``); a run of that decoder
 then said "matches no known mechanism (the best, softmax_residual+shared_uniform ...)" and nothing about the one
 hypothesis left out -- which is the decoder's real defect.  The sentence now says which were not computed.
 """

@@ -41,5 +41,5 @@ def test_diagnose_field_prints_each_mechanism_the_null_and_the_cost(capsys):
     out = capsys.readouterr().out
     for row in ("| recovered_one_late | t1 |", "| draft_accept_same_uniform | t1 |", "| target_processed_first_only | t07k2 |",
                 "| target_processed_first_only | t1 |", "| t1 | 1 | 0 | 0 |", "| t07k2 | 1 | 0 | 0 |",
-                "| trigram3, all 27 outcomes, T = 1 | 27 | 78 | 243 | yes |"):
+                "| trigram3, all 27 outcomes, T = 1 | 27 | 78 | 360 | 486 | yes |"):
         assert row in out, row

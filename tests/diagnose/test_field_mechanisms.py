@@ -16,9 +16,10 @@ import pytest
 from verifier.decoders import make_decoder
 from verifier.diagnose.family import family_names, family_size, hypothesis
 from verifier.diagnose.inputs import all_sequences, sequence_probs
+from verifier.diagnose.late import late_recover_cost
 from verifier.diagnose.likelihood import SequenceProbs, log_likelihood
 from verifier.diagnose.mechanisms import MECHANISMS, mechanism_for_decoder
-from verifier.diagnose.rank import rank_mechanisms
+from verifier.diagnose.rank import MAX_LATE_POSITIONS, rank_mechanisms
 from verifier.exact import n_token_law
 from verifier.exact.field_rules import target_processed_first_only
 from verifier.models import processed_tabular
@@ -90,14 +91,17 @@ def test_processed_first_only_is_the_target_at_t1_and_is_not_named():
 
 
 def test_late_recovered_likelihood_is_not_computed_without_oracles_or_beyond_its_budget():
-    """A large vocabulary (384, 3,000 distinct rows): the ranking notes it instead of running 10^6 forward rows."""
+    """A large vocabulary (384) and long distinct rows (3,000 x 12 tokens: ~1e8 token positions of forward rows, above
+    MAX_LATE_POSITIONS): the ranking notes it instead of running them; the note names the numbers and the caps."""
     rng = np.random.default_rng(0)
-    n, steps, vocab = 3000, 3, 384
+    n, steps, vocab = 3000, 12, 384
     p = rng.dirichlet(np.ones(vocab), size=(n, steps))
     seqs = SequenceProbs(rng.integers(0, vocab, size=(n, steps)), p, p)
     score = rank_mechanisms(seqs, 2, mechanisms=["recovered_one_late"], per_position=False).scores[0]
     assert score.log_lr is None and "no oracle" in score.note
     seqs.target_after = seqs.draft_after = lambda ctx: np.full((len(ctx), vocab), 1.0 / vocab)
+    cost = late_recover_cost(seqs)
+    assert cost.positions > MAX_LATE_POSITIONS
     score = rank_mechanisms(seqs, 2, mechanisms=["recovered_one_late"], per_position=False).scores[0]
-    assert score.log_lr is None and "forward rows" in score.note
+    assert score.log_lr is None and f"{cost.positions} token positions" in score.note and str(MAX_LATE_POSITIONS) in score.note
     assert MECHANISMS["recovered_one_late"].late_recover

@@ -13,8 +13,9 @@ Setting and method of ``specverify bench diagnose`` (:mod:`verifier.bench.diagno
   any name (a field mechanism named on them is counted apart);
 * **old mechanisms with the larger family** (unless ``--no-old``): rows of every other non-exact mechanism at the
   largest n in its config; wrong = a diagnosis naming hypotheses without it (e.g. a field mechanism);
-* **cost**: seconds per ranking of the whole family, and the ``recovered_one_late`` likelihood's forward rows and
-  entries (:func:`verifier.diagnose.likelihood.late_recover_cost`) on the 27 trigram3 outcomes and on the shipped
+* **cost**: seconds per ranking of the whole family, and the ``recovered_one_late`` likelihood's forward rows, token
+  positions and entries (:func:`verifier.diagnose.late.late_recover_cost`) and its wall / CPU seconds (then its 13
+  pairs / ``@prefill`` variants, which share its memoised rows) on the 27 trigram3 outcomes and on the shipped
   transformers' setting (vocab 384, rows of the reference decoder at T = 1, ``--shipped-rows``, 0 skips).
 
 Prints markdown.
@@ -29,7 +30,7 @@ import numpy as np
 
 HELP = "Diagnosis of the mechanisms the field reports: accuracy per n, null and wrong names, the latent likelihood's cost."
 N_GRID = (100, 300, 1000)
-SLICE_ROWS = 20  # rows of the shipped setting whose recovered_one_late likelihood is timed (the whole one is not computed)
+SLICE_ROWS = 20  # rows whose recovered_one_late likelihood is timed where the whole one is not computed (above the budget)
 FIELD_CONFIGS = (("recovered_one_late", "t1"), ("draft_accept_same_uniform", "t1"), ("target_processed_first_only", "t07k2"))
 # a field mechanism with another defect, each where both parts show (the processed config when a part needs processing;
 # deterministic_acceptance+target_processed_first_only is left out: on trigram3 at T = 0.7, top_k 2 its law is
@@ -139,38 +140,42 @@ def _with_field(d: dict, field: set[str]) -> bool:
 
 
 def _cost(st, shipped_rows: int, seed: int) -> None:
-    """The recovered_one_late likelihood's cost on the tabular setting and on the shipped transformers' rows."""
-    from verifier.diagnose.family import hypothesis
-    from verifier.diagnose.likelihood import late_recover_cost, log_likelihood
-    from verifier.diagnose.rank import MAX_LATE_ENTRIES, MAX_LATE_ROWS
+    """The recovered_one_late likelihood's cost on the tabular setting and on the shipped transformers' rows: wall and
+    CPU seconds of recovered_one_late alone (its forward rows), then of its 13 pairs / @prefill variants after it
+    (memoised columns, plus the rows their weights add), beside the canonical likelihood."""
+    from verifier.diagnose.family import family_names, hypothesis
+    from verifier.diagnose.late import late_recover_cost
+    from verifier.diagnose.likelihood import log_likelihood
+    from verifier.diagnose.rank import MAX_LATE_ENTRIES, MAX_LATE_POSITIONS
 
-    print("\nCost of the recovered_one_late likelihood (forward rows = distinct prefixes x vocab x 2 models; entries of "
-          f"its (rows, vocab, vocab) tensors; computed when <= {MAX_LATE_ROWS} rows and <= {MAX_LATE_ENTRIES} entries):\n")
-    print("| setting | rows | forward rows | entries | computed | seconds (recovered_one_late / canonical likelihood) |")
-    print("|---|---|---|---|---|---|")
+    late = [n for n in family_names() if hypothesis(n).late_recover]
+    print("\nCost of the recovered_one_late likelihood (forward rows = distinct prefixes x vocab x 2 models, of token "
+          f"positions = rows x context length; entries of its memoised columns; computed when <= {MAX_LATE_POSITIONS} "
+          f"positions and <= {MAX_LATE_ENTRIES} entries; seconds wall / CPU):\n")
+    print(f"| setting | rows | forward rows | token positions | entries | computed | recovered_one_late | the other "
+          f"{len(late) - 1} late hypotheses | canonical |")
+    print("|---|---|---|---|---|---|---|---|---|")
     lines = [("trigram3, all 27 outcomes, T = 1", st.sp)]
     if shipped_rows:
         lines.append(('shipped transformers, prompt "def ", reference decoder, T = 1 (distinct rows)',
                       _shipped_rows(shipped_rows, seed)))
     for label, sp in lines:
-        rows, entries = late_recover_cost(sp)
-        ok = rows <= MAX_LATE_ROWS and entries <= MAX_LATE_ENTRIES
-        timing = "-"
-        if ok:
-            t0 = time.perf_counter()
-            log_likelihood(hypothesis("recovered_one_late"), sp, 2)
-            t1 = time.perf_counter()
-            log_likelihood(hypothesis("canonical"), sp, 2)
-            timing = f"{t1 - t0:.3f} / {time.perf_counter() - t1:.3f}"
-        if not ok:  # measure it on a slice of the rows and scale by the forward rows: what computing it would cost
-            part = sp.rows(slice(0, SLICE_ROWS))
-            part_rows = late_recover_cost(part)[0]
-            t0 = time.perf_counter()
-            log_likelihood(hypothesis("recovered_one_late"), part, 2)
-            spent = time.perf_counter() - t0
-            timing = (f"{spent:.2f} s on the first {len(part.tokens)} rows ({part_rows} forward rows): ~{spent * rows / part_rows:.0f} s "
-                      "for all")
-        print(f"| {label} | {len(sp.tokens)} | {rows} | {entries} | {'yes' if ok else 'no (noted)'} | {timing} |", flush=True)
+        cost = late_recover_cost(sp)
+        ok = cost.positions <= MAX_LATE_POSITIONS and cost.entries <= MAX_LATE_ENTRIES
+        times, cpu = [], []
+        if not ok:  # measure it on a slice of the rows and scale by the token positions: what computing it would cost
+            sp = sp.rows(slice(0, SLICE_ROWS))
+        for names in (late[:1], late[1:], ["canonical"]):
+            t0, c0 = time.perf_counter(), time.process_time()
+            for name in names:
+                log_likelihood(hypothesis(name), sp, 2)
+            cpu.append(time.process_time() - c0)
+            times.append(f"{time.perf_counter() - t0:.2f} / {cpu[-1]:.2f}")
+        if not ok:
+            part = late_recover_cost(sp).positions
+            times[0] += f" on the first {len(sp.tokens)} rows ({part} positions): ~{cpu[0] * cost.positions / part:.0f} s CPU for all"
+        print(f"| {label} | {len(sp.tokens)} | {cost.rows} | {cost.positions} | {cost.entries} | {'yes' if ok else 'no (noted)'} | "
+              f"{' | '.join(times)} |", flush=True)
 
 
 def _shipped_rows(n: int, seed: int):

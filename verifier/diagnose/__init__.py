@@ -1,7 +1,8 @@
 """Diagnosis: which known mechanism of bias explains a biased decoder's emitted tokens, and where.
 
 One job per module: ``mechanisms`` (the zoo as float64 chain rules), ``likelihood`` (per-sequence
-likelihood by a forward recursion over round structures), ``inputs`` (teacher-forced probs, a
+likelihood by a forward recursion over round structures), ``late`` (``recovered_one_late``'s recovered laws after
+each latent rejected draft token, at the emitted token), ``inputs`` (teacher-forced probs, a
 mechanism's J-token law), ``rank`` (log likelihood ratios, threshold, sentences), ``fit`` (effective
 temperature and sampling settings), ``localize`` (bias per position / round position / origin),
 ``run_dir`` (diagnose the sample sets of a run folder).

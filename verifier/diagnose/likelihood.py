@@ -31,12 +31,13 @@ from typing import Callable
 
 import numpy as np
 
-from verifier.diagnose.mechanisms import Mechanism, Views, _residual
+from verifier.diagnose.late import late_columns, late_laws
+from verifier.diagnose.mechanisms import Mechanism, Views
 from verifier.diagnose.rows import _log, _pick, sequence_ends, unique_rows  # noqa: F401  unique_rows: re-exported
 from verifier.errors import invalid_argument
 
-__all__ = ["SequenceProbs", "log_likelihood", "target_log_likelihood", "target_per_position", "sequence_ends", "unique_rows", "suffix_draft_rows",
-           "next_rows", "late_recover_cost"]
+__all__ = ["SequenceProbs", "log_likelihood", "target_log_likelihood", "target_per_position", "sequence_ends", "unique_rows",
+           "suffix_draft_rows"]
 
 SUFFIX_BATCH_ENTRIES = 8_000_000  # float64 entries of one batch of kept-suffix draft rows (64 MB)
 
@@ -191,14 +192,26 @@ def log_likelihood(mechanism: Mechanism, seqs: SequenceProbs, num_draft_tokens: 
             vl = Views(v.p_raw, v.q, v.p_raw, v.q_raw, v.q_temp)
             later_view = (vl, mechanism.propose(vl), mechanism.acceptance(vl), mechanism.recover(vl))
             later_thresholds[:, t] = _pick(later_view[2], x)
-        late = next_rows(seqs, t, live) if mechanism.late_recover else None  # recovered_one_late: (n, d, y) rows
         pred = None
         if predictive is not None and not (mechanism.keep_suffix and k > 1):
             pred = np.zeros(seqs.p.shape[::2])
             norm = np.logaddexp.reduce(la[:, t], axis=1)
             state_w = np.exp(la[:, t] - np.where(np.isfinite(norm), norm, 0.0)[:, None])  # P(j | x_<t)
+        states = [np.where(live, la[:, t, j], -np.inf) for j in range(k + 1)]
+        # (acceptance, latent rejected draft's weight) after j acceptances this round; an unreachable j weighs nothing
+        rejects = [_rejection_weights(mechanism, j, t, later_view if j else first_view, thresholds, later_thresholds)
+                   if np.isfinite(states[j]).any() else (None, np.zeros_like(seqs.p[:, t])) for j in range(k)]
+        late = late_pred = None
+        if mechanism.late_recover:  # recovered_one_late: its recovered law at x_t after each latent d, (n, d) columns
+            need = [(w != 0) & np.isfinite(a)[:, None] for a, (_, w) in zip(states, rejects)]
+            bonus_need = need[k - 1]  # the round's last draft: the bonus row p[k] after d, else the residual after d
+            residual_need = np.logical_or.reduce(need[:k - 1]) if k > 1 else np.zeros_like(bonus_need)
+            late = late_columns(seqs, t, bonus_need, residual_need)
+            if pred is not None:
+                late_pred = late_laws(seqs, t, [(j == k - 1, np.where(need[j], w, 0.0))
+                                                for j, (_, w) in enumerate(rejects)])
         for j in range(k + 1):
-            a = np.where(live, la[:, t, j], -np.inf)
+            a = states[j]
             if not np.isfinite(a).any():
                 continue
             if j == k:  # bonus token from the target row at t + bonus_offset
@@ -210,24 +223,18 @@ def log_likelihood(mechanism: Mechanism, seqs: SequenceProbs, num_draft_tokens: 
                     pred += state_w[:, j:j + 1] * bonus
                 continue
             v, prop, acc, rec = later_view if j else first_view
-            acc_eff = mechanism.acceptance_at(j, v, acc)  # a fixed rate per round position, else the hook's
-            if mechanism.shared_uniform and j:
-                # U < bound after j acceptances this round (the round's first at t - j, the later ones after it)
-                bound = np.minimum(thresholds[:, t - j], later_thresholds[:, t - j + 1:t].min(axis=1) if j > 1 else np.inf)[:, None]
-                with np.errstate(divide="ignore", invalid="ignore"):
-                    acc_eff = np.where(bound > 0, np.minimum(acc, bound) / np.where(bound > 0, bound, 1.0), 0.0)
-            reject_w = prop * (1.0 - acc_eff)
+            acc_eff, reject_w = rejects[j]
             la[:, t + 1, j + 1] = np.logaddexp(la[:, t + 1, j + 1], a + _log(_pick(prop * acc_eff, x)))
             late_j = None if late is None else (late[0] if j == k - 1 else late[1])  # bonus row p[k] at the last
-            if late_j is not None:  # sum over the latent rejected draft d of its weight times its recovered law
-                emit = (reject_w * np.take_along_axis(late_j, x[:, None, None], axis=2)[..., 0]).sum(axis=1)
+            if late_j is not None:  # sum over the latent rejected draft d of its weight times its recovered law at x_t
+                emit = (reject_w * late_j).sum(axis=1)
             elif mechanism.reject_emit is not None:
                 emit = _pick(mechanism.reject_emit(v, prop, acc_eff), x)
             else:
                 emit = reject_w.sum(axis=1) * _pick(rec, x)
             if pred is not None:
-                if late_j is not None:
-                    full_emit = np.einsum("nd,ndy->ny", reject_w, late_j)
+                if late_pred is not None:
+                    full_emit = late_pred[j]
                 elif mechanism.reject_emit is not None:
                     full_emit = mechanism.reject_emit(v, prop, acc_eff)
                 else:
@@ -248,6 +255,21 @@ def log_likelihood(mechanism: Mechanism, seqs: SequenceProbs, num_draft_tokens: 
     with np.errstate(invalid="ignore"):
         cond = prefix[:, 1:] - prefix[:, :-1]
     return final, np.where(np.arange(steps)[None] < ends[:, None], cond, 0.0)
+
+
+def _rejection_weights(mechanism: Mechanism, j: int, t: int, view: tuple, thresholds: np.ndarray,
+                       later_thresholds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The acceptance of the next draft after ``j`` acceptances this round and the latent rejected draft's weight
+    ``propose (1 - acceptance)``, each (rows, vocab), at emitted position t (``view`` = (views, propose, acceptance,
+    recover) of that round position)."""
+    v, prop, acc, _ = view
+    acc_eff = mechanism.acceptance_at(j, v, acc)  # a fixed rate per round position, else the hook's
+    if mechanism.shared_uniform and j:
+        # U < bound after j acceptances this round (the round's first at t - j, the later ones after it)
+        bound = np.minimum(thresholds[:, t - j], later_thresholds[:, t - j + 1:t].min(axis=1) if j > 1 else np.inf)[:, None]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            acc_eff = np.where(bound > 0, np.minimum(acc, bound) / np.where(bound > 0, bound, 1.0), 0.0)
+    return acc_eff, prop * (1.0 - acc_eff)
 
 
 def _suffix_jumps(la, a, reject_w, rec_x, t, m, ends, seqs: SequenceProbs, mechanism: Mechanism) -> None:
@@ -351,65 +373,6 @@ def _suffix_terms(seqs: SequenceProbs, t: int, m: int, ends: np.ndarray, mechani
                 terms[i - 1][sel[r_idx], d_idx] = _log(picked[src, seqs.tokens[sel[r_idx], t + i]])
             done[sel[r_idx], d_idx] = True
     return terms
-
-
-def next_rows(seqs: SequenceProbs, t: int, live: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``recovered_one_late``'s recovered laws at emitted position ``t`` after each latent rejected draft token d.
-
-    Parameters
-    ----------
-    seqs : SequenceProbs
-        With ``target_after`` and ``draft_after``.
-    t : int
-        Emitted position (0-based): the context is the prompt, ``x_<t`` and d.
-    live : np.ndarray of bool, shape (rows,)
-        Rows still emitting at t (the others get zeros).
-
-    Returns
-    -------
-    (np.ndarray, np.ndarray), each shape (rows, vocab d, vocab y), float64
-        ``p(. | x_<t, d)`` (the bonus row: the law at the round's last draft position) and
-        ``residual_or_target(p(. | x_<t, d), q(. | x_<t, d))`` (before the last position).  One target and one draft
-        forward row per distinct ``x_<t`` and d.
-
-    Raises
-    ------
-    InvalidArgumentError
-        ``seqs`` has no target or draft oracle.
-    """
-    if seqs.target_after is None or seqs.draft_after is None:
-        raise invalid_argument("seqs.target_after", None, "target and draft oracles (recovered_one_late reads the rows "
-                               "after a latent rejected draft token)")
-    n, _, vocab = seqs.p.shape
-    p_next, residual = np.zeros((n, vocab, vocab)), np.zeros((n, vocab, vocab))
-    rows = np.flatnonzero(live)
-    if rows.size:
-        prefixes = seqs.tokens[rows, :t]
-        if t:
-            uniq, inv = np.unique(prefixes, axis=0, return_inverse=True)
-            inv = np.asarray(inv).reshape(-1)
-        else:
-            uniq, inv = prefixes[:1], np.zeros(len(rows), dtype=np.int64)
-        prompt = np.asarray(seqs.prompt, dtype=np.int64)
-        head = np.concatenate([np.broadcast_to(prompt, (len(uniq), len(prompt))), uniq], axis=1)
-        ctx = np.concatenate([np.repeat(head, vocab, axis=0), np.tile(np.arange(vocab), len(uniq))[:, None]], axis=1)
-        pn = np.asarray(seqs.target_after(ctx), dtype=np.float64).reshape(len(uniq), vocab, vocab)
-        qn = np.asarray(seqs.draft_after(ctx), dtype=np.float64).reshape(len(uniq), vocab, vocab)
-        p_next[rows], residual[rows] = pn[inv], _residual(pn, qn)[inv]
-    return p_next, residual
-
-
-def late_recover_cost(seqs: SequenceProbs) -> tuple[int, int]:
-    """``(forward rows, entries)`` a ``recovered_one_late`` likelihood of ``seqs`` needs: per emitted position, one
-    target and one draft row per distinct prefix and latent token, and a (rows, vocab, vocab) float64 tensor."""
-    n, steps, vocab = seqs.p.shape
-    ends = sequence_ends(seqs.tokens, seqs.eos_token_id)
-    forward = 0
-    for t in range(steps):
-        live = ends > t
-        if live.any():
-            forward += 2 * vocab * (len(np.unique(seqs.tokens[live, :t], axis=0)) if t else 1)
-    return forward, n * vocab * vocab
 
 
 def suffix_draft_rows(tokens: np.ndarray, eos_token_id: int | None, num_draft_tokens: int, vocab_size: int) -> int:

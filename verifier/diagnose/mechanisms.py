@@ -20,7 +20,8 @@ canonical rule with float64 probs.
 Three mechanisms the field reports (issue 26; exact laws in :mod:`verifier.exact.field_rules`, mutants in
 :mod:`verifier.decoders.field_mutants`): ``recovered_one_late`` (the recovered token's law reads the rows after the
 latent rejected draft token: ``late_recover``, teacher-forced through ``SequenceProbs.target_after`` /
-``draft_after``, computed only where that is cheap: :data:`verifier.diagnose.rank.MAX_LATE_ROWS`),
+``draft_after`` at the emitted token (:mod:`verifier.diagnose.late`), within
+:data:`verifier.diagnose.rank.MAX_LATE_POSITIONS`),
 ``draft_accept_same_uniform`` (an acceptance hook) and ``target_processed_first_only`` (``later_raw``: the raw target
 after a round's first position; at T = 1 without filters it is the canonical law, which the ranking scores as such).
 """

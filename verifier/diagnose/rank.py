@@ -44,11 +44,11 @@ __all__ = ["DIAGNOSIS_ALPHA", "FIT_ALPHA", "MechanismScore", "Ranking", "rank_me
 DIAGNOSIS_ALPHA = 0.01  # bound on naming a mechanism when the decoder samples from the target
 FIT_ALPHA = 1e-3  # level of the best mechanism's goodness of fit (rejecting a true mechanism this often)
 MAX_DRAFT_AFTER_ROWS = 2_000_000  # draft forward rows a kept-suffix likelihood may need (distinct observed contexts x vocab)
-# recovered_one_late reads the target and draft after every latent rejected token: forward rows (distinct prefixes x
-# vocab x 2 models) and float64 entries of its (rows, vocab, vocab) tensors it may take; a tabular pair needs < 1,000
-# rows, the shipped transformers (vocab 384, 3,000 rows) ~1.5 M rows and 4e8 entries: not computed there
-MAX_LATE_ROWS = 100_000
-MAX_LATE_ENTRIES = 8_000_000
+# recovered_one_late reads the target and draft after every latent rejected token (verifier.diagnose.late): token
+# positions of those forward rows (distinct prefixes x vocab x 2 models x context length; ~100 s CPU per 1e7 on the shipped
+# pair, reports/benchmarks.md section 24) and float64 entries of its memoised columns (2 x rows x vocab per position)
+MAX_LATE_POSITIONS = 20_000_000
+MAX_LATE_ENTRIES = 20_000_000
 
 CONSISTENT, NO_KNOWN, NONE_PREFERRED = "consistent", "no known mechanism", "none preferred"
 
@@ -190,12 +190,13 @@ def _late_note(seqs: SequenceProbs) -> str:
     """Why a ``recovered_one_late`` likelihood is not computed for ``seqs`` ("" when it is)."""
     if seqs.target_after is None or seqs.draft_after is None:
         return "not computed: a recovered token read one position late needs the models after every latent rejected token (no oracle)"
-    from verifier.diagnose.likelihood import late_recover_cost
+    from verifier.diagnose.late import late_recover_cost
 
-    rows, entries = late_recover_cost(seqs)
-    if rows > MAX_LATE_ROWS or entries > MAX_LATE_ENTRIES:
+    cost = late_recover_cost(seqs)
+    if cost.positions > MAX_LATE_POSITIONS or cost.entries > MAX_LATE_ENTRIES:
         return (f"not computed: a recovered token read one position late needs the models after every latent rejected "
-                f"token ({rows} forward rows, {entries} entries > {MAX_LATE_ROWS}, {MAX_LATE_ENTRIES})")
+                f"token ({cost.rows} forward rows of {cost.positions} token positions, {cost.entries} entries > "
+                f"{MAX_LATE_POSITIONS}, {MAX_LATE_ENTRIES})")
     return ""
 
 
