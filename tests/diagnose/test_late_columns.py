@@ -11,7 +11,7 @@ conditional probability of each emitted token.
 
 Statistical checks (shipped pair, prompt "def ", k = 2, 3 tokens, T = 1): 60 rows of the ``recovered_one_late``
 mutant (seed 1711) give it a log LR over the target far above the family's naming threshold log(154 / 0.01) = 9.64
-nats and the best score among its neighbours (600 rows gave 3,243 nats, reports/benchmarks.md section 24: ~5 nats a
+nats and the best score among its neighbours (600 rows gave 3,243 nats, reports/benchmarks.md section 26: ~5 nats a
 row); 60 rows of the reference decoder (seed 1712) give it a negative log LR (600 rows: -412): a correct decoder is
 named with probability <= 0.01 by the ranking's Ville bound.  The whole diagnosis (154 hypotheses and the fit check,
 300 rows each) is in the full tier.

@@ -19,7 +19,7 @@ row) in batches that :meth:`verifier.runner.models.ReferenceModel.next_probs` ru
 reference (never a pass of fewer than :data:`~verifier.runner.models.MIN_EXTEND_ROWS` rows, whose CPU kernels round
 differently), so the likelihood is bit-identical to the dense path's (tests/diagnose/test_late_columns.py).  A KV cache
 (``ReferenceModel.extend_probs``, one prefix pass and one-token steps) would take ~3x less CPU on the shipped pair
-but moves a float32 model's log probs by up to ~2e-5 (reports/benchmarks.md section 24), so it is not used here.
+but moves a float32 model's log probs by up to ~2e-5 (reports/benchmarks.md section 26), so it is not used here.
 
 Glossary: see :mod:`verifier.protocols`.
 """
@@ -48,7 +48,7 @@ class LateCost(NamedTuple):
         Forward rows: per emitted position, one target and one draft row per distinct prefix and latent token.
     positions : int
         Token positions those rows run through (each row is a whole context: prompt, prefix and latent token); the
-        forward cost grows with it (reports/benchmarks.md section 24).
+        forward cost grows with it (reports/benchmarks.md section 26).
     entries : int
         float64 entries of the memoised columns (2 per row, position and latent token).
     """

@@ -46,7 +46,7 @@ FIT_ALPHA = 1e-3  # level of the best mechanism's goodness of fit (rejecting a t
 MAX_DRAFT_AFTER_ROWS = 2_000_000  # draft forward rows a kept-suffix likelihood may need (distinct observed contexts x vocab)
 # recovered_one_late reads the target and draft after every latent rejected token (verifier.diagnose.late): token
 # positions of those forward rows (distinct prefixes x vocab x 2 models x context length; ~100 s CPU per 1e7 on the shipped
-# pair, reports/benchmarks.md section 24) and float64 entries of its memoised columns (2 x rows x vocab per position)
+# pair, reports/benchmarks.md section 26) and float64 entries of its memoised columns (2 x rows x vocab per position)
 MAX_LATE_POSITIONS = 20_000_000
 MAX_LATE_ENTRIES = 20_000_000
 
