@@ -50,15 +50,15 @@ def check_fresh_run_dir(run_dir: str | Path, run_file: str) -> None:
             f"--run-dir={str(run_dir)!r} already holds a run; a new run would overwrite its samples. "
             f"Allowed: `{resume_command(run_dir)}` to continue that run, `specverify report {run_dir}` to "
             "report on it again, or a --run-dir that does not exist yet")
-    if (run_dir / REPORT_FILE).is_file():  # a run's reports without its run file or samples (a committed audit folder)
-        raise ConfigError(
-            f"--run-dir={str(run_dir)!r} already holds a run's reports ({REPORT_FILE}) and no {run_file} or samples to "
-            "continue from; a new run would overwrite them. Allowed: a --run-dir that does not exist yet")
     if (run_dir / "server" / "responses.jsonl").is_file():  # a self-reported URL audit keeps no run file
         raise ConfigError(
             f"--run-dir={str(run_dir)!r} already holds a URL audit's response journal (server/responses.jsonl) and no "
             f"{run_file}: a self-reported audit (`--design self-reported`); a new run would overwrite its reports. "
             "Allowed: that audit's own command with this --run-dir to continue it, or a --run-dir that does not exist yet")
+    if (run_dir / REPORT_FILE).is_file():  # a run's reports without its run file or samples (a committed audit folder)
+        raise ConfigError(
+            f"--run-dir={str(run_dir)!r} already holds a run's reports ({REPORT_FILE}) and no {run_file} or samples to "
+            "continue from; a new run would overwrite them. Allowed: a --run-dir that does not exist yet")
 
 
 def plugin_hashes(suite: Any) -> dict[str, dict[str, Any]]:
