@@ -8,6 +8,7 @@ bigram4_eos tabular pair and 200 samples; the plugin is tests/adversarial/_plug.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -223,3 +224,15 @@ def test_a_generate_keywords_property_that_raises_is_a_decoder_error_naming_it(t
     out = capsys.readouterr()
     assert "reading its `generate_keywords` property raised RuntimeError: boom" in out.out + out.err
     assert "without writing its verdict" not in out.err
+
+
+@pytest.mark.parametrize("value, allowed", [(1.5, "a number in (0, 1]"), (0.0, "a number in (0, 1]")])
+def test_stats_target_mde_error_states_the_range_it_allows(value, allowed):
+    """[stats] target_mde = 1 is accepted, but a refused value was told "allowed: a number in (0, 1)"."""
+    raw = {"schema_version": 1, "name": "x", "models": {"m": {"target": "tabular:trigram3", "draft": "tabular:trigram3"}},
+           "prompts": {"p": {"ids": [0, 1]}}, "sampling": {"t": {"temperature": 1.0}},
+           "decoders": [{"name": "reference"}], "stats": {"target_mde": value}}
+    with pytest.raises(ConfigError, match=rf"stats.target_mde={value} is invalid; allowed: {re.escape(allowed)}$"):
+        parse_suite(raw, source="x.toml")
+    raw["stats"]["target_mde"] = 1.0
+    parse_suite(raw, source="x.toml")

@@ -57,3 +57,38 @@ def test_an_out_file_that_cannot_be_written_after_the_run_is_a_named_error(tmp_p
     with pytest.raises(ReportWriteError, match=r"--out=.*x\.json.* cannot be written") as err:
         write_out(str(folder / "x.json"), "{}")
     assert err.value.exit_code == EXIT_USAGE
+
+
+@pytest.mark.parametrize("bench", ["decoders", "all"])
+def test_a_json_file_that_cannot_be_written_is_refused_before_the_bench_runs(tmp_path, capsys, bench):
+    """``bench decoders --json /missing/x.json`` ran the whole benchmark (20 s at its smallest), then ended in a
+    FileNotFoundError traceback, exit 1 (the BIAS code); ``--json`` was never checked up front."""
+    outs = [tmp_path] + ([tmp_path / "missing" / "x.json"] if bench == "decoders" else [])  # bench all makes folders
+    for out in outs:
+        code = main(["bench", bench, "--json", str(out)])
+        err = capsys.readouterr().err
+        assert code == 2 and f"--json='{out}'" in err and "Traceback" not in err, (bench, out, err)
+
+
+def test_every_bench_writes_its_out_and_json_files_through_write_out():
+    """bench all, decoders, scale, stats and trees wrote --out / --json with open() or write_text, outside write_out:
+    a folder removed during the run was an OSError traceback after the figures, not the named exit-2 error."""
+    import re
+    from pathlib import Path
+
+    import verifier.bench
+
+    direct = re.compile(r"open\(args\.(out|json)|Path\(args\.(out|json)\)\.write_text")
+    found = [p.name for p in Path(verifier.bench.__file__).parent.glob("*.py") if direct.search(p.read_text())]
+    assert found == [], found
+
+
+def test_write_out_leaves_no_temporary_file_and_names_the_flag(tmp_path):
+    from verifier.bench._common import write_out
+    from verifier.errors import ReportWriteError
+
+    write_out(str(tmp_path / "x.json"), "old")
+    write_out(str(tmp_path / "x.json"), "new")
+    assert (tmp_path / "x.json").read_text() == "new" and [p.name for p in tmp_path.iterdir()] == ["x.json"]
+    with pytest.raises(ReportWriteError, match=r"--json=.* cannot be written"):
+        write_out(str(tmp_path / "gone" / "y.json"), "{}", "--json")

@@ -59,3 +59,40 @@ def test_audit_into_a_folder_that_holds_a_run_is_refused_before_the_plan(tmp_pat
     assert "already holds a run" in err and f"specverify audit --resume {run_dir}" in err, err
     assert "plan:" not in out and "audit run ->" not in out, out
     assert _files(run_dir) == before
+
+
+AUDIT = ["audit", "--decoder", "reference", "--target", "tabular:trigram3", "--num-draft-tokens", "2",
+         "--num-samples", "20", "--no-progress", "--no-diagnosis"]
+
+
+def test_audit_into_a_folder_of_reports_without_run_json_is_refused_and_left_as_it_was(tmp_path, capsys):
+    """A committed audit folder holds the reports and the plan but no run.json and no samples (git keeps neither):
+    reports/audits/mlx-lm-server-0.32.2/control-prompt-cache-fix-t1-k1.  ``audit --run-dir`` on a copy of it ran a new
+    audit and overwrote its report.json, audit.json and the rest (measured: 5 of 6 digests changed)."""
+    import shutil
+    from pathlib import Path
+
+    committed = Path(__file__).resolve().parents[2] / "reports/audits/mlx-lm-server-0.32.2/control-prompt-cache-fix-t1-k1"
+    folder = tmp_path / "copy"
+    shutil.copytree(committed, folder)
+    assert not (folder / "run.json").exists() and (folder / "report.json").is_file()
+    before = _files(folder)
+    assert main([*AUDIT, "--run-dir", str(folder)]) == 2
+    out, err = capsys.readouterr()
+    assert f"--run-dir='{folder}' already holds a run's reports (report.json)" in err, err
+    assert "plan:" not in out and "audit run ->" not in out, out
+    assert _files(folder) == before
+
+
+def test_audit_run_dir_that_is_a_file_or_under_one_or_a_dangling_link_is_refused_before_the_plan(tmp_path, capsys):
+    """It used to load the models, print the plan, then fail on its lock file: "cannot write run folder ... (lock
+    file .specverify.lock): File exists" (or "Not a directory"), naming neither --run-dir nor what is allowed."""
+    afile = tmp_path / "afile"
+    afile.write_text("kept")
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    for run_dir, what in ((afile, "a file"), (afile / "sub", "a file"), (tmp_path / "dangling", "a dangling symlink")):
+        assert main([*AUDIT, "--run-dir", str(run_dir)]) == 2
+        out, err = capsys.readouterr()
+        assert f"--run-dir='{run_dir}'" in err and f"is {what}, not a folder" in err, err
+        assert "plan:" not in out, out
+    assert afile.read_text() == "kept" and (tmp_path / "dangling").is_symlink() and not (tmp_path / "nowhere").exists()

@@ -79,3 +79,16 @@ def test_a_server_that_ignores_logit_bias_is_refused_not_read_as_a_point_mass():
     groups = sweep_groups(384, anchor, 11)
     row, info = rebuild_row(plain, [plain] * len(groups), groups, anchor)
     assert row is None and info["unseen"] > 0.1 and info["missing"] > 300 and "did not see one law" in info["why"]
+
+
+@pytest.mark.parametrize("reply", ["anchor at -inf", "every id at -inf"])
+def test_a_biased_reply_whose_anchor_is_minus_inf_is_refused_not_read_as_nan(reply):
+    """Every swept value is relative to the anchor's: at -inf (a reply the dialect accepts: -inf is a logprob) the
+    rebuilt row was NaN, passed the consistency check (NaN > tol is False) and the position was then dropped as
+    "probs sum to nan" instead of falling back to the bounded plain row.  It must be refused with a reason."""
+    logits = np.random.default_rng(7).normal(0.0, 3.0, 40)
+    plain, rows, groups, anchor = _sweep(logits, cap=4)
+    rows = [dict(r) for r in rows]
+    rows[0] = {t: -math.inf for t in rows[0]} if reply == "every id at -inf" else {**rows[0], anchor: -math.inf}
+    row, info = rebuild_row(plain, rows, groups, anchor)
+    assert row is None and f"anchor id {anchor} has logprob -inf" in info["why"]

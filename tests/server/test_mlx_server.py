@@ -209,3 +209,6 @@ def test_mlx_server_t1_floor_is_exact_by_logit_bias_sweeps(mlx_installed, tmp_pa
     floor = report["numeric_floor"]
     assert floor["max_tv"] < 1e-4 and all("logit_bias sweep" in r["how"] for r in floor["rows"]), floor["where"]
     assert len(floor["rows"]) == 8
+    # every swept row is exact, and the method says so (it said "0 exact, 8 bounded": "exact: ..." != "exact")
+    assert "8 exact, 0 bounded" in floor["method"], floor["method"]
+    assert all(f"{r['unseen']:.2g} outside the sweep" in r["how"] for r in floor["rows"])

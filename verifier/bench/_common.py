@@ -168,15 +168,42 @@ def check_seeds(seeds: Any) -> int:
     return seeds
 
 
-def write_out(path: str, text: str) -> None:
-    """Write a benchmark's ``--out`` file; one that cannot be written (its folder went away or became read-only after
-    the up-front check of ``specverify bench``) is a ReportWriteError naming ``--out`` (exit 2, the figures already
-    printed), never a traceback."""
+def write_out(path: str, text: str, flag: str = "--out", *, make_folder: bool = False) -> None:
+    """Write a benchmark's ``--out`` (or ``--json``) file, whole or not at all.
+
+    Parameters
+    ----------
+    path : str
+        The file.
+    text : str
+        Its content (UTF-8).
+    flag : str, default "--out"
+        The option that named ``path``, for the error.
+    make_folder : bool, default False
+        Create the missing folders first (``bench all``).
+
+    Raises
+    ------
+    ReportWriteError
+        (exit 2, the figures already printed) the file cannot be written: its folder went away or became read-only
+        after the up-front check of ``specverify bench``.  Never a traceback; a write cut short (a full disk, a kill)
+        leaves the previous file as it was (the text goes to a temporary file beside it, then replaces it).
+    """
+    import os
     from pathlib import Path
 
     from verifier.errors import ReportWriteError
 
+    target = Path(path)
+    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
     try:
-        Path(path).write_text(text, encoding="utf-8")
+        if make_folder:
+            target.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, target)
     except OSError as exc:
-        raise ReportWriteError(f"--out={path!r} cannot be written: {exc.strerror or exc}") from None
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:  # its folder is gone too
+            pass
+        raise ReportWriteError(f"{flag}={path!r} cannot be written: {exc.strerror or exc}") from None

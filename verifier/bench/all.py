@@ -238,10 +238,11 @@ def run(args: argparse.Namespace) -> int:
                   throughput_samples=args.throughput_samples, hf_samples=args.hf_samples, skip=tuple(args.skip))
     command = "specverify bench all --out " + args.out + "".join(f" --skip {s}" for s in args.skip)
     text = render(res, command)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(text, encoding="utf-8")
+    from verifier.bench._common import write_out
+
+    write_out(args.out, text, make_folder=True)
     if args.json:
-        Path(args.json).write_text(json.dumps(res, default=_json_default, indent=1), encoding="utf-8")
+        write_out(args.json, json.dumps(res, default=_json_default, indent=1), "--json", make_folder=True)
     print(text)
     _log(f"wrote {args.out}")
     return 0

@@ -162,6 +162,7 @@ def run(args: argparse.Namespace) -> int:
             line += f"; batch {big} / batch-1 loop: {g['spec_vs_spec_batch1_loop']:.1f}x (goal >= {GOAL_VS_LOOP:.0f}x)"
         print(line + ("; goals met" if g["met"] else "; goals NOT met"))
     if args.json:
-        with open(args.json, "w", encoding="utf-8") as fh:
-            json.dump(res, fh, indent=2)
+        from verifier.bench._common import write_out
+
+        write_out(args.json, json.dumps(res, indent=2), "--json")
     return 0

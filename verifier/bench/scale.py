@@ -274,5 +274,7 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(row), flush=True)
     print(_markdown(rows))
     if args.out:
-        Path(args.out).write_text(json.dumps(rows, indent=1), encoding="utf-8")
+        from verifier.bench._common import write_out
+
+        write_out(args.out, json.dumps(rows, indent=1))
     return 0

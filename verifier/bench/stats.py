@@ -157,6 +157,7 @@ def _run(args: argparse.Namespace) -> int:
     else:
         print("sampling time: not given; run 'specverify bench decoders' and pass its time for the same tokens with --sampling-seconds S")
     if args.out:
-        with open(args.out, "w", encoding="utf-8") as fh:
-            json.dump(figures, fh, indent=2, default=str)
+        from verifier.bench._common import write_out
+
+        write_out(args.out, json.dumps(figures, indent=2, default=str))
     return 0

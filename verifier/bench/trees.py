@@ -34,7 +34,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from verifier.bench._common import check_detect_args, fmt_n, fmt_ratio, md_table, names_from
+from verifier.bench._common import check_detect_args, fmt_n, fmt_ratio, md_table, names_from, write_out
 from verifier.bench.detect import DEFAULT_ALPHA, DEFAULT_MAX_FACTOR, DEFAULT_POWER, DetectRow, _measure, batteries
 from verifier.errors import invalid_argument
 
@@ -365,6 +365,5 @@ def run(args: argparse.Namespace) -> int:
         text = "\n".join(parts) + f"\n_{time.perf_counter() - t0:.0f} s_\n"
     print(text)
     if args.out:
-        with open(args.out, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        write_out(args.out, text)
     return 0

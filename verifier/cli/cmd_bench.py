@@ -61,23 +61,24 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def _check_out(args: argparse.Namespace) -> None:
-    """``--out FILE`` is checked before the benchmark runs (minutes of work must not end in a traceback): not a
+    """``--out FILE`` (and ``--json FILE``) is checked before the benchmark runs (minutes of work must not end in a traceback): not a
     folder, and in a writable folder (``bench all`` creates its folder).  Raises InvalidArgumentError (exit 2)."""
     import os
 
     from verifier.errors import invalid_argument
 
-    out = getattr(args, "out", None)
-    if not out:
-        return
-    path = Path(out)
-    if path.is_dir():
-        raise invalid_argument("--out", out, "a file path, not a folder")
-    folder = path.resolve().parent
-    if args.bench == "all" and not folder.exists():
-        return  # bench all makes the folder
-    if not folder.is_dir() or not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
-        raise invalid_argument("--out", out, "a writable file in an existing folder (checked before the benchmark runs)")
+    for flag in ("--out", "--json"):  # --json: bench all and bench decoders write it after the run too
+        out = getattr(args, flag[2:], None)
+        if not out:
+            continue
+        path = Path(out)
+        if path.is_dir():
+            raise invalid_argument(flag, out, "a file path, not a folder")
+        folder = path.resolve().parent
+        if args.bench == "all" and not folder.exists():
+            continue  # bench all makes the folder
+        if not folder.is_dir() or not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+            raise invalid_argument(flag, out, "a writable file in an existing folder (checked before the benchmark runs)")
 
 
 def run(args: argparse.Namespace) -> int:

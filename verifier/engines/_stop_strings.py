@@ -18,7 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
-from verifier.errors import invalid_argument
+from verifier.errors import refuse_sampling
 
 __all__ = ["stop_strings", "token_texts"]
 
@@ -46,7 +46,7 @@ def token_texts(checkpoint: Path) -> list[bytes]:
 
     path = Path(checkpoint) / "tokenizer.json"
     if not path.is_file():
-        raise invalid_argument("target_model", str(checkpoint), "a checkpoint with a tokenizer.json (a stop rule goes "
+        raise refuse_sampling("target_model", str(checkpoint), "a checkpoint with a tokenizer.json (a stop rule goes "
                                "to llama-cpp-python as stop strings, mapped from the token texts)")
     tok = Tokenizer.from_file(str(path))
     return [tok.decode([t], skip_special_tokens=True).encode("utf-8") for t in range(tok.get_vocab_size())]
@@ -72,16 +72,17 @@ def stop_strings(stop_token_ids: Sequence[int], texts: Sequence[bytes], *, eos_t
 
     Raises
     ------
-    InvalidArgumentError
-        (exit 2) a stop token whose text is not one ASCII byte, or a set not closed under containment (the message
-        names the ids the engine would also stop at).
+    SamplingRefusedError
+        (exit 2, also from inside a suite run's ``generate``: a stop rule this engine cannot express, not a crash of
+        the decoder) a stop token whose text is not one ASCII byte, or a set not closed under containment (the
+        message names the ids the engine would also stop at).
 
     Examples
     --------
     >>> stop_strings([1], [b"", b"t", b"at", b"b"], eos_token_id=0)  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    verifier.errors.InvalidArgumentError: stop_token_ids=[1] is invalid; allowed: a set closed under containment ...
+    verifier.errors.SamplingRefusedError: stop_token_ids=[1] is invalid; allowed: a set closed under containment ...
     >>> stop_strings([1, 2], [b"", b"t", b"at", b"b"], eos_token_id=0)
     ['t']
     """
@@ -92,12 +93,12 @@ def stop_strings(stop_token_ids: Sequence[int], texts: Sequence[bytes], *, eos_t
     if not single:
         if not ids:
             return []
-        raise invalid_argument("stop_token_ids", list(stop_token_ids), "ids among which some token's text is one ASCII "
+        raise refuse_sampling("stop_token_ids", list(stop_token_ids), "ids among which some token's text is one ASCII "
                                "character (llama-cpp-python stops on stop strings; a one-byte string cannot span tokens); "
                                f"texts here: {[texts[t] for t in ids]}")
     if engine_set != set(ids):
         missing, extra = sorted(engine_set - set(ids)), sorted(set(ids) - engine_set)
-        raise invalid_argument("stop_token_ids", list(stop_token_ids), (
+        raise refuse_sampling("stop_token_ids", list(stop_token_ids), (
             f"a set closed under containment for llama-cpp-python's stop strings {[c.decode() for c in chars]}: every "
             f"token whose text holds one of them, e.g. {sorted(engine_set)}" + (f" (missing {missing}: the engine "
             f"would stop there too)" if missing else "") + (f" (not stoppable by a one-character string: {extra})"

@@ -30,12 +30,20 @@ __all__ = ["check_fresh_run_dir", "plugin_hashes", "check_plugins_unchanged", "r
 TOKEN_BYTES = 8  # emitted tokens are int64
 CHUNK_COPIES = 4  # a chunk lives as the decoder's buffers, its returned array, the validated copy and the shard
 SET_COPIES = 3  # statistics hold every sample set of a decoder at once, plus the concatenated copy and counts
+REPORT_FILE = "report.json"  # a run's verdict (verifier.reports.write_reports), written after its samples
 MEMORY_SHARE = 0.8  # of the memory available when the run starts (models, torch and the OS need the rest)
 
 
 def check_fresh_run_dir(run_dir: str | Path, run_file: str) -> None:
-    """Raise :class:`ConfigError` when ``run_dir`` already holds a run (its ``run_file`` or samples)."""
+    """Raise :class:`ConfigError` when ``run_dir`` already holds a run (its ``run_file``, samples or reports), or
+    it (or a parent) is a file or a dangling symlink."""
     run_dir = Path(run_dir)
+    blocked = next((p for p in (run_dir, *run_dir.parents) if p.is_symlink() and not p.exists()
+                    or p.exists() and not p.is_dir()), None)
+    if blocked is not None:  # else the run fails after the models load, blaming its lock file ("File exists")
+        what = "a dangling symlink" if blocked.is_symlink() and not blocked.exists() else "a file"
+        raise ConfigError(f"--run-dir={str(run_dir)!r}: {str(blocked)!r} is {what}, not a folder; allowed: a folder, "
+                          "or a path that does not exist yet (it is made)")
     has_samples = (run_dir / "samples").is_dir() and any((run_dir / "samples").rglob("chunk-*.npz"))
     if (run_dir / run_file).is_file() or has_samples:
         raise ConfigError(
@@ -47,6 +55,10 @@ def check_fresh_run_dir(run_dir: str | Path, run_file: str) -> None:
             f"--run-dir={str(run_dir)!r} already holds a URL audit's response journal (server/responses.jsonl) and no "
             f"{run_file}: a self-reported audit (`--design self-reported`); a new run would overwrite its reports. "
             "Allowed: that audit's own command with this --run-dir to continue it, or a --run-dir that does not exist yet")
+    if (run_dir / REPORT_FILE).is_file():  # a run's reports without its run file or samples (a committed audit folder)
+        raise ConfigError(
+            f"--run-dir={str(run_dir)!r} already holds a run's reports ({REPORT_FILE}) and no {run_file} or samples to "
+            "continue from; a new run would overwrite them. Allowed: a --run-dir that does not exist yet")
 
 
 def plugin_hashes(suite: Any) -> dict[str, dict[str, Any]]:

@@ -269,6 +269,7 @@ def measure_server_floor(settings, dialect, reference, jobs: Sequence[tuple[int,
                              dialect.reported_law, reference.vocab_size)
         if whole is not None and "undefined" not in result:
             result["tv"] = min(1.0, result["tv"] + info["unseen"])  # mass outside the sweep disagrees in full
+            result["unseen"] = info["unseen"]
             result["how"] = (f"exact: the whole row by {info['requests']} logit_bias sweep requests ({info['missing']} "
                              f"ids below e^-{SWEEP_BIAS:g} set to 0, {info['unseen']:.2g} outside the sweep, plain row "
                              f"agrees to {info['deviation']:.2g})")
@@ -284,7 +285,7 @@ def measure_server_floor(settings, dialect, reference, jobs: Sequence[tuple[int,
             best = result["tv"]
             where = (f"prompt {i}, position {position} (prefix {list(prefix)[:12]}{'...' if len(prefix) > 12 else ''}, "
                      f"{sampling.label()}; {result['how']})")
-    bounded = sum(1 for r in rows if r["how"] != "exact")
+    bounded = sum(1 for r in rows if not r["how"].startswith("exact"))  # a swept row's how: "exact: the whole row ..."
     how_k = (f"top-{plain_k} logprobs and the whole row by logit_bias sweeps of {cap}" if sweep
              else f"top-{logprobs} logprobs")
     return {"source": f"{dialect.name} {settings.base_url}, one-token requests with {how_k}",

@@ -119,6 +119,9 @@ def rebuild_row(plain: Mapping[int, float], sweeps: Sequence[Mapping[int, float]
         if int(anchor) not in row:
             return None, {"requests": len(groups), "why": f"the anchor id {anchor} is missing from a biased reply "
                           f"(ids {sorted(row)[:12]}): its bias did not reach the top set"}
+        if not math.isfinite(row[int(anchor)]):  # every id's value is relative to it: -inf leaves none
+            return None, {"requests": len(groups), "why": f"the anchor id {anchor} has logprob {row[int(anchor)]!r} in a "
+                          f"biased reply (it was biased by +{SWEEP_BIAS:g}): no id's value relative to it is defined"}
         for t in group:
             if t in row:
                 rel[int(t)] = row[t] - row[int(anchor)]
@@ -136,7 +139,7 @@ def rebuild_row(plain: Mapping[int, float], sweeps: Sequence[Mapping[int, float]
     unseen = max(0.0, 1.0 - min(ratios)) if ratios else 0.0
     deviation = max((abs(math.exp(float(plain[t])) - (1.0 - unseen) * math.exp(swept[t])) for t in both), default=0.0)
     info = {"requests": len(groups), "missing": missing, "unseen": unseen, "deviation": deviation}
-    if not both or deviation > CONSISTENCY_TOL or unseen > CONSISTENCY_TOL:
+    if not both or not (deviation <= CONSISTENCY_TOL and unseen <= CONSISTENCY_TOL):  # NaN refused as well
         info["why"] = (f"the sweep disagrees with the plain row (largest prob difference {deviation:.3g}, mass outside "
                        f"the sweep {unseen:.3g}; tolerance {CONSISTENCY_TOL:g}): the requests did not see one law")
         return None, info

@@ -512,7 +512,7 @@ def parse_suite(data: Mapping[str, Any], *, source: str = "<suite>", base_dir: P
     _check_choice(st, "tv_test", stats.tv_test, TV_TESTS)
     for key, val, hi_ok in (("alpha", stats.alpha, False), ("target_mde", stats.target_mde, True), ("power", stats.power, False)):
         if not (0 < val < 1 or (hi_ok and val == 1)) or not math.isfinite(val):
-            st._fail(st.path(key), val, "a number in (0, 1)")
+            st._fail(st.path(key), val, "a number in (0, 1]" if hi_ok else "a number in (0, 1)")
     st.done()
 
     # profiles
