@@ -92,3 +92,14 @@ def test_a_biased_reply_whose_anchor_is_minus_inf_is_refused_not_read_as_nan(rep
     rows[0] = {t: -math.inf for t in rows[0]} if reply == "every id at -inf" else {**rows[0], anchor: -math.inf}
     row, info = rebuild_row(plain, rows, groups, anchor)
     assert row is None and f"anchor id {anchor} has logprob -inf" in info["why"]
+
+
+def test_a_sweep_too_large_for_the_budget_is_not_sent_and_says_why():
+    """V = 384 at cap 11 over 8 positions is 312 requests (sent); a 150,000-id vocabulary would be 120,000 one-token
+    requests -- above MAX_SWEEP_REQUESTS the floor keeps its bounded plain rows and each row names the count."""
+    from verifier.server.floor_sweep import MAX_SWEEP_REQUESTS, sweep_budget_note
+
+    assert sweep_budget_note(384, 11, 8) == ""
+    note = sweep_budget_note(150_000, 11, 8)
+    assert note.startswith("120,000 sweep requests (8 positions x 15,000)") and f"{MAX_SWEEP_REQUESTS:,}" in note
+    assert "--floor-positions" in note

@@ -252,7 +252,13 @@ def measure_server_floor(settings, dialect, reference, jobs: Sequence[tuple[int,
         tops = (replies.get(j) or journal.get(keys[j]))[0].top_logprobs or ()
         plain_rows.append(tops[0] if tops else None)
     swept = [(None, {})] * len(jobs)
+    too_many = ""
     if sweep:
+        from verifier.server.floor_sweep import sweep_budget_note
+
+        if too_many := sweep_budget_note(reference.vocab_size, cap, len(jobs)):  # the bounded plain rows, stated
+            swept = [(None, {"why": too_many})] * len(jobs)
+    if sweep and not too_many:
         from verifier.server.floor_sweep import run_sweeps
 
         swept = run_sweeps(settings, dialect, bodies, plain_rows, reference.vocab_size, journal=journal,
@@ -286,8 +292,8 @@ def measure_server_floor(settings, dialect, reference, jobs: Sequence[tuple[int,
             where = (f"prompt {i}, position {position} (prefix {list(prefix)[:12]}{'...' if len(prefix) > 12 else ''}, "
                      f"{sampling.label()}; {result['how']})")
     bounded = sum(1 for r in rows if not r["how"].startswith("exact"))  # a swept row's how: "exact: the whole row ..."
-    how_k = (f"top-{plain_k} logprobs and the whole row by logit_bias sweeps of {cap}" if sweep
-             else f"top-{logprobs} logprobs")
+    how_k = (f"top-{plain_k} logprobs and the whole row by logit_bias sweeps of {cap}" if sweep and not too_many
+             else f"top-{plain_k} logprobs")
     return {"source": f"{dialect.name} {settings.base_url}, one-token requests with {how_k}",
             "rows": rows, "max_tv": best, "where": where, "logprobs": int(logprobs), "positions": len(jobs),
             "undefined": undefined, "seconds": round(time.monotonic() - started, 3),

@@ -38,10 +38,32 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-__all__ = ["sweep_groups", "sweep_request", "rebuild_row", "SWEEP_BIAS", "CONSISTENCY_TOL"]
+__all__ = ["sweep_groups", "sweep_request", "rebuild_row", "run_sweeps", "sweep_budget_note", "SWEEP_BIAS",
+           "CONSISTENCY_TOL", "MAX_SWEEP_REQUESTS"]
 
 SWEEP_BIAS = 40.0  # added to the logits of a sweep's ids: above any other id unless its prob is < e^-40 of theirs
 CONSISTENCY_TOL = 1e-3  # largest |plain row prob - sweep prob| accepted (float32 rows agree to ~1e-6)
+MAX_SWEEP_REQUESTS = 100_000  # sweeps of a whole floor; above it the floor stays the bounded plain rows (stated)
+
+
+def sweep_budget_note(vocab_size: int, cap: int, positions: int) -> str:
+    """Why a floor's sweep is not sent ("" when it fits :data:`MAX_SWEEP_REQUESTS`): ``positions`` x
+    ``ceil((vocab_size - 1) / (cap - 1))`` one-token requests (39 per position at V = 384, cap 11; ~15,000 at
+    V = 150,000).
+
+    Examples
+    --------
+    >>> sweep_budget_note(384, 11, 8)
+    ''
+    >>> sweep_budget_note(150_000, 11, 8)[:40]
+    '120,000 sweep requests (8 positions x 15'
+    """
+    per = math.ceil((int(vocab_size) - 1) / max(1, int(cap) - 1))
+    total = per * int(positions)
+    if total <= MAX_SWEEP_REQUESTS:
+        return ""
+    return (f"{total:,} sweep requests ({positions} positions x {per:,}) > {MAX_SWEEP_REQUESTS:,}; lower "
+            "--floor-positions, or give --top-k <= the server's cap")
 
 
 def sweep_groups(vocab_size: int, anchor: int, cap: int) -> list[list[int]]:
