@@ -55,7 +55,7 @@ import numpy as np
 from verifier.server.floor_sweep import SWEEP_BIAS
 from verifier.server.reported_law import MASS_TOL, ReportedLaw, rebuild_law
 
-__all__ = ["choose_prefixes", "compare_row", "measure_server_floor", "DEFAULT_POSITIONS", "MAX_LOGPROBS",
+__all__ = ["choose_prefixes", "compare_row", "measure_server_floor", "top_rows", "DEFAULT_POSITIONS", "MAX_LOGPROBS",
            "FLOOR_JOURNAL", "STREAM"]
 
 STREAM = 0xF1002  # the floor's position sample: its own generator stream beside the audit seed
@@ -181,6 +181,53 @@ def compare_row(row: dict[int, float] | None, local_processed: np.ndarray, local
                    f"{unseen_local:.3g} (local) unseen counted as disagreeing"}
 
 
+def top_rows(settings, dialect, jobs: Sequence[tuple[str, dict[str, Any]]], design: str, *, journal=None,
+             eos_token_id: int | None = None) -> list[dict[int, float] | None]:
+    """Post the one-token logprob requests ``jobs`` and return each reply's top row (None where it has none).
+
+    Parameters
+    ----------
+    settings : ServerSettings
+    dialect : Dialect
+    jobs : sequence of (str, dict)
+        A label naming each request in errors, and its JSON body (``max_tokens`` 1, top logprobs asked for).
+    design : str
+        Part of each reply's journal key (``"known-target floor"``, ``"known-target floor sweep"``).
+    journal : Journal or None
+        Where replies persist and are read back from: a resumed floor resends none of them.
+    eos_token_id : int or None
+
+    Returns
+    -------
+    list of (dict token id -> natural-log prob, or None)
+        One per job, in order.
+
+    Raises
+    ------
+    ServerError, ServerUsageError, ServerReplyError
+        As :func:`verifier.server.client.post_all` and :meth:`Dialect.parse`.
+    """
+    from verifier.server.client import post_all
+    from verifier.server.journal import request_key
+
+    keys = [request_key({"api": dialect.name, "design": design, "body": body}) for _, body in jobs]
+    got = {i: journal.get(key) for i, key in enumerate(keys)} if journal is not None else {}
+    missing = [i for i in range(len(jobs)) if got.get(i) is None]
+
+    def on_reply(m: int, reply: Any, seconds: float) -> None:
+        i = missing[m]
+        got[i] = dialect.parse(reply, n=1, max_new_tokens=1, eos_token_id=eos_token_id, what=jobs[i][0], logprobs=True)
+        if journal is not None:
+            journal.append(keys[i], jobs[i][1], got[i], seconds)
+
+    try:
+        post_all(settings, dialect.path, [jobs[i] for i in missing], on_reply)
+    finally:
+        if journal is not None:
+            journal.sync()
+    return [((got[i][0].top_logprobs or (None,))[0] or None) for i in range(len(jobs))]
+
+
 def measure_server_floor(settings, dialect, reference, jobs: Sequence[tuple[int, tuple[int, ...], Any]], *,
                          logprobs: int, prompt_lengths: Sequence[int], journal=None, model: str | None = None,
                          eos_token_id: int | None = None) -> dict[str, Any]:
@@ -217,52 +264,26 @@ def measure_server_floor(settings, dialect, reference, jobs: Sequence[tuple[int,
         As :func:`verifier.server.client.post_all` and :meth:`Dialect.parse`.
     """
     from verifier.sampling import SamplingConfig
-    from verifier.server.client import post_all
-    from verifier.server.journal import request_key
 
     switch = 0 if dialect.has_switch else None
     cap = dialect.max_top_logprobs
     sweep = bool(dialect.bias_sweep and cap and int(logprobs) > cap)  # the whole row by logit_bias sweeps
     plain_k = min(int(logprobs), cap) if cap else int(logprobs)
-    bodies, keys = [], []
-    for i, prefix, sampling in jobs:
-        body = dialect.request(list(prefix), sampling, 1, FLOOR_SEED, n=1, logprobs=plain_k, model=model,
-                               draft_tokens=switch)
-        bodies.append(body)
-        keys.append(request_key({"api": dialect.name, "design": "known-target floor", "body": body}))
-    replies: dict[int, Any] = {}
-    missing = [j for j, k in enumerate(keys) if journal is None or journal.get(k) is None]
-
-    def on_reply(m: int, reply: Any, seconds: float) -> None:
-        j = missing[m]
-        completions = dialect.parse(reply, n=1, max_new_tokens=1, eos_token_id=eos_token_id,
-                                    what=f"numeric floor request {j} (prefix {list(jobs[j][1])[:12]})", logprobs=True)
-        replies[j] = completions
-        if journal is not None:
-            journal.append(keys[j], bodies[j], completions, seconds)
-
+    bodies = [dialect.request(list(prefix), sampling, 1, FLOOR_SEED, n=1, logprobs=plain_k, model=model,
+                              draft_tokens=switch) for _, prefix, sampling in jobs]
     started = time.monotonic()
-    try:
-        post_all(settings, dialect.path, [(f"numeric floor request {j}", bodies[j]) for j in missing], on_reply)
-    finally:
-        if journal is not None:
-            journal.sync()
-    plain_rows = []
-    for j in range(len(jobs)):
-        tops = (replies.get(j) or journal.get(keys[j]))[0].top_logprobs or ()
-        plain_rows.append(tops[0] if tops else None)
+    plain_rows = top_rows(settings, dialect, [(f"numeric floor request {j} (prefix {list(jobs[j][1])[:12]})", b)
+                                              for j, b in enumerate(bodies)],
+                          "known-target floor", journal=journal, eos_token_id=eos_token_id)
     swept = [(None, {})] * len(jobs)
     too_many = ""
     if sweep:
-        from verifier.server.floor_sweep import sweep_budget_note
+        from verifier.server.floor_sweep import run_sweeps, sweep_budget_note
 
-        if too_many := sweep_budget_note(reference.vocab_size, cap, len(jobs)):  # the bounded plain rows, stated
-            swept = [(None, {"why": too_many})] * len(jobs)
-    if sweep and not too_many:
-        from verifier.server.floor_sweep import run_sweeps
-
-        swept = run_sweeps(settings, dialect, bodies, plain_rows, reference.vocab_size, journal=journal,
-                           eos_token_id=eos_token_id, labels=[f"prefix {list(p)[:12]}" for _, p, _ in jobs])
+        too_many = sweep_budget_note(reference.vocab_size, cap, len(jobs))
+        swept = [(None, {"why": too_many})] * len(jobs) if too_many else run_sweeps(  # too many: bounded rows, stated
+            settings, dialect, bodies, plain_rows, reference.vocab_size, journal=journal, eos_token_id=eos_token_id,
+            labels=[f"prefix {list(p)[:12]}" for _, p, _ in jobs])
     rows, undefined = [], {}
     best, where = None, ""
     raw = SamplingConfig()

@@ -200,8 +200,7 @@ def run_sweeps(settings, dialect, bodies: Sequence[Mapping[str, Any]], plain_row
     ServerError, ServerUsageError, ServerReplyError
         As :func:`verifier.server.client.post_all` and :meth:`Dialect.parse`.
     """
-    from verifier.server.client import post_all
-    from verifier.server.journal import request_key
+    from verifier.server.floor import top_rows
 
     cap = int(dialect.max_top_logprobs)
     plan, jobs = [], []  # per position: (anchor, groups, first job index) or None
@@ -215,29 +214,7 @@ def run_sweeps(settings, dialect, bodies: Sequence[Mapping[str, Any]], plain_row
         for g, group in enumerate(groups):
             label = labels[j] if labels else f"position {j}"
             jobs.append((f"numeric floor sweep {g + 1}/{len(groups)} at {label}", sweep_request(body, group, anchor, cap)))
-    keys = [request_key({"api": dialect.name, "design": "known-target floor sweep", "body": b}) for _, b in jobs]
-    rows: dict[int, Mapping[int, float]] = {}
-    missing = []
-    for i, key in enumerate(keys):
-        got = journal.get(key) if journal is not None else None
-        if got is None:
-            missing.append(i)
-        else:
-            rows[i] = (got[0].top_logprobs or ({},))[0]
-
-    def on_reply(m: int, reply: Any, seconds: float) -> None:
-        i = missing[m]
-        completions = dialect.parse(reply, n=1, max_new_tokens=1, eos_token_id=eos_token_id, what=jobs[i][0],
-                                    logprobs=True)
-        rows[i] = (completions[0].top_logprobs or ({},))[0]
-        if journal is not None:
-            journal.append(keys[i], jobs[i][1], completions, seconds)
-
-    try:
-        post_all(settings, dialect.path, [jobs[i] for i in missing], on_reply)
-    finally:
-        if journal is not None:
-            journal.sync()
+    rows = top_rows(settings, dialect, jobs, "known-target floor sweep", journal=journal, eos_token_id=eos_token_id)
     out = []
     for plain, entry in zip(plain_rows, plan):
         if entry is None:
