@@ -52,10 +52,11 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from verifier.server.floor_requests import top_rows
 from verifier.server.floor_sweep import SWEEP_BIAS
 from verifier.server.reported_law import MASS_TOL, ReportedLaw, rebuild_law
 
-__all__ = ["choose_prefixes", "compare_row", "measure_server_floor", "top_rows", "DEFAULT_POSITIONS", "MAX_LOGPROBS",
+__all__ = ["choose_prefixes", "compare_row", "measure_server_floor", "DEFAULT_POSITIONS", "MAX_LOGPROBS",
            "FLOOR_JOURNAL", "STREAM"]
 
 STREAM = 0xF1002  # the floor's position sample: its own generator stream beside the audit seed
@@ -179,53 +180,6 @@ def compare_row(row: dict[int, float] | None, local_processed: np.ndarray, local
     return {"tv": upper, "tv_measured": lower, "unseen": unseen_server + unseen_local,
             "how": f"bounded: {law_name} on the {len(ids)} reported ids, {unseen_server:.3g} (server) + "
                    f"{unseen_local:.3g} (local) unseen counted as disagreeing"}
-
-
-def top_rows(settings, dialect, jobs: Sequence[tuple[str, dict[str, Any]]], design: str, *, journal=None,
-             eos_token_id: int | None = None) -> list[dict[int, float] | None]:
-    """Post the one-token logprob requests ``jobs`` and return each reply's top row (None where it has none).
-
-    Parameters
-    ----------
-    settings : ServerSettings
-    dialect : Dialect
-    jobs : sequence of (str, dict)
-        A label naming each request in errors, and its JSON body (``max_tokens`` 1, top logprobs asked for).
-    design : str
-        Part of each reply's journal key (``"known-target floor"``, ``"known-target floor sweep"``).
-    journal : Journal or None
-        Where replies persist and are read back from: a resumed floor resends none of them.
-    eos_token_id : int or None
-
-    Returns
-    -------
-    list of (dict token id -> natural-log prob, or None)
-        One per job, in order.
-
-    Raises
-    ------
-    ServerError, ServerUsageError, ServerReplyError
-        As :func:`verifier.server.client.post_all` and :meth:`Dialect.parse`.
-    """
-    from verifier.server.client import post_all
-    from verifier.server.journal import request_key
-
-    keys = [request_key({"api": dialect.name, "design": design, "body": body}) for _, body in jobs]
-    got = {i: journal.get(key) for i, key in enumerate(keys)} if journal is not None else {}
-    missing = [i for i in range(len(jobs)) if got.get(i) is None]
-
-    def on_reply(m: int, reply: Any, seconds: float) -> None:
-        i = missing[m]
-        got[i] = dialect.parse(reply, n=1, max_new_tokens=1, eos_token_id=eos_token_id, what=jobs[i][0], logprobs=True)
-        if journal is not None:
-            journal.append(keys[i], jobs[i][1], got[i], seconds)
-
-    try:
-        post_all(settings, dialect.path, [jobs[i] for i in missing], on_reply)
-    finally:
-        if journal is not None:
-            journal.sync()
-    return [((got[i][0].top_logprobs or (None,))[0] or None) for i in range(len(jobs))]
 
 
 def measure_server_floor(settings, dialect, reference, jobs: Sequence[tuple[int, tuple[int, ...], Any]], *,

@@ -38,6 +38,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from verifier.server.floor_requests import top_rows
+
 __all__ = ["sweep_groups", "sweep_request", "rebuild_row", "run_sweeps", "sweep_budget_note", "SWEEP_BIAS",
            "CONSISTENCY_TOL", "MAX_SWEEP_REQUESTS"]
 
@@ -200,8 +202,6 @@ def run_sweeps(settings, dialect, bodies: Sequence[Mapping[str, Any]], plain_row
     ServerError, ServerUsageError, ServerReplyError
         As :func:`verifier.server.client.post_all` and :meth:`Dialect.parse`.
     """
-    from verifier.server.floor import top_rows
-
     cap = int(dialect.max_top_logprobs)
     plan, jobs = [], []  # per position: (anchor, groups, first job index) or None
     for j, (body, plain) in enumerate(zip(bodies, plain_rows)):
