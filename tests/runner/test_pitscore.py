@@ -140,7 +140,7 @@ def test_distinct_prefixes_of_the_whole_set_change_no_value(monkeypatch):
     """Above one batch (n > 256 rows), teacher forcing and the float32 PIT run each distinct prefix of the whole set
     through the model once (T = 1, k = 1 on the shipped pair: 182 prefixes for 53,474 rows); every prob and u equals
     the batch-by-batch path's (seeded draws, same order) to float rounding."""
-    from verifier.runner import prefixes
+    from verifier.runner import models, prefixes
 
     ref, sampling = _model(), SamplingConfig()
     rng = np.random.default_rng(6)
@@ -150,7 +150,7 @@ def test_distinct_prefixes_of_the_whole_set_change_no_value(monkeypatch):
     fast = np.concatenate(pitscore.pit_values(ref, (1, 2), tokens, sampling, np.random.default_rng(9))[0])
     fast_p = np.concatenate([p for _, p in ref.teacher_forced((1, 2), tokens, SamplingConfig(top_k=8))])
     monkeypatch.setattr(pitscore, "distinct_prefixes", lambda *a: None)
-    monkeypatch.setattr(prefixes, "distinct_prefixes", lambda *a: None)
+    monkeypatch.setattr(models, "distinct_prefixes", lambda *a: None)
     slow = np.concatenate(pitscore.pit_values(ref, (1, 2), tokens, sampling, np.random.default_rng(9))[0])
     slow_p = np.concatenate([p for _, p in ref.teacher_forced((1, 2), tokens, SamplingConfig(top_k=8))])
     np.testing.assert_allclose(fast, slow, atol=1e-6, rtol=0)

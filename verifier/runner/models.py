@@ -30,8 +30,8 @@ import torch
 
 from verifier.errors import ConfigError, ModelLoadError, invalid_argument
 from verifier.exact.tabular import TabularLM
-from verifier.protocols import PADDING_TOKEN_ID
 from verifier.runner.memory import rows_per_batch
+from verifier.runner.prefixes import distinct_prefixes, forcing_inputs
 from verifier.sampling import GENERATED_STEP, SamplingConfig, processed_probs
 from verifier.suite.schema import ModelPair, Prompt
 
@@ -295,9 +295,7 @@ class ReferenceModel:
                     yield slice(start, min(start + rows, n)), probs_u[inverse[start:start + rows]]
                 return
         for start in range(0, n, rows):
-            part = torch.as_tensor(tokens[start:start + rows], dtype=torch.long)
-            part = torch.where(part == PADDING_TOKEN_ID, torch.zeros_like(part), part)
-            seqs = torch.cat([prompt.expand(len(part), -1), part[:, :-1]], dim=1)
+            part, seqs = forcing_inputs(prompt, tokens[start:start + rows])
             if torch_model:  # each distinct prefix through the model once (top-k rows repeat: 64 prefixes for 25k rows)
                 uniq, inverse = torch.unique(seqs, dim=0, return_inverse=True)
                 yield slice(start, start + len(part)), _forced_probs_of(self, uniq, prompt_ids, steps, sampling)[inverse.numpy()]
@@ -324,8 +322,6 @@ def _forced_unique(ref, prompt: torch.Tensor, tokens: np.ndarray, prompt_ids: tu
     the whole set, or None when the distinct prefixes are more than ``budget_rows`` (one batch's memory budget) or
     no fewer than a batch-by-batch pass would see.  At T < 1 with top-k the rows repeat across batches (64
     prefixes for 25,257 rows at top-k 8, k = 1), so each goes through the model once instead of once per batch."""
-    from verifier.runner.prefixes import distinct_prefixes
-
     known = distinct_prefixes(prompt, tokens, budget_rows)
     if known is None:
         return None

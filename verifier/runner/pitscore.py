@@ -32,7 +32,7 @@ import torch
 from verifier.exact.tabular import TabularLM
 from verifier.protocols import PADDING_TOKEN_ID
 from verifier.runner.memory import rows_per_batch
-from verifier.runner.prefixes import distinct_prefixes
+from verifier.runner.prefixes import distinct_prefixes, forcing_inputs
 from verifier.sampling import SamplingConfig
 
 __all__ = ["fast_pit_applies", "pit_terms", "pit_values", "ROW_TILE", "BLOCK_WIDTH", "FLOAT32_ABOVE"]
@@ -156,12 +156,10 @@ def pit_terms(ref, prompt_ids: tuple[int, ...], tokens: np.ndarray, sampling: Sa
         uniq, inverse = known
         table = torch.cat([ref.float_logits(uniq[i:i + rows], keep=steps) for i in range(0, len(uniq), rows)])
     for start in range(0, n, rows):
-        part = torch.as_tensor(tokens[start:start + rows], dtype=torch.long)
-        part = torch.where(part == PADDING_TOKEN_ID, torch.zeros_like(part), part)
+        part, seqs = forcing_inputs(prompt, tokens[start:start + rows])
         if known is not None:
             logits = table[torch.as_tensor(inverse[start:start + rows])]
         else:
-            seqs = torch.cat([prompt.expand(len(part), -1), part[:, :-1]], dim=1)
             logits = ref.float_logits(seqs, keep=steps)  # (rows, steps, vocab) float32
         px, below = _block_terms(logits.reshape(-1, vocab), part.reshape(-1), inv_t)
         del logits

@@ -13,7 +13,15 @@ import torch
 
 from verifier.protocols import PADDING_TOKEN_ID
 
-__all__ = ["distinct_prefixes"]
+__all__ = ["forcing_inputs", "distinct_prefixes"]
+
+
+def forcing_inputs(prompt: torch.Tensor, tokens: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(rows, inputs)``: ``tokens`` as int64 with the padding -1 read as id 0 (those positions' probs are never
+    used), and the teacher-forcing inputs ``prompt + row[:-1]``, shapes (n, T) and (n, prompt_len + T - 1)."""
+    part = torch.as_tensor(tokens, dtype=torch.long)
+    part = torch.where(part == PADDING_TOKEN_ID, torch.zeros_like(part), part)
+    return part, torch.cat([prompt.expand(len(part), -1), part[:, :-1]], dim=1)
 
 
 def distinct_prefixes(prompt: torch.Tensor, tokens: np.ndarray, budget_rows: int) -> tuple[torch.Tensor, np.ndarray] | None:
@@ -34,9 +42,7 @@ def distinct_prefixes(prompt: torch.Tensor, tokens: np.ndarray, budget_rows: int
         ``uniq[inverse[i]]`` the input of row i; None when there are more than ``budget_rows`` of them or more than half
         as many as rows (a batch-by-batch pass then costs about the same).
     """
-    part = torch.as_tensor(tokens, dtype=torch.long)
-    part = torch.where(part == PADDING_TOKEN_ID, torch.zeros_like(part), part)
-    seqs = torch.cat([prompt.expand(len(part), -1), part[:, :-1]], dim=1)
+    part, seqs = forcing_inputs(prompt, tokens)
     uniq, inverse = torch.unique(seqs, dim=0, return_inverse=True)
     if len(uniq) > budget_rows or 2 * len(uniq) > len(part):
         return None
