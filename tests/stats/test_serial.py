@@ -28,6 +28,19 @@ def test_vectorised_statistic_is_statsmodels_ljung_box():
     np.testing.assert_allclose(mine, theirs, rtol=1e-12)
 
 
+def test_serial_test_reports_statsmodels_statistic_and_autocorrelations():
+    """The cell's Q and r_1..r_5 are acorr_ljungbox's and acf's (computed over the 5 lags only, not every lag),
+    on a sequence long enough for the FFT route of acf to differ in rounding only."""
+    from statsmodels.stats.diagnostic import acorr_ljungbox
+    from statsmodels.tsa.stattools import acf
+
+    u = np.random.default_rng(11).random(3_001)
+    res = serial_test(u, alpha=0.05)
+    assert res.statistic == pytest.approx(float(acorr_ljungbox(u, lags=[5], return_df=True)["lb_stat"].iloc[0]),
+                                          rel=1e-10)
+    np.testing.assert_allclose(res.acf, acf(u, nlags=5, fft=False)[1:], rtol=0, atol=1e-12)
+
+
 @pytest.mark.parametrize("n", [40, 200, 800])
 def test_false_positive_rate_is_at_most_alpha_over_200_seeded_repetitions(n):
     """Seeds 0..199 (``default_rng([29, n, s])``, null stream ``s``), alpha 0.05: the count of rejections is <= 21,
