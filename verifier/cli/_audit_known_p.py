@@ -158,10 +158,12 @@ def _run_known_p(args, sampling) -> int:
         prompts = [("ids", tuple(p)) for p in args.prompt_ids] + [("text", t) for t in args.prompt]
         if args.prompt_ids:
             _check_prompts(pair, args.prompt_ids, "--prompt-ids")
-        from verifier.cli._audit_url import check_text_prompts
+        from verifier.cli._audit_url import check_stop_flags, check_text_prompts
 
         check_text_prompts(args, pair)  # --api mlx-lm: prompts that do not round-trip as text, before any request
+        check_stop_flags(args, pair)  # --stop-token-ids: in the vocabulary, expressible by the dialect (exit 2)
         seq = bool(args.sequential)
+        stop = getattr(args, "url_stop_rule", None)  # --url --stop-token-ids / --max-tokens: (ids, max_tokens)
         from verifier.plugins import plugin_name
 
         spec = AuditSpec(decoder=args.decoder, decoder_name=plugin_name(args.decoder), target=args.target, draft=_draft_spec(args), prompts=tuple(prompts),
@@ -172,8 +174,10 @@ def _run_known_p(args, sampling) -> int:
                          variants=tuple(getattr(args, "url_variants", ())), seed=args.seed, options=dict(args.option),
                          chunk_size=args.chunk_size, device=args.device, dtype=args.dtype, acceptance=args.acceptance,
                          tv_test=getattr(args, "tv_test", "pearson"),
-                         # a URL audit also tests independence: identical pairs of requests vs the exact collision prob
-                         **({"tests": URL_TESTS} if getattr(args, "url", None) else {}))
+                         # a URL audit also tests independence: identical pairs of requests vs the exact collision prob;
+                         # with a stop rule only the stop cells (the other cells' laws end rows at EOS only)
+                         **({"tests": URL_TESTS} if getattr(args, "url", None) and not stop else {}),
+                         **({"tests": ("stop",), "stop_token_ids": stop[0], "max_tokens": stop[1]} if stop else {}))
         audit_plan = plan_audit(spec, pair=pair)
         for line in _blind_notes(pair, audit_plan.prompts, sampling, args.blind_tolerance, args.blind_rules, args.decoder):
             print(line)
