@@ -88,6 +88,16 @@ def test_self_reported_design_refuses_context_dependent_penalties(capsys):
     assert code == EXIT_USAGE and "--presence-penalty=0.5 is invalid; allowed: unset with the self-reported" in err
 
 
+def test_penalised_known_p_audit_plans_with_the_prompt_length(capsys, tmp_path):
+    """Presence / frequency penalties count the generated tokens only, so every law the audit plans from needs the
+    prompt's length (before: ``prompt_len=None is invalid`` from the plan, exit 2, on vLLM's penalties URL audit).
+    The reference decoder at TV 0.2 (n planned, alpha 0.001): PASS."""
+    code, err = _cli(["--decoder", "reference", "--target", "tabular:trigram3", "--num-draft-tokens", "2",
+                      "--presence-penalty", "0.5", "--frequency-penalty", "0.3", "--repetition-penalty", "1.2",
+                      "--target-tv", "0.2", "--run-dir", str(tmp_path / "r"), "--no-progress"], capsys)
+    assert code == 0, err
+
+
 def test_request_bodies_carry_the_new_knobs_only_where_set():
     """Bodies of audits without the new options are unchanged (their journal keys too); with them each dialect
     sends the harness's law: llama-server's chain ends with min_p after top_p, vLLM gets its own fields."""

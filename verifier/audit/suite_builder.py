@@ -299,7 +299,7 @@ def plan_audit(spec: AuditSpec, *, base_dir: str | Path = ".", pair: Any = None)
         positions = max(spec.gof_positions)
     else:
         # every position whose law is enumerable: guess from the first position's support, then shrink on error
-        support = max(int(np.count_nonzero(pair.reference.next_probs(np.asarray([p]), spec.sampling)[0])) for p in prompts)
+        support = max(int(np.count_nonzero(pair.reference.next_probs(np.asarray([p]), spec.sampling, len(p))[0])) for p in prompts)
         depth = 1
         while depth < min(max_new_tokens, MAX_GOF_POSITION) and support ** depth <= MAX_PREFIXES:
             depth += 1

@@ -54,8 +54,8 @@ def _blind_notes(pair, prompts, sampling, tolerance: float, rules_arg: str | Non
     notes = []
     for i, prompt in enumerate(prompts):
         ids = np.asarray([prompt], dtype=np.int64)
-        p = pair.reference.next_probs(ids, sampling)[0]
-        q = pair.draft_reference.next_probs(ids, sampling)[0]
+        p = pair.reference.next_probs(ids, sampling, len(prompt))[0]  # a penalty counts the output only
+        q = pair.draft_reference.next_probs(ids, sampling, len(prompt))[0]
         if rules == []:
             count = len(blind_cell_reasons(list(p), list(q), tolerance=tolerance))
             if count:

@@ -326,7 +326,8 @@ class _Scorer:
         out: list[list] = [[] for _ in rows]
         for j in range(max((len(r) for r in rows), default=0)):  # rows reaching position j share its prefix length
             live = [i for i, r in enumerate(rows) if len(r) > j]
-            probs = ref.next_probs(np.asarray([list(prompt) + rows[i][:j] for i in live], dtype=np.int64), use)
+            probs = ref.next_probs(np.asarray([list(prompt) + rows[i][:j] for i in live], dtype=np.int64), use,
+                                   len(prompt))
             for i, law in zip(live, probs):
                 order = np.lexsort((np.arange(law.size), -law))[:top]
                 out[i].append((float(law[rows[i][j]]), [(int(t), float(law[t])) for t in order]))
