@@ -103,8 +103,10 @@ def _print_summary(outcome, plan: dict) -> None:
                 if seq["crossed"] else f"no e-process crossed; sampled the planned n = {seq['samples']}")
         print(f"sequential: {stop}")
     if verdict == "PASS":
-        print(f"PASS: no bias >= TV {plan['target_tv']:g} (total variation, in the law of the first token, of each position "
-              f"and of the first {plan['joint_tokens']} tokens) at family-wise alpha {alpha:g}, power 0.99")
+        where = ("in the law of the stopping position, and no row broke the stop rule" if report["cells"] and all(str(c.get("test", "")).startswith("stop") for c in report["cells"])
+                 else f"in the law of the first token, of each position and of the first {plan['joint_tokens']} tokens")
+        print(f"PASS: no bias >= TV {plan['target_tv']:g} (total variation, {where}) at family-wise alpha {alpha:g}, "
+              "power 0.99")
         floor = (report.get("numeric_floor") or {}).get("max_tv")
         if floor is not None:  # the law audited is --target's; the engine's/server's own law is within the floor of it
             print(f"numeric floor TV {floor:.3g} <= target TV: the decoder's own target law is within {floor:.3g} of "
