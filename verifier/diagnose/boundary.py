@@ -341,10 +341,10 @@ def target_only_entry(target_ref, prompt, sampling, tokens: np.ndarray):
 
     Parameters
     ----------
-    target_ref : verifier.runner.models.ReferenceModel
-    prompt : sequence of int
-    sampling : SamplingConfig
-    tokens : np.ndarray, shape (num_samples, max_new_tokens), int64, -1 after EOS
+    target_ref, prompt, sampling
+        The target (a :class:`~verifier.runner.models.ReferenceModel`), the prompt ids and the requested setting.
+    tokens : np.ndarray, shape (num_samples, max_new_tokens), int64
+        The set's stored rows, -1 after EOS.
 
     Returns
     -------
