@@ -67,8 +67,12 @@ def test_stop_flags_without_url_are_refused(capsys):
     ("openai-completions", ["--min-p", "0.1", "--top-p", "0.9"], "--min-p=0.1 is invalid; allowed: unset with --top-p "
                                                                  "on --api openai-completions (vLLM applies min-p "
                                                                  "before top-p"),
-    ("mlx-lm", ["--min-p", "0.1"], "--min-p=0.1 is invalid; allowed: unset with --api mlx-lm (not checked"),
-    ("mlx-lm", ["--stop-token-ids", "5"], "is invalid; allowed: unset with --api mlx-lm (no stop rule checked"),
+    ("mlx-lm", ["--min-p", "0.1"], "--min-p=0.1 is invalid; allowed: unset with --api mlx-lm (it applies min-p to the "
+                                   "temperature-1 logprobs, before top-k and the temperature"),
+    ("mlx-lm", ["--presence-penalty", "0.5"], "--presence-penalty=0.5 is invalid; allowed: unset with --api mlx-lm "
+                                              "(its presence window is the last presence_context_size"),
+    ("mlx-lm", ["--stop-token-ids", "5"], "is invalid; allowed: unset with --api mlx-lm (its stop words are text "
+                                          "re-encoded to token sequences"),
     ("llama-server", ["--stop-token-ids", "83"], "--stop-token-ids=[83] is invalid; allowed: a set closed under "
                                                  "containment for llama-server's stop strings ['s']"),
     ("llama-server", ["--stop-token-ids", STOP_S, "--logprobs", "5"], "--logprobs=5 is invalid; allowed: unset with a "

@@ -20,9 +20,25 @@ class MLXLM(Dialect):
 
     def check_request_options(self, sampling, logprobs, max_new_tokens=1, stop=None) -> None:
         """What this server cannot express, as InvalidArgumentError (exit 2) -- called by the CLI before any
-        request, and again per request.  Min-p, presence / frequency penalties and stop rules are refused (not
-        checked against ``mlx_lm server``'s sampler and stop handling: :meth:`Dialect.check_request_options`)."""
-        super().check_request_options(sampling, logprobs, max_new_tokens, stop)
+        request, and again per request.  Min-p, presence / frequency penalties and stop rules are refused, each with
+        what ``mlx_lm server`` 0.32.2 does instead or what was not checked."""
+        from verifier.errors import refuse_sampling
+
+        why = {"--min-p": (sampling.min_p, "it applies min-p to the temperature-1 logprobs, before top-k and the "
+                           "temperature (sample_utils.make_sampler): the audited law only at T = 1, and not checked on "
+                           "its speculative path"),
+               "--presence-penalty": (sampling.presence_penalty, "its presence window is the last "
+                                      "presence_context_size (default 20) tokens, not the generated tokens"),
+               "--frequency-penalty": (sampling.frequency_penalty, "its frequency window is the last "
+                                       "frequency_context_size (default 20) tokens, not the generated tokens")}
+        for flag, (value, reason) in why.items():
+            if value not in (None, 0, 0.0):
+                raise refuse_sampling(flag, value, f"unset with --api mlx-lm ({reason})")
+        if stop:
+            raise refuse_sampling("--stop-token-ids/--max-tokens", [list(stop.token_ids), stop.max_tokens],
+                                  "unset with --api mlx-lm (its stop words are text re-encoded to token sequences, "
+                                  "generate.make_stop_sequences; no stop ids, and its stop handling on the speculative "
+                                  "path is not checked)")
         if logprobs is not None and not 1 <= int(logprobs) <= self.max_top_logprobs:
             raise invalid_argument("--logprobs", logprobs, f"an integer in 1..{self.max_top_logprobs} with --api mlx-lm "
                                    "(the server's top_logprobs cap)")
