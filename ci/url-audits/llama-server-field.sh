@@ -4,7 +4,7 @@
 # started as ci/url-audits/llama-server.sh starts it; published under
 # reports/audits/llama-server-<build>/field-kinds/<name>/ (report.json/md/html, junit.xml, audit.json, times.txt).
 #   min-p-tv01   T = 1, --min-p 0.1, --max-new-tokens 5 (k + 2), n planned for a TV 0.1 certificate
-#   min-p-tv003  the same at TV 0.03
+#   min-p-tv003  (opt-in: name it) the same at TV 0.03
 #   stop         T = 1, the stop set of suites/engines/llama-cpp-python-field-stop.toml (11 ids = stop string "s"),
 #                --max-tokens 6, --max-new-tokens 8, n 1,500 (tests = stop: stop-rule + stop-position@1..6)
 #   min-p-two-sample  (opt-in: name it) T = 1, --min-p 0.1 against a second llama-server of the same build and GGUF
@@ -15,7 +15,7 @@
 # docs/servers.md), so kind 3 runs as min-p here.  The numeric floor asks for all 384 ids (--floor-logprobs 384:
 # exact rows).  times.txt: the audit's wall and CPU (user + system, /usr/bin/time), the server's CPU over the same
 # window (/proc/PID/stat) and the load average.
-# Usage: bash ci/url-audits/llama-server-field.sh [NAME ...]   (default: all three; about 5-10 min on 2 loaded cores)
+# Usage: bash ci/url-audits/llama-server-field.sh [NAME ...]   (default: min-p-tv01 stop; 1-3 min on 2 loaded cores)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 E="${SPECVERIFY_ENGINES_DIR:-$PWD/.engines}/llama-cpp-python-0.3.36"
@@ -33,7 +33,7 @@ declare -A flags=(
   [min-p-two-sample]="--temperature 1.0 --min-p 0.1 --max-new-tokens 5 --num-samples 20000"
 )
 names=("$@")
-[ ${#names[@]} -gt 0 ] || names=(min-p-tv01 min-p-tv003 stop)
+[ ${#names[@]} -gt 0 ] || names=(min-p-tv01 stop)  # min-p-tv003 and min-p-two-sample: name them
 for name in "${names[@]}"; do
   [ -n "${flags[$name]+x}" ] || { echo "unknown run $name; allowed: ${!flags[*]}" >&2; exit 2; }
 done

@@ -62,7 +62,8 @@ __all__ = [
 REQUIRED_FIELDS = ("prompt_id", "emitted_token_ids")
 OPTIONAL_FIELDS = ("target_logprobs", "prompt_token_ids", "sampling", "seed", "decoder")
 # SamplingConfig's fields, the issue 29 kind 3 ones included (presence / frequency over the emitted tokens, min-p)
-SAMPLING_FIELDS = ("temperature", "top_k", "top_p", "repetition_penalty", "presence_penalty", "frequency_penalty", "min_p")
+SAMPLING_FIELDS = ("temperature", "top_k", "top_p", "repetition_penalty", "presence_penalty", "frequency_penalty",
+                   "min_p")
 LOGPROB_ATOL = 1e-6  # a logprob up to this much above 0 is float rounding of log(1)
 LOGPROB_AGREEMENT_ATOL = 1e-2  # engines report logprobs from bf16/fp32 logits; larger gaps mean a different target or processing
 
