@@ -43,6 +43,13 @@ CONFIGS = [  # (folder, k, sampling flags, patches)
      ("cpu_expand", "empty_top_k")),
     # the same at T = 1 (no top-k: the numeric floor uses the top-20 rows; n planned ~53,000; ~40-60 min on 2 cores)
     ("certificate-control-cpu-expand-t1-k1", 1, ["--temperature", "1.0", "--target-tv", "0.03"], ("cpu_expand",)),
+    # issue 29 kinds 3 and 5 through the URL audit (field-kinds/README.md): the control server, k = 3, T = 1
+    ("field-kinds/control-cpu-expand-t1-k3-penalties", 3,  # suites/engines/vllm-field.toml's kind-3 set, by URL
+     ["--temperature", "1.0", "--repetition-penalty", "1.5", "--presence-penalty", "0.5", "--frequency-penalty", "0.5",
+      "--prompt-ids", "272,70,221,272,70,221", "--target-tv", "0.1"], ("cpu_expand",)),
+    ("field-kinds/control-cpu-expand-t1-k3-stop", 3,  # the 11 shipped ids whose text holds "s", max_tokens 6 in rows of 8
+     ["--temperature", "1.0", "--stop-token-ids", "83,262,274,287,304,307,321,323,350,359,369", "--max-tokens", "6",
+      "--max-new-tokens", "8", "--target-tv", "0.1"], ("cpu_expand",)),
 ]
 
 

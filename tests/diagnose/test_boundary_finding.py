@@ -128,3 +128,28 @@ def test_a_rule_defect_that_drops_a_token_wholly_is_not_named():
     f = boundary_set_finding(seqs, REQUESTED, N)
     assert not f["named"] and f["flip_pvalue"] < 0.01 and f["far_gone_pvalue"] < 1e-3, f["sentence"]
     assert "a token far from every threshold is wholly gone" in f["sentence"]
+
+
+def test_the_threshold_flip_is_named_when_the_draft_is_unknown(tmp_path, capsys):
+    """A URL audit's server drafts with its own model (the draft is unknown) and computes the target with its own
+    numerics: the diagnosis has no mechanism to rank, yet a support change at a filter threshold needs the target's
+    probs only, so it is still named (before, the report said only "not diagnosed: the draft is unknown"; the
+    llama-server min-p run of reports/audits/llama-server-0c1e570/field-kinds/ is such a case).  The decoder
+    (tests/diagnose/threshold_plugin.py) samples losslessly at min-p 0.4 x 1.01, the audit asks for 0.4 / 1.01:
+    token 0 (p / p_max = 0.4) is never emitted where 600 of 3,000 first tokens are expected -- BIAS at any alpha, and
+    named a threshold flip with the same statistics as test_a_threshold_crossed_by_one_percent_is_named_rounding."""
+    from verifier.cli import main
+
+    run = tmp_path / "run"
+    code = main(["audit", "--decoder", f"{Path(__file__).with_name('threshold_plugin.py')}:ThresholdShifted",
+                 "--target", "tabular:trigram3", "--draft", "unknown", "--prompt-ids", "0,1", "--min-p", repr(0.4 / 1.01),
+                 "--num-draft-tokens", "2", "--max-new-tokens", "3", "--num-samples", "3000", "--seed", "0",
+                 "--run-dir", str(run), "--no-progress"])
+    out = capsys.readouterr()
+    assert code == 1, out.err[-2000:]
+    item = json.loads((run / "report.json").read_text())["diagnosis"]["decoders"][0]  # the audit's own diagnosis
+    assert item["status"] == BOUNDARY_STATUS, item["sentence"]
+    (f,) = item["boundary"].values()
+    assert f["named"] and f["filters"] == ["min-p"] and f["impossible_outside_band"] == 0
+    assert [(e["token"], e["observed"]) for e in f["first_position"]] == [(0, 0.0)]
+    assert "not a defect of the speculative rule" in item["sentence"]

@@ -61,7 +61,9 @@ __all__ = [
 
 REQUIRED_FIELDS = ("prompt_id", "emitted_token_ids")
 OPTIONAL_FIELDS = ("target_logprobs", "prompt_token_ids", "sampling", "seed", "decoder")
-SAMPLING_FIELDS = ("temperature", "top_k", "top_p", "repetition_penalty")
+# SamplingConfig's fields, the issue 29 kind 3 ones included (presence / frequency over the emitted tokens, min-p)
+SAMPLING_FIELDS = ("temperature", "top_k", "top_p", "repetition_penalty", "presence_penalty", "frequency_penalty",
+                   "min_p")
 LOGPROB_ATOL = 1e-6  # a logprob up to this much above 0 is float rounding of log(1)
 LOGPROB_AGREEMENT_ATOL = 1e-2  # engines report logprobs from bf16/fp32 logits; larger gaps mean a different target or processing
 
@@ -361,7 +363,7 @@ def replay_plan(groups: dict[tuple[str, SamplingConfig], SampleGroup], sampling:
     if not audited:
         held = sorted({g.sampling.label() for g in groups.values()})
         raise SampleFileError(f"{source}: no rows with sampling {sampling.label()} (the --temperature / --top-k / --top-p "
-                              f"/ --repetition-penalty given); the file holds {held}; allowed: the sampling options of one of them")
+                              f"/ --repetition-penalty / --presence-penalty / --frequency-penalty / --min-p given); the file holds {held}; allowed: the sampling options of one of them")
     if prompt_ids:
         have = {g.prompt_token_ids: g for g in audited}
         missing = [list(p) for p in prompt_ids if tuple(int(t) for t in p) not in have]

@@ -86,6 +86,10 @@ class AuditSpec:
     # design factors: one decoder per (name, option overrides), each with its own cells and verdict (e.g. a URL
     # audit's concurrency levels); empty -> the one decoder.  The caller splits alpha over them.
     variants: tuple = ()
+    # the request's stop rule (issue 29 kind 5; a URL audit's --stop-token-ids / --max-tokens): with either set, tests
+    # must be ("stop",) and n is planned on the law of the stopping position (verifier.runner.stop)
+    stop_token_ids: tuple = ()
+    max_tokens: int | None = None
 
 
 @dataclass
@@ -135,12 +139,14 @@ class AuditPlan:
         cells = [f"gof@{t}" for t in self.gof_positions] if "gof" in tests else []
         cells += [f"{name}@1..{j}" for name in ("joint", "surprisal", "collision") if j and name in tests]
         cells += ["pit"] if "pit" in tests else []
+        cells += ["stop-rule", "stop-position@1..L"] if "stop" in tests else []
         beside = " (and the acceptance audit beside the verdict)" if "accepted" in tests else ""
         need = "unreachable" if self.n_needed is None else f"{self.n_needed}"
+        where = ("the law of the stopping position" if set(self.tests) == {"stop"} else
+                 f"every TV cell (first token, each position, first {self.joint_tokens} tokens)")
         return (f"cells per prompt: {', '.join(cells)}{beside}; "
                 f"per-cell alpha {self.cell_alpha:.3g}\n"
-                f"plan: TV {self.target_tv:g} in every TV cell (first token, each position, first {self.joint_tokens} tokens) "
-                f"needs n = {need} per prompt; sampling n = {self.num_samples}")
+                f"plan: TV {self.target_tv:g} in {where} needs n = {need} per prompt; sampling n = {self.num_samples}")
 
 
 def _draft_for(target: str) -> str:
@@ -192,6 +198,8 @@ def _suite_raw(spec: AuditSpec, prompts: list[tuple[str, Any]], positions: list[
         "defaults": {"models": "audit", "num_draft_tokens": [int(spec.num_draft_tokens)],
                      "max_new_tokens": int(max_new_tokens), "samples": int(num_samples),
                      **({"chunk_size": int(spec.chunk_size)} if spec.chunk_size is not None else {}), "tests": [t for t in spec.tests if t != "joint" or joint >= 2],
+                     **({"stop_token_ids": [int(t) for t in spec.stop_token_ids]} if spec.stop_token_ids else {}),
+                     **({"max_tokens": int(spec.max_tokens)} if spec.max_tokens is not None else {}),
                      "gof_positions": list(positions), "joint_tokens": max(joint, 2)},
         "decoders": [decoder] if not spec.variants else [
             {**decoder, "name": name, "options": {**dict(spec.options), **dict(override)}} for name, override in spec.variants],
@@ -231,6 +239,16 @@ def _check_spec(spec: AuditSpec) -> int:
     if t < 1:
         raise invalid_argument("--max-new-tokens", spec.max_new_tokens, "an integer >= 1")
     return t
+
+
+def _stop_laws(spec: AuditSpec, pair, prompts, max_new_tokens: int) -> list:
+    """The law of the stopping position of every prompt (:func:`verifier.runner.stop.stop_position_law`), at the
+    spec's stop rule (the limit: ``max_tokens``, else ``max_new_tokens``)."""
+    from verifier.runner import stop
+
+    ends = stop.stop_ends(spec.stop_token_ids, pair.eos_token_id)
+    limit = spec.max_tokens or max_new_tokens
+    return [stop.stop_position_law(pair.reference, tuple(p), spec.sampling, ends, limit) for p in prompts]
 
 
 def _laws(pair, prompts, sampling, positions: int, joint: int):
@@ -281,13 +299,14 @@ def plan_audit(spec: AuditSpec, *, base_dir: str | Path = ".", pair: Any = None)
         positions = max(spec.gof_positions)
     else:
         # every position whose law is enumerable: guess from the first position's support, then shrink on error
-        support = max(int(np.count_nonzero(pair.reference.next_probs(np.asarray([p]), spec.sampling)[0])) for p in prompts)
+        support = max(int(np.count_nonzero(pair.reference.next_probs(np.asarray([p]), spec.sampling, len(p))[0])) for p in prompts)
         depth = 1
         while depth < min(max_new_tokens, MAX_GOF_POSITION) and support ** depth <= MAX_PREFIXES:
             depth += 1
         positions = depth
     joint = min(MAX_JOINT_TOKENS, max_new_tokens, positions) if {"joint", "surprisal", "collision"} & set(spec.tests) else 0
-    laws = _laws(pair, prompts, spec.sampling, positions, joint)  # pooled where too large: J is never lowered for V
+    # pooled where too large: J is never lowered for V; a stop-only audit needs none of these laws
+    laws = _laws(pair, prompts, spec.sampling, positions, joint) if set(spec.tests) - {"stop"} else []
     pooled_cells = [f"gof@{t}" for t in range(1, positions + 1) if any(law.pooled(t) for law in laws)]
     pooled_cells += [f"joint@1..{joint}", f"surprisal@1..{joint}"] + ([f"collision@1..{joint}"] if "collision" in spec.tests else []) if any(law.joint_keys is not None for law in laws) else []
     for note in sorted({law.note() for law in laws if law.note()}):
@@ -299,7 +318,8 @@ def plan_audit(spec: AuditSpec, *, base_dir: str | Path = ".", pair: Any = None)
     # acceptance audit beside the verdict, never a bias cell, so it is neither counted nor planned
     per_prompt = (len(gof_positions) * ("gof" in spec.tests) + int("joint" in spec.tests and joint >= 2)
                   + int("surprisal" in spec.tests and joint >= 1) + int("pit" in spec.tests)
-                  + int("collision" in spec.tests and joint >= 1) + int("serial" in spec.tests))
+                  + int("collision" in spec.tests and joint >= 1) + int("serial" in spec.tests)
+                  + 2 * int("stop" in spec.tests))  # stop-rule and stop-position@1..L
     level = cell_level(spec.alpha, per_prompt * len(prompts), "gate")
 
     needed: dict[str, int | None] = {}
@@ -326,6 +346,9 @@ def plan_audit(spec: AuditSpec, *, base_dir: str | Path = ".", pair: Any = None)
                 plan_cell(f"p{i}/gof@{t}", law.marginals[t])
         if "joint" in spec.tests and law.joint is not None:
             plan_cell(f"p{i}/joint@1..{joint}", law.joint)
+    if "stop" in spec.tests and spec.plan_n:  # the stopping position's law is the stop rule's TV cell
+        for i, law in enumerate(_stop_laws(spec, pair, prompts, max_new_tokens)):
+            plan_cell(f"p{i}/stop-position@1..{law.limit}", law.probs)
     reachable = [v for v in needed.values() if v is not None]
     n_needed = max(reachable) if reachable and len(reachable) == len(needed) else (None if needed else 1)
     if spec.num_samples is not None:

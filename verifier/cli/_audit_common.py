@@ -32,10 +32,26 @@ def _option(text: str) -> tuple[str, Any]:
         return key, value
 
 
+SAMPLING_FLAGS = {"temperature": "--temperature", "top_k": "--top-k", "top_p": "--top-p",
+                  "repetition_penalty": "--repetition-penalty", "presence_penalty": "--presence-penalty",
+                  "frequency_penalty": "--frequency-penalty", "min_p": "--min-p"}  # SamplingConfig field -> audit flag
+
+
 def _sampling(args):
+    """The audit's :class:`~verifier.sampling.SamplingConfig` from its flags; a value outside a field's range is an
+    InvalidArgumentError (exit 2) naming the flag (``--min-p=1.5 is invalid; allowed: ...``)."""
+    from verifier.errors import InvalidArgumentError
     from verifier.sampling import SamplingConfig
 
-    return SamplingConfig(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, repetition_penalty=args.repetition_penalty)
+    values = {field: getattr(args, field, None) for field in SAMPLING_FLAGS}
+    try:
+        return SamplingConfig(**values)
+    except InvalidArgumentError as exc:
+        text = str(exc)
+        for field, flag in SAMPLING_FLAGS.items():
+            if text.startswith(f"{field}="):
+                raise InvalidArgumentError(flag + text[len(field):]) from None
+        raise
 
 
 def _draft_spec(args) -> str:

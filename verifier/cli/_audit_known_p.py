@@ -54,8 +54,8 @@ def _blind_notes(pair, prompts, sampling, tolerance: float, rules_arg: str | Non
     notes = []
     for i, prompt in enumerate(prompts):
         ids = np.asarray([prompt], dtype=np.int64)
-        p = pair.reference.next_probs(ids, sampling)[0]
-        q = pair.draft_reference.next_probs(ids, sampling)[0]
+        p = pair.reference.next_probs(ids, sampling, len(prompt))[0]  # a penalty counts the output only
+        q = pair.draft_reference.next_probs(ids, sampling, len(prompt))[0]
         if rules == []:
             count = len(blind_cell_reasons(list(p), list(q), tolerance=tolerance))
             if count:
@@ -103,8 +103,10 @@ def _print_summary(outcome, plan: dict) -> None:
                 if seq["crossed"] else f"no e-process crossed; sampled the planned n = {seq['samples']}")
         print(f"sequential: {stop}")
     if verdict == "PASS":
-        print(f"PASS: no bias >= TV {plan['target_tv']:g} (total variation, in the law of the first token, of each position "
-              f"and of the first {plan['joint_tokens']} tokens) at family-wise alpha {alpha:g}, power 0.99")
+        where = ("in the law of the stopping position, and no row broke the stop rule" if report["cells"] and all(str(c.get("test", "")).startswith("stop") for c in report["cells"])
+                 else f"in the law of the first token, of each position and of the first {plan['joint_tokens']} tokens")
+        print(f"PASS: no bias >= TV {plan['target_tv']:g} (total variation, {where}) at family-wise alpha {alpha:g}, "
+              "power 0.99")
         floor = (report.get("numeric_floor") or {}).get("max_tv")
         if floor is not None:  # the law audited is --target's; the engine's/server's own law is within the floor of it
             print(f"numeric floor TV {floor:.3g} <= target TV: the decoder's own target law is within {floor:.3g} of "
@@ -158,10 +160,12 @@ def _run_known_p(args, sampling) -> int:
         prompts = [("ids", tuple(p)) for p in args.prompt_ids] + [("text", t) for t in args.prompt]
         if args.prompt_ids:
             _check_prompts(pair, args.prompt_ids, "--prompt-ids")
-        from verifier.cli._audit_url import check_text_prompts
+        from verifier.cli._audit_url import check_stop_flags, check_text_prompts
 
         check_text_prompts(args, pair)  # --api mlx-lm: prompts that do not round-trip as text, before any request
+        check_stop_flags(args, pair)  # --stop-token-ids: in the vocabulary, expressible by the dialect (exit 2)
         seq = bool(args.sequential)
+        stop = getattr(args, "url_stop_rule", None)  # --url --stop-token-ids / --max-tokens: (ids, max_tokens)
         from verifier.plugins import plugin_name
 
         spec = AuditSpec(decoder=args.decoder, decoder_name=plugin_name(args.decoder), target=args.target, draft=_draft_spec(args), prompts=tuple(prompts),
@@ -172,8 +176,10 @@ def _run_known_p(args, sampling) -> int:
                          variants=tuple(getattr(args, "url_variants", ())), seed=args.seed, options=dict(args.option),
                          chunk_size=args.chunk_size, device=args.device, dtype=args.dtype, acceptance=args.acceptance,
                          tv_test=getattr(args, "tv_test", "pearson"),
-                         # a URL audit also tests independence: identical pairs of requests vs the exact collision prob
-                         **({"tests": URL_TESTS} if getattr(args, "url", None) else {}))
+                         # a URL audit also tests independence: identical pairs of requests vs the exact collision prob;
+                         # with a stop rule only the stop cells (the other cells' laws end rows at EOS only)
+                         **({"tests": URL_TESTS} if getattr(args, "url", None) and not stop else {}),
+                         **({"tests": ("stop",), "stop_token_ids": stop[0], "max_tokens": stop[1]} if stop else {}))
         audit_plan = plan_audit(spec, pair=pair)
         for line in _blind_notes(pair, audit_plan.prompts, sampling, args.blind_tolerance, args.blind_rules, args.decoder):
             print(line)

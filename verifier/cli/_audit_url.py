@@ -27,9 +27,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from verifier.errors import InvalidArgumentError, invalid_argument
+from verifier.cli._audit_url_floor import floor_logprobs, floor_plan, measure_url_floor
+from verifier.errors import invalid_argument
 
-__all__ = ["add_arguments", "check_url_only", "check_text_prompts", "route_url", "bind_blackbox_journals", "run_self_reported", "floor_plan",
+__all__ = ["add_arguments", "check_url_only", "check_text_prompts", "check_stop_flags", "route_url", "bind_blackbox_journals", "run_self_reported", "floor_plan",
            "measure_url_floor", "URL_DECODER", "DESIGNS", "URL_TESTS", "SELF_REPORTED_ONLY"]
 
 DESIGNS = ("known-target", "two-sample", "self-reported")
@@ -142,6 +143,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="self-reported: what the server's logprobs are -- raw (temperature 1, before any sampler: vLLM's "
                             "default) or processed (after the sampler chain: llama-server post_sampling_probs, which "
                             "--api llama-server asks for). Default: the dialect's")
+    group.add_argument("--stop-token-ids", default=None, metavar="IDS",
+                       help="known target: the requests' stop rule (issue 29 kind 5), comma-separated token ids that end "
+                            "a completion beside EOS; tests = stop (the deterministic stop-rule cell and the law of the "
+                            "stopping position). vLLM gets stop_token_ids; llama-server stop strings, one ASCII "
+                            "character per id, mapped with --target's tokenizer (an id set it cannot express: exit 2)")
+    group.add_argument("--max-tokens", type=int, default=None, metavar="N",
+                       help="known target: the requests' length limit (a stop rule), below --max-new-tokens (the "
+                            "rows' width), so a reply past it shows. Given without --max-new-tokens, the rows are "
+                            "max(N + 2, K + 2) wide. Default: none (the limit is --max-new-tokens)")
     parser.set_defaults(url_only_flags=tuple((a.option_strings[0], a.dest, a.default) for a in group.actions),
                         **{SEEN: ()})
 
@@ -207,6 +217,12 @@ def route_url(args: argparse.Namespace) -> None:
         if value is not None and args.design != "known-target":
             raise invalid_argument(flag, value, "with the known-target design (--target, no --reference-url/"
                                    "--reference-off): the floor compares the server with --target")
+    stop = _stop_flags(args)
+    if stop and args.design != "known-target":
+        raise invalid_argument("--stop-token-ids" if args.stop_token_ids is not None else "--max-tokens",
+                               args.stop_token_ids if args.stop_token_ids is not None else args.max_tokens,
+                               "with the known-target design (--target, no --reference-url/--reference-off): the stop "
+                               "cells test the rows against --target's law of the stopping position")
     if args.design == "self-reported":
         _check_self_reported(args, dialect)
         return
@@ -234,12 +250,16 @@ def route_url(args: argparse.Namespace) -> None:
                                "(--num-concurrent N still sets how many requests the client keeps queued)")
     from verifier.cli._audit_common import _sampling
 
-    floor_k = _floor_logprobs(args, dialect)
+    floor_k = floor_logprobs(args, dialect)
     if (args.floor_logprobs is not None and dialect.max_top_logprobs and floor_k > dialect.max_top_logprobs
             and not dialect.bias_sweep):
         raise invalid_argument("--floor-logprobs", floor_k, f"an integer in 1..{dialect.max_top_logprobs} with --api "
                                f"{args.api} (the server's top-logprobs cap)")
     dialect.check_request_options(_sampling(args), args.logprobs if args.floor_logprobs is not None else floor_k)
+    if stop:  # the sample requests' options with the stop rule (llama-server's strings: check_stop_flags)
+        from verifier.server.dialects import StopRule
+
+        dialect.check_request_options(_sampling(args), args.logprobs, stop=StopRule(stop[0], stop[1]))
     if dialect.needs_text and (not args.target or args.target.startswith("tabular:")):
         raise invalid_argument("--target", args.target, f"a checkpoint with a tokenizer (e.g. shipped:target) with --api "
                                f"{args.api}: the server takes text prompts, written by the target's tokenizer")
@@ -255,6 +275,14 @@ def route_url(args: argparse.Namespace) -> None:
         if url is not None:
             ServerSettings(url, num_concurrent=args.num_concurrent, max_retries=args.max_retries,
                            timeout_s=args.request_timeout, api_key_env=args.api_key_env)
+    if stop and stop[1] is not None and args.max_new_tokens is None and not args.resume:
+        args.max_new_tokens = max(stop[1] + 2, args.num_draft_tokens + 2)
+        print(f"note: --max-new-tokens {args.max_new_tokens} (--max-tokens {stop[1]} + 2, at least k + 2: the rows are "
+              "wider than the requests' limit, so a reply past it shows)")
+    if stop and stop[1] is not None and args.max_new_tokens is not None and stop[1] >= args.max_new_tokens:
+        raise invalid_argument("--max-tokens", stop[1], f"an integer in 1..{args.max_new_tokens - 1} (below "
+                               f"--max-new-tokens {args.max_new_tokens}, the rows' width, so a reply past the limit "
+                               "shows in its row)")
     if args.max_new_tokens is None and not args.resume:
         # servers never draft a request's last token (llama-server caps a draft at n_predict - generated - 1,
         # docs/servers.md): k + 1 tokens would leave k = 1 unspeculated and k > 1 one draft short
@@ -271,8 +299,9 @@ def route_url(args: argparse.Namespace) -> None:
                           "n_per_request": args.n_per_request, "speculation": args.speculation,
                           "reference": args.reference_url or ("same server, speculation off" if args.reference_off else None)}
     options = _server_options(args, args.url, speculative)
-    if dialect.needs_text:
+    if dialect.needs_text or (stop and stop[0] and dialect.stop_as_strings):  # text prompts, or stop ids as strings
         options["tokenizer"] = args.target
+    args.url_stop_rule = stop  # (ids, max_tokens) or None: the suite's stop rule (verifier.cli._audit_known_p)
     if declared:
         options["draft_declared"] = True
     args.decoder, args.option = URL_DECODER, list(options.items())
@@ -292,6 +321,61 @@ def route_url(args: argparse.Namespace) -> None:
     print(f"URL audit of {args.url} ({args.api}" + (f", model {args.model}" if args.model else "") +
           f", {args.num_concurrent} in flight" + (f", two-sample against {args.url_described['reference']}"
                                                    if args.url_described["reference"] else ", known target") + ")")
+
+
+def _stop_flags(args: argparse.Namespace) -> tuple[tuple[int, ...], int | None] | None:
+    """``--stop-token-ids`` / ``--max-tokens`` as ``(ids, max_tokens)``, or None when neither is given.
+
+    Raises
+    ------
+    InvalidArgumentError
+        (exit 2) ids that are not comma-separated distinct integers >= 0, a ``--max-tokens`` that is not an integer
+        >= 1, a stop rule with ``--sequential`` or temperature 0.
+    """
+    text, limit = getattr(args, "stop_token_ids", None), getattr(args, "max_tokens", None)
+    if text is None and limit is None:
+        return None
+    ids: tuple[int, ...] = ()
+    if text is not None:
+        try:
+            ids = tuple(int(t) for t in str(text).replace(" ", "").split(",") if t != "")
+        except ValueError:
+            ids = (-1,)
+        if not ids or min(ids) < 0 or len(set(ids)) != len(ids):
+            raise invalid_argument("--stop-token-ids", text, "distinct comma-separated token ids >= 0, e.g. 83,262")
+    if limit is not None and limit < 1:
+        raise invalid_argument("--max-tokens", limit, "an integer >= 1 (the requests' length limit)")
+    flag, value = ("--stop-token-ids", text) if text is not None else ("--max-tokens", limit)
+    if args.sequential:
+        raise invalid_argument(flag, value, "not with --sequential (the sequential stop watches the TV cells; a stop-"
+                               "rule audit has only the stop cells)")
+    if args.temperature == 0:
+        raise invalid_argument(flag, value, "temperature > 0 (the greedy cell compares whole rows with the target's "
+                               "greedy output, which has no stop rule)")
+    return ids, limit
+
+
+def check_stop_flags(args: argparse.Namespace, pair) -> None:
+    """``--url`` with a stop rule: the ids against ``--target``'s vocabulary and, for a dialect that takes stop strings
+    (llama-server), the strings they map to -- checked here, once the target is loaded, before any request.
+
+    Raises
+    ------
+    InvalidArgumentError, SamplingRefusedError
+        (exit 2) an id outside the vocabulary; ids the dialect cannot express (named, with the ids it would also stop
+        at).
+    """
+    stop = getattr(args, "url_stop_rule", None)
+    if not getattr(args, "url", None) or not stop:
+        return
+    from verifier.server.dialects import get_dialect
+    from verifier.server.stop_rule import build_stop_rule
+
+    bad = [t for t in stop[0] if t >= pair.vocab_size]
+    if bad:
+        raise invalid_argument("--stop-token-ids", args.stop_token_ids, f"token ids in 0..{pair.vocab_size - 1} (--target's "
+                               f"vocabulary; {bad[0]} is outside it)")
+    build_stop_rule(get_dialect(args.api), stop[0], stop[1], tokenizer=args.target, eos_token_id=pair.eos_token_id)
 
 
 def check_text_prompts(args: argparse.Namespace, pair, prompts=None) -> None:
@@ -473,127 +557,3 @@ def bind_blackbox_journals(args: argparse.Namespace, decoder, reference) -> Path
             dec.bind_run_dir(folder / arm)
     print(f"responses: {folder} (rerun with --run-dir {folder} to continue without resampling)")
     return folder
-
-
-def floor_plan(args: argparse.Namespace) -> dict | None:
-    """The known-target floor's settings, kept in the run's plan (audit.json) so ``--resume`` measures it too;
-    None for other designs, or with ``--floor-positions 0`` (``{"positions": 0}``: stated as not measured)."""
-    from verifier.server.floor import DEFAULT_POSITIONS
-
-    if getattr(args, "design", None) != "known-target" or not getattr(args, "url", None):
-        return None
-    from verifier.server.dialects import get_dialect
-
-    positions = DEFAULT_POSITIONS if args.floor_positions is None else int(args.floor_positions)
-    return {"positions": positions, "logprobs": _floor_logprobs(args, get_dialect(args.api))}
-
-
-def _floor_logprobs(args: argparse.Namespace, dialect) -> int:
-    """K of the numeric floor's one-token requests: ``--floor-logprobs``, else ``--logprobs``, else the floor's
-    default within the dialect's cap.  Raises InvalidArgumentError (exit 2) for a K that is no integer >= 1."""
-    from verifier.server.dialects import check_request_logprobs
-    from verifier.server.floor import MAX_LOGPROBS
-
-    k = getattr(args, "floor_logprobs", None)
-    if k is not None:
-        check_request_logprobs("--floor-logprobs", k, "top logprobs of the floor's one-token requests")
-        return k
-    return int(args.logprobs or min(MAX_LOGPROBS, dialect.max_top_logprobs or MAX_LOGPROBS))
-
-
-def _sets(run_dir: Path) -> list[dict]:
-    """Per stored sample set: its prompt, sampling, server options and first chunk's rows (from the set key)."""
-    import json as _json
-
-    from verifier.runner.store import SampleStore
-    from verifier.sampling import SamplingConfig
-
-    store, out = SampleStore(run_dir), []
-    if not store.samples_dir.is_dir():
-        return out
-    for set_dir in sorted(p for p in store.samples_dir.iterdir() if p.is_dir()):
-        shard = store.read_chunk(set_dir.name, 0)
-        key = shard.meta.get("set_key", "") if shard is not None else ""
-        parts = dict(part.split("=", 1) for part in key.split("|") if "=" in part)
-        try:
-            out.append({"prompt": tuple(_json.loads(parts["prompt"])), "sampling": SamplingConfig(**_json.loads(parts["sampling"])),
-                        "options": _json.loads(parts["options"]), "rows": shard.tokens})
-        except (KeyError, ValueError, TypeError):
-            continue
-    return out
-
-
-def measure_url_floor(outcome, plan: dict, suite) -> None:
-    """Known-target URL audit: measure the numeric floor (:mod:`verifier.server.floor`) and apply it to the report
-    (:func:`verifier.engines.floor.apply_floor`: a floor above the target TV turns PASS into UNDERPOWERED; a BIAS
-    stands with the floor beside it); the reports are written again.  A server that cannot answer the floor's
-    requests leaves the floor "not measured" (stated; the verdict then assumes it serves --target's law)."""
-    from verifier.engines.floor import FLOOR_KEY, apply_floor
-    from verifier.reports import write_reports
-    from verifier.runner.models import load_pair
-    from verifier.server.client import ServerError, ServerSettings, ServerUsageError
-    from verifier.server.dialects import ServerReplyError, get_dialect
-    from verifier.server.floor import FLOOR_JOURNAL, choose_prefixes, measure_server_floor
-    from verifier.server.journal import Journal
-
-    settings_plan = plan["server_floor"]
-    report, run_dir = outcome.report, Path(outcome.outcome.run_dir)
-    sets = _sets(run_dir)
-    from verifier.engines.floor import SERVER_MEASURED as measured
-    if settings_plan["positions"] == 0 or not sets:
-        why = "--floor-positions 0" if sets else "no stored samples to take prefixes from"
-        report[FLOOR_KEY] = {"max_tv": None, "rows": [], "source": f"not measured ({why}): the verdict assumes the "
-                             "server serves --target's law"}
-        print(f"numeric floor: {report[FLOOR_KEY]['source']}")
-        write_reports(report, run_dir)
-        return
-    options = sets[0]["options"]
-    dialect = get_dialect(options.get("api", "openai-completions"))
-    settings = ServerSettings(options["base_url"], num_concurrent=int(options.get("num_concurrent", 4)),
-                              max_retries=int(options.get("max_retries", 5)),
-                              timeout_s=float(options.get("request_timeout_s", 300.0)), api_key_env=options.get("api_key_env"))
-    pair = load_pair(suite.models["audit"], suite.base_dir)
-    if dialect.needs_text:
-        dialect = dialect.with_text(pair.tokenizer)
-    prompts = [tuple(p) for p in plan["prompts"]]
-    jobs, done = [], set()
-    for s in sets:
-        if (s["prompt"], s["sampling"].label()) in done:
-            continue
-        done.add((s["prompt"], s["sampling"].label()))
-        index = prompts.index(s["prompt"]) if s["prompt"] in prompts else len(prompts)
-        if index == len(prompts):
-            prompts.append(s["prompt"])
-        for prefix in choose_prefixes(s["prompt"], s["rows"], settings_plan["positions"], suite.seed, pair.eos_token_id):
-            jobs.append((index, prefix, s["sampling"]))
-    journal = Journal(run_dir / FLOOR_JOURNAL, server=settings.base_url)
-    try:
-        floor = measure_server_floor(settings, dialect, pair.reference, jobs, logprobs=settings_plan["logprobs"],
-                                     prompt_lengths=[len(p) for p in prompts], journal=journal,
-                                     model=options.get("model"), eos_token_id=pair.eos_token_id)
-    except InvalidArgumentError as exc:  # e.g. a prefix of emitted tokens this server cannot take as text
-        report[FLOOR_KEY] = {"max_tv": None, "rows": [], "source": f"not measured: a floor request could not be "
-                             f"written ({exc}); the verdict assumes the server serves --target's law"}
-        print(f"numeric floor: {report[FLOOR_KEY]['source']}")
-        write_reports(report, run_dir)
-        return
-    except (ServerError, ServerUsageError, ServerReplyError) as exc:
-        report[FLOOR_KEY] = {"max_tv": None, "rows": [], "source": f"not measured: the server did not answer the floor's "
-                             f"one-token logprob requests ({exc}); the verdict assumes it serves --target's law"}
-        print(f"numeric floor: {report[FLOOR_KEY]['source']} -- give --logprobs K the server allows, or --floor-positions 0")
-        write_reports(report, run_dir)
-        return
-    finally:
-        journal.close()
-    if floor["max_tv"] is None:
-        floor["source"] += ("; not measured: no row defined a law (" +
-                            ", ".join(f"{n} x {r}" for r, n in floor["undefined"].items()) + ")")
-        report[FLOOR_KEY] = floor
-        print(f"numeric floor: {floor['source']}")
-        write_reports(report, run_dir)
-        return
-    outcome.outcome.exit_code = apply_floor(report, floor, plan["target_tv"], measured=measured)
-    above = report[FLOOR_KEY]["above_target"]
-    print(f"numeric floor: TV {floor['max_tv']:.3g} at {floor['where']} ({len(floor['rows'])} positions, top-"
-          f"{floor['logprobs']} rows; target TV {plan['target_tv']:g}{': ABOVE it -> no PASS' if above else ''})")
-    write_reports(report, run_dir)

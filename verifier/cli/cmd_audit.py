@@ -78,7 +78,17 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--temperature", type=float, default=1.0, help="Default: 1.0")
     parser.add_argument("--top-k", type=int, default=None)
     parser.add_argument("--top-p", type=float, default=None)
-    parser.add_argument("--repetition-penalty", type=float, default=None)
+    parser.add_argument("--repetition-penalty", type=float, default=None,
+                        help="Hugging Face's penalty over prompt + generated tokens (> 0). Default: none")
+    parser.add_argument("--presence-penalty", type=float, default=None,
+                        help="vLLM's: subtracted once from the logit of each token generated so far (the prompt not "
+                             "counted; |value| <= 100). Default: none")
+    parser.add_argument("--frequency-penalty", type=float, default=None,
+                        help="vLLM's: value x (times generated) subtracted from each logit (the prompt not counted; "
+                             "|value| <= 100). Default: none")
+    parser.add_argument("--min-p", type=float, default=None,
+                        help="after temperature, top-k and top-p keep the tokens with p >= MIN_P x (largest p), in "
+                             "[0, 1]. Default: none")
     parser.add_argument("--num-draft-tokens", type=int, default=4, metavar="K", help="offered to factories as num_draft_tokens. Default: 4")
     parser.add_argument("--target-tv", type=float, default=None, metavar="TV",
                         help="smallest bias to rule out, as a total variation distance between the decoder's and the "

@@ -66,7 +66,7 @@ import numpy as np
 from verifier.diagnose.rank import DIAGNOSIS_ALPHA, FIT_ALPHA
 
 __all__ = ["BAND_NATS", "BOUNDARY_STATUS", "filter_margins", "covered_positions", "boundary_set_finding",
-           "add_boundary_finding"]
+           "add_boundary_finding", "target_only_entry"]
 
 BAND_NATS = 0.05  # a filter decision within this many nats of its threshold can flip under bf16/fp16 logits
 TOLERANCE_TV = (math.exp(BAND_NATS) - 1) / 2  # TV a perturbation of every logit by BAND_NATS / 2 can cause at most
@@ -324,7 +324,9 @@ def add_boundary_finding(item: dict, cells: list[dict], engine: str | None, plan
         return  # no rejected set is filtered: nothing to say about thresholds
     item["boundary"] = {label: f for label, f in found}
     if all(f["named"] for _, f in found):
-        hint = _precision_hint(engine or _decoder_engine(next(p for p in plans if p.decoder.name == item["decoder"])))
+        plan = next(p for p in plans if p.decoder.name == item["decoder"])
+        hint = _precision_hint(engine or _decoder_engine(plan)) or (
+            URL_HINT if getattr(plan.decoder, "decoder", None) == "verifier.server.decoder:decoder" else None)
         item["status"] = BOUNDARY_STATUS
         item["sentence"] = "; ".join(f"{label}: {f['sentence']}" for label, f in found) + (f" ({hint})" if hint else "")
     elif any(f["named"] for _, f in found):  # named on some rejected sets only: say why it does not hold for the run
@@ -332,7 +334,39 @@ def add_boundary_finding(item: dict, cells: list[dict], engine: str | None, plan
             f"{label}: {f['sentence']}" for label, f in found if not f["named"])
 
 
+def target_only_entry(target_ref, prompt, sampling, tokens: np.ndarray):
+    """The ``cache`` entry of :func:`add_boundary_finding` for a sample set whose draft is unknown (a URL audit's
+    server drafts with its own model): the finding reads the target's probs only (``p``, ``p_raw``), so the distinct
+    rows are teacher-forced on the target alone -- its probs also fill the draft's slots, which nothing here reads.
+
+    Parameters
+    ----------
+    target_ref, prompt, sampling
+        The target (a :class:`~verifier.runner.models.ReferenceModel`), the prompt ids and the requested setting.
+    tokens : np.ndarray, shape (num_samples, max_new_tokens), int64
+        The set's stored rows, -1 after EOS.
+
+    Returns
+    -------
+    tuple or None
+        ``((seqs, inverse), tokens, None)`` with ``seqs.weights`` the rows' counts; None when no top-k / top-p / min-p
+        filter is on (no threshold to flip) or there are no rows.
+    """
+    if not _filters(sampling) or sampling.greedy or not len(tokens):
+        return None
+    from verifier.diagnose.inputs import sequence_probs
+
+    uniq, inverse, counts = np.unique(np.asarray(tokens, dtype=np.int64), axis=0, return_inverse=True,
+                                      return_counts=True)
+    seqs = sequence_probs(target_ref, target_ref, tuple(int(t) for t in prompt), uniq, sampling)
+    seqs.weights = counts.astype(np.float64)
+    return (seqs, inverse.reshape(-1)), tokens, None
+
+
 NO_FILTER = "no top-k / top-p / min-p filter on this set: its bias is not a filter-boundary effect"
+URL_HINT = ("a URL audit: the server computes the target's logits with its own numerics (another implementation, "
+            "dtype or quantisation than --target's); a two-sample audit against the same server without a draft "
+            "(--reference-url) compares the speculative rows with the server's own law")
 
 
 def _decoder_engine(plan) -> str | None:

@@ -215,7 +215,7 @@ def _diagnose_names(report, plans, pairs, store, names, verdicts, with_fits, log
             if log:
                 log(f"diagnosis {name}: {pen['sentence']}")
             continue
-        sets, rankings, cache, too_large, unknown_draft, no_draft_rows = [], [], {}, None, [], {}
+        sets, rankings, cache, too_large, unknown_draft, no_draft_rows, target_only = [], [], {}, None, [], {}, {}
         for plan in _counted((p for p in plans if p.decoder.name == name), bar):
             entry = {"set_id": plan.set_id, "set": plan.label, "sampling": plan.sampling_name,
                      "sampling_label": plan.sampling.label(), "biased": _set_biased(report, plan.set_id)}
@@ -233,6 +233,12 @@ def _diagnose_names(report, plans, pairs, store, names, verdicts, with_fits, log
                 no_draft_rows[plan.set_id] = tokens  # an engine law that needs no draft is still scored on them
                 if entry["biased"]:
                     unknown_draft.append(f"{plan.sampling.label()}: {entry['localization']['sentence']}")
+                    from verifier.diagnose.boundary import target_only_entry
+
+                    # a support change at a filter threshold needs the target's probs only (numeric precision)
+                    found = target_only_entry(pairs[plan.pair].reference, plan.prompt_ids, plan.sampling, tokens)
+                    if found is not None:
+                        target_only[plan.set_id] = found
                 sets.append(entry)
                 continue
             if not len(tokens):
@@ -306,6 +312,13 @@ def _diagnose_names(report, plans, pairs, store, names, verdicts, with_fits, log
             if unknown_draft:
                 item["sentence"] += "; where: " + " | ".join(unknown_draft)
             _add_engine_laws(item, engine, plans, pairs, cache, no_draft_rows, biased)
+            if biased and target_only:  # the draft is unknown: the filter-boundary finding still applies
+                try:
+                    from verifier.diagnose.boundary import add_boundary_finding
+
+                    add_boundary_finding(item, report.get("cells", []), engine, plans, pairs, target_only)
+                except Exception as exc:  # noqa: BLE001 - an optional finding must not cost the localization above
+                    item["boundary_error"] = f"{type(exc).__name__}: {exc}"
         # rows also not independent / also past their stop: certain findings, so they lead (the stop rule first)
         if pen is not None:  # penalties on, no penalty mechanism named: what was checked
             item["penalty"] = pen

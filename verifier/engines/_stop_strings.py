@@ -1,4 +1,5 @@
-"""Stop token ids as stop *strings*, for an engine whose only per-request stop rule is text (llama-cpp-python).
+"""Stop token ids as stop *strings*, for an engine whose only per-request stop rule is text (llama-cpp-python,
+llama-server).
 
 Issue 29, kind 5.  The harness states a stop rule as token ids (the row ends at its first token in the set);
 ``Llama.create_completion(stop=[...])`` ends a completion at the first token after which the completion's text
@@ -52,7 +53,8 @@ def token_texts(checkpoint: Path) -> list[bytes]:
     return [tok.decode([t], skip_special_tokens=True).encode("utf-8") for t in range(tok.get_vocab_size())]
 
 
-def stop_strings(stop_token_ids: Sequence[int], texts: Sequence[bytes], *, eos_token_id: int | None) -> list[str]:
+def stop_strings(stop_token_ids: Sequence[int], texts: Sequence[bytes], *, eos_token_id: int | None,
+                 engine: str = "llama-cpp-python", name: str = "stop_token_ids") -> list[str]:
     """The stop strings that end a completion at exactly the tokens ``stop_token_ids`` (module docstring).
 
     Parameters
@@ -64,6 +66,10 @@ def stop_strings(stop_token_ids: Sequence[int], texts: Sequence[bytes], *, eos_t
         Each token's text (:func:`token_texts`, or the engine's own ``detokenize([t])``).
     eos_token_id : int or None
         The model's EOS (its text is empty; the engine's EOS check comes before its stop-string check).
+    engine : str, default "llama-cpp-python"
+        The engine named in a refusal (``llama-server`` for a URL audit).
+    name : str, default "stop_token_ids"
+        The argument named in a refusal (``--stop-token-ids`` on the command line).
 
     Returns
     -------
@@ -93,13 +99,13 @@ def stop_strings(stop_token_ids: Sequence[int], texts: Sequence[bytes], *, eos_t
     if not single:
         if not ids:
             return []
-        raise refuse_sampling("stop_token_ids", list(stop_token_ids), "ids among which some token's text is one ASCII "
-                               "character (llama-cpp-python stops on stop strings; a one-byte string cannot span tokens); "
+        raise refuse_sampling(name, list(stop_token_ids), "ids among which some token's text is one ASCII "
+                               f"character ({engine} stops on stop strings; a one-byte string cannot span tokens); "
                                f"texts here: {[texts[t] for t in ids]}")
     if engine_set != set(ids):
         missing, extra = sorted(engine_set - set(ids)), sorted(set(ids) - engine_set)
-        raise refuse_sampling("stop_token_ids", list(stop_token_ids), (
-            f"a set closed under containment for llama-cpp-python's stop strings {[c.decode() for c in chars]}: every "
+        raise refuse_sampling(name, list(stop_token_ids), (
+            f"a set closed under containment for {engine}'s stop strings {[c.decode() for c in chars]}: every "
             f"token whose text holds one of them, e.g. {sorted(engine_set)}" + (f" (missing {missing}: the engine "
             f"would stop there too)" if missing else "") + (f" (not stoppable by a one-character string: {extra})"
                                                               if extra else "")))

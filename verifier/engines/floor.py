@@ -83,7 +83,7 @@ def measure_floor(target_logits: Callable[[Sequence[int]], np.ndarray], referenc
         for sampling in samplings:
             if sampling.greedy:
                 continue
-            ref = reference.next_probs(np.asarray([list(prompt)], dtype=np.int64), sampling)[0]
+            ref = reference.next_probs(np.asarray([list(prompt)], dtype=np.int64), sampling, len(prompt))[0]
             mine = processed_probs(torch.from_numpy(logits)[None, :], sampling).numpy()[0]
             if not np.isfinite(mine).all():
                 raise DecoderOutputError(f"{source or 'engine'}: target_logits give non-finite probs after prompt {i}")

@@ -9,8 +9,9 @@ kind                      cells it reads
 ========================  =====================================================================================
 1 batch shape             cells at a ``batch_composition`` level (ids ending ``[batch=B]`` or ``[batch=B,mixed ...]``)
 2 shared randomness       ``collision...`` and ``serial...`` cells (URL audits: ``collision (seeded)`` / ``(unseeded)``)
-3 penalties, min-p        every cell of a sample set whose sampling sets ``presence_penalty``, ``frequency_penalty``
-                          or ``min_p``
+3 penalties, min-p        every cell of a sample set whose sampling sets a ``repetition_penalty`` other than 1, a
+                          ``presence_penalty`` / ``frequency_penalty`` other than 0, or a ``min_p`` above 0
+                          (:func:`penalised_sampling`)
 4 reported logprobs       ``logprob`` cells; URL audits' ``consistency`` cells
 5 stop rules              ``stop-rule`` and ``stop-position...`` cells
 6 lossy modes             the acceptance audit's fingerprint (``decoders[].acceptance_fingerprint``), where it was
@@ -41,7 +42,7 @@ import re
 from pathlib import Path
 from typing import Any, Iterable
 
-__all__ = ["KINDS", "START", "END", "kind_results", "collect_kinds", "render_kinds"]
+__all__ = ["KINDS", "START", "END", "kind_results", "collect_kinds", "render_kinds", "penalised_sampling"]
 
 KINDS = ("batch shape", "shared randomness", "penalties, min-p", "reported logprobs", "stop rules", "lossy modes",
          "another vocabulary", "recurrent state")
@@ -80,6 +81,20 @@ def _url_levels(cells: list[dict[str, Any]], sets: dict[Any, dict[str, Any]]) ->
         if lvl:
             out.setdefault(lvl, []).append(_cell_verdict(c))
     return out
+
+
+def penalised_sampling(sampling: Any) -> bool:
+    """Whether a sample set's sampling (report.json's ``sample_sets[].sampling`` mapping) uses one of kind 3's logits
+    processors: a repetition penalty other than 1 (it needs the context, as the others do), a presence or frequency
+    penalty other than 0, or a min-p above 0.  None or a non-mapping (a set with no sampling record) is False.
+
+    >>> penalised_sampling({"temperature": 1.0, "repetition_penalty": 1.2}), penalised_sampling({"min_p": 0.0})
+    (True, False)
+    """
+    if not isinstance(sampling, dict):
+        return False
+    neutral = {"repetition_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0, "min_p": 0.0}
+    return any(sampling.get(k) not in (None, v) for k, v in neutral.items())
 
 
 def _cell_verdict(cell: dict[str, Any]) -> str | None:
@@ -130,11 +145,7 @@ def kind_results(report: dict[str, Any], decoder: str | None = None) -> dict[str
     tests = lambda pred: [_cell_verdict(c) for c in cells if pred(str(c.get("test", "")))]  # noqa: E731
     add(KINDS[1], tests(lambda t: t.startswith(("collision", "serial"))))
 
-    def penalised(s: dict[str, Any]) -> bool:
-        sm = s.get("sampling") if isinstance(s.get("sampling"), dict) else {}
-        return any(sm.get(k) not in (None, 0, 0.0) for k in ("presence_penalty", "frequency_penalty", "min_p"))
-
-    add(KINDS[2], [_cell_verdict(c) for c in cells if penalised(sets.get(c.get("set_id"), {}))])
+    add(KINDS[2], [_cell_verdict(c) for c in cells if penalised_sampling(sets.get(c.get("set_id"), {}).get("sampling"))])
     add(KINDS[3], tests(lambda t: t in ("logprob", "consistency")))
     add(KINDS[4], tests(lambda t: t.startswith("stop")))
     fps = [d.get("acceptance_fingerprint") for d in report.get("decoders") or [] if mine(d)]

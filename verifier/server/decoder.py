@@ -79,7 +79,8 @@ class ServerDecoder:
         (``--speculation-unverified``) accepts a server that exposes none, and the report says so.
     tokenizer : str or None
         The target's tokenizer (a checkpoint folder or ``shipped:NAME``), for dialects that take text prompts
-        (``mlx-lm``); required there.
+        (``mlx-lm``; required there) and for stop rules sent as stop strings (``llama-server``,
+        :mod:`verifier.server.stop_rule`).
     seeded : bool, default True
         Send each request's hashed seed; False (``--unseeded``) sends no seed field, so the server's own
         randomness decides -- the collision cell then sees requests that share one random stream.  An
@@ -131,6 +132,7 @@ class ServerDecoder:
         self.seeded = seeded
         self.vocab_size, self.eos_token_id, self.num_draft_tokens = int(vocab_size), eos_token_id, int(num_draft_tokens)
         self.model, self.n, self.speculative, self.logprobs = model, n_per_request, speculative, logprobs
+        self.tokenizer = tokenizer
         # top rows in sample requests only where a reply carries them beside the emitted ids (not mlx-lm)
         self._sample_logprobs = logprobs if self.dialect.ids_with_top_logprobs else None
         self.name = name or f"{api}@{base_url}"
@@ -168,9 +170,20 @@ class ServerDecoder:
             print(f"note: {note}")
 
     # ------------------------------------------------------------------ sampling
-    def generate(self, prompt_ids: Sequence[int], num_samples: int, max_new_tokens: int, sampling, seed: int) -> np.ndarray:
+    def generate(self, prompt_ids: Sequence[int], num_samples: int, max_new_tokens: int, sampling, seed: int, *,
+                 stop_token_ids: Sequence[int] = (), max_tokens: int | None = None) -> np.ndarray:
         """``num_samples`` emitted-token rows from the server; shape ``(num_samples, max_new_tokens)``, int64,
-        padded with :data:`~verifier.protocols.PADDING_TOKEN_ID` after EOS."""
+        padded with :data:`~verifier.protocols.PADDING_TOKEN_ID` after EOS.
+
+        ``stop_token_ids`` / ``max_tokens``: the suite's stop rule (issue 29 kind 5), sent with every request
+        (:func:`verifier.server.stop_rule.build_stop_rule`; ``max_tokens`` is the request's limit, the rows stay
+        ``max_new_tokens`` wide).  Rows come back as the server emitted them, uncut: a token after a stop token, or
+        past ``max_tokens``, stays in the row for the ``stop-rule`` cell (:mod:`verifier.runner.stop`).
+        SamplingRefusedError (exit 2) for a rule the dialect cannot express."""
+        from verifier.server.stop_rule import build_stop_rule
+
+        stop = build_stop_rule(self.dialect, stop_token_ids, max_tokens, tokenizer=self.tokenizer,
+                               eos_token_id=self.eos_token_id)
         prompt = [int(t) for t in prompt_ids]
         label = sampling.label()
         requests = []  # (key, body, n, what)
@@ -180,7 +193,7 @@ class ServerDecoder:
             rseed = request_seed(seed, prompt, label, r) if self.seeded else None
             body = self.dialect.request(prompt, sampling, max_new_tokens, rseed, n=n, model=self.model,
                                         logprobs=self._sample_logprobs,
-                                        draft_tokens=switch)
+                                        draft_tokens=switch, stop=stop)
             parts = {"api": self.dialect.name, "model": self.model, "body": body,  # + the design factors
                      "num_concurrent": self.server.num_concurrent, "background": self.background}
             if not self.seeded:  # identical bodies: the chunk seed and index keep the requests apart in the journal
@@ -195,7 +208,7 @@ class ServerDecoder:
             key, body, n, what = missing[j][1]
             completions = self.dialect.parse(reply, n=n, max_new_tokens=max_new_tokens,
                                              eos_token_id=self.eos_token_id, what=what,
-                                             logprobs=self._sample_logprobs is not None)
+                                             logprobs=self._sample_logprobs is not None, stop=stop)
             self._check_ids(completions, what)
             fingerprint = reply.get("system_fingerprint") if isinstance(reply, dict) else None
             with self._lock:
@@ -211,13 +224,13 @@ class ServerDecoder:
             background_sent, background_failed = load.stop() if load is not None else (0, 0)
         after = read_counters(self.server, self.dialect) if missing else None
         if missing and self.seeded and self.seed_honoured is None and sampling.temperature > 0:
-            self.seed_honoured = self._seed_contract(missing[0][1], max_new_tokens)
+            self.seed_honoured = self._seed_contract(missing[0][1], max_new_tokens, stop)
         rows = np.full((num_samples, max_new_tokens), PADDING_TOKEN_ID, dtype=np.int64)
         drafted = accepted = 0
         per_request = True
         i = 0
         for key, _body, n, _what in requests:
-            self._check_journaled(key, n, max_new_tokens)
+            self._check_journaled(key, n, max_new_tokens, stop)
             for c in self.journal.get(key):
                 rows[i, :len(c.token_ids)] = c.token_ids
                 i += 1
@@ -249,7 +262,7 @@ class ServerDecoder:
                 f"{max(moved):,.0f} draft tokens for those requests: it ignores the per-request switch; allowed: "
                 "start a second server without a draft model and give it as --reference-url")
 
-    def _seed_contract(self, request: tuple, max_new_tokens: int) -> bool:
+    def _seed_contract(self, request: tuple, max_new_tokens: int, stop=None) -> bool:
         """Send one journaled request twice more with its seed: False when a repeat differs (the server
         ignores ``seed``, or samples non-deterministically: reproducibility is then the journal's alone)."""
         key, body, n, what = request
@@ -258,7 +271,8 @@ class ServerDecoder:
 
         def keep(_j: int, reply: Any, _s: float) -> None:
             repeats.append([c.token_ids for c in self.dialect.parse(reply, n=n, max_new_tokens=max_new_tokens,
-                                                                     eos_token_id=self.eos_token_id, what=what)])
+                                                                     eos_token_id=self.eos_token_id, what=what,
+                                                                     stop=stop)])
 
         for _ in range(2):  # one at a time: the same request alone, as it was first sent
             post_all(self.server, self.dialect.path, [(f"seed contract probe ({what})", body)], keep)
@@ -269,13 +283,16 @@ class ServerDecoder:
                   "record of these samples (a rerun draws new ones)")
         return honoured
 
-    def _check_journaled(self, key: str, n: int, max_new_tokens: int) -> None:
+    def _check_journaled(self, key: str, n: int, max_new_tokens: int, stop=None) -> None:
         """A journal entry read back must be what a reply to that request could have been (``n`` completions
-        of 1..max_new_tokens ids in the vocabulary, shorter only when ending at EOS); an edited entry is a
-        JournalError (exit 2) naming its line, never samples."""
+        of 1..max_new_tokens ids in the vocabulary, shorter than the request's limit only when ending at EOS or, with
+        a stop rule, holding one of its stop tokens); an edited entry is a JournalError (exit 2) naming its line,
+        never samples."""
         from verifier.server.journal import JournalError
 
         completions = self.journal.get(key)
+        limit = stop.max_tokens if stop is not None and stop.max_tokens is not None else max_new_tokens
+        stops = set(stop.token_ids) if stop is not None else set()
         problem = None
         if len(completions) != n:
             problem = f"{len(completions)} completions for a request of n={n}"
@@ -287,8 +304,10 @@ class ServerDecoder:
                 problem = f"{len(ids)} tokens for max_new_tokens={max_new_tokens}"
             elif any(not 0 <= t < self.vocab_size for t in ids):
                 problem = f"token ids {list(ids)} outside the vocabulary 0..{self.vocab_size - 1}"
-            elif len(ids) < max_new_tokens and (self.eos_token_id is None or ids[-1] != self.eos_token_id):
-                problem = f"{len(ids)} of {max_new_tokens} tokens without ending at EOS (id {self.eos_token_id})"
+            elif (len(ids) < limit and (self.eos_token_id is None or ids[-1] != self.eos_token_id)
+                  and not stops.intersection(ids)):
+                problem = f"{len(ids)} of {limit} tokens without ending at EOS (id {self.eos_token_id})" + (
+                    " or holding a stop token" if stops else "")
         if problem:
             raise JournalError(f"{self.journal.where(key)}: the journaled reply holds {problem}; no server reply "
                                "passes those checks, so the response journal was edited or corrupted -- restore it "

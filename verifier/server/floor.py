@@ -152,7 +152,10 @@ def compare_row(row: dict[int, float] | None, local_processed: np.ndarray, local
     >>> r["tv"], r["tv_measured"]
     (0.5, 0.0)
     """
-    law = rebuild_law(row, sampling, convention, vocab_size=vocab_size) if not sampling.repetition_penalty else None
+    # a context-dependent law (repetition / presence / frequency penalty) is not rebuilt from a row (a raw row is before
+    # the penalty, which needs the prefix): compared in the row's own convention below -- raw rows with the local
+    # temperature-1 law, processed rows with the local processed law at the same prefix
+    law = rebuild_law(row, sampling, convention, vocab_size=vocab_size) if not sampling.uses_context else None
     size = max(int(vocab_size), local_processed.size)
     if isinstance(law, ReportedLaw):
         if law.ids.size and int(law.ids.max()) >= size:  # an id --target does not have: all its mass disagrees
@@ -243,7 +246,7 @@ def measure_server_floor(settings, dialect, reference, jobs: Sequence[tuple[int,
     raw = SamplingConfig()
     for j, (i, prefix, sampling) in enumerate(jobs):
         ids = np.asarray([list(prefix)], dtype=np.int64)
-        processed = reference.next_probs(ids, sampling)[0]
+        processed = reference.next_probs(ids, sampling, int(prompt_lengths[i]))[0]  # penalties count the output only
         local_raw = reference.next_probs(ids, raw)[0]
         whole, info = swept[j]
         result = compare_row(whole if whole is not None else plain_rows[j], processed, local_raw, sampling,

@@ -87,7 +87,8 @@ def check_design(sampling, logprobs: int | None, vocab_size: int | None) -> None
     ------
     InvalidArgumentError
         No ``--logprobs``; ``--top-k`` above ``--logprobs`` (or unset while the vocabulary is
-        larger); greedy; a repetition penalty (it needs the logits' sign, which logprobs lose).
+        larger); greedy; a repetition penalty (it needs the logits' sign, which logprobs lose); a presence or
+        frequency penalty (context-dependent: the rebuilt law has no context).
     """
     if logprobs is None:
         raise invalid_argument("--logprobs", None, "K >= 1 with the self-reported design (no --target): the law "
@@ -98,6 +99,12 @@ def check_design(sampling, logprobs: int | None, vocab_size: int | None) -> None
     if sampling.repetition_penalty is not None:
         raise invalid_argument("--repetition-penalty", sampling.repetition_penalty, "unset with the self-reported "
                                "design (the penalty needs the logits' sign, which reported logprobs do not carry)")
+    for flag, value in (("--presence-penalty", sampling.presence_penalty),
+                        ("--frequency-penalty", sampling.frequency_penalty)):
+        if value:  # context-dependent, like the repetition penalty: a raw row is before it, and a rebuilt law has no context
+            raise invalid_argument(flag, value, "unset with the self-reported design (the penalty depends on the tokens "
+                                   "generated so far, which a row rebuilt from reported logprobs does not carry; give "
+                                   "--target for the known-target design)")
     covered = vocab_size is not None and vocab_size <= logprobs
     if sampling.top_k is None and not covered:
         raise invalid_argument("--top-k", None, f"an integer <= --logprobs {logprobs} with the self-reported design: "

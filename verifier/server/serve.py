@@ -13,9 +13,12 @@ speculative decoder or a mutant of the bug zoo -- on a model pair.  Uses:
 Endpoints: ``GET /health``, ``GET /v1/models``, ``GET /metrics`` (Prometheus counters in vLLM's and
 llama.cpp's spellings), ``POST /v1/completions`` (token-id prompts, ``n``, ``seed``,
 ``return_token_ids``) and ``POST /completion`` (llama-server: ``return_tokens``, ``timings.draft_n``,
-per-request ``speculative.n_max``; 0 samples plainly from the target).  A sampler knob the decoder
-cannot honour (min-p, presence/frequency penalties, a stop string) is refused with HTTP 400 naming
-it, never ignored.
+per-request ``speculative.n_max``; 0 samples plainly from the target).  Min-p, presence / frequency
+penalties and (OpenAI dialect) ``stop_token_ids`` go to the decoder (``SamplingConfig``; ``generate(...,
+stop_token_ids=, max_tokens=)`` with rows ``k + 1`` wider than ``max_tokens``, returned uncut, so a decoder that
+overshoots its stop rule shows it, with ``finish_reason: "stop"`` and ``stop_reason`` = the row's first stop id as vLLM
+writes them).  A knob the decoder cannot honour (a stop string, the other llama.cpp samplers) is refused with HTTP
+400 naming it, never ignored.
 
 Logprobs, honestly: ``logprobs: K`` (OpenAI) or ``n_probs: K`` (llama-server) returns, at every
 emitted position, the target's law at that prefix in the dialect's convention -- vLLM's raw
@@ -60,8 +63,8 @@ SHARED_SEED = 0  # the one seed of the shared-seed defect
 LOGPROB_FLOOR = -9999.0  # vLLM's floor for a reported logprob (-inf is not JSON)
 
 # knobs a request may carry only at their neutral value (the harness's decoders do not implement them)
-NEUTRAL_KNOBS = {"min_p": 0.0, "presence_penalty": 0.0, "frequency_penalty": 0.0, "typical_p": 1.0, "dry_multiplier": 0.0,
-                 "xtc_probability": 0.0, "mirostat": 0, "dynatemp_range": 0.0, "top_n_sigma": -1.0}
+NEUTRAL_KNOBS = {"typical_p": 1.0, "dry_multiplier": 0.0, "xtc_probability": 0.0, "mirostat": 0, "dynatemp_range": 0.0,
+                 "top_n_sigma": -1.0}
 IGNORED_FIELDS = {"model", "stream", "echo", "skip_special_tokens", "ignore_eos", "return_tokens_as_token_ids",
                   "return_token_ids", "cache_prompt", "return_tokens", "samplers", "n_probs", "post_sampling_probs",
                   "logprobs", "repeat_last_n"}
@@ -182,11 +185,20 @@ class DecoderServer:
         top_k = body.get("top_k")
         top_p = body.get("top_p")
         rep = body.get("repetition_penalty", body.get("repeat_penalty"))
-        sampling = SamplingConfig(temperature=float(body.get("temperature", 1.0)),
-                                  top_k=int(top_k) if top_k not in (None, -1, 0) else None,
-                                  top_p=float(top_p) if top_p not in (None, 1, 1.0) else None,
-                                  repetition_penalty=float(rep) if rep not in (None, 1, 1.0) else None)
+        extra = {key: float(body[key]) for key in ("min_p", "presence_penalty", "frequency_penalty")
+                 if body.get(key) not in (None, 0, 0.0)}
+        try:
+            sampling = SamplingConfig(temperature=float(body.get("temperature", 1.0)),
+                                      top_k=int(top_k) if top_k not in (None, -1, 0) else None,
+                                      top_p=float(top_p) if top_p not in (None, 1, 1.0) else None,
+                                      repetition_penalty=float(rep) if rep not in (None, 1, 1.0) else None, **extra)
+        except ValueError as exc:
+            raise _BadRequest(str(exc)) from None
         max_new = int(body.get(max_key) or 16)
+        stops = body.get("stop_token_ids") or []
+        if not isinstance(stops, list) or not all(isinstance(t, int) and 0 <= t < self.vocab_size for t in stops):
+            raise _BadRequest(f"stop_token_ids must be a list of token ids in 0..{self.vocab_size - 1}")
+        rule = {"stop_token_ids": stops, "max_tokens": max_new} if stops else {}
         seed = int(body["seed"]) if body.get("seed") is not None else int(np.random.SeedSequence().entropy % (1 << 31))
         if "paired-unseeded" in self.defects and body.get("seed") is None:
             with self._lock:
@@ -205,7 +217,8 @@ class DecoderServer:
                 decoder = self._busy[k]
             else:
                 decoder = self._decoder(k)
-            rows = np.asarray(decoder.generate(prompt, n, max_new, sampling, seed))
+            # with a stop rule: k + 1 more columns than max_tokens, so a row past the limit comes back as emitted
+            rows = np.asarray(decoder.generate(prompt, n, max_new + (k + 1 if rule else 0), sampling, seed, **rule))
             stats = getattr(decoder, "last_stats", None)
             drafted = accepted = 0
             if k > 0 and stats is not None:
@@ -231,9 +244,13 @@ class DecoderServer:
         if not 1 <= n <= 1024:
             raise _BadRequest(f"n={n} must be in 1..1024")
         rows, _max_new, _d, _a, sampling = self._sample(body, "prompt", "max_tokens", self.k, n)
-        choices = [{"index": i, "text": "", "token_ids": row,
-                    "finish_reason": "stop" if self.eos is not None and row and row[-1] == self.eos else "length"}
-                   for i, row in enumerate(rows)]
+        stops = set(body.get("stop_token_ids") or [])
+        choices = []
+        for i, row in enumerate(rows):  # vLLM: finish_reason "stop" with stop_reason None at EOS, the stop id at a stop
+            at = next((t for t in row if t in stops), None)
+            ended = self.eos is not None and row and row[-1] == self.eos
+            choices.append({"index": i, "text": "", "token_ids": row, "finish_reason": "stop" if ended or at is not None
+                            else "length", "stop_reason": at})
         top = body.get("logprobs")
         if top:  # vLLM: raw log-softmax (T = 1), the top K plus the emitted token, keyed "token_id:N"
             probs = self._probs(body["prompt"], rows, sampling, int(top), self.k, post_sampling=False)
@@ -326,7 +343,8 @@ class _Scorer:
         out: list[list] = [[] for _ in rows]
         for j in range(max((len(r) for r in rows), default=0)):  # rows reaching position j share its prefix length
             live = [i for i, r in enumerate(rows) if len(r) > j]
-            probs = ref.next_probs(np.asarray([list(prompt) + rows[i][:j] for i in live], dtype=np.int64), use)
+            probs = ref.next_probs(np.asarray([list(prompt) + rows[i][:j] for i in live], dtype=np.int64), use,
+                                   len(prompt))
             for i, law in zip(live, probs):
                 order = np.lexsort((np.arange(law.size), -law))[:top]
                 out[i].append((float(law[rows[i][j]]), [(int(t), float(law[t])) for t in order]))
