@@ -149,3 +149,16 @@ def test_rows_that_miss_the_kept_set_are_bounded_conservatively():
     picks = choose_prefixes([0], rows, 10, seed=5, eos_token_id=2)
     assert picks[0] == (0,) and set(picks[1:]) == {(0, 1)}  # nothing past EOS, duplicates once
     assert choose_prefixes([0], rows, 10, seed=5) == choose_prefixes([0], rows, 10, seed=5)
+
+
+def test_prefixes_a_text_server_cannot_take_are_skipped_and_the_draw_goes_on():
+    """--api mlx-lm takes text: a drawn prefix whose ids do not round-trip is skipped (before, the first one left the
+    whole floor "not measured"), and the draw continues so the floor still checks the positions asked for."""
+    from verifier.server.floor import choose_prefixes
+
+    rows = np.array([[1, 3, 4], [5, 6, 7]])
+    every = choose_prefixes([0], rows, 10, seed=2)
+    refused = {p for p in every if 3 in p}  # stand-in for "does not round-trip": any prefix holding id 3
+    kept = choose_prefixes([0], rows, 10, seed=2, sendable=lambda p: p not in refused)
+    assert refused and not refused & set(kept) and kept == [p for p in every if p not in refused]
+    assert len(choose_prefixes([0], rows, 4, seed=2, sendable=lambda p: p not in refused)) == 4  # drawn on to 4

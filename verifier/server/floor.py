@@ -67,7 +67,7 @@ FLOOR_SEED = 1  # the one-token requests' seed (the row does not depend on it)
 
 
 def choose_prefixes(prompt: Sequence[int], rows: np.ndarray | None, count: int, seed: int,
-                    eos_token_id: int | None = None) -> list[tuple[int, ...]]:
+                    eos_token_id: int | None = None, sendable=None) -> list[tuple[int, ...]]:
     """The prompt, then up to ``count - 1`` distinct emitted prefixes of ``rows`` (module docstring).
 
     Parameters
@@ -81,6 +81,10 @@ def choose_prefixes(prompt: Sequence[int], rows: np.ndarray | None, count: int, 
         The audit seed.
     eos_token_id : int or None
         A prefix never runs past EOS.
+    sendable : callable or None
+        ``sendable(prefix) -> bool``: False skips a drawn prefix the server cannot be sent (a text-prompt server,
+        ``--api mlx-lm``, where the prefix's ids do not round-trip through the tokenizer) and the draw goes on, so
+        the floor still checks ``count`` positions where the rows allow.  None: every prefix.
 
     Returns
     -------
@@ -114,6 +118,8 @@ def choose_prefixes(prompt: Sequence[int], rows: np.ndarray | None, count: int, 
         prefix = base + tuple(int(t) for t in rows[i][:j])
         if prefix not in seen:
             seen.add(prefix)
+            if sendable is not None and not sendable(prefix):
+                continue
             out.append(prefix)
             if len(out) >= count:
                 break
