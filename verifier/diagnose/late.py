@@ -279,7 +279,11 @@ def next_rows(seqs, t: int, live: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def late_recover_cost(seqs) -> LateCost:
     """What a ``recovered_one_late`` likelihood of ``seqs`` may need (:class:`LateCost`): per emitted position one
     target and one draft row per distinct prefix and latent token (every token: the weights are the hypothesis's),
-    each a whole context of ``len(prompt) + t + 1`` positions; columns of 2 x rows x vocab float64 per position."""
+    each a whole context of ``len(prompt) + t + 1`` positions; columns of 2 x rows x vocab float64 per position.
+
+    The positions are what the whole-context route runs; from a KV cache (a Hugging Face model, :func:`_after`) a row
+    is one token step after its prefix's single pass, so there the count is an upper bound (~3x the work on the
+    shipped pair, reports/benchmarks.md section 28)."""
     n, steps, vocab = seqs.p.shape
     ends = sequence_ends(seqs.tokens, seqs.eos_token_id)
     rows = positions = entries = 0
