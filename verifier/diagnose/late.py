@@ -14,12 +14,16 @@ token ``x_t`` and only for the d of nonzero weight:
 * :func:`next_rows` is the dense (rows, vocab, vocab) reference both replace (tests);
 * :func:`late_recover_cost` counts what a likelihood may need, for the ranking's budget (:mod:`verifier.diagnose.rank`).
 
-The rows come from the same oracles (``SequenceProbs.target_after`` / ``draft_after``: a whole context per forward
-row) in batches that :meth:`verifier.runner.models.ReferenceModel.next_probs` runs as it ran them for the dense
-reference (never a pass of fewer than :data:`~verifier.runner.models.MIN_EXTEND_ROWS` rows, whose CPU kernels round
-differently), so the likelihood is bit-identical to the dense path's (tests/diagnose/test_late_columns.py).  A KV cache
-(``ReferenceModel.extend_probs``, one prefix pass and one-token steps) would take ~3x less CPU on the shipped pair
-but moves a float32 model's log probs by up to ~2e-5 (reports/benchmarks.md section 26), so it is not used here.
+The rows come from the same oracles (``SequenceProbs.target_after`` / ``draft_after``).  Where an oracle has a KV
+cache (``ProbsAfter.extend``: a Hugging Face causal LM; issue 27) each distinct prefix ``prompt, x_<t`` runs once and
+every latent d is a one-token step over its keys and values (:meth:`verifier.runner.models.ReferenceModel.extend_probs`):
+~3x less forward CPU than whole contexts on the shipped pair, for probs that differ from the whole-context ones by the
+float32 rounding of the model's logits (log probs by up to ~2e-5; a row's log-likelihood by <= 5.3e-5 nats,
+reports/benchmarks.md section 29; tolerances in tests/diagnose/test_late_columns.py).  Elsewhere (a tabular model, a
+plain oracle) each row is a whole context, in batches that :meth:`verifier.runner.models.ReferenceModel.next_probs`
+runs as it ran them for the dense reference (never a pass of fewer than
+:data:`~verifier.runner.models.MIN_EXTEND_ROWS` rows, whose CPU kernels round differently).  :func:`next_rows`
+always runs whole contexts.
 
 Glossary: see :mod:`verifier.protocols`.
 """
@@ -76,9 +80,27 @@ def _prefixes(seqs, t: int, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def _after(oracle, prompt: tuple[int, ...], uniq: np.ndarray, pair_u: np.ndarray, pair_d: np.ndarray) -> np.ndarray:
     """The oracle's probs after ``prompt, uniq[pair_u], pair_d``, shape (pairs, vocab) float64.
 
+    Where the oracle has a KV cache (``ProbsAfter.extend``, a Hugging Face causal LM) each distinct base
+    ``prompt, uniq[u]`` runs once and every latent d is a one-token step over its keys and values
+    (:meth:`verifier.runner.models.ReferenceModel.extend_probs`): the probs of :func:`_after_dense` to the float32
+    rounding of the model's logits (tests/diagnose/test_late_columns.py).  Otherwise (a tabular model, a plain
+    oracle, an empty base) the whole contexts, :func:`_after_dense`."""
+    extend = getattr(oracle, "extend", None)
+    if extend is None or not len(prompt) + uniq.shape[1] or not len(pair_u):
+        return _after_dense(oracle, prompt, uniq, pair_u, pair_d)
+    bases_u, parent = np.unique(pair_u, return_inverse=True)
+    head = np.broadcast_to(np.asarray(prompt, dtype=np.int64), (len(bases_u), len(prompt)))
+    _, probs = extend(np.concatenate([head, uniq[bases_u]], axis=1), pair_d[:, None].astype(np.int64),
+                      np.asarray(parent).reshape(-1))
+    return probs[:, 0]
+
+
+def _after_dense(oracle, prompt: tuple[int, ...], uniq: np.ndarray, pair_u: np.ndarray, pair_d: np.ndarray) -> np.ndarray:
+    """The oracle's probs after the whole contexts ``prompt, uniq[pair_u], pair_d``, shape (pairs, vocab) float64.
+
     A call whose last :data:`~verifier.runner.models.ROW_BATCH` batch would hold fewer than
     :data:`~verifier.runner.models.MIN_EXTEND_ROWS` rows is padded with copies of its first context (dropped after):
-    the CPU kernels of a 1-5 row batch round differently from the larger ones the dense path ran."""
+    the CPU kernels of a 1-5 row batch round differently from the larger ones."""
     from verifier.runner.models import MIN_EXTEND_ROWS, ROW_BATCH
 
     head = np.broadcast_to(np.asarray(prompt, dtype=np.int64), (len(pair_u), len(prompt)))
@@ -89,16 +111,25 @@ def _after(oracle, prompt: tuple[int, ...], uniq: np.ndarray, pair_u: np.ndarray
     return np.asarray(oracle(ctx), dtype=np.float64)[:len(pair_u)]
 
 
-def _pair_batches(seqs, uniq: np.ndarray, key: np.ndarray, residual: bool):
+def _pair_batches(seqs, uniq: np.ndarray, key: np.ndarray, draft: bool):
     """Forward rows of the (prefix, d) pairs where ``key`` (distinct, vocab) is True, in memory-bounded batches:
-    yields (pair_u, pair_d, target rows, residual rows or None), rows of shape (pairs, vocab)."""
+    yields (pair_u, pair_d, target rows, draft rows or None), rows of shape (pairs, vocab)."""
     vocab = key.shape[1]
     pair_u, pair_d = np.nonzero(key)
     step = max(1, LATE_BATCH_ENTRIES // vocab)
     for lo in range(0, len(pair_u), step):
         pu, pd = pair_u[lo:lo + step], pair_d[lo:lo + step]
         pn = _after(seqs.target_after, seqs.prompt, uniq, pu, pd)
-        yield pu, pd, pn, (_residual(pn, _after(seqs.draft_after, seqs.prompt, uniq, pu, pd)) if residual else None)
+        yield pu, pd, pn, (_after(seqs.draft_after, seqs.prompt, uniq, pu, pd) if draft else None)
+
+
+def _residual_at(pn: np.ndarray, qn: np.ndarray, src: np.ndarray, col: np.ndarray) -> np.ndarray:
+    """``mechanisms._residual(pn, qn)[src, col]`` without the whole (pairs, vocab) residual: the same float64
+    operations on the entries read (the row sums are the same sums), so the same values bit for bit."""
+    over = pn - qn
+    np.clip(over, 0.0, None, out=over)
+    s = over.sum(axis=-1)[src]
+    return np.where(s > 0, over[src, col] / np.where(s > 0, s, 1.0), pn[src, col])
 
 
 def _scatter(inv: np.ndarray, pu: np.ndarray, pd: np.ndarray, distinct: int, vocab: int):
@@ -154,13 +185,13 @@ def late_columns(seqs, t: int, need_bonus: np.ndarray, need_residual: np.ndarray
         key_b &= ~key_r  # a residual's forward rows give the bonus row too
         x = seqs.tokens[rows, t]
         for residual, key in ((True, key_r), (False, key_b)):
-            for pu, pd, pn, rn in _pair_batches(seqs, uniq, key, residual):
+            for pu, pd, pn, qn in _pair_batches(seqs, uniq, key, residual):
                 r_idx, d_idx, src = _scatter(inv, pu, pd, len(uniq), vocab)
                 row, col = rows[r_idx], x[r_idx]
                 memo["bonus"][row, d_idx] = pn[src, col]
                 memo["done_bonus"][row, d_idx] = True
                 if residual:
-                    memo["residual"][row, d_idx] = rn[src, col]
+                    memo["residual"][row, d_idx] = _residual_at(pn, qn, src, col)
                     memo["done_residual"][row, d_idx] = True
     return memo["bonus"], memo["residual"]
 
@@ -199,9 +230,9 @@ def late_laws(seqs, t: int, weights: list[tuple[bool, np.ndarray]]) -> list[np.n
         key = keys.setdefault(bonus, np.zeros((len(uniq), vocab), bool))
         np.logical_or.at(key, inv, nd[rows])
     for bonus, key in keys.items():
-        for pu, pd, pn, rn in _pair_batches(seqs, uniq, key, not bonus):
+        for pu, pd, pn, qn in _pair_batches(seqs, uniq, key, not bonus):
             r_idx, d_idx, src = _scatter(inv, pu, pd, len(uniq), vocab)
-            law = pn if bonus else rn
+            law = pn if bonus else _residual(pn, qn)
             for (b, w), acc in zip(weights, out):
                 if b == bonus:
                     mix = scipy.sparse.csr_matrix((w[rows[r_idx], d_idx], (r_idx, src)), shape=(len(rows), len(pu)))
@@ -239,8 +270,8 @@ def next_rows(seqs, t: int, live: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     if rows.size:
         uniq, inv = _prefixes(seqs, t, rows)
         pair_u, pair_d = np.repeat(np.arange(len(uniq)), vocab), np.tile(np.arange(vocab), len(uniq))
-        pn = _after(seqs.target_after, seqs.prompt, uniq, pair_u, pair_d).reshape(len(uniq), vocab, vocab)
-        qn = _after(seqs.draft_after, seqs.prompt, uniq, pair_u, pair_d).reshape(len(uniq), vocab, vocab)
+        pn = _after_dense(seqs.target_after, seqs.prompt, uniq, pair_u, pair_d).reshape(len(uniq), vocab, vocab)
+        qn = _after_dense(seqs.draft_after, seqs.prompt, uniq, pair_u, pair_d).reshape(len(uniq), vocab, vocab)
         p_next[rows], residual[rows] = pn[inv], _residual(pn, qn)[inv]
     return p_next, residual
 
@@ -248,7 +279,11 @@ def next_rows(seqs, t: int, live: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def late_recover_cost(seqs) -> LateCost:
     """What a ``recovered_one_late`` likelihood of ``seqs`` may need (:class:`LateCost`): per emitted position one
     target and one draft row per distinct prefix and latent token (every token: the weights are the hypothesis's),
-    each a whole context of ``len(prompt) + t + 1`` positions; columns of 2 x rows x vocab float64 per position."""
+    each a whole context of ``len(prompt) + t + 1`` positions; columns of 2 x rows x vocab float64 per position.
+
+    The positions are what the whole-context route runs; from a KV cache (a Hugging Face model, :func:`_after`) a row
+    is one token step after its prefix's single pass, so there the count is an upper bound (~3x the work on the
+    shipped pair, reports/benchmarks.md section 29)."""
     n, steps, vocab = seqs.p.shape
     ends = sequence_ends(seqs.tokens, seqs.eos_token_id)
     rows = positions = entries = 0

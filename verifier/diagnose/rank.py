@@ -45,8 +45,11 @@ DIAGNOSIS_ALPHA = 0.01  # bound on naming a mechanism when the decoder samples f
 FIT_ALPHA = 1e-3  # level of the best mechanism's goodness of fit (rejecting a true mechanism this often)
 MAX_DRAFT_AFTER_ROWS = 2_000_000  # draft forward rows a kept-suffix likelihood may need (distinct observed contexts x vocab)
 # recovered_one_late reads the target and draft after every latent rejected token (verifier.diagnose.late): token
-# positions of those forward rows (distinct prefixes x vocab x 2 models x context length; ~100 s CPU per 1e7 on the shipped
-# pair, reports/benchmarks.md section 26) and float64 entries of its memoised columns (2 x rows x vocab per position)
+# positions of those forward rows counted as whole contexts (distinct prefixes x vocab x 2 models x context length; ~100 s
+# CPU per 1e7 on the shipped pair run as whole contexts, reports/benchmarks.md section 26; a Hugging Face model now runs
+# them from a KV cache, one-token steps: ~30 s CPU per 1e7 counted positions for all 14 late hypotheses, section 29, so
+# the count is an upper bound of the work there) and float64 entries of its memoised columns (2 x rows x vocab per
+# position); not raised with the cheaper route (the entries, 160 MB, bind as often)
 MAX_LATE_POSITIONS = 20_000_000
 MAX_LATE_ENTRIES = 20_000_000
 

@@ -297,7 +297,7 @@ def serial_test(u, *, alpha: float = 0.01, power: float = 0.99, lags: int = SERI
 
     n = int(x.size)
     # acorr_ljungbox's Q, computed as the null stream's is (ljung_box_rows: O(n L)); acorr_ljungbox itself and
-    # acf(fft=False) correlate over every lag, O(n^2): 73% of a 54,377-row audit's statistics (benchmarks section 28)
+    # acf(fft=False) correlate over every lag, O(n^2): 73% of a 54,377-row audit's statistics (benchmarks section 30)
     q = float(ljung_box_rows(x[None, :], lags)[0])
     r = tuple(float(v) for v in acf(x, nlags=lags, fft=True)[1:])
     draws = draws_for(alpha)
