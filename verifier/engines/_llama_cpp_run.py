@@ -87,23 +87,28 @@ class LlamaCppDecoder:
         if penalty is not None and penalty != 1.0:
             raise refuse_sampling("repetition-penalty", penalty, "not set: llama.cpp's penalty window holds only generated "
                                    "tokens (llama-speculative never feeds the prompt to its sampler), Hugging Face's the whole context")
-        for name in ("presence_penalty", "frequency_penalty", "min_p"):  # issue 29 kind 3: never silently dropped
-            value = getattr(sampling, name, None)
-            if value is not None:
-                raise refuse_sampling(name.replace("_", "-"), value, "not set: this adapter runs llama-speculative with "
-                                      f"--samplers {SAMPLER_ORDER} and --min-p 0 (penalties and min-p are not wired to the "
-                                      "binary; audit them on llama-cpp-python, which shares the sampler code)")
         top_k = sampling.top_k if sampling.top_k is not None else 0
         top_p = sampling.top_p if sampling.top_p is not None else 1.0
+        presence = float(getattr(sampling, "presence_penalty", None) or 0.0)
+        frequency = float(getattr(sampling, "frequency_penalty", None) or 0.0)
+        min_p = float(getattr(sampling, "min_p", None) or 0.0)
+        # issue 29 kind 3, the harness's (vLLM's) semantics: ``penalties`` first -- llama_sampler_penalties_apply
+        # subtracts frequency x count + presence x [count > 0] from each logit, counted over the tokens accepted into
+        # the sampler, which in llama-speculative are the generated ones only (the prompt is never accepted) -- and
+        # ``min_p`` last, after temperature / top-k / top-p (keeps p >= min_p x max p, as the harness); a window
+        # covering every generated token is set per process (command)
+        samplers = ("penalties;" if presence or frequency else "") + SAMPLER_ORDER + (";min_p" if min_p else "")
         return ["--temp", repr(float(sampling.temperature)), "--top-k", str(int(top_k)), "--top-p", repr(float(top_p)),
-                "--min-p", "0", "--samplers", SAMPLER_ORDER]
+                "--min-p", repr(min_p), "--presence-penalty", repr(presence), "--frequency-penalty", repr(frequency),
+                "--repeat-penalty", "1.0", "--samplers", samplers]
 
     def command(self, text: str, max_new_tokens: int, sampling_args: list[str], seed: int, prompt_len: int) -> list[str]:
         """The argv of one sample's process."""
         ctx = self.ctx_size or prompt_len + max_new_tokens + 2 * self.num_draft_tokens + 16
         return [str(self.binary), "-m", str(self.target_gguf), "-md", str(self.draft_gguf),
                 "--spec-draft-n-max", str(self.num_draft_tokens), "-p", text, "-n", str(max(max_new_tokens - 1, 0)),
-                "-s", str(int(seed)), *sampling_args, "-t", str(self.threads), "-c", str(ctx), "-np", "1"]
+                "-s", str(int(seed)), *sampling_args, "--repeat-last-n", str(max(64, max_new_tokens)),
+                "-t", str(self.threads), "-c", str(ctx), "-np", "1"]
 
     # -- one process -------------------------------------------------------------------------
     def _run_one(self, argv: list[str]) -> tuple[list[int], list[tuple[int, int]], dict[str, int]]:

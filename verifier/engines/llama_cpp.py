@@ -21,6 +21,10 @@ Mapping of :class:`~verifier.sampling.SamplingConfig` (Hugging Face order: tempe
 * ``top_k=None`` -> ``--top-k 0``, ``top_p=None`` -> ``--top-p 1``, ``--min-p 0``;
 * ``repetition_penalty`` is refused: llama.cpp's penalty window holds only generated tokens (the
   example never feeds the prompt to the sampler), the Hugging Face penalty covers the whole context;
+* ``presence_penalty`` / ``frequency_penalty`` (issue 29 kind 3): that same window is the harness's (vLLM's) --
+  generated tokens only -- so they go in as ``penalties`` first in ``--samplers`` (``--repeat-last-n`` covering
+  every generated token); ``min_p`` as ``min_p`` after ``top_p`` (the harness applies it after temperature, top-k
+  and top-p; llama.cpp's keeps ``p >= min_p x max p``, the same set);
 * temperature 0 runs the binary's greedy verification path.
 
 The prompt goes in as text (the binary has no id input): the target's Hugging Face tokenizer decodes
