@@ -51,6 +51,32 @@ def test_control_with_the_draft_token_patched_shows_no_bias(engine, tmp_path, ca
     assert code == 0, capsys.readouterr().out
 
 
+def test_penalties_and_min_p_go_into_the_binarys_chain_in_the_harness_order():
+    """Issue 29 kind 3: presence/frequency penalties first (llama-speculative's window is the generated tokens, the
+    harness's), min-p after top-p; none of them silently dropped (no binary needed)."""
+    from verifier.engines._llama_cpp_run import LlamaCppDecoder
+    from verifier.sampling import SamplingConfig
+
+    args = LlamaCppDecoder.sampling_args(None, SamplingConfig(temperature=0.7, top_k=8, presence_penalty=0.5,
+                                                              frequency_penalty=0.25, min_p=0.1))
+    flags = dict(zip(args[::2], args[1::2]))
+    assert flags["--samplers"] == "penalties;top_k;temperature;top_p;min_p"
+    assert (flags["--presence-penalty"], flags["--frequency-penalty"], flags["--min-p"]) == ("0.5", "0.25", "0.1")
+    assert flags["--repeat-penalty"] == "1.0"
+    plain = dict(zip(*[iter(LlamaCppDecoder.sampling_args(None, SamplingConfig()))] * 2))
+    assert plain["--samplers"] == "top_k;temperature;top_p" and plain["--min-p"] == "0.0"
+
+
+@pytest.mark.full  # ~60 s of binary runs
+def test_control_with_penalties_shows_no_bias(engine, tmp_path, capsys):
+    """control=both (the two speculation defects patched), presence 0.5 + frequency 0.5 at T = 1, n = 400, k = 1,
+    3 tokens, target TV 0.25, seed 0: PASS (a correct engine fails with prob <= 1e-3)."""
+    code = main(["audit", "--engine", ENGINE, "--num-draft-tokens", "1", "--max-new-tokens", "3", "--no-progress",
+                 "--run-dir", str(tmp_path / "run"), "--num-samples", "400", "--seed", "0", "--target-tv", "0.25",
+                 "--presence-penalty", "0.5", "--frequency-penalty", "0.5", "--engine-arg", "control=both"])
+    assert code == 0, capsys.readouterr().out
+
+
 def test_bad_options_are_usage_errors(engine, tmp_path, capsys):
     assert _audit(tmp_path, "--engine-arg", "control=bogus") == 2
     assert "control" in capsys.readouterr().err
