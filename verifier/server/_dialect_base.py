@@ -19,7 +19,7 @@ from verifier.errors import DecoderOutputError, refuse_sampling
 if TYPE_CHECKING:  # annotations only: `specverify --help` imports this module and must stay numpy/torch-free
     from verifier.sampling import SamplingConfig
 
-__all__ = ["Completion", "Dialect", "StopRule", "ServerReplyError", "check_finish", "head", "logprob_value", "token_id",
+__all__ = ["Completion", "Dialect", "StopRule", "ServerReplyError", "check_finish", "request_limit", "head", "logprob_value", "token_id",
            "prob_log", "draft_count", "TOKEN_ID_TEXT", "LOGPROB_SLACK"]
 
 TOKEN_ID_TEXT = re.compile(r"^token_id:(-?\d+)$")  # vLLM's return_tokens_as_token_ids spelling of a token
@@ -119,6 +119,15 @@ class StopRule:
 
     def __bool__(self) -> bool:
         return bool(self.token_ids) or self.max_tokens is not None
+
+
+def request_limit(stop: StopRule | None, max_new_tokens: int) -> int:
+    """The length limit a request is sent with: the stop rule's ``max_tokens``, else the row width ``max_new_tokens``.
+
+    >>> request_limit(StopRule((5,), 6), 8), request_limit(StopRule((5,)), 8), request_limit(None, 8)
+    (6, 8, 8)
+    """
+    return int(stop.max_tokens) if stop is not None and stop.max_tokens is not None else int(max_new_tokens)
 
 
 @dataclass(frozen=True)
@@ -270,7 +279,7 @@ def check_finish(tokens: list[int], stopped_at_eos: bool, other_stop: bool, max_
         Tokens after EOS, no token, more tokens than the limit without a stop rule, a stop the request did not send,
         a short row that ends at neither EOS nor a stop token, a stop at the rule with no stop token in the row.
     """
-    limit = stop.max_tokens if stop is not None and stop.max_tokens is not None else max_new_tokens
+    limit = request_limit(stop, max_new_tokens)
     if eos is not None and eos in tokens[:-1]:  # before the journal keeps it: a resume would replay it
         raise ServerReplyError(f"{what}: the server emitted tokens after EOS (id {eos} at position {tokens.index(eos)} "
                                f"of {tokens}; ignore_eos=false was sent); reply: {head(body)}")

@@ -11,7 +11,7 @@ from typing import Any
 
 from verifier.errors import invalid_argument, refuse_sampling
 from verifier.server._dialect_base import (Completion, Dialect, ServerReplyError, draft_count, check_finish, head,
-                                           logprob_value, prob_log, token_id)
+                                           logprob_value, prob_log, request_limit, token_id)
 
 __all__ = ["LlamaServer"]
 
@@ -49,7 +49,7 @@ class LlamaServer(Dialect):
         if stop and stop.token_ids and not stop.strings:
             raise refuse_sampling("--stop-token-ids", list(stop.token_ids), "ids --target's tokenizer maps to "
                                   "one-character stop strings with --api llama-server (it takes stop strings only)")
-        limit = int(stop.max_tokens if stop and stop.max_tokens is not None else max_new_tokens)
+        limit = request_limit(stop, max_new_tokens)
         if n != 1:
             raise invalid_argument("n per request", n, "1 with --api llama-server (it has no `n`)")
         rep = sampling.repetition_penalty

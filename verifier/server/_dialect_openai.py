@@ -10,7 +10,7 @@ from typing import Any
 
 from verifier.errors import invalid_argument, refuse_sampling
 from verifier.server._dialect_base import (TOKEN_ID_TEXT, Completion, Dialect, ServerReplyError, check_finish, head,
-                                           logprob_value)
+                                           logprob_value, request_limit)
 
 __all__ = ["OpenAICompletions"]
 
@@ -41,7 +41,7 @@ class OpenAICompletions(Dialect):
                                    "per-request switch): give the speculation-off server as --reference-url")
         body: dict[str, Any] = {
             "prompt": [int(t) for t in prompt_ids],
-            "max_tokens": int(stop.max_tokens if stop and stop.max_tokens is not None else max_new_tokens), "n": int(n),
+            "max_tokens": request_limit(stop, max_new_tokens), "n": int(n),
             "temperature": float(sampling.temperature), "top_p": float(sampling.top_p or 1.0),
             "top_k": int(sampling.top_k) if sampling.top_k else -1, "min_p": float(sampling.min_p or 0.0),
             "presence_penalty": float(sampling.presence_penalty or 0.0),
@@ -102,7 +102,7 @@ class OpenAICompletions(Dialect):
             at_rule = isinstance(stop_reason, int) and not isinstance(stop_reason, bool) and stop_reason in sent
             other = stop_reason is not None and not at_rule
             row = list(tokens)
-            if at_rule and row and row[-1] != stop_reason and len(row) < (stop.max_tokens or max_new_tokens):
+            if at_rule and row and row[-1] != stop_reason and len(row) < request_limit(stop, max_new_tokens):
                 row.append(stop_reason)  # a server that leaves the stop id out of token_ids, as EOS below
             ids, finish = check_finish(row, reason == "stop" and stop_reason is None, other, max_new_tokens,
                                        eos_token_id, what, choice, stop=stop, at_rule=at_rule)

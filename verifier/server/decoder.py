@@ -27,7 +27,7 @@ import numpy as np
 from verifier.errors import DecoderOutputError, invalid_argument
 from verifier.protocols import PADDING_TOKEN_ID, DecoderStats
 from verifier.server.client import ServerSettings, ServerUsageError, get_text, post_all
-from verifier.server.dialects import Completion, check_logprobs, get_dialect
+from verifier.server.dialects import Completion, check_logprobs, get_dialect, request_limit
 from verifier.server.journal import JOURNAL_NAME, Journal, request_key
 from verifier.server.metrics import SpecCounters, counter_delta, read_counters
 
@@ -291,7 +291,7 @@ class ServerDecoder:
         from verifier.server.journal import JournalError
 
         completions = self.journal.get(key)
-        limit = stop.max_tokens if stop is not None and stop.max_tokens is not None else max_new_tokens
+        limit = request_limit(stop, max_new_tokens)
         stops = set(stop.token_ids) if stop is not None else set()
         problem = None
         if len(completions) != n:

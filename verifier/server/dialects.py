@@ -37,13 +37,14 @@ from __future__ import annotations
 from typing import Any
 
 from verifier.errors import invalid_argument
-from verifier.server._dialect_base import (Completion, Dialect, ServerReplyError, StopRule)  # noqa: F401  the public names
+from verifier.server._dialect_base import (Completion, Dialect, ServerReplyError, StopRule,  # noqa: F401  the public names
+                                           request_limit)
 from verifier.server._dialect_llama import LlamaServer
 from verifier.server._dialect_mlx import MLX_MAX_TOP_LOGPROBS, MLXLM
 from verifier.server._dialect_openai import OpenAICompletions
 
 __all__ = ["Completion", "Dialect", "OpenAICompletions", "LlamaServer", "MLXLM", "DIALECTS", "get_dialect",
-           "ServerReplyError", "StopRule", "MLX_MAX_TOP_LOGPROBS", "MAX_REQUEST_LOGPROBS", "check_logprobs"]
+           "ServerReplyError", "StopRule", "request_limit", "MLX_MAX_TOP_LOGPROBS", "MAX_REQUEST_LOGPROBS", "check_logprobs"]
 
 # K of any logprobs request: above every tokenizer's vocabulary (the largest ~256k; K >= V already returns the whole row),
 # and within the 32-bit int a server parses it into (llama-server's n_probs: a larger K is garbage there, not "all")
