@@ -80,13 +80,16 @@ def measure_url_floor(outcome, plan: dict, suite) -> None:
     report, run_dir = outcome.report, Path(outcome.outcome.run_dir)
     sets = _sets(run_dir)
     from verifier.engines.floor import SERVER_MEASURED as measured
+
+    def unmeasured(floor: dict, hint: str = "") -> None:  # the report says why the floor is missing, and is rewritten
+        report[FLOOR_KEY] = floor
+        print(f"numeric floor: {floor['source']}{hint}")
+        write_reports(report, run_dir)
+
     if settings_plan["positions"] == 0 or not sets:
         why = "--floor-positions 0" if sets else "no stored samples to take prefixes from"
-        report[FLOOR_KEY] = {"max_tv": None, "rows": [], "source": f"not measured ({why}): the verdict assumes the "
-                             "server serves --target's law"}
-        print(f"numeric floor: {report[FLOOR_KEY]['source']}")
-        write_reports(report, run_dir)
-        return
+        return unmeasured({"max_tv": None, "rows": [], "source": f"not measured ({why}): the verdict assumes the "
+                           "server serves --target's law"})
     options = sets[0]["options"]
     dialect = get_dialect(options.get("api", "openai-completions"))
     settings = ServerSettings(options["base_url"], num_concurrent=int(options.get("num_concurrent", 4)),
@@ -122,18 +125,13 @@ def measure_url_floor(outcome, plan: dict, suite) -> None:
         floor = measure_server_floor(settings, dialect, pair.reference, jobs, logprobs=settings_plan["logprobs"],
                                      prompt_lengths=[len(p) for p in prompts], journal=journal,
                                      model=options.get("model"), eos_token_id=pair.eos_token_id)
-    except InvalidArgumentError as exc:  # e.g. a prefix of emitted tokens this server cannot take as text
-        report[FLOOR_KEY] = {"max_tv": None, "rows": [], "source": f"not measured: a floor request could not be "
-                             f"written ({exc}); the verdict assumes the server serves --target's law"}
-        print(f"numeric floor: {report[FLOOR_KEY]['source']}")
-        write_reports(report, run_dir)
-        return
+    except InvalidArgumentError as exc:  # e.g. a request option this server cannot take
+        return unmeasured({"max_tv": None, "rows": [], "source": f"not measured: a floor request could not be "
+                           f"written ({exc}); the verdict assumes the server serves --target's law"})
     except (ServerError, ServerUsageError, ServerReplyError) as exc:
-        report[FLOOR_KEY] = {"max_tv": None, "rows": [], "source": f"not measured: the server did not answer the floor's "
-                             f"one-token logprob requests ({exc}); the verdict assumes it serves --target's law"}
-        print(f"numeric floor: {report[FLOOR_KEY]['source']} -- give --logprobs K the server allows, or --floor-positions 0")
-        write_reports(report, run_dir)
-        return
+        return unmeasured({"max_tv": None, "rows": [], "source": f"not measured: the server did not answer the floor's "
+                           f"one-token logprob requests ({exc}); the verdict assumes it serves --target's law"},
+                          " -- give --logprobs K the server allows, or --floor-positions 0")
     finally:
         journal.close()
     if skipped:
@@ -142,10 +140,7 @@ def measure_url_floor(outcome, plan: dict, suite) -> None:
     if floor["max_tv"] is None:
         floor["source"] += ("; not measured: no row defined a law (" +
                             ", ".join(f"{n} x {r}" for r, n in floor["undefined"].items()) + ")")
-        report[FLOOR_KEY] = floor
-        print(f"numeric floor: {floor['source']}")
-        write_reports(report, run_dir)
-        return
+        return unmeasured(floor)
     outcome.outcome.exit_code = apply_floor(report, floor, plan["target_tv"], measured=measured)
     above = report[FLOOR_KEY]["above_target"]
     print(f"numeric floor: TV {floor['max_tv']:.3g} at {floor['where']} ({len(floor['rows'])} positions, top-"
