@@ -183,6 +183,26 @@ def test_a_powered_pass_of_a_batch_level_outranks_an_underpowered_run_of_it(tmp_
     assert levels["4,mixed prompts"] == "UNDERPOWERED"
 
 
+def test_one_engine_configuration_under_several_suite_labels_is_one_variant(tmp_path):
+    """vLLM's control (patch_cpu_expand=True) ran as the unlabelled decoder of control-batch-prompts (300 rows: level
+    "4,mixed prompts" UNDERPOWERED) and as the suite decoder "control-batch-prompts-n2500" (2,500 rows: PASS).  The
+    variant is the engine configuration, not the suite's label: one row, whose level is the powered PASS (the table
+    used to show both rows, one of them UNDERPOWERED beside the other's PASS)."""
+    from verifier.engines.kinds_matrix import _variant, collect_kinds
+
+    assert _variant("control-batch-mixed-n2500: patch_cpu_expand=True; T=1.0, k=3", "control-batch-mixed-n2500") == \
+        "patch_cpu_expand=True"
+    assert _variant("shipped-batch; T=1.0, k=3", "shipped-batch") == ""
+    assert _variant("patch_cpu_expand=True; T=1.0, k=3", None) == "patch_cpu_expand=True"
+    audits = REPO / "reports" / "audits" / "vllm-0.32.0" / "field-kinds"
+    for name in ("control-batch-prompts", "control-batch-mixed-n2500"):  # the latter holds control-batch-prompts-n2500
+        (tmp_path / "vllm-0.32.0" / name).mkdir(parents=True)
+        shutil.copy(audits / name / "report.json", tmp_path / "vllm-0.32.0" / name / "report.json")
+    groups = [g for g in collect_kinds(collect(tmp_path)) if g["kinds"]]
+    assert [g["variant"] for g in groups] == ["patch_cpu_expand=True"]
+    assert groups[0]["kinds"]["batch shape"]["levels"]["4,mixed prompts"] == "PASS"
+
+
 def test_a_suite_of_several_decoders_gives_one_row_each(tmp_path):
     """A suite report with several decoders (the field-kinds suites) is one row per decoder, each with its own verdict,
     sampling (penalties and min-p shown) and cells -- the first decoder must not speak for the others."""

@@ -54,6 +54,16 @@ _ACROSS = {"BIAS": 4, "FLAGGED": 3, "PASS": 2, "UNDERPOWERED": 1}
 _BATCH = re.compile(r"\[batch=(\d+)(,mixed[^\]]*)?\]$")
 
 
+def _variant(config: str, decoder: str | None) -> str:
+    """The engine variant of a matrix row: its engine options (``config`` before ``;``) without the suite's label of
+    the decoder (``"control-batch-mixed-n2500: patch_cpu_expand=True"`` -> ``"patch_cpu_expand=True"``), so reports
+    that ran the same engine configuration under different suite labels are one variant ("" = as shipped)."""
+    head = config.split(";")[0].strip()
+    if decoder and (head == decoder or head.startswith(f"{decoder}: ")):
+        head = head[len(decoder):].lstrip(": ").strip()
+    return head
+
+
 def _sets_by_id(report: dict[str, Any], decoder: str | None = None) -> dict[Any, dict[str, Any]]:
     """The report's sample sets by ``set_id`` (only ``decoder``'s when given)."""
     return {s.get("set_id"): s for s in report.get("sample_sets") or []
@@ -205,8 +215,8 @@ def collect_kinds(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             continue
         if report.get("mode") == "kernel":
             continue
-        variant = str(row.get("config", "")).split(";")[0].strip()
         decoder = row.get("decoder")
+        variant = _variant(str(row.get("config", "")), decoder)
         if folder not in url_levels_of:
             url_levels_of[folder] = _url_levels(report.get("cells") or [], _sets_by_id(report))
         url_levels = url_levels_of[folder]
