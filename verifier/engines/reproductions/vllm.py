@@ -27,8 +27,14 @@ softmax of the target logits divided by whatever float the memory held (``tau``)
 :data:`MIXTURE` is the Bayes mixture of these classes with shares fitted per audit (one latent class per row: each
 request's first verified position reads its own slot of the unwritten tensor).  Without the draft (a URL audit: the
 server drafts with the model it was launched with, not recorded in the audit) :data:`FINITE` (the classes that need
-no draft) is scored and the report says the NaN class was not tested.  Tempered classes (tau between 1e-2 and 1e2)
-are not modelled: the published rows put no more than the target's share outside these classes.
+no draft) is scored and the report says the NaN class was not tested.  Tempered classes (tau between about 1e-2 and
+1e2) are not modelled: at maximum-likelihood shares these five classes fit the rows of every published vLLM folder
+(chi-square p 0.05-0.69; reports/benchmarks.md, "vLLM engine law").
+
+Token 2 for every k: after the prefill step the proposer drafts from ``prompt + x1``
+(``vllm/v1/spec_decode/llm_base_proposer.py::prepare_next_token_ids_cpu``: the last sampled token) and
+``_sample_from_logits`` returns ``logits.argmax(dim=-1)`` for greedy drafts, so the first drafted token is the draft's
+argmax at ``prompt + x1`` and the first verified position of the next step emits token 2.
 
 **Acceptance.**  vLLM samples token 1 in the prefill step and drafts from token 2 on, so the harness's first-round
 acceptance audit (drafting at the prompt) does not apply.  With k = 1 and max_new_tokens = 2 every request has exactly
