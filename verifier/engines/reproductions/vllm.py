@@ -112,6 +112,11 @@ def law_unsupported(sampling, num_draft_tokens: int, options=None) -> str | None
         Any k >= 1: token 2 is the first verified position for every k.
     options : dict or None
         The decoder's options (``patch_cpu_expand``, ``draft_sample_method``, ...).
+
+    Returns
+    -------
+    str or None
+        The reason (the control, T = 0, top-k / top-p, penalties, min-p, probabilistic drafts), or None.
     """
     opts = options or {}
     if opts.get("patch_cpu_expand"):
@@ -131,7 +136,20 @@ def law_unsupported(sampling, num_draft_tokens: int, options=None) -> str | None
 
 
 def untested(draft_known: bool, options=None) -> str | None:
-    """What the scored laws leave out on this audit: the NaN class needs the draft (None when it is known)."""
+    """What the scored laws leave out on this audit.
+
+    Parameters
+    ----------
+    draft_known : bool
+        Whether the diagnosis has the draft the engine drafted with (False for a URL audit).
+    options : dict or None
+        The decoder's options (unused).
+
+    Returns
+    -------
+    str or None
+        Without the draft: the NaN class (token 2 = the greedy draft token) is not tested; else None.
+    """
     return None if draft_known else (
         "the NaN class (token 2 = the greedy draft token) is not tested: the draft the engine drafted with is unknown "
         "to this audit (a URL audit does not record the server's --speculative-config model)")
