@@ -76,7 +76,7 @@ def test_rows_from_the_independent_coupling_are_not_called_shared_seed(models):
 
 
 def test_two_rankings_share_the_alpha_and_rows_are_cut_after_the_law_tokens(models):
-    assert ranking_alpha("openvino-genai") == DIAGNOSIS_ALPHA / 2 and ranking_alpha("vllm") == DIAGNOSIS_ALPHA
+    assert ranking_alpha("openvino-genai") == DIAGNOSIS_ALPHA / 2 and ranking_alpha("llama.cpp") == DIAGNOSIS_ALPHA
     target, draft, laws = models
     vocab, eos = _info(target)
     tokens = np.concatenate([_rows(laws["target"], seed=4)[:50], np.full((50, 1), 7)], axis=1)
@@ -174,24 +174,18 @@ def test_laws_predicted_for_some_sets_only_are_not_scored_and_short_rows_do_not_
     assert one["decision"] is not None  # scored; no fit counted on rows shorter than the law
 
 
-def test_an_engine_whose_source_predicts_no_law_says_why_and_keeps_the_full_alpha():
-    """vLLM-CPU reads a never-written temperature (uninitialized memory): no law to rank, one truthful sentence, and
-    the whole-row ranking keeps alpha (no split for a ranking that never runs); its control says the law is p's."""
-    from verifier.diagnose.engine_laws import engine_law_diagnosis, ranking_alpha
-    from verifier.diagnose.rank import DIAGNOSIS_ALPHA
+def test_sets_whose_law_the_source_does_not_fix_say_why_per_set():
+    """vLLM's control (the temperature written: the target's law) and a top-k / top-p config (the same unwritten
+    memory used as top_k / top_p: a crash or a random filter) are not scored; each set's reason is given once, under
+    the heading for laws that were not scored, and nothing is named."""
+    from verifier.diagnose.engine_laws import engine_law_diagnosis
     from verifier.sampling import SamplingConfig
 
-    sets = [{"seqs": None, "tokens": None, "prompt": [1], "sampling": SamplingConfig(temperature=t), "label": f"T={t}",
-             "num_draft_tokens": 1, "target": None, "draft": None, "options": {}} for t in (1.0, 0.7)]
-    out = engine_law_diagnosis("vllm", sets, bias_detected=True)
-    assert out["named"] is None and out["sentence"].startswith("no law is predicted from vllm's source: ")
-    assert "memory" in out["sentence"] and out["sentence"].count("new_empty") == 1  # said once, not per set
-    assert ranking_alpha("vllm") == DIAGNOSIS_ALPHA and ranking_alpha("openvino-genai") == DIAGNOSIS_ALPHA / 2
-    control = engine_law_diagnosis("vllm", [dict(sets[0], options={"patch_cpu_expand": True})], bias_detected=True)
-    assert "control" in control["sentence"] and "target's law" in control["sentence"]
-    # review 2026-12-03: sets of both kinds (the defect and its control) gave "the laws vllm's source predicts were
-    # not scored" -- for an engine whose source predicts none; each set's reason is now given under the true heading
-    mixed = engine_law_diagnosis("vllm", [sets[0], dict(sets[1], options={"patch_cpu_expand": True})],
-                                 bias_detected=True)
-    assert mixed["sentence"].startswith("no law is predicted from vllm's source: T=1.0: ") and "T=0.7: " in mixed[
-        "sentence"] and "predicts were not scored" not in mixed["sentence"], mixed["sentence"]
+    base = {"seqs": None, "tokens": None, "prompt": [1], "label": "T=1", "num_draft_tokens": 1, "target": None,
+            "draft": None, "options": {"patch_cpu_expand": True}, "sampling": SamplingConfig(temperature=1.0)}
+    control = engine_law_diagnosis("vllm", [base], bias_detected=True)
+    assert control["named"] is None and "control" in control["sentence"] and "target's law" in control["sentence"]
+    topk = dict(base, label="T=0.7, top-k 8", options={}, sampling=SamplingConfig(temperature=0.7, top_k=8))
+    mixed = engine_law_diagnosis("vllm", [base, topk], bias_detected=True)
+    assert mixed["sentence"].startswith("the laws vllm's source predicts were not scored: T=1: ")
+    assert "T=0.7, top-k 8: top-k / top-p set" in mixed["sentence"] and mixed["named"] is None, mixed["sentence"]

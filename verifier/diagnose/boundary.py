@@ -66,7 +66,7 @@ import numpy as np
 from verifier.diagnose.rank import DIAGNOSIS_ALPHA, FIT_ALPHA
 
 __all__ = ["BAND_NATS", "BOUNDARY_STATUS", "filter_margins", "covered_positions", "boundary_set_finding",
-           "add_boundary_finding", "target_only_entry"]
+           "add_boundary_finding", "target_only_entry", "decoder_engine"]
 
 BAND_NATS = 0.05  # a filter decision within this many nats of its threshold can flip under bf16/fp16 logits
 TOLERANCE_TV = (math.exp(BAND_NATS) - 1) / 2  # TV a perturbation of every logit by BAND_NATS / 2 can cause at most
@@ -325,7 +325,7 @@ def add_boundary_finding(item: dict, cells: list[dict], engine: str | None, plan
     item["boundary"] = {label: f for label, f in found}
     if all(f["named"] for _, f in found):
         plan = next(p for p in plans if p.decoder.name == item["decoder"])
-        hint = _precision_hint(engine or _decoder_engine(plan)) or (
+        hint = _precision_hint(engine or decoder_engine(plan)) or (
             URL_HINT if getattr(plan.decoder, "decoder", None) == "verifier.server.decoder:decoder" else None)
         item["status"] = BOUNDARY_STATUS
         item["sentence"] = "; ".join(f"{label}: {f['sentence']}" for label, f in found) + (f" ({hint})" if hint else "")
@@ -369,7 +369,7 @@ URL_HINT = ("a URL audit: the server computes the target's logits with its own n
             "(--reference-url) compares the speculative rows with the server's own law")
 
 
-def _decoder_engine(plan) -> str | None:
+def decoder_engine(plan) -> str | None:
     """The registered engine whose adapter module provides ``plan``'s decoder (``module:factory``), or None."""
     source = getattr(plan.decoder, "decoder", None)
     if not isinstance(source, str) or ":" not in source:

@@ -173,11 +173,12 @@ def mixture_score(name: str, component_ll: np.ndarray, ll_t: np.ndarray, weights
 def _add_mixtures(ranking: Ranking, engine: str, module, laws: dict[str, np.ndarray], tokens: np.ndarray,
                   ll_t: np.ndarray, weights: np.ndarray, total_t: float) -> dict[str, np.ndarray]:
     """Score ``module.MIXTURES`` (name -> component law names) on the rows; returns name -> best weights."""
-    fitted = {}
+    fitted, seen = {}, set()
     for mix, parts in getattr(module, "MIXTURES", {}).items():
         parts = [q for q in parts if q in laws]
-        if len(parts) < 2:
+        if len(parts) < 2 or tuple(parts) in seen:  # the same components as an earlier mixture: one hypothesis
             continue
+        seen.add(tuple(parts))
         comp = np.stack([_row_log_law(laws[q], tokens) for q in parts], axis=1)
         score, w, row = mixture_score(_law_name(engine, mix), comp, ll_t, weights, total_t)
         ranking.scores.append(score)
@@ -273,6 +274,8 @@ def engine_law_diagnosis(engine: str, sets: list[dict[str, Any]], *, bias_detect
         why = module.law_unsupported(s["sampling"], s["num_draft_tokens"], options=s.get("options") or {})
         if why is None and s.get("seqs") is None and getattr(module, "NEEDS_DRAFT", True):
             why = "the draft is unknown and this engine's laws need its probs"
+        if why is None and _penalised(s["sampling"]):  # the laws' processed probs take no context (a suite's config)
+            why = "penalties set: the engine's laws are predicted without the context a penalty needs"
         if why:
             notes.append({"set": s["label"], "note": why})
             continue
@@ -291,7 +294,9 @@ def engine_law_diagnosis(engine: str, sets: list[dict[str, Any]], *, bias_detect
             r = _target_only_ranking(engine, module, laws, target_law, tokens, weights)
         rankings.append(r)
         fits.append((laws, target_law, tokens, weights, getattr(r, "fitted", {})))
-        notes.append({"set": s["label"]})
+        left_out = getattr(module, "untested", None)  # what the scored laws cannot test here (e.g. a class needing the draft)
+        left_out = left_out(s.get("draft") is not None, s.get("options") or {}) if callable(left_out) else None
+        notes.append({"set": s["label"], "note": left_out} if left_out else {"set": s["label"]})
     if rankings:  # a law predicted for some sets only would sum fewer log-likelihoods: scored only where all have it
         common = set.intersection(*({s.name for s in r.scores} for r in rankings))
         dropped = sorted({s.name for r in rankings for s in r.scores} - common)
@@ -345,7 +350,15 @@ def engine_law_diagnosis(engine: str, sets: list[dict[str, Any]], *, bias_detect
     else:
         out["sentence"] = (f"no law {engine}'s source predicts is preferred on {_tokens(J)} "
                            f"({d['sentence']})")
+    left_out = list(dict.fromkeys(f"{n['set']}: {n['note']}" for n in notes if n.get("note") and n["set"] != "all"))
+    if left_out:  # what the scored laws could not test (or the sets they were not scored on)
+        out["sentence"] += "; not tested: " + "; ".join(left_out)
     return out
+
+
+def _penalised(sampling) -> bool:
+    """A repetition / presence / frequency penalty is set (the laws here are computed without the context)."""
+    return any(getattr(sampling, f, None) for f in ("repetition_penalty", "presence_penalty", "frequency_penalty"))
 
 
 def _tokens(J: int) -> str:

@@ -176,11 +176,15 @@ def _diagnose_names(report, plans, pairs, store, names, verdicts, with_fits, log
     from verifier.diagnose.penalty import PENALTY_STATUS, penalty_finding
     from verifier.diagnose.stoprule import STOP_STATUS, stop_finding
 
+    from verifier.diagnose.boundary import decoder_engine
+
     out = []
-    engine = _engine_name(store)  # the audited engine (audit.json), one per run folder
-    alpha = ranking_alpha(engine)  # alpha / 2 each when the engine's laws are ranked too (verifier.diagnose.engine_laws)
+    audited = _engine_name(store)  # the audited engine (audit.json), one per run folder
     for name in names:
         bar.set_postfix_str(name)
+        # a suite's decoder given as an engine adapter's factory (verifier.engines.vllm_engine:decoder) is that engine
+        engine = audited or next((decoder_engine(p) for p in plans if p.decoder.name == name), None)
+        alpha = ranking_alpha(engine)  # alpha / 2 each when the engine's laws are ranked too (verifier.diagnose.engine_laws)
         biased = verdicts.get(name) == DIAGNOSED_VERDICT
         stop = stop_finding(name, report.get("cells", []))  # the stop-rule cell rejected (issue 29, kind 5)
         finding = independence_finding(name, report.get("cells", []))  # collision / serial cells rejected

