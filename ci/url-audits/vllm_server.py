@@ -90,6 +90,9 @@ def main() -> int:
                 else:
                     cmd = [sys.executable, "-m", "verifier.cli", "audit", "--url", server.base_url, "--model", model,
                            "--api", "openai-completions", "--target", "shipped:target", "--num-draft-tokens", str(k),
+                           # the server drafts with the shipped draft (install/models/draft, converted from it): declared,
+                           # so the diagnosis can score the laws that need the draft's probs (vLLM's NaN class)
+                           "--draft", "shipped:draft",
                            *flags, *(["--logprobs", str(VOCAB)] if full_rows else []),
                            *([] if "--target-tv" in flags else ["--num-samples", str(args.num_samples)]),  # certificates plan n
                            "--run-dir", str(run), "--no-progress"]
