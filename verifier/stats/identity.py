@@ -440,12 +440,9 @@ def identity_level_needed(n, expected_probs, eps: float, *, power: float = 0.99,
 
     Parameters
     ----------
-    n : int
-    expected_probs : array_like, shape (vocab,), float64
-    eps : float
-        TV in (0, 1).
+    n, expected_probs, eps, min_expected
+        As :func:`identity_power` (n rows, the exact law of shape (vocab,), the TV in (0, 1), the pooling count).
     power : float, default 0.99
-    min_expected : float, default 10
 
     Returns
     -------

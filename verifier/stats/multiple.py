@@ -7,7 +7,9 @@
     Fisher's method for independent cells; for cells that share randomness (``dependent=True``)
     the Cauchy combination (Liu & Xie 2020, valid under arbitrary dependence in the tail) or
     Bonferroni (``combine="bonferroni"``).
-  The family rejects if either rejects (union bound: FWER <= alpha).
+  The family rejects if either rejects (union bound: FWER <= alpha).  ``weights`` (the planned alpha allocation,
+  :mod:`verifier.stats.allocation`) make the Holm half weighted Holm: still FWER <= alpha / 2 for weights fixed
+  before the data.
 ``mode="audit"``: false discovery rate ``alpha`` (default 0.05) with Benjamini–Hochberg, or
 Benjamini–Yekutieli when cells are dependent.
 
