@@ -13,7 +13,7 @@ import pytest
 
 from verifier.audit.suite_builder import AuditSpec, plan_audit
 from verifier.cli import main
-from verifier.errors import EXIT_BIAS, ConfigError, InvalidArgumentError
+from verifier.errors import EXIT_BIAS, EXIT_USAGE, ConfigError, InvalidArgumentError
 from verifier.suite import load_suite
 
 from .conftest import EXACT_DECODER, suite_text
@@ -93,3 +93,9 @@ def test_planned_audit_passes_the_reference_and_detects_a_biased_decoder(tmp_pat
     assert main(base + ["--decoder", "full_p_fallback", "--report-dir", str(tmp_path / "bad")]) == EXIT_BIAS
     report = json.loads(next((tmp_path / "ok").rglob("report.json")).read_text())
     assert report["suite"]["stats"]["cell_weights"]["joint@1..3"] > 3
+
+
+def test_a_weight_for_no_cell_is_refused_before_sampling(write_suite, tmp_path):
+    suite = write_suite(suite_text(EXACT_DECODER, stats='cell_weights = { "joint@1..3" = 2.0 }'))  # the suite's J is 2
+    assert main(["run", str(suite), "--run-dir", str(tmp_path / "run"), "--no-progress"]) == EXIT_USAGE
+    assert not (tmp_path / "run" / "samples").exists()

@@ -26,7 +26,7 @@ from verifier.runner.plan import SampleSetPlan
 from verifier.runner.seeds import stream_seed
 
 __all__ = ["position_plan", "expected_laws", "accepted_law", "stop_law", "expected_preflight", "set_cells",
-           "acceptance_cells", "token_labeler", "count_cells", "tv_cells"]
+           "acceptance_cells", "token_labeler", "count_cells", "cell_tests", "check_cell_weights", "tv_cells"]
 
 
 def position_plan(plan: SampleSetPlan) -> tuple[list[int], int]:
@@ -87,6 +87,16 @@ def stop_law(ctx: SuiteContext, plan: SampleSetPlan) -> stop.StopLaw | None:
         ctx.expected_cache[key] = stop.stop_position_law(pair.reference, plan.prompt_ids, plan.sampling, ends,
                                                          stop_limit(plan))
     return ctx.expected_cache[key]
+
+
+def check_cell_weights(ctx: SuiteContext) -> None:
+    """``[stats] cell_weights`` names cells of this suite: a label no sample set has (a typo, another J) would leave
+    every weight at 1 silently, so it is a ConfigError (exit 2) before any sample, naming the labels there are."""
+    labels = {t for plan in ctx.plans for t in cell_tests(plan)}
+    unknown = sorted(set(dict(ctx.suite.stats.cell_weights)) - labels)
+    if unknown:
+        raise ConfigError(f"{ctx.suite.source}: stats.cell_weights.{unknown[0]} names no cell of this suite; "
+                          f"allowed: the cells' test labels {sorted(labels)}")
 
 
 def expected_preflight(ctx: SuiteContext) -> None:

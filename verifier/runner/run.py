@@ -47,7 +47,8 @@ from verifier._tracebacks import crash_traceback
 from verifier.runner import acceptance, analysis, batch, cost, fingerprint, guards, speculation
 from verifier.runner.assemble import REPORT_SCHEMA_VERSION, build_report, environment
 from verifier._call_timeout import CallTimeout
-from verifier.runner.cells import acceptance_cells, cell_tests, draft_unknown, expected_preflight, set_cells
+from verifier.runner.cells import (acceptance_cells, cell_tests, check_cell_weights, draft_unknown, expected_preflight,
+                                   set_cells)
 from verifier.runner.clock import session_id, since_process_start
 from verifier.runner.context import SuiteContext
 from verifier.runner.inputs_key import KEY_FIELD, run_inputs_key
@@ -479,6 +480,7 @@ def prepare(suite: Suite, store: SampleStore, *, resume: bool) -> SuiteContext:
     (a resume refuses a changed one); the expected laws' sizes checked before any sample."""
     ctx = SuiteContext(suite)
     guards.record_plugins(store, suite, RUN_FILE, check=resume)
+    check_cell_weights(ctx)
     expected_preflight(ctx)
     return ctx
 
