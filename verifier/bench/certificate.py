@@ -31,7 +31,9 @@ The **mixture n** (section 25 of reports/benchmarks.md): the sign-mixture statis
 (:mod:`verifier.stats.identity_mixture`; same pooling, same level, same null stream as the weighted test) planned by its
 measured power (:func:`verifier.stats.identity_mixture.mixture_samples_needed`) on the cells that can bind
 (``MIX_PLAN_SHARE``), then checked like the others.  ``--lower-bound`` adds the Neyman--Pearson power against sign
-mixtures (:func:`mixture_np_power`), one sign per pair of categories and one per category.
+mixtures (:func:`mixture_np_power`), one sign per pair of categories and one per category.  ``--allocation`` adds the
+planned alpha allocation's column (weighted Holm, the mixture test at each TV cell's planned level, every TV cell's
+false alarms at its own level: :mod:`verifier.bench.certificate_alloc`, section 31).
 """
 
 from __future__ import annotations
