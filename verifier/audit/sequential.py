@@ -63,6 +63,7 @@ class AuditOutcome:
 def plan_record(plan: Any, sequential: bool, family_alpha: float) -> dict:
     """JSON form of an :class:`~verifier.audit.suite_builder.AuditPlan` kept in the run folder."""
     return {"target_tv": plan.target_tv, "cell_alpha": plan.cell_alpha, "needed": plan.needed,
+            **({"cell_weights": dict(plan.cell_weights)} if plan.cell_weights else {}),
             "n_needed": plan.n_needed, "num_samples": plan.num_samples, "gof_positions": plan.gof_positions,
             "joint_tokens": plan.joint_tokens, "prompts": [list(p) for p in plan.prompts], "notes": plan.notes,
             "sequential": sequential, "family_alpha": family_alpha}

@@ -83,6 +83,8 @@ class AuditSpec:
     plan_n: bool = True  # False: skip the power calculation (n given, no target TV to plan for)
     acceptance: str = "any"  # "canonical": the decoder declares min(1, p/q); its accepted-count law is checked
     tv_test: str = "pearson"  # "weighted" / "mixture": the TV cells take that identity test and n is planned by its power
+    # "planned": weighted Holm with weights that equalise the TV cells' n (verifier.audit.alloc_plan); "equal": Holm
+    alpha_allocation: str = "equal"
     # design factors: one decoder per (name, option overrides), each with its own cells and verdict (e.g. a URL
     # audit's concurrency levels); empty -> the one decoder.  The caller splits alpha over them.
     variants: tuple = ()
@@ -128,6 +130,7 @@ class AuditPlan:
     target_tv: float
     notes: list = field(default_factory=list)
     tests: tuple = AuditSpec.tests  # the suite's tests (the cells describe() lists)
+    cell_weights: dict = field(default_factory=dict)  # planned allocation: TV cell label -> weight (x cell_alpha); others 1
 
     @property
     def powered(self) -> bool:
@@ -144,8 +147,9 @@ class AuditPlan:
         need = "unreachable" if self.n_needed is None else f"{self.n_needed}"
         where = ("the law of the stopping position" if set(self.tests) == {"stop"} else
                  f"every TV cell (first token, each position, first {self.joint_tokens} tokens)")
+        levels = "".join(f", {k} {self.cell_alpha * w:.3g}" for k, w in sorted(self.cell_weights.items()))
         return (f"cells per prompt: {', '.join(cells)}{beside}; "
-                f"per-cell alpha {self.cell_alpha:.3g}\n"
+                f"per-cell alpha {self.cell_alpha:.3g}" + (f" (planned allocation{levels})" if levels else "") + "\n"
                 f"plan: TV {self.target_tv:g} in {where} needs n = {need} per prompt; sampling n = {self.num_samples}")
 
 
@@ -176,7 +180,7 @@ def default_prompt(target: str, pair: Any) -> tuple[str, Any]:
 
 
 def _suite_raw(spec: AuditSpec, prompts: list[tuple[str, Any]], positions: list[int], joint: int,
-               num_samples: int, max_new_tokens: int, description: str) -> dict:
+               num_samples: int, max_new_tokens: int, description: str, weights: dict | None = None) -> dict:
     default = spec.decoder_name or "decoder"
     decoder: dict[str, Any] = {"name": spec.name if spec.name != "audit" else default, "decoder": spec.decoder,
                                "expect": "pass"}
@@ -204,7 +208,8 @@ def _suite_raw(spec: AuditSpec, prompts: list[tuple[str, Any]], positions: list[
         "decoders": [decoder] if not spec.variants else [
             {**decoder, "name": name, "options": {**dict(spec.options), **dict(override)}} for name, override in spec.variants],
         "stats": {"alpha": float(spec.alpha), "correction": "gate", "target_mde": float(spec.target_tv),
-                  "power": float(spec.power), **({"tv_test": spec.tv_test} if spec.tv_test != "pearson" else {})},
+                  "power": float(spec.power), **({"tv_test": spec.tv_test} if spec.tv_test != "pearson" else {}),
+                  **({"cell_weights": dict(weights)} if weights else {})},
     }
 
 
@@ -235,6 +240,8 @@ def _check_spec(spec: AuditSpec) -> int:
         raise invalid_argument("--chunk-size", spec.chunk_size, "an integer >= 1")
     if spec.tv_test not in ("pearson", "weighted", "mixture"):
         raise invalid_argument("--tv-test", spec.tv_test, "'pearson' | 'weighted' | 'mixture'")
+    if spec.alpha_allocation not in ("equal", "planned"):
+        raise invalid_argument("--alpha-allocation", spec.alpha_allocation, "'equal' | 'planned'")
     t = spec.max_new_tokens if spec.max_new_tokens is not None else spec.num_draft_tokens + 1
     if t < 1:
         raise invalid_argument("--max-new-tokens", spec.max_new_tokens, "an integer >= 1")
@@ -323,8 +330,9 @@ def plan_audit(spec: AuditSpec, *, base_dir: str | Path = ".", pair: Any = None)
     level = cell_level(spec.alpha, per_prompt * len(prompts), "gate")
 
     needed: dict[str, int | None] = {}
+    tv_laws: dict[str, list] = {}  # TV cell label -> its laws (one per prompt), to plan the allocation from
 
-    def plan_cell(label: str, law: np.ndarray) -> None:
+    def plan_cell(label: str, law: np.ndarray, level: float = level) -> None:
         if np.count_nonzero(law) < 2:  # one possible outcome: any deviation is a support violation, no n to plan
             return
         if spec.tv_test == "weighted":  # the weighted identity test's own power (verifier.stats.identity)
@@ -343,12 +351,16 @@ def plan_audit(spec: AuditSpec, *, base_dir: str | Path = ".", pair: Any = None)
     for i, (prompt, law) in enumerate(zip(prompts, laws) if spec.plan_n else ()):
         if "gof" in spec.tests:
             for t in gof_positions:
-                plan_cell(f"p{i}/gof@{t}", law.marginals[t])
+                tv_laws.setdefault(f"gof@{t}", []).append((i, law.marginals[t]))
         if "joint" in spec.tests and law.joint is not None:
-            plan_cell(f"p{i}/joint@1..{joint}", law.joint)
+            tv_laws.setdefault(f"joint@1..{joint}", []).append((i, law.joint))
     if "stop" in spec.tests and spec.plan_n:  # the stopping position's law is the stop rule's TV cell
         for i, law in enumerate(_stop_laws(spec, pair, prompts, max_new_tokens)):
-            plan_cell(f"p{i}/stop-position@1..{law.limit}", law.probs)
+            tv_laws.setdefault(f"stop-position@1..{law.limit}", []).append((i, law.probs))
+    weights = _planned(spec, tv_laws, level, notes) if spec.alpha_allocation == "planned" else {}
+    for name, group in tv_laws.items():
+        for i, law in group:
+            plan_cell(f"p{i}/{name}", law, level * weights.get(name, 1.0))
     reachable = [v for v in needed.values() if v is not None]
     n_needed = max(reachable) if reachable and len(reachable) == len(needed) else (None if needed else 1)
     if spec.num_samples is not None:
@@ -361,13 +373,32 @@ def plan_audit(spec: AuditSpec, *, base_dir: str | Path = ".", pair: Any = None)
         num_samples = int(n_needed)
     description = spec.description or (
         f"audit of {spec.decoder} against {spec.target} ({spec.sampling.label()}, k={k}): n planned so that every TV cell "
-        f"sees TV >= {spec.target_tv:g} at power {spec.power:g}, per-cell alpha {level:.3g}")
+        f"sees TV >= {spec.target_tv:g} at power {spec.power:g}, per-cell alpha {level:.3g}"
+        + ("".join(f", {k} {level * w:.3g}" for k, w in sorted(weights.items())) + " (planned allocation)" if weights else ""))
     raw = _suite_raw(spec, [("ids", p) for p in prompts] if not spec.prompts else prompt_specs, gof_positions, joint,
-                     num_samples, max_new_tokens, description)
+                     num_samples, max_new_tokens, description, weights)
     suite = parse_suite(raw, source=f"<audit {spec.decoder}>", base_dir=Path(base_dir))
     return AuditPlan(raw=raw, suite=suite, prompts=prompts, gof_positions=gof_positions, joint_tokens=joint,
                      cell_alpha=level, needed=needed, num_samples=num_samples, n_needed=n_needed,
-                     target_tv=spec.target_tv, notes=notes, tests=tuple(spec.tests))
+                     target_tv=spec.target_tv, notes=notes, tests=tuple(spec.tests), cell_weights=weights)
+
+
+def _planned(spec: AuditSpec, tv_laws: dict, level: float, notes: list) -> dict[str, float]:
+    """``--alpha-allocation planned``: the TV cells' weights (:func:`verifier.audit.alloc_plan.planned_weights`)."""
+    from verifier.audit.alloc_plan import planned_weights
+
+    groups = {name: [law for _, law in group] for name, group in tv_laws.items()
+              if all(np.count_nonzero(law) >= 2 for _, law in group)}
+    weights, n = planned_weights(groups, equal_level=level, holm_alpha=spec.alpha / 2, tv_test=spec.tv_test,
+                                 target_tv=spec.target_tv, power=spec.power)
+    if not weights:
+        notes.append("--alpha-allocation planned: no n up to 1e8 equalises the TV cells; equal weights kept")
+    else:
+        notes.append("alpha allocation planned from the exact laws (weighted Holm): " + ", ".join(
+            f"{k} weight {w:.4g} (level {level * w:.3g})" for k, w in sorted(weights.items()))
+            + f"; the other cells weight 1 (level {level:.3g}); equalised n {n} under the "
+            + ("weighted test's computed power" if spec.tv_test == "mixture" else f"{spec.tv_test} test's power"))
+    return weights
 
 
 # --------------------------------------------------------------------------- TOML out

@@ -31,7 +31,9 @@ The **mixture n** (section 25 of reports/benchmarks.md): the sign-mixture statis
 (:mod:`verifier.stats.identity_mixture`; same pooling, same level, same null stream as the weighted test) planned by its
 measured power (:func:`verifier.stats.identity_mixture.mixture_samples_needed`) on the cells that can bind
 (``MIX_PLAN_SHARE``), then checked like the others.  ``--lower-bound`` adds the Neyman--Pearson power against sign
-mixtures (:func:`mixture_np_power`), one sign per pair of categories and one per category.
+mixtures (:func:`mixture_np_power`), one sign per pair of categories and one per category.  ``--allocation`` adds the
+planned alpha allocation's column (weighted Holm, the mixture test at each TV cell's planned level, every TV cell's
+false alarms at its own level: :mod:`verifier.bench.certificate_alloc`, section 32).
 """
 
 from __future__ import annotations
@@ -85,6 +87,8 @@ class CellPlan:
     norm_ratio: float = math.nan  # ||p||_{2/3} / sqrt(K) of the pooled law at the new n (the theory's noise ratio)
     mix_n: int | None = None  # the sign-mixture test's plan (measured power, verifier.stats.identity_mixture)
     mix_covered: float | None = None  # not planned (weighted n < MIX_PLAN_SHARE of the largest): measured power at the certificate's n
+    alloc_mix_n: int | None = None  # the mixture test's plan at the cell's planned level (verifier.bench.certificate_alloc)
+    alloc_mix_covered: float | None = None  # not planned: measured power at the allocation certificate's n
 
 
 @dataclass
@@ -103,13 +107,19 @@ class ConfigPlan:
     mix_n: int | None = None
     mix_binding: str = ""
     mix_n_exact: int | None = None
+    alloc_levels: dict = field(default_factory=dict)  # TV cell -> planned level (weighted Holm; certificate_alloc)
+    alloc_n: int | None = None  # the weighted test's n at the planned levels (their equalised n)
+    alloc_mix_n: int | None = None  # the mixture test's n at the planned levels
+    alloc_mix_binding: str = ""
+    alloc_mix_n_exact: int | None = None
     checks: dict = field(default_factory=dict)
 
 
 def plan_config(pair, label: str, sampling, k: int, *, target_tv: float = TARGET_TV, power: float = 0.99,
-                mixture: bool = True):
+                mixture: bool = True, allocation: bool = False):
     """The plans of one configuration (module docstring; ``mixture``: also the sign-mixture test's, minutes per
-    cell).  Returns ``(ConfigPlan, laws by cell)``."""
+    cell; ``allocation``: also the planned alpha allocation's, :mod:`verifier.bench.certificate_alloc`).  Returns
+    ``(ConfigPlan, laws by cell)``."""
     from verifier.audit.suite_builder import AuditSpec, _laws, plan_audit
     from verifier.stats.identity import identity_samples_needed
     from verifier.stats.pooling import _pool
@@ -140,6 +150,10 @@ def plan_config(pair, label: str, sampling, k: int, *, target_tv: float = TARGET
     out.new_binding = max(known_new, key=lambda c: c.new_n).cell if known_new else ""
     if mixture and out.new_n:
         _plan_mixture(out, laws, target_tv, power)
+    if allocation and out.new_n:
+        from verifier.bench.certificate_alloc import plan_allocation
+
+        plan_allocation(out, laws, target_tv, power, plan.suite.stats.alpha)
     return out, laws
 
 
@@ -375,6 +389,9 @@ def register(parser: argparse.ArgumentParser) -> None:
                              "(sign per pair of categories, and per category).")
     parser.add_argument("--no-mixture", action="store_true",
                         help="Skip the sign-mixture test (its plan measures power by simulation: minutes per cell).")
+    parser.add_argument("--allocation", action="store_true",
+                        help="Also the planned alpha allocation (weighted Holm; the mixture test at each TV cell's planned level): "
+                             "minutes per configuration.")
     parser.add_argument("--format", choices=("markdown", "json"), default="markdown", help="Output format. Default: markdown.")
 
 
@@ -403,7 +420,8 @@ def run(args: argparse.Namespace) -> int:
     results = []
     for i in picks:
         label, sampling, k = _configs()[i]
-        plan, laws = plan_config(pair, label, sampling, k, mixture=not getattr(args, "no_mixture", False))
+        alloc = getattr(args, "allocation", False)
+        plan, laws = plan_config(pair, label, sampling, k, mixture=not getattr(args, "no_mixture", False), allocation=alloc)
         if args.null_runs and plan.old_n and plan.new_n:
             for key, cell, n, test, seed in (("old", plan.old_binding, plan.old_n, "pearson", args.seed + i),
                                              ("new", plan.new_binding, plan.new_n, "weighted", args.seed + 100 + i),
@@ -413,6 +431,11 @@ def run(args: argparse.Namespace) -> int:
                                                    alt_runs=args.alt_runs, seed=seed)
             plan.old_n_exact, plan.new_n_exact = plan.checks["old"]["n"], plan.checks["new"]["n"]
             plan.mix_n_exact = plan.checks["mix"]["n"] if "mix" in plan.checks else None
+            if alloc:
+                from verifier.bench.certificate_alloc import check_allocation
+
+                check_allocation(plan, laws, exact_check=exact_check, simulate_cell=simulate_cell,
+                                 null_runs=args.null_runs, alt_runs=args.alt_runs, seed=args.seed + 300 + i)
         if getattr(args, "lower_bound", False) and plan.old_n:
             cell = laws[plan.new_binding or plan.old_binding]
             plan.checks["lower_bound"] = {f"n={m}, {'pairs' if paired else 'categories'}":
@@ -421,6 +444,7 @@ def run(args: argparse.Namespace) -> int:
                                           for m in (20_000, plan.old_n // 2) for paired in (True, False)}
         results.append(plan)
         print(f"[{label}: old n {plan.old_n}, weighted n {plan.new_n}, mixture n {plan.mix_n}, "
+              f"planned levels {plan.alloc_levels}: weighted n {plan.alloc_n}, mixture n {plan.alloc_mix_n}, "
               f"{time.perf_counter() - t0:.0f} s]", file=sys.stderr, flush=True)
     if args.format == "json":
         print(json.dumps([asdict(r) for r in results], indent=1))
@@ -481,4 +505,6 @@ def render_markdown(results) -> str:
     if bounds:
         out.append(md_table(["config", "cell", "rows, signs", "power of the Neyman-Pearson test against the sign mixture"],
                             bounds))
-    return "\n\n".join(out)
+    from verifier.bench.certificate_alloc import render_allocation
+
+    return "\n\n".join(out + render_allocation(results))

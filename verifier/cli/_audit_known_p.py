@@ -176,6 +176,7 @@ def _run_known_p(args, sampling) -> int:
                          variants=tuple(getattr(args, "url_variants", ())), seed=args.seed, options=dict(args.option),
                          chunk_size=args.chunk_size, device=args.device, dtype=args.dtype, acceptance=args.acceptance,
                          tv_test=getattr(args, "tv_test", "pearson"),
+                         alpha_allocation=getattr(args, "alpha_allocation", "equal"),
                          # a URL audit also tests independence: identical pairs of requests vs the exact collision prob;
                          # with a stop rule only the stop cells (the other cells' laws end rows at EOS only)
                          **({"tests": URL_TESTS} if getattr(args, "url", None) and not stop else {}),

@@ -118,6 +118,11 @@ def register(parser: argparse.ArgumentParser) -> None:
                              "the samples on the shipped pair (reports/benchmarks.md section 15), or the sign-mixture "
                              "test (sum log cosh, measured power; planning takes minutes per cell: section 25). "
                              "Default: pearson")
+    parser.add_argument("--alpha-allocation", choices=("equal", "planned"), default="equal",
+                        help="split of the gate's Holm half over the cells (known-p mode): 'equal' (Holm: every cell at "
+                             "alpha/(2m)) or 'planned' (weighted Holm, weights fixed from the exact laws before sampling: "
+                             "the TV cells' n equalised, the other cells kept at alpha/(2m); same family alpha; "
+                             "reports/benchmarks.md section 32). Default: equal")
     parser.add_argument("--seed", type=int, default=0, help="Default: 0")
     parser.add_argument("--vocab-size", type=int, default=None, help="vocabulary size when no --target gives it")
     parser.add_argument("--eos-token-id", type=int, default=None, help="EOS id when no --target gives it")

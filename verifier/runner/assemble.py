@@ -91,4 +91,7 @@ def _summary(verdicts: list[DecoderVerdict], exact: dict, code: int) -> str:
 def stats_dict(suite: Suite) -> dict[str, Any]:
     """The suite's statistics settings as plain JSON values."""
     s = suite.stats
-    return {"alpha": s.alpha, "correction": s.correction, "target_mde": s.target_mde, "power": s.power}
+    out = {"alpha": s.alpha, "correction": s.correction, "target_mde": s.target_mde, "power": s.power}
+    if s.cell_weights:  # the planned alpha allocation (weighted Holm; verifier.stats.allocation): only where set
+        out["cell_weights"] = dict(s.cell_weights)
+    return out

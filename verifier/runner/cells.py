@@ -26,7 +26,7 @@ from verifier.runner.plan import SampleSetPlan
 from verifier.runner.seeds import stream_seed
 
 __all__ = ["position_plan", "expected_laws", "accepted_law", "stop_law", "expected_preflight", "set_cells",
-           "acceptance_cells", "token_labeler", "count_cells", "tv_cells"]
+           "acceptance_cells", "token_labeler", "count_cells", "cell_tests", "check_cell_weights", "tv_cells"]
 
 
 def position_plan(plan: SampleSetPlan) -> tuple[list[int], int]:
@@ -89,6 +89,16 @@ def stop_law(ctx: SuiteContext, plan: SampleSetPlan) -> stop.StopLaw | None:
     return ctx.expected_cache[key]
 
 
+def check_cell_weights(ctx: SuiteContext) -> None:
+    """``[stats] cell_weights`` names cells of this suite: a label no sample set has (a typo, another J) would leave
+    every weight at 1 silently, so it is a ConfigError (exit 2) before any sample, naming the labels there are."""
+    labels = {t for plan in ctx.plans for t in cell_tests(plan)}
+    unknown = sorted(set(dict(ctx.suite.stats.cell_weights)) - labels)
+    if unknown:
+        raise ConfigError(f"{ctx.suite.source}: stats.cell_weights.{unknown[0]} names no cell of this suite; "
+                          f"allowed: the cells' test labels {sorted(labels)}")
+
+
 def expected_preflight(ctx: SuiteContext) -> None:
     """Enumerate every expected law before sampling: a law too large to enumerate is a
     ConfigError (exit 2) before any sample is drawn, not after."""
@@ -102,8 +112,9 @@ def expected_preflight(ctx: SuiteContext) -> None:
 
 
 def set_cells(ctx: SuiteContext, plan: SampleSetPlan, tokens: np.ndarray,
-               cell_alpha_of: Callable[[int], float], reported: tuple | None = None) -> list[analysis.CellResult]:
-    """The bias cells of one sample set; ``reported`` = (logprobs, origins) of its rows for the ``logprob`` cell.  At
+               cell_alpha_of: Callable[[str], float], reported: tuple | None = None) -> list[analysis.CellResult]:
+    """The bias cells of one sample set; ``cell_alpha_of(test)`` = the level of the cell whose test label is ``test``
+    (:func:`cell_tests`); ``reported`` = (logprobs, origins) of its rows for the ``logprob`` cell.  At
     a ``batch_composition`` level each cell's id ends with the level (``.../gof@1[batch=4]``, ``[batch=4,mixed
     T=0.5]``, ``[batch=4,mixed prompts]``: :func:`verifier.suite.batch.level_tag`) and its ``extra["batch_rows"]``
     (and ``extra["filler_temperature"]`` / ``extra["filler_prompts"]``, the filler prompts' names) hold it."""
@@ -122,7 +133,7 @@ def set_cells(ctx: SuiteContext, plan: SampleSetPlan, tokens: np.ndarray,
 
 
 def _set_cells(ctx: SuiteContext, plan: SampleSetPlan, tokens: np.ndarray,
-               cell_alpha_of: Callable[[int], float], reported: tuple | None = None) -> list[analysis.CellResult]:
+               cell_alpha_of: Callable[[str], float], reported: tuple | None = None) -> list[analysis.CellResult]:
     suite, spec = ctx.suite, plan.decoder
     pair = ctx.pairs[plan.pair]
     vocab = pair.vocab_size
@@ -130,11 +141,11 @@ def _set_cells(ctx: SuiteContext, plan: SampleSetPlan, tokens: np.ndarray,
     meta = {"decoder": spec.name, "set_id": plan.set_id}
     rng = np.random.default_rng(stream_seed(suite.seed, "analysis|" + plan.key))
     power = suite.stats.power
-    alpha = cell_alpha_of(0)
+    alpha = cell_alpha_of  # the cell's level by its test label (a planned allocation: verifier.stats.allocation)
     tok_label = token_labeler(pair, vocab)
     if plan.sampling.greedy:  # T = 0: the greedy contract replaces the distribution tests (verifier.runner.greedy)
         expected_row = greedy.greedy_output(pair.reference, plan.prompt_ids, plan.sampling, plan.max_new_tokens)
-        return [greedy.greedy_cell(f"{base}/greedy", tokens, expected_row, power=power, cell_alpha=alpha,
+        return [greedy.greedy_cell(f"{base}/greedy", tokens, expected_row, power=power, cell_alpha=alpha("greedy"),
                                    label_fn=tok_label, **meta)]
     cells = []
     positions, jt = position_plan(plan)
@@ -160,7 +171,7 @@ def _set_cells(ctx: SuiteContext, plan: SampleSetPlan, tokens: np.ndarray,
         for t in positions:
             law = laws.marginals[t]
             counts = np.bincount(laws.marginal_codes(tokens, t), minlength=len(law)).astype(np.int64)
-            cells.append(noted(tv_cell(f"{base}/gof@{t}", counts, law, cell_alpha=alpha, power=power, rng=rng,
+            cells.append(noted(tv_cell(f"{base}/gof@{t}", counts, law, cell_alpha=alpha(f"gof@{t}"), power=power, rng=rng,
                                                  label_fn=label, target_mde=suite.stats.target_mde, test=f"gof@{t}",
                                                  **meta), laws.pooled(t)))
 
@@ -170,12 +181,12 @@ def _set_cells(ctx: SuiteContext, plan: SampleSetPlan, tokens: np.ndarray,
         pooled_joint = laws.joint_keys is not None
         if jt == spec.joint_tokens and "joint" in spec.tests:
             cells.append(noted(tv_cell(f"{base}/joint@1..{jt}", laws.joint_counts(tokens), laws.joint,
-                                                 cell_alpha=alpha, power=power, rng=rng, label_fn=tuple_label,
+                                                 cell_alpha=alpha(f"joint@1..{jt}"), power=power, rng=rng, label_fn=tuple_label,
                                                  target_mde=suite.stats.target_mde, test=f"joint@1..{jt}", **meta),
                                pooled_joint))
         if jt and "surprisal" in spec.tests:
             cells.append(noted(analysis.surprisal_cell(f"{base}/surprisal@1..{jt}", laws.joint_counts(tokens),
-                                                       laws.joint, cell_alpha=alpha, power=power, label_fn=tuple_label,
+                                                       laws.joint, cell_alpha=alpha(f"surprisal@1..{jt}"), power=power, label_fn=tuple_label,
                                                        test=f"surprisal@1..{jt}", **meta), pooled_joint))
         if jt and "collision" in spec.tests:
             codes = laws.joint_codes(tokens)
@@ -183,23 +194,23 @@ def _set_cells(ctx: SuiteContext, plan: SampleSetPlan, tokens: np.ndarray,
             # exact; pooled: the pooled law's, "other" as one outcome -- an upper bound of the exact one
             collision_prob = float(np.dot(laws.joint, laws.joint))
             cells.append(noted(analysis.collision_cell(f"{base}/collision@1..{jt}", tokens[:, :jt], probs, collision_prob,
-                                                       cell_alpha=alpha, power=power, pooled=pooled_joint,
+                                                       cell_alpha=alpha(f"collision@1..{jt}"), power=power, pooled=pooled_joint,
                                                        test=f"collision@1..{jt}", **meta), pooled_joint))
     if "serial" in spec.tests:  # rows in request order: chunk after chunk, each as the decoder returned it
         srng = np.random.default_rng(stream_seed(suite.seed, "serial|" + plan.key))  # independent of the decoder
         cells.append(analysis.serial_cell(f"{base}/serial@1", tokens[:, 0], expected_laws(ctx, plan).marginals[1], rng=srng,
-                                          cell_alpha=alpha, power=power, label_fn=tok_label, test="serial@1", **meta))
+                                          cell_alpha=alpha("serial@1"), power=power, label_fn=tok_label, test="serial@1", **meta))
     if "stop" in spec.tests:  # the request's stop rule (issue 29, bug kind 5)
         ends = stop.stop_ends(spec.stop_token_ids, pair.eos_token_id)
         limit = stop_limit(plan)
-        cells.append(stop.stop_rule_cell(f"{base}/stop-rule", tokens, ends, limit, power=power, cell_alpha=alpha,
+        cells.append(stop.stop_rule_cell(f"{base}/stop-rule", tokens, ends, limit, power=power, cell_alpha=alpha("stop-rule"),
                                          test="stop-rule", **meta))
         srng = np.random.default_rng(stream_seed(suite.seed, "stop|" + plan.key))  # independent of the decoder
         cells.append(stop.stop_position_cell(f"{base}/stop-position@1..{limit}", tokens, stop_law(ctx, plan), ends,
-                                             cell_alpha=alpha, power=power, rng=srng, target_mde=suite.stats.target_mde,
+                                             cell_alpha=alpha(f"stop-position@1..{limit}"), power=power, rng=srng, target_mde=suite.stats.target_mde,
                                              test=f"stop-position@1..{limit}", **meta))
     if "logprob" in spec.tests:  # the logprobs the decoder reports (issue 29, bug kind 4)
-        cells.append(_logprob_cell(pair, plan, tokens, reported, power=power, cell_alpha=alpha, cell_id=f"{base}/logprob",
+        cells.append(_logprob_cell(pair, plan, tokens, reported, power=power, cell_alpha=alpha("logprob"), cell_id=f"{base}/logprob",
                                    **meta))
     if "pit" in spec.tests:
         u_parts, violations = [], []
@@ -214,7 +225,7 @@ def _set_cells(ctx: SuiteContext, plan: SampleSetPlan, tokens: np.ndarray,
                 u_parts.append(u)
                 violations.extend(bad)
         u_all = np.concatenate(u_parts) if u_parts else np.zeros(0)
-        cells.append(analysis.pit_cell(f"{base}/pit", u_all, cell_alpha=alpha, power=power,
+        cells.append(analysis.pit_cell(f"{base}/pit", u_all, cell_alpha=alpha("pit"), power=power,
                                        violations=tuple(violations), **meta))
     return cells  # the accepted-draft count is no bias cell: see acceptance_cells (verifier.runner.acceptance)
 
@@ -275,16 +286,23 @@ def token_labeler(pair: LoadedPair, vocab: int) -> Callable[[int], str]:
 
 def count_cells(plan: SampleSetPlan) -> int:
     """Bias cells of a sample set (never depends on whether the decoder reports last_stats)."""
+    return len(cell_tests(plan))
+
+
+def cell_tests(plan: SampleSetPlan) -> list[str]:
+    """The ``test`` labels of a sample set's bias cells (``gof@1``, ``joint@1..2``, ``pit``, ...): what
+    ``[stats] cell_weights`` keys a cell's Holm weight by (:func:`verifier.runner.verdict.cell_level`)."""
     spec = plan.decoder
     if plan.sampling.greedy:
-        return 1  # the greedy cell
-    n = len([t for t in spec.gof_positions if t <= plan.max_new_tokens]) if "gof" in spec.tests else 0
-    n += int("joint" in spec.tests and plan.max_new_tokens >= spec.joint_tokens)
-    n += int("surprisal" in spec.tests) + int("pit" in spec.tests)
-    n += int("collision" in spec.tests and plan.max_new_tokens >= 1) + int("serial" in spec.tests)
-    n += 2 * int("stop" in spec.tests)  # stop-rule and stop-position@1..L
-    n += int("logprob" in spec.tests)
-    return n
+        return ["greedy"]
+    positions, jt = position_plan(plan)
+    out = [f"gof@{t}" for t in positions]
+    out += [f"joint@1..{spec.joint_tokens}"] * int("joint" in spec.tests and plan.max_new_tokens >= spec.joint_tokens)
+    out += [f"surprisal@1..{jt}"] * int("surprisal" in spec.tests) + ["pit"] * int("pit" in spec.tests)
+    out += [f"collision@1..{jt}"] * int("collision" in spec.tests and plan.max_new_tokens >= 1)
+    out += ["serial@1"] * int("serial" in spec.tests)
+    out += ["stop-rule", f"stop-position@1..{stop_limit(plan)}"] if "stop" in spec.tests else []
+    return out + ["logprob"] * int("logprob" in spec.tests)
 
 
 def _logprob_cell(pair: LoadedPair, plan: SampleSetPlan, tokens: np.ndarray, reported: tuple | None, *, power: float,

@@ -47,7 +47,8 @@ from verifier._tracebacks import crash_traceback
 from verifier.runner import acceptance, analysis, batch, cost, fingerprint, guards, speculation
 from verifier.runner.assemble import REPORT_SCHEMA_VERSION, build_report, environment
 from verifier._call_timeout import CallTimeout
-from verifier.runner.cells import acceptance_cells, count_cells, draft_unknown, expected_preflight, set_cells
+from verifier.runner.cells import (acceptance_cells, cell_tests, check_cell_weights, draft_unknown, expected_preflight,
+                                   set_cells)
 from verifier.runner.clock import session_id, since_process_start
 from verifier.runner.context import SuiteContext
 from verifier.runner.inputs_key import KEY_FIELD, run_inputs_key
@@ -358,8 +359,13 @@ def _statistics(ctx: SuiteContext, store: SampleStore, errors: dict[str, dict], 
         spec_metas: list = []  # the chunks' speculation counters, where the decoder reports them
         parts: dict[str, list] = {p.set_id: [] for p in plans}  # each chunk's (reported logprobs, origins)
         loaded = {p.set_id: _load_set(store, p, ctx.pairs[p.pair], spec_metas, parts[p.set_id]) for p in plans}
-        m = sum(count_cells(p) for p in plans)
-        level = cell_level(suite.stats.alpha, m, suite.stats.correction)
+        tests = [t for p in plans for t in cell_tests(p)]
+        weighted = bool(suite.stats.cell_weights) and suite.stats.correction == "gate"
+        total = sum(suite.stats.weight_of(t) for t in tests) if weighted else None
+
+        def level(test: str, m=len(tests), total=total) -> float:  # the cell's strictest (weighted) Holm step
+            weight = suite.stats.weight_of(test) if total is not None else 1.0
+            return cell_level(suite.stats.alpha, m, suite.stats.correction, weight, total)
         cells: list[analysis.CellResult] = []
         audits, conformance_cells, untested = [], [], []
         for p in plans:
@@ -382,7 +388,7 @@ def _statistics(ctx: SuiteContext, store: SampleStore, errors: dict[str, dict], 
             if spec.name in errors or not len(tokens):  # no sample, no cell (the report says what is missing)
                 bar.update(1)
                 continue
-            cells.extend(set_cells(ctx, p, tokens, lambda _i: level, reported=_joined(parts[p.set_id])))
+            cells.extend(set_cells(ctx, p, tokens, level, reported=_joined(parts[p.set_id])))
             audit, cell, why = acceptance_cells(ctx, p, fra, acc, draft_unknown(ctx, p, info["decoder_identity"]))
             audits += [audit] if audit else []
             conformance_cells += [cell] if cell is not None else []
@@ -390,7 +396,8 @@ def _statistics(ctx: SuiteContext, store: SampleStore, errors: dict[str, dict], 
             bar.update(1)
         verdict = decide(spec.name, spec.expect, cells, alpha=suite.stats.alpha,
                          correction=suite.stats.correction, target_mde=suite.stats.target_mde,
-                         error=errors.get(spec.name), max_new_tokens=max((p.max_new_tokens for p in plans), default=None))
+                         error=errors.get(spec.name), max_new_tokens=max((p.max_new_tokens for p in plans), default=None),
+                         cell_weights=dict(suite.stats.cell_weights))
         verdict.acceptance = audits
         speculation.apply_guard(verdict, speculation.summarize(spec_metas, session=session_id()))  # no draft verified: no PASS
         if spec.acceptance == "canonical" and spec.name not in errors:
@@ -473,6 +480,7 @@ def prepare(suite: Suite, store: SampleStore, *, resume: bool) -> SuiteContext:
     (a resume refuses a changed one); the expected laws' sizes checked before any sample."""
     ctx = SuiteContext(suite)
     guards.record_plugins(store, suite, RUN_FILE, check=resume)
+    check_cell_weights(ctx)
     expected_preflight(ctx)
     return ctx
 

@@ -5,7 +5,8 @@ Correction (docs/ARCHITECTURE.md "Statistical defaults"), applied separately to 
 ``gate`` (CI)
     Holm at ``alpha / 2`` over the cells plus a combination test of all cells at ``alpha / 2``
     (:func:`verifier.stats.multiple.adjust`; Cauchy combination, because the cells of one sample
-    set share its samples): the family-wise false alarm rate is <= alpha.  A support violation
+    set share its samples): the family-wise false alarm rate is <= alpha.  With ``[stats] cell_weights`` (the
+    planned alpha allocation, :mod:`verifier.stats.allocation`) the Holm half is weighted Holm: the same alpha.  A support violation
     is bias whatever the p-values.
 ``audit``
     Benjamini-Yekutieli at ``q = alpha`` (false discovery rate under dependence).
@@ -25,7 +26,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Iterator, Mapping
 
 import numpy as np
 
@@ -60,11 +61,17 @@ def more_rows_advice(text: str) -> Iterator[None]:
         _MORE_ROWS.reset(token)
 
 
-def cell_level(alpha: float, num_cells: int, correction: str) -> float:
+def cell_level(alpha: float, num_cells: int, correction: str, weight: float = 1.0, total_weight: float | None = None) -> float:
     """Per-cell level at which MDEs are stated: the strictest Holm step ``alpha / (2 m)`` for the
-    gate, ``alpha / m`` (the strictest BH step) for audit."""
+    gate, ``alpha / m`` (the strictest BH step) for audit.  With a planned allocation (gate only,
+    :mod:`verifier.stats.allocation`) the cell's strictest weighted-Holm step ``(alpha / 2) weight / total_weight``
+    (``total_weight``: the sum of the m cells' weights; default m, i.e. weight 1 is the equal level)."""
     m = max(num_cells, 1)
-    return alpha / (2 * m) if correction == "gate" else alpha / m
+    if correction != "gate":
+        return alpha / m
+    if total_weight is None and weight == 1.0:
+        return alpha / (2 * m)
+    return alpha / 2 * weight / (m if total_weight is None else total_weight)
 
 
 @dataclass
@@ -124,7 +131,8 @@ def session_figures(verdicts: list[DecoderVerdict]) -> dict[str, dict[str, Any]]
 
 
 def decide(decoder: str, expect: str, cells: list[CellResult], *, alpha: float, correction: str,
-           target_mde: float, error: dict[str, Any] | None = None, max_new_tokens: int | None = None) -> DecoderVerdict:
+           target_mde: float, error: dict[str, Any] | None = None, max_new_tokens: int | None = None,
+           cell_weights: Mapping[str, float] | None = None) -> DecoderVerdict:
     """Correct the cells' p-values, set each cell's verdict, and return the decoder verdict.
 
     Parameters
@@ -141,6 +149,10 @@ def decide(decoder: str, expect: str, cells: list[CellResult], *, alpha: float, 
     max_new_tokens : int, optional
         Emitted positions per row; the PASS reason then names the positions no TV cell covers
         (:func:`verifier.runner.coverage.pass_reason`).
+    cell_weights : mapping of cell test label -> weight > 0, optional
+        Gate only: the planned alpha allocation (``[stats] cell_weights``, :mod:`verifier.stats.allocation`): the
+        Holm half is weighted Holm, a cell's weight taken by its ``test`` label (unlisted: 1), scaled over the tested
+        cells.  None or empty: Holm.  The method text lists the weights.
     """
     from verifier.stats.multiple import adjust
 
@@ -150,10 +162,14 @@ def decide(decoder: str, expect: str, cells: list[CellResult], *, alpha: float, 
     # the cells of one sample set share its samples, so they are dependent: Cauchy combination in
     # the gate, Benjamini-Yekutieli in audit mode (docs/ARCHITECTURE.md "Statistical defaults")
     level = alpha / 2 if correction == "gate" else alpha
-    method = (f"Holm(alpha/2={alpha / 2:g}) + Cauchy combination(alpha/2={alpha / 2:g})" if correction == "gate"
+    weighted = bool(cell_weights) and correction == "gate"
+    weights = np.array([cell_weights.get(c.test, 1.0) for c in tested]) if weighted else None
+    holm = (f"weighted Holm(alpha/2={alpha / 2:g}; weights {_weights_text(cell_weights)}, others 1)" if weighted
+            else f"Holm(alpha/2={alpha / 2:g})")
+    method = (f"{holm} + Cauchy combination(alpha/2={alpha / 2:g})" if correction == "gate"
               else f"Benjamini-Yekutieli(q={alpha:g})")
     if len(pvals):
-        adj = adjust(pvals, alpha=alpha, mode=correction, dependent=True)
+        adj = adjust(pvals, alpha=alpha, mode=correction, dependent=True, weights=weights)
         reject, adjusted, combined, family = adj.rejected, adj.adjusted_pvalues, adj.combined_pvalue, adj.family_rejected
     else:
         reject, adjusted = np.zeros(0, bool), np.zeros(0)
@@ -205,6 +221,10 @@ def decide(decoder: str, expect: str, cells: list[CellResult], *, alpha: float, 
         reason = pass_reason(cells, method, target_mde, max_new_tokens)
         met = expect == "pass"
     return DecoderVerdict(decoder, expect, verdict, met, method, combined, reason, error, cells)
+
+
+def _weights_text(cell_weights: Mapping[str, float]) -> str:
+    return ", ".join(f"{k} {v:.4g}" for k, v in sorted(cell_weights.items()))
 
 
 def underpowered_reason(cells: list[CellResult], target_mde: float) -> str:

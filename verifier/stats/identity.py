@@ -63,7 +63,8 @@ from verifier.stats._validate import check_alpha, check_fraction, check_positive
 from verifier.stats.pooling import MIN_EXPECTED_COUNT, _pool
 
 __all__ = ["WEIGHT_EXPONENT", "ALTERNATIVE_EXPONENTS", "IdentityResult", "identity_statistic", "identity_test",
-           "identity_power", "identity_mde", "identity_samples_needed", "least_favourable", "tail_probability"]
+           "identity_power", "identity_mde", "identity_samples_needed", "identity_level_needed", "least_favourable",
+           "tail_probability"]
 
 WEIGHT_EXPONENT = 2.0 / 3.0  # T weighs (x - n p)^2 - x by p^(-2/3) (Valiant & Valiant's instance-optimal weights)
 ALTERNATIVE_EXPONENTS = (0.5, 2.0 / 3.0, 0.8, 1.0)  # delta ~ +-p^gamma: the planned worst cases (module docstring)
@@ -427,6 +428,51 @@ def _mde(p_bytes: bytes, n: int, alpha: float, power: float) -> float:
         mid = 0.5 * (lo + hi)
         lo, hi = (lo, mid) if _power_pooled(p, n, alpha, mid) >= power else (mid, hi)
     return hi
+
+
+def identity_level_needed(n, expected_probs, eps: float, *, power: float = 0.99,
+                          min_expected: float = MIN_EXPECTED_COUNT) -> float:
+    """Smallest level at which :func:`identity_power` at ``n`` against TV ``eps`` is >= ``power``.
+
+    No search over the level: the power at level a is ``min_gamma P_gamma(T > crit(a))``, so it is >= ``power``
+    exactly when ``crit(a)`` is at most ``x = min_gamma`` (the ``1 - power`` quantile of T under alternative gamma),
+    i.e. when ``a >= P_0(T > x)`` (Gaussian limit, Imhof's formula as in the power).
+
+    Parameters
+    ----------
+    n, expected_probs, eps, min_expected
+        As :func:`identity_power` (n rows, the exact law of shape (vocab,), the TV in (0, 1), the pooling count).
+    power : float, default 0.99
+
+    Returns
+    -------
+    float
+        The level in [0, 1] (1 when n pools everything into one category: no level detects anything).
+
+    Raises
+    ------
+    InvalidArgumentError
+        As :func:`identity_power`.
+    """
+    p = _pooled(expected_probs, n, min_expected)
+    eps, power = check_fraction(eps, "eps"), check_fraction(power, "power")
+    if p.size < 2:
+        return 1.0
+    n = int(n)
+    x = math.inf
+    for gamma in ALTERNATIVE_EXPONENTS:
+        lam, b, c0 = _law_of_t(p, least_favourable(p, eps, gamma), n)
+        sd = math.sqrt(2 * float(lam @ lam) + 4 * float(lam * lam @ (b * b)))
+        mean = float(lam.sum() + lam @ (b * b))
+        f = lambda y, lam=lam, b=b: tail_probability(y, lam, b) - power  # noqa: E731
+        lo, hi = mean, mean
+        while f(lo) < 0:
+            lo -= 4 * sd
+        while f(hi) > 0:
+            hi += 4 * sd
+        x = min(x, float(optimize.brentq(f, lo, hi, xtol=1e-9 * sd)) + c0)
+    lam, b, c0 = _law_of_t(p, p, n)
+    return tail_probability(x - c0, lam, b)
 
 
 def identity_samples_needed(expected_probs, eps: float, *, alpha: float = 0.01, power: float = 0.99,

@@ -7,7 +7,9 @@
     Fisher's method for independent cells; for cells that share randomness (``dependent=True``)
     the Cauchy combination (Liu & Xie 2020, valid under arbitrary dependence in the tail) or
     Bonferroni (``combine="bonferroni"``).
-  The family rejects if either rejects (union bound: FWER <= alpha).
+  The family rejects if either rejects (union bound: FWER <= alpha).  ``weights`` (the planned alpha allocation,
+  :mod:`verifier.stats.allocation`) make the Holm half weighted Holm: still FWER <= alpha / 2 for weights fixed
+  before the data.
 ``mode="audit"``: false discovery rate ``alpha`` (default 0.05) with Benjamini–Hochberg, or
 Benjamini–Yekutieli when cells are dependent.
 
@@ -105,7 +107,8 @@ def _pvalues_iv(pvalues) -> np.ndarray:
     return p
 
 
-def adjust(pvalues, alpha: float | None = None, mode: str = "gate", dependent: bool = False, combine: str = "auto") -> Adjustment:
+def adjust(pvalues, alpha: float | None = None, mode: str = "gate", dependent: bool = False, combine: str = "auto",
+           weights=None) -> Adjustment:
     """Correct per-cell p-values for multiple comparisons across a suite.
 
     Parameters
@@ -121,6 +124,10 @@ def adjust(pvalues, alpha: float | None = None, mode: str = "gate", dependent: b
     combine : {"auto", "fisher", "cauchy", "bonferroni"}, default "auto"
         Gate-mode combination test; "auto" is Fisher, or Cauchy when ``dependent``.  Fisher with
         ``dependent=True`` is refused (it assumes independent cells).
+    weights : array_like, shape (cells,), positive, optional
+        Gate mode only: the Holm half is weighted Holm with these weights (scaled to sum 1; fixed before the data:
+        :mod:`verifier.stats.allocation`), cell i's strictest step ``(alpha / 2) w_i``; the combination half is
+        unchanged.  None: Holm (equal weights).
 
     Returns
     -------
@@ -130,7 +137,8 @@ def adjust(pvalues, alpha: float | None = None, mode: str = "gate", dependent: b
     Raises
     ------
     InvalidArgumentError
-        Empty input, NaN or out-of-range p-values, alpha outside (0, 1), unknown mode/combine.
+        Empty input, NaN or out-of-range p-values, alpha outside (0, 1), unknown mode/combine, weights not positive
+        or not one per cell, weights in audit mode.
 
     Examples
     --------
@@ -144,6 +152,8 @@ def adjust(pvalues, alpha: float | None = None, mode: str = "gate", dependent: b
     if combine not in _COMBINE:
         raise invalid_argument("combine", combine, " | ".join(repr(c) for c in _COMBINE))
     alpha = check_alpha(GATE_ALPHA if alpha is None and mode == "gate" else AUDIT_Q if alpha is None else alpha)
+    if weights is not None and mode != "gate":
+        raise invalid_argument("weights", short(weights), "None in audit mode (weighted Holm is the gate's)")
     if mode == "audit":
         method = "fdr_by" if dependent else "fdr_bh"
         rejected, adjusted, _, _ = multipletests(p, alpha=alpha, method=method)
@@ -152,10 +162,17 @@ def adjust(pvalues, alpha: float | None = None, mode: str = "gate", dependent: b
     if combine == "fisher" and dependent:
         raise invalid_argument("combine", "fisher", "'cauchy' or 'bonferroni' when dependent=True (Fisher assumes independent cells)")
     half = alpha / 2
-    with _frozen_gc():
-        rejected, adjusted, _, _ = multipletests(p, alpha=half, method="holm")
+    if weights is not None:
+        from verifier.stats.allocation import weighted_holm
+
+        rejected, adjusted = weighted_holm(p, weights, half)
+    else:
+        with _frozen_gc():
+            rejected, adjusted, _, _ = multipletests(p, alpha=half, method="holm")
     combined = _combine(p, combine)
-    return Adjustment(rejected, adjusted, bool(rejected.any() or combined <= half), combined, alpha, half, half, f"holm+{combine}", mode)
+    holm = "weighted-holm" if weights is not None else "holm"
+    return Adjustment(rejected, adjusted, bool(rejected.any() or combined <= half), combined, alpha, half, half,
+                      f"{holm}+{combine}", mode)
 
 
 def _combine(p: np.ndarray, combine: str) -> float:

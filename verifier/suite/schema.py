@@ -37,13 +37,16 @@ Schema (version 1)::
                      mixed_prompt_lengths = true } (rows per generate call, a sample set per level;
                      mixed levels with filler rows at another temperature / with other prompts of other
                      lengths: verifier.suite.batch)
-    [stats]          alpha = 1e-3, correction = "gate", target_mde = 0.1, power = 0.99, tv_test = "pearson"
+    [stats]          alpha = 1e-3, correction = "gate", target_mde = 0.1, power = 0.99, tv_test = "pearson",
+                     cell_weights = { "joint@1..2" = 1.9, "gof@1" = 0.4 } (weighted Holm, gate only: each
+                     cell's weight, unlisted 1; `audit --alpha-allocation planned` writes it: verifier.stats.allocation)
     [profiles.NAME]  sample_scale = 1.0, alpha, correction, target_mde
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 import re
 import stat
@@ -169,6 +172,13 @@ class StatsSettings:
     target_mde: float = 0.1  # total-variation distance every `pass` cell must be able to see
     power: float = 0.99
     tv_test: str = "pearson"  # the test of the TV cells (gof@t, joint@1..J): "pearson" or the opt-in "weighted" / "mixture" (issue 27)
+    # planned alpha allocation (issue 27, verifier.stats.allocation): ((cell test, weight), ...) -- the gate's Holm half
+    # is weighted Holm with each cell's weight (those not listed: 1), fixed before sampling; empty: equal weights
+    cell_weights: tuple[tuple[str, float], ...] = ()
+
+    def weight_of(self, test: str) -> float:
+        """The Holm weight of a cell whose ``test`` label is ``test`` (1 unless ``cell_weights`` lists it)."""
+        return dict(self.cell_weights).get(test, 1.0)
 
 
 @dataclass(frozen=True)
@@ -218,12 +228,15 @@ class Suite:
         out.decoders = [
             _replace(d, samples=max(1, int(round(d.samples * prof.sample_scale)))) for d in self.decoders
         ]
-        out.stats = StatsSettings(
+        out.stats = dataclasses.replace(
+            self.stats,
             alpha=prof.alpha if prof.alpha is not None else self.stats.alpha,
             correction=prof.correction or self.stats.correction,
             target_mde=prof.target_mde if prof.target_mde is not None else self.stats.target_mde,
-            power=self.stats.power, tv_test=self.stats.tv_test,
         )
+        if out.stats.cell_weights and out.stats.correction != "gate":
+            raise ConfigError(f"{self.source}: profile {name!r} sets correction={out.stats.correction!r}; stats.cell_weights "
+                              "(weighted Holm) needs correction = 'gate'")
         return out
 
     def to_dict(self) -> dict[str, Any]:
@@ -353,6 +366,17 @@ def _parse_decoder_grid(r: _Reader, base: Mapping[str, Any]) -> dict[str, Any]:
     for key in ("prompts", "sampling", "num_draft_tokens", "tests", "gof_positions", "stop_token_ids"):
         _no_duplicates(r, key, g[key])
     return g
+
+
+def _cell_weights(st: _Reader) -> tuple[tuple[str, float], ...]:
+    """``[stats] cell_weights``: a table of cell test label (``"gof@1"``, ``"joint@1..2"``, ``"pit"``) -> weight > 0."""
+    table = st.get("cell_weights", dict, {}, "a table of cell test label -> weight > 0")
+    out = []
+    for key, value in table.items():
+        if isinstance(value, bool) or not isinstance(value, _NUMBER) or not math.isfinite(value) or value <= 0:
+            st._fail(f"{st.path('cell_weights')}.{key}", value, "a finite number > 0 (the cell's Holm weight; 1 = equal)")
+        out.append((str(key), float(value)))
+    return tuple(sorted(out))
 
 
 def _parse_stop_rule(r: _Reader, base: Mapping[str, Any], g: dict[str, Any]) -> None:
@@ -507,8 +531,11 @@ def parse_suite(data: Mapping[str, Any], *, source: str = "<suite>", base_dir: P
         target_mde=float(st.get("target_mde", _NUMBER, 0.1, "a number in (0, 1]")),
         power=float(st.get("power", _NUMBER, 0.99, "a number in (0, 1)")),
         tv_test=st.get("tv_test", str, "pearson"),
+        cell_weights=_cell_weights(st),
     )
     _check_choice(st, "correction", stats.correction, CORRECTIONS)
+    if stats.cell_weights and stats.correction != "gate":
+        st._fail(st.path("cell_weights"), dict(stats.cell_weights), "weights only with correction = 'gate' (weighted Holm)")
     _check_choice(st, "tv_test", stats.tv_test, TV_TESTS)
     for key, val, hi_ok in (("alpha", stats.alpha, False), ("target_mde", stats.target_mde, True), ("power", stats.power, False)):
         if not (0 < val < 1 or (hi_ok and val == 1)) or not math.isfinite(val):
