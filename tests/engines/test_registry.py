@@ -131,7 +131,7 @@ def test_engines_command_gives_the_rate_of_the_largest_committed_audit(tmp_path,
     m = measured_rate("eng", "1.0", tmp_path)
     assert m["rows"] == 4_000 and m["sampling_rate"] == 100.0 and m["end_to_end_rate"] == 80.0 and m["ratio"] == 0.8
     assert m["report"] == "eng-1.0/big/report.json"
-    assert "100 rows/s while sampling, 80 rows/s end to end (0.80 of it)" in rate_sentence("eng", "1.0", tmp_path)
+    assert "100 rows/s while sampling, 80 rows/s from process start to the verdict (0.80 of it)" in rate_sentence("eng", "1.0", tmp_path)
     assert measured_rate("eng", "2.0", tmp_path) is None and "no committed audit" in rate_sentence("eng", "2.0", tmp_path)
     assert main(["engines", "--format", "json", "vllm"]) == 0  # the checkout's own audits (reports/audits/vllm-0.32.0)
     row = json.loads(capsys.readouterr().out)["engines"][0]

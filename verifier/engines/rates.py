@@ -80,8 +80,8 @@ def rate_sentence(name: str, version: str, root: Path | None = None) -> str:
         return (f"no committed audit of {name} {version} in this checkout (reports/audits/{name}-{version}/); "
                 "every audit's report says its own rate (run.cost)")
     u = m["unit"]
-    e2e = (f", {m['end_to_end_rate']:.3g} {u}/s end to end ({m['ratio']:.2f} of it)" if m["end_to_end_rate"]
-           else ", end to end not recorded by that run")
+    e2e = (f", {m['end_to_end_rate']:.3g} {u}/s from process start to the verdict ({m['ratio']:.2f} of it)"
+           if m["end_to_end_rate"] else ", end to end not recorded by that run")
     day = f", {m['finished_at'][:10]}" if m["finished_at"] else ""
     return (f"{m['sampling_rate']:.3g} {u}/s {m['basis']}{e2e}, at n = {m['rows']:,} {u} "
             f"(reports/audits/{m['report']}{day}; the shared 2-core machine, other jobs beside it)")
