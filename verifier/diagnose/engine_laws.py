@@ -274,7 +274,7 @@ def engine_law_diagnosis(engine: str, sets: list[dict[str, Any]], *, bias_detect
         why = module.law_unsupported(s["sampling"], s["num_draft_tokens"], options=s.get("options") or {})
         if why is None and s.get("seqs") is None and getattr(module, "NEEDS_DRAFT", True):
             why = "the draft is unknown and this engine's laws need its probs"
-        if why is None and _penalised(s["sampling"]):  # the laws' processed probs take no context (a suite's config)
+        if why is None and s["sampling"].uses_context:  # a penalty: the laws' processed probs take no context
             why = "penalties set: the engine's laws are predicted without the context a penalty needs"
         if why:
             notes.append({"set": s["label"], "note": why})
@@ -354,11 +354,6 @@ def engine_law_diagnosis(engine: str, sets: list[dict[str, Any]], *, bias_detect
     if left_out:  # what the scored laws could not test (or the sets they were not scored on)
         out["sentence"] += "; not tested: " + "; ".join(left_out)
     return out
-
-
-def _penalised(sampling) -> bool:
-    """A repetition / presence / frequency penalty is set (the laws here are computed without the context)."""
-    return any(getattr(sampling, f, None) for f in ("repetition_penalty", "presence_penalty", "frequency_penalty"))
 
 
 def _tokens(J: int) -> str:
