@@ -24,7 +24,7 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from verifier.engines import engine_names, engines_dir, get_engine
-    from verifier.engines.rates import measured_rate, rate_sentence
+    from verifier.engines.rates import describe_rate, measured_rate
 
     rows = [get_engine(n).describe() for n in (args.name or engine_names())]
     for r in rows:
@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"  runs: {r.get('runtime', '')}")
         if r.get("batching"):
             print(f"  batching: {r['batching']}")
-        print(f"  rate: {rate_sentence(r['name'], r['version'])}")
+        print(f"  rate: {describe_rate(r['measured_rate'], r['name'], r['version'])}")
         for name, o in r["options"].items():
             allowed = "|".join(json.dumps(a) for a in o["allowed"]) if o["allowed"] else "any"
             print(f"  --engine-arg {name}={json.dumps(o['default'])}  ({allowed}) {o['help']}")

@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-__all__ = ["audits_root", "measured_rate", "rate_sentence"]
+__all__ = ["audits_root", "measured_rate", "rate_sentence", "describe_rate"]
 
 
 def audits_root() -> Path:
@@ -75,7 +75,11 @@ def measured_rate(name: str, version: str, root: Path | None = None) -> dict[str
 
 def rate_sentence(name: str, version: str, root: Path | None = None) -> str:
     """One line for ``specverify engines``: the rate of the largest committed audit, or why there is none."""
-    m = measured_rate(name, version, root)
+    return describe_rate(measured_rate(name, version, root), name, version)
+
+
+def describe_rate(m: dict[str, Any] | None, name: str, version: str) -> str:
+    """:func:`rate_sentence` of an already read :func:`measured_rate` ``m`` (None: no committed audit)."""
     if m is None:
         return (f"no committed audit of {name} {version} in this checkout (reports/audits/{name}-{version}/); "
                 "every audit's report says its own rate (run.cost)")
