@@ -37,6 +37,7 @@ import numpy as np
 
 from verifier.errors import invalid_argument
 from verifier.sampling import SamplingConfig
+from verifier.stats.allocation import ALLOCATIONS
 
 __all__ = ["AuditSpec", "AuditPlan", "plan_audit", "suite_toml", "DEFAULT_TARGET_TV", "DEFAULT_CHUNK_SIZE",
            "default_prompt"]
@@ -240,8 +241,8 @@ def _check_spec(spec: AuditSpec) -> int:
         raise invalid_argument("--chunk-size", spec.chunk_size, "an integer >= 1")
     if spec.tv_test not in ("pearson", "weighted", "mixture"):
         raise invalid_argument("--tv-test", spec.tv_test, "'pearson' | 'weighted' | 'mixture'")
-    if spec.alpha_allocation not in ("equal", "planned"):
-        raise invalid_argument("--alpha-allocation", spec.alpha_allocation, "'equal' | 'planned'")
+    if spec.alpha_allocation not in ALLOCATIONS:
+        raise invalid_argument("--alpha-allocation", spec.alpha_allocation, " | ".join(repr(a) for a in ALLOCATIONS))
     t = spec.max_new_tokens if spec.max_new_tokens is not None else spec.num_draft_tokens + 1
     if t < 1:
         raise invalid_argument("--max-new-tokens", spec.max_new_tokens, "an integer >= 1")

@@ -35,7 +35,7 @@ from verifier.stats._validate import check_alpha, short
 
 __all__ = ["ALLOCATIONS", "MIN_SHARE", "weighted_holm", "level_needed", "equalised_levels", "tv_level_at"]
 
-ALLOCATIONS = ("equal", "planned")  # [stats] alpha_allocation / `audit --alpha-allocation`
+ALLOCATIONS = ("equal", "planned")  # `audit --alpha-allocation` (AuditSpec.alpha_allocation; "planned" writes [stats] cell_weights)
 _LEVEL_FLOOR = 1e-12  # smallest level searched: a cell that needs less is covered at any level the family can give
 _LEVEL_REL_TOL = 0.005  # levels to 0.5%: the critical value moves with log(1 / alpha), n by ~0.1% per 0.5% of alpha
 # the least a TV cell gets, as a share of its equal level: a Monte Carlo p-value at level a needs 50 / a null draws
