@@ -6,6 +6,7 @@ This module owns the order and nothing else; each stage lives below it and never
 exact          :func:`verifier.runner.run.exact_stage` (a contradicted rule: no sampling, exit 1)
 models         :func:`verifier.runner.run.prepare` (pairs, prompts, sample-set plans, plugin files)
 sample         :func:`verifier.runner.run.sample_chunks` (resumable shards; a failing decoder stops)
+numeric floor  an engine audit's ``floor_probe`` on the live decoder (:mod:`verifier.engines.floor`)
 statistics,    :func:`verifier.runner.run.assess` (cells, correction, verdict, exit code, report dict)
 verdict
 diagnose       :func:`verifier.diagnose.run_dir.auto_diagnosis` (after BIAS DETECTED; never changes a verdict)
@@ -30,6 +31,9 @@ from verifier.runner import run as stages
 from verifier.runner.run import RunOutcome
 from verifier.runner.store import SampleStore
 
+FLOOR_KEY = "numeric_floor"  # report.json key (verifier.engines.floor.FLOOR_KEY; that module imports numpy)
+FloorProbe = Callable[[Any], dict]  # live SuiteContext -> floor record with its target_tv (run_suite's floor_probe)
+
 __all__ = ["run_suite", "analyze_run", "merge_runs", "run_audit", "RunOutcome"]
 
 
@@ -43,7 +47,7 @@ def _timed(stage: dict[str, float], name: str) -> Iterator[None]:
 
 
 def run_suite(suite: Any, run_dir: str | Path, *, resume: bool = False, progress: bool = True,
-              log: Callable[[str], None] = print) -> RunOutcome:
+              log: Callable[[str], None] = print, floor_probe: FloorProbe | None = None) -> RunOutcome:
     """Run a suite end to end into ``run_dir`` (or continue the run there when ``resume``).
 
     Parameters
@@ -59,6 +63,12 @@ def run_suite(suite: Any, run_dir: str | Path, *, resume: bool = False, progress
         Show tqdm progress bars (samples/s, ETA) on stderr.
     log : callable
         Receives one-line progress messages.
+    floor_probe : callable, optional
+        An engine audit's numeric floor (:func:`verifier.engines.floor.measure_floor`), called once with the live
+        :class:`~verifier.runner.context.SuiteContext` right after sampling -- its decoders (the engine instance
+        that drew the samples) and model pairs are still loaded -- unless the folder's previous report already
+        holds a measured floor (a resume).  It returns the floor record with its ``target_tv``; the floor is
+        applied before the verdict is announced (:func:`verifier.engines.floor.reapply_floor`).
 
     Returns
     -------
@@ -78,11 +88,11 @@ def run_suite(suite: Any, run_dir: str | Path, *, resume: bool = False, progress
     from verifier._run_lock import run_dir_lock
 
     with run_dir_lock(run_dir):  # one writer per run folder: a resume racing a live job is refused (exit 2)
-        return _run_suite(suite, run_dir, resume=resume, progress=progress, log=log)
+        return _run_suite(suite, run_dir, resume=resume, progress=progress, log=log, floor_probe=floor_probe)
 
 
 def _run_suite(suite: Any, run_dir: str | Path, *, resume: bool, progress: bool,
-               log: Callable[[str], None]) -> RunOutcome:
+               log: Callable[[str], None], floor_probe: FloorProbe | None = None) -> RunOutcome:
     store = SampleStore(run_dir)
     stage: dict[str, float] = {}
     previous = _previous_report(store.run_dir) if resume else None  # its measured numeric floor is carried over
@@ -98,6 +108,9 @@ def _run_suite(suite: Any, run_dir: str | Path, *, resume: bool, progress: bool,
         errors = stages.sample_chunks(ctx, store, progress=progress, log=log) if exact["ok"] else {}
     stages.record_stops(store, errors)
     info["finished_at"] = stages.utc_now()
+    if floor_probe is not None and exact["ok"] and not _has_floor(previous):
+        with _timed(stage, "numeric_floor"):  # the engine instance that drew the samples is still loaded
+            previous = {**(previous or {}), FLOOR_KEY: floor_probe(ctx)}
     if not exact["ok"]:
         from verifier.reports import write_reports
 
@@ -115,11 +128,7 @@ def _finish(ctx: Any, store: SampleStore, errors: dict, exact: dict, stage: dict
     from verifier.reports import write_reports
 
     report, code = stages.assess(ctx, store, errors, exact, stage, info, log, allow_partial=allow_partial,
-                                 regenerating=run_stages is not None)
-    if previous is not None:  # measured once against the engine/server; no sample holds it (verifier.engines.floor)
-        from verifier.engines.floor import reapply_floor
-
-        code = reapply_floor(report, previous)
+                                 regenerating=run_stages is not None, previous=previous)
     auto_diagnosis(report, ctx.plans, ctx.pairs, store, stage, log)
     t0 = time.perf_counter()
     target = Path(out_dir) if out_dir is not None else store.run_dir
@@ -137,13 +146,15 @@ def _finish(ctx: Any, store: SampleStore, errors: dict, exact: dict, stage: dict
 
 
 def analyze_run(run_dir: str | Path, *, out_dir: str | Path | None = None,
-                log: Callable[[str], None] = print, allow_partial: bool = False, recompute: bool = False) -> RunOutcome:
+                log: Callable[[str], None] = print, allow_partial: bool = False, recompute: bool = False,
+                floor: dict | None = None) -> RunOutcome:
     """Recompute statistics, verdict, diagnosis and reports from a run folder's shards, without sampling.
 
     Unless ``recompute``, a report.json computed from the same inputs (:mod:`verifier.runner.inputs_key`)
     is only re-rendered (:func:`verifier.reports.cache.try_rerender`).  ``allow_partial`` reports on the
     samples present when shards are missing or unreadable (the report then gives ``samples_missing``
-    per sample set and in total); without it that is an error.
+    per sample set and in total); without it that is an error.  ``floor`` is a numeric floor its caller just
+    measured (a sequential engine audit's ``floor_probe``), applied instead of the folder's previous one.
 
     Raises
     ------
@@ -158,7 +169,8 @@ def analyze_run(run_dir: str | Path, *, out_dir: str | Path | None = None,
 
     suite, run_file = stages.load_run_suite(run_dir)
     store = SampleStore(run_dir)
-    hit = None if recompute else report_cache.try_rerender(run_dir, out_dir, allow_partial, stages.utc_now())
+    hit = None if recompute or floor is not None else report_cache.try_rerender(run_dir, out_dir, allow_partial,
+                                                                                   stages.utc_now())
     if hit is not None:  # same inputs: re-render only (issue 16: `report` was slower than the run)
         report, stage = hit
         return RunOutcome(Path(out_dir) if out_dir else store.run_dir, report, int(report.get("exit_code", 0)), stage)
@@ -168,8 +180,16 @@ def analyze_run(run_dir: str | Path, *, out_dir: str | Path | None = None,
     with _timed(stage, "models"):
         ctx = SuiteContext(suite)
     errors, info, run_stages = stages.regeneration(run_dir, run_file)
+    previous = _previous_report(store.run_dir)
+    if floor is not None:
+        previous = {**(previous or {}), FLOOR_KEY: floor}
     return _finish(ctx, store, errors, exact, stage, info, log, out_dir=Path(out_dir) if out_dir else None,
-                   allow_partial=allow_partial, run_stages=run_stages, previous=_previous_report(store.run_dir))
+                   allow_partial=allow_partial, run_stages=run_stages, previous=previous)
+
+
+def _has_floor(previous: dict | None) -> bool:
+    """The previous report.json of the folder (a resume) holds a numeric floor: it is kept, not measured again."""
+    return isinstance(previous, dict) and isinstance(previous.get(FLOOR_KEY), dict)
 
 
 def _previous_report(run_dir: Path) -> dict | None:
@@ -194,7 +214,7 @@ def merge_runs(run_dirs: Sequence[str | Path], out_dir: str | Path, *, allow_par
 
 
 def run_audit(suite: Any, run_dir: str | Path, plan: dict, *, resume: bool = False, sequential: bool = False,
-              progress: bool = True, log: Callable[[str], None] = print) -> Any:
+              progress: bool = True, log: Callable[[str], None] = print, floor_probe: FloorProbe | None = None) -> Any:
     """Run an audit suite into ``run_dir`` (continue it when ``resume``); see :mod:`verifier.audit.sequential`.
 
     Parameters
@@ -206,6 +226,8 @@ def run_audit(suite: Any, run_dir: str | Path, plan: dict, *, resume: bool = Fal
         :func:`verifier.audit.sequential.plan_record` (stored as ``audit.json`` in the run folder).
     sequential : bool, default False
         Stop early on an e-process crossing; the suite's alpha is then half the family-wise alpha.
+    floor_probe : callable, optional
+        An engine audit's numeric floor on the live decoder (see :func:`run_suite`).
 
     Returns
     -------
@@ -225,12 +247,13 @@ def run_audit(suite: Any, run_dir: str | Path, plan: dict, *, resume: bool = Fal
         store = SampleStore(run_dir)
         store.write_json(PLAN_FILE, plan)
         if not sequential:
-            return AuditOutcome(run_suite(suite, run_dir, resume=resume, progress=progress, log=log), plan)
-        return _run_sequential(suite, store, plan, resume=resume, progress=progress, log=log)
+            return AuditOutcome(run_suite(suite, run_dir, resume=resume, progress=progress, log=log,
+                                          floor_probe=floor_probe), plan)
+        return _run_sequential(suite, store, plan, resume=resume, progress=progress, log=log, floor_probe=floor_probe)
 
 
 def _run_sequential(suite: Any, store: SampleStore, plan: dict, *, resume: bool, progress: bool,
-                    log: Callable[[str], None]) -> Any:
+                    log: Callable[[str], None], floor_probe: FloorProbe | None = None) -> Any:
     """sample (chunk by chunk, until an e-process crosses) -> statistics -> verdict -> diagnose -> reports."""
     from verifier.audit import sequential as seq
     from verifier.reports import write_reports
@@ -252,7 +275,12 @@ def _run_sequential(suite: Any, store: SampleStore, plan: dict, *, resume: bool,
             "alpha_fixed_n": suite.stats.alpha, "crossed": crossed,
             "log_e": {label: round(m.max_log_e, 3) for _p, label, m, _fn in monitors}}
     store.write_json(seq.SEQUENTIAL_FILE, info)
-    outcome = analyze_run(store.run_dir, log=log)
+    floor = None
+    if floor_probe is not None and not _has_floor(_previous_report(store.run_dir)):
+        t0 = time.perf_counter()  # the engine instance that drew the samples is still loaded
+        floor = floor_probe(ctx)
+        info["numeric_floor_seconds"] = round(time.perf_counter() - t0, 3)
+    outcome = analyze_run(store.run_dir, log=log, floor=floor)
     outcome.report["sequential"] = info
     if crossed is not None and not errors:
         seq.mark_crossed(outcome, info, len(monitors))

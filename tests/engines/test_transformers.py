@@ -66,3 +66,36 @@ def test_corrupt_assistant_is_a_crash_exit_3(engine, tmp_path, capsys):
                  f"assistant_model={bad}", "--num-samples", "20", "--no-progress", "--run-dir", str(tmp_path / "r")])
     captured = capsys.readouterr()
     assert code == 3, captured.out + captured.err
+
+
+def test_floor_is_measured_on_the_runs_own_instance_before_the_verdict(engine, tmp_path, capsys, monkeypatch):
+    """Issue 27 (fixed cost): the numeric floor asks the engine instance that drew the samples, before the verdict is
+    announced -- one engine instance per audit (the floor used to start a second one after the verdict; 6.5 s of vLLM
+    start).  A folder resumed without a report (its run stopped while sampling) gets its floor measured too (it used to
+    end with none)."""
+    from verifier.engines import hf_assisted
+
+    built = []
+    init = hf_assisted.HFAssistedDecoder.__init__
+
+    def counted(self, *a, **k):  # the real constructor, counted
+        built.append(1)
+        init(self, *a, **k)
+
+    monkeypatch.setattr(hf_assisted.HFAssistedDecoder, "__init__", counted)
+    run = tmp_path / "r"
+    code = main(["audit", "--engine", "transformers", "--engine-arg", "num_workers=1", "--num-samples", "60",
+                 "--no-progress", "--run-dir", str(run)])
+    out = capsys.readouterr().out
+    assert code == 4, out  # n = 60 cannot see the default target TV
+    assert len(built) == 1, out
+    floor_at, verdict_at = out.index("numeric floor: TV"), out.index("time to verdict:")
+    assert floor_at < verdict_at and "before the numeric floor" not in out, out
+    report = json.loads((run / "report.json").read_text())
+    assert report["numeric_floor"]["max_tv"] < 1e-5 and report["run"]["stage_seconds"]["numeric_floor"] > 0
+    for name in ("report.json", "report.md", "report.html", "junit.xml"):  # as if the run had stopped before them
+        (run / name).unlink()
+    code = main(["audit", "--resume", str(run), "--no-progress"])
+    out = capsys.readouterr().out
+    assert code == 4 and "numeric floor: TV" in out, out
+    assert json.loads((run / "report.json").read_text())["numeric_floor"]["max_tv"] < 1e-5

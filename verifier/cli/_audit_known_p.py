@@ -209,13 +209,16 @@ def _run_known_p(args, sampling) -> int:
         print(f"audit run -> {run_dir}")
     from verifier.runner.run import verdict_pending
 
-    floor_follows = bool(getattr(args, "engine_described", None) and not args.resume) or bool(plan.get("server_floor"))
+    # an engine audit measures its floor on the runner's own engine instance before the verdict (_floor_probe);
+    # a URL audit's floor asks the server after it
+    engine = plan.get("engine") if not plan.get("server_floor") and not getattr(args, "url", None) else None
+    probe = (_floor_probe(engine["name"], plan["prompts"], plan["target_tv"])
+             if isinstance(engine, dict) and engine.get("kind") == "decoder" and engine.get("name") else None)
     with removed_on_usage_error(run_dir, resume=bool(args.resume)), (  # a load error leaves no half-made folder
-            verdict_pending("the numeric floor") if floor_follows else contextlib.nullcontext()):
-        outcome = run_audit(suite, run_dir, plan, resume=bool(args.resume), sequential=seq, progress=_progress_on(args))
-    if getattr(args, "engine_described", None) and not args.resume:
-        _numeric_floor(args, outcome, plan, suite, sampling)
-    elif plan.get("server_floor") and outcome.report.get("decoders"):
+            verdict_pending("the numeric floor") if plan.get("server_floor") else contextlib.nullcontext()):
+        outcome = run_audit(suite, run_dir, plan, resume=bool(args.resume), sequential=seq, progress=_progress_on(args),
+                            floor_probe=probe)
+    if probe is None and plan.get("server_floor") and outcome.report.get("decoders"):
         from verifier.cli._audit_url import measure_url_floor
 
         measure_url_floor(outcome, plan, suite)
@@ -231,32 +234,56 @@ def _run_known_p(args, sampling) -> int:
     return outcome.exit_code
 
 
-def _numeric_floor(args, outcome, plan: dict, suite, sampling) -> None:
-    """Engine audits: the engine's own target law vs the HF reference on the audit's prompts
-    (:mod:`verifier.engines.floor`); a floor above the target TV turns PASS into UNDERPOWERED."""
-    from verifier.engines import get_engine
-    from verifier.engines.floor import apply_floor, logits_source, measure_floor
-    from verifier.reports import write_reports
-    from verifier.runner.models import load_pair
+def _floor_probe(engine_name: str, prompts: list, target_tv: float):
+    """Engine audits: the numeric floor (:mod:`verifier.engines.floor`), the engine's own target law vs the HF
+    reference on the audit's ``prompts`` (token ids) and its sampling configs, measured by the pipeline right after
+    sampling on the engine instance that drew the samples (``floor_probe`` of :func:`verifier.pipeline.run_audit`: no
+    second engine start; a resumed folder without a measured floor gets one too); a floor above ``target_tv`` turns
+    PASS into UNDERPOWERED.  Returns the probe: live SuiteContext -> floor record."""
 
-    report = outcome.report
+    def probe(ctx) -> dict:
+        from verifier.engines.floor import logits_source, measure_floor
+
+        spec = ctx.suite.decoders[0]
+        reference = ctx.pairs[spec.models].reference
+        samplings = [ctx.suite.sampling[name] for name in spec.sampling]
+        try:
+            fn = logits_source(ctx.live_decoder(spec))
+            if fn is None:
+                floor = _not_measured(engine_name)
+                print(f"numeric floor: not measured ({floor['source']})")
+                return floor
+            floor = measure_floor(fn, reference, prompts, samplings, source=f"{engine_name} target_logits")
+        except Exception as exc:  # noqa: BLE001 - the run's instance failed (e.g. its worker died while sampling)
+            print(f"numeric floor: the run's {engine_name} instance cannot answer ({type(exc).__name__}: {exc}); "
+                  "measuring it on a fresh instance")
+            floor = _fresh_instance_floor(spec, engine_name, reference, prompts, samplings)
+            if floor["max_tv"] is None:
+                return floor
+        above = floor["max_tv"] is not None and floor["max_tv"] > target_tv
+        print(f"numeric floor: TV {floor['max_tv']:.3g} (engine target law vs HF reference, first token; target TV "
+              f"{target_tv:g}{': ABOVE it -> no PASS' if above else ''})")
+        return {**floor, "target_tv": float(target_tv)}
+    return probe
+
+
+def _not_measured(engine_name: str) -> dict:
+    """The floor record of an engine without ``target_logits``: stated, not measured."""
+    return {"max_tv": None, "rows": [], "source": f"engine {engine_name} exposes no target logits: the floor is not "
+            "measured (the verdict assumes the engine's target law is the reference's)"}
+
+
+def _fresh_instance_floor(spec, engine_name: str, reference, prompts: list, samplings: list) -> dict:
+    """The floor on a second engine instance (the run's could not answer); its own failure propagates as before."""
+    from verifier.engines.floor import logits_source, measure_floor
     from verifier.plugins import load_plugin
 
-    engine = get_engine(args.engine_described["name"])
-    decoder = load_plugin(args.decoder, "decoder", None, **dict(args.option))  # a second instance: the runner's is closed
+    decoder = load_plugin(spec.decoder, "decoder", None, **dict(spec.options))
     try:
         fn = logits_source(decoder)
         if fn is None:
-            report["numeric_floor"] = {"max_tv": None, "rows": [], "source": f"engine {engine.name} exposes no target logits: "
-                                       "the floor is not measured (the verdict assumes the engine's target law is the reference's)"}
-            print(f"numeric floor: not measured ({report['numeric_floor']['source']})")
-        else:
-            pair = load_pair(suite.models["audit"], suite.base_dir)
-            floor = measure_floor(fn, pair.reference, plan["prompts"], [sampling], source=f"{engine.name} target_logits")
-            outcome.outcome.exit_code = apply_floor(report, floor, plan["target_tv"])
-            print(f"numeric floor: TV {floor['max_tv']:.3g} (engine target law vs HF reference, first token; target TV "
-                  f"{plan['target_tv']:g}{': ABOVE it -> no PASS' if report['numeric_floor']['above_target'] else ''})")
-        write_reports(report, outcome.outcome.run_dir)
+            return _not_measured(engine_name)
+        return measure_floor(fn, reference, prompts, samplings, source=f"{engine_name} target_logits")
     finally:
         close = getattr(decoder, "close", None)
         if callable(close):

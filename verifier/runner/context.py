@@ -85,6 +85,16 @@ class SuiteContext:
                 bind(self.run_dir)
         return self._decoders[key]
 
+    def live_decoder(self, spec) -> Any:
+        """A decoder of ``spec`` this run already built (any k), else the one for its first k (built now).
+
+        For checks made after sampling with the same engine instance (an engine audit's numeric floor).
+        """
+        for (name, _k), decoder in self._decoders.items():
+            if name == spec.name:
+                return decoder
+        return self.decoder(spec, spec.num_draft_tokens[0])
+
     def preflight(self) -> dict[str, dict]:
         """Build every decoder before sampling, so a config error fails before any sample is drawn.
 

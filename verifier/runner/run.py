@@ -430,17 +430,24 @@ def verdict_pending(check: str):
 
 
 def assess(ctx: SuiteContext, store: SampleStore, errors: dict, exact: dict, stage: dict, info: dict,
-           log: Callable[[str], None], *, allow_partial: bool = False, regenerating: bool = False) -> tuple[dict, int]:
+           log: Callable[[str], None], *, allow_partial: bool = False, regenerating: bool = False,
+           previous: dict | None = None) -> tuple[dict, int]:
     """Stage 4: statistics and verdict of the stored samples -> ``(report dict, exit code)``.
 
     Times the statistics into ``stage["statistics"]``; a run (not a regeneration) logs its time to
-    verdict here, before the diagnosis and the report files (issue 17).
+    verdict here, before the diagnosis and the report files (issue 17).  A numeric floor in ``previous``
+    (the folder's report before a recompute or resume, or one an engine audit just measured) is applied
+    first (:func:`verifier.engines.floor.reapply_floor`), so the announced verdict is the final one.
     """
     t0 = time.perf_counter()
     verdicts, sets_info = _statistics(ctx, store, errors, allow_partial)
     stage["statistics"] = time.perf_counter() - t0
     code = exit_code(verdicts, exact_ok=exact["ok"])
     report = build_report(ctx.suite, environment(ctx.suite), exact, verdicts, sets_info, errors, code, info)
+    if previous is not None:  # measured once against the engine/server; no sample holds it (verifier.engines.floor)
+        from verifier.engines.floor import reapply_floor
+
+        code = reapply_floor(report, previous)
     if not regenerating:  # the verdict is known here, before the diagnosis and the report files (issue 17)
         report["run"]["time_to_verdict"] = ttv = since_process_start()
         pending = _PENDING_CHECK.get()
