@@ -47,7 +47,8 @@ def _timed(stage: dict[str, float], name: str) -> Iterator[None]:
 
 
 def run_suite(suite: Any, run_dir: str | Path, *, resume: bool = False, progress: bool = True,
-              log: Callable[[str], None] = print, floor_probe: FloorProbe | None = None) -> RunOutcome:
+              log: Callable[[str], None] = print, floor_probe: FloorProbe | None = None,
+              pairs: dict | None = None) -> RunOutcome:
     """Run a suite end to end into ``run_dir`` (or continue the run there when ``resume``).
 
     Parameters
@@ -69,6 +70,10 @@ def run_suite(suite: Any, run_dir: str | Path, *, resume: bool = False, progress
         that drew the samples) and model pairs are still loaded -- unless the folder's previous report already
         holds a measured floor (a resume).  It returns the floor record with its ``target_tv``; the floor is
         applied before the verdict is announced (:func:`verifier.engines.floor.reapply_floor`).
+    pairs : dict[str, LoadedPair], optional
+        Model pairs the caller already loaded (an audit plans its n on them): reused by the models stage where the
+        suite's ``[models.NAME]`` is the same, with the exact laws computed on them (see
+        :class:`verifier.runner.context.SuiteContext`).
 
     Returns
     -------
@@ -88,11 +93,13 @@ def run_suite(suite: Any, run_dir: str | Path, *, resume: bool = False, progress
     from verifier._run_lock import run_dir_lock
 
     with run_dir_lock(run_dir):  # one writer per run folder: a resume racing a live job is refused (exit 2)
-        return _run_suite(suite, run_dir, resume=resume, progress=progress, log=log, floor_probe=floor_probe)
+        return _run_suite(suite, run_dir, resume=resume, progress=progress, log=log, floor_probe=floor_probe,
+                          pairs=pairs)
 
 
 def _run_suite(suite: Any, run_dir: str | Path, *, resume: bool, progress: bool,
-               log: Callable[[str], None], floor_probe: FloorProbe | None = None) -> RunOutcome:
+               log: Callable[[str], None], floor_probe: FloorProbe | None = None,
+               pairs: dict | None = None) -> RunOutcome:
     store = SampleStore(run_dir)
     stage: dict[str, float] = {}
     previous = _previous_report(store.run_dir) if resume else None  # its measured numeric floor is carried over
@@ -103,7 +110,7 @@ def _run_suite(suite: Any, run_dir: str | Path, *, resume: bool, progress: bool,
     if not exact["ok"]:
         log(f"exact stage: rules contradict their declared status: {', '.join(exact['wrong_rules'])}; no sampling")
     with _timed(stage, "models"):
-        ctx = stages.prepare(suite, store, resume=resume)
+        ctx = stages.prepare(suite, store, resume=resume, pairs=pairs)
     with _timed(stage, "sampling"):
         errors = stages.sample_chunks(ctx, store, progress=progress, log=log) if exact["ok"] else {}
     stages.record_stops(store, errors)
@@ -214,7 +221,8 @@ def merge_runs(run_dirs: Sequence[str | Path], out_dir: str | Path, *, allow_par
 
 
 def run_audit(suite: Any, run_dir: str | Path, plan: dict, *, resume: bool = False, sequential: bool = False,
-              progress: bool = True, log: Callable[[str], None] = print, floor_probe: FloorProbe | None = None) -> Any:
+              progress: bool = True, log: Callable[[str], None] = print, floor_probe: FloorProbe | None = None,
+              pairs: dict | None = None) -> Any:
     """Run an audit suite into ``run_dir`` (continue it when ``resume``); see :mod:`verifier.audit.sequential`.
 
     Parameters
@@ -228,6 +236,8 @@ def run_audit(suite: Any, run_dir: str | Path, plan: dict, *, resume: bool = Fal
         Stop early on an e-process crossing; the suite's alpha is then half the family-wise alpha.
     floor_probe : callable, optional
         An engine audit's numeric floor on the live decoder (see :func:`run_suite`).
+    pairs : dict[str, LoadedPair], optional
+        The pairs the audit planned on, reused by the run (see :func:`run_suite`).
 
     Returns
     -------
@@ -248,12 +258,14 @@ def run_audit(suite: Any, run_dir: str | Path, plan: dict, *, resume: bool = Fal
         store.write_json(PLAN_FILE, plan)
         if not sequential:
             return AuditOutcome(run_suite(suite, run_dir, resume=resume, progress=progress, log=log,
-                                          floor_probe=floor_probe), plan)
-        return _run_sequential(suite, store, plan, resume=resume, progress=progress, log=log, floor_probe=floor_probe)
+                                          floor_probe=floor_probe, pairs=pairs), plan)
+        return _run_sequential(suite, store, plan, resume=resume, progress=progress, log=log, floor_probe=floor_probe,
+                               pairs=pairs)
 
 
 def _run_sequential(suite: Any, store: SampleStore, plan: dict, *, resume: bool, progress: bool,
-                    log: Callable[[str], None], floor_probe: FloorProbe | None = None) -> Any:
+                    log: Callable[[str], None], floor_probe: FloorProbe | None = None,
+                    pairs: dict | None = None) -> Any:
     """sample (chunk by chunk, until an e-process crosses) -> statistics -> verdict -> diagnose -> reports."""
     from verifier.audit import sequential as seq
     from verifier.reports import write_reports
@@ -262,7 +274,7 @@ def _run_sequential(suite: Any, store: SampleStore, plan: dict, *, resume: bool,
     if not resume:
         store.write_json(stages.RUN_FILE, {"schema_version": REPORT_SCHEMA_VERSION, "suite": suite.to_dict(),
                                            "created_at": stages.utc_now(), "run_id": store.run_dir.name})
-    ctx = stages.prepare(suite, store, resume=resume)  # a resume refuses a changed plugin file
+    ctx = stages.prepare(suite, store, resume=resume, pairs=pairs)  # a resume refuses a changed plugin file
     monitors = seq.monitors(ctx, plan["family_alpha"] / 2)
     crossed, errors, upto = seq.sample_until_crossed(ctx, store, monitors, progress=progress)
     rows = min(upto * ctx.plans[0].chunk_size, ctx.plans[0].samples)

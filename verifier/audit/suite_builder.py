@@ -263,7 +263,8 @@ def _laws(pair, prompts, sampling, positions: int, joint: int):
     """Expected laws of every prompt at (positions, J): exact, or pooled where a level does not fit."""
     from verifier.runner import expected
 
-    return [expected.position_laws(pair.reference, p, sampling, positions, joint if joint >= 2 else 0) for p in prompts]
+    return [expected.shared_position_laws(pair.reference, p, sampling, positions, joint if joint >= 2 else 0)
+            for p in prompts]
 
 
 def plan_audit(spec: AuditSpec, *, base_dir: str | Path = ".", pair: Any = None) -> AuditPlan:

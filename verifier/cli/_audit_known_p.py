@@ -147,6 +147,7 @@ def _run_known_p(args, sampling) -> int:
         print(f"resuming audit {args.resume} (seed {suite.seed}, n = {plan['num_samples']} per prompt)")
         run_dir = Path(args.resume)
         seq = bool(plan.get("sequential"))
+        pair = None  # the run loads its pair from the stored suite
     else:
         if not args.target:
             raise invalid_argument("--target", None, "a target model for known-p mode (or use --blackbox-reference SPEC)")
@@ -217,7 +218,7 @@ def _run_known_p(args, sampling) -> int:
     with removed_on_usage_error(run_dir, resume=bool(args.resume)), (  # a load error leaves no half-made folder
             verdict_pending("the numeric floor") if plan.get("server_floor") else contextlib.nullcontext()):
         outcome = run_audit(suite, run_dir, plan, resume=bool(args.resume), sequential=seq, progress=_progress_on(args),
-                            floor_probe=probe)
+                            floor_probe=probe, pairs={"audit": pair} if pair is not None else None)
     if probe is None and plan.get("server_floor") and outcome.report.get("decoders"):
         from verifier.cli._audit_url import measure_url_floor
 

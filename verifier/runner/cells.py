@@ -46,8 +46,8 @@ def expected_laws(ctx: SuiteContext, plan: SampleSetPlan) -> expected.PositionLa
         return None
     key = (plan.pair, plan.prompt_ids, plan.sampling, max(positions or [1]), jt)
     if key not in ctx.expected_cache:
-        ctx.expected_cache[key] = expected.position_laws(ctx.pairs[plan.pair].reference, plan.prompt_ids,
-                                                         plan.sampling, max(positions or [1]), jt)
+        ctx.expected_cache[key] = expected.shared_position_laws(ctx.pairs[plan.pair].reference, plan.prompt_ids,
+                                                                plan.sampling, max(positions or [1]), jt)
     return ctx.expected_cache[key]
 
 

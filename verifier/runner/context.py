@@ -26,6 +26,9 @@ class SuiteContext:
     ----------
     suite : Suite
         With its profile applied.
+    pairs : dict[str, LoadedPair], optional
+        Pairs already loaded by the caller (``specverify audit`` plans its n on the same pair): one whose
+        ``spec`` equals the suite's ``[models.NAME]`` is used as is instead of loading the models again.
 
     Attributes
     ----------
@@ -43,7 +46,7 @@ class SuiteContext:
         Sizes beyond available memory, a device absent here, a model or prompt that does not load.
     """
 
-    def __init__(self, suite: Suite) -> None:
+    def __init__(self, suite: Suite, pairs: dict[str, LoadedPair] | None = None) -> None:
         for entry in suite.python_path:
             p = str((Path(suite.base_dir) / entry).resolve())
             if p not in sys.path:
@@ -53,7 +56,10 @@ class SuiteContext:
         used = sorted({d.models for d in suite.decoders})
         for name in used:
             guards.check_device(suite.models[name].device, f"{suite.source}: models.{name}.device")
-        self.pairs: dict[str, LoadedPair] = {name: load_pair(suite.models[name], suite.base_dir) for name in used}
+        given = pairs or {}  # pairs the caller already loaded from the same [models.NAME] (an audit's planning pair)
+        self.pairs: dict[str, LoadedPair] = {
+            name: given[name] if name in given and given[name].spec == suite.models[name] else
+            load_pair(suite.models[name], suite.base_dir) for name in used}
         ids = entry_prompt_ids(suite, self.pairs)
         check_stop_specs(suite, self.pairs)  # stop ids inside the vocabulary; a `stop` test that can stop a row
         for d in suite.decoders:  # the greedy cell replaces every cell of a T = 0 set: a logprob test would never run

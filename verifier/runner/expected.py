@@ -16,6 +16,7 @@ top-p configs stay small -- for the first positions of a fixed prompt:
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -27,7 +28,7 @@ from verifier.runner.models import ReferenceModel
 from verifier.runner.topmass import TopMass
 from verifier.sampling import SamplingConfig
 
-__all__ = ["PositionLaws", "position_laws", "accepted_count_law", "MAX_PREFIXES", "MAX_LAW_ELEMENTS",
+__all__ = ["PositionLaws", "position_laws", "shared_position_laws", "accepted_count_law", "MAX_PREFIXES", "MAX_LAW_ELEMENTS",
            "MAX_JOINT_CATEGORIES"]
 
 MAX_PREFIXES = 50_000  # prefixes enumerated per level; beyond this the level keeps the target's top prefixes by mass
@@ -175,6 +176,24 @@ class PositionLaws:
             parts.append(tok_label(int(self.tokens[dd - 1][i])))
             i = int(self.parents[dd - 1][i])
         return "(" + ",".join(reversed(parts)) + (",<ended>" * (jt - d)) + ")"
+
+
+_SHARED: "weakref.WeakKeyDictionary[ReferenceModel, dict]" = weakref.WeakKeyDictionary()
+
+
+def shared_position_laws(ref: ReferenceModel, prompt, sampling: SamplingConfig, max_position: int,
+                         joint_tokens: int = 0) -> PositionLaws:
+    """:func:`position_laws`, computed once per reference model and arguments while the model lives.
+
+    The audit plans its n from these laws and the run then scores its cells with the same ones (the run
+    reuses the audit's loaded pair: ``SuiteContext(..., pairs=)``), so they are enumerated once, not twice.
+    The laws are read-only to every caller.
+    """
+    memo = _SHARED.setdefault(ref, {})
+    key = (tuple(int(t) for t in prompt), sampling, int(max_position), int(joint_tokens))
+    if key not in memo:
+        memo[key] = position_laws(ref, tuple(prompt), sampling, max_position, joint_tokens)
+    return memo[key]
 
 
 def position_laws(ref: ReferenceModel, prompt: tuple[int, ...], sampling: SamplingConfig,

@@ -482,10 +482,11 @@ def start_run(store: SampleStore, suite: Suite, *, resume: bool, log: Callable[[
     return started
 
 
-def prepare(suite: Suite, store: SampleStore, *, resume: bool) -> SuiteContext:
-    """Stage 2 (models): model pairs, prompts and sample-set plans; plugin files recorded in ``run.json``
-    (a resume refuses a changed one); the expected laws' sizes checked before any sample."""
-    ctx = SuiteContext(suite)
+def prepare(suite: Suite, store: SampleStore, *, resume: bool, pairs: dict | None = None) -> SuiteContext:
+    """Stage 2 (models): model pairs (``pairs``: already loaded by the caller, see :class:`SuiteContext`), prompts
+    and sample-set plans; plugin files recorded in ``run.json`` (a resume refuses a changed one); the expected laws'
+    sizes checked before any sample."""
+    ctx = SuiteContext(suite, pairs)
     guards.record_plugins(store, suite, RUN_FILE, check=resume)
     check_cell_weights(ctx)
     expected_preflight(ctx)
