@@ -56,13 +56,12 @@ import torch
 from verifier.engines.reproductions._common import SHIPPED_PROMPT
 from verifier.sampling import SamplingConfig, processed_probs
 
-__all__ = ["first_round_acceptance", "main", "LAW_TOKENS", "NEEDS_DRAFT", "PREDICTS_LAWS", "LAW_SOURCE", "LAW_POINTER",
+__all__ = ["first_round_acceptance", "main", "LAW_TOKENS", "NEEDS_DRAFT", "LAW_SOURCE", "LAW_POINTER",
            "UNIFORM", "ARGMAX", "ARGMIN", "NAN_DRAFT", "FINITE", "MIXTURE", "MIXTURES", "law_unsupported", "untested",
            "engine_laws"]
 
 LAW_TOKENS = 2  # token 1 (prefill) and token 2 (the first verified position of the first round, for every k)
 NEEDS_DRAFT = False  # without the draft the classes that need none are scored (FINITE); untested() says what is left out
-PREDICTS_LAWS = True  # the whole-row ranking and the engine-law ranking each run at alpha / 2
 UNIFORM = "huge temperature: token 2 uniform"
 ARGMAX = "tiny positive temperature: token 2 = the target's argmax"
 ARGMIN = "tiny negative temperature: token 2 = the target's argmin"
