@@ -38,7 +38,7 @@ def setting():
 def test_an_off_grid_mixture_the_grid_point_check_rejects_is_named_at_its_fitted_shares(setting):
     laws, target, draft = setting
     rows = bench.draw_rows(laws, "off grid", N, np.random.default_rng(26))
-    found, p_grid = bench.diagnose(laws, "off grid", rows, target, draft)
+    found, p_grid, _ = bench.diagnose(laws, "off grid", rows, target, draft)
     assert p_grid is not None and p_grid < FIT_ALPHA  # the old check: the rows are off the grid by more than noise
     assert found["named"] == [MIXTURE], found["sentence"]
     assert found["fit_pvalue"] >= FIT_ALPHA
@@ -52,7 +52,7 @@ def test_an_off_grid_mixture_the_grid_point_check_rejects_is_named_at_its_fitted
 def test_a_mixture_missing_a_class_the_rows_have_is_rejected(setting):
     laws, target, draft = setting
     rows = bench.draw_rows(laws, "missing small", N, np.random.default_rng(26))
-    found, _ = bench.diagnose(laws, "missing small", rows, target, draft)
+    found, _, _ = bench.diagnose(laws, "missing small", rows, target, draft)
     assert found["named"] is None, found["sentence"]
     assert found["fit_pvalue"] is not None and found["fit_pvalue"] < FIT_ALPHA, found["sentence"]
     assert "NaN class" in found["sentence"]  # and the report says which class it could not test
