@@ -80,3 +80,24 @@ def test_chi2_p_takes_the_fitted_shares_off_the_degrees_of_freedom():
     assert chi2_p(counts, law, ddof=1) == pytest.approx(sps.chisquare(counts, 100 * law, ddof=1).pvalue)
     assert chi2_p(counts, law, ddof=1) < chi2_p(counts, law)
     assert chi2_p(counts, law, ddof=3) == 1.0  # no degree of freedom left: nothing to test
+
+
+def test_mixture_score_equals_its_definition_with_impossible_rows_and_far_apart_components():
+    """The grid's matrix product (rows scaled by their largest component) equals log mean_w prod_i sum_c w_c P_c(x_i)
+    summed in log space, also where a component is -inf or more than 700 nats below a row's best (the exp underflow
+    the fallback handles); seed 3."""
+    from verifier.diagnose.engine_laws import _simplex, mixture_score
+
+    rng = np.random.default_rng(3)
+    comp, ll_t = np.log(rng.random((40, 2))), np.log(rng.random(40))
+    comp[rng.random(comp.shape) < 0.2] = -np.inf
+    comp[:3, 0] = -900.0
+    w = rng.integers(1, 5, 40).astype(np.float64)
+    score, best, per_row = mixture_score("m", comp, ll_t, w, 0.0)
+    grid = _simplex(3)
+    with np.errstate(divide="ignore"):
+        rows = np.logaddexp.reduce(np.log(grid)[None] + np.concatenate([comp, ll_t[:, None]], 1)[:, None], axis=2)
+    totals = np.where(np.isfinite(rows).all(0), w @ np.where(np.isfinite(rows), rows, 0.0), -np.inf)
+    assert score.log_likelihood == pytest.approx(float(np.logaddexp.reduce(totals) - np.log(len(grid))), abs=1e-9)
+    assert best.tolist() == grid[np.argmax(totals)].tolist()
+    assert per_row == pytest.approx(rows[:, np.argmax(totals)], abs=1e-12)
