@@ -29,7 +29,7 @@ request's first verified position reads its own slot of the unwritten tensor).  
 server drafts with the model it was launched with, not recorded in the audit) :data:`FINITE` (the classes that need
 no draft) is scored and the report says the NaN class was not tested.  Tempered classes (tau between about 1e-2 and
 1e2) are not modelled: at maximum-likelihood shares these five classes fit the rows of every published vLLM folder
-(chi-square p 0.05-0.69; reports/benchmarks.md, "vLLM engine law").
+(the diagnosis's fit check, 4 degrees of freedom fewer: p 0.025-1; reports/benchmarks.md sections 31 and 34).
 
 Token 2 for every k: after the prefill step the proposer drafts from ``prompt + x1``
 (``vllm/v1/spec_decode/llm_base_proposer.py::prepare_next_token_ids_cpu``: the last sampled token) and
