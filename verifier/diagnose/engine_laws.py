@@ -15,7 +15,7 @@ it, Bonferroni over the sample sets, at ``FIT_ALPHA``).  A mixture (``module.MIX
 contamination share, is checked at its maximum-likelihood shares (:mod:`verifier.diagnose.share_fit`) with one degree
 of freedom less per free share: the ranking's grid point (steps of :data:`WEIGHT_STEP`) is off the true shares by more
 than the sampling error at large n, and a check there rejects a correct mixture far more often than ``FIT_ALPHA``
-(reports/benchmarks.md, "Fit check at maximum-likelihood shares").
+(reports/benchmarks.md section 34; ``specverify bench diagnose-fit``).
 
 Error control: the whole-row ranking and this one each run at ``DIAGNOSIS_ALPHA / 2`` when an engine registers laws
 (:func:`ranking_alpha`), so naming anything when the decoder samples from the target stays below ``DIAGNOSIS_ALPHA``.
@@ -309,7 +309,10 @@ def engine_law_diagnosis(engine: str, sets: list[dict[str, Any]], *, bias_detect
     -------
     dict or None
         None when the engine has no module.  Else ``{"engine", "tokens", "sets": [{label, note?}], "decision",
-        "fit_pvalue", "named" (the engine law named alone or in a class, or None), "sentence"}``.
+        "fit_pvalue", "named" (the engine law named alone or in a class, or None), "sentence"}``; when a mixture's fit
+        was checked also ``"weights"`` (per sample set, component -> maximum-likelihood share, the target's last) and
+        ``"grid_weights"`` (the ranking's best grid point); ``decision["contamination"]`` is then the fitted target
+        share and ``decision["contamination_grid"]`` the ranking's.
     """
     module = engine_module(engine)
     if module is None:
