@@ -137,7 +137,7 @@ def test_mlx_rows_from_several_trimmed_contexts_name_the_cascade(models):
     found = _mlx_diagnose(models, np.concatenate([rows, np.full((len(rows), 1), 7)], axis=1))
     assert found["named"] == [f"{ENGINE_LAW_MARK}mlx-lm server/{mlx.CASCADE}"], found["sentence"]
     [w] = found["weights"]
-    assert w[mlx.LAST_ONLY] >= 0.8 and w[mlx.LAST_TWO] == 0.0
+    assert w[mlx.LAST_ONLY] >= 0.8 and w[mlx.LAST_TWO] <= 0.01  # maximum-likelihood shares: none drawn, ~0 fitted
 
 
 def test_mlx_target_rows_name_nothing(models):

@@ -38,7 +38,7 @@ SAMPLING = SamplingConfig(temperature=1.0)
 K = 1
 N = 1000
 SHARES = {law.UNIFORM: 0.05, law.ARGMAX: 0.20, law.ARGMIN: 0.15, law.NAN_DRAFT: 0.55, "target": 0.05}
-SHARE_TOL = 0.05  # one grid step (WEIGHT_STEP): the fitted shares are grid points; the sampling sd of a share is <= 0.016
+SHARE_TOL = 0.05  # the fitted (maximum-likelihood) shares: the sampling sd of a share is <= 0.016 at N, so ~3 sd
 MIXTURE = f"{ENGINE_LAW_MARK}vllm/{law.MIXTURE}"
 
 

@@ -11,7 +11,11 @@ those laws on the rows' first ``J`` tokens **beside every hypothesis of the fami
 row prefix), with the same robust scores (:mod:`verifier.diagnose.robust`) and the same decision
 (:func:`verifier.diagnose.rank.decide`: threshold log(M/alpha) over the target, separation log(2M/alpha) from every
 other hypothesis, classes), then checks the named law's own fit (chi-square of the observed J-token counts against
-it, Bonferroni over the sample sets, at ``FIT_ALPHA``).
+it, Bonferroni over the sample sets, at ``FIT_ALPHA``).  A mixture (``module.MIXTURES``), or a law the ranking fitted a
+contamination share, is checked at its maximum-likelihood shares (:mod:`verifier.diagnose.share_fit`) with one degree
+of freedom less per free share: the ranking's grid point (steps of :data:`WEIGHT_STEP`) is off the true shares by more
+than the sampling error at large n, and a check there rejects a correct mixture far more often than ``FIT_ALPHA``
+(reports/benchmarks.md section 35; ``specverify bench diagnose-fit``).
 
 Error control: the whole-row ranking and this one each run at ``DIAGNOSIS_ALPHA / 2`` when an engine registers laws
 (:func:`ranking_alpha`), so naming anything when the decoder samples from the target stays below ``DIAGNOSIS_ALPHA``.
@@ -30,7 +34,9 @@ from typing import Any
 import numpy as np
 
 from verifier.diagnose.rank import (DIAGNOSIS_ALPHA, FIT_ALPHA, MechanismScore, Ranking, weighted_total, combine, decide,
-                                    rank_mechanisms, robust_score)
+                                    rank_mechanisms, robust_score, sentence)
+from verifier.diagnose.robust import EPS_GRID
+from verifier.diagnose.share_fit import mle_shares
 from verifier.diagnose.likelihood import SequenceProbs, target_log_likelihood
 
 __all__ = ["engine_module", "law_tokens", "ranking_alpha", "truncate", "score_engine_laws", "engine_law_diagnosis",
@@ -38,6 +44,7 @@ __all__ = ["engine_module", "law_tokens", "ranking_alpha", "truncate", "score_en
 
 ENGINE_LAW_MARK = "engine:"  # hypothesis names of engine laws start with this ("engine:openvino-genai/as shipped ...")
 MIN_PROB = 1e-300  # a law's entry at or below this is 0 (an impossible row: -inf before the contamination mixture)
+SHOWN_SHARE = 5e-4  # a fitted share below this is left out of the sentence (it prints as 0.000); report.json keeps it
 
 
 def engine_module(engine: str | None):
@@ -56,10 +63,8 @@ def law_tokens(module, options: dict | None = None) -> int:
 
 
 def ranking_alpha(engine: str | None, alpha: float = DIAGNOSIS_ALPHA) -> float:
-    """Level of each of the two rankings: ``alpha / 2`` for an engine with registered laws, else ``alpha`` (also for a
-    module that predicts none, ``PREDICTS_LAWS = False``: it only says why)."""
-    module = engine_module(engine)
-    return alpha / 2 if module is not None and getattr(module, "PREDICTS_LAWS", True) else alpha
+    """Level of each of the two rankings: ``alpha / 2`` for an engine with registered laws, else ``alpha``."""
+    return alpha / 2 if engine_module(engine) is not None else alpha
 
 
 def truncate(seqs: SequenceProbs, num_tokens: int) -> SequenceProbs:
@@ -158,16 +163,38 @@ def mixture_score(name: str, component_ll: np.ndarray, ll_t: np.ndarray, weights
     """
     comps = np.concatenate([component_ll, ll_t[:, None]], axis=1)
     grid = _simplex(comps.shape[1])
-    with np.errstate(divide="ignore"):
-        per_row = np.logaddexp.reduce(np.log(grid)[None, :, :] + comps[:, None, :], axis=2)  # (rows, points)
-    totals = np.where(np.isfinite(per_row).all(axis=0), (per_row * weights[:, None]).sum(axis=0), -np.inf)
+    totals = np.empty(len(grid))
+    step = max(1, GRID_CHUNK_CELLS // max(1, len(comps)))
+    for a in range(0, len(grid), step):  # (rows, points) in chunks of points: 53,130 points for 6 components
+        per_row = _grid_log_mixture(comps, grid[a:a + step])
+        with np.errstate(invalid="ignore"):
+            totals[a:a + step] = np.where(np.isfinite(per_row).all(axis=0), weights @ per_row, -np.inf)
     with np.errstate(divide="ignore"):
         total = float(np.logaddexp.reduce(totals) - math.log(len(grid)))
     best = int(np.argmax(totals))
     lr = total - total_t
     score = MechanismScore(name, "biased", total, 0.0 if math.isnan(lr) else float(lr), log_lr_pure=None,
                            contamination=float(grid[best, -1]))
-    return score, grid[best], per_row[:, best]
+    return score, grid[best], _grid_log_mixture(comps, grid[best:best + 1])[:, 0]
+
+
+GRID_CHUNK_CELLS = 1 << 22  # rows x grid points evaluated at once (32 MiB of float64 per array)
+UNDERFLOW_NATS = 700.0  # a component this far below a row's best underflows exp(): that row takes np.logaddexp instead
+
+
+def _grid_log_mixture(comps: np.ndarray, grid: np.ndarray) -> np.ndarray:
+    """``log sum_c w_c P_c(x_i)`` for each row i and grid point w, shape (rows, points): a matrix product of the
+    components' probabilities scaled by each row's largest (``comps`` (rows, components) log, ``grid`` (points,
+    components)); a row whose components span more than :data:`UNDERFLOW_NATS` is summed in log space."""
+    shift = comps.max(axis=1)
+    shift = np.where(np.isfinite(shift), shift, 0.0)
+    gap = comps - shift[:, None]
+    with np.errstate(divide="ignore"):
+        out = np.log(np.exp(gap) @ grid.T) + shift[:, None]
+        tiny = (np.isfinite(gap) & (gap < -UNDERFLOW_NATS)).any(axis=1)
+        if tiny.any():
+            out[tiny] = np.logaddexp.reduce(np.log(grid)[None, :, :] + comps[tiny, None, :], axis=2)
+    return out
 
 
 def _add_mixtures(ranking: Ranking, engine: str, module, laws: dict[str, np.ndarray], tokens: np.ndarray,
@@ -218,17 +245,37 @@ def _row_log_law(law: np.ndarray, tokens: np.ndarray) -> np.ndarray:
     return out
 
 
-def _named_law(key: str, laws: dict[str, np.ndarray], target_law: np.ndarray | None, fitted: dict,
-               contamination: float) -> np.ndarray:
-    """The named hypothesis's law of J tokens at its fitted weights (a mixture) or contamination share."""
-    if key in fitted:  # a mixture hypothesis: its components (and the target) at the best grid weights
-        return sum(v * (target_law if c == "target" else laws[c]) for c, v in fitted[key].items() if v > 0)
-    law = laws[key]
-    return law if not contamination or target_law is None else (1 - contamination) * law + contamination * target_law
+def _components(key: str, laws: dict[str, np.ndarray], target_law: np.ndarray | None, grid: dict,
+                contaminated: bool) -> dict[str, np.ndarray]:
+    """The named hypothesis's component laws of J tokens: a mixture's laws and the target's (``grid`` holds its grid
+    weights, whose keys name them), a single law and the target's when the ranking fitted it a contamination share,
+    else the single law alone."""
+    if key in grid:
+        return {c: target_law if c == "target" else laws[c] for c in grid[key]}
+    if contaminated and target_law is not None:
+        return {key: laws[key], "target": target_law}
+    return {key: laws[key]}
 
 
-def _fit_pvalue(law: np.ndarray, tokens: np.ndarray, weights: np.ndarray) -> float | None:
-    """Chi-square p of the observed J-token counts against ``law`` (rows that end before J tokens left out)."""
+def _fit_at_mle(components: dict[str, np.ndarray], tokens: np.ndarray, weights: np.ndarray,
+                max_last: float = 1.0) -> tuple[float | None, dict[str, float]]:
+    """Fit check of a hypothesis made of ``components`` (one law, or a mixture whose last component is the target's):
+    its shares fitted by maximum likelihood on the rows (:func:`verifier.diagnose.share_fit.mle_shares`), then the
+    chi-square of the J-token counts against the mixture at those shares, with one degree of freedom less per free
+    share (components - 1).  Returns (p or None when nothing can be counted, {component: fitted share})."""
+    names = list(components)
+    if len(names) == 1:
+        shares = np.ones(1)
+    else:
+        comp_ll = np.stack([_row_log_law(components[c], tokens) for c in names], axis=1)
+        shares, _ = mle_shares(comp_ll, weights, max_last=max_last)
+    law = sum(v * components[c] for c, v in zip(names, shares) if v > 0)
+    return _fit_pvalue(law, tokens, weights, ddof=len(names) - 1), {c: float(v) for c, v in zip(names, shares)}
+
+
+def _fit_pvalue(law: np.ndarray, tokens: np.ndarray, weights: np.ndarray, ddof: int = 0) -> float | None:
+    """Chi-square p of the observed J-token counts against ``law`` (rows that end before J tokens left out), with
+    ``ddof`` parameters of ``law`` fitted to them."""
     from verifier.engines.reproductions._common import chi2_p
 
     if tokens.ndim != 2 or tokens.shape[1] < law.ndim:  # rows shorter than the law's J tokens: nothing to count
@@ -238,7 +285,7 @@ def _fit_pvalue(law: np.ndarray, tokens: np.ndarray, weights: np.ndarray) -> flo
         return None
     counts = np.zeros(law.shape)
     np.add.at(counts, tuple(tokens[full].T), weights[full])
-    return chi2_p(counts, law, min_prob=MIN_PROB, renormalise=True)
+    return chi2_p(counts, law, min_prob=MIN_PROB, renormalise=True, ddof=ddof)
 
 
 def engine_law_diagnosis(engine: str, sets: list[dict[str, Any]], *, bias_detected: bool) -> dict[str, Any] | None:
@@ -262,7 +309,10 @@ def engine_law_diagnosis(engine: str, sets: list[dict[str, Any]], *, bias_detect
     -------
     dict or None
         None when the engine has no module.  Else ``{"engine", "tokens", "sets": [{label, note?}], "decision",
-        "fit_pvalue", "named" (the engine law named alone or in a class, or None), "sentence"}``.
+        "fit_pvalue", "named" (the engine law named alone or in a class, or None), "sentence"}``; when a mixture's fit
+        was checked also ``"weights"`` (per sample set, component -> maximum-likelihood share, the target's last) and
+        ``"grid_weights"`` (the ranking's best grid point); ``decision["contamination"]`` is then the fitted target
+        share and ``decision["contamination_grid"]`` the ranking's.
     """
     module = engine_module(engine)
     if module is None:
@@ -308,31 +358,31 @@ def engine_law_diagnosis(engine: str, sets: list[dict[str, Any]], *, bias_detect
     out: dict[str, Any] = {"engine": engine, "tokens": J, "sets": notes, "decision": None, "fit_pvalue": None,
                            "named": None}
     if not rankings:
-        reasons = list(dict.fromkeys(n["note"] for n in notes if n.get("note")))
-        if not getattr(module, "PREDICTS_LAWS", True) and len(reasons) == 1:  # one reason for every set: say it once
-            out["sentence"] = f"no law is predicted from {engine}'s source: {reasons[0]}"
-        elif not getattr(module, "PREDICTS_LAWS", True):  # the sets' reasons differ (e.g. a defect set and its control)
-            out["sentence"] = (f"no law is predicted from {engine}'s source: "
-                               + "; ".join(f"{n['set']}: {n['note']}" for n in notes if n.get("note")))
-        else:
-            out["sentence"] = (f"the laws {engine}'s source predicts were not scored: "
-                               + "; ".join(f"{n['set']}: {n['note']}" for n in notes if n.get("note")))
+        out["sentence"] = (f"the laws {engine}'s source predicts were not scored: "
+                           + "; ".join(f"{n['set']}: {n['note']}" for n in notes if n.get("note")))
         return out
     total = combine(rankings)
     pre = decide(total, bias_detected=bias_detected, alpha=ranking_alpha(engine))
     best = pre.get("best") or []
-    fit_p = None
+    fit_p, checks = None, []
     if pre["status"] == "consistent" and best and best[0].startswith(ENGINE_LAW_MARK):
-        law_key = best[0].split("/", 1)[1]
-        ps = [p for laws, tl, tokens, weights, fitted in fits
-              if (p := _fit_pvalue(_named_law(law_key, laws, tl, fitted, pre.get("contamination") or 0.0),
-                                   tokens, weights)) is not None]
-        fit_p = min(1.0, min(ps) * len(ps)) if ps else None
-    d = decide(total, bias_detected=bias_detected, fit_pvalue=fit_p, alpha=ranking_alpha(engine))
-    out["decision"], out["fit_pvalue"] = d, fit_p
-    if fit_p is not None:  # a named mixture: its fitted weights per sample set
         key = best[0].split("/", 1)[1]
-        out["weights"] = [f[4][key] for f in fits if key in f[4]] or None
+        # the law, or the mixture, at its maximum-likelihood shares (a contamination share at most EPS_GRID's largest,
+        # as ranked), each set on its own rows; Bonferroni over the sets
+        checks = [_fit_at_mle(_components(key, laws, tl, grid, bool(pre.get("contamination"))), tokens, weights,
+                              max_last=1.0 if key in grid else max(EPS_GRID))
+                  for laws, tl, tokens, weights, grid in fits]
+        checks = [(p, w, grid.get(key)) for (p, w), (*_, grid) in zip(checks, fits) if p is not None]
+        fit_p = min(1.0, min(p for p, _, _ in checks) * len(checks)) if checks else None
+    d = decide(total, bias_detected=bias_detected, fit_pvalue=fit_p, alpha=ranking_alpha(engine))
+    if any("target" in w for _, w, _ in checks):  # the target's share at the fitted shares, not at the grid point
+        d["contamination_grid"] = d["contamination"]
+        d["contamination"] = max(w.get("target", 0.0) for _, w, _ in checks)
+        d["sentence"] = sentence(d)
+    out["decision"], out["fit_pvalue"] = d, fit_p
+    if checks and all(g is not None for *_, g in checks):  # a checked mixture: its fitted shares per sample set
+        out["weights"] = [w for _, w, _ in checks]
+        out["grid_weights"] = [g for *_, g in checks]  # the best point of the ranking's grid (WEIGHT_STEP)
     # named only when an engine law leads the class (its own fit was checked); a family hypothesis first: not named here
     lead = (d.get("best") or [""])[0]
     engine_best = [n for n in (d.get("best") or []) if n.startswith(ENGINE_LAW_MARK)] if lead.startswith(ENGINE_LAW_MARK) else []
@@ -341,9 +391,9 @@ def engine_law_diagnosis(engine: str, sets: list[dict[str, Any]], *, bias_detect
         out["sentence"] = (f"{_tokens(J)} {d['sentence']}, a law {engine}'s source predicts (goodness of fit "
                            f"p = {fit_p:.2g} >= {FIT_ALPHA:g})" if fit_p is not None else
                            f"{_tokens(J)} {d['sentence']}, a law {engine}'s source predicts")
-        if out.get("weights"):  # a mixture: which of its laws the rows came from
+        if out.get("weights"):  # a mixture: which of its laws the rows came from (maximum-likelihood shares)
             out["sentence"] += "; fitted shares: " + " | ".join(
-                ", ".join(f"{c} {v:.2f}" for c, v in w.items() if v > 0) for w in out["weights"])
+                ", ".join(f"{c} {v:.3f}" for c, v in w.items() if v >= SHOWN_SHARE) for w in out["weights"])
     elif d["status"] == "consistent":  # a family hypothesis leads on J tokens: its own fit is not checked here
         out["sentence"] = (f"no law {engine}'s source predicts is preferred on {_tokens(J)} (the best there, {lead}, "
                            "is a family hypothesis, whose own law the whole-row diagnosis checks)")

@@ -26,11 +26,13 @@ def first_two_token_probs(prompt, sampling, target, draft):
     return p1, support, p2, q2
 
 
-def chi2_p(counts, law, *, min_prob: float = 0.0, renormalise: bool = False) -> float:
+def chi2_p(counts, law, *, min_prob: float = 0.0, renormalise: bool = False, ddof: int = 0) -> float:
     """Chi-square p-value of ``counts`` against ``law``; 0 when a count falls where the law is <= ``min_prob``.
 
     Categories sorted by expected count, the tail pooled until every expected count is >= 10 (as the
-    harness pools, without looking at the data).  ``renormalise`` rescales the kept law to sum 1.
+    harness pools, without looking at the data).  ``renormalise`` rescales the kept law to sum 1.  ``ddof``
+    (default 0): parameters of ``law`` fitted to these counts (a mixture's free shares), taken off the degrees of
+    freedom (``scipy.stats.chisquare``'s ``ddof``); 1.0 when fewer than one degree of freedom is left (nothing to test).
     """
     counts, law = np.asarray(counts, dtype=float).ravel(), np.asarray(law).ravel()
     keep = law > min_prob
@@ -48,7 +50,7 @@ def chi2_p(counts, law, *, min_prob: float = 0.0, renormalise: bool = False) -> 
     if e > 0 and bins_e:
         bins_o[-1] += o
         bins_e[-1] += e
-    return float(sps.chisquare(bins_o, bins_e).pvalue) if len(bins_o) > 1 else 1.0
+    return float(sps.chisquare(bins_o, bins_e, ddof=ddof).pvalue) if len(bins_o) - 1 - ddof >= 1 else 1.0
 
 
 def clopper_pearson(k: int, n: int, confidence: float = 0.99) -> tuple[float, float]:

@@ -29,7 +29,7 @@ request's first verified position reads its own slot of the unwritten tensor).  
 server drafts with the model it was launched with, not recorded in the audit) :data:`FINITE` (the classes that need
 no draft) is scored and the report says the NaN class was not tested.  Tempered classes (tau between about 1e-2 and
 1e2) are not modelled: at maximum-likelihood shares these five classes fit the rows of every published vLLM folder
-(chi-square p 0.05-0.69; reports/benchmarks.md, "vLLM engine law").
+(the diagnosis's fit check, 4 degrees of freedom fewer: p 0.025-1; reports/benchmarks.md sections 31 and 34).
 
 Token 2 for every k: after the prefill step the proposer drafts from ``prompt + x1``
 (``vllm/v1/spec_decode/llm_base_proposer.py::prepare_next_token_ids_cpu``: the last sampled token) and
@@ -56,13 +56,12 @@ import torch
 from verifier.engines.reproductions._common import SHIPPED_PROMPT
 from verifier.sampling import SamplingConfig, processed_probs
 
-__all__ = ["first_round_acceptance", "main", "LAW_TOKENS", "NEEDS_DRAFT", "PREDICTS_LAWS", "LAW_SOURCE", "LAW_POINTER",
+__all__ = ["first_round_acceptance", "main", "LAW_TOKENS", "NEEDS_DRAFT", "LAW_SOURCE", "LAW_POINTER",
            "UNIFORM", "ARGMAX", "ARGMIN", "NAN_DRAFT", "FINITE", "MIXTURE", "MIXTURES", "law_unsupported", "untested",
            "engine_laws"]
 
 LAW_TOKENS = 2  # token 1 (prefill) and token 2 (the first verified position of the first round, for every k)
 NEEDS_DRAFT = False  # without the draft the classes that need none are scored (FINITE); untested() says what is left out
-PREDICTS_LAWS = True  # the whole-row ranking and the engine-law ranking each run at alpha / 2
 UNIFORM = "huge temperature: token 2 uniform"
 ARGMAX = "tiny positive temperature: token 2 = the target's argmax"
 ARGMIN = "tiny negative temperature: token 2 = the target's argmin"
