@@ -91,3 +91,27 @@ def test_a_forged_or_corrupt_timing_file_never_crashes_a_report_or_lends_it_a_ra
     timing.unlink()  # a missing file: the same
     assert main(["report", str(run), "--recompute", "--no-progress"]) == 4
     assert "rate not recorded" in (run / "report.md").read_text()
+
+
+def test_a_recompute_without_timing_keeps_the_runs_rate_and_time_to_verdict(tmp_path, capsys):
+    """A committed folder keeps no timing.jsonl: `report --recompute` used to drop the rate the run measured (and
+    its time to verdict and finish time), so `specverify engines` lost the engine's rate.  Now the recompute takes
+    the run's timed rows and seconds from the folder's previous report.json (rows still needed recomputed), and keeps
+    the run's time to verdict; a previous report without them still gives "rate not recorded"."""
+    run = tmp_path / "a"
+    assert main(["audit", "--decoder", "reference", "--target", "tabular:bigram4_eos", "--num-samples", "500",
+                 "--target-tv", "0.03", "--run-dir", str(run), "--no-progress", "--no-diagnosis"]) == 4
+    before = json.loads((run / "report.json").read_text())["run"]
+    (run / TIMING_FILE).unlink()
+    assert main(["report", str(run), "--recompute"]) == 4
+    after = json.loads((run / "report.json").read_text())["run"]
+    assert after["cost"]["decoder"]["rate_samples_per_s"] == before["cost"]["decoder"]["rate_samples_per_s"] > 0
+    assert after["cost"]["decoder"]["rows_still_needed"] == before["cost"]["decoder"]["rows_still_needed"]
+    assert after["time_to_verdict"] == before["time_to_verdict"] and after["finished_at"] == before["finished_at"]
+    forged = json.loads((run / "report.json").read_text())
+    forged["run"]["cost"]["decoder"].update(timed_samples=float("nan"), timed_seconds=-1)
+    (run / "report.json").write_text(json.dumps(forged))
+    assert main(["report", str(run), "--recompute"]) == 4
+    again = json.loads((run / "report.json").read_text())["run"]["cost"]["decoder"]
+    assert again["rate_samples_per_s"] is None and "rate not recorded" in again["sentence"]
+    capsys.readouterr()

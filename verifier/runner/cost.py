@@ -101,7 +101,8 @@ def chunks_on_disk(timing: dict[tuple[str, int], tuple[int, float]], plans: Iter
             if planned.get(key) == rows and chunk_path(*key).is_file()}
 
 
-def decoder_costs(report: dict[str, Any], timing: dict[tuple[str, int], tuple[int, float]]) -> dict[str, dict[str, Any]]:
+def decoder_costs(report: dict[str, Any], timing: dict[tuple[str, int], tuple[int, float]],
+                  previous: dict[str, Any] | None = None) -> dict[str, dict[str, Any]]:
     """Per decoder of ``report``: the sampling rate of its chunks on disk, the rows still needed and the hours.
 
     Parameters
@@ -110,6 +111,10 @@ def decoder_costs(report: dict[str, Any], timing: dict[tuple[str, int], tuple[in
         report.json without its ``run`` section's cost (``decoders[].n_needed``, ``sample_sets[]``).
     timing : dict
         :func:`read_timing` of the run folder (and its shards).
+    previous : dict, optional
+        The cost section of the folder's report before a recompute (``{decoder: entry}``): a decoder none of whose
+        chunks has a timing line (a committed folder keeps no timing.jsonl) takes the run's timed rows and seconds
+        from it, so the recomputed report keeps the rate the run measured.
 
     Returns
     -------
@@ -131,6 +136,8 @@ def decoder_costs(report: dict[str, Any], timing: dict[tuple[str, int], tuple[in
         mine = [s for s in sets if s.get("decoder") == name]
         rows = sum(per_set.get(str(s.get("set_id")), [0.0, 0.0])[0] for s in mine)
         seconds = sum(per_set.get(str(s.get("set_id")), [0.0, 0.0])[1] for s in mine)
+        if not rows and isinstance((previous or {}).get(str(name)), dict):  # the run's own figures (no timing lines)
+            rows, seconds = _timed_figures(previous[str(name)])
         rate = rows / seconds if rows and seconds > 0 else None
         need = d.get("n_needed")
         still = sum(max(0, int(need) - int(s.get("samples_on_disk") or 0)) for s in mine) if need else 0
@@ -140,6 +147,15 @@ def decoder_costs(report: dict[str, Any], timing: dict[tuple[str, int], tuple[in
         entry["sentence"] = cost_sentence(entry, need, len(mine))
         out[str(name)] = entry
     return out
+
+
+def _timed_figures(entry: dict[str, Any]) -> tuple[float, float]:
+    """(timed rows, seconds) of a previous report's cost entry, (0, 0) unless both are finite and positive."""
+    import math
+
+    rows, seconds = entry.get("timed_samples"), entry.get("timed_seconds")
+    ok = all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0 for v in (rows, seconds))
+    return (float(rows), float(seconds)) if ok else (0.0, 0.0)
 
 
 def _rate(rate: float) -> str:

@@ -457,12 +457,23 @@ def assess(ctx: SuiteContext, store: SampleStore, errors: dict, exact: dict, sta
             f"{said}; diagnosis and reports follow")
     report["run"][KEY_FIELD] = run_inputs_key(store.run_dir, allow_partial)
     timing = cost.chunks_on_disk(cost.read_timing([store.run_dir]), ctx.plans, store.chunk_path)
-    report["run"]["cost"] = cost.decoder_costs(report, timing)  # volatile: in `run`
+    before = previous.get("run") if regenerating and isinstance(previous, dict) and isinstance(previous.get("run"), dict) else {}
+    kept = before.get("cost") if isinstance(before.get("cost"), dict) else None  # a folder without timing.jsonl (committed):
+    report["run"]["cost"] = cost.decoder_costs(  # the rate its run measured; a timing file present is the only source
+        report, timing, kept if not (store.run_dir / cost.TIMING_FILE).exists() else None)
+    for key in RUN_FIGURES:  # a recompute keeps the figures of the run that drew the samples (its stage_seconds too)
+        if key not in report["run"] and key in before:
+            report["run"][key] = before[key]
     report["samples_planned"] = sum(s["samples"] for s in sets_info)
     report["samples_missing"] = sum(s["samples_missing"] for s in sets_info)
     if report["samples_missing"]:
         log(f"partial report: {report['samples_missing']} of {report['samples_planned']} samples are missing")
     return report, code
+
+
+# report.json `run` figures measured by the run that drew the samples, kept by a recompute (`specverify report
+# --recompute`) that cannot measure them again: its time to verdict and when it finished
+RUN_FIGURES = ("time_to_verdict", "finished_at")
 
 
 def start_run(store: SampleStore, suite: Suite, *, resume: bool, log: Callable[[str], None]) -> str:
