@@ -127,12 +127,12 @@ def test_without_the_draft_the_finite_classes_are_named_with_their_shares_and_ta
     assert clean["named"] is None and clean["decision"]["status"] != "consistent", clean["sentence"]
 
 
-def test_law_unsupported_names_the_control_filters_penalties_and_probabilistic_drafts():
+def test_law_unsupported_names_the_control_filters_and_probabilistic_drafts():
     assert law.law_unsupported(SAMPLING, 3, {}) is None and law.law_unsupported(SAMPLING, 1, None) is None
     assert "target's law" in law.law_unsupported(SAMPLING, 1, {"patch_cpu_expand": True})
     top = law.law_unsupported(SamplingConfig(temperature=0.7, top_k=50, top_p=0.9), 3, {})
     assert "crashes" in top and "random top-k" in top
-    assert "penalties" in law.law_unsupported(SamplingConfig(temperature=1.0, presence_penalty=0.5), 3, {})
+    assert law.law_unsupported(SamplingConfig(temperature=1.0, presence_penalty=0.5), 3, {}) is None  # modelled
     assert "id 0" in law.law_unsupported(SAMPLING, 1, {"draft_sample_method": "probabilistic"})
     assert ranking_alpha("vllm") == ranking_alpha("vllm (URL)") == DIAGNOSIS_ALPHA / 2
 
@@ -143,3 +143,40 @@ def test_the_classes_are_laws_of_tokens_1_2_with_the_targets_first_token(models)
     for name, joint in laws.items():
         assert np.isclose(joint.sum(), 1.0) and np.allclose(joint.sum(1), p1), name
     assert law.LAW_TOKENS == 2  # token 2 is the first verified position for every k
+
+
+PENALTIES = SamplingConfig(temperature=1.0, repetition_penalty=1.5, presence_penalty=0.5, frequency_penalty=0.5)
+
+
+def test_penalised_classes_take_the_context_and_are_named(models):
+    """Penalties (vLLM applies them to the target logits before the unwritten temperature: the argmax / argmin classes
+    are those of the penalised logits; the published penalties set: repetition 1.5, presence 0.5, frequency 0.5, T = 1).
+    The target class equals the harness's exact penalised law of tokens 1-2 (runner.expected.position_laws, the
+    reference's context codes); the penalised argmax differs from the raw one after some token 1 (so a law that
+    ignored the context would differ); rows from the penalised finite classes (seed 32; shares uniform 0.10, argmax
+    0.30, argmin 0.20, target 0.40) are named with each share within SHARE_TOL, and rows from the penalised target
+    (seed 33) name nothing."""
+    from verifier.diagnose.engine_laws import engine_law_diagnosis
+    from verifier.runner.expected import position_laws
+
+    target = models[0]
+    laws = law.engine_laws(PROMPT, PENALTIES, target)
+    vocab, eos = _info(target)
+    exact = position_laws(ReferenceModel(target, vocab, eos), tuple(PROMPT), PENALTIES, 2, 2).joint
+    V = laws["target"].shape[0]
+    joint = np.asarray(exact).reshape(V + 1, V + 1)[:V, :V] if np.size(exact) == (V + 1) ** 2 else None
+    going = np.arange(V) != eos  # the exact law ends a row at EOS (token 2 "ended"); the engine's row goes on
+    assert joint is not None and np.allclose(laws["target"][going], joint[going], rtol=1e-5, atol=1e-12)
+    plain = models[2]
+    assert (laws[law.ARGMAX].argmax(1) != plain[law.ARGMAX].argmax(1))[laws["target"].sum(1) > 0].any()
+    shares = {law.UNIFORM: 0.10, law.ARGMAX: 0.30, law.ARGMIN: 0.20, "target": 0.40}
+
+    def diagnose(tokens):
+        return engine_law_diagnosis("vllm", [{"seqs": None, "tokens": tokens, "prompt": PROMPT, "sampling": PENALTIES,
+                                              "label": "s", "num_draft_tokens": K, "target": target, "draft": None,
+                                              "options": {}}], bias_detected=True)
+    found = diagnose(_rows(sum(w * laws[c] for c, w in shares.items()), seed=32))
+    assert found["named"] == [f"{ENGINE_LAW_MARK}vllm/{law.FINITE}"], found["sentence"]
+    assert all(abs(found["weights"][0][c] - w) <= SHARE_TOL for c, w in shares.items()), found["weights"]
+    clean = diagnose(_rows(laws["target"], seed=33))
+    assert clean["named"] is None and clean["decision"]["status"] != "consistent", clean["sentence"]

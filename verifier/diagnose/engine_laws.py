@@ -324,8 +324,8 @@ def engine_law_diagnosis(engine: str, sets: list[dict[str, Any]], *, bias_detect
         why = module.law_unsupported(s["sampling"], s["num_draft_tokens"], options=s.get("options") or {})
         if why is None and s.get("seqs") is None and getattr(module, "NEEDS_DRAFT", True):
             why = "the draft is unknown and this engine's laws need its probs"
-        if why is None and s["sampling"].uses_context:  # a penalty: the laws' processed probs take no context
-            why = "penalties set: the engine's laws are predicted without the context a penalty needs"
+        if why is None and s["sampling"].uses_context and not getattr(module, "TAKES_CONTEXT", False):
+            why = "penalties set: the engine's laws are predicted without the context a penalty needs"  # no context
         if why:
             notes.append({"set": s["label"], "note": why})
             continue

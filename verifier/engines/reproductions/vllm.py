@@ -54,14 +54,19 @@ import numpy as np
 import torch
 
 from verifier.engines.reproductions._common import SHIPPED_PROMPT
-from verifier.sampling import SamplingConfig, processed_probs
+from verifier.sampling import SamplingConfig, add_generated, context_codes, processed_probs
 
-__all__ = ["first_round_acceptance", "main", "LAW_TOKENS", "NEEDS_DRAFT", "LAW_SOURCE", "LAW_POINTER",
+__all__ = ["first_round_acceptance", "main", "LAW_TOKENS", "NEEDS_DRAFT", "TAKES_CONTEXT", "LAW_SOURCE", "LAW_POINTER",
            "UNIFORM", "ARGMAX", "ARGMIN", "NAN_DRAFT", "FINITE", "MIXTURE", "MIXTURES", "law_unsupported", "untested",
            "engine_laws"]
 
 LAW_TOKENS = 2  # token 1 (prefill) and token 2 (the first verified position of the first round, for every k)
 NEEDS_DRAFT = False  # without the draft the classes that need none are scored (FINITE); untested() says what is left out
+# penalties are modelled: RejectionSampler.apply_logits_processors applies them (apply_all_penalties over the prompt and
+# the output tokens so far) to the target logits before apply_sampling_constraints divides by the unwritten
+# temperature, so the argmax / argmin classes are those of the penalised logits; the greedy draft takes the draft's raw
+# logits (llm_base_proposer._sample_from_logits: logits.argmax), and token 1 the prefill sampler's penalised law
+TAKES_CONTEXT = True
 UNIFORM = "huge temperature: token 2 uniform"
 ARGMAX = "tiny positive temperature: token 2 = the target's argmax"
 ARGMIN = "tiny negative temperature: token 2 = the target's argmin"
@@ -96,8 +101,6 @@ LAW_SOURCE = {
 _TOP = ("top-k / top-p set: the same unwritten expand_kernel output is used as the per-token top_k / top_p, so the "
         "engine crashes (top-k without top-p: apply_top_k_only on an empty batch; top-k 50 with top-p 0.9: index 384 "
         "out of bounds) or applies a random top-k / top-p that the source does not fix (FINDINGS.md)")
-_PENALTIES = ("penalties set: vLLM applies them to the target logits before the unwritten temperature, so the classes' "
-              "argmax / argmin are those of the penalised logits; not modelled")
 
 
 def law_unsupported(sampling, num_draft_tokens: int, options=None) -> str | None:
@@ -115,7 +118,8 @@ def law_unsupported(sampling, num_draft_tokens: int, options=None) -> str | None
     Returns
     -------
     str or None
-        The reason (the control, T = 0, top-k / top-p, penalties, min-p, probabilistic drafts), or None.
+        The reason (the control, T = 0, top-k / top-p, min-p, probabilistic drafts), or None.  Penalties are
+        modelled (:data:`TAKES_CONTEXT`).
     """
     opts = options or {}
     if opts.get("patch_cpu_expand"):
@@ -127,8 +131,6 @@ def law_unsupported(sampling, num_draft_tokens: int, options=None) -> str | None
         return "T = 0: apply_sampling_constraints returns the logits untouched when every request is greedy (target's law)"
     if sampling.top_k is not None or sampling.top_p is not None:
         return _TOP
-    if any(v for v in (sampling.repetition_penalty, sampling.presence_penalty, sampling.frequency_penalty)):
-        return _PENALTIES
     if sampling.min_p is not None:
         return "min-p set: vLLM refuses min-p with a speculative config"
     return None
@@ -167,7 +169,8 @@ def engine_laws(prompt, sampling, target, draft=None, options=None) -> dict[str,
     ----------
     prompt : list of int
     sampling : SamplingConfig
-        Temperature-only (:func:`law_unsupported` answers for the rest).
+        Temperature, optionally with repetition / presence / frequency penalties (the prompt is token 1's context,
+        prompt + token 1 token 2's); :func:`law_unsupported` answers for the rest.
     target, draft : torch language models
         ``draft`` None (unknown): :data:`NAN_DRAFT` is left out.
     options : dict or None
@@ -179,17 +182,25 @@ def engine_laws(prompt, sampling, target, draft=None, options=None) -> dict[str,
         ``"target"`` (token 2 from the target's processed law), :data:`UNIFORM`, :data:`ARGMAX`, :data:`ARGMIN` and,
         with the draft, :data:`NAN_DRAFT`; token 1 is the target's processed law in each.
     """
-    p1 = processed_probs(torch.as_tensor(_last_logits(target, [list(prompt)])[0]), sampling).numpy()
+    first = torch.as_tensor(_last_logits(target, [list(prompt)]))  # (1, vocab)
+    V = first.shape[-1]
+    p1 = processed_probs(first, sampling, context_codes(prompt, 1, V, sampling=sampling))[0].numpy()
     support = np.nonzero(p1)[0]
     ctx = [list(prompt) + [int(t)] for t in support]
-    logits = _last_logits(target, ctx)
-    p2 = processed_probs(torch.as_tensor(logits), sampling).numpy()
-    V = len(p1)
+    logits = torch.as_tensor(_last_logits(target, ctx))
+    codes = context_codes(prompt, len(support), V, sampling=sampling)  # prompt + token 1 (None without penalties)
+    if codes is not None:
+        add_generated(codes, torch.arange(len(support)), torch.as_tensor(support, dtype=torch.int64))
+    p2 = processed_probs(logits, sampling, codes).numpy()
+    # the classes' one-hots: argmax / argmin of the penalised logits (a penalty moves logits, not their temperature)
+    penalised = processed_probs(logits, SamplingConfig(temperature=1.0, repetition_penalty=sampling.repetition_penalty,
+                                                       presence_penalty=sampling.presence_penalty,
+                                                       frequency_penalty=sampling.frequency_penalty), codes).numpy()
     laws = {name: np.zeros((V, V)) for name in ("target", UNIFORM, ARGMAX, ARGMIN)}
     laws["target"][support] = p1[support, None] * p2
     laws[UNIFORM][support] = p1[support, None] / V
-    laws[ARGMAX][support, logits.argmax(1)] = p1[support]
-    laws[ARGMIN][support, logits.argmin(1)] = p1[support]
+    laws[ARGMAX][support, penalised.argmax(1)] = p1[support]
+    laws[ARGMIN][support, penalised.argmin(1)] = p1[support]
     if draft is not None:
         laws[NAN_DRAFT] = np.zeros((V, V))
         laws[NAN_DRAFT][support, _last_logits(draft, ctx).argmax(1)] = p1[support]
