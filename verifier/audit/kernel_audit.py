@@ -298,7 +298,7 @@ def standard_kernel_cases() -> list[KernelCase]:
 
 
 def draw_kernel_samples(kernel: VerificationKernel, case: KernelCase, num_draws: int, seed: int, *,
-                        batch_size: int = DEFAULT_BATCH) -> np.ndarray:
+                        batch_size: int = DEFAULT_BATCH, checkpoint=None) -> np.ndarray:
     """Run ``kernel`` on ``num_draws`` independent verify steps of ``case``.
 
     Parameters
@@ -311,6 +311,10 @@ def draw_kernel_samples(kernel: VerificationKernel, case: KernelCase, num_draws:
     seed : int
         Draft tokens use ``SeedSequence([seed, 0])``, the kernel's generator ``SeedSequence([seed, 1])``.
     batch_size : int, default 8192
+    checkpoint : verifier.audit.kernel_checkpoint.KernelCheckpoint, optional
+        Where drawn rows go as they are drawn (every ``FLUSH_SECONDS``, at the end and on an interruption),
+        with the generator states after them; rows already stored there are kept and the stream continues
+        from their states, so the result equals an uninterrupted run's bit for bit.
 
     Returns
     -------
@@ -326,11 +330,42 @@ def draw_kernel_samples(kernel: VerificationKernel, case: KernelCase, num_draws:
     target, draft = case.tensors()
     k, vocab = case.num_draft_tokens, case.vocab_size
     out = np.empty((num_draws, k + 1), dtype=np.int64)
-    for start in range(0, num_draws, batch_size):
-        b = min(batch_size, num_draws - start)
-        ids = torch.multinomial(draft, b, replacement=True, generator=draft_gen).T.contiguous()  # (b, k)
-        emitted = guarded(target.expand(b, k + 1, vocab).contiguous(), draft.expand(b, k, vocab).contiguous(), ids, kernel_gen)
-        out[start : start + b] = emitted.numpy()
+    done = 0  # rows [0, done) are drawn and the generators are past them
+    if checkpoint is not None:
+        from verifier.audit.kernel_checkpoint import FLUSH_SECONDS
+
+        stored = checkpoint.resume(case, num_draws, batch_size)
+        for rows in stored.rows:
+            out[done : done + len(rows)] = rows
+            done += len(rows)
+        if stored.draft_state is not None:
+            draft_gen.set_state(stored.draft_state)
+            kernel_gen.set_state(stored.kernel_state)
+        chunk, flushed, last_flush = stored.next_chunk, done, time.perf_counter()
+        states = (draft_gen.get_state(), kernel_gen.get_state())  # after row done
+
+        def flush() -> None:
+            nonlocal chunk, flushed, last_flush
+            if done > flushed:
+                checkpoint.write(case, chunk, out[flushed:done], *states)
+                chunk, flushed, last_flush = chunk + 1, done, time.perf_counter()
+    try:
+        for start in range(done, num_draws, batch_size):
+            b = min(batch_size, num_draws - start)
+            if checkpoint is not None and b < batch_size:
+                flush()  # a last partial batch gets a chunk of its own (a resume for more draws redraws it)
+            ids = torch.multinomial(draft, b, replacement=True, generator=draft_gen).T.contiguous()  # (b, k)
+            emitted = guarded(target.expand(b, k + 1, vocab).contiguous(), draft.expand(b, k, vocab).contiguous(), ids, kernel_gen)
+            out[start : start + b] = emitted.numpy()
+            done = start + b
+            if checkpoint is not None:
+                states = (draft_gen.get_state(), kernel_gen.get_state())
+                if done == num_draws or time.perf_counter() - last_flush >= FLUSH_SECONDS:
+                    flush()
+    except BaseException:
+        if checkpoint is not None:
+            flush()  # the whole batches drawn before the interruption, with the states after them
+        raise
     return out
 
 
@@ -461,7 +496,7 @@ def _acceptance(case: KernelCase, emitted: np.ndarray, label: str, alpha: float,
 
 def audit_kernel(kernel: VerificationKernel, case: KernelCase, *, num_draws: int = 200_000, seed: int = 0, alpha: float = 1e-3,
                  batch_size: int = DEFAULT_BATCH, name: str | None = None, acceptance: str = "any",
-                 target_tv: float = KERNEL_TARGET_TV) -> KernelAuditResult:
+                 target_tv: float = KERNEL_TARGET_TV, checkpoint=None) -> KernelAuditResult:
     """Audit a verification kernel on one synthetic case: PASS, BIAS DETECTED or UNDERPOWERED.
 
     Parameters
@@ -482,6 +517,9 @@ def audit_kernel(kernel: VerificationKernel, case: KernelCase, *, num_draws: int
     target_tv : float, default 0.03
         Smallest bias (total variation) the case must be able to see: a case not rejected whose cells'
         minimum detectable TV exceeds it is ``UNDERPOWERED`` (never PASS).
+    checkpoint : verifier.audit.kernel_checkpoint.KernelCheckpoint, optional
+        Store the draws as they are drawn and continue stored ones (:func:`draw_kernel_samples`); the
+        verdict is computed on all ``num_draws`` draws, stored and new.
 
     Returns
     -------
@@ -501,7 +539,7 @@ def audit_kernel(kernel: VerificationKernel, case: KernelCase, *, num_draws: int
     if acceptance not in ("any", "canonical"):
         raise invalid_argument("acceptance", acceptance, "'any' or 'canonical'")
     started = time.perf_counter()
-    emitted = draw_kernel_samples(kernel, case, num_draws, seed, batch_size=batch_size)
+    emitted = draw_kernel_samples(kernel, case, num_draws, seed, batch_size=batch_size, checkpoint=checkpoint)
     draw_seconds = time.perf_counter() - started  # the kernel's own time: the rate a longer run scales by
     cells = _kernel_cells(case, emitted, alpha)
     adjustment = adjust([c.result for c in cells], alpha=alpha, mode="gate", dependent=True)
