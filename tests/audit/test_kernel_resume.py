@@ -101,3 +101,35 @@ def test_a_changed_case_is_refused_on_resume(tmp_path, capsys):
     with pytest.raises(Exception) as err:
         KernelCheckpoint(tmp_path, {**IDENTITY, "cases": [{"name": "chain-k4", "sha256": "1" * 64}]}, resume=True)
     assert "cases" in str(err.value) and err.value.exit_code == EXIT_USAGE
+
+
+def test_kernel_shards_merge_into_one_report_on_the_summed_draws(tmp_path, capsys):
+    """Two shards of 6000 draws of full-p fallback on seed-3token (TV .06, alpha 1e-3, seed 5): the merged cells count
+    12000 draws, equal to judging the two shards' draws (each with its spawned seed) as one sample; a shard given twice,
+    a missing shard and a shard of another seed are refused (exit 2)."""
+    from verifier.audit.kernel_audit import judge_kernel_draws
+    from verifier.audit.kernel_shards import shard_seed
+
+    common = ["audit", "--kernel", "verifier.decoders.kernels:full_p_fallback_kernel", "--case", "seed-3token", "--seed", "5",
+              "--num-draws", "6000"]
+    a, b, other, out = (tmp_path / n for n in ("s0", "s1", "other", "merged"))
+    main([*common, "--shard", "0/2", "--report-dir", str(a)])
+    main([*common, "--shard", "1/2", "--report-dir", str(b)])
+    assert main(["merge", str(a), str(b), "--out", str(out)]) == EXIT_BIAS
+    merged = json.loads((out / "report.json").read_text())
+    assert merged["cases"][0]["num_draws"] == 12_000 and [s["shard"] for s in merged["shards"]] == ["0/2", "1/2"]
+    parts = [draw_kernel_samples(full_p_fallback_kernel, SEED3, 6000, shard_seed(5, i)) for i in (0, 1)]
+    expected = judge_kernel_draws(np.concatenate(parts), SEED3, label="x", seed=5)
+    got = [(c["n"], c["pvalue"], np.rint(np.array(c["observed"]) * c["n"]).tolist()) for c in merged["cases"][0]["cells"]]
+    assert got == [(c.result.n, c.result.pvalue, c.counts.tolist()) for c in expected.cells]
+    capsys.readouterr()
+    assert main(["merge", str(a), str(a), "--out", str(out)]) == EXIT_USAGE  # the same folder twice
+    main([*common[:-2], "--num-draws", "100", "--shard", "0/2", "--report-dir", str(other)])
+    assert main(["merge", str(a), str(other), "--out", str(out)]) == EXIT_USAGE  # shard 0/2 twice
+    assert "shard 0/2" in capsys.readouterr().err
+    assert main(["merge", str(a), "--out", str(out)]) == EXIT_USAGE  # shard 1/2 missing
+    assert "1/2" in capsys.readouterr().err
+    seed6 = tmp_path / "seed6"
+    main([*common[:-4], "--seed", "6", "--num-draws", "100", "--shard", "1/2", "--report-dir", str(seed6)])
+    assert main(["merge", str(a), str(seed6), "--out", str(out)]) == EXIT_USAGE  # another audit's shard
+    assert "seed" in capsys.readouterr().err

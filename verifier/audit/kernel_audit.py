@@ -53,6 +53,7 @@ __all__ = [
     "standard_kernel_cases",
     "draw_kernel_samples",
     "audit_kernel",
+    "judge_kernel_draws",
 ]
 
 EXACT_MAX_VOCAB = 16  # above this, blind_cell_reasons checks the two classic causes in float64 (exact laws get slow)
@@ -541,11 +542,37 @@ def audit_kernel(kernel: VerificationKernel, case: KernelCase, *, num_draws: int
     started = time.perf_counter()
     emitted = draw_kernel_samples(kernel, case, num_draws, seed, batch_size=batch_size, checkpoint=checkpoint)
     draw_seconds = time.perf_counter() - started  # the kernel's own time: the rate a longer run scales by
+    label = name or getattr(kernel, "name", None) or getattr(kernel, "__name__", type(kernel).__name__)
+    return judge_kernel_draws(emitted, case, label=label, seed=seed, alpha=alpha, acceptance=acceptance, target_tv=target_tv,
+                              draw_seconds=draw_seconds)
+
+
+def judge_kernel_draws(emitted: np.ndarray, case: KernelCase, *, label: str, seed: int, alpha: float = 1e-3, acceptance: str = "any",
+                       target_tv: float = KERNEL_TARGET_TV, draw_seconds: float | None = None) -> KernelAuditResult:
+    """The verdict of :func:`audit_kernel` on draws already drawn (a resumed audit, merged shards).
+
+    Parameters
+    ----------
+    emitted : np.ndarray, shape (num_draws, num_draft_tokens + 1), int64
+        Emitted tokens of :func:`draw_kernel_samples`, -1 padded.
+    case : KernelCase
+    label : str
+        The kernel's name in the result.
+    seed : int
+        The seed recorded in the result.
+    alpha, acceptance, target_tv
+        As in :func:`audit_kernel`.
+    draw_seconds : float, optional
+        Wall seconds of drawing.
+
+    Returns
+    -------
+    KernelAuditResult
+    """
     cells = _kernel_cells(case, emitted, alpha)
     adjustment = adjust([c.result for c in cells], alpha=alpha, mode="gate", dependent=True)
     blind = [f"position {j}: {r}" for j, (p, q) in enumerate(zip(case.target_probs, case.draft_probs)) for r in blind_cell_reasons(p, q)]
-    label = name or getattr(kernel, "name", None) or getattr(kernel, "__name__", type(kernel).__name__)
     audit, conformance = _acceptance(case, emitted, label, alpha, acceptance)
-    return KernelAuditResult(kernel=label, case=case, num_draws=num_draws, seed=seed, alpha=alpha, cells=cells,
+    return KernelAuditResult(kernel=label, case=case, num_draws=len(emitted), seed=seed, alpha=alpha, cells=cells,
                              adjustment=adjustment, blind=blind, acceptance=audit, conformance=conformance, target_tv=target_tv,
                              draw_seconds=draw_seconds)

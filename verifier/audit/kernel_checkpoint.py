@@ -34,7 +34,7 @@ import torch
 
 from verifier.errors import ConfigError, invalid_argument
 
-__all__ = ["FLUSH_SECONDS", "IDENTITY_FILE", "KernelCheckpoint", "case_digest", "is_kernel_checkpoint"]
+__all__ = ["FLUSH_SECONDS", "IDENTITY_FILE", "KernelCheckpoint", "case_digest", "is_kernel_checkpoint", "read_identity", "stored_draws"]
 
 FLUSH_SECONDS = 5.0  # drawn rows reach disk at least this often (seconds of drawing); each flush is one small file
 IDENTITY_FILE = "identity.json"
@@ -50,6 +50,26 @@ def case_digest(case) -> str:
 def is_kernel_checkpoint(folder: str | os.PathLike) -> bool:
     """True when ``folder`` holds a kernel audit's checkpointed draws (``folder/draws/identity.json``)."""
     return (Path(folder) / DRAWS_DIR / IDENTITY_FILE).is_file()
+
+
+def read_identity(folder: str | os.PathLike) -> dict:
+    """The stored identity of a kernel report folder's draws (``folder/draws/identity.json``).
+
+    Raises
+    ------
+    ConfigError
+        No kernel draws are stored there.
+    """
+    path = Path(folder) / DRAWS_DIR / IDENTITY_FILE
+    if not path.is_file():
+        raise ConfigError(f"{folder}: no kernel draws there ({path} is missing)")
+    return json.loads(path.read_text())
+
+
+def stored_draws(folder: str | os.PathLike, case_name: str) -> np.ndarray:
+    """Every stored row of one case, in order: shape (rows, num_draft_tokens + 1), int64 (empty when none)."""
+    parts = [np.load(p)["emitted"].astype(np.int64) for p in sorted((Path(folder) / DRAWS_DIR / _slug(case_name)).glob("chunk-*.npz"))]
+    return np.concatenate(parts) if parts else np.empty((0, 0), dtype=np.int64)
 
 
 def _slug(name: str) -> str:

@@ -44,6 +44,16 @@ def _run_kernel(args) -> int:
         args.num_draws = DEFAULT_NUM_DRAWS
     if isinstance(args.num_draws, bool) or args.num_draws < 1:
         raise invalid_argument("--num-draws", args.num_draws, "an integer >= 1")
+    draw_seed = args.seed
+    if getattr(args, "shard", None):  # shard I/N: its own seed, spawned from --seed (verifier.audit.kernel_shards)
+        from verifier.audit.kernel_shards import shard_seed
+        from verifier.runner.shard import parse_shard
+
+        spec = parse_shard(args.shard)
+        if not args.report_dir:
+            raise invalid_argument("--shard", args.shard, "with --report-dir DIR (the shard's draws, merged by `specverify merge`)")
+        args.shard, draw_seed = str(spec), shard_seed(args.seed, spec.index)
+    args.draw_seed = draw_seed
     checkpoint = None
     if args.report_dir:  # the draws go to DIR/draws as they are drawn (verifier.audit.kernel_checkpoint)
         from verifier.audit.kernel_checkpoint import KernelCheckpoint
@@ -52,7 +62,7 @@ def _run_kernel(args) -> int:
     results, times = [], []
     for c in cases:
         start = time.perf_counter()
-        results.append(audit_kernel(kernel, c, num_draws=args.num_draws, seed=args.seed, alpha=args.alpha,
+        results.append(audit_kernel(kernel, c, num_draws=args.num_draws, seed=draw_seed, alpha=args.alpha,
                                     acceptance=args.acceptance, target_tv=args.target_tv, checkpoint=checkpoint))
         seconds = time.perf_counter() - start
         times.append(seconds)
@@ -85,12 +95,13 @@ def _kernel_identity(args, engine, cases) -> dict:
     return {"kernel": args.kernel, "engine": args.engine, "engine_version": getattr(engine, "version", None),
             "options": {str(k): v for k, v in args.option}, "engine_args": {str(k): v for k, v in args.engine_arg},
             "cases": [{"name": c.name, "sha256": case_digest(c)} for c in cases], "seed": args.seed, "alpha": args.alpha,
-            "target_tv": args.target_tv, "acceptance": args.acceptance, "batch_size": DEFAULT_BATCH, "num_draws": args.num_draws}
+            "target_tv": args.target_tv, "acceptance": args.acceptance, "batch_size": DEFAULT_BATCH, "num_draws": args.num_draws,
+            "shard": getattr(args, "shard", None), "draw_seed": args.draw_seed}
 
 
 # flag, attribute, identity key, the flag's default (a flag left at its default takes the stored value)
 _RESUMED_FLAGS = (("--seed", "seed", "seed", 0), ("--alpha", "alpha", "alpha", 1e-3), ("--acceptance", "acceptance", "acceptance", "any"),
-                  ("--target-tv", "target_tv", "target_tv", None))
+                  ("--target-tv", "target_tv", "target_tv", None), ("--shard", "shard", "shard", None))
 
 
 def restore_kernel_resume(args) -> None:

@@ -110,6 +110,10 @@ def register(parser: argparse.ArgumentParser) -> None:
                         help="Default: K + 1 (the first round with its bonus token); 4 in black-box mode")
     parser.add_argument("--num-draws", type=int, default=None, metavar="N",
                         help="kernel mode: draws per case (with --resume of a kernel audit: the new total). Default: 200000")
+    parser.add_argument("--shard", metavar="I/N", default=None,
+                        help="kernel mode with --report-dir: draw shard I of N (its own seed, spawned from --seed; 'env': "
+                             "the launcher's rank variables); `specverify merge DIR... --out DIR` judges the summed draws. "
+                             "Default: one process")
     parser.add_argument("--case", action="append", default=[], metavar="NAME",
                         help="kernel mode: run only these cases (seed-3token, chain-k4, one-hot-blind, adversarial[full_p_fallback]; "
                              "repeatable). Default: all")
@@ -220,6 +224,9 @@ def run(args: argparse.Namespace) -> int:
 
         check_url_only(args)
     if args.engine and _route_decoder_engine(args):
+        if args.shard:
+            raise invalid_argument("--shard", args.shard, "with a kernel engine (a decoder engine's audit shards with "
+                                   "`specverify run SUITE --shard I/N`)")
         sampling = _sampling(args)
         args.engine_class.check_sampling(sampling)  # exit 2 before the engine starts
         return _run_known_p(args, sampling)
@@ -230,6 +237,9 @@ def run(args: argparse.Namespace) -> int:
             from verifier.cli._audit_engines import restore_kernel_resume
 
             restore_kernel_resume(args)
+    if args.shard and not (args.kernel or args.engine):
+        raise invalid_argument("--shard", args.shard, "with --kernel SPEC or a kernel --engine (decoder audits shard with "
+                               "`specverify run SUITE --shard I/N`)")
     if args.kernel or args.engine:
         if args.target_tv is None:
             args.target_tv = KERNEL_TARGET_TV
