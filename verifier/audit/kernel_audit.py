@@ -459,7 +459,7 @@ class KernelAuditResult(_KernelVerdict):
     acceptance: dict = field(default_factory=dict)  # verifier.runner.acceptance.AcceptanceAudit.to_dict()
     conformance: KernelCell | None = None  # only with acceptance="canonical" declared
     target_tv: float = KERNEL_TARGET_TV  # a cell that cannot see this TV makes the case UNDERPOWERED
-    draw_seconds: float | None = None  # wall seconds of drawing alone (the statistics excluded)
+    draw_seconds: float | None = None  # wall seconds of drawing alone (the statistics excluded; resumed: this session's rate x all draws)
 
     def summary(self) -> str:
         i = int(np.argmin(self.adjustment.adjusted_pvalues))
@@ -542,6 +542,9 @@ def audit_kernel(kernel: VerificationKernel, case: KernelCase, *, num_draws: int
     started = time.perf_counter()
     emitted = draw_kernel_samples(kernel, case, num_draws, seed, batch_size=batch_size, checkpoint=checkpoint)
     draw_seconds = time.perf_counter() - started  # the kernel's own time: the rate a longer run scales by
+    fresh = num_draws - (checkpoint.resumed_rows if checkpoint is not None else 0)
+    if fresh < num_draws:  # resumed: the stored rows' time at this session's rate (None when nothing was drawn now)
+        draw_seconds = draw_seconds * num_draws / fresh if fresh else None
     label = name or getattr(kernel, "name", None) or getattr(kernel, "__name__", type(kernel).__name__)
     return judge_kernel_draws(emitted, case, label=label, seed=seed, alpha=alpha, acceptance=acceptance, target_tv=target_tv,
                               draw_seconds=draw_seconds)

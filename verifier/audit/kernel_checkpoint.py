@@ -119,6 +119,7 @@ class KernelCheckpoint:
     def __init__(self, report_dir: str | os.PathLike, identity: dict, *, resume: bool = False):
         self.folder = Path(report_dir) / DRAWS_DIR
         self.identity = identity
+        self.resumed_rows = 0
         stored = self.folder / IDENTITY_FILE
         if stored.is_file() and not resume:
             raise ConfigError(f"--report-dir {report_dir} already holds kernel draws ({stored}); continue them with "
@@ -158,6 +159,7 @@ class KernelCheckpoint:
             rows.pop(), states.pop()
             (chunks.pop()).unlink()
         draft_state, kernel_state = states[-1] if states else (None, None)
+        self.resumed_rows = sum(len(r) for r in rows)  # read by audit_kernel: the rows not drawn in this session
         return _Resumed(rows, draft_state, kernel_state, len(chunks))
 
     def write(self, case, index: int, emitted: np.ndarray, draft_state: torch.Tensor, kernel_state: torch.Tensor) -> None:

@@ -67,7 +67,9 @@ def _run_kernel(args) -> int:
         seconds = time.perf_counter() - start
         times.append(seconds)
         r = results[-1]
-        print(f"{r.summary()} [{seconds:.1f} s, {args.num_draws / seconds:,.0f} draws/s]")
+        fresh = args.num_draws - (checkpoint.resumed_rows if checkpoint is not None else 0)
+        stored = f"; {args.num_draws - fresh} draws read back from {args.report_dir}/draws" if fresh < args.num_draws else ""
+        print(f"{r.summary()} [{seconds:.1f} s, {fresh / seconds:,.0f} draws/s{stored}]")
         if r.power_note():
             print(f"  {r.power_note()}")
         print(f"  acceptance: {r.acceptance['note']}")  # beside the verdict, never part of it
