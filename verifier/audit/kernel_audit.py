@@ -53,6 +53,7 @@ __all__ = [
     "standard_kernel_cases",
     "draw_kernel_samples",
     "audit_kernel",
+    "judge_kernel_draws",
 ]
 
 EXACT_MAX_VOCAB = 16  # above this, blind_cell_reasons checks the two classic causes in float64 (exact laws get slow)
@@ -298,7 +299,7 @@ def standard_kernel_cases() -> list[KernelCase]:
 
 
 def draw_kernel_samples(kernel: VerificationKernel, case: KernelCase, num_draws: int, seed: int, *,
-                        batch_size: int = DEFAULT_BATCH) -> np.ndarray:
+                        batch_size: int = DEFAULT_BATCH, checkpoint=None) -> np.ndarray:
     """Run ``kernel`` on ``num_draws`` independent verify steps of ``case``.
 
     Parameters
@@ -311,6 +312,10 @@ def draw_kernel_samples(kernel: VerificationKernel, case: KernelCase, num_draws:
     seed : int
         Draft tokens use ``SeedSequence([seed, 0])``, the kernel's generator ``SeedSequence([seed, 1])``.
     batch_size : int, default 8192
+    checkpoint : verifier.audit.kernel_checkpoint.KernelCheckpoint, optional
+        Where drawn rows go as they are drawn (every ``FLUSH_SECONDS``, at the end and on an interruption),
+        with the generator states after them; rows already stored there are kept and the stream continues
+        from their states, so the result equals an uninterrupted run's bit for bit.
 
     Returns
     -------
@@ -326,11 +331,42 @@ def draw_kernel_samples(kernel: VerificationKernel, case: KernelCase, num_draws:
     target, draft = case.tensors()
     k, vocab = case.num_draft_tokens, case.vocab_size
     out = np.empty((num_draws, k + 1), dtype=np.int64)
-    for start in range(0, num_draws, batch_size):
-        b = min(batch_size, num_draws - start)
-        ids = torch.multinomial(draft, b, replacement=True, generator=draft_gen).T.contiguous()  # (b, k)
-        emitted = guarded(target.expand(b, k + 1, vocab).contiguous(), draft.expand(b, k, vocab).contiguous(), ids, kernel_gen)
-        out[start : start + b] = emitted.numpy()
+    done = 0  # rows [0, done) are drawn and the generators are past them
+    if checkpoint is not None:
+        from verifier.audit.kernel_checkpoint import FLUSH_SECONDS
+
+        stored = checkpoint.resume(case, num_draws, batch_size)
+        for rows in stored.rows:
+            out[done : done + len(rows)] = rows
+            done += len(rows)
+        if stored.draft_state is not None:
+            draft_gen.set_state(stored.draft_state)
+            kernel_gen.set_state(stored.kernel_state)
+        chunk, flushed, last_flush = stored.next_chunk, done, time.perf_counter()
+        states = (draft_gen.get_state(), kernel_gen.get_state())  # after row done
+
+        def flush() -> None:
+            nonlocal chunk, flushed, last_flush
+            if done > flushed:
+                checkpoint.write(case, chunk, out[flushed:done], *states)
+                chunk, flushed, last_flush = chunk + 1, done, time.perf_counter()
+    try:
+        for start in range(done, num_draws, batch_size):
+            b = min(batch_size, num_draws - start)
+            if checkpoint is not None and b < batch_size:
+                flush()  # a last partial batch gets a chunk of its own (a resume for more draws redraws it)
+            ids = torch.multinomial(draft, b, replacement=True, generator=draft_gen).T.contiguous()  # (b, k)
+            emitted = guarded(target.expand(b, k + 1, vocab).contiguous(), draft.expand(b, k, vocab).contiguous(), ids, kernel_gen)
+            out[start : start + b] = emitted.numpy()
+            done = start + b
+            if checkpoint is not None:
+                states = (draft_gen.get_state(), kernel_gen.get_state())
+                if done == num_draws or time.perf_counter() - last_flush >= FLUSH_SECONDS:
+                    flush()
+    except BaseException:
+        if checkpoint is not None:
+            flush()  # the whole batches drawn before the interruption, with the states after them
+        raise
     return out
 
 
@@ -423,7 +459,7 @@ class KernelAuditResult(_KernelVerdict):
     acceptance: dict = field(default_factory=dict)  # verifier.runner.acceptance.AcceptanceAudit.to_dict()
     conformance: KernelCell | None = None  # only with acceptance="canonical" declared
     target_tv: float = KERNEL_TARGET_TV  # a cell that cannot see this TV makes the case UNDERPOWERED
-    draw_seconds: float | None = None  # wall seconds of drawing alone (the statistics excluded)
+    draw_seconds: float | None = None  # wall seconds of drawing alone (the statistics excluded; resumed: this session's rate x all draws)
 
     def summary(self) -> str:
         i = int(np.argmin(self.adjustment.adjusted_pvalues))
@@ -461,7 +497,7 @@ def _acceptance(case: KernelCase, emitted: np.ndarray, label: str, alpha: float,
 
 def audit_kernel(kernel: VerificationKernel, case: KernelCase, *, num_draws: int = 200_000, seed: int = 0, alpha: float = 1e-3,
                  batch_size: int = DEFAULT_BATCH, name: str | None = None, acceptance: str = "any",
-                 target_tv: float = KERNEL_TARGET_TV) -> KernelAuditResult:
+                 target_tv: float = KERNEL_TARGET_TV, checkpoint=None) -> KernelAuditResult:
     """Audit a verification kernel on one synthetic case: PASS, BIAS DETECTED or UNDERPOWERED.
 
     Parameters
@@ -482,6 +518,9 @@ def audit_kernel(kernel: VerificationKernel, case: KernelCase, *, num_draws: int
     target_tv : float, default 0.03
         Smallest bias (total variation) the case must be able to see: a case not rejected whose cells'
         minimum detectable TV exceeds it is ``UNDERPOWERED`` (never PASS).
+    checkpoint : verifier.audit.kernel_checkpoint.KernelCheckpoint, optional
+        Store the draws as they are drawn and continue stored ones (:func:`draw_kernel_samples`); the
+        verdict is computed on all ``num_draws`` draws, stored and new.
 
     Returns
     -------
@@ -501,13 +540,42 @@ def audit_kernel(kernel: VerificationKernel, case: KernelCase, *, num_draws: int
     if acceptance not in ("any", "canonical"):
         raise invalid_argument("acceptance", acceptance, "'any' or 'canonical'")
     started = time.perf_counter()
-    emitted = draw_kernel_samples(kernel, case, num_draws, seed, batch_size=batch_size)
+    emitted = draw_kernel_samples(kernel, case, num_draws, seed, batch_size=batch_size, checkpoint=checkpoint)
     draw_seconds = time.perf_counter() - started  # the kernel's own time: the rate a longer run scales by
+    fresh = num_draws - (checkpoint.resumed_rows if checkpoint is not None else 0)
+    if fresh < num_draws:  # resumed: the stored rows' time at this session's rate (None when nothing was drawn now)
+        draw_seconds = draw_seconds * num_draws / fresh if fresh else None
+    label = name or getattr(kernel, "name", None) or getattr(kernel, "__name__", type(kernel).__name__)
+    return judge_kernel_draws(emitted, case, label=label, seed=seed, alpha=alpha, acceptance=acceptance, target_tv=target_tv,
+                              draw_seconds=draw_seconds)
+
+
+def judge_kernel_draws(emitted: np.ndarray, case: KernelCase, *, label: str, seed: int, alpha: float = 1e-3, acceptance: str = "any",
+                       target_tv: float = KERNEL_TARGET_TV, draw_seconds: float | None = None) -> KernelAuditResult:
+    """The verdict of :func:`audit_kernel` on draws already drawn (a resumed audit, merged shards).
+
+    Parameters
+    ----------
+    emitted : np.ndarray, shape (num_draws, num_draft_tokens + 1), int64
+        Emitted tokens of :func:`draw_kernel_samples`, -1 padded.
+    case : KernelCase
+    label : str
+        The kernel's name in the result.
+    seed : int
+        The seed recorded in the result.
+    alpha, acceptance, target_tv
+        As in :func:`audit_kernel`.
+    draw_seconds : float, optional
+        Wall seconds of drawing.
+
+    Returns
+    -------
+    KernelAuditResult
+    """
     cells = _kernel_cells(case, emitted, alpha)
     adjustment = adjust([c.result for c in cells], alpha=alpha, mode="gate", dependent=True)
     blind = [f"position {j}: {r}" for j, (p, q) in enumerate(zip(case.target_probs, case.draft_probs)) for r in blind_cell_reasons(p, q)]
-    label = name or getattr(kernel, "name", None) or getattr(kernel, "__name__", type(kernel).__name__)
     audit, conformance = _acceptance(case, emitted, label, alpha, acceptance)
-    return KernelAuditResult(kernel=label, case=case, num_draws=num_draws, seed=seed, alpha=alpha, cells=cells,
+    return KernelAuditResult(kernel=label, case=case, num_draws=len(emitted), seed=seed, alpha=alpha, cells=cells,
                              adjustment=adjustment, blind=blind, acceptance=audit, conformance=conformance, target_tv=target_tv,
                              draw_seconds=draw_seconds)

@@ -11,7 +11,9 @@ from __future__ import annotations
 from verifier.cli._audit_common import _draft_spec, _write_json
 from verifier.errors import EXIT_BIAS, EXIT_OK, EXIT_UNDERPOWERED, invalid_argument
 
-__all__ = ["_run_kernel", "_kernel_exit", "_write_kernel_report", "_route_decoder_engine"]
+__all__ = ["_run_kernel", "_kernel_exit", "_write_kernel_report", "_route_decoder_engine", "restore_kernel_resume"]
+
+DEFAULT_NUM_DRAWS = 200_000  # kernel mode: draws per case
 
 
 def _run_kernel(args) -> int:
@@ -38,15 +40,36 @@ def _run_kernel(args) -> int:
         cases = [c for c in cases if c.name in args.case]
     import time
 
+    if args.num_draws is None:
+        args.num_draws = DEFAULT_NUM_DRAWS
+    if isinstance(args.num_draws, bool) or args.num_draws < 1:
+        raise invalid_argument("--num-draws", args.num_draws, "an integer >= 1")
+    draw_seed = args.seed
+    if getattr(args, "shard", None):  # shard I/N: its own seed, spawned from --seed (verifier.audit.kernel_shards)
+        from verifier.audit.kernel_shards import shard_seed
+        from verifier.runner.shard import parse_shard
+
+        spec = parse_shard(args.shard)
+        if not args.report_dir:
+            raise invalid_argument("--shard", args.shard, "with --report-dir DIR (the shard's draws, merged by `specverify merge`)")
+        args.shard, draw_seed = str(spec), shard_seed(args.seed, spec.index)
+    args.draw_seed = draw_seed
+    checkpoint = None
+    if args.report_dir:  # the draws go to DIR/draws as they are drawn (verifier.audit.kernel_checkpoint)
+        from verifier.audit.kernel_checkpoint import KernelCheckpoint
+
+        checkpoint = KernelCheckpoint(args.report_dir, _kernel_identity(args, engine, cases), resume=bool(args.resume))
     results, times = [], []
     for c in cases:
         start = time.perf_counter()
-        results.append(audit_kernel(kernel, c, num_draws=args.num_draws, seed=args.seed, alpha=args.alpha,
-                                    acceptance=args.acceptance, target_tv=args.target_tv))
+        results.append(audit_kernel(kernel, c, num_draws=args.num_draws, seed=draw_seed, alpha=args.alpha,
+                                    acceptance=args.acceptance, target_tv=args.target_tv, checkpoint=checkpoint))
         seconds = time.perf_counter() - start
         times.append(seconds)
         r = results[-1]
-        print(f"{r.summary()} [{seconds:.1f} s, {args.num_draws / seconds:,.0f} draws/s]")
+        fresh = args.num_draws - (checkpoint.resumed_rows if checkpoint is not None else 0)
+        stored = f"; {args.num_draws - fresh} draws read back from {args.report_dir}/draws" if fresh < args.num_draws else ""
+        print(f"{r.summary()} [{seconds:.1f} s, {fresh / seconds:,.0f} draws/s{stored}]")
         if r.power_note():
             print(f"  {r.power_note()}")
         print(f"  acceptance: {r.acceptance['note']}")  # beside the verdict, never part of it
@@ -64,6 +87,57 @@ def _run_kernel(args) -> int:
     if args.report_dir:
         return _write_kernel_report(args, kernel, engine, results, times)
     return _kernel_exit(results)
+
+
+def _kernel_identity(args, engine, cases) -> dict:
+    """What a kernel audit's stored draws are of (:class:`verifier.audit.kernel_checkpoint.KernelCheckpoint`)."""
+    from verifier.audit.kernel_audit import DEFAULT_BATCH
+    from verifier.audit.kernel_checkpoint import case_digest
+
+    return {"kernel": args.kernel, "engine": args.engine, "engine_version": getattr(engine, "version", None),
+            "options": {str(k): v for k, v in args.option}, "engine_args": {str(k): v for k, v in args.engine_arg},
+            "cases": [{"name": c.name, "sha256": case_digest(c)} for c in cases], "seed": args.seed, "alpha": args.alpha,
+            "target_tv": args.target_tv, "acceptance": args.acceptance, "batch_size": DEFAULT_BATCH, "num_draws": args.num_draws,
+            "shard": getattr(args, "shard", None), "draw_seed": args.draw_seed}
+
+
+# flag, attribute, identity key, the flag's default (a flag left at its default takes the stored value)
+_RESUMED_FLAGS = (("--seed", "seed", "seed", 0), ("--alpha", "alpha", "alpha", 1e-3), ("--acceptance", "acceptance", "acceptance", "any"),
+                  ("--target-tv", "target_tv", "target_tv", None), ("--shard", "shard", "shard", None))
+
+
+def restore_kernel_resume(args) -> None:
+    """``--resume DIR`` of a kernel audit: the audit's flags from ``DIR/draws/identity.json``.
+
+    ``--num-draws`` may grow the plan (default: the stored plan).  A flag given with a value other than
+    the stored one is refused (exit 2, naming the flag); ``--engine-arg`` / ``--option`` / ``--case``
+    cannot be changed on a resume.
+
+    Raises
+    ------
+    InvalidArgumentError
+        A flag differs from the stored identity.
+    """
+    import json
+    from pathlib import Path
+
+    from verifier.audit.kernel_checkpoint import DRAWS_DIR, IDENTITY_FILE
+
+    stored = json.loads((Path(args.resume) / DRAWS_DIR / IDENTITY_FILE).read_text())
+    for flag, attr, key, default in _RESUMED_FLAGS:
+        given = getattr(args, attr)
+        if given != default and given != stored[key]:
+            raise invalid_argument(flag, given, f"the stored {stored[key]!r} of {args.resume} (or leave it out)")
+        setattr(args, attr, stored[key])
+    for flag, attr in (("--engine-arg", "engine_arg"), ("--option", "option"), ("--case", "case")):
+        if getattr(args, attr):
+            raise invalid_argument(flag, getattr(args, attr), f"nothing with --resume of a kernel audit (stored in {args.resume})")
+    if args.report_dir and Path(args.report_dir) != Path(args.resume):
+        raise invalid_argument("--report-dir", args.report_dir, f"nothing with --resume (the report is rewritten in {args.resume})")
+    args.kernel, args.engine, args.report_dir = stored["kernel"], stored["engine"], args.resume
+    args.option, args.engine_arg = list(stored["options"].items()), list(stored["engine_args"].items())
+    args.case = [c["name"] for c in stored["cases"]]
+    args.num_draws = stored["num_draws"] if args.num_draws is None else args.num_draws
 
 
 def _kernel_exit(results) -> int:

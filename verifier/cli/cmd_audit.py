@@ -9,7 +9,8 @@ Modes (exactly one of ``--decoder``, ``--kernel``, ``--samples``, ``--resume``):
   0 / 1 / 2 / 3 / 4).  ``--sequential`` stops early (:func:`verifier.pipeline.run_audit`).
   ``SPEC`` is a plugin ``module:factory`` / ``path/to/file.py:factory`` or a registered decoder
   name (``reference``, a mutant of the bug zoo).  ``--save-suite FILE`` writes the suite as TOML.
-* ``--resume RUN_DIR``: continue an interrupted audit run.
+* ``--resume RUN_DIR``: continue an interrupted audit run; a kernel report folder (``--kernel``/``--engine``
+  with ``--report-dir``) continues its stored draws (:mod:`verifier.audit.kernel_checkpoint`).
 * ``--blackbox`` / ``--blackbox-reference SPEC``: two-sample tests against plain sampling of the
   target or another plugin (:func:`verifier.audit.blackbox_audit`; no known target law).
 * ``--kernel SPEC``: kernel-level audit on synthetic cases (standard + adversarial).
@@ -107,7 +108,12 @@ def register(parser: argparse.ArgumentParser) -> None:
                              "vocabulary ~67k at K = 2, fewer above (the sampler's logits fit 1 GiB: 131 at 256k)")
     parser.add_argument("--max-new-tokens", type=int, default=None, metavar="T",
                         help="Default: K + 1 (the first round with its bonus token); 4 in black-box mode")
-    parser.add_argument("--num-draws", type=int, default=200_000, metavar="N", help="kernel mode: draws per case. Default: 200000")
+    parser.add_argument("--num-draws", type=int, default=None, metavar="N",
+                        help="kernel mode: draws per case (with --resume of a kernel audit: the new total). Default: 200000")
+    parser.add_argument("--shard", metavar="I/N", default=None,
+                        help="kernel mode with --report-dir: draw shard I of N (its own seed, spawned from --seed; 'env': "
+                             "the launcher's rank variables); `specverify merge DIR... --out DIR` judges the summed draws. "
+                             "Default: one process")
     parser.add_argument("--case", action="append", default=[], metavar="NAME",
                         help="kernel mode: run only these cases (seed-3token, chain-k4, one-hot-blind, adversarial[full_p_fallback]; "
                              "repeatable). Default: all")
@@ -218,9 +224,22 @@ def run(args: argparse.Namespace) -> int:
 
         check_url_only(args)
     if args.engine and _route_decoder_engine(args):
+        if args.shard:
+            raise invalid_argument("--shard", args.shard, "with a kernel engine (a decoder engine's audit shards with "
+                                   "`specverify run SUITE --shard I/N`)")
         sampling = _sampling(args)
         args.engine_class.check_sampling(sampling)  # exit 2 before the engine starts
         return _run_known_p(args, sampling)
+    if args.resume:
+        from verifier.audit.kernel_checkpoint import is_kernel_checkpoint
+
+        if is_kernel_checkpoint(args.resume):  # a kernel report folder: continue its stored draws
+            from verifier.cli._audit_engines import restore_kernel_resume
+
+            restore_kernel_resume(args)
+    if args.shard and not (args.kernel or args.engine):
+        raise invalid_argument("--shard", args.shard, "with --kernel SPEC or a kernel --engine (decoder audits shard with "
+                               "`specverify run SUITE --shard I/N`)")
     if args.kernel or args.engine:
         if args.target_tv is None:
             args.target_tv = KERNEL_TARGET_TV

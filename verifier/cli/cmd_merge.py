@@ -49,6 +49,10 @@ def run(args: argparse.Namespace) -> int:
             raise invalid_argument("RUN_DIR", d, f"each run folder once ({d!r} is the same folder as {seen[key]!r}; "
                                    "merging it twice would count its samples twice)")
         seen[key] = d
+    from verifier.audit.kernel_checkpoint import is_kernel_checkpoint
+
+    if any(is_kernel_checkpoint(d) for d in args.run_dirs):  # shards of a kernel audit (verifier.audit.kernel_shards)
+        return _merge_kernel(args)
     if args.out:
         out = Path(args.out)
     elif len(args.run_dirs) == 1:
@@ -62,3 +66,17 @@ def run(args: argparse.Namespace) -> int:
         outcome = merge_runs(args.run_dirs, out, allow_partial=args.allow_partial)
     print_outcome(outcome)
     return outcome.exit_code
+
+
+def _merge_kernel(args: argparse.Namespace) -> int:
+    """Kernel-audit shard folders: one kernel report in ``--out`` on the summed draws; exit 0 / 1 / 4 by its verdict."""
+    from verifier.audit.kernel_shards import merge_kernel_shards
+    from verifier.errors import EXIT_BIAS, EXIT_OK, EXIT_UNDERPOWERED, invalid_argument
+
+    if not args.out:
+        raise invalid_argument("--out", None, "a folder for the merged kernel report (kernel shards are merged into a new folder)")
+    report = merge_kernel_shards(args.run_dirs, args.out, allow_partial=args.allow_partial)
+    for c in report["cases"]:
+        print(f"{report['kernel']} on {c['case']}: {c['verdict']} (n={c['num_draws']}, {len(report['shards'])} shards)")
+    print(f"report: {args.out}/report.md -- {report['verdict']} (emitted-token law, target TV {report['target_tv']:g})")
+    return {"PASS": EXIT_OK, "BIAS DETECTED": EXIT_BIAS}.get(report["verdict"], EXIT_UNDERPOWERED)
