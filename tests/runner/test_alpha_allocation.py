@@ -99,3 +99,18 @@ def test_a_weight_for_no_cell_is_refused_before_sampling(write_suite, tmp_path):
     suite = write_suite(suite_text(EXACT_DECODER, stats='cell_weights = { "joint@1..3" = 2.0 }'))  # the suite's J is 2
     assert main(["run", str(suite), "--run-dir", str(tmp_path / "run"), "--no-progress"]) == EXIT_USAGE
     assert not (tmp_path / "run" / "samples").exists()
+
+
+def test_the_cli_offers_exactly_the_allocations_the_statistics_know():
+    """`audit --alpha-allocation` lists its choices as a literal (importing verifier.stats.allocation would pull numpy
+    into `--help`); this keeps the literal equal to allocation.ALLOCATIONS, so a new allocation cannot be missing from
+    the CLI or a CLI choice unknown to the suite builder."""
+    import argparse
+
+    from verifier.cli import cmd_audit
+    from verifier.stats.allocation import ALLOCATIONS
+
+    parser = argparse.ArgumentParser()
+    cmd_audit.register(parser)
+    action = next(a for a in parser._actions if "--alpha-allocation" in a.option_strings)
+    assert tuple(action.choices) == tuple(ALLOCATIONS) and action.default in ALLOCATIONS
