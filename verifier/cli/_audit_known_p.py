@@ -243,48 +243,44 @@ def _floor_probe(engine_name: str, prompts: list, target_tv: float):
     PASS into UNDERPOWERED.  Returns the probe: live SuiteContext -> floor record."""
 
     def probe(ctx) -> dict:
-        from verifier.engines.floor import logits_source, measure_floor
-
         spec = ctx.suite.decoders[0]
         reference = ctx.pairs[spec.models].reference
         samplings = [ctx.suite.sampling[name] for name in spec.sampling]
         try:
-            fn = logits_source(ctx.live_decoder(spec))
-            if fn is None:
-                floor = _not_measured(engine_name)
-                print(f"numeric floor: not measured ({floor['source']})")
-                return floor
-            floor = measure_floor(fn, reference, prompts, samplings, source=f"{engine_name} target_logits")
+            floor = _floor_of(ctx.live_decoder(spec), engine_name, reference, prompts, samplings)
         except Exception as exc:  # noqa: BLE001 - the run's instance failed (e.g. its worker died while sampling)
             print(f"numeric floor: the run's {engine_name} instance cannot answer ({type(exc).__name__}: {exc}); "
                   "measuring it on a fresh instance")
             floor = _fresh_instance_floor(spec, engine_name, reference, prompts, samplings)
-            if floor["max_tv"] is None:
-                return floor
-        above = floor["max_tv"] is not None and floor["max_tv"] > target_tv
+        if floor["max_tv"] is None:
+            print(f"numeric floor: not measured ({floor['source']})")
+            return floor
+        above = floor["max_tv"] > target_tv
         print(f"numeric floor: TV {floor['max_tv']:.3g} (engine target law vs HF reference, first token; target TV "
               f"{target_tv:g}{': ABOVE it -> no PASS' if above else ''})")
         return {**floor, "target_tv": float(target_tv)}
     return probe
 
 
-def _not_measured(engine_name: str) -> dict:
-    """The floor record of an engine without ``target_logits``: stated, not measured."""
-    return {"max_tv": None, "rows": [], "source": f"engine {engine_name} exposes no target logits: the floor is not "
-            "measured (the verdict assumes the engine's target law is the reference's)"}
+def _floor_of(decoder, engine_name: str, reference, prompts: list, samplings: list) -> dict:
+    """The floor record of one engine instance: measured from its ``target_logits``, or stated as not measured
+    (``max_tv`` None) when it exposes none."""
+    from verifier.engines.floor import logits_source, measure_floor
+
+    fn = logits_source(decoder)
+    if fn is None:
+        return {"max_tv": None, "rows": [], "source": f"engine {engine_name} exposes no target logits: the floor is not "
+                "measured (the verdict assumes the engine's target law is the reference's)"}
+    return measure_floor(fn, reference, prompts, samplings, source=f"{engine_name} target_logits")
 
 
 def _fresh_instance_floor(spec, engine_name: str, reference, prompts: list, samplings: list) -> dict:
     """The floor on a second engine instance (the run's could not answer); its own failure propagates as before."""
-    from verifier.engines.floor import logits_source, measure_floor
     from verifier.plugins import load_plugin
 
     decoder = load_plugin(spec.decoder, "decoder", None, **dict(spec.options))
     try:
-        fn = logits_source(decoder)
-        if fn is None:
-            return _not_measured(engine_name)
-        return measure_floor(fn, reference, prompts, samplings, source=f"{engine_name} target_logits")
+        return _floor_of(decoder, engine_name, reference, prompts, samplings)
     finally:
         close = getattr(decoder, "close", None)
         if callable(close):
