@@ -80,12 +80,19 @@ class _Scorer:
         if (sampling.top_k is None and sampling.top_p is None and not sampling.uses_context and not sampling.min_p
                 and sampling.temperature > 0):
             return self._plain(sampling.temperature)
-        mask = self.mask() if sampling.uses_context else None
-        probs = processed_probs(self.logits, sampling, mask).numpy()
-        px = np.take_along_axis(probs, self.tokens[..., None], axis=2)[..., 0]
-        with np.errstate(divide="ignore"):
-            ll = np.where(self.live, np.log(px), 0.0).sum(axis=1)
+        ll = self.rows(sampling)
         return float((ll * self.w).sum()) if np.isfinite(ll).all() else -math.inf
+
+    def probs(self, sampling: SamplingConfig) -> np.ndarray:
+        """(rows, steps, vocab) float64: the processed target law at ``sampling`` before each emitted token."""
+        mask = self.mask() if sampling.uses_context else None
+        return processed_probs(self.logits, sampling, mask).numpy()
+
+    def rows(self, sampling: SamplingConfig) -> np.ndarray:
+        """(rows,) float64: each row's log-likelihood as a plain sample at ``sampling`` (-inf: impossible there)."""
+        px = np.take_along_axis(self.probs(sampling), self.tokens[..., None], axis=2)[..., 0]
+        with np.errstate(divide="ignore"):
+            return np.where(self.live, np.log(px), 0.0).sum(axis=1)
 
 
 def fit_temperature(seqs: SequenceProbs, sampling: SamplingConfig) -> dict:

@@ -139,7 +139,9 @@ def mechanism_line(item: dict[str, Any]) -> str:
     full_p_fallback)" when the diagnosis is consistent with a known mechanism (tied mechanisms joined by
     "or"), else the diagnosis sentence ("matches no known mechanism (...)").
     """
-    if item.get("status") == "consistent" and (item.get("engine_law") or {}).get("named"):  # the engine's own law
+    setting = item.get("setting_law") or {}
+    if item.get("status") == "consistent" and ((item.get("engine_law") or {}).get("named") or setting.get("named")
+                                               or setting.get("class")):  # the engine's own law, a setting ignored
         return " or ".join(f"{m['name']}: {m['plain']} (reproduce: {m['reproduce']})" for m in item.get("mechanism") or [])
     if item.get("status") == "consistent" and (item.get("decision") or {}).get("best"):
         return " or ".join(explain(n) for n in item["decision"]["best"])
@@ -167,6 +169,17 @@ def glossary_markdown() -> str:
               f"target sample before the first round): {family_size()} hypotheses in all "
               f"(`verifier/diagnose/family.py`). A pair's sentence joins its parts' sentences. The pairs:", "",
               ", ".join(f"`{n}`" for n in composite_names()) + "."]
+    from verifier.diagnose.setting_laws import SETTINGS, setting_entry
+
+    lines += ["", "## The request's own setting ignored", "",
+              "A decoder that never applies one of the request's processors emits the target's law at the request "
+              "without it, draft positions and bonus alike. With two or more processor groups in a request these laws "
+              "differ from `target_unprocessed` (every processor dropped), and they are ranked beside the family on "
+              "every diagnosed decoder (`verifier/diagnose/setting_laws.py`): a setting law is named when it beats the "
+              "target and every other hypothesis by the family's margins and its own law fits; one the data do not "
+              "separate from the family's name turns that name into a class.", "",
+              "| law | what the code did wrong | control run |", "|---|---|---|"]
+    lines += [f"| `{n}` | {SETTINGS[n]} | {setting_entry(n)['reproduce']} |" for n in SETTINGS]
     return "\n".join(lines) + "\n"
 
 

@@ -25,6 +25,7 @@ from typing import Any, Callable, Iterable
 import numpy as np
 
 from verifier.diagnose.rank import DIAGNOSIS_ALPHA, FIT_ALPHA
+from verifier.diagnose.setting_laws import SETTINGS, candidates, without
 
 __all__ = ["PENALTY_GLOSSARY", "PENALTY_STATUS", "penalty_set_finding", "penalty_finding"]
 
@@ -87,6 +88,8 @@ def penalty_set_finding(target, draft, prompt: tuple[int, ...], sampling, num_dr
         n_tok -= 1
     counts = Counter(map(tuple, tokens[:, :n_tok].tolist()))
     laws = {r: penalty_n_token_law(target, draft, prompt, sampling, k, n_tok, rule=r) for r in PENALTY_RULES}
+    for name in candidates([sampling]):  # the request's own setting ignored on the whole row: plain target samples there
+        laws[name] = penalty_n_token_law(target, draft, prompt, without(sampling, name), k, n_tok, rule="canonical")
     ll = {r: sum(c * (math.log(law[key]) if law.get(key, 0) > 0 else -math.inf) for key, c in counts.items())
           for r, law in laws.items()}
     base = ll["canonical"]
@@ -100,8 +103,12 @@ def penalty_set_finding(target, draft, prompt: tuple[int, ...], sampling, num_dr
         keys = sorted(laws[best], key=lambda key: -laws[best][key])
         fit_p = float(gof_test(np.array([counts.get(key, 0) for key in keys]),
                                np.array([float(laws[best][key]) for key in keys]), alpha=FIT_ALPHA).pvalue)
-    named = best if best != "canonical" and margin >= threshold and fit_p is not None and fit_p >= FIT_ALPHA else None
-    if named:
+    named = (best if best != "canonical" and best not in SETTINGS and margin >= threshold and fit_p is not None
+             and fit_p >= FIT_ALPHA else None)
+    if best in SETTINGS:  # not a defect of the speculative path: the request-setting ranking names it (setting_laws)
+        sentence = (f"no penalty / min-p mechanism of the speculative path explains the rows: they follow {best} best "
+                    f"(log LR {margin:.1f} over the next hypothesis, {runner_up}, on the first {n_tok} tokens)")
+    elif named:
         sentence = (f"consistent with {named}: {PENALTY_GLOSSARY[named].rstrip('.')} (log LR {margin:.1f} over the "
                     f"next hypothesis, {runner_up}, on the first {n_tok} tokens, threshold {threshold:.1f}; its exact law "
                     f"fits, p = {fit_p:.2g}) -- {WHERE_TO_LOOK}")

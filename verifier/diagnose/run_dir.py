@@ -30,6 +30,7 @@ from verifier.diagnose.engine_laws import engine_module, ranking_alpha
 from verifier.diagnose.render import json_safe
 from verifier.diagnose.rank import DIAGNOSIS_ALPHA, FIT_ALPHA, Ranking, combine, decide
 from verifier.diagnose.sample_set import diagnose_sample_set, fit_check
+from verifier.diagnose.setting_laws import setting_law_of_decoder, setting_law_of_set
 from verifier.runner.verdict import CELL_BIAS
 
 __all__ = ["diagnose_decoders", "auto_diagnosis", "stored_diagnosis", "load_tokens", "DIAGNOSED_VERDICT", "DIAGNOSE_MODES", "set_mode", "mode",
@@ -267,6 +268,7 @@ def _diagnose_names(report, plans, pairs, store, names, verdicts, with_fits, log
                 res["fits_note"] = (f"parametric fits left to `specverify diagnose` ({entries} teacher-forced entries > "
                                     f"{AUTO_FIT_MAX_ENTRIES})")
             ranking, seqs_set = res.pop("_ranking"), res.pop("_seqs")
+            setting_law_of_set(res, ranking, seqs_set, tokens, plan, alpha)
             if (batch is None or plan.batch_rows is None  # a clean level has the target's law: not ranked
                     or plan.level_name in batch["rejected_levels"]):
                 rankings.append(ranking)
@@ -303,6 +305,7 @@ def _diagnose_names(report, plans, pairs, store, names, verdicts, with_fits, log
                     item["sentence"] += f"; {source}"
             item["ranking"] = total.to_dict()
             item["configs"] = _config_sentence(sets)
+            setting_law_of_decoder(item, [p for p in plans if p.set_id in cache], cache, total, alpha)
             _add_engine_laws(item, engine, plans, pairs, cache, no_draft_rows, biased)
             if biased and item["status"] != "consistent":  # a support change at a filter threshold (numeric)
                 try:

@@ -61,18 +61,37 @@ class DroppedProcessors:
 
 
 def processors_dropped(decoder: str, drop: Sequence[str] = ("presence_penalty", "frequency_penalty"),
-                       num_draft_tokens: int = 4, **options: Any) -> DroppedProcessors:
-    """Decoder plugin factory: ``decoder`` (a ``module:factory`` spec, built with ``options`` and ``num_draft_tokens``)
-    called with the fields ``drop`` unset.
+                       num_draft_tokens: int = 4, target: Any = None, draft: Any = None, **options: Any) -> DroppedProcessors:
+    """Decoder plugin factory: ``decoder`` called with the fields ``drop`` unset.
+
+    Parameters
+    ----------
+    decoder : str
+        A ``module:factory`` plugin spec (built with ``options`` and ``num_draft_tokens``), or a registered decoder
+        name (``"reference"``, a zoo mutant: :func:`verifier.decoders.mutants.make_decoder`), built on the suite's
+        ``target`` and ``draft``.
+    drop : sequence of str
+        Fields of :data:`DROPPABLE`.
+    num_draft_tokens : int, default 4
+    target, draft : model, optional
+        The suite's decoder-ready models (offered by the runner); used by a registered decoder name only.
 
     Raises
     ------
     InvalidArgumentError
-        (exit 2) ``drop`` empty or naming a field outside :data:`DROPPABLE`.
+        (exit 2) ``drop`` empty or naming a field outside :data:`DROPPABLE`; ``decoder`` neither a plugin spec nor a
+        registered decoder name.
     """
     from verifier.plugins import load_plugin
 
     drop = [drop] if isinstance(drop, str) else list(drop)
     if not drop or any(f not in DROPPABLE for f in drop):
         raise invalid_argument("drop", drop, f"a non-empty list of {', '.join(DROPPABLE)}")
+    if ":" not in decoder:  # a registered decoder of the harness, on the suite's own pair
+        from verifier.decoders.mutants import DECODER_REGISTRY, make_decoder
+
+        if decoder not in DECODER_REGISTRY or target is None or draft is None:
+            raise invalid_argument("decoder", decoder, "a 'module:factory' plugin spec, or a registered decoder name ("
+                                   + ", ".join(sorted(DECODER_REGISTRY)[:6]) + ", ...) run by a suite (its target and draft)")
+        return DroppedProcessors(make_decoder(decoder, target, draft, num_draft_tokens, **options), drop)
     return DroppedProcessors(load_plugin(decoder, "decoder", None, num_draft_tokens=num_draft_tokens, **options), drop)

@@ -1,0 +1,267 @@
+"""The request's own sampling setting ignored: laws ranked beside the mechanism family (issue 26).
+
+A field bug as common as a wrong speculative rule is a request setting the engine never applies: a server that drops
+``min_p`` from the request, a speculative path that ignores the penalties, or a sampler that keeps top-k but not the
+temperature.  The emitted tokens then follow the target at the request *without* that processor -- for the whole row,
+draft positions and bonus alike.  The family's ``target_unprocessed`` is the case where every processor is dropped; with
+two or more processors in the request (penalties and min-p, temperature and top-k) it is another law, and naming it
+would send the engineer to the wrong field (the llama-cpp-python negative control with only min-p dropped was named
+``target_unprocessed``).
+
+Hypotheses (:data:`SETTINGS`), one per processor group present in some sample set of the decoder: the target at the
+set's request with that group removed (``temperature`` -> 1, ``top_k_top_p`` -> none, ``penalties`` -> none, ``min_p`` ->
+none); in a set without that processor the law is the target's.  A group whose removal leaves the unprocessed target
+in every set is not added (``target_unprocessed`` is that law).  Each row's likelihood is that of plain samples at the
+reduced setting, teacher-forced from the unprocessed target probs (:class:`verifier.diagnose.fit._Scorer`), scored as
+the family is: the contamination mixture with the target (:func:`verifier.diagnose.rank.robust_score`).
+
+Decision, with M = the family's hypotheses plus these (the thresholds of :mod:`verifier.diagnose.rank`):
+
+* a setting law is **named** when its log LR over the target reaches ``log(M / alpha)``, it beats the family's most
+  likely hypothesis and every other setting law by ``log(2 M / alpha)`` (the wrong-name bound), and its own law fits
+  (randomized PIT of every emitted token under its sequential law, Kolmogorov-Smirnov, and Pearson chi-square of the
+  first token; Bonferroni over the parts and sets; p >= FIT_ALPHA).  A family name it beats is withdrawn;
+* a family mechanism named by the ranking stays named only if no setting law comes within that separation of it;
+  otherwise the report names the class ("X or min_p_ignored") and what separates them (a run with the setting
+  removed from the request, or more rows);
+* otherwise nothing changes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from verifier.diagnose.rank import DIAGNOSIS_ALPHA, FIT_ALPHA, Ranking, robust_score, separation_for, threshold_for
+from verifier.sampling import SamplingConfig
+
+__all__ = ["SETTINGS", "without", "candidates", "setting_law_finding", "setting_entry", "setting_law_of_set",
+           "setting_law_of_decoder"]
+
+SETTINGS: dict[str, str] = {
+    "temperature_ignored": "the request's temperature is not applied (T = 1), its other settings are: the emitted "
+                           "tokens follow the target at T = 1 with the request's top-k / top-p / penalties / min-p",
+    "top_k_top_p_ignored": "the request's top-k / top-p are not applied, its temperature, penalties and min-p are: "
+                           "tokens outside the requested filter are emitted",
+    "penalties_ignored": "the request's repetition / presence / frequency penalties are not applied (in the draft "
+                         "verification and the bonus alike), its temperature, filters and min-p are",
+    "min_p_ignored": "the request's min-p is not applied, its temperature, penalties and top-k / top-p are: tokens "
+                     "min-p removes are emitted",
+}
+FIELDS = {"temperature_ignored": "temperature", "top_k_top_p_ignored": "top_k / top_p",
+          "penalties_ignored": "repetition_penalty / presence_penalty / frequency_penalty", "min_p_ignored": "min_p"}
+MAX_ENTRIES = 40_000_000  # rows x tokens x vocab float64 of one set's processed probs (320 MB); above: not computed
+
+
+def without(sampling: SamplingConfig, name: str) -> SamplingConfig | None:
+    """The request ``sampling`` with the processor group of hypothesis ``name`` removed; None when it has none."""
+    if sampling.greedy:
+        return None
+    if name == "temperature_ignored":
+        return replace(sampling, temperature=1.0) if float(sampling.temperature) != 1.0 else None
+    if name == "top_k_top_p_ignored":
+        return replace(sampling, top_k=None, top_p=None) if (sampling.top_k is not None or sampling.top_p is not None) else None
+    if name == "penalties_ignored":
+        return (replace(sampling, repetition_penalty=None, presence_penalty=None, frequency_penalty=None)
+                if sampling.uses_context else None)
+    if name == "min_p_ignored":
+        return replace(sampling, min_p=None) if sampling.min_p else None
+    raise KeyError(name)
+
+
+def candidates(samplings) -> list[str]:
+    """The setting laws worth ranking for sets with these requests: a group present in some set whose removal is not
+    the unprocessed target in every set where it is present (that law is ``target_unprocessed``)."""
+    out = []
+    for name in SETTINGS:
+        reduced = [r for r in (without(s, name) for s in samplings) if r is not None]
+        if reduced and any(r != SamplingConfig() for r in reduced):
+            out.append(name)
+    return out
+
+
+def setting_entry(name: str) -> dict[str, str]:
+    """The report.json ``mechanism`` entry of a setting law (as :func:`verifier.diagnose.glossary.mechanism_entries`)."""
+    return {"name": name, "plain": SETTINGS[name],
+            "reproduce": f"specverify audit ... with {FIELDS[name]} removed from the request (plain target sampling "
+                         "there must PASS)",
+            "pointer": f"look where the request's {FIELDS[name]} reaches the sampler, on the speculative path "
+                       "(draft verification, residual and bonus token) and in the server's request parsing"}
+
+
+def _set_scores(s: dict, names: list[str]) -> dict[str, np.ndarray] | None:
+    """Per distinct row of one set: its log-likelihood under each setting law (None: not computable here)."""
+    from verifier.diagnose.fit import _Scorer
+    from verifier.diagnose.likelihood import target_log_likelihood
+
+    seqs = s["seqs"]
+    if seqs.p_raw is None or seqs.p_raw.size > MAX_ENTRIES:
+        return None
+    scorer = _Scorer(seqs)
+    ll_t = target_log_likelihood(seqs)
+    out = {}
+    for name in names:
+        reduced = without(s["sampling"], name)
+        out[name] = ll_t if reduced is None else scorer.rows(reduced)
+    return out
+
+
+def _fit_pvalue(name: str, sets: list[dict], seed: int = 0) -> tuple[float | None, list[str]]:
+    """Setting law ``name``'s own fit over the sets: PIT-KS of every emitted token and chi-square of token 1."""
+    from verifier.diagnose.fit import _Scorer
+    from verifier.diagnose.rows import sequence_ends
+    from verifier.errors import InvalidArgumentError
+    from verifier.stats.gof import gof_pvalues
+    from verifier.stats.pit import pit_ks_test, randomized_pit
+
+    rng = np.random.default_rng(seed)
+    ps, parts = [], []
+    for s in sets:
+        reduced = without(s["sampling"], name) or s["sampling"]
+        seqs, inverse, tokens = s["seqs"], s["inverse"], s["tokens"]
+        probs = _Scorer(seqs).probs(reduced)[inverse]  # every observed row
+        live = np.arange(tokens.shape[1])[None] < sequence_ends(tokens, seqs.eos_token_id)[:, None]
+        u, bad = randomized_pit(tokens[live], probs[live], rng)
+        try:
+            p_pit = 0.0 if bad else float(pit_ks_test(u, alpha=FIT_ALPHA).pvalue)
+        except InvalidArgumentError:
+            p_pit = None
+        first = tokens[:, 0]
+        law = probs[0, 0]
+        counts = np.bincount(first[first >= 0], minlength=len(law))
+        p_law = 0.0 if (counts[law <= 0] > 0).any() else float(
+            gof_pvalues(counts[None], law / law.sum(), pvalue_method="asymptotic", alpha=FIT_ALPHA)[0])
+        for label, p in (("PIT", p_pit), ("token 1", p_law)):
+            if p is not None:
+                ps.append(p)
+                parts.append(f"{s['label']} {label} p = {p:.2g}")
+    return (min(1.0, min(ps) * len(ps)) if ps else None), parts
+
+
+def setting_law_finding(sets: list[dict], total: Ranking, decision: dict[str, Any], *,
+                        alpha: float = DIAGNOSIS_ALPHA) -> dict[str, Any] | None:
+    """Rank the request-setting-ignored laws beside the family's decision of one decoder.
+
+    Parameters
+    ----------
+    sets : list of dict
+        One per diagnosed sample set of the decoder, in the order its ranking was combined into ``total``:
+        ``seqs`` (distinct-row SequenceProbs with ``p_raw``), ``inverse`` (observed row -> distinct row), ``tokens``
+        (num_samples, max_new_tokens), ``sampling``, ``label``.
+    total : Ranking
+        The family's combined ranking (:func:`verifier.diagnose.rank.combine`).
+    decision : dict
+        The family's decision on ``total`` (:func:`verifier.diagnose.rank.decide`).
+    alpha : float, default DIAGNOSIS_ALPHA
+
+    Returns
+    -------
+    dict or None
+        None when no setting law applies (no set with two processor groups) or none could be scored; else
+        ``{"named": name or None, "class": [names the data do not separate], "withdrawn": family name or None,
+        "scores": {name: log LR over the target}, "threshold", "separation", "fit_pvalue", "fit_parts", "sentence"}``.
+    """
+    names = candidates([s["sampling"] for s in sets])
+    if not names or not sets:
+        return None
+    per_set = [_set_scores(s, names) for s in sets]
+    if any(p is None for p in per_set):
+        return {"named": None, "class": [], "withdrawn": None, "scores": {}, "sentence":
+                f"not ranked: the request-setting laws ({', '.join(names)}) need the unprocessed target probs of every "
+                "set within the memory budget"}
+    from verifier.diagnose.likelihood import target_log_likelihood
+
+    w = np.concatenate([s["seqs"].row_weights for s in sets])
+    ll_t = np.concatenate([target_log_likelihood(s["seqs"]) for s in sets])
+    total_t = float((ll_t * w).sum()) if np.isfinite(ll_t).all() else -math.inf
+    scores = {n: robust_score(n, "biased", np.concatenate([p[n] for p in per_set]), ll_t, w, total_t) for n in names}
+    family = [s for s in total.scores if s.declared != "exact"]
+    m = len(family) + len(names)
+    thr, sep = threshold_for(m, alpha), separation_for(m, alpha)
+    ranked_family = total.ranked()
+    top_family = ranked_family[0] if ranked_family else None
+    fam_ll = top_family.log_likelihood if top_family is not None and top_family.log_likelihood is not None else -math.inf
+    best = max(names, key=lambda n: scores[n].log_likelihood)
+    b = scores[best]
+    others = [scores[n].log_likelihood for n in names if n != best] + [fam_ll]
+    out: dict[str, Any] = {"named": None, "class": [], "withdrawn": None, "threshold": thr, "separation": sep,
+                           "scores": {n: scores[n].log_lr for n in names}, "fit_pvalue": None, "fit_parts": []}
+    family_named = decision.get("status") == "consistent" and decision.get("best")
+    lead = b.log_likelihood - max(others) if math.isfinite(b.log_likelihood) else -math.inf
+    if b.log_lr is not None and b.log_lr >= thr and lead >= sep:
+        p, parts = _fit_pvalue(best, sets)
+        out["fit_pvalue"], out["fit_parts"] = p, parts
+        margin = f"log LR {b.log_lr:.1f} over the target, {lead:.1f} over the next hypothesis"
+        if p is None or p >= FIT_ALPHA:
+            out["named"] = best
+            out["withdrawn"] = decision["best"][0] if family_named else None
+            fit = f"its own law fits, p = {p:.2g}" if p is not None else "its own fit not testable"
+            out["sentence"] = f"consistent with {best}: {SETTINGS[best]} ({margin}; {fit})"
+            if out["withdrawn"]:
+                out["sentence"] += f"; the mechanism family's {out['withdrawn']} explains the rows {lead:.1f} nats worse"
+        else:
+            out["sentence"] = (f"the best request-setting law, {best} ({margin}), has its own law rejected "
+                               f"(p = {p:.2g} < {FIT_ALPHA:g})")
+            if family_named and lead >= sep:  # the family's name is beaten by a law that does not fit either
+                out["withdrawn"] = decision["best"][0]
+                out["sentence"] += f"; the family's {out['withdrawn']} explains the rows {lead:.1f} nats worse, so it is not named"
+        return out
+    if family_named:
+        near = [n for n in names if math.isfinite(scores[n].log_likelihood) and scores[n].log_likelihood >= fam_ll - sep]
+        if near:
+            out["class"] = list(decision["best"]) + near
+            gap = ", ".join(f"{n} {scores[n].log_likelihood - fam_ll:+.1f} nats" for n in near)
+            out["sentence"] = (f"not separated from the request-setting law(s) {gap} (separation {sep:.1f} nats): "
+                               f"a run with {' and '.join(FIELDS[n] for n in near)} removed from the request, or more "
+                               "rows, separates them")
+            return out
+    out["sentence"] = (f"no request-setting law explains the rows better (best {best}, log LR "
+                       f"{(b.log_lr if b.log_lr is not None else -math.inf):.1f} over the target, {lead:.1f} over the next)")
+    return out
+
+
+def setting_law_of_set(res: dict, ranking: Ranking, seqs_set, tokens, plan, alpha: float) -> None:
+    """The request-setting laws on one sample set's rows: its decision line is corrected as the decoder's is."""
+    if "decision" not in res:
+        return
+    found = setting_law_finding([{"seqs": seqs_set[0], "inverse": seqs_set[1], "tokens": tokens, "sampling": plan.sampling,
+                                  "label": plan.label}], ranking, res["decision"], alpha=alpha)
+    if found is None:
+        return
+    res["setting_law"] = found
+    d = res["decision"]
+    if found["named"]:
+        d["status"], d["sentence"] = "consistent", found["sentence"]
+    elif found["class"]:
+        d["sentence"] += f"; {found['sentence']}"
+    elif found["withdrawn"]:
+        d["status"], d["sentence"] = "no known mechanism", f"matches no known mechanism ({found['sentence']})"
+
+
+def setting_law_of_decoder(item: dict, plans, cache, total: Ranking, alpha: float) -> None:
+    """Rank the request-setting-ignored laws beside the family's decision (:mod:`verifier.diagnose.setting_laws`):
+    a setting law named there replaces a family name it beats; one the data do not separate from the family's name
+    makes the name a class."""
+    sets = [{"seqs": cache[p.set_id][0][0], "inverse": cache[p.set_id][0][1], "tokens": cache[p.set_id][1],
+             "sampling": p.sampling, "label": p.label} for p in plans]
+    found = setting_law_finding(sets, total, item["decision"], alpha=alpha)
+    if found is None:
+        return
+    item["setting_law"] = found
+    if found["named"]:
+        item["status"], item["sentence"] = "consistent", found["sentence"]
+        item["mechanism"] = [setting_entry(found["named"])]
+        item.pop("engine_source", None)
+    elif found["class"]:
+        from verifier.diagnose.glossary import mechanism_entries
+
+        family = [n for n in found["class"] if n not in SETTINGS]
+        item["mechanism"] = mechanism_entries(family) + [setting_entry(n) for n in found["class"] if n in SETTINGS]
+        item["sentence"] += f"; {found['sentence']}"
+    elif found["withdrawn"]:
+        item["status"], item["sentence"] = "no known mechanism", f"matches no known mechanism ({found['sentence']})"
+        item.pop("mechanism", None)
+        item.pop("engine_source", None)
