@@ -143,3 +143,16 @@ def test_the_penalty_finding_leaves_a_whole_row_drop_unnamed(setting):
     f = penalty_set_finding(pair.target, pair.draft, prompt, PENALTY_SAMPLING, k, rows)
     assert f["named"] is None and f"they follow {setting} best" in f["sentence"], f["sentence"]
     assert replace(PENALTY_SAMPLING, min_p=None) == without(PENALTY_SAMPLING, "min_p_ignored")
+
+
+def test_an_exact_penalty_rival_that_is_not_separated_makes_a_class():
+    """A setting law leads the family, but the exact penalty finding (which ranks the penalty mechanisms the family
+    lacks) does not put it first by its threshold: never named alone."""
+    from verifier.diagnose.setting_laws import _rival_check
+
+    first = {"best": "min_p_ignored", "margin": 9.0, "threshold": 6.2, "runner_up": "min_p_skipped_on_verified"}
+    assert _rival_check("min_p_ignored", [first]) == []
+    assert _rival_check("min_p_ignored", [{**first, "margin": 3.0}]) == ["min_p_skipped_on_verified"]
+    assert _rival_check("min_p_ignored", [{**first, "best": "min_p_skipped_on_verified", "runner_up": "min_p_ignored"}]) \
+        == ["min_p_skipped_on_verified"]
+    assert _rival_check("min_p_ignored", None) == [] and _rival_check("min_p_ignored", [None, {}]) == []

@@ -120,8 +120,8 @@ def penalty_set_finding(target, draft, prompt: tuple[int, ...], sampling, num_dr
         else:
             why = f"best {best}, its exact law rejected (p = {fit_p:.2g} < {FIT_ALPHA:g})"
         sentence = f"no penalty / min-p mechanism explains the rows ({why})"
-    return {"named": named, "log_lr": lr, "margin": margin, "runner_up": runner_up, "fit_pvalue": fit_p,
-            "num_tokens": n_tok, "sentence": sentence}
+    return {"named": named, "best": best, "threshold": threshold, "log_lr": lr, "margin": margin, "runner_up": runner_up,
+            "fit_pvalue": fit_p, "num_tokens": n_tok, "sentence": sentence}
 
 
 def penalty_finding(name: str, plans: Iterable, pairs: dict, tokens_of: Callable[[Any], np.ndarray]) -> dict[str, Any] | None:

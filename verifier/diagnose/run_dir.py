@@ -268,7 +268,7 @@ def _diagnose_names(report, plans, pairs, store, names, verdicts, with_fits, log
                 res["fits_note"] = (f"parametric fits left to `specverify diagnose` ({entries} teacher-forced entries > "
                                     f"{AUTO_FIT_MAX_ENTRIES})")
             ranking, seqs_set = res.pop("_ranking"), res.pop("_seqs")
-            setting_law_of_set(res, ranking, seqs_set, tokens, plan, alpha)
+            setting_law_of_set(res, ranking, seqs_set, tokens, plan, alpha, pen)
             if (batch is None or plan.batch_rows is None  # a clean level has the target's law: not ranked
                     or plan.level_name in batch["rejected_levels"]):
                 rankings.append(ranking)
@@ -305,7 +305,7 @@ def _diagnose_names(report, plans, pairs, store, names, verdicts, with_fits, log
                     item["sentence"] += f"; {source}"
             item["ranking"] = total.to_dict()
             item["configs"] = _config_sentence(sets)
-            setting_law_of_decoder(item, [p for p in plans if p.set_id in cache], cache, total, alpha)
+            setting_law_of_decoder(item, [p for p in plans if p.set_id in cache], cache, total, alpha, pen)
             _add_engine_laws(item, engine, plans, pairs, cache, no_draft_rows, biased)
             if biased and item["status"] != "consistent":  # a support change at a filter threshold (numeric)
                 try:

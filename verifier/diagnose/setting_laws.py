@@ -38,7 +38,7 @@ import numpy as np
 from verifier.diagnose.rank import DIAGNOSIS_ALPHA, FIT_ALPHA, Ranking, robust_score, separation_for, threshold_for
 from verifier.sampling import SamplingConfig
 
-__all__ = ["SETTINGS", "without", "candidates", "setting_law_finding", "setting_entry", "setting_law_of_set",
+__all__ = ["SETTINGS", "without", "candidates", "setting_law_finding", "setting_entry", "entry", "setting_law_of_set",
            "setting_law_of_decoder"]
 
 SETTINGS: dict[str, str] = {
@@ -141,8 +141,37 @@ def _fit_pvalue(name: str, sets: list[dict], seed: int = 0) -> tuple[float | Non
     return (min(1.0, min(ps) * len(ps)) if ps else None), parts
 
 
+def entry(name: str) -> dict[str, str]:
+    """The report.json ``mechanism`` entry of any name a setting-law class can hold: a setting law, a penalty
+    mechanism (:data:`verifier.diagnose.penalty.PENALTY_GLOSSARY`) or a family hypothesis."""
+    from verifier.diagnose.glossary import mechanism_entries
+    from verifier.diagnose.penalty import PENALTY_GLOSSARY, WHERE_TO_LOOK
+
+    if name in SETTINGS:
+        return setting_entry(name)
+    if name in PENALTY_GLOSSARY:
+        return {"name": name, "plain": PENALTY_GLOSSARY[name], "reproduce": f'decoder = "{name}" in a suite',
+                "pointer": WHERE_TO_LOOK}
+    return mechanism_entries([name])[0]
+
+
+def _rival_check(best: str, rivals) -> list[str]:
+    """The hypotheses an exact penalty finding (:func:`verifier.diagnose.penalty.penalty_set_finding`, which ranks the
+    penalty mechanisms the family lacks beside these laws) does not separate from ``best``: empty when every finding
+    puts ``best`` first by its threshold."""
+    out = []
+    for f in rivals or ():
+        if not f or "best" not in f:
+            continue
+        if f["best"] != best:
+            out.append(f["best"])
+        elif f["margin"] < f["threshold"]:
+            out.append(f["runner_up"])
+    return list(dict.fromkeys(out))
+
+
 def setting_law_finding(sets: list[dict], total: Ranking, decision: dict[str, Any], *,
-                        alpha: float = DIAGNOSIS_ALPHA) -> dict[str, Any] | None:
+                        alpha: float = DIAGNOSIS_ALPHA, rivals=None) -> dict[str, Any] | None:
     """Rank the request-setting-ignored laws beside the family's decision of one decoder.
 
     Parameters
@@ -156,6 +185,9 @@ def setting_law_finding(sets: list[dict], total: Ranking, decision: dict[str, An
     decision : dict
         The family's decision on ``total`` (:func:`verifier.diagnose.rank.decide`).
     alpha : float, default DIAGNOSIS_ALPHA
+    rivals : list of dict, optional
+        The exact penalty findings of these sets (tabular pairs with a penalty or min-p on): a setting law they do not
+        put first by their threshold is reported in a class with the one they prefer, never named alone.
 
     Returns
     -------
@@ -195,7 +227,13 @@ def setting_law_finding(sets: list[dict], total: Ranking, decision: dict[str, An
         p, parts = _fit_pvalue(best, sets)
         out["fit_pvalue"], out["fit_parts"] = p, parts
         margin = f"log LR {b.log_lr:.1f} over the target, {lead:.1f} over the next hypothesis"
-        if p is None or p >= FIT_ALPHA:
+        near = _rival_check(best, rivals)
+        if (p is None or p >= FIT_ALPHA) and near:  # a penalty mechanism the family lacks explains the rows as well
+            out["class"], out["lead"] = [best] + near, True
+            out["withdrawn"] = decision["best"][0] if family_named else None
+            out["sentence"] = (f"consistent with {best} or {' or '.join(near)} ({margin}; the exact penalty laws do not "
+                               f"separate them: more rows, or a run with {FIELDS[best]} removed from the request, do)")
+        elif p is None or p >= FIT_ALPHA:
             out["named"] = best
             out["withdrawn"] = decision["best"][0] if family_named else None
             fit = f"its own law fits, p = {p:.2g}" if p is not None else "its own fit not testable"
@@ -223,17 +261,19 @@ def setting_law_finding(sets: list[dict], total: Ranking, decision: dict[str, An
     return out
 
 
-def setting_law_of_set(res: dict, ranking: Ranking, seqs_set, tokens, plan, alpha: float) -> None:
-    """The request-setting laws on one sample set's rows: its decision line is corrected as the decoder's is."""
+def setting_law_of_set(res: dict, ranking: Ranking, seqs_set, tokens, plan, alpha: float, pen: dict | None = None) -> None:
+    """The request-setting laws on one sample set's rows: its decision line is corrected as the decoder's is
+    (``pen``: the decoder's penalty finding, whose entry for this set is the exact rival)."""
     if "decision" not in res:
         return
+    rivals = [f for f in (pen or {}).get("sets", []) if f.get("set_id") == plan.set_id]
     found = setting_law_finding([{"seqs": seqs_set[0], "inverse": seqs_set[1], "tokens": tokens, "sampling": plan.sampling,
-                                  "label": plan.label}], ranking, res["decision"], alpha=alpha)
+                                  "label": plan.label}], ranking, res["decision"], alpha=alpha, rivals=rivals)
     if found is None:
         return
     res["setting_law"] = found
     d = res["decision"]
-    if found["named"]:
+    if found["named"] or found.get("lead"):
         d["status"], d["sentence"] = "consistent", found["sentence"]
     elif found["class"]:
         d["sentence"] += f"; {found['sentence']}"
@@ -241,25 +281,22 @@ def setting_law_of_set(res: dict, ranking: Ranking, seqs_set, tokens, plan, alph
         d["status"], d["sentence"] = "no known mechanism", f"matches no known mechanism ({found['sentence']})"
 
 
-def setting_law_of_decoder(item: dict, plans, cache, total: Ranking, alpha: float) -> None:
+def setting_law_of_decoder(item: dict, plans, cache, total: Ranking, alpha: float, pen: dict | None = None) -> None:
     """Rank the request-setting-ignored laws beside the family's decision (:mod:`verifier.diagnose.setting_laws`):
     a setting law named there replaces a family name it beats; one the data do not separate from the family's name
     makes the name a class."""
     sets = [{"seqs": cache[p.set_id][0][0], "inverse": cache[p.set_id][0][1], "tokens": cache[p.set_id][1],
              "sampling": p.sampling, "label": p.label} for p in plans]
-    found = setting_law_finding(sets, total, item["decision"], alpha=alpha)
+    found = setting_law_finding(sets, total, item["decision"], alpha=alpha, rivals=(pen or {}).get("sets"))
     if found is None:
         return
     item["setting_law"] = found
-    if found["named"]:
+    if found["named"] or found.get("lead"):
         item["status"], item["sentence"] = "consistent", found["sentence"]
-        item["mechanism"] = [setting_entry(found["named"])]
+        item["mechanism"] = [entry(n) for n in ([found["named"]] if found["named"] else found["class"])]
         item.pop("engine_source", None)
     elif found["class"]:
-        from verifier.diagnose.glossary import mechanism_entries
-
-        family = [n for n in found["class"] if n not in SETTINGS]
-        item["mechanism"] = mechanism_entries(family) + [setting_entry(n) for n in found["class"] if n in SETTINGS]
+        item["mechanism"] = [entry(n) for n in found["class"]]
         item["sentence"] += f"; {found['sentence']}"
     elif found["withdrawn"]:
         item["status"], item["sentence"] = "no known mechanism", f"matches no known mechanism ({found['sentence']})"
