@@ -156,3 +156,20 @@ def test_an_exact_penalty_rival_that_is_not_separated_makes_a_class():
     assert _rival_check("min_p_ignored", [{**first, "best": "min_p_skipped_on_verified", "runner_up": "min_p_ignored"}]) \
         == ["min_p_skipped_on_verified"]
     assert _rival_check("min_p_ignored", None) == [] and _rival_check("min_p_ignored", [None, {}]) == []
+
+
+def test_a_server_that_ignores_top_k_is_named_with_its_draft_unknown(tmp_path, capsys):
+    """A URL audit's server drafts with its own model (draft unknown: no family to rank); a setting it ignores needs the
+    target alone, so it is still named (tests/diagnose/unknown_plugins.py:TopKIgnored, trigram3, T = 0.7, top-k 2, 2,000
+    rows, seed 0: the third token of each position is emitted where the request removes it)."""
+    from verifier.cli import main
+
+    run = tmp_path / "run"
+    code = main(["audit", "--decoder", f"{Path(__file__).with_name('unknown_plugins.py')}:TopKIgnored",
+                 "--target", "tabular:trigram3", "--draft", "unknown", "--prompt-ids", "0,1", "--temperature", "0.7",
+                 "--top-k", "2", "--num-draft-tokens", "2", "--max-new-tokens", "3", "--num-samples", "2000", "--seed", "0",
+                 "--run-dir", str(run), "--no-progress"])
+    assert code == 1, capsys.readouterr().err[-2000:]
+    item = json.loads((run / "report.json").read_text())["diagnosis"]["decoders"][0]
+    assert item["status"] == "consistent" and [m["name"] for m in item["mechanism"]] == ["top_k_top_p_ignored"], item
+    assert "the draft is unknown" in item["sentence"] and item["setting_law"]["fit_pvalue"] >= 1e-3

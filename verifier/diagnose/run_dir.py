@@ -30,7 +30,7 @@ from verifier.diagnose.engine_laws import engine_module, ranking_alpha
 from verifier.diagnose.render import json_safe
 from verifier.diagnose.rank import DIAGNOSIS_ALPHA, FIT_ALPHA, Ranking, combine, decide
 from verifier.diagnose.sample_set import diagnose_sample_set, fit_check
-from verifier.diagnose.setting_laws import setting_law_of_decoder, setting_law_of_set
+from verifier.diagnose.setting_laws import setting_law_of_decoder, setting_law_of_set, setting_law_without_draft
 from verifier.runner.verdict import CELL_BIAS
 
 __all__ = ["diagnose_decoders", "auto_diagnosis", "stored_diagnosis", "load_tokens", "DIAGNOSED_VERDICT", "DIAGNOSE_MODES", "set_mode", "mode",
@@ -318,8 +318,10 @@ def _diagnose_names(report, plans, pairs, store, names, verdicts, with_fits, log
             item["status"], item["sentence"] = "not diagnosed", too_large or "no sample set to diagnose"
             if unknown_draft:
                 item["sentence"] += "; where: " + " | ".join(unknown_draft)
+            if biased and target_only:  # the draft is unknown: a setting the server ignores needs the target alone
+                setting_law_without_draft(item, [p for p in plans if p.set_id in target_only], target_only, alpha)
             _add_engine_laws(item, engine, plans, pairs, cache, no_draft_rows, biased)
-            if biased and target_only:  # the draft is unknown: the filter-boundary finding still applies
+            if biased and target_only and item["status"] != "consistent":  # the filter-boundary finding
                 try:
                     from verifier.diagnose.boundary import add_boundary_finding
 

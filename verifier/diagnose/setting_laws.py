@@ -39,7 +39,7 @@ from verifier.diagnose.rank import DIAGNOSIS_ALPHA, FIT_ALPHA, Ranking, robust_s
 from verifier.sampling import SamplingConfig
 
 __all__ = ["SETTINGS", "without", "candidates", "setting_law_finding", "setting_entry", "entry", "setting_law_of_set",
-           "setting_law_of_decoder"]
+           "setting_law_of_decoder", "setting_law_without_draft"]
 
 SETTINGS: dict[str, str] = {
     "temperature_ignored": "the request's temperature is not applied (T = 1), its other settings are: the emitted "
@@ -302,3 +302,26 @@ def setting_law_of_decoder(item: dict, plans, cache, total: Ranking, alpha: floa
         item["status"], item["sentence"] = "no known mechanism", f"matches no known mechanism ({found['sentence']})"
         item.pop("mechanism", None)
         item.pop("engine_source", None)
+
+
+def setting_law_without_draft(item: dict, plans, target_only: dict, alpha: float) -> None:
+    """The setting laws on sample sets whose draft is unknown (a URL audit: the server drafts with its own model): they
+    need the target alone, so a setting the server ignores is still named, against the target and each other (no
+    family to rank).  ``target_only``: set id -> ``((seqs, inverse), tokens, None)`` of
+    :func:`verifier.diagnose.boundary.target_only_entry` (sets with a top-k / top-p / min-p filter)."""
+    from verifier.diagnose.likelihood import target_log_likelihood
+
+    sets = [{"seqs": target_only[p.set_id][0][0], "inverse": target_only[p.set_id][0][1],
+             "tokens": target_only[p.set_id][1], "sampling": p.sampling, "label": p.label} for p in plans]
+    if not sets:
+        return
+    ll = sum(float((target_log_likelihood(s["seqs"]) * s["seqs"].row_weights).sum()) for s in sets)
+    total = Ranking(int(sum(s["seqs"].row_weights.sum() for s in sets)), ll, [])
+    found = setting_law_finding(sets, total, {"status": item.get("status"), "best": []}, alpha=alpha)
+    if found is None:
+        return
+    item["setting_law"] = found
+    if found["named"]:
+        item["status"] = "consistent"
+        item["sentence"] = f"{found['sentence']} (the draft is unknown: only laws that need no draft were ranked)"
+        item["mechanism"] = [entry(found["named"])]
