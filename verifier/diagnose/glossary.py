@@ -83,6 +83,29 @@ PREFILL_SENTENCE = ("the first emitted token is a plain target sample (the prefi
                     "token 2, as in vLLM and llama.cpp")
 
 
+# the request-setting laws ranked beside the family (verifier.diagnose.setting_laws): what the code did wrong
+SETTINGS: dict[str, str] = {
+    "temperature_ignored": "the request's temperature is not applied (T = 1), its other settings are: the emitted "
+                           "tokens follow the target at T = 1 with the request's top-k / top-p / penalties / min-p",
+    "top_k_top_p_ignored": "the request's top-k / top-p are not applied, its temperature, penalties and min-p are: "
+                           "tokens outside the requested filter are emitted",
+    "penalties_ignored": "the request's repetition / presence / frequency penalties are not applied (in the draft "
+                         "verification and the bonus alike), its temperature, filters and min-p are",
+    "min_p_ignored": "the request's min-p is not applied, its temperature, penalties and top-k / top-p are: tokens "
+                     "min-p removes are emitted",
+}
+SETTING_FIELDS = {"temperature_ignored": "temperature", "top_k_top_p_ignored": "top_k / top_p",
+          "penalties_ignored": "repetition_penalty / presence_penalty / frequency_penalty", "min_p_ignored": "min_p"}
+
+def setting_entry(name: str) -> dict[str, str]:
+    """The report.json ``mechanism`` entry of a setting law (as :func:`verifier.diagnose.glossary.mechanism_entries`)."""
+    return {"name": name, "plain": SETTINGS[name],
+            "reproduce": f"specverify audit ... with {SETTING_FIELDS[name]} removed from the request (plain target sampling "
+                         "there must PASS)",
+            "pointer": f"look where the request's {SETTING_FIELDS[name]} reaches the sampler, on the speculative path "
+                       "(draft verification, residual and bonus token) and in the server's request parsing"}
+
+
 def plain(name: str) -> str:
     """The glossary sentence of a hypothesis: a mechanism, a composite ``A+B`` ("two defects: ..."), either with
     ``@prefill`` (a generic sentence for a name outside the glossary)."""
@@ -169,8 +192,6 @@ def glossary_markdown() -> str:
               f"target sample before the first round): {family_size()} hypotheses in all "
               f"(`verifier/diagnose/family.py`). A pair's sentence joins its parts' sentences. The pairs:", "",
               ", ".join(f"`{n}`" for n in composite_names()) + "."]
-    from verifier.diagnose.setting_laws import SETTINGS, setting_entry
-
     lines += ["", "## The request's own setting ignored", "",
               "A decoder that never applies one of the request's processors emits the target's law at the request "
               "without it, draft positions and bonus alike. With two or more processor groups in a request these laws "

@@ -25,7 +25,8 @@ from typing import Any, Callable, Iterable
 import numpy as np
 
 from verifier.diagnose.rank import DIAGNOSIS_ALPHA, FIT_ALPHA
-from verifier.diagnose.setting_laws import SETTINGS, candidates, without
+from verifier.diagnose.glossary import SETTINGS
+from verifier.diagnose.setting_drop import candidates, without
 
 __all__ = ["PENALTY_GLOSSARY", "PENALTY_STATUS", "penalty_set_finding", "penalty_finding"]
 

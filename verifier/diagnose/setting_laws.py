@@ -30,66 +30,19 @@ Decision, with M = the family's hypotheses plus these (the thresholds of :mod:`v
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
+from verifier.diagnose.glossary import SETTING_FIELDS as FIELDS  # the glossary owns the sentences
+from verifier.diagnose.glossary import SETTINGS, setting_entry
+from verifier.diagnose.setting_drop import candidates, without
 from verifier.diagnose.rank import DIAGNOSIS_ALPHA, FIT_ALPHA, Ranking, robust_score, separation_for, threshold_for
-from verifier.sampling import SamplingConfig
 
 __all__ = ["SETTINGS", "without", "candidates", "setting_law_finding", "setting_entry", "entry", "setting_law_of_set",
            "setting_law_of_decoder", "setting_law_without_draft"]
 
-SETTINGS: dict[str, str] = {
-    "temperature_ignored": "the request's temperature is not applied (T = 1), its other settings are: the emitted "
-                           "tokens follow the target at T = 1 with the request's top-k / top-p / penalties / min-p",
-    "top_k_top_p_ignored": "the request's top-k / top-p are not applied, its temperature, penalties and min-p are: "
-                           "tokens outside the requested filter are emitted",
-    "penalties_ignored": "the request's repetition / presence / frequency penalties are not applied (in the draft "
-                         "verification and the bonus alike), its temperature, filters and min-p are",
-    "min_p_ignored": "the request's min-p is not applied, its temperature, penalties and top-k / top-p are: tokens "
-                     "min-p removes are emitted",
-}
-FIELDS = {"temperature_ignored": "temperature", "top_k_top_p_ignored": "top_k / top_p",
-          "penalties_ignored": "repetition_penalty / presence_penalty / frequency_penalty", "min_p_ignored": "min_p"}
 MAX_ENTRIES = 40_000_000  # rows x tokens x vocab float64 of one set's processed probs (320 MB); above: not computed
-
-
-def without(sampling: SamplingConfig, name: str) -> SamplingConfig | None:
-    """The request ``sampling`` with the processor group of hypothesis ``name`` removed; None when it has none."""
-    if sampling.greedy:
-        return None
-    if name == "temperature_ignored":
-        return replace(sampling, temperature=1.0) if float(sampling.temperature) != 1.0 else None
-    if name == "top_k_top_p_ignored":
-        return replace(sampling, top_k=None, top_p=None) if (sampling.top_k is not None or sampling.top_p is not None) else None
-    if name == "penalties_ignored":
-        return (replace(sampling, repetition_penalty=None, presence_penalty=None, frequency_penalty=None)
-                if sampling.uses_context else None)
-    if name == "min_p_ignored":
-        return replace(sampling, min_p=None) if sampling.min_p else None
-    raise KeyError(name)
-
-
-def candidates(samplings) -> list[str]:
-    """The setting laws worth ranking for sets with these requests: a group present in some set whose removal is not
-    the unprocessed target in every set where it is present (that law is ``target_unprocessed``)."""
-    out = []
-    for name in SETTINGS:
-        reduced = [r for r in (without(s, name) for s in samplings) if r is not None]
-        if reduced and any(r != SamplingConfig() for r in reduced):
-            out.append(name)
-    return out
-
-
-def setting_entry(name: str) -> dict[str, str]:
-    """The report.json ``mechanism`` entry of a setting law (as :func:`verifier.diagnose.glossary.mechanism_entries`)."""
-    return {"name": name, "plain": SETTINGS[name],
-            "reproduce": f"specverify audit ... with {FIELDS[name]} removed from the request (plain target sampling "
-                         "there must PASS)",
-            "pointer": f"look where the request's {FIELDS[name]} reaches the sampler, on the speculative path "
-                       "(draft verification, residual and bonus token) and in the server's request parsing"}
 
 
 def _set_scores(s: dict, names: list[str]) -> dict[str, np.ndarray] | None:
