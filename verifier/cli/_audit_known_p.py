@@ -125,7 +125,14 @@ def _print_summary(outcome, plan: dict) -> None:
         print(f"UNDERPOWERED: {weak['reason']}")
     elif verdict == "UNDERPOWERED":
         need = plan["n_needed"]
-        worst = sorted(((v or 0, k) for k, v in plan["needed"].items()), reverse=True)[:3]
+        needed = dict(plan["needed"])
+        for c in report["cells"]:  # a cell the plan could not size (a joint law too large to enumerate) says its own n
+            if c.get("verdict") == "UNDERPOWERED" and c.get("effect_unit") == "tv" and c.get("n_needed"):
+                parts = str(c.get("id", "")).split("/")  # decoder/PROMPT/SAMPLING/k=K/CELL -> the plan's PROMPT/CELL
+                key = f"{parts[1]}/{parts[-1]}" if len(parts) >= 3 else parts[-1]
+                needed[key] = max(int(c["n_needed"]), needed.get(key) or 0)
+                need = None if need is None else max(need, int(c["n_needed"]))
+        worst = sorted(((v or 0, k) for k, v in needed.items()), reverse=True)[:3]
         line = (f"UNDERPOWERED: n = {plan['num_samples']} per prompt cannot see TV {plan['target_tv']:g}; n needed: "
                 f"{need if need is not None else '> 1e8'} (" + ", ".join(f"{k} {v}" for v, k in worst) + ")")
         print(line + (f" -- rerun with --num-samples {need}" if need else " -- raise --target-tv"))
