@@ -1,8 +1,8 @@
-"""The UNDERPOWERED line of `specverify audit` names the n that every TV cell needs, also a cell the plan could not size.
+"""The UNDERPOWERED line of `specverify audit` names the n that every TV cell needs, also a cell the plan sized too small.
 
 The committed Gemma4-assistant control (reports/audits/transformers-5.25.0/certificate-gemma4-assistant-T1-k3-control-
-greedy-q, transformers 5.25.0): the plan sized the gof cells (28,099 rows) but not joint@1..3 (a joint law too large to
-enumerate for planning), which at that n sees only TV >= 0.037 and needs 83,405 rows.  The line used to say "n needed:
+greedy-q, transformers 5.25.0): the plan put joint@1..3 at 866 rows and the audit at 28,099 (the gof cells), but the
+joint cell as run sees only TV >= 0.037 there and needs 83,405 rows (the plan's estimate is wrong for this cell).  The line used to say "n needed:
 28099 ... rerun with --num-samples 28099", a rerun that would be UNDERPOWERED again.
 """
 

@@ -126,7 +126,7 @@ def _print_summary(outcome, plan: dict) -> None:
     elif verdict == "UNDERPOWERED":
         need = plan["n_needed"]
         needed = dict(plan["needed"])
-        for c in report["cells"]:  # a cell the plan could not size (a joint law too large to enumerate) says its own n
+        for c in report["cells"]:  # a cell the plan sized too small says its own n (the n that cell needs as run)
             if c.get("verdict") == "UNDERPOWERED" and c.get("effect_unit") == "tv" and c.get("n_needed"):
                 parts = str(c.get("id", "")).split("/")  # decoder/PROMPT/SAMPLING/k=K/CELL -> the plan's PROMPT/CELL
                 key = f"{parts[1]}/{parts[-1]}" if len(parts) >= 3 else parts[-1]
