@@ -37,7 +37,8 @@ import numpy as np
 from verifier.diagnose.glossary import SETTING_FIELDS as FIELDS  # the glossary owns the sentences
 from verifier.diagnose.glossary import SETTINGS, setting_entry
 from verifier.diagnose.setting_drop import candidates, without
-from verifier.diagnose.rank import DIAGNOSIS_ALPHA, FIT_ALPHA, Ranking, robust_score, separation_for, threshold_for
+from verifier.diagnose.rank import (DIAGNOSIS_ALPHA, FIT_ALPHA, Ranking, robust_score, separation_for, threshold_for,
+                                    weighted_total)
 
 __all__ = ["SETTINGS", "without", "candidates", "setting_law_finding", "setting_entry", "entry", "setting_law_of_set",
            "setting_law_of_decoder", "setting_law_without_draft"]
@@ -46,25 +47,25 @@ MAX_ENTRIES = 40_000_000  # rows x tokens x vocab float64 of one set's processed
 
 
 def _set_scores(s: dict, names: list[str]) -> dict[str, np.ndarray] | None:
-    """Per distinct row of one set: its log-likelihood under each setting law (None: not computable here)."""
+    """Per distinct row of one set: its log-likelihood under the target (key ``"target"``) and each setting law (None:
+    not computable here).  Keeps the set's scorer in ``s["scorer"]`` for the fit check."""
     from verifier.diagnose.fit import _Scorer
     from verifier.diagnose.likelihood import target_log_likelihood
 
     seqs = s["seqs"]
     if seqs.p_raw is None or seqs.p_raw.size > MAX_ENTRIES:
         return None
-    scorer = _Scorer(seqs)
-    ll_t = target_log_likelihood(seqs)
-    out = {}
+    s["scorer"] = scorer = _Scorer(seqs)
+    out = {"target": target_log_likelihood(seqs)}
     for name in names:
         reduced = without(s["sampling"], name)
-        out[name] = ll_t if reduced is None else scorer.rows(reduced)
+        out[name] = out["target"] if reduced is None else scorer.rows(reduced)
     return out
 
 
 def _fit_pvalue(name: str, sets: list[dict], seed: int = 0) -> tuple[float | None, list[str]]:
-    """Setting law ``name``'s own fit over the sets: PIT-KS of every emitted token and chi-square of token 1."""
-    from verifier.diagnose.fit import _Scorer
+    """Setting law ``name``'s own fit over the sets (each scored by :func:`_set_scores`): PIT-KS of every emitted token and
+    chi-square of token 1."""
     from verifier.diagnose.rows import sequence_ends
     from verifier.errors import InvalidArgumentError
     from verifier.stats.gof import gof_pvalues
@@ -75,7 +76,7 @@ def _fit_pvalue(name: str, sets: list[dict], seed: int = 0) -> tuple[float | Non
     for s in sets:
         reduced = without(s["sampling"], name) or s["sampling"]
         seqs, inverse, tokens = s["seqs"], s["inverse"], s["tokens"]
-        probs = _Scorer(seqs).probs(reduced)[inverse]  # every observed row
+        probs = s["scorer"].probs(reduced)[inverse]  # every observed row
         live = np.arange(tokens.shape[1])[None] < sequence_ends(tokens, seqs.eos_token_id)[:, None]
         u, bad = randomized_pit(tokens[live], probs[live], rng)
         try:
@@ -157,11 +158,9 @@ def setting_law_finding(sets: list[dict], total: Ranking, decision: dict[str, An
         return {"named": None, "class": [], "withdrawn": None, "scores": {}, "sentence":
                 f"not ranked: the request-setting laws ({', '.join(names)}) need the unprocessed target probs of every "
                 "set within the memory budget"}
-    from verifier.diagnose.likelihood import target_log_likelihood
-
     w = np.concatenate([s["seqs"].row_weights for s in sets])
-    ll_t = np.concatenate([target_log_likelihood(s["seqs"]) for s in sets])
-    total_t = float((ll_t * w).sum()) if np.isfinite(ll_t).all() else -math.inf
+    ll_t = np.concatenate([p["target"] for p in per_set])
+    total_t = weighted_total(ll_t, w)
     scores = {n: robust_score(n, "biased", np.concatenate([p[n] for p in per_set]), ll_t, w, total_t) for n in names}
     family = [s for s in total.scores if s.declared != "exact"]
     m = len(family) + len(names)
@@ -214,47 +213,55 @@ def setting_law_finding(sets: list[dict], total: Ranking, decision: dict[str, An
     return out
 
 
+def _apply(target: dict, found: dict, *, mechanism: bool, note: str = "") -> None:
+    """Write a finding onto a decision or a decoder item (``target``): a setting law named (or leading a class) replaces
+    status and sentence; a class beside the family's name is appended; a withdrawn family name leaves no mechanism.
+    ``mechanism``: also set / drop the item's ``mechanism`` entries and ``engine_source`` (a decoder item)."""
+    lead = [found["named"]] if found["named"] else (found["class"] if found.get("lead") else [])
+    if lead:
+        target["status"], target["sentence"] = "consistent", found["sentence"] + note
+    elif found["class"]:
+        target["sentence"] += f"; {found['sentence']}"
+    elif found["withdrawn"]:
+        target["status"], target["sentence"] = "no known mechanism", f"matches no known mechanism ({found['sentence']})"
+    if not mechanism:
+        return
+    if lead or found["class"]:
+        target["mechanism"] = [entry(n) for n in (lead or found["class"])]
+    elif found["withdrawn"]:
+        target.pop("mechanism", None)
+    if lead or found["withdrawn"]:
+        target.pop("engine_source", None)
+
+
+def _sets(plans, entries: dict) -> list[dict]:
+    """The finding's sets from ``entries`` (set id -> ``((seqs, inverse), tokens, ...)``: run_dir's cache, or the
+    boundary finding's target-only sets)."""
+    return [{"seqs": entries[p.set_id][0][0], "inverse": entries[p.set_id][0][1], "tokens": entries[p.set_id][1],
+             "sampling": p.sampling, "label": p.label} for p in plans]
+
+
 def setting_law_of_set(res: dict, ranking: Ranking, seqs_set, tokens, plan, alpha: float, pen: dict | None = None) -> None:
     """The request-setting laws on one sample set's rows: its decision line is corrected as the decoder's is
     (``pen``: the decoder's penalty finding, whose entry for this set is the exact rival)."""
     if "decision" not in res:
         return
     rivals = [f for f in (pen or {}).get("sets", []) if f.get("set_id") == plan.set_id]
-    found = setting_law_finding([{"seqs": seqs_set[0], "inverse": seqs_set[1], "tokens": tokens, "sampling": plan.sampling,
-                                  "label": plan.label}], ranking, res["decision"], alpha=alpha, rivals=rivals)
-    if found is None:
-        return
-    res["setting_law"] = found
-    d = res["decision"]
-    if found["named"] or found.get("lead"):
-        d["status"], d["sentence"] = "consistent", found["sentence"]
-    elif found["class"]:
-        d["sentence"] += f"; {found['sentence']}"
-    elif found["withdrawn"]:
-        d["status"], d["sentence"] = "no known mechanism", f"matches no known mechanism ({found['sentence']})"
+    found = setting_law_finding(_sets([plan], {plan.set_id: (seqs_set, tokens)}), ranking, res["decision"], alpha=alpha,
+                                rivals=rivals)
+    if found is not None:
+        res["setting_law"] = found
+        _apply(res["decision"], found, mechanism=False)
 
 
 def setting_law_of_decoder(item: dict, plans, cache, total: Ranking, alpha: float, pen: dict | None = None) -> None:
     """Rank the request-setting-ignored laws beside the family's decision (:mod:`verifier.diagnose.setting_laws`):
     a setting law named there replaces a family name it beats; one the data do not separate from the family's name
     makes the name a class."""
-    sets = [{"seqs": cache[p.set_id][0][0], "inverse": cache[p.set_id][0][1], "tokens": cache[p.set_id][1],
-             "sampling": p.sampling, "label": p.label} for p in plans]
-    found = setting_law_finding(sets, total, item["decision"], alpha=alpha, rivals=(pen or {}).get("sets"))
-    if found is None:
-        return
-    item["setting_law"] = found
-    if found["named"] or found.get("lead"):
-        item["status"], item["sentence"] = "consistent", found["sentence"]
-        item["mechanism"] = [entry(n) for n in ([found["named"]] if found["named"] else found["class"])]
-        item.pop("engine_source", None)
-    elif found["class"]:
-        item["mechanism"] = [entry(n) for n in found["class"]]
-        item["sentence"] += f"; {found['sentence']}"
-    elif found["withdrawn"]:
-        item["status"], item["sentence"] = "no known mechanism", f"matches no known mechanism ({found['sentence']})"
-        item.pop("mechanism", None)
-        item.pop("engine_source", None)
+    found = setting_law_finding(_sets(plans, cache), total, item["decision"], alpha=alpha, rivals=(pen or {}).get("sets"))
+    if found is not None:
+        item["setting_law"] = found
+        _apply(item, found, mechanism=True)
 
 
 def setting_law_without_draft(item: dict, plans, target_only: dict, alpha: float) -> None:
@@ -264,17 +271,14 @@ def setting_law_without_draft(item: dict, plans, target_only: dict, alpha: float
     :func:`verifier.diagnose.boundary.target_only_entry` (sets with a top-k / top-p / min-p filter)."""
     from verifier.diagnose.likelihood import target_log_likelihood
 
-    sets = [{"seqs": target_only[p.set_id][0][0], "inverse": target_only[p.set_id][0][1],
-             "tokens": target_only[p.set_id][1], "sampling": p.sampling, "label": p.label} for p in plans]
+    sets = _sets(plans, target_only)
     if not sets:
         return
-    ll = sum(float((target_log_likelihood(s["seqs"]) * s["seqs"].row_weights).sum()) for s in sets)
+    ll = sum(weighted_total(target_log_likelihood(s["seqs"]), s["seqs"].row_weights) for s in sets)
     total = Ranking(int(sum(s["seqs"].row_weights.sum() for s in sets)), ll, [])
     found = setting_law_finding(sets, total, {"status": item.get("status"), "best": []}, alpha=alpha)
     if found is None:
         return
     item["setting_law"] = found
-    if found["named"]:
-        item["status"] = "consistent"
-        item["sentence"] = f"{found['sentence']} (the draft is unknown: only laws that need no draft were ranked)"
-        item["mechanism"] = [entry(found["named"])]
+    if found["named"]:  # no family and no rival: a name or nothing
+        _apply(item, found, mechanism=True, note=" (the draft is unknown: only laws that need no draft were ranked)")
