@@ -53,6 +53,33 @@ def test_an_interrupted_draw_resumes_to_the_uninterrupted_stream(tmp_path):
     assert np.array_equal(_stored(tmp_path, CHAIN.name), straight)  # every row reached disk, none twice
 
 
+def test_a_ctrl_c_while_the_generator_states_are_read_keeps_rows_and_states_paired(tmp_path, monkeypatch):
+    """The window a real SIGINT hit in CI: a batch drawn and counted, the generators' states not yet read.  The
+    interruption lands inside ``get_state`` after the third batch; the stored rows must still carry the states after
+    them (only whole, consistent batches kept), so the resume equals the straight stream."""
+    import verifier.audit.kernel_audit as kernel_audit
+
+    straight = draw_kernel_samples(verify_chain, CHAIN, 5000, 7, batch_size=512)
+    calls = {"n": 0}
+
+    class _Generator(torch.Generator):
+        def get_state(self):
+            calls["n"] += 1
+            if calls["n"] == 7:  # 2 reads at the start, 2 per batch: the 7th is the draft state after batch 3
+                raise KeyboardInterrupt
+            return super().get_state()
+
+    monkeypatch.setattr(kernel_audit.torch, "Generator", _Generator)
+    with pytest.raises(KeyboardInterrupt):
+        draw_kernel_samples(verify_chain, CHAIN, 5000, 7, batch_size=512, checkpoint=KernelCheckpoint(tmp_path, IDENTITY))
+    monkeypatch.undo()
+    assert len(_stored(tmp_path, CHAIN.name)) == 2 * 512  # batch 3 has no states yet: it is drawn again
+    resumed = draw_kernel_samples(verify_chain, CHAIN, 5000, 7, batch_size=512,
+                                  checkpoint=KernelCheckpoint(tmp_path, IDENTITY, resume=True))
+    assert np.array_equal(resumed, straight)
+    assert np.array_equal(_stored(tmp_path, CHAIN.name), straight)
+
+
 def test_a_partial_last_batch_is_redrawn_when_more_draws_are_asked(tmp_path):
     """1300 draws end in a partial batch (1300 = 2 x 512 + 276); growing to 3000 redraws it in full."""
     checkpoint = KernelCheckpoint(tmp_path, IDENTITY)

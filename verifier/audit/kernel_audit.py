@@ -343,13 +343,17 @@ def draw_kernel_samples(kernel: VerificationKernel, case: KernelCase, num_draws:
             draft_gen.set_state(stored.draft_state)
             kernel_gen.set_state(stored.kernel_state)
         chunk, flushed, last_flush = stored.next_chunk, done, time.perf_counter()
-        states = (draft_gen.get_state(), kernel_gen.get_state())  # after row done
+        # (rows drawn, draft state, kernel state) as ONE object, replaced by one store: a Ctrl-C that lands between
+        # counting a batch and reading the generators' states would otherwise pair the rows with the states before
+        # them, and a resume would redraw part of the stream (a real SIGINT hit that window in CI)
+        mark = (done, draft_gen.get_state(), kernel_gen.get_state())
 
         def flush() -> None:
             nonlocal chunk, flushed, last_flush
-            if done > flushed:
-                checkpoint.write(case, chunk, out[flushed:done], *states)
-                chunk, flushed, last_flush = chunk + 1, done, time.perf_counter()
+            rows, draft_state, kernel_state = mark
+            if rows > flushed:
+                checkpoint.write(case, chunk, out[flushed:rows], draft_state, kernel_state)
+                chunk, flushed, last_flush = chunk + 1, rows, time.perf_counter()
     try:
         for start in range(done, num_draws, batch_size):
             b = min(batch_size, num_draws - start)
@@ -358,10 +362,9 @@ def draw_kernel_samples(kernel: VerificationKernel, case: KernelCase, num_draws:
             ids = torch.multinomial(draft, b, replacement=True, generator=draft_gen).T.contiguous()  # (b, k)
             emitted = guarded(target.expand(b, k + 1, vocab).contiguous(), draft.expand(b, k, vocab).contiguous(), ids, kernel_gen)
             out[start : start + b] = emitted.numpy()
-            done = start + b
             if checkpoint is not None:
-                states = (draft_gen.get_state(), kernel_gen.get_state())
-                if done == num_draws or time.perf_counter() - last_flush >= FLUSH_SECONDS:
+                mark = (start + b, draft_gen.get_state(), kernel_gen.get_state())
+                if start + b == num_draws or time.perf_counter() - last_flush >= FLUSH_SECONDS:
                     flush()
     except BaseException:
         if checkpoint is not None:
