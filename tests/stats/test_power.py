@@ -12,7 +12,7 @@ import pytest
 from scipy import special, stats
 
 from verifier.errors import InvalidArgumentError
-from verifier.stats.power import gof_power, min_detectable_effect, samples_needed, tv_per_w
+from verifier.stats.power import gof_power, min_detectable_effect, samples_for_mde, samples_needed, tv_per_w
 
 from .laws import full_p_fallback_law
 
@@ -119,3 +119,22 @@ def test_samples_needed_invalid_arguments_name_the_argument(kwargs, name):
 def test_exact_refused_above_vocab_4():
     with pytest.raises(InvalidArgumentError, match="method"):
         gof_power(10_000, [0.2] * 5, [0.3, 0.1, 0.2, 0.2, 0.2], method="exact")
+
+
+def test_the_common_n_serves_every_cell_at_that_n():
+    """Pooled chi-square MDEs are not monotone in n: a long-tailed law (Dirichlet(0.05) on 3,000 tokens, seed 1) sees
+    TV 0.045 at ~500 rows (small-sample regime) but not at ~16,000; a second cell (Dirichlet(0.05) on 1,000 tokens,
+    seed 1) needs ~16,000.  Taking the larger single-cell n leaves the first cell underpowered there; the common n
+    found by ``samples_for_every_mde`` serves both (alpha 8.3e-5, power 0.99)."""
+    from verifier.stats.gof import gof_mde
+    from verifier.stats.power import samples_for_every_mde
+
+    rng = np.random.default_rng(1)
+    laws = {"dip": rng.dirichlet(np.full(3000, 0.05)), "tail": rng.dirichlet(np.full(1000, 0.05))}
+    mde_at = {k: (lambda n, law=law: gof_mde(n, law, alpha=8.333e-5, power=0.99).tv) for k, law in laws.items()}
+    needed = {k: samples_for_mde(fn, 0.045) for k, fn in mde_at.items()}
+    naive = max(needed.values())
+    assert needed["dip"] < 1000 < naive and mde_at["dip"](naive) > 0.045  # the defect: underpowered at the max
+    n = samples_for_every_mde(mde_at, 0.045, needed)
+    assert n > naive and all(fn(n) <= 0.045 for fn in mde_at.values())
+    assert needed["dip"] == n  # the cell searched again from the naive n sets the common n

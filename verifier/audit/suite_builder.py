@@ -291,7 +291,7 @@ def plan_audit(spec: AuditSpec, *, base_dir: str | Path = ".", pair: Any = None)
     from verifier.runner.models import check_context_fits, encode_prompt, load_pair
     from verifier.runner.verdict import cell_level
     from verifier.stats.gof import gof_mde
-    from verifier.stats.power import samples_for_mde
+    from verifier.stats.power import samples_for_every_mde, samples_for_mde
     from verifier.suite.schema import MAX_GOF_POSITION, ModelPair, Prompt, parse_suite
 
     max_new_tokens = _check_spec(spec)
@@ -333,6 +333,7 @@ def plan_audit(spec: AuditSpec, *, base_dir: str | Path = ".", pair: Any = None)
 
     needed: dict[str, int | None] = {}
     tv_laws: dict[str, list] = {}  # TV cell label -> its laws (one per prompt), to plan the allocation from
+    mde_at: dict[str, Any] = {}  # Pearson TV cell label -> its MDE as a function of n (re-checked at the common n)
 
     def plan_cell(label: str, law: np.ndarray, level: float = level) -> None:
         if np.count_nonzero(law) < 2:  # one possible outcome: any deviation is a support violation, no n to plan
@@ -347,8 +348,8 @@ def plan_audit(spec: AuditSpec, *, base_dir: str | Path = ".", pair: Any = None)
 
             needed[label] = mixture_samples_needed(law, spec.target_tv, alpha=level, power=spec.power, n_max=10 ** 8)
             return
-        needed[label] = samples_for_mde(lambda n: gof_mde(n, law, alpha=level, power=spec.power).tv, spec.target_tv,
-                                        n_max=10 ** 8)
+        mde_at[label] = lambda n: gof_mde(n, law, alpha=level, power=spec.power).tv
+        needed[label] = samples_for_mde(mde_at[label], spec.target_tv, n_max=10 ** 8)
 
     for i, (prompt, law) in enumerate(zip(prompts, laws) if spec.plan_n else ()):
         if "gof" in spec.tests:
@@ -363,8 +364,11 @@ def plan_audit(spec: AuditSpec, *, base_dir: str | Path = ".", pair: Any = None)
     for name, group in tv_laws.items():
         for i, law in group:
             plan_cell(f"p{i}/{name}", law, level * weights.get(name, 1.0))
+    # the Pearson MDE is not monotone in n (pooling regimes): the common n must serve every cell AT that n
+    common = samples_for_every_mde(mde_at, spec.target_tv, needed, n_max=10 ** 8) if mde_at else 1
     reachable = [v for v in needed.values() if v is not None]
-    n_needed = max(reachable) if reachable and len(reachable) == len(needed) else (None if needed else 1)
+    n_needed = (max(reachable + [common]) if common is not None and reachable and len(reachable) == len(needed)
+                else (None if needed else 1))
     if spec.num_samples is not None:
         num_samples = int(spec.num_samples)
     elif n_needed is None or n_needed > spec.max_planned_samples:

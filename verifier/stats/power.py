@@ -47,6 +47,7 @@ __all__ = [
     "samples_needed",
     "min_detectable_effect",
     "samples_for_mde",
+    "samples_for_every_mde",
     "support_check_mde",
     "tv_per_w",
 ]
@@ -469,3 +470,47 @@ def samples_for_mde(mde_at, target: float, *, n_min: int = 1, n_max: int = MAX_P
         else:
             lo = mid
     return hi
+
+
+def samples_for_every_mde(mde_at: dict, target: float, needed: dict, *, n_max: int = MAX_PLANNED_SAMPLES,
+                          max_rounds: int = 16) -> int | None:
+    """Smallest common n (searched upward from the largest single-cell n) at which EVERY cell's MDE is <= ``target``.
+
+    A pooled chi-square's MDE is not monotone in n: in the small-sample regime a few hundred rows can
+    pool a long-tailed law into categories that see a TV the coarser regime at 30,000 rows cannot (a
+    Gemma4 joint@1..3 law: MDE <= 0.03 at 866 rows, 0.037 at 28,099).  Planning each cell alone and
+    taking the largest n can so leave a cell underpowered *at the planned n*; this searches again,
+    from that n, every cell whose MDE there misses the target, until one n serves all.
+
+    Parameters
+    ----------
+    mde_at : dict of label -> callable (n: int) -> float
+        Each cell's MDE at n rows (as :func:`samples_for_mde`).
+    target : float
+        Largest acceptable MDE (> 0).
+    needed : dict of label -> int or None
+        Each cell's own n (:func:`samples_for_mde` from 1); updated in place with the n found for a
+        cell searched again (None where ``n_max`` cannot reach ``target``).
+    n_max : int, default 10**9
+    max_rounds : int, default 16
+        Rounds of searching again; after the last one its n is returned (every cell searched reached
+        ``target`` at its own n, the common n is their largest).
+
+    Returns
+    -------
+    int or None
+        The common n; None when some cell cannot reach ``target`` by ``n_max``.
+    """
+    if any(needed.get(label) is None for label in mde_at):
+        return None
+    n = max((needed[label] for label in mde_at), default=1)
+    for _ in range(max_rounds):
+        short = [label for label, fn in mde_at.items() if fn(n) > target]
+        if not short:
+            return n
+        for label in short:
+            needed[label] = samples_for_mde(mde_at[label], target, n_min=n, n_max=n_max)
+            if needed[label] is None:
+                return None
+        n = max(needed[label] for label in short)
+    return n
