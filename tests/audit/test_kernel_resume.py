@@ -114,6 +114,20 @@ def test_cli_resume_with_more_draws_equals_a_straight_run(tmp_path, capsys):
     for case in ("seed-3token", "chain-k4"):
         assert np.array_equal(_stored(resumed, case), _stored(straight, case))
     capsys.readouterr()
+    # the resumed report's reproduce command is the straight run it equals (never a `--resume DIR` line)
+    import shlex
+    import sys
+
+    again = tmp_path / "again"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(sys, "argv", ["specverify", "audit", "--resume", str(resumed), "--num-draws", "30000"])
+        assert main(sys.argv[1:]) == EXIT_BIAS
+    command = json.loads((resumed / "report.json").read_text())["command"]
+    assert "--resume" not in command and "--num-draws 30000" in command
+    argv = shlex.split(command)[1:]
+    argv[argv.index("--report-dir") + 1] = str(again)
+    assert main(argv) == EXIT_BIAS and _cells(again) == _cells(straight)
+    capsys.readouterr()
     # an identity that differs is refused, naming the flag; so is a second audit into the same folder
     assert main(["audit", "--resume", str(resumed), "--seed", "6"]) == EXIT_USAGE
     assert "--seed" in capsys.readouterr().err

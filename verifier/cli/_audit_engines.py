@@ -148,9 +148,6 @@ def _kernel_exit(results) -> int:
 
 
 def _write_kernel_report(args, kernel, engine, results, times) -> int:
-    import shlex
-    import sys
-
     from verifier.audit.kernel_report import kernel_audit_report, write_kernel_report
 
     inner = getattr(kernel, "inner", kernel)
@@ -162,11 +159,32 @@ def _write_kernel_report(args, kernel, engine, results, times) -> int:
                      "source_sha256": {f: file_sha256(engine.install_dir() / "src" / f) for f in engine.source_files()}}
     report = kernel_audit_report(results, kernel=args.engine or args.kernel, settings=getattr(inner, "settings", None), engine=described,
                                  target_tv=args.target_tv, acceptance_rule=getattr(inner, "acceptance_rule", "canonical"),
-                                 command="specverify " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:2] == ["audit"] else None,
-                                 seconds=times)
+                                 command=_reproduce_command(args), seconds=times)
     out = write_kernel_report(report, args.report_dir)
     print(f"report: {out}/report.md -- {report['verdict']} (emitted-token law, target TV {args.target_tv:g})")
     return {"PASS": EXIT_OK, "BIAS DETECTED": EXIT_BIAS}.get(report["verdict"], 4)
+
+
+def _reproduce_command(args) -> str | None:
+    """The command a kernel report gives to reproduce it: the command line as typed, or, for ``--resume``, the one
+    straight run it equals bit for bit (every flag from the stored identity, ``--num-draws`` the new total) -- a
+    ``--resume DIR`` line reproduces nothing on another machine."""
+    import shlex
+    import sys
+
+    if sys.argv[1:2] != ["audit"]:
+        return None
+    if not args.resume:
+        return "specverify " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    words = ["audit", "--engine" if args.engine else "--kernel", args.engine or args.kernel]
+    words += [w for k, v in args.engine_arg for w in ("--engine-arg", f"{k}={v}")]
+    words += [w for k, v in args.option for w in ("--option", f"{k}={v}")]
+    words += [w for c in args.case for w in ("--case", c)]
+    for flag, attr, _, default in _RESUMED_FLAGS:
+        if getattr(args, attr) is not None and getattr(args, attr) != default:
+            words += [flag, str(getattr(args, attr))]
+    words += ["--num-draws", str(args.num_draws), "--report-dir", str(args.report_dir)]
+    return "specverify " + " ".join(shlex.quote(w) for w in words)
 
 
 def _route_decoder_engine(args) -> bool:
