@@ -145,6 +145,16 @@ def test_the_classes_are_laws_of_tokens_1_2_with_the_targets_first_token(models)
     assert law.LAW_TOKENS == 2  # token 2 is the first verified position for every k
 
 
+def _assert_fitted_law_close(fitted: dict, shares: dict, laws: dict) -> None:
+    """With penalties the classes tempered by a penalty's value lie between the target (T = 1) and its argmax (T -> 0),
+    so at N = 1000 their shares trade against those two: the classes outside that family (uniform, argmin) keep each
+    share within SHARE_TOL, and the fitted law of tokens 1-2 is within TV SHARE_TOL of the true mixture."""
+    for c in (law.UNIFORM, law.ARGMIN):
+        assert abs(fitted.get(c, 0.0) - shares.get(c, 0.0)) <= SHARE_TOL, fitted
+    tv = 0.5 * np.abs(sum(w * laws[c] for c, w in fitted.items()) - sum(w * laws[c] for c, w in shares.items())).sum()
+    assert tv <= SHARE_TOL, (tv, fitted)
+
+
 PENALTIES = SamplingConfig(temperature=1.0, repetition_penalty=1.5, presence_penalty=0.5, frequency_penalty=0.5)
 
 
@@ -177,6 +187,39 @@ def test_penalised_classes_take_the_context_and_are_named(models):
                                               "options": {}}], bias_detected=True)
     found = diagnose(_rows(sum(w * laws[c] for c, w in shares.items()), seed=32))
     assert found["named"] == [f"{ENGINE_LAW_MARK}vllm/{law.FINITE}"], found["sentence"]
-    assert all(abs(found["weights"][0][c] - w) <= SHARE_TOL for c, w in shares.items()), found["weights"]
+    _assert_fitted_law_close(found["weights"][0], shares, laws)
     clean = diagnose(_rows(laws["target"], seed=33))
     assert clean["named"] is None and clean["decision"]["status"] != "consistent", clean["sentence"]
+
+
+def test_a_penalty_value_read_as_the_temperature_is_a_tempered_class_and_is_named(models):
+    """With penalties, ``RejectionSampler.apply_penalties`` frees three float32 blocks of num_tokens elements just before
+    ``expand_batch_to_tokens`` asks ``new_empty(num_tokens)``: the unwritten temperature can read a penalty's value.
+    Each distinct value is one class (presence = frequency = 0.5: one class; repetition 1.5: another), whose token 2
+    follows the penalised law at that temperature: equal to the harness's exact penalised law at T = 0.5 / 1.5
+    (runner.expected.position_laws) given token 1.  Rows from uniform 0.05, argmin 0.05, presence-tempered 0.50,
+    repetition-tempered 0.05 and the target 0.35 (seed 34, N = 1000) are named FINITE, each share within SHARE_TOL."""
+    from verifier.diagnose.engine_laws import engine_law_diagnosis
+    from verifier.runner.expected import position_laws
+
+    target = models[0]
+    laws = law.engine_laws(PROMPT, PENALTIES, target)
+    presence, frequency, repetition = (law.PENALTY_AS_T[k] for k in ("presence_penalty", "frequency_penalty", "repetition_penalty"))
+    assert presence in laws and repetition in laws and frequency not in laws  # 0.5 twice: one class
+    vocab, eos = _info(target)
+    V = laws["target"].shape[0]
+    going = np.arange(V) != eos
+    for name, tau in ((presence, 0.5), (repetition, 1.5)):
+        sampling = SamplingConfig(temperature=tau, repetition_penalty=1.5, presence_penalty=0.5, frequency_penalty=0.5)
+        exact = np.asarray(position_laws(ReferenceModel(target, vocab, eos), tuple(PROMPT), sampling, 2, 2).joint)
+        joint = exact.reshape(V + 1, V + 1)[:V, :V]
+        rows = (laws["target"].sum(1) > 0) & (joint.sum(1) > 1e-300)  # token 1 at T = tau can underflow in the exact law
+        cond = laws[name][rows] / laws[name][rows].sum(1, keepdims=True)
+        want = joint[rows] / joint[rows].sum(1, keepdims=True)
+        assert np.allclose(cond[:, going], want[:, going], rtol=1e-4, atol=1e-10), name
+    shares = {law.UNIFORM: 0.05, law.ARGMIN: 0.05, presence: 0.50, repetition: 0.05, "target": 0.35}
+    found = engine_law_diagnosis("vllm", [{"seqs": None, "tokens": _rows(sum(w * laws[c] for c, w in shares.items()), seed=34),
+                                           "prompt": PROMPT, "sampling": PENALTIES, "label": "s", "num_draft_tokens": K,
+                                           "target": target, "draft": None, "options": {}}], bias_detected=True)
+    assert found["named"] == [f"{ENGINE_LAW_MARK}vllm/{law.FINITE}"], found["sentence"]
+    _assert_fitted_law_close(found["weights"][0], shares, laws)

@@ -22,9 +22,14 @@ def test_kernel_report_row_and_bias_root_cause(tmp_path):
     rows = collect(tmp_path)
     assert [row["verdict"] for row in rows] == ["PASS", "BIAS DETECTED"]
     assert rows[0]["n"] == "2,000,000" and rows[0]["engine"] == "lmdeploy-sampler" and rows[0]["root_cause"] == ""
-    assert rows[1]["root_cause"] == "human: not written up"  # a BIAS is never left without a cause column
+    # a BIAS is never left without a cause column, and says what the harness said too (here: nothing)
+    assert rows[1]["root_cause"] == "harness: no diagnosis in the report. human: not written up"
     (tmp_path / "eng-1" / "FINDINGS.md").write_text("# x\n\n**Root cause:** the residual is not renormalised.\n")
-    assert collect(tmp_path)[1]["root_cause"].startswith("human: the residual is not renormalised.")
+    assert collect(tmp_path)[1]["root_cause"].startswith("harness: no diagnosis in the report. human: the residual is not renormalised.")
+    r["diagnosis"] = {"decoders": [{"status": "no known mechanism", "engine_law": {"sets": [{"note": "prefix caching on: mixed"}]}}]}
+    (bad / "report.json").write_text(json.dumps(r))  # a diagnosis that named nothing says so, with the engine's reason
+    assert collect(tmp_path)[1]["root_cause"].startswith(
+        "harness: no known mechanism (engine laws not scored: prefix caching on); the report's Diagnosis says why. human:")
     r["diagnosis"] = {"decoders": [{"status": "consistent", "mechanism": [{"name": "full_p_fallback"}]}]}
     (bad / "report.json").write_text(json.dumps(r))  # the harness's own diagnosis comes first, marked as such
     assert collect(tmp_path)[1]["root_cause"].startswith("harness: `full_p_fallback`. human: the residual is not")

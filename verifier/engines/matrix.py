@@ -24,7 +24,8 @@ that exists (engines whose first round starts after token 1, e.g. llama.cpp: wri
 ``python -m verifier.diagnose.reproduce ENGINE RUN_DIR=REPORT_DIR``).
 A PASS or UNDERPOWERED planned for another target TV than the matrix's :data:`MATRIX_TV` (0.03; audit.json ``target_tv`` or the
 report's ``suite.stats.target_mde``) says so: "PASS at target TV 0.3".
-Root cause of a BIAS DETECTED: "harness: <mechanism>." when the report's own diagnosis named one, then "human:" and
+Root cause of a BIAS DETECTED: "harness: <mechanism>." when the report's own diagnosis named one (else what it said:
+"harness: no known mechanism (engine laws not scored: <why>)", or "harness: no diagnosis in the report."), then "human:" and
 the first line starting with ``Root cause:`` in ``FINDINGS.md`` of the
 report folder or of the engine's folder (``reports/audits/<engine>-<version>/FINDINGS.md``); a BIAS
 without one says "root cause: not written up" (never left blank).  An ERROR row carries the same FINDINGS line (an
@@ -91,7 +92,7 @@ BOUNDARY_STATUS = "filter boundary (numeric precision)"  # = verifier.diagnose.b
 
 
 def _harness_cause(r: dict[str, Any]) -> str:
-    """"harness: <mechanism>." when the report's own diagnosis named one (report.json ``diagnosis``), else ""."""
+    """"harness: <mechanism>." when the report's own diagnosis named one (report.json ``diagnosis``), else what it said instead."""
     def items(v, kind=list) -> list:  # a hand-edited or damaged diagnosis: its malformed parts name nothing
         if not isinstance(v, kind):
             return []
@@ -106,7 +107,16 @@ def _harness_cause(r: dict[str, Any]) -> str:
             for f in (f for f in items(d.get("boundary"), dict) if isinstance(f, dict)):
                 kind = "rounding" if f.get("rounding") else "precision or a logits defect"
                 names.append(f"{'/'.join(map(str, items(f.get('filters'))))} threshold flip ({kind})")
-    return f"harness: `{' or '.join(dict.fromkeys(names))}`." if names else ""
+    if names:
+        return f"harness: `{' or '.join(dict.fromkeys(names))}`."
+    if not diagnosis:
+        return "harness: no diagnosis in the report."
+    statuses = [str(d.get("status")) for d in items(diagnosis.get("decoders")) if isinstance(d, dict) and d.get("status")]
+    unscored = [d.get("engine_law") for d in items(diagnosis.get("decoders")) if isinstance(d, dict)]
+    why = next((str(e["sets"][0]["note"]).split(":")[0] for e in unscored if isinstance(e, dict)
+                and isinstance(e.get("sets"), list) and e["sets"] and isinstance(e["sets"][0], dict) and e["sets"][0].get("note")), "")
+    said = " or ".join(dict.fromkeys(statuses)) or "no mechanism named"
+    return f"harness: {said}" + (f" (engine laws not scored: {why})" if why else "") + "; the report's Diagnosis says why."
 
 
 def _kernel_row(folder: Path, r: dict[str, Any], root: Path) -> dict[str, Any]:

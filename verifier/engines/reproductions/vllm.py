@@ -28,8 +28,13 @@ softmax of the target logits divided by whatever float the memory held (``tau``)
 request's first verified position reads its own slot of the unwritten tensor).  Without the draft (a URL audit: the
 server drafts with the model it was launched with, not recorded in the audit) :data:`FINITE` (the classes that need
 no draft) is scored and the report says the NaN class was not tested.  Tempered classes (tau between about 1e-2 and
-1e2) are not modelled: at maximum-likelihood shares these five classes fit the rows of every published vLLM folder
-(the diagnosis's fit check, 4 degrees of freedom fewer: p 0.025-1; reports/benchmarks.md sections 31 and 34).
+1e2) are not modelled but one: with penalties, ``RejectionSampler.apply_penalties`` has just freed three float32
+blocks of exactly the size ``new_empty(num_tokens)`` asks (``presence_penalties`` / ``frequency_penalties`` /
+``repetition_penalties`` ``= sampling_metadata.<x>[repeat_indices]``), so the unwritten temperature can read a
+penalty's value: :data:`PENALTY_AS_T`, one tempered class per distinct value (on the shipped-tokens penalty set,
+presence = frequency = 0.5: share 0.47, log-likelihood +81.7 nats, absorbing the tiny-positive class; fit p 6.8e-7
+without it).  At maximum-likelihood shares these classes fit the rows of every published vLLM folder (the
+diagnosis's fit check, one degree of freedom fewer per class: reports/benchmarks.md sections 31, 34 and 38).
 
 Token 2 for every k: after the prefill step the proposer drafts from ``prompt + x1``
 (``vllm/v1/spec_decode/llm_base_proposer.py::prepare_next_token_ids_cpu``: the last sampled token) and
@@ -57,7 +62,7 @@ from verifier.engines.reproductions._common import SHIPPED_PROMPT
 from verifier.sampling import SamplingConfig, add_generated, context_codes, processed_probs
 
 __all__ = ["first_round_acceptance", "main", "LAW_TOKENS", "NEEDS_DRAFT", "TAKES_CONTEXT", "LAW_SOURCE", "LAW_POINTER",
-           "UNIFORM", "ARGMAX", "ARGMIN", "NAN_DRAFT", "FINITE", "MIXTURE", "MIXTURES", "law_unsupported", "untested",
+           "UNIFORM", "ARGMAX", "ARGMIN", "NAN_DRAFT", "PENALTY_AS_T", "FINITE", "MIXTURE", "MIXTURES", "law_unsupported", "untested",
            "engine_laws"]
 
 LAW_TOKENS = 2  # token 1 (prefill) and token 2 (the first verified position of the first round, for every k)
@@ -71,10 +76,18 @@ UNIFORM = "huge temperature: token 2 uniform"
 ARGMAX = "tiny positive temperature: token 2 = the target's argmax"
 ARGMIN = "tiny negative temperature: token 2 = the target's argmin"
 NAN_DRAFT = "NaN temperature: token 2 = the draft token"
+# the unwritten temperature reads a freed block of the same size: RejectionSampler.apply_penalties builds
+# presence_penalties / frequency_penalties / repetition_penalties = sampling_metadata.<x>[repeat_indices], float32
+# tensors of num_tokens elements each, freed when it returns, just before apply_sampling_constraints asks
+# expand_batch_to_tokens for x.new_empty(num_tokens) -- one class per distinct penalty value (a tempered token 2)
+PENALTY_AS_T = {"presence_penalty": "temperature = the presence penalty: token 2 tempered by it",
+                "frequency_penalty": "temperature = the frequency penalty: token 2 tempered by it",
+                "repetition_penalty": "temperature = the repetition penalty: token 2 tempered by it"}
 MIXTURE = "uninitialised temperature"
 FINITE = "uninitialised temperature, finite classes only"
 # FINITE first: without the draft MIXTURE has FINITE's components and is the same hypothesis (scored once)
-MIXTURES = {FINITE: (UNIFORM, ARGMAX, ARGMIN), MIXTURE: (UNIFORM, ARGMAX, ARGMIN, NAN_DRAFT)}
+MIXTURES = {FINITE: (UNIFORM, ARGMAX, ARGMIN, *PENALTY_AS_T.values()),
+            MIXTURE: (UNIFORM, ARGMAX, ARGMIN, NAN_DRAFT, *PENALTY_AS_T.values())}
 LAW_POINTER = ("vllm/utils/cpu_triton_utils.py::_expand_kernel_impl (writes into a temporary int64 copy), "
                "vllm/v1/sample/rejection_sampler.py::expand_batch_to_tokens (x.new_empty) and apply_sampling_constraints "
                "(logits.div_(temperature)); csrc/cpu/spec_decode_utils.cpp::rejection_random_sample_kernel_impl "
@@ -93,10 +106,17 @@ LAW_SOURCE = {
                "(ratio >= uniform_p is false) and the recovered-token argmax, which skips every NaN, returns the draft "
                "token itself (the draft's argmax at prompt + token 1)",
     MIXTURE: f"{_WHY}: each row's token 2 follows the class of its garbage value -- uniform (huge), the target's "
-             "argmax (tiny positive), its argmin (tiny negative), the draft token (0, NaN, denormal: NaN probs) or the "
-             "target's law (memory that held the temperature) -- in shares fitted to the rows",
-    FINITE: f"{_WHY}: the classes that need no draft -- uniform, the target's argmax, its argmin, the target's law -- "
-            "in fitted shares; the NaN class (token 2 = the greedy draft token) needs the draft",
+             "argmax (tiny positive), its argmin (tiny negative), the draft token (0, NaN, denormal: NaN probs), the "
+             "target's law (memory that held the temperature) or, with penalties, the penalised law tempered by a "
+             "penalty's value (memory that held presence_penalties / frequency_penalties / repetition_penalties"
+             "[repeat_indices], freed by apply_penalties just before) -- in shares fitted to the rows",
+    **{name: f"{_WHY}: here the block RejectionSampler.apply_penalties had just freed, {key}[repeat_indices] "
+             f"(float32, num_tokens elements, the size new_empty asks), so the penalised target logits are divided by "
+             f"the request's {key.replace('_', ' ')} and token 2 follows that tempered law"
+       for key, name in PENALTY_AS_T.items()},
+    FINITE: f"{_WHY}: the classes that need no draft -- uniform, the target's argmax, its argmin, the target's law and, "
+            "with penalties, the law tempered by each penalty's value -- in fitted shares; the NaN class (token 2 = the "
+            "greedy draft token) needs the draft",
 }
 _TOP = ("top-k / top-p set: the same unwritten expand_kernel output is used as the per-token top_k / top_p, so the "
         "engine crashes (top-k without top-p: apply_top_k_only on an empty batch; top-k 50 with top-p 0.9: index 384 "
@@ -201,6 +221,16 @@ def engine_laws(prompt, sampling, target, draft=None, options=None) -> dict[str,
     laws[UNIFORM][support] = p1[support, None] / V
     laws[ARGMAX][support, penalised.argmax(1)] = p1[support]
     laws[ARGMIN][support, penalised.argmin(1)] = p1[support]
+    seen = {float(sampling.temperature)}
+    for key, name in PENALTY_AS_T.items():  # a freed penalty block read as the temperature: one class per distinct value
+        value = getattr(sampling, key)
+        if value is None or value <= 0 or float(value) in seen:  # 0: the NaN class; equal values: one class
+            continue
+        seen.add(float(value))
+        with np.errstate(divide="ignore"):
+            tempered = np.exp((np.log(penalised) - np.log(penalised).max(1, keepdims=True)) / float(value))
+        laws[name] = np.zeros((V, V))
+        laws[name][support] = p1[support, None] * tempered / tempered.sum(1, keepdims=True)
     if draft is not None:
         laws[NAN_DRAFT] = np.zeros((V, V))
         laws[NAN_DRAFT][support, _last_logits(draft, ctx).argmax(1)] = p1[support]
