@@ -55,11 +55,17 @@ def _set_scores(s: dict, names: list[str]) -> dict[str, np.ndarray] | None:
     seqs = s["seqs"]
     if seqs.p_raw is None or seqs.p_raw.size > MAX_ENTRIES:
         return None
-    s["scorer"] = scorer = _Scorer(seqs)
-    out = {"target": target_log_likelihood(seqs)}
+    # kept on the set's SequenceProbs: a decoder's ranking scores the same set again (a one-set decoder twice)
+    memo = seqs.__dict__.setdefault("_setting_law_memo", {})
+    if "scorer" not in memo:
+        memo["scorer"], memo["target"] = _Scorer(seqs), target_log_likelihood(seqs)
+    s["scorer"] = memo["scorer"]
+    out = {"target": memo["target"]}
     for name in names:
-        reduced = without(s["sampling"], name)
-        out[name] = out["target"] if reduced is None else scorer.rows(reduced)
+        if name not in memo:
+            reduced = without(s["sampling"], name)
+            memo[name] = memo["target"] if reduced is None else memo["scorer"].rows(reduced)
+        out[name] = memo[name]
     return out
 
 
