@@ -274,3 +274,17 @@ def test_a_url_audit_of_design_factors_is_one_batch_shape_row_with_its_levels(tm
     assert batch["verdict"] == "PASS" and groups[0]["kinds"]["shared randomness"]["verdict"] == "PASS"
     report = json.loads((src / "report.json").read_text())
     assert "batch shape" not in kind_results(report, "c4")  # one decoder alone is one level: no batch design
+
+
+def test_an_underpowered_row_says_the_n_it_needs_and_the_hours_its_run_rate_gives():
+    """Issue 27: an UNDERPOWERED row keeps what the certificate still needs: the decoder's n_needed, and the hours at
+    the rate its run measured (report.json run.cost) where that was recorded; nothing when neither is there."""
+    from verifier.engines.matrix import _still_needed
+
+    d = {"decoder": "decoder", "n_needed": 53474}
+    cost = {"decoder": {"hours_still_needed": 0.25, "rate_samples_per_s": 55.0}}
+    assert _still_needed({"run": {"cost": cost}}, d) == ", needs n 53,474 (about 0.25 h more at 55 rows/s)"
+    assert _still_needed({}, d) == ", needs n 53,474"
+    assert _still_needed({"run": {"cost": {"decoder": {"hours_still_needed": None}}}}, d) == ", needs n 53,474"
+    assert _still_needed({}, {"decoder": "decoder", "n_needed": None}) == ""
+    assert _still_needed({"run": "damaged"}, {"decoder": "decoder", "n_needed": True}) == ""

@@ -22,6 +22,8 @@ neither the version of its top folder's name, ``<server>-<version>[-<design>]``,
 Acceptance: the report's acceptance audit, or the first line of ``acceptance.txt`` in the report folder where
 that exists (engines whose first round starts after token 1, e.g. llama.cpp: written by
 ``python -m verifier.diagnose.reproduce ENGINE RUN_DIR=REPORT_DIR``).
+An UNDERPOWERED row says the n its cells need and, where the run timed its sampling, the hours that n takes at the
+run's rate ("UNDERPOWERED, needs n 53,474 (about 0.25 h more at 55 rows/s)").
 A PASS or UNDERPOWERED planned for another target TV than the matrix's :data:`MATRIX_TV` (0.03; audit.json ``target_tv`` or the
 report's ``suite.stats.target_mde``) says so: "PASS at target TV 0.3".
 Root cause of a BIAS DETECTED: "harness: <mechanism>." when the report's own diagnosis named one (else what it said:
@@ -281,6 +283,8 @@ def _known_p_row(folder: Path, r: dict[str, Any], root: Path, index: int = 0) ->
         verdict += f" at target TV {tv:.6g}"
     if floor.get("max_tv") is not None:
         verdict += f" (floor TV {floor['max_tv']:.2g})"
+    if verdict.startswith("UNDERPOWERED"):  # what the certificate still needs (issue 27: the row keeps its hours)
+        verdict += _still_needed(r, d)
     version = eng.get("version", "")
     if not version and ("base_url" in options or self_reported):
         version = _url_version(folder, root, d.get("speculation") or {})
@@ -292,6 +296,21 @@ def _known_p_row(folder: Path, r: dict[str, Any], root: Path, index: int = 0) ->
             "field_kinds": dict(eng.get("field_kinds") or {}),  # why a bug kind cannot run on it (kinds_matrix)
             "batching": str(eng.get("batching") or ""),
             "decoder": d.get("decoder") if r.get("several_decoders") else None}  # the row's decoder of a suite report
+
+
+def _still_needed(r: dict[str, Any], d: dict[str, Any]) -> str:
+    """", needs n N (about H h more at R rows/s)" of an UNDERPOWERED decoder: its ``n_needed`` and the report's run cost
+    (:func:`verifier.runner.cost.decoder_costs`); empty when the report records neither."""
+    need = d.get("n_needed")
+    if not isinstance(need, int) or isinstance(need, bool) or need < 1:
+        return ""
+    run = r.get("run") if isinstance(r.get("run"), dict) else {}
+    cost = (run.get("cost") or {}).get(str(d.get("decoder"))) if isinstance(run.get("cost"), dict) else None
+    hours = cost.get("hours_still_needed") if isinstance(cost, dict) else None
+    rate = cost.get("rate_samples_per_s") if isinstance(cost, dict) else None
+    if isinstance(hours, (int, float)) and isinstance(rate, (int, float)) and hours > 0 and rate > 0:
+        return f", needs n {need:,} (about {hours:.2g} h more at {rate:.3g} rows/s)"
+    return f", needs n {need:,}"
 
 
 def _target_tv(folder: Path, r: dict[str, Any]) -> float | None:
