@@ -136,3 +136,32 @@ def test_engines_command_gives_the_rate_of_the_largest_committed_audit(tmp_path,
     assert main(["engines", "--format", "json", "vllm"]) == 0  # the checkout's own audits (reports/audits/vllm-0.32.0)
     row = json.loads(capsys.readouterr().out)["engines"][0]
     assert row["measured_rate"] is None or row["measured_rate"]["rows"] > 0
+
+
+def test_a_checkpoint_built_under_another_checkouts_engines_folder_is_found_under_this_one(tmp_path, monkeypatch):
+    """A committed report records the absolute path of an engine-built checkpoint (the Gemma4 pair under
+    /work/snap-tf/.engines/...); on another checkout `specverify report --recompute` must find it under this machine's
+    engines folder, and a path that exists, or has no `.engines` part, or whose re-rooted folder is missing, is left alone
+    (the load then fails naming the recorded path)."""
+    from verifier.engines.base import ENGINES_DIR_ENV, engine_built_path, local_checkpoint
+    from verifier.errors import ModelLoadError
+    from pathlib import Path
+
+    from verifier.runner.models import _resolve_one
+
+    def resolve(spec):
+        return _resolve_one(spec, "target", Path("."), "models.audit.target")[1]
+
+    here = tmp_path / "engines"
+    (here / "transformers-5.25.0" / "gemma4" / "target").mkdir(parents=True)
+    monkeypatch.setenv(ENGINES_DIR_ENV, str(here))
+    recorded = "/work/snap-tf/.engines/transformers-5.25.0/gemma4/target"
+    assert engine_built_path(recorded) == here / "transformers-5.25.0" / "gemma4" / "target"
+    assert local_checkpoint(recorded) == str(here / "transformers-5.25.0" / "gemma4" / "target")
+    assert local_checkpoint("shipped:target") == "shipped:target"
+    assert engine_built_path("/work/snap-tf/.engines/transformers-5.25.0/gemma4/draft") is None  # not built here
+    assert engine_built_path("/somewhere/else/target") is None
+    assert engine_built_path(here) is None  # exists: nothing to move
+    assert resolve(recorded) == str(here / "transformers-5.25.0" / "gemma4" / "target")
+    with pytest.raises(ModelLoadError, match="does not exist"):
+        resolve("/work/snap-tf/.engines/transformers-5.25.0/gemma4/draft")

@@ -37,6 +37,8 @@ __all__ = [
     "EngineOption",
     "Engine",
     "engines_dir",
+    "engine_built_path",
+    "local_checkpoint",
     "repo_root",
 ]
 
@@ -61,6 +63,30 @@ def engines_dir() -> Path:
     """Folder the install scripts write to: ``$SPECVERIFY_ENGINES_DIR`` or ``<repo>/.engines``."""
     env = os.environ.get(ENGINES_DIR_ENV)
     return Path(env).expanduser().resolve() if env else repo_root() / ".engines"
+
+
+def engine_built_path(path: str | os.PathLike) -> Path | None:
+    """``path`` re-rooted under this machine's :func:`engines_dir` when it lies under another checkout's ``.engines/``.
+
+    Engines build some checkpoints at install time (``bash ci/engines/transformers.sh``: the Gemma4 pair and the
+    different-tokenizer assistant) and an audit records the absolute path it ran with, so a committed report names a
+    folder of the machine that ran it; ``specverify report --recompute`` on a fresh clone finds the same checkpoint
+    here (the install script rebuilds it from fixed seeds).  None when the path exists, has no ``.engines``
+    component, or the re-rooted folder does not exist.
+    """
+    path = Path(path).expanduser()
+    parts = path.parts
+    if path.exists() or ".engines" not in parts:
+        return None
+    tail = parts[len(parts) - parts[::-1].index(".engines"):]
+    moved = engines_dir().joinpath(*tail)
+    return moved if tail and moved.exists() else None
+
+
+def local_checkpoint(spec: Any) -> str:
+    """``spec`` as a loadable string: its :func:`engine_built_path` where it names a moved engine checkpoint, else itself."""
+    moved = engine_built_path(str(spec)) if str(spec) and ":" not in str(spec) else None
+    return str(moved) if moved is not None else str(spec)
 
 
 @dataclass(frozen=True)

@@ -139,13 +139,15 @@ def engine_laws(prompt, sampling, target, draft=None, options: dict[str, Any] | 
     (``mode=gemma4_assistant``: the laws of tokens 1-2 of :func:`verifier.engines.reproductions.transformers_gemma4.engine_laws`)."""
     from verifier.engines.hf_transformers import assistant_checkpoint
     from verifier.engines.hf_vocab_order import fix_vocab_order
+    from verifier.engines.base import local_checkpoint
     from verifier.models import load_model, load_tokenizer
 
     opts = options or {}
     if opts.get("mode") == "gemma4_assistant":
         return gemma4.engine_laws(prompt, sampling, target, draft, options=opts)
-    tt = load_tokenizer(opts.get("target_model", "shipped:target"))
-    spec = assistant_checkpoint("assistant_tokenizer", opts.get("draft_model", "shipped:draft"), opts.get("assistant_model", ""))
+    tt = load_tokenizer(local_checkpoint(opts.get("target_model", "shipped:target")))
+    spec = local_checkpoint(assistant_checkpoint("assistant_tokenizer", opts.get("draft_model", "shipped:draft"),
+                                                 opts.get("assistant_model", "")))
     at = load_tokenizer(str(spec))
     fix_vocab_order(at, int(opts.get("vocab_order_seed", 0)))
     assistant = load_model(str(spec))

@@ -99,13 +99,14 @@ def engine_laws(prompt, sampling, target=None, draft=None, options: dict[str, An
     """Joint laws of tokens 1-2, shape (vocab, vocab): ``"target"`` and :data:`AS_SHIPPED`, on the audit's pair
     (``options``: ``target_model``, ``assistant_model`` / ``draft_model``; default: the local tiny Gemma4 pair)."""
     from verifier.engines.hf_transformers import TransformersEngine, assistant_checkpoint, MODE_DEFAULT_MODELS
+    from verifier.engines.base import local_checkpoint
     from verifier.models import load_model
 
     opts = options or {}
     target_spec = opts.get("target_model") or str(TransformersEngine.local_models() / MODE_DEFAULT_MODELS["gemma4_assistant"][0])
-    model = load_model(str(target_spec))
-    assistant = load_model(str(assistant_checkpoint("gemma4_assistant", opts.get("draft_model", ""),
-                                                    opts.get("assistant_model", ""))))
+    model = load_model(local_checkpoint(target_spec))
+    assistant = load_model(local_checkpoint(assistant_checkpoint("gemma4_assistant", opts.get("draft_model", ""),
+                                                                 opts.get("assistant_model", ""))))
     prompt = [int(t) for t in prompt]
     with torch.no_grad():
         out = model(torch.tensor([prompt]), output_hidden_states=True, return_shared_kv_states=True)
