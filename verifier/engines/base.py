@@ -85,7 +85,7 @@ def engine_built_path(path: str | os.PathLike) -> Path | None:
 
 def local_checkpoint(spec: Any) -> str:
     """``spec`` as a loadable string: its :func:`engine_built_path` where it names a moved engine checkpoint, else itself."""
-    moved = engine_built_path(str(spec)) if str(spec) and ":" not in str(spec) else None
+    moved = engine_built_path(str(spec))  # "shipped:target", "" and hub ids have no .engines part: themselves
     return str(moved) if moved is not None else str(spec)
 
 

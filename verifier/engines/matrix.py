@@ -113,10 +113,13 @@ def _harness_cause(r: dict[str, Any]) -> str:
         return f"harness: `{' or '.join(dict.fromkeys(names))}`."
     if not diagnosis:
         return "harness: no diagnosis in the report."
-    statuses = [str(d.get("status")) for d in items(diagnosis.get("decoders")) if isinstance(d, dict) and d.get("status")]
-    unscored = [d.get("engine_law") for d in items(diagnosis.get("decoders")) if isinstance(d, dict)]
-    why = next((str(e["sets"][0]["note"]).split(":")[0] for e in unscored if isinstance(e, dict)
-                and isinstance(e.get("sets"), list) and e["sets"] and isinstance(e["sets"][0], dict) and e["sets"][0].get("note")), "")
+    statuses, why = [], ""
+    for d in (d for d in items(diagnosis.get("decoders")) if isinstance(d, dict)):
+        if d.get("status"):
+            statuses.append(str(d["status"]))
+        first = next(iter(items((d.get("engine_law") or {}).get("sets") if isinstance(d.get("engine_law"), dict) else None)), None)
+        if not why and isinstance(first, dict) and first.get("note"):  # why the engine's laws were not scored
+            why = str(first["note"]).split(":")[0]
     said = " or ".join(dict.fromkeys(statuses)) or "no mechanism named"
     return f"harness: {said}" + (f" (engine laws not scored: {why})" if why else "") + "; the report's Diagnosis says why."
 

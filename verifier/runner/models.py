@@ -456,19 +456,14 @@ def _resolve_one(spec: str, role: str, base_dir: Path, where: str) -> tuple[Any,
                              "checkpoint folder with config.json and model.safetensors (no symbolic link loop), "
                              "or shipped:target / tabular:NAME") from None
     if not path.exists():
-        moved = _engine_built(path)
+        from verifier.engines.base import engine_built_path
+
+        moved = engine_built_path(path)
         if moved is not None:  # a checkpoint an engine's install script built, recorded on another checkout
             return None, str(moved)
         raise ModelLoadError(f"{where}={spec!r}: model path {str(path)!r} does not exist; expected a checkpoint "
                              "folder with config.json and model.safetensors, or shipped:target / tabular:NAME")
     return None, str(path)
-
-
-def _engine_built(path: Path) -> Path | None:
-    """:func:`verifier.engines.base.engine_built_path` (a checkpoint an engine built, recorded on another checkout)."""
-    from verifier.engines.base import engine_built_path
-
-    return engine_built_path(path)
 
 
 def _info(model: Any, where: str = "model") -> tuple[int, int | None]:

@@ -212,10 +212,14 @@ def engine_laws(prompt, sampling, target, draft=None, options=None) -> dict[str,
     if codes is not None:
         add_generated(codes, torch.arange(len(support)), torch.as_tensor(support, dtype=torch.int64))
     p2 = processed_probs(logits, sampling, codes).numpy()
+
+    def penalised_at(temperature: float) -> np.ndarray:  # the penalised target law of token 2 at ``temperature``
+        return processed_probs(logits, SamplingConfig(temperature=temperature, repetition_penalty=sampling.repetition_penalty,
+                                                      presence_penalty=sampling.presence_penalty,
+                                                      frequency_penalty=sampling.frequency_penalty), codes).numpy()
+
     # the classes' one-hots: argmax / argmin of the penalised logits (a penalty moves logits, not their temperature)
-    penalised = processed_probs(logits, SamplingConfig(temperature=1.0, repetition_penalty=sampling.repetition_penalty,
-                                                       presence_penalty=sampling.presence_penalty,
-                                                       frequency_penalty=sampling.frequency_penalty), codes).numpy()
+    penalised = penalised_at(1.0)
     laws = {name: np.zeros((V, V)) for name in ("target", UNIFORM, ARGMAX, ARGMIN)}
     laws["target"][support] = p1[support, None] * p2
     laws[UNIFORM][support] = p1[support, None] / V
@@ -227,10 +231,8 @@ def engine_laws(prompt, sampling, target, draft=None, options=None) -> dict[str,
         if value is None or value <= 0 or float(value) in seen:  # 0: the NaN class; equal values: one class
             continue
         seen.add(float(value))
-        with np.errstate(divide="ignore"):
-            tempered = np.exp((np.log(penalised) - np.log(penalised).max(1, keepdims=True)) / float(value))
         laws[name] = np.zeros((V, V))
-        laws[name][support] = p1[support, None] * tempered / tempered.sum(1, keepdims=True)
+        laws[name][support] = p1[support, None] * penalised_at(float(value))
     if draft is not None:
         laws[NAN_DRAFT] = np.zeros((V, V))
         laws[NAN_DRAFT][support, _last_logits(draft, ctx).argmax(1)] = p1[support]
