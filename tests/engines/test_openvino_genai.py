@@ -146,3 +146,44 @@ def test_stop_rule_goes_to_the_engine_and_rows_come_back_uncut(engine):
         assert ended >= 20  # about 60% of 6-token rows hit one of the three stops
     finally:
         dec.close()
+
+
+def test_the_pipeline_precision_is_recorded_and_the_laws_computed_at_it(engine):
+    """Session 25: the engine laws of a diagnosis depend on the precision the pipeline sampled at (bf16 on a CPU with
+    native bf16, f32 here); the shards record it and the laws are computed at it, or refused where this CPU cannot."""
+    from verifier.engines.openvino_genai_engine import decoder
+    from verifier.engines.openvino_logits import engine_logits, resolved_precision
+    from verifier.engines.reproductions import openvino_genai as ov
+    from types import SimpleNamespace
+
+    from verifier.runner.plan import decoder_identity
+
+    for option, want in (("engine", resolved_precision()), ("f32", "f32")):
+        dec = decoder(num_draft_tokens=1, prefix_caching=False, precision=option)
+        try:
+            assert "inference_precision" not in dec.settings  # known once the pipeline has run
+            dec.generate([272, 70, 221], 2, 3, SamplingConfig(temperature=1.0), seed=1)
+            assert dec.settings["inference_precision"] == want
+            spec = SimpleNamespace(name="d", decoder="verifier.engines.openvino_genai_engine:decoder", options={})
+            assert decoder_identity(spec, dec, 1)["settings"]["inference_precision"] == want  # what a shard records
+        finally:
+            dec.close()
+    opts = {"target_model": "shipped:target", "draft_model": "shipped:draft", "prefix_caching": False}
+    s = SamplingConfig(temperature=0.7, top_k=50, top_p=0.9)
+    bf16_here = resolved_precision("bf16") == "bf16"
+    why = ov.law_unsupported(s, 3, options=opts, settings=[{"inference_precision": "bf16"}])
+    assert (why is None) == bf16_here, why
+    if not bf16_here:
+        assert "sampled at bf16" in why and "this CPU" in why
+        with pytest.raises(RuntimeError, match="bf16"):
+            engine_logits({"target": [[272, 70, 221]]}, precision="bf16")
+    assert ov.law_unsupported(s, 3, options=opts, settings=[{"inference_precision": "f32"}]) is None
+    assert "more than one" in ov.law_unsupported(s, 3, options=opts, settings=[{"inference_precision": "bf16"},
+                                                                               {"inference_precision": "f32"}])
+    assert "some shards recorded none" in ov.law_unsupported(s, 3, options=opts,
+                                                             settings=[{"inference_precision": "f32"}, {}])
+    assert "not recorded" in ov.untested(True, options=opts, settings=[{}])
+    assert ov.untested(True, options=opts, settings=[{"inference_precision": "f32"}]) is None
+    assert ov.untested(True, options={**opts, "precision": "f32"}, settings=[{}]) is None
+    assert ov.sampled_precision({**opts, "precision": "f32"}, [{}]) == (["f32"], "option")
+    assert ov.sampled_precision(opts, [{}]) == ([], "not recorded")

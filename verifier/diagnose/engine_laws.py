@@ -301,7 +301,8 @@ def engine_law_diagnosis(engine: str, sets: list[dict[str, Any]], *, bias_detect
         a module whose laws need no draft, ``NEEDS_DRAFT = False``), ``prompt`` (list of int), ``sampling``
         (SamplingConfig), ``num_draft_tokens``, ``target`` / ``draft`` (the pair's torch models; draft None when
         unknown), ``label`` and optionally ``options`` (the decoder's options: the engine arguments, handed to the
-        module's ``law_unsupported`` and ``engine_laws``) and ``laws`` (the module's ``engine_laws`` output, computed
+        module's ``law_unsupported``, ``engine_laws`` and ``untested``), ``settings`` (the distinct decoder settings
+        its shards recorded, handed to the same three where the module sets ``TAKES_SETTINGS``) and ``laws`` (the module's ``engine_laws`` output, computed
         once by a caller that diagnoses many row sets of one setting: the bench).
     bias_detected : bool
 
@@ -321,7 +322,9 @@ def engine_law_diagnosis(engine: str, sets: list[dict[str, Any]], *, bias_detect
     rankings, fits, notes = [], [], []
     for s in sets:
         J = law_tokens(module, s.get("options"))  # one audit's sets share the decoder's options
-        why = module.law_unsupported(s["sampling"], s["num_draft_tokens"], options=s.get("options") or {})
+        kw = {"options": s.get("options") or {}}  # + the shards' recorded settings for a module that reads them
+        kw.update({"settings": s.get("settings") or []} if getattr(module, "TAKES_SETTINGS", False) else {})
+        why = module.law_unsupported(s["sampling"], s["num_draft_tokens"], **kw)
         if why is None and s.get("seqs") is None and getattr(module, "NEEDS_DRAFT", True):
             why = "the draft is unknown and this engine's laws need its probs"
         if why is None and s["sampling"].uses_context and not getattr(module, "TAKES_CONTEXT", False):
@@ -333,7 +336,7 @@ def engine_law_diagnosis(engine: str, sets: list[dict[str, Any]], *, bias_detect
             notes.append({"set": s["label"], "note": "the target is not a torch language model"})
             continue
         laws = dict(s["laws"]) if s.get("laws") is not None else module.engine_laws(
-            s["prompt"], s["sampling"], s["target"], s["draft"], options=s.get("options") or {})
+            s["prompt"], s["sampling"], s["target"], s["draft"], **kw)
         target_law = laws.pop("target", None)
         if s.get("seqs") is not None:  # the family on the same tokens beside the engine's laws
             r = score_engine_laws(engine, module, s["seqs"], laws, s["num_draft_tokens"], J)
@@ -345,7 +348,7 @@ def engine_law_diagnosis(engine: str, sets: list[dict[str, Any]], *, bias_detect
         rankings.append(r)
         fits.append((laws, target_law, tokens, weights, getattr(r, "fitted", {})))
         left_out = getattr(module, "untested", None)  # what the scored laws cannot test here (e.g. a class needing the draft)
-        left_out = left_out(s.get("draft") is not None, s.get("options") or {}) if callable(left_out) else None
+        left_out = left_out(s.get("draft") is not None, **kw) if callable(left_out) else None
         notes.append({"set": s["label"], "note": left_out} if left_out else {"set": s["label"]})
     if rankings:  # a law predicted for some sets only would sum fewer log-likelihoods: scored only where all have it
         common = set.intersection(*({s.name for s in r.scores} for r in rankings))

@@ -306,7 +306,7 @@ def _diagnose_names(report, plans, pairs, store, names, verdicts, with_fits, log
             item["ranking"] = total.to_dict()
             item["configs"] = _config_sentence(sets)
             setting_law_of_decoder(item, [p for p in plans if p.set_id in cache], cache, total, alpha, pen)
-            _add_engine_laws(item, engine, plans, pairs, cache, no_draft_rows, biased)
+            _add_engine_laws(item, engine, plans, pairs, cache, no_draft_rows, biased, store)
             if biased and item["status"] != "consistent":  # a support change at a filter threshold (numeric)
                 try:
                     from verifier.diagnose.boundary import add_boundary_finding
@@ -320,7 +320,7 @@ def _diagnose_names(report, plans, pairs, store, names, verdicts, with_fits, log
                 item["sentence"] += "; where: " + " | ".join(unknown_draft)
             if biased and target_only:  # the draft is unknown: a setting the server ignores needs the target alone
                 setting_law_without_draft(item, [p for p in plans if p.set_id in target_only], target_only, alpha)
-            _add_engine_laws(item, engine, plans, pairs, cache, no_draft_rows, biased)
+            _add_engine_laws(item, engine, plans, pairs, cache, no_draft_rows, biased, store)
             if biased and target_only and item["status"] != "consistent":  # the filter-boundary finding
                 try:
                     from verifier.diagnose.boundary import add_boundary_finding
@@ -383,19 +383,34 @@ def _engine_source(engine: str | None, best: list[str]) -> str | None:
     return source_explanation(engine, best[0]) if len(best) == 1 else None
 
 
-def _add_engine_laws(item: dict, engine: str | None, plans, pairs, cache, no_draft_rows, biased: bool) -> None:
+def _recorded_settings(store, plan) -> list[dict]:
+    """The distinct decoder settings the set's readable shards recorded (``meta["decoder"]["settings"]``): what the
+    adapter resolved while sampling, e.g. the precision OpenVINO's pipeline ran at."""
+    out: list[dict] = []
+    for i in range(plan.num_chunks):
+        shard = store.read_chunk(plan.set_id, i)
+        settings = ((shard.meta.get("decoder") or {}).get("settings") if shard is not None else None)
+        settings = settings if isinstance(settings, dict) else {}
+        if shard is not None and settings not in out:
+            out.append(settings)
+    return out
+
+
+def _add_engine_laws(item: dict, engine: str | None, plans, pairs, cache, no_draft_rows, biased: bool, store) -> None:
     """Rank the laws ``engine``'s source predicts beside the family on the first tokens
     (:mod:`verifier.diagnose.engine_laws`; with the target alone on the sets whose draft is unknown,
     ``no_draft_rows``); a law named there is the decoder's root cause, in the engine's terms."""
     from verifier.diagnose.engine_laws import engine_law_diagnosis, law_entry
 
-    if engine_module(engine) is None:
+    module = engine_module(engine)
+    if module is None:
         return
+    with_settings = getattr(module, "TAKES_SETTINGS", False)  # the shards' recorded settings, read only where used
     sets = [{"seqs": cache[p.set_id][0][0] if p.set_id in cache else None, "tokens": no_draft_rows.get(p.set_id),
              "prompt": list(p.prompt_ids), "sampling": p.sampling, "label": p.label,
              "num_draft_tokens": p.num_draft_tokens, "target": pairs[p.pair].target_model,
              "draft": pairs[p.pair].draft_model if pairs[p.pair].draft_known else None,
-             "options": dict(p.decoder.options)}
+             "options": dict(p.decoder.options), **({"settings": _recorded_settings(store, p)} if with_settings else {})}
             for p in plans if p.set_id in cache or p.set_id in no_draft_rows]
     if not sets:
         return

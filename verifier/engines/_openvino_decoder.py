@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from verifier.engines.decoder import EngineDecoder
 from verifier.errors import refuse_sampling
 
@@ -30,3 +32,13 @@ class OpenVINODecoder(EngineDecoder):
                                   "before top-p (LogitProcessor: top-k, temperature, min-p, top-p), the harness top-p "
                                   "before min-p, and the kept sets differ")
         return fields
+
+    def _stats(self, reply: dict[str, Any], tokens: np.ndarray):
+        """:meth:`EngineDecoder._stats`, and the precision the pipeline sampled at recorded in :attr:`settings`
+        (``inference_precision``, e.g. ``"bf16"`` on a CPU with AMX, ``"f32"`` elsewhere or with ``precision=f32``):
+        every shard's meta carries it, and the diagnosis computes the engine laws at it
+        (:mod:`verifier.engines.reproductions.openvino_genai`)."""
+        resolved = ((reply.get("extra") or {}).get("cpu_plugin_precision") or {}).get("resolved")
+        if resolved:
+            self.settings["inference_precision"] = str(resolved)
+        return super()._stats(reply, tokens)

@@ -20,11 +20,12 @@ from __future__ import annotations
 import json
 import subprocess
 import tempfile
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 
-__all__ = ["ENGINE_FOLDER", "available", "engine_logits"]
+__all__ = ["ENGINE_FOLDER", "available", "engine_logits", "resolved_precision"]
 
 ENGINE_FOLDER = "openvino-genai-2026.4.1.0"
 BATCH = 64  # contexts of one length per inference request
@@ -34,9 +35,10 @@ import json, sys
 import numpy as np, openvino as ov
 a = json.load(open(sys.argv[1]))
 core = ov.Core()
-out = {"precision": str(core.get_property("CPU", "INFERENCE_PRECISION_HINT"))}
+out = {"precision": core.get_property("CPU", "INFERENCE_PRECISION_HINT").get_type_name(), "resolved": {}}
 for role, ctxs in a["contexts"].items():
     model = core.compile_model(a["dirs"][role] + "/openvino_model.xml", "CPU", a.get("config") or {})
+    out["resolved"][role] = model.get_property("INFERENCE_PRECISION_HINT").get_type_name()  # what it computes at
     req = model.create_infer_request()
     rows = [None] * len(ctxs)
     by_len = {}
@@ -70,7 +72,20 @@ def available() -> bool:
     return (d / "venv" / "bin" / "python").is_file() and (d / "models" / "target" / "openvino_model.xml").is_file()
 
 
-def engine_logits(contexts: dict[str, list[list[int]]], config: dict | None = None) -> tuple[dict[str, np.ndarray], str]:
+def _run(contexts: dict[str, list[list[int]]], config: dict) -> tuple[dict[str, np.ndarray], dict]:
+    d = _dir()
+    with tempfile.TemporaryDirectory() as tmp:
+        spec = {"contexts": contexts, "dirs": {r: str(d / "models" / r) for r in contexts}, "out": tmp,
+                "config": config, "batch": BATCH}
+        Path(tmp, "in.json").write_text(json.dumps(spec))
+        subprocess.run([str(d / "venv" / "bin" / "python"), "-c", _SCRIPT, str(Path(tmp, "in.json"))],
+                       check=True, capture_output=True, text=True)
+        meta = json.loads(Path(tmp, "meta.json").read_text())
+        return {r: np.load(Path(tmp, f"{r}.npy")) for r in contexts}, meta
+
+
+def engine_logits(contexts: dict[str, list[list[int]]], config: dict | None = None, *,
+                  precision: str | None = None) -> tuple[dict[str, np.ndarray], str]:
     """Last-position logits of the engine's IRs after each context.
 
     Parameters
@@ -79,17 +94,34 @@ def engine_logits(contexts: dict[str, list[list[int]]], config: dict | None = No
         ``{"target": [ids, ...], "draft": [ids, ...]}`` (either may be missing).
     config : dict, optional
         ``compile_model`` properties; default none (the CPU plugin's default precision, as ``LLMPipeline`` compiles).
+    precision : str, optional
+        ``INFERENCE_PRECISION_HINT`` to compile at (``"f32"``, ``"bf16"``: the precision an audit's pipeline sampled at,
+        recorded in its shards); default the CPU plugin's default.
 
     Returns
     -------
-    (logits, precision) : dict role -> float32 array (contexts, vocab), and the CPU plugin's default precision
+    (logits, precision) : dict role -> float32 array (contexts, vocab), and the precision the IRs computed at
+        (OpenVINO's type name, e.g. ``"f32"``, ``"bf16"``; the compiled models' own ``INFERENCE_PRECISION_HINT``).
+
+    Raises
+    ------
+    RuntimeError
+        ``precision`` given and this CPU computes the IRs at another one (a ``bf16`` hint on a CPU without native bf16
+        compiles at ``f32``): logits at the wrong precision are never returned.
     """
-    d = _dir()
-    with tempfile.TemporaryDirectory() as tmp:
-        spec = {"contexts": contexts, "dirs": {r: str(d / "models" / r) for r in contexts}, "out": tmp,
-                "config": config or {}, "batch": BATCH}
-        Path(tmp, "in.json").write_text(json.dumps(spec))
-        subprocess.run([str(d / "venv" / "bin" / "python"), "-c", _SCRIPT, str(Path(tmp, "in.json"))],
-                       check=True, capture_output=True, text=True)
-        meta = json.loads(Path(tmp, "meta.json").read_text())
-        return {r: np.load(Path(tmp, f"{r}.npy")) for r in contexts}, meta["precision"]
+    cfg = {**(config or {}), **({"INFERENCE_PRECISION_HINT": precision} if precision else {})}
+    logits, meta = _run(contexts, cfg)
+    got = sorted(set(meta["resolved"].values())) or [meta["precision"]]
+    if precision and got != [precision]:
+        raise RuntimeError(f"precision={precision!r}: this CPU compiles the OpenVINO IRs at {', '.join(got)} "
+                           f"(no native {precision}); the logits the pipeline sampled from cannot be computed here")
+    return logits, got[0]
+
+
+@lru_cache(maxsize=None)
+def resolved_precision(precision: str | None = None) -> str:
+    """The precision this CPU computes the engine's draft IR at when compiled with ``precision`` as its
+    ``INFERENCE_PRECISION_HINT`` (default: the CPU plugin's default), e.g. ``"bf16"`` on a CPU with AMX, ``"f32"``
+    on one without native bf16 whatever is asked.  Runs the engine venv's Python once per hint."""
+    _, meta = _run({"draft": []}, {"INFERENCE_PRECISION_HINT": precision} if precision else {})
+    return meta["resolved"]["draft"]

@@ -17,9 +17,12 @@ for the replacement drawn at the next position).  Laws compared (float64):
   algorithms replayed on the raw float32 logits).
 
 Probs: on an audit of the installed engine (:func:`engine_laws` with the audit's decoder options), the engine's own
-logits -- its IRs at the CPU plugin's default precision, what ``LLMPipeline`` samples from
-(:mod:`verifier.engines.openvino_logits`; bf16 on CPUs with AMX, where the fp32 models' top-p set at T = 0.7, top-k 50,
-top-p 0.9 keeps 11 tokens and the engine's 12); else the torch models given.
+logits -- its IRs at the precision the pipeline sampled at, what ``LLMPipeline`` samples from
+(:mod:`verifier.engines.openvino_logits`; the CPU plugin's default unless ``precision=f32``: bf16 on CPUs with AMX,
+where the fp32 models' top-p set at T = 0.7, top-k 50, top-p 0.9 keeps 11 tokens and the engine's 12).  The shards
+record that precision (``settings["inference_precision"]``); a CPU that cannot compute at it scores no law
+(:func:`law_unsupported`), and shards that recorded none get this CPU's default, said in the report
+(:func:`untested`).  Else the torch models given.
 
 :func:`score_set` prints per sample set: TV of each predicted law from the target's (token 2 and tokens
 1-2), the chi-square p-value of the observed token-2 counts and of the observed (token 1, token 2) counts
@@ -47,7 +50,11 @@ from verifier.engines.reproductions._common import chi2_p
 from verifier.sampling import processed_probs
 
 __all__ = ["COUPLINGS", "predict", "score_set", "observed_acceptance", "LAW_TOKENS", "LAW_SOURCE", "LAW_POINTER",
-           "engine_laws", "law_unsupported"]
+           "TAKES_SETTINGS", "engine_laws", "law_unsupported", "untested", "sampled_precision"]
+
+# engine_laws / law_unsupported / untested take the shards' recorded decoder settings (verifier.diagnose.engine_laws):
+# the precision the pipeline sampled at (settings["inference_precision"], recorded since 2026-12-06)
+TAKES_SETTINGS = True
 
 COUPLINGS = ("independent", "shared seed")
 BATCH = 4096  # target contexts per forward pass
@@ -67,12 +74,14 @@ def model_logits(target, draft):
     return fn
 
 
-def engine_logits_fn():
-    """Logits function of :func:`predict` from the engine's own IRs at the CPU plugin's default precision
-    (:mod:`verifier.engines.openvino_logits`; what ``LLMPipeline`` samples from)."""
+def engine_logits_fn(precision: str | None = None):
+    """Logits function of :func:`predict` from the engine's own IRs (:mod:`verifier.engines.openvino_logits`; what
+    ``LLMPipeline`` samples from) at ``precision`` (``"f32"``, ``"bf16"``; default the CPU plugin's default).
+
+    Raises (when called) ``RuntimeError`` where this CPU cannot compute at ``precision``."""
     from verifier.engines.openvino_logits import engine_logits
 
-    return lambda role, contexts: engine_logits({role: contexts})[0][role]
+    return lambda role, contexts: engine_logits({role: contexts}, precision=precision)[0][role]
 
 
 def _processed(logits: np.ndarray, sampling) -> np.ndarray:
@@ -149,18 +158,74 @@ LAW_SOURCE = {
 }
 
 
-def law_unsupported(sampling, num_draft_tokens: int, options=None) -> str | None:
+def sampled_precision(options=None, settings=None) -> tuple[list[str], str]:
+    """The precision(s) the audit's pipeline sampled at, and where that comes from.
+
+    Parameters
+    ----------
+    options : dict, optional
+        The decoder's options (``precision``: ``"f32"`` forces f32; ``"engine"`` or absent: the CPU plugin's default).
+    settings : list of dict, optional
+        The distinct decoder settings the set's shards recorded; ``inference_precision`` in each (the pipeline's
+        resolved precision, recorded since 2026-12-06).
+
+    Returns
+    -------
+    (precisions, source) : the distinct precisions (empty: unknown) and ``"recorded"`` (every shard recorded one),
+        ``"option"`` (``precision=f32`` set, nothing recorded), ``"partly recorded"`` or ``"not recorded"``.
+    """
+    settings = [s for s in settings or () if isinstance(s, dict)]
+    recorded = sorted({str(s["inference_precision"]) for s in settings if s.get("inference_precision")})
+    if recorded and all(s.get("inference_precision") for s in settings):
+        return recorded, "recorded"
+    if recorded:
+        return recorded, "partly recorded"
+    if (options or {}).get("precision") == "f32":
+        return ["f32"], "option"
+    return [], "not recorded"
+
+
+def law_unsupported(sampling, num_draft_tokens: int, options=None, settings=None) -> str | None:
     """Why no law of tokens 1-2 can be predicted for this audit (None: they can).
 
     With prefix caching on (``prefix_caching=True``, the engine's default) the pipeline speculates only until its first
     ``content_length`` failure and samples the target alone afterwards (FINDINGS.md section 1): its rows mix two laws in
-    a share set by when that failure comes, which the source does not fix.
+    a share set by when that failure comes, which the source does not fix.  On an audit of the installed engine the
+    laws are computed at the precision the pipeline sampled at (:func:`sampled_precision`): shards drawn at more than
+    one precision, or at one this CPU cannot compute (bf16 samples, a CPU without native bf16), get no law.
     """
     if (options or {}).get("prefix_caching") is True:
         return ("prefix caching on: the pipeline speculates only until its first content_length failure and then "
                 "samples the target alone (FINDINGS.md section 1), so its rows mix the speculating law with the "
                 "target's in a share the source does not fix; audit with --engine-arg prefix_caching=false")
+    if not _audited_engine(options):
+        return None
+    precisions, source = sampled_precision(options, settings)
+    if len(precisions) > 1 or source == "partly recorded":
+        return (f"the shards were drawn at more than one OpenVINO inference precision ({', '.join(precisions)}"
+                f"{'; some shards recorded none' if source == 'partly recorded' else ''}: a run resumed on another "
+                f"CPU), so no one law of the engine describes them")
+    if precisions:
+        from verifier.engines.openvino_logits import resolved_precision
+
+        here = resolved_precision(precisions[0])
+        if here != precisions[0]:
+            return (f"the pipeline sampled at {precisions[0]} (recorded in the shards) and this CPU computes the "
+                    f"engine's IRs at {here} only (no native {precisions[0]}), so the probs it sampled from cannot be "
+                    f"computed here; diagnose on a CPU with native {precisions[0]} (AMX or AVX512-BF16 for bf16)")
     return None
+
+
+def untested(draft_known: bool, options=None, settings=None) -> str | None:
+    """What the scored laws leave out: on shards that recorded no precision (drawn before 2026-12-06 with the
+    plugin's default), the laws are computed at this CPU's default, which may not be the sampling CPU's."""
+    if not _audited_engine(options) or sampled_precision(options, settings)[1] != "not recorded":
+        return None
+    from verifier.engines.openvino_logits import resolved_precision
+
+    return (f"the pipeline's precision was not recorded with these samples (the CPU plugin's default on the sampling "
+            f"machine: bf16 with native bf16, f32 without); the engine laws are computed at this CPU's default "
+            f"({resolved_precision()}), and at T < 1 with top-k / top-p the kept sets can differ between the two")
 
 
 def _audited_engine(options) -> bool:
@@ -173,13 +238,23 @@ def _audited_engine(options) -> bool:
             and available())
 
 
-def engine_laws(prompt, sampling, target, draft, options=None) -> dict[str, np.ndarray]:
+def engine_laws(prompt, sampling, target, draft, options=None, settings=None) -> dict[str, np.ndarray]:
     """Joint laws of tokens 1-2, shape (vocab, vocab): ``"target"`` (the target's law on the same probs) and each
     coupling of :data:`COUPLINGS`.  On an audit of the installed engine (``options`` name the shipped pair) the probs
-    are the engine's own (:mod:`verifier.engines.openvino_logits`: the IRs at the CPU plugin's default precision, bf16 on
-    CPUs with AMX); otherwise the torch models' (``target``, ``draft``)."""
-    laws, _ = predict(prompt, sampling, target, draft, logits=engine_logits_fn() if _audited_engine(options) else None)
-    return laws
+    are the engine's own (:mod:`verifier.engines.openvino_logits`) at the precision the pipeline sampled at
+    (:func:`sampled_precision` of ``options`` and the shards' recorded ``settings``; unknown: the CPU plugin's default,
+    bf16 on CPUs with AMX); otherwise the torch models' (``target``, ``draft``).
+
+    Raises
+    ------
+    RuntimeError
+        This CPU cannot compute at the recorded precision (:func:`law_unsupported` says so first).
+    """
+    if not _audited_engine(options):
+        return predict(prompt, sampling, target, draft)[0]
+    precisions, _ = sampled_precision(options, settings)
+    return predict(prompt, sampling, target, draft,
+                   logits=engine_logits_fn(precisions[0] if len(precisions) == 1 else None))[0]
 
 
 def score_set(run_dir: str, set_name: str, prompt, sampling, shards, target, draft, *, report_dir: str | None = None,

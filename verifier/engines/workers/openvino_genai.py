@@ -46,8 +46,12 @@ class Handler:
         props = {"INFERENCE_PRECISION_HINT": ov.Type.f32, "KV_CACHE_PRECISION": ov.Type.f32} if precision == "f32" else {}
         self.pipe = ovg.LLMPipeline(target_dir, "CPU", draft_model=ovg.draft_model(draft_dir, "CPU", **props), **kwargs, **props)
         core = ov.Core()
-        self.plugin_precision = {"inference": str(core.get_property("CPU", "INFERENCE_PRECISION_HINT")),
-                                 "kv_cache": str(core.get_property("CPU", "KV_CACHE_PRECISION")), "requested": precision}
+        default = core.get_property("CPU", "INFERENCE_PRECISION_HINT")  # what LLMPipeline compiles at without a hint
+        self.plugin_precision = {"inference": str(default),
+                                 "kv_cache": str(core.get_property("CPU", "KV_CACHE_PRECISION")), "requested": precision,
+                                 # the precision the pipeline samples at ("f32", "bf16", ...): the engine laws of a
+                                 # diagnosis are computed at it (verifier.engines.reproductions.openvino_genai)
+                                 "resolved": "f32" if precision == "f32" else default.get_type_name()}
         self.k = int(num_draft_tokens)
         self.eos = None if eos_token_id is None else int(eos_token_id)
         self.vocab = int(vocab_size)
