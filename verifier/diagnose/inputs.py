@@ -42,6 +42,15 @@ class ProbsAfter:
     def __call__(self, contexts: np.ndarray) -> np.ndarray:
         return self.ref.next_probs(contexts, self.sampling, self.prompt_len)
 
+    @property
+    def nested(self):
+        """``(contexts (m, L), keep) -> (m, keep, vocab)``: the probs after each context's last ``keep`` prefixes
+        from one forward pass (:meth:`verifier.runner.models.ReferenceModel.last_probs`), or None (penalties: their
+        context masks, or a model without it)."""
+        if self.sampling.uses_context or not hasattr(self.ref, "last_probs"):
+            return None
+        return lambda contexts, keep: self.ref.last_probs(contexts, self.sampling, keep)
+
 
 def _teacher_forced(ref, prompt, tokens, sampling) -> np.ndarray:
     out = np.zeros(tokens.shape + (ref.vocab_size,))

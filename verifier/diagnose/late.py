@@ -213,7 +213,7 @@ def late_laws(seqs, t: int, weights: list[tuple[bool, np.ndarray]]) -> list[np.n
     -------
     list of np.ndarray, each shape (rows, vocab), float64
         One mixture per term (the predictive law of a fit check; not memoised: the same forward rows as
-        :func:`late_columns`, whole).
+        :func:`late_columns`, whole; a (prefix, d) pair that a residual term needs runs once for both kinds of term).
     """
     _check_oracles(seqs)
     n, _, vocab = seqs.p.shape
@@ -229,14 +229,16 @@ def late_laws(seqs, t: int, weights: list[tuple[bool, np.ndarray]]) -> list[np.n
     for (bonus, _), nd in zip(weights, need):
         key = keys.setdefault(bonus, np.zeros((len(uniq), vocab), bool))
         np.logical_or.at(key, inv, nd[rows])
-    for bonus, key in keys.items():
+    if False in keys and True in keys:  # a residual's forward rows give the bonus row too (as late_columns)
+        keys[True] &= ~keys[False]
+    for bonus, key in sorted(keys.items()):  # residual pairs first: their target rows also serve the bonus terms
         for pu, pd, pn, qn in _pair_batches(seqs, uniq, key, not bonus):
             r_idx, d_idx, src = _scatter(inv, pu, pd, len(uniq), vocab)
-            law = pn if bonus else _residual(pn, qn)
+            laws = {True: pn} if bonus else {True: pn, False: _residual(pn, qn)}
             for (b, w), acc in zip(weights, out):
-                if b == bonus:
+                if b in laws:
                     mix = scipy.sparse.csr_matrix((w[rows[r_idx], d_idx], (r_idx, src)), shape=(len(rows), len(pu)))
-                    acc[rows] += mix @ law
+                    acc[rows] += mix @ laws[b]
     return out
 
 

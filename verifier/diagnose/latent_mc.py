@@ -60,15 +60,43 @@ def mc_feasible(seqs, num_draft_tokens: int) -> str | None:
     return None
 
 
+NESTED_KEEP = 8  # most prefixes of one context read from its forward pass (_evaluate)
+
+
 def _evaluate(after, contexts: list) -> dict:
-    """Probs after each distinct context (tuple), batched by length: {context: (vocab,) float64}."""
+    """Probs after each distinct context (tuple), batched by length: {context: (vocab,) float64}.
+
+    A round asks for nested contexts (``T``, ``T + x_t``, ``T + x_t x_t+1``, ...): where the oracle reads several
+    prefixes of a context from one forward pass (``after.nested``, a torch model without penalties), only the
+    contexts no other one extends run, each keeping the positions of its requested prefixes (up to
+    :data:`NESTED_KEEP`): the same probs up to float32 rounding, a forward pass per leaf instead of per context."""
+    wanted = set(contexts)
+    nested = getattr(after, "nested", None)
+    covered: dict = {}  # context -> (leaf, its position in the leaf's forward pass)
+    if nested is not None:
+        for c in sorted(wanted, key=len, reverse=True):  # longest first: a leaf covers its requested prefixes
+            if c in covered:
+                continue
+            for m in range(max(1, len(c) - NESTED_KEEP + 1), len(c)):
+                if c[:m] in wanted and c[:m] not in covered:
+                    covered[c[:m]] = c
     by_len: dict = defaultdict(list)
-    for c in set(contexts):
-        by_len[len(c)].append(c)
+    for c in wanted:
+        if c not in covered:
+            by_len[len(c)].append(c)
     out = {}
-    for _, group in sorted(by_len.items()):
-        probs = np.asarray(after(np.array(group, dtype=np.int64)), dtype=np.float64)
-        out.update(zip(group, probs))
+    for n, group in sorted(by_len.items()):
+        batch = np.array(group, dtype=np.int64)
+        if nested is None:
+            out.update(zip(group, np.asarray(after(batch), dtype=np.float64)))
+            continue
+        keep = 1 + max((n - len(p) for p, leaf in covered.items() if len(leaf) == n), default=0)
+        probs = np.asarray(nested(batch, keep), dtype=np.float64)  # (leaves, keep, vocab)
+        out.update(zip(group, probs[:, -1]))
+        index = {c: i for i, c in enumerate(group)}
+        for p, leaf in covered.items():
+            if len(leaf) == n:
+                out[p] = probs[index[leaf], keep - 1 - (n - len(p))]
     return out
 
 

@@ -141,6 +141,40 @@ class ReferenceModel:
             out.append(processed_probs(logits, sampling, mask).numpy())
         return np.concatenate(out) if out else np.zeros((0, self.vocab_size))
 
+    def last_probs(self, prefixes: np.ndarray, sampling: SamplingConfig, keep: int) -> np.ndarray:
+        """Processed probs after each of the last ``keep`` prefixes of each row, from one forward pass per batch.
+
+        Parameters
+        ----------
+        prefixes : np.ndarray, shape (batch, prefix_len), int64
+            Equal-length contexts (prompt + tokens), no padding.
+        sampling : SamplingConfig
+            Without penalties (their context masks are not built here).
+        keep : int
+            ``1..prefix_len``: position ``i`` of the result is the law after ``prefixes[:, :prefix_len - keep + 1 + i]``.
+
+        Returns
+        -------
+        np.ndarray, shape (batch, keep, vocab), float64
+            :meth:`next_probs` of each of those prefixes up to float32 rounding of the model's logits (the same causal
+            computation, other matrix shapes).
+
+        Raises
+        ------
+        InvalidArgumentError
+            ``sampling`` sets a penalty, or ``keep`` outside ``1..prefix_len``.
+        """
+        seqs = torch.as_tensor(np.asarray(prefixes, dtype=np.int64))
+        if sampling.uses_context:
+            raise invalid_argument("sampling", sampling.label(), "no penalties (last_probs builds no context mask)")
+        if not 1 <= int(keep) <= seqs.shape[-1]:
+            raise invalid_argument("keep", keep, f"1..{seqs.shape[-1]} (the prefix length)")
+        out = []
+        for start in range(0, len(seqs), ROW_BATCH):
+            logits = self._logits(seqs[start:start + ROW_BATCH], keep=int(keep))
+            out.append(processed_probs(logits.reshape(-1, logits.shape[-1]), sampling).numpy().reshape(logits.shape))
+        return np.concatenate(out) if out else np.zeros((0, int(keep), self.vocab_size))
+
     def can_extend(self, sampling: SamplingConfig) -> bool:
         """True when :meth:`extend_probs` may run: a Hugging Face causal LM that takes a ``DynamicCache`` (keys and
         values per layer).  ``sampling`` is accepted for symmetry with :meth:`next_probs` (penalties are supported)."""
