@@ -187,3 +187,36 @@ def test_the_pipeline_precision_is_recorded_and_the_laws_computed_at_it(engine):
     assert ov.untested(True, options={**opts, "precision": "f32"}, settings=[{}]) is None
     assert ov.sampled_precision({**opts, "precision": "f32"}, [{}]) == (["f32"], "option")
     assert ov.sampled_precision(opts, [{}]) == ([], "not recorded")
+
+
+def test_an_engine_audit_starts_one_worker_while_it_plans(engine, tmp_path, monkeypatch):
+    """Session 25: `audit --engine` starts the engine's worker right after loading the models (its start-up overlaps
+    the plan) and the runner's decoder adopts it: one worker process for the whole audit, the numeric floor
+    included, never a second one beside it (an engine holds GBs)."""
+    import verifier.engines.bridge as bridge
+    from verifier.errors import EXIT_BIAS, EXIT_OK, EXIT_UNDERPOWERED
+
+    started = []
+    init = bridge.EngineWorker.__init__
+
+    def counting(self, *args, wait=True, **kwargs):
+        started.append(wait)
+        init(self, *args, wait=wait, **kwargs)
+
+    monkeypatch.setattr(bridge.EngineWorker, "__init__", counting)
+    code = main(["audit", "--engine", "openvino-genai", "--engine-arg", "prefix_caching=false", "--num-draft-tokens", "1",
+                 "--num-samples", "30", "--no-progress", "--no-diagnosis", "--run-dir", str(tmp_path / "run")])
+    assert code in (EXIT_OK, EXIT_BIAS, EXIT_UNDERPOWERED) and started == [False] and not bridge._POOL, (code, started)
+
+
+def test_the_engine_alone_bench_makes_the_audits_generate_calls(engine):
+    """`specverify bench engine-alone`: the audit runs, then the engine's worker handler alone (its own venv, no
+    harness) makes the same generate calls -- every stored chunk's rows -- and both wall times are reported."""
+    from verifier.bench.engine_alone import engine_alone, render_markdown
+
+    r = engine_alone(["--engine", "openvino-genai", "--engine-arg", "prefix_caching=false", "--num-draft-tokens", "1",
+                      "--num-samples", "40", "--chunk-size", "20", "--seed", "3"])
+    assert r["rows"] == 40 and r["audit_time_to_verdict_s"] > 0 and r["alone_generate_s"] > 0
+    assert r["alone_wall_s"] >= r["alone_startup_s"] + r["alone_generate_s"]
+    assert r["ratio"] == r["alone_wall_s"] / r["audit_time_to_verdict_s"]
+    assert "engine alone / audit to its verdict" in render_markdown(r)

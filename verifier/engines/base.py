@@ -135,6 +135,10 @@ class Engine:
         How a decoder-kind engine schedules the rows of one ``generate`` call (issue 29, kind 1), e.g. "row by
         row: ..."; empty where not stated.  An engine decoder with ``rows_per_step == 1`` refuses
         ``batch_composition`` levels above 1 row (:func:`verifier.runner.batch.check_batch_level`).
+    starts_ahead : bool
+        Its decoders are :class:`~verifier.engines.decoder.EngineDecoder` workers whose factory starts no engine:
+        an ``audit --engine`` builds one right after loading the models and starts its worker while the audit is
+        planned (``EngineDecoder.start``); the runner's decoder adopts it.
     """
 
     name: ClassVar[str] = ""
@@ -144,6 +148,7 @@ class Engine:
     entry_point: ClassVar[str] = ""
     options: ClassVar[tuple[EngineOption, ...]] = ()
     batching: ClassVar[str] = ""
+    starts_ahead: ClassVar[bool] = False
 
     # -- install location -------------------------------------------------------------------
     @classmethod

@@ -81,6 +81,7 @@ PY_SOURCE_FILES = ("llama_cpp/llama.py", "llama_cpp/llama_speculative.py", "llam
 @register_engine("llama-cpp-python")
 class LlamaCppPython(Engine):
     kind = "decoder"
+    starts_ahead = True  # an EngineDecoder worker: started while the audit is planned
     package = PACKAGE
     version = VERSION
     entry_point = "llama_cpp/llama.py::Llama.generate with draft_model=llama_cpp/llama_speculative.py::LlamaDraftModel"
