@@ -88,6 +88,7 @@ class EngineWorker:
                  env: Mapping[str, str] | None = None, wait: bool = True) -> None:
         self.name = name
         self.python = Path(python)
+        self.handler_file = str(handler_file)
         if not self.python.exists():
             raise DecoderError(f"engine {name!r}: interpreter {str(self.python)!r} does not exist (reinstall the engine)")
         self._stderr = tempfile.TemporaryFile(mode="w+b")
@@ -224,7 +225,6 @@ def prestart(python: str | Path, handler_file: str | Path, *, name: str, init: M
             worker = EngineWorker(python, handler_file, name=name, init=init, env=env, wait=False)
         except DecoderError:
             return  # the adopting decoder starts its own and reports the error
-        worker.handler_file = str(handler_file)
         _POOL[key] = worker
 
 
