@@ -187,6 +187,13 @@ def test_the_pipeline_precision_is_recorded_and_the_laws_computed_at_it(engine):
     assert ov.untested(True, options={**opts, "precision": "f32"}, settings=[{}]) is None
     assert ov.sampled_precision({**opts, "precision": "f32"}, [{}]) == (["f32"], "option")
     assert ov.sampled_precision(opts, [{}]) == ([], "not recorded")
+    # a forged or damaged record is named, never compiled (a value outside f32 / bf16 / f16 crashed the engine's
+    # Python with a CalledProcessError in the first version) and never read as "not recorded"
+    for bad, shown in ((16, "16"), ("", "''"), (0, "0"), (["f32"], "['f32']"), ("f64", "'f64'"), ("f" * 1000, "'fff")):
+        why = ov.law_unsupported(s, 3, options=opts, settings=[{"inference_precision": bad}])
+        assert why is not None and "allowed: f32, bf16, f16" in why and shown in why and len(why) < 400, why
+        assert ov.untested(True, options=opts, settings=[{"inference_precision": bad}]) is None
+    assert "'abc'" in ov.law_unsupported(s, 3, options=opts, settings=[{"inference_precision": "f32"}, "abc"])
 
 
 def test_an_engine_audit_starts_one_worker_while_it_plans(engine, tmp_path, monkeypatch):

@@ -61,6 +61,29 @@ json.dump({"startup_s": t1 - t0, "generate_s": t2 - t1, "rows": rows}, open(spec
 """
 
 
+class AuditStopped(Exception):
+    """The audit ended without a report (usage error, decoder crash, interrupt): its exit code and message."""
+
+    def __init__(self, exit_code: int, message: str) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def _check_engine(audit_args: list[str]) -> None:
+    """Refuse, before anything runs, audit arguments without ``--engine NAME`` of an engine whose decoders are workers
+    (``Engine.starts_ahead``)."""
+    from verifier.engines import engine_names, get_engine
+
+    workers = sorted(name for name in engine_names() if getattr(get_engine(name), "starts_ahead", False))
+    allowed = f"`--engine NAME` with NAME one of {', '.join(workers)} (engines whose decoders are worker processes)"
+    name = next((audit_args[i + 1] for i, a in enumerate(audit_args[:-1]) if a == "--engine"),
+                next((a.split("=", 1)[1] for a in audit_args if a.startswith("--engine=")), None))
+    if not audit_args:
+        raise invalid_argument("AUDIT ARGS", [], f"the arguments of `specverify audit` after --: {allowed}")
+    if name not in workers or any(a == "--url" or a.startswith("--url=") for a in audit_args):
+        raise invalid_argument("--engine", name, allowed + ", no --url")
+
+
 def _calls(run_dir: Path) -> tuple[Any, list[dict[str, Any]]]:
     """The audit's engine decoder (built as the runner builds it) and the generate calls of its stored chunks."""
     import numpy as np
@@ -100,13 +123,15 @@ def engine_alone(audit_args: list[str], timeout: float = 3600.0) -> dict[str, An
     Raises
     ------
     InvalidArgumentError
-        No audit arguments, or the audit wrote no samples (its stderr tail in the message).
+        No audit arguments, no ``--engine NAME`` of an engine whose decoders are workers, or ``--url`` (before anything
+        runs).
+    AuditStopped
+        The audit ended without a report (its exit code and the tail of its output).
     """
     from verifier.bench.time_to_verdict import _run_timed
     from verifier.engines.bridge import WORKER_MAIN
 
-    if not audit_args:
-        raise invalid_argument("AUDIT ARGS", [], "the arguments of `specverify audit --engine ...` after --")
+    _check_engine(audit_args)
     with tempfile.TemporaryDirectory(prefix="specverify-alone-") as tmp:
         run_dir = Path(tmp) / "run"
         cmd = [sys.executable, "-m", "verifier.cli", "audit", *audit_args, "--run-dir", str(run_dir), "--no-progress",
@@ -116,9 +141,8 @@ def engine_alone(audit_args: list[str], timeout: float = 3600.0) -> dict[str, An
         proc, out, err, verdict_at = _run_timed(cmd, env, timeout, t0)
         audit_wall = time.perf_counter() - t0
         report = run_dir / "report.json"
-        if not report.is_file():
-            raise invalid_argument("AUDIT ARGS", " ".join(audit_args), f"an audit that runs (exit {proc.returncode}): "
-                                   f"{(err or out)[-1500:]}")
+        if not report.is_file():  # the audit stopped before its verdict: its own exit code and message
+            raise AuditStopped(proc.returncode, (err or out).strip()[-1500:])
         rep = json.loads(report.read_text(encoding="utf-8"))
         decoder, calls = _calls(run_dir)
         python, handler, init, worker_env = decoder._worker_args
@@ -166,6 +190,11 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     audit_args = list(args.audit_args)[1:] if args.audit_args and args.audit_args[0] == "--" else list(args.audit_args)
-    result = engine_alone(audit_args)
+    try:
+        result = engine_alone(audit_args)
+    except AuditStopped as stop:  # no figures: the audit's own message and exit code (2, 3, 130, ...)
+        print(f"bench engine-alone: the audit ended without a verdict (exit {stop.exit_code}); its output ends with:\n"
+              f"{stop}", file=sys.stderr)
+        return stop.exit_code if stop.exit_code else 3
     print(json.dumps(result, indent=1) if args.format == "json" else render_markdown(result))
     return 0

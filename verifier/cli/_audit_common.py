@@ -24,7 +24,7 @@ def _progress_on(args: argparse.Namespace) -> bool:
 
 def _option(text: str) -> tuple[str, Any]:
     if "=" not in text:
-        raise argparse.ArgumentTypeError(f"--option {text!r} is invalid; allowed: KEY=VALUE (VALUE parsed as JSON, else a string)")
+        raise argparse.ArgumentTypeError(f"{text!r} is invalid; allowed: KEY=VALUE (VALUE parsed as JSON, else a string)")  # argparse names the flag
     key, value = text.split("=", 1)
     try:
         return key, json.loads(value)

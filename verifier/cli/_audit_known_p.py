@@ -165,7 +165,6 @@ def _run_known_p(args, sampling) -> int:
             guards.check_fresh_run_dir(args.run_dir, RUN_FILE)
         pair = _pair(args)
         _check_model_flags(args, pair)
-        _prestart_engine(args, pair)  # the engine starts while the audit is planned
         prompts = [("ids", tuple(p)) for p in args.prompt_ids] + [("text", t) for t in args.prompt]
         if args.prompt_ids:
             _check_prompts(pair, args.prompt_ids, "--prompt-ids")
@@ -173,6 +172,7 @@ def _run_known_p(args, sampling) -> int:
 
         check_text_prompts(args, pair)  # --api mlx-lm: prompts that do not round-trip as text, before any request
         check_stop_flags(args, pair)  # --stop-token-ids: in the vocabulary, expressible by the dialect (exit 2)
+        _prestart_engine(args, pair)  # after the cheap checks: the engine starts while the audit is planned
         seq = bool(args.sequential)
         stop = getattr(args, "url_stop_rule", None)  # --url --stop-token-ids / --max-tokens: (ids, max_tokens)
         from verifier.plugins import plugin_name

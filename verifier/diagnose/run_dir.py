@@ -383,15 +383,18 @@ def _engine_source(engine: str | None, best: list[str]) -> str | None:
     return source_explanation(engine, best[0]) if len(best) == 1 else None
 
 
-def _recorded_settings(store, plan) -> list[dict]:
-    """The distinct decoder settings the set's readable shards recorded (``meta["decoder"]["settings"]``): what the
-    adapter resolved while sampling, e.g. the precision OpenVINO's pipeline ran at."""
-    out: list[dict] = []
+def _recorded_settings(store, plan) -> list:
+    """The distinct decoder settings the set's readable shards recorded (``meta["decoder"]["settings"]``, normally a
+    dict; a damaged value is kept as it is, for the module to name): what the adapter resolved while sampling, e.g. the
+    precision OpenVINO's pipeline ran at."""
+    out: list = []
     for i in range(plan.num_chunks):
         shard = store.read_chunk(plan.set_id, i)
-        settings = ((shard.meta.get("decoder") or {}).get("settings") if shard is not None else None)
-        settings = settings if isinstance(settings, dict) else {}
-        if shard is not None and settings not in out:
+        if shard is None:
+            continue
+        decoder = shard.meta.get("decoder")
+        settings = decoder.get("settings", {}) if isinstance(decoder, dict) else decoder  # a damaged one kept as is
+        if settings not in out:
             out.append(settings)
     return out
 

@@ -174,10 +174,15 @@ class EngineWorker:
         except (OSError, ValueError):
             return ""
 
-    def close(self) -> None:
-        """Close the worker's stdin (it exits) and reap it; idempotent."""
+    def close(self, *, kill: bool = False) -> None:
+        """Close the worker's stdin (it exits) and reap it, or with ``kill`` end it at once (a worker nobody adopted,
+        perhaps still starting its engine: nothing of it is kept); idempotent."""
         proc = getattr(self, "_proc", None)
         if proc is None or proc.poll() is not None:
+            return
+        if kill:
+            proc.kill()
+            proc.wait()
             return
         try:
             proc.stdin.close()
@@ -212,15 +217,15 @@ def prestart(python: str | Path, handler_file: str | Path, *, name: str, init: M
     """Start an engine worker now without waiting for the engine's start-up, for the decoder built next with the same
     arguments (:func:`adopt`): the imports and model load then run while the harness plans the audit.
 
-    At most one worker waits per handler file (an earlier one of that handler is closed first: engines hold GBs);
-    one never adopted is closed at exit.  Start-up errors surface where the adopting decoder first uses it.
+    At most one worker waits per handler file (an earlier one of that handler is killed first: engines hold GBs);
+    one never adopted is killed at exit (it may still be starting its engine; nothing of it is kept).  Start-up errors surface where the adopting decoder first uses it.
     """
     key = _pool_key(python, handler_file, init, env)
     with _POOL_LOCK:
         if key in _POOL:
             return
         for k in [k for k, w in _POOL.items() if w.handler_file == str(handler_file)]:
-            _POOL.pop(k).close()
+            _POOL.pop(k).close(kill=True)
         try:
             worker = EngineWorker(python, handler_file, name=name, init=init, env=env, wait=False)
         except DecoderError:
@@ -238,7 +243,7 @@ def adopt(python: str | Path, handler_file: str | Path, init: Mapping[str, Any] 
 def _close_pool() -> None:
     with _POOL_LOCK:
         while _POOL:
-            _POOL.popitem()[1].close()
+            _POOL.popitem()[1].close(kill=True)  # never adopted (a usage error, an interrupt): not waited for
 
 
 import atexit  # noqa: E402  (the pool's workers never outlive the harness)

@@ -39,6 +39,7 @@ PRECISION_HINT = ("OpenVINO's CPU plugin runs LLMPipeline at its default INFEREN
                   "`--engine-arg precision=f32` sets both to f32 for target and draft")
 
 import json
+import subprocess
 from typing import Callable
 
 import numpy as np
@@ -158,6 +159,9 @@ LAW_SOURCE = {
 }
 
 
+PRECISIONS = ("f32", "bf16", "f16")  # OpenVINO inference precisions a CPU pipeline can resolve to (type names)
+
+
 def sampled_precision(options=None, settings=None) -> tuple[list[str], str]:
     """The precision(s) the audit's pipeline sampled at, and where that comes from.
 
@@ -172,17 +176,28 @@ def sampled_precision(options=None, settings=None) -> tuple[list[str], str]:
     Returns
     -------
     (precisions, source) : the distinct precisions (empty: unknown) and ``"recorded"`` (every shard recorded one),
-        ``"option"`` (``precision=f32`` set, nothing recorded), ``"partly recorded"`` or ``"not recorded"``.
+        ``"option"`` (``precision=f32`` set, nothing recorded), ``"partly recorded"``, ``"not recorded"`` or
+        ``"malformed"`` (a shard's settings are not a mapping, or record a value outside :data:`PRECISIONS`: then
+        ``precisions`` holds those values' reprs, shortened).
     """
-    settings = [s for s in settings or () if isinstance(s, dict)]
-    recorded = sorted({str(s["inference_precision"]) for s in settings if s.get("inference_precision")})
-    if recorded and all(s.get("inference_precision") for s in settings):
+    settings = list(settings or ())
+    bad = [s if not isinstance(s, dict) else s["inference_precision"] for s in settings
+           if not isinstance(s, dict) or ("inference_precision" in s and s["inference_precision"] not in PRECISIONS)]
+    if bad:
+        return sorted({_short(v) for v in bad}), "malformed"
+    recorded = sorted({s["inference_precision"] for s in settings if "inference_precision" in s})
+    if recorded and all("inference_precision" in s for s in settings):
         return recorded, "recorded"
     if recorded:
         return recorded, "partly recorded"
     if (options or {}).get("precision") == "f32":
         return ["f32"], "option"
     return [], "not recorded"
+
+
+def _short(value, limit: int = 40) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def law_unsupported(sampling, num_draft_tokens: int, options=None, settings=None) -> str | None:
@@ -201,6 +216,9 @@ def law_unsupported(sampling, num_draft_tokens: int, options=None, settings=None
     if not _audited_engine(options):
         return None
     precisions, source = sampled_precision(options, settings)
+    if source == "malformed":
+        return (f"the shards record the pipeline's precision as {', '.join(precisions)} (settings.inference_precision; "
+                f"allowed: {', '.join(PRECISIONS)}, in a settings mapping), so the precision it sampled at is unknown")
     if len(precisions) > 1 or source == "partly recorded":
         return (f"the shards were drawn at more than one OpenVINO inference precision ({', '.join(precisions)}"
                 f"{'; some shards recorded none' if source == 'partly recorded' else ''}: a run resumed on another "
@@ -208,7 +226,11 @@ def law_unsupported(sampling, num_draft_tokens: int, options=None, settings=None
     if precisions:
         from verifier.engines.openvino_logits import resolved_precision
 
-        here = resolved_precision(precisions[0])
+        try:
+            here = resolved_precision(precisions[0])
+        except (OSError, subprocess.SubprocessError) as exc:  # the engine's Python cannot compile the IR here
+            return (f"the engine's IRs cannot be compiled here to compute its laws at {precisions[0]} "
+                    f"({type(exc).__name__}: {_short(getattr(exc, 'stderr', None) or exc, 300)})")
         if here != precisions[0]:
             return (f"the pipeline sampled at {precisions[0]} (recorded in the shards) and this CPU computes the "
                     f"engine's IRs at {here} only (no native {precisions[0]}), so the probs it sampled from cannot be "
