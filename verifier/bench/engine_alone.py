@@ -13,7 +13,7 @@ engine path: its start-up, model load and sampling, and nothing the harness adds
 protocol, shards, the numeric floor, statistics).  Printed: both times, the engine's own split (start-up vs generate
 calls), and the ratio engine alone / audit -- issue 27's "end to end >= 0.9 of the engine's own best rate".
 
-Engines: the adapters whose decoders are engine workers (``Engine.starts_ahead``: openvino-genai, vllm,
+Engines: the adapters whose decoders are engine workers (``Engine.worker_decoder``: openvino-genai, vllm,
 llama-cpp-python, mlx-lm).
 """
 
@@ -71,10 +71,10 @@ class AuditStopped(Exception):
 
 def _check_engine(audit_args: list[str]) -> None:
     """Refuse, before anything runs, audit arguments without ``--engine NAME`` of an engine whose decoders are workers
-    (``Engine.starts_ahead``)."""
+    (``Engine.worker_decoder``)."""
     from verifier.engines import engine_names, get_engine
 
-    workers = sorted(name for name in engine_names() if getattr(get_engine(name), "starts_ahead", False))
+    workers = sorted(name for name in engine_names() if getattr(get_engine(name), "worker_decoder", False))
     allowed = f"`--engine NAME` with NAME one of {', '.join(workers)} (engines whose decoders are worker processes)"
     name = next((audit_args[i + 1] for i, a in enumerate(audit_args[:-1]) if a == "--engine"),
                 next((a.split("=", 1)[1] for a in audit_args if a.startswith("--engine=")), None))

@@ -165,7 +165,7 @@ def _dispatch(args: argparse.Namespace, debug: bool = False) -> int:
 
         if os.environ.get(VERDICT_ENV):  # a child job process: a second Ctrl-C must not become a traceback
             signal.signal(signal.SIGINT, signal.SIG_IGN)
-        print(f"specverify {args.command}: interrupted; samples written so far are kept on disk", file=sys.stderr)
+        print(f"specverify {args.command}: interrupted; samples written so far, if any, are kept on disk", file=sys.stderr)
         return 130
 
 

@@ -172,7 +172,6 @@ def _run_known_p(args, sampling) -> int:
 
         check_text_prompts(args, pair)  # --api mlx-lm: prompts that do not round-trip as text, before any request
         check_stop_flags(args, pair)  # --stop-token-ids: in the vocabulary, expressible by the dialect (exit 2)
-        _prestart_engine(args, pair)  # after the cheap checks: the engine starts while the audit is planned
         seq = bool(args.sequential)
         stop = getattr(args, "url_stop_rule", None)  # --url --stop-token-ids / --max-tokens: (ids, max_tokens)
         from verifier.plugins import plugin_name
@@ -241,27 +240,6 @@ def _run_known_p(args, sampling) -> int:
     if args.export:
         _export(args.export, outcome.outcome.run_dir, suite)
     return outcome.exit_code
-
-
-def _prestart_engine(args, pair) -> None:
-    """Engine audits (``--engine`` with an engine that ``starts_ahead``): build the decoder the runner will build and start its
-    worker now (:meth:`verifier.engines.decoder.EngineDecoder.start`), so the engine's start-up (its imports and
-    model load, seconds) runs while the harness plans the audit; the runner's decoder adopts the worker.  Nothing is
-    raised here: a decoder that cannot be built is built again, and its error reported, by the runner."""
-    if not getattr(getattr(args, "engine_class", None), "starts_ahead", False) or getattr(args, "url", None):
-        return
-    from types import SimpleNamespace
-
-    from verifier.runner.plan import build_decoder
-
-    try:
-        decoder = build_decoder(SimpleNamespace(decoder=args.decoder, options=dict(args.option), name="prestart"), pair,
-                                int(args.num_draft_tokens), "prestart")
-    except Exception:  # noqa: BLE001 - the runner builds it again and reports the error
-        return
-    start = getattr(decoder, "start", None)
-    if callable(start):
-        start()
 
 
 def _floor_probe(engine_name: str, prompts: list, target_tv: float):

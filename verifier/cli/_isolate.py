@@ -184,7 +184,7 @@ def run_in_child(argv: Sequence[str], command: str) -> int:
     if code is not None:
         return code
     if state["interrupted"]:
-        print(f"specverify {command}: interrupted; samples written so far are kept on disk", file=sys.stderr)
+        print(f"specverify {command}: interrupted; samples written so far, if any, are kept on disk", file=sys.stderr)
         return EXIT_INTERRUPTED
     print(_missing_verdict(command, rc), file=sys.stderr)
     return EXIT_DECODER

@@ -135,10 +135,9 @@ class Engine:
         How a decoder-kind engine schedules the rows of one ``generate`` call (issue 29, kind 1), e.g. "row by
         row: ..."; empty where not stated.  An engine decoder with ``rows_per_step == 1`` refuses
         ``batch_composition`` levels above 1 row (:func:`verifier.runner.batch.check_batch_level`).
-    starts_ahead : bool
-        Its decoders are :class:`~verifier.engines.decoder.EngineDecoder` workers whose factory starts no engine:
-        an ``audit --engine`` builds one right after loading the models and starts its worker while the audit is
-        planned (``EngineDecoder.start``); the runner's decoder adopts it.
+    worker_decoder : bool
+        Its decoders are :class:`~verifier.engines.decoder.EngineDecoder` workers (a handler in the engine's own venv):
+        ``specverify bench engine-alone`` replays an audit's generate calls on that handler alone.
     """
 
     name: ClassVar[str] = ""
@@ -148,7 +147,7 @@ class Engine:
     entry_point: ClassVar[str] = ""
     options: ClassVar[tuple[EngineOption, ...]] = ()
     batching: ClassVar[str] = ""
-    starts_ahead: ClassVar[bool] = False
+    worker_decoder: ClassVar[bool] = False
 
     # -- install location -------------------------------------------------------------------
     @classmethod

@@ -34,8 +34,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from verifier.engines.bridge import EngineWorker, adopt, hashed_seeds, prestart
-from verifier.errors import DecoderError, DecoderOutputError, invalid_argument, refuse_sampling
+from verifier.engines.bridge import EngineWorker, hashed_seeds
+from verifier.errors import DecoderOutputError, invalid_argument, refuse_sampling
 from verifier.protocols import DecoderStats
 from verifier.validation import check_row_prompts, check_row_temperatures, check_stop_rule
 
@@ -197,25 +197,11 @@ class EngineDecoder:
 
     @property
     def worker(self) -> EngineWorker:
-        """The worker process, started on first use (engine start-up happens here) or adopted from :meth:`start`."""
+        """The worker process, started on first use (engine start-up happens here)."""
         if self._worker is None:
             python, handler, init, env = self._worker_args
-            worker = adopt(python, handler, init, env) or EngineWorker(python, handler, name=self.name, init=init, env=env)
-            try:
-                _ = worker.methods  # the engine's start-up finished (its error raised here, as before)
-            except DecoderError:
-                worker.close()  # a later use starts a fresh worker, as when the error came from its constructor
-                raise
-            self._worker = worker
+            self._worker = EngineWorker(python, handler, name=self.name, init=init, env=env)
         return self._worker
-
-    def start(self) -> None:
-        """Start the engine's worker now and return at once (:func:`verifier.engines.bridge.prestart`): its start-up
-        (imports, model load: seconds) overlaps the caller's work, and the first decoder built with the same engine
-        arguments -- this one or another instance -- adopts it.  Errors surface at that decoder's first use."""
-        if self._worker is None:
-            python, handler, init, env = self._worker_args
-            prestart(python, handler, name=self.name, init=init, env=env)
 
     def check_sampling(self, sampling: Any) -> dict[str, Any]:
         """The sampling fields to send, or :class:`~verifier.errors.SamplingRefusedError` (exit 2, also inside a

@@ -81,7 +81,7 @@ PY_SOURCE_FILES = ("llama_cpp/llama.py", "llama_cpp/llama_speculative.py", "llam
 @register_engine("llama-cpp-python")
 class LlamaCppPython(Engine):
     kind = "decoder"
-    starts_ahead = True  # an EngineDecoder worker: started while the audit is planned
+    worker_decoder = True  # its decoders are EngineDecoder workers (bench engine-alone replays their calls)
     package = PACKAGE
     version = VERSION
     entry_point = "llama_cpp/llama.py::Llama.generate with draft_model=llama_cpp/llama_speculative.py::LlamaDraftModel"

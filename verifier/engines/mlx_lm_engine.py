@@ -58,7 +58,7 @@ HANDLER = Path(__file__).resolve().parent / "workers" / "mlx_lm.py"
 @register_engine("mlx-lm")
 class MLXLM(Engine):
     kind = "decoder"
-    starts_ahead = True  # an EngineDecoder worker: started while the audit is planned
+    worker_decoder = True  # its decoders are EngineDecoder workers (bench engine-alone replays their calls)
     package = "mlx-lm"
     version = "0.32.2"
     entry_point = "mlx_lm/generate.py::speculative_generate_step"

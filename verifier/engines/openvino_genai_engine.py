@@ -65,7 +65,7 @@ HANDLER = Path(__file__).resolve().parent / "workers" / "openvino_genai.py"
 @register_engine("openvino-genai")
 class OpenVINOGenAI(Engine):
     kind = "decoder"
-    starts_ahead = True  # an EngineDecoder worker: started while the audit is planned
+    worker_decoder = True  # its decoders are EngineDecoder workers (bench engine-alone replays their calls)
     package = "openvino-genai"
     version = "2026.4.1.0"
     entry_point = "openvino_genai.LLMPipeline(target, 'CPU', draft_model=...).generate (sampler.cpp::Sampler::validate_candidate)"

