@@ -157,3 +157,27 @@ def test_a_bad_stop_rule_is_refused_before_the_engine_starts(stops, max_tokens, 
         dec.generate([1], 2, 3, SamplingConfig(), seed=0, stop_token_ids=stops, max_tokens=max_tokens)
     assert dec._worker is None
 
+
+
+def test_the_engine_starts_before_the_first_timed_generate_call():
+    """The runner starts an engine decoder's worker before its first timed generate call (runner.run._start_engine):
+    the report's sampling rate then counts generate calls only -- vLLM's ~11 s start-up was in the first chunk's time,
+    so its reported rate was ~20% low.  start_engine returns the start-up seconds once, then 0.0."""
+    import time
+
+    from verifier.runner.run import _start_engine
+
+    dec = _decoder(startup_sleep=1.0)
+    lines: list[str] = []
+    try:
+        _start_engine(dec, "echo", lines.append)
+        assert len(lines) == 1 and "engine started in" in lines[0] and "not counted in the sampling rate" in lines[0]
+        assert float(lines[0].split("started in ")[1].split(" s")[0]) >= 1.0
+        called = time.perf_counter()
+        dec.generate([1, 2], 3, 2, SamplingConfig(), seed=1)
+        assert time.perf_counter() - called < 1.0  # the start-up is not in the call
+        assert dec.start_engine() == 0.0
+        _start_engine(dec, "echo", lines.append)
+        assert len(lines) == 1  # logged once
+    finally:
+        dec.close()

@@ -196,9 +196,9 @@ def test_the_pipeline_precision_is_recorded_and_the_laws_computed_at_it(engine):
     assert "'abc'" in ov.law_unsupported(s, 3, options=opts, settings=[{"inference_precision": "f32"}, "abc"])
 
 
-def test_an_engine_audit_runs_one_worker(engine, tmp_path, monkeypatch):
+def test_an_engine_audit_runs_one_worker(engine, tmp_path, monkeypatch, capsys):
     """One engine worker process for the whole audit, its numeric floor included (the floor reads the run's own
-    instance, never a second engine beside it: an engine holds GBs)."""
+    instance, never a second engine beside it: an engine holds GBs), started before the first timed generate call."""
     import verifier.engines.bridge as bridge
     from verifier.errors import EXIT_BIAS, EXIT_OK, EXIT_UNDERPOWERED
 
@@ -213,6 +213,7 @@ def test_an_engine_audit_runs_one_worker(engine, tmp_path, monkeypatch):
     code = main(["audit", "--engine", "openvino-genai", "--engine-arg", "prefix_caching=false", "--num-draft-tokens", "1",
                  "--num-samples", "30", "--no-progress", "--no-diagnosis", "--run-dir", str(tmp_path / "run")])
     assert code in (EXIT_OK, EXIT_BIAS, EXIT_UNDERPOWERED) and started == ["openvino-genai"], (code, started)
+    assert "decoder: engine started in" in capsys.readouterr().out
 
 
 def test_the_engine_alone_bench_makes_the_audits_generate_calls(engine):

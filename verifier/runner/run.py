@@ -204,6 +204,16 @@ def _check_seed_used(seen: dict[tuple[str, bytes], tuple[int, int]], plan: Sampl
             f"repeats them with probability <= exp(-{nats:.0f})); allowed: independent samples for different seeds")
 
 
+def _start_engine(decoder: Any, name: str, log: Callable[[str], None]) -> None:
+    """An engine decoder's worker started before its first timed ``generate`` call
+    (:meth:`verifier.engines.decoder.EngineDecoder.start_engine`), so the report's sampling rate counts generate calls
+    only; a plugin without ``start_engine`` is left alone."""
+    start = getattr(decoder, "start_engine", None)
+    seconds = start() if callable(start) else 0.0  # 0.0 once it runs
+    if seconds:
+        log(f"  {name}: engine started in {seconds:.1f} s (not counted in the sampling rate)")
+
+
 def _sample(ctx: SuiteContext, store: SampleStore, progress: bool, log: Callable[[str], None],
             select: Callable[[SampleSetPlan, int], bool] | None = None) -> dict[str, dict]:
     """Stage 3.  Returns ``{decoder name: error dict}`` for decoders that failed.
@@ -237,6 +247,7 @@ def _sample(ctx: SuiteContext, store: SampleStore, progress: bool, log: Callable
                 seed = plan.chunk_seed(index)
                 try:
                     decoder = ctx.decoder(spec, plan.num_draft_tokens)
+                    _start_engine(decoder, spec.name, log)  # an engine's start-up: not in the chunk's generate time
 
                     def check(out, n, pair=pair, plan=plan):
                         return check_emitted_tokens(out, num_samples=n, max_new_tokens=plan.max_new_tokens,

@@ -5,9 +5,13 @@ import numpy as np
 
 
 class Handler:
-    def __init__(self, vocab_size: int, fail_init: bool = False):
+    def __init__(self, vocab_size: int, fail_init: bool = False, startup_sleep: float = 0.0):
         if fail_init:
             raise ValueError("model file is corrupt")
+        if startup_sleep:  # an engine whose start-up takes a while (model load)
+            import time
+
+            time.sleep(startup_sleep)
         self.vocab_size = vocab_size
         print("engine banner printed to stdout")  # must not corrupt the protocol
 
