@@ -167,17 +167,22 @@ def test_the_engine_starts_before_the_first_timed_generate_call():
 
     from verifier.runner.run import _start_engine
 
+    from verifier.errors import SamplingRefusedError
+
     dec = _decoder(startup_sleep=1.0)
     lines: list[str] = []
     try:
-        _start_engine(dec, "echo", lines.append)
+        with pytest.raises(SamplingRefusedError, match="top-p"):  # refused before the engine starts (exit 2)
+            _start_engine(dec, SamplingConfig(top_p=0.9), "echo", lines.append)
+        assert dec._worker is None and not lines
+        _start_engine(dec, SamplingConfig(), "echo", lines.append)
         assert len(lines) == 1 and "engine started in" in lines[0] and "not counted in the sampling rate" in lines[0]
         assert float(lines[0].split("started in ")[1].split(" s")[0]) >= 1.0
         called = time.perf_counter()
         dec.generate([1, 2], 3, 2, SamplingConfig(), seed=1)
         assert time.perf_counter() - called < 1.0  # the start-up is not in the call
         assert dec.start_engine() == 0.0
-        _start_engine(dec, "echo", lines.append)
+        _start_engine(dec, SamplingConfig(), "echo", lines.append)
         assert len(lines) == 1  # logged once
     finally:
         dec.close()

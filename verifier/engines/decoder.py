@@ -203,17 +203,26 @@ class EngineDecoder:
             self._worker = EngineWorker(python, handler, name=self.name, init=init, env=env)
         return self._worker
 
-    def start_engine(self) -> float:
+    def start_engine(self, sampling: Any = None) -> float:
         """Start the engine's worker now when it is not running (imports, model load); the seconds that took (0.0 when
         it was running).  The runner calls it before a decoder's first timed ``generate`` call, so the sampling rate in
         the report counts generate calls only (the start-up was in the first chunk's time before session 25).
 
+        Parameters
+        ----------
+        sampling : SamplingConfig, optional
+            Checked first (:meth:`check_sampling`): a setting the engine cannot express is refused before it starts.
+
         Raises
         ------
+        SamplingRefusedError
+            (exit 2) ``sampling`` has a setting the engine cannot express (the engine is not started).
         DecoderError
             (exit 3) as :attr:`worker`."""
         if self._worker is not None:
             return 0.0
+        if sampling is not None:
+            self.check_sampling(sampling)
         import time
 
         start = time.perf_counter()

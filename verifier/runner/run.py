@@ -204,12 +204,13 @@ def _check_seed_used(seen: dict[tuple[str, bytes], tuple[int, int]], plan: Sampl
             f"repeats them with probability <= exp(-{nats:.0f})); allowed: independent samples for different seeds")
 
 
-def _start_engine(decoder: Any, name: str, log: Callable[[str], None]) -> None:
+def _start_engine(decoder: Any, sampling: Any, name: str, log: Callable[[str], None]) -> None:
     """An engine decoder's worker started before its first timed ``generate`` call
-    (:meth:`verifier.engines.decoder.EngineDecoder.start_engine`), so the report's sampling rate counts generate calls
-    only; a plugin without ``start_engine`` is left alone."""
+    (:meth:`verifier.engines.decoder.EngineDecoder.start_engine`, after its sampling check: a refused setting stays a
+    usage error raised before the engine starts), so the report's sampling rate counts generate calls only; a plugin
+    without ``start_engine`` is left alone."""
     start = getattr(decoder, "start_engine", None)
-    seconds = start() if callable(start) else 0.0  # 0.0 once it runs
+    seconds = start(sampling) if callable(start) else 0.0  # 0.0 once it runs
     if seconds:
         log(f"  {name}: engine started in {seconds:.1f} s (not counted in the sampling rate)")
 
@@ -247,15 +248,15 @@ def _sample(ctx: SuiteContext, store: SampleStore, progress: bool, log: Callable
                 seed = plan.chunk_seed(index)
                 try:
                     decoder = ctx.decoder(spec, plan.num_draft_tokens)
-                    _start_engine(decoder, spec.name, log)  # an engine's start-up: not in the chunk's generate time
 
                     def check(out, n, pair=pair, plan=plan):
                         return check_emitted_tokens(out, num_samples=n, max_new_tokens=plan.max_new_tokens,
                                                     vocab_size=pair.vocab_size, eos_token_id=pair.eos_token_id,
                                                     decoder_name=spec.name, stop_token_ids=spec.stop_token_ids,
                                                     max_tokens=spec.max_tokens)
-                    called = time.perf_counter()  # the chunk's generate time: the rate in the report (runner.cost)
                     try:  # one call of `rows` rows, or calls of a batch_composition level's rows (verifier.runner.batch)
+                        _start_engine(decoder, plan.sampling, spec.name, log)  # its start-up: not in the generate time
+                        called = time.perf_counter()  # the chunk's generate time: the rate in the report (runner.cost)
                         tokens, stats, call_meta, reported = batch.generate_chunk(
                             decoder, plan, index, spec.name, check,
                             return_logprobs="logprob" in spec.tests)  # the reported logprobs (verifier.runner.logprob)
