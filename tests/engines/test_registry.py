@@ -165,3 +165,13 @@ def test_a_checkpoint_built_under_another_checkouts_engines_folder_is_found_unde
     assert resolve(recorded) == str(here / "transformers-5.25.0" / "gemma4" / "target")
     with pytest.raises(ModelLoadError, match="does not exist"):
         resolve("/work/snap-tf/.engines/transformers-5.25.0/gemma4/draft")
+
+
+def test_an_engine_option_of_the_wrong_type_names_the_type_in_words():
+    """`--engine-arg n_ctx='"abc"'` said "allowed: a int" (breaker, session 25)."""
+    from verifier.engines.base import EngineOption
+    from verifier.errors import InvalidArgumentError
+
+    for default, words in ((1, "an integer"), (0.5, "a number"), ("x", "a string"), (True, "true or false")):
+        with pytest.raises(InvalidArgumentError, match=f"--engine-arg opt=.* is invalid; allowed: {words}$"):
+            EngineOption("opt", default).check([1])

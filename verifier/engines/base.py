@@ -114,7 +114,9 @@ class EngineOption:
             if value not in self.allowed or type(value) is not type(self.default):
                 raise invalid_argument(f"--engine-arg {self.name}", value, " or ".join(repr(a) for a in self.allowed))
         elif type(value) is not type(self.default):
-            raise invalid_argument(f"--engine-arg {self.name}", value, f"a {type(self.default).__name__}")
+            kind = {"int": "an integer", "float": "a number", "str": "a string", "bool": "true or false"}
+            raise invalid_argument(f"--engine-arg {self.name}", value,
+                                   kind.get(type(self.default).__name__, f"a {type(self.default).__name__}"))
         return value
 
 
