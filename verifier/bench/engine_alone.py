@@ -88,7 +88,6 @@ def _calls(run_dir: Path) -> tuple[Any, list[dict[str, Any]]]:
     """The audit's engine decoder (built as the runner builds it) and the generate calls of its stored chunks."""
     import numpy as np
 
-    from verifier.engines.bridge import hashed_seeds
     from verifier.runner.context import SuiteContext
     from verifier.runner.run import load_run_suite
     from verifier.runner.store import SampleStore
@@ -100,20 +99,16 @@ def _calls(run_dir: Path) -> tuple[Any, list[dict[str, Any]]]:
     for plan in ctx.plans:
         spec = next(d for d in suite.decoders if d.name == plan.decoder.name)
         decoder = ctx.decoder(spec, plan.num_draft_tokens)
-        if not hasattr(decoder, "_worker_args"):
+        if not hasattr(decoder, "request"):
             raise invalid_argument("audit", spec.decoder, "an engine audit whose decoder is an engine worker "
                                    "(openvino-genai, vllm, llama-cpp-python, mlx-lm)")
         for i in range(plan.num_chunks):
             shard = store.read_chunk(plan.set_id, i)
             if shard is None:
                 continue
-            rows = int(shard.meta["num_samples"])
-            kw = decoder._call_keywords(rows, plan.sampling, False, None, None)
-            kw.update(decoder._stop_keywords(spec.stop_token_ids, spec.max_tokens, plan.max_new_tokens))
-            calls.append({"prompt_ids": [int(t) for t in plan.prompt_ids], "max_new_tokens": int(plan.max_new_tokens),
-                          "sampling": decoder.check_sampling(plan.sampling),
-                          "seeds": hashed_seeds(int(shard.meta["seed"]), rows).tolist(),
-                          **{k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in kw.items()}})
+            kw = decoder.request(plan.prompt_ids, int(shard.meta["num_samples"]), plan.max_new_tokens, plan.sampling,
+                                 int(shard.meta["seed"]), stop_token_ids=spec.stop_token_ids, max_tokens=spec.max_tokens)
+            calls.append({k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in kw.items()})
     return decoder, calls
 
 
@@ -145,7 +140,7 @@ def engine_alone(audit_args: list[str], timeout: float = 3600.0) -> dict[str, An
             raise AuditStopped(proc.returncode, (err or out).strip()[-1500:])
         rep = json.loads(report.read_text(encoding="utf-8"))
         decoder, calls = _calls(run_dir)
-        python, handler, init, worker_env = decoder._worker_args
+        python, handler, init, worker_env = decoder.launch
         decoder.close()
         spec = {"engines_dir": str(WORKER_MAIN.parent), "handler": str(handler), "init": init, "calls": calls,
                 "out": str(Path(tmp) / "alone.json")}

@@ -244,6 +244,25 @@ class EngineDecoder:
             raise refuse_sampling("temperature", 0, f"> 0: engine {self.name!r} has no greedy mode on its speculative path")
         return fields
 
+    @property
+    def launch(self) -> tuple[Any, Any, dict[str, Any], dict[str, str] | None]:
+        """``(python, handler_file, init, env)``: how this decoder's worker is started (the engine venv's interpreter,
+        the handler file, ``Handler.__init__``'s keywords, extra environment)."""
+        return self._worker_args
+
+    def request(self, prompt_ids: Sequence[int], num_samples: int, max_new_tokens: int, sampling: Any, seed: int, *,
+                return_logprobs: bool = False, row_temperatures: Sequence[float] | None = None,
+                row_prompts: Sequence[Sequence[int]] | None = None, stop_token_ids: Sequence[int] = (),
+                max_tokens: int | None = None) -> dict[str, Any]:
+        """The keywords of the worker's ``Handler.generate`` for one :meth:`generate` call (same parameters): the
+        prompt, ``max_new_tokens``, the checked sampling fields, one hashed seed per row and the optional keywords.
+        Raises as :meth:`generate` does before the engine starts (``bench engine-alone`` replays these calls)."""
+        fields = self.check_sampling(sampling)
+        extra = self._call_keywords(num_samples, sampling, return_logprobs, row_temperatures, row_prompts)
+        extra.update(self._stop_keywords(stop_token_ids, max_tokens, max_new_tokens))
+        return {"prompt_ids": np.asarray(list(prompt_ids), dtype=np.int64), "max_new_tokens": int(max_new_tokens),
+                "sampling": fields, "seeds": hashed_seeds(seed, num_samples), **extra}
+
     def generate(self, prompt_ids: Sequence[int], num_samples: int, max_new_tokens: int, sampling: Any, seed: int, *,
                  return_logprobs: bool = False, row_temperatures: Sequence[float] | None = None,
                  row_prompts: Sequence[Sequence[int]] | None = None, stop_token_ids: Sequence[int] = (),
@@ -291,12 +310,10 @@ class EngineDecoder:
         DecoderOutputError
             (exit 3) the reply has the wrong shape (tokens, or logprobs when asked).
         """
-        fields = self.check_sampling(sampling)
-        extra = self._call_keywords(num_samples, sampling, return_logprobs, row_temperatures, row_prompts)
-        extra.update(self._stop_keywords(stop_token_ids, max_tokens, max_new_tokens))
-        reply = self.worker.call("generate", prompt_ids=np.asarray(list(prompt_ids), dtype=np.int64),
-                                 max_new_tokens=int(max_new_tokens), sampling=fields,
-                                 seeds=hashed_seeds(seed, num_samples), **extra)
+        request = self.request(prompt_ids, num_samples, max_new_tokens, sampling, seed, return_logprobs=return_logprobs,
+                               row_temperatures=row_temperatures, row_prompts=row_prompts,
+                               stop_token_ids=stop_token_ids, max_tokens=max_tokens)  # checked before the engine starts
+        reply = self.worker.call("generate", **request)
         tokens = np.asarray(reply.get("tokens"))
         if tokens.shape != (num_samples, max_new_tokens):
             raise DecoderOutputError(f"engine {self.name!r} returned tokens of shape {tokens.shape}; expected "
