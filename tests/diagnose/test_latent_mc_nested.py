@@ -43,3 +43,23 @@ def test_nested_contexts_from_one_forward_pass_equal_their_own(cfg):
         np.testing.assert_allclose(got[c], plain[c], rtol=5e-5, atol=1e-9)
     deep = sum(max(0, len(c) - 3 + 1 - NESTED_KEEP) for c in leaves)  # prefixes out of reach of their leaf's pass
     assert len(set(leaves)) <= sum(rows) <= len(set(leaves)) + deep < len(set(contexts))
+
+
+def test_next_probs_keep_is_the_plain_call_at_its_last_position_and_checks_its_range():
+    """``next_probs(..., keep=1)[:, 0]`` is the plain call bit for bit; ``keep`` outside 1..prefix_len is refused, and
+    with a presence penalty no kept prefix may be shorter than the prompt (its context codes start there)."""
+    from verifier.errors import InvalidArgumentError
+    from verifier.models import load_model, shipped_checkpoint
+    from verifier.runner.models import ReferenceModel
+
+    target = load_model(shipped_checkpoint("target"))
+    ref = ReferenceModel(target, target.config.vocab_size, target.config.eos_token_id)
+    ctx = np.random.default_rng(2).integers(1, 384, size=(5, 9))
+    for cfg in (SamplingConfig(temperature=0.7, top_k=20), SamplingConfig(presence_penalty=0.5)):
+        plain = ref.next_probs(ctx, cfg, 3)
+        assert np.array_equal(ref.next_probs(ctx, cfg, 3, keep=1)[:, 0], plain)
+        assert ref.next_probs(ctx, cfg, 3, keep=4).shape == (5, 4, 384)
+    for keep, cfg in ((0, SamplingConfig()), (10, SamplingConfig()), (8, SamplingConfig(presence_penalty=0.5))):
+        with pytest.raises(InvalidArgumentError, match="keep"):
+            ref.next_probs(ctx, cfg, 3, keep=keep)
+    assert ref.next_probs(ctx, SamplingConfig(presence_penalty=0.5), 3, keep=7).shape == (5, 7, 384)

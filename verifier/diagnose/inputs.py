@@ -42,14 +42,10 @@ class ProbsAfter:
     def __call__(self, contexts: np.ndarray) -> np.ndarray:
         return self.ref.next_probs(contexts, self.sampling, self.prompt_len)
 
-    @property
-    def nested(self):
+    def nested(self, contexts: np.ndarray, keep: int) -> np.ndarray:
         """``(contexts (m, L), keep) -> (m, keep, vocab)``: the probs after each context's last ``keep`` prefixes
-        from one forward pass (:meth:`verifier.runner.models.ReferenceModel.last_probs`), or None (penalties: their
-        context masks, or a model without it)."""
-        if self.sampling.uses_context or not hasattr(self.ref, "last_probs"):
-            return None
-        return lambda contexts, keep: self.ref.last_probs(contexts, self.sampling, keep)
+        from one forward pass (``ref.next_probs(..., keep=keep)``)."""
+        return self.ref.next_probs(contexts, self.sampling, self.prompt_len, keep=keep)
 
 
 def _teacher_forced(ref, prompt, tokens, sampling) -> np.ndarray:

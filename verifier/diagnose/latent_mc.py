@@ -67,36 +67,37 @@ def _evaluate(after, contexts: list) -> dict:
     """Probs after each distinct context (tuple), batched by length: {context: (vocab,) float64}.
 
     A round asks for nested contexts (``T``, ``T + x_t``, ``T + x_t x_t+1``, ...): where the oracle reads several
-    prefixes of a context from one forward pass (``after.nested``, a torch model without penalties), only the
+    prefixes of a context from one forward pass (``after.nested``: :class:`verifier.diagnose.inputs.ProbsAfter`), only the
     contexts no other one extends run, each keeping the positions of its requested prefixes (up to
     :data:`NESTED_KEEP`): the same probs up to float32 rounding, a forward pass per leaf instead of per context."""
     wanted = set(contexts)
     nested = getattr(after, "nested", None)
-    covered: dict = {}  # context -> (leaf, its position in the leaf's forward pass)
+    covered: dict = defaultdict(list)  # leaf length -> [(a requested prefix, the leaf whose forward pass gives it)]
     if nested is not None:
+        done: set = set()
         for c in sorted(wanted, key=len, reverse=True):  # longest first: a leaf covers its requested prefixes
-            if c in covered:
+            if c in done:
                 continue
             for m in range(max(1, len(c) - NESTED_KEEP + 1), len(c)):
-                if c[:m] in wanted and c[:m] not in covered:
-                    covered[c[:m]] = c
+                if c[:m] in wanted and c[:m] not in done:
+                    done.add(c[:m])
+                    covered[len(c)].append((c[:m], c))
+        wanted -= done
     by_len: dict = defaultdict(list)
     for c in wanted:
-        if c not in covered:
-            by_len[len(c)].append(c)
+        by_len[len(c)].append(c)
     out = {}
     for n, group in sorted(by_len.items()):
         batch = np.array(group, dtype=np.int64)
         if nested is None:
             out.update(zip(group, np.asarray(after(batch), dtype=np.float64)))
             continue
-        keep = 1 + max((n - len(p) for p, leaf in covered.items() if len(leaf) == n), default=0)
+        keep = 1 + max((n - len(p) for p, _ in covered[n]), default=0)
         probs = np.asarray(nested(batch, keep), dtype=np.float64)  # (leaves, keep, vocab)
         out.update(zip(group, probs[:, -1]))
         index = {c: i for i, c in enumerate(group)}
-        for p, leaf in covered.items():
-            if len(leaf) == n:
-                out[p] = probs[index[leaf], keep - 1 - (n - len(p))]
+        for p, leaf in covered[n]:
+            out[p] = probs[index[leaf], keep - 1 - (n - len(p))]
     return out
 
 

@@ -104,8 +104,9 @@ class ReferenceModel:
                 self._keep_arg = False
         return self._keep_arg
 
-    def next_probs(self, prefixes: np.ndarray, sampling: SamplingConfig, prompt_len: int | None = None) -> np.ndarray:
-        """Processed target probs after each prefix.
+    def next_probs(self, prefixes: np.ndarray, sampling: SamplingConfig, prompt_len: int | None = None, *,
+                   keep: int | None = None) -> np.ndarray:
+        """Processed target probs after each prefix (or after each of its last ``keep`` prefixes).
 
         Parameters
         ----------
@@ -115,65 +116,43 @@ class ReferenceModel:
         prompt_len : int or None, default None
             Tokens of each prefix that are the prompt; required with a presence or frequency penalty (they
             count the generated tokens only, ``prefixes[:, prompt_len:]``).
+        keep : int or None, default None
+            ``1..prefix_len``: the laws after the last ``keep`` prefixes of each row from the same forward pass,
+            position ``i`` the law after ``prefixes[:, :prefix_len - keep + 1 + i]`` (a nested context's own pass
+            gives them up to float32 rounding: the same causal computation, other matrix shapes).
 
         Returns
         -------
-        np.ndarray, shape (batch, vocab), float64
+        np.ndarray, shape (batch, vocab), or (batch, keep, vocab) with ``keep``, float64
 
         Raises
         ------
         InvalidArgumentError
-            A presence or frequency penalty without ``prompt_len`` (or one outside ``0..prefix_len``).
+            A presence or frequency penalty without ``prompt_len`` (or one outside ``0..prefix_len``); ``keep``
+            outside ``1..prefix_len`` (``1..prefix_len - prompt_len + 1`` with such a penalty).
         """
         seqs = torch.as_tensor(np.asarray(prefixes, dtype=np.int64))
         if sampling.counts_generated and (prompt_len is None or not 0 <= prompt_len <= seqs.shape[-1]):
             raise invalid_argument("prompt_len", prompt_len, f"0..{seqs.shape[-1]} (the prompt's length) with a presence "
                                    "or frequency penalty")
+        if keep is not None and not 1 <= int(keep) <= seqs.shape[-1] - (max(0, prompt_len - 1) if sampling.counts_generated else 0):
+            raise invalid_argument("keep", keep, f"1..{seqs.shape[-1]} (the prefix length; with a presence or frequency "
+                                   "penalty, prefixes no shorter than the prompt)")
+        last = 1 if keep is None else int(keep)
         out = []
         for start in range(0, len(seqs), ROW_BATCH):
             part = seqs[start:start + ROW_BATCH]
-            logits = self._logits(part, keep=1)[:, -1, :]
+            logits = self._logits(part, keep=last)[:, -last:, :]
             mask = None
             if sampling.counts_generated:
-                mask = _context_codes(part, prompt_len, self.vocab_size)[:, -1, :]
+                mask = _context_codes(part, prompt_len, self.vocab_size)[:, -last:, :]
             elif sampling.repetition_penalty:
-                mask = _context_mask(part, self.vocab_size)[:, -1, :]
-            out.append(processed_probs(logits, sampling, mask).numpy())
-        return np.concatenate(out) if out else np.zeros((0, self.vocab_size))
-
-    def last_probs(self, prefixes: np.ndarray, sampling: SamplingConfig, keep: int) -> np.ndarray:
-        """Processed probs after each of the last ``keep`` prefixes of each row, from one forward pass per batch.
-
-        Parameters
-        ----------
-        prefixes : np.ndarray, shape (batch, prefix_len), int64
-            Equal-length contexts (prompt + tokens), no padding.
-        sampling : SamplingConfig
-            Without penalties (their context masks are not built here).
-        keep : int
-            ``1..prefix_len``: position ``i`` of the result is the law after ``prefixes[:, :prefix_len - keep + 1 + i]``.
-
-        Returns
-        -------
-        np.ndarray, shape (batch, keep, vocab), float64
-            :meth:`next_probs` of each of those prefixes up to float32 rounding of the model's logits (the same causal
-            computation, other matrix shapes).
-
-        Raises
-        ------
-        InvalidArgumentError
-            ``sampling`` sets a penalty, or ``keep`` outside ``1..prefix_len``.
-        """
-        seqs = torch.as_tensor(np.asarray(prefixes, dtype=np.int64))
-        if sampling.uses_context:
-            raise invalid_argument("sampling", sampling.label(), "no penalties (last_probs builds no context mask)")
-        if not 1 <= int(keep) <= seqs.shape[-1]:
-            raise invalid_argument("keep", keep, f"1..{seqs.shape[-1]} (the prefix length)")
-        out = []
-        for start in range(0, len(seqs), ROW_BATCH):
-            logits = self._logits(seqs[start:start + ROW_BATCH], keep=int(keep))
-            out.append(processed_probs(logits.reshape(-1, logits.shape[-1]), sampling).numpy().reshape(logits.shape))
-        return np.concatenate(out) if out else np.zeros((0, int(keep), self.vocab_size))
+                mask = _context_mask(part, self.vocab_size)[:, -last:, :]
+            flat = processed_probs(logits.reshape(-1, logits.shape[-1]), sampling,
+                                   None if mask is None else mask.reshape(-1, mask.shape[-1]))
+            out.append(flat.numpy().reshape(logits.shape))
+        probs = np.concatenate(out) if out else np.zeros((0, last, self.vocab_size))
+        return probs[:, -1] if keep is None else probs
 
     def can_extend(self, sampling: SamplingConfig) -> bool:
         """True when :meth:`extend_probs` may run: a Hugging Face causal LM that takes a ``DynamicCache`` (keys and
