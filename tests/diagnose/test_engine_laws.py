@@ -189,3 +189,60 @@ def test_sets_whose_law_the_source_does_not_fix_say_why_per_set():
     mixed = engine_law_diagnosis("vllm", [base, topk], bias_detected=True)
     assert mixed["sentence"].startswith("the laws vllm's source predicts were not scored: T=1: ")
     assert "T=0.7, top-k 8: top-k / top-p set" in mixed["sentence"] and mixed["named"] is None, mixed["sentence"]
+
+
+# -- OpenVINO GenAI with prefix caching on: the shared-seed law in the first calls, then the target -------------------
+
+CACHED = {"prefix_caching": True}  # the engine default (no target_model option: the torch models' laws)
+
+
+def _diagnose_with(models, tokens, options):
+    target, draft, _ = models
+    vocab, eos = _info(target)
+    ref, dref = ReferenceModel(target, vocab, eos), ReferenceModel(draft, vocab, eos)
+    seqs, _ = diagnose_sample_set(ref, dref, tuple(PROMPT), SAMPLING, K, tokens, bias_detected=True,
+                                  with_fits=False)["_seqs"]
+    return engine_law_diagnosis("openvino-genai", [{"seqs": seqs, "prompt": PROMPT, "sampling": SAMPLING, "label": "s",
+                                                    "num_draft_tokens": K, "target": target, "draft": draft,
+                                                    "options": options}], bias_detected=True)
+
+
+def _until_failure_rows(models, speculating: int, seed: int) -> np.ndarray:
+    """The first ``speculating`` calls from the shared-seed law (before the pipeline's first content_length failure),
+    the rest from the target's (FINDINGS.md section 1: 7 of 300 calls on a fresh pipeline, then 0 verified drafts)."""
+    laws = models[2]
+    return np.concatenate([_rows(laws["as shipped, shared seed"], seed)[:speculating],
+                           _rows(laws["target"], seed + 1)[:N - speculating]])
+
+
+def test_prefix_caching_on_names_the_shared_seed_law_until_the_first_failure(models):
+    """30 of 1,500 rows (2%) from the shared-seed law, the rest from the target: with prefix caching on the one-law
+    mixture (its share averaged over ONE_LAW_SHARES) is named, its share fitted near 2%, its own fit not rejected; the
+    shared-seed law alone (robust score: target shares <= 0.3) cannot explain 98% target rows."""
+    found = _diagnose_with(models, _until_failure_rows(models, 30, seed=21), CACHED)
+    assert found["named"] == [f"{ENGINE_LAW_MARK}openvino-genai/{ov.UNTIL_FAILURE}"], found["sentence"]
+    [w] = found["weights"]
+    assert 0.005 <= w["as shipped, shared seed"] <= 0.05 and w["target"] >= 0.95, w
+    assert found["fit_pvalue"] >= 1e-3 and "fitted shares: as shipped, shared seed 0.0" in found["sentence"]
+
+
+def test_prefix_caching_on_target_rows_name_nothing(models):
+    found = _diagnose_with(models, _rows(models[2]["target"], seed=22), CACHED)
+    assert found["named"] is None and found["decision"]["status"] != "consistent", found["sentence"]
+
+
+def test_the_until_failure_mixture_is_offered_with_prefix_caching_on_only(models):
+    """With prefix caching off the pipeline keeps speculating: no mixture is offered, and the same rows name no
+    'until the first failure' law (the shared-seed law alone cannot explain them: nothing or another name)."""
+    assert ov.mixtures({"prefix_caching": False}) == {} and ov.mixtures({}) == {}
+    assert ov.mixtures(CACHED) == {ov.UNTIL_FAILURE: ("as shipped, shared seed",)}
+    found = _diagnose_with(models, _until_failure_rows(models, 30, seed=21), {"prefix_caching": False})
+    assert not any(ov.UNTIL_FAILURE in n for n in found["named"] or []), found["sentence"]
+
+
+def test_prefix_caching_on_rows_that_all_speculate_name_the_shared_seed_law(models):
+    """A pipeline that never failed (every row from the shared-seed law): the shared-seed law is named first (the
+    mixture at share 1 has the same law, so it may be named with it as a class, never instead of it)."""
+    found = _diagnose_with(models, _rows(models[2]["as shipped, shared seed"], seed=23), CACHED)
+    assert found["named"] and found["named"][0] == f"{ENGINE_LAW_MARK}openvino-genai/as shipped, shared seed", \
+        found["sentence"]

@@ -37,3 +37,19 @@ def test_mechanism_line_names_tied_mechanisms_and_falls_back_to_the_sentence():
     assert mechanism_line(tied) == f"{explain('draft_raw_q')} or {explain('canonical')}"
     none = {"status": "no known mechanism", "sentence": "matches no known mechanism (...)"}
     assert mechanism_line(none) == "matches no known mechanism (...)"
+
+
+def test_mechanism_line_says_when_the_engine_laws_were_not_scored():
+    """A family name on an engine whose own laws were not scored (e.g. a bf16 OpenVINO folder on a CPU without bf16)
+    carries that caveat on the console line, as the report's Diagnosis section does; a scored engine law adds none."""
+    base = {"status": "consistent", "decision": {"best": ["canonical"]}}
+    why = "the pipeline sampled at bf16 (recorded in the shards) and this CPU computes the engine's IRs at f32 only"
+    unscored = {**base, "engine_law": {"engine": "openvino-genai", "decision": None,
+                                       "sets": [{"set": "decoder | p0", "note": why}]}}
+    line = mechanism_line(unscored)
+    assert line.startswith(explain("canonical"))
+    assert line.endswith(f" [the laws openvino-genai's source predicts were not scored: {why}]")
+    scored = {**base, "engine_law": {"engine": "openvino-genai", "decision": {"status": "none preferred"},
+                                     "sets": [{"set": "decoder | p0"}]}}
+    assert mechanism_line(scored) == explain("canonical")
+    assert mechanism_line(base) == explain("canonical")

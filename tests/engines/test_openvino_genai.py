@@ -227,3 +227,50 @@ def test_the_engine_alone_bench_makes_the_audits_generate_calls(engine):
     assert r["alone_wall_s"] >= r["alone_startup_s"] + r["alone_generate_s"]
     assert r["ratio"] == r["alone_wall_s"] / r["audit_time_to_verdict_s"]
     assert "engine alone / audit to its verdict" in render_markdown(r)
+
+
+def test_as_shipped_prefix_caching_on_is_diagnosed_as_speculating_until_the_first_failure(engine, tmp_path):
+    """The engine default (prefix caching on), T = 0.7, top-k 8, k = 3, n = 1,500, seed 2026: a fresh pipeline speculates
+    with the shared-seed law in its first calls (tokens outside the target's top-8: BIAS DETECTED at any n), then its
+    first content_length failure stops speculation and it samples the target alone (FINDINGS.md section 1; a probe:
+    7 of 300 calls verified drafts).  The harness itself names that law: the shared-seed law at a small fitted share,
+    the target's at the rest (measured here at the CPU plugin's bf16 and at f32: share 0.001, fit p 0.014 / 0.045)."""
+    import json
+
+    from verifier.engines.reproductions.openvino_genai import UNTIL_FAILURE
+    from verifier.errors import EXIT_BIAS
+
+    run = tmp_path / "run"
+    code = main(["audit", "--engine", "openvino-genai", "--temperature", "0.7", "--top-k", "8", "--num-draft-tokens", "3",
+                 "--num-samples", "1500", "--chunk-size", "250", "--seed", "2026", "--target-tv", "0.03",
+                 "--no-progress", "--run-dir", str(run)])
+    assert code == EXIT_BIAS
+    [d] = json.loads((run / "report.json").read_text())["diagnosis"]["decoders"]
+    law = d["engine_law"]
+    assert law["named"] == [f"engine:openvino-genai/{UNTIL_FAILURE}"], law["sentence"]
+    [w] = law["weights"]
+    assert 0 < w["as shipped, shared seed"] <= 0.01 and law["fit_pvalue"] >= 1e-3, law
+
+
+def test_per_call_speculation_figures_show_when_the_pipeline_drafts(engine):
+    """The worker counts the draft tokens each call verified (main-model steps of size b > 1 verify b - 1) for the
+    speculation guard: with prefix caching off and k = 3 over 4 new tokens every call drafts; with k = 1 and two new
+    tokens (the audit's default k + 1) the draft proposes nothing, so a PASS there would certify plain sampling."""
+    from verifier.engines.openvino_genai_engine import decoder
+
+    cfg = SamplingConfig(temperature=1.0)
+    dec = decoder(num_draft_tokens=3, prefix_caching=False)
+    try:
+        dec.generate([272, 70, 221], 20, 4, cfg, seed=5)
+        spec = dec.last_stats.extra["speculation"]
+        assert spec["requests"] == 20 and spec["calls_with_drafts"] == 20 and spec["per_request_draft_tokens"] >= 20
+        assert 0 <= spec["per_request_accepted_tokens"] <= spec["per_request_draft_tokens"]
+    finally:
+        dec.close()
+    dec = decoder(num_draft_tokens=1, prefix_caching=False)
+    try:
+        dec.generate([272, 70, 221], 10, 2, cfg, seed=5)
+        spec = dec.last_stats.extra["speculation"]
+        assert spec["calls_with_drafts"] == 0 and spec["per_request_draft_tokens"] == 0
+    finally:
+        dec.close()

@@ -79,7 +79,7 @@ def _law_name(engine: str, law: str) -> str:
 
 
 def score_engine_laws(engine: str, module, seqs: SequenceProbs, laws: dict[str, np.ndarray], num_draft_tokens: int,
-                      num_tokens: int | None = None) -> Ranking:
+                      num_tokens: int | None = None, mixtures: dict | None = None) -> Ranking:
     """The family and the engine's laws ranked on the first ``num_tokens`` (default ``module.LAW_TOKENS``) tokens of one
     sample set.
 
@@ -95,6 +95,8 @@ def score_engine_laws(engine: str, module, seqs: SequenceProbs, laws: dict[str, 
     num_draft_tokens : int
     num_tokens : int, optional
         J, the tokens the laws cover (:func:`law_tokens`); default ``module.LAW_TOKENS``.
+    mixtures : dict of str -> tuple of str, optional
+        The mixture hypotheses (name -> component law names; :func:`module_mixtures`); default ``module.MIXTURES``.
 
     Returns
     -------
@@ -108,23 +110,35 @@ def score_engine_laws(engine: str, module, seqs: SequenceProbs, laws: dict[str, 
     ranking = rank_mechanisms(short, num_draft_tokens, per_position=False)
     ll_t = target_log_likelihood(short)
     w = short.row_weights
-    _add_laws(ranking, engine, module, laws, short.tokens, ll_t, w)
+    _add_laws(ranking, engine, module, laws, short.tokens, ll_t, w, mixtures)
     return ranking
 
 
+def module_mixtures(module, options: dict | None = None) -> dict[str, tuple[str, ...]]:
+    """The mixture hypotheses ``module`` offers for a decoder with ``options``: ``module.mixtures(options)`` where the
+    module defines it (a mixture that only some engine settings produce), else ``module.MIXTURES`` (or none)."""
+    fn = getattr(module, "mixtures", None)
+    return dict(fn(options or {})) if callable(fn) else dict(getattr(module, "MIXTURES", {}))
+
+
 def _add_laws(ranking: Ranking, engine: str, module, laws: dict[str, np.ndarray], tokens: np.ndarray,
-              ll_t: np.ndarray, weights: np.ndarray) -> None:
-    """Score each law (robust contamination mixture with the target) and the module's mixtures into ``ranking``."""
+              ll_t: np.ndarray, weights: np.ndarray, mixtures: dict | None = None) -> None:
+    """Score each law (robust contamination mixture with the target) and the mixtures (default ``module.MIXTURES``)
+    into ``ranking``."""
     total_t = weighted_total(ll_t, weights)
     for law_name, law in laws.items():
         ll = _row_log_law(law, tokens)
         name = _law_name(engine, law_name)
         ranking.row_ll[name] = ll
         ranking.scores.append(robust_score(name, "biased", ll, ll_t, weights, total_t))
-    ranking.fitted = _add_mixtures(ranking, engine, module, laws, tokens, ll_t, weights, total_t)
+    mixtures = module_mixtures(module) if mixtures is None else mixtures
+    ranking.fitted = _add_mixtures(ranking, engine, mixtures, laws, tokens, ll_t, weights, total_t)
 
 
 WEIGHT_STEP = 0.05  # grid of a mixture hypothesis's weights over its laws (and the target's): the simplex in steps of 0.05
+# grid of a one-law mixture's share of that law (the rest the target's): half decades from 1e-4, then 0.2-1 -- an engine
+# whose defect shows in a few rows only (OpenVINO GenAI with prefix caching on speculates until its first failure)
+ONE_LAW_SHARES = (1e-4, 3e-4, 1e-3, 3e-3, 0.01, 0.03, 0.1, 0.2, 0.3, 0.5, 0.7, 1.0)
 
 
 def _simplex(parts: int, step: float = WEIGHT_STEP) -> np.ndarray:
@@ -142,10 +156,11 @@ def _simplex(parts: int, step: float = WEIGHT_STEP) -> np.ndarray:
 
 
 def mixture_score(name: str, component_ll: np.ndarray, ll_t: np.ndarray, weights: np.ndarray,
-                  total_t: float) -> tuple[MechanismScore, np.ndarray, np.ndarray]:
+                  total_t: float, grid: np.ndarray | None = None) -> tuple[MechanismScore, np.ndarray, np.ndarray]:
     """A mixture hypothesis: the rows come from several predicted laws (and the target's) in unknown shares.
 
-    Scored as the Bayes mixture over :func:`_simplex` (steps of :data:`WEIGHT_STEP`) with a uniform prior, ``log mean_w prod_i sum_c w_c P_c(x_i)``:
+    Scored as the Bayes mixture over ``grid`` (default :func:`_simplex`, steps of :data:`WEIGHT_STEP`) with a uniform
+    prior, ``log mean_w prod_i sum_c w_c P_c(x_i)``:
     each ``w`` is a law, its likelihood ratio over the target has mean 1 under the target, and so has their average
     (an e-value: the threshold of :func:`verifier.diagnose.rank.decide` keeps its guarantee).
 
@@ -156,13 +171,15 @@ def mixture_score(name: str, component_ll: np.ndarray, ll_t: np.ndarray, weights
     ll_t : np.ndarray, shape (rows,)
         Under the target (the last component of the mixture).
     weights : np.ndarray, shape (rows,)
+    grid : np.ndarray, shape (points, components + 1), optional
+        The weight vectors averaged over (each sums to 1; the target's weight last), fixed before the data.
 
     Returns
     -------
     (MechanismScore, best weights (components + 1,), per-row log-likelihood at the best weights)
     """
     comps = np.concatenate([component_ll, ll_t[:, None]], axis=1)
-    grid = _simplex(comps.shape[1])
+    grid = _simplex(comps.shape[1]) if grid is None else np.asarray(grid, dtype=np.float64)
     totals = np.empty(len(grid))
     step = max(1, GRID_CHUNK_CELLS // max(1, len(comps)))
     for a in range(0, len(grid), step):  # (rows, points) in chunks of points: 53,130 points for 6 components
@@ -197,17 +214,21 @@ def _grid_log_mixture(comps: np.ndarray, grid: np.ndarray) -> np.ndarray:
     return out
 
 
-def _add_mixtures(ranking: Ranking, engine: str, module, laws: dict[str, np.ndarray], tokens: np.ndarray,
+def _add_mixtures(ranking: Ranking, engine: str, mixtures: dict, laws: dict[str, np.ndarray], tokens: np.ndarray,
                   ll_t: np.ndarray, weights: np.ndarray, total_t: float) -> dict[str, np.ndarray]:
-    """Score ``module.MIXTURES`` (name -> component law names) on the rows; returns name -> best weights."""
+    """Score ``mixtures`` (name -> component law names; each with the target's law as the last component) on the rows;
+    returns name -> best weights.  A mixture of one law and the target's averages over :data:`ONE_LAW_SHARES` of that
+    law (the robust score of the law alone covers target shares up to 0.3 only), one of several over the simplex."""
     fitted, seen = {}, set()
-    for mix, parts in getattr(module, "MIXTURES", {}).items():
+    for mix, parts in mixtures.items():
+        declared = len(parts)
         parts = [q for q in parts if q in laws]
-        if len(parts) < 2 or tuple(parts) in seen:  # the same components as an earlier mixture: one hypothesis
+        if not parts or len(parts) < min(2, declared) or tuple(parts) in seen:  # an earlier mixture's components: one
             continue
         seen.add(tuple(parts))
         comp = np.stack([_row_log_law(laws[q], tokens) for q in parts], axis=1)
-        score, w, row = mixture_score(_law_name(engine, mix), comp, ll_t, weights, total_t)
+        grid = None if len(parts) > 1 else np.array([(w, 1.0 - w) for w in ONE_LAW_SHARES])
+        score, w, row = mixture_score(_law_name(engine, mix), comp, ll_t, weights, total_t, grid)
         ranking.scores.append(score)
         ranking.row_ll[score.name] = row
         fitted[mix] = dict(zip(list(parts) + ["target"], (float(x) for x in w)))
@@ -223,11 +244,11 @@ def _distinct(tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _target_only_ranking(engine: str, module, laws: dict[str, np.ndarray], target_law: np.ndarray, tokens: np.ndarray,
-                         weights: np.ndarray) -> Ranking:
+                         weights: np.ndarray, mixtures: dict | None = None) -> Ranking:
     """The engine's laws scored against the target's law of the first J tokens (no family: the draft is unknown)."""
     ll_t = _row_log_law(target_law, tokens)
     ranking = Ranking(int(weights.sum()), weighted_total(ll_t, weights), [])
-    _add_laws(ranking, engine, module, laws, tokens, ll_t, weights)
+    _add_laws(ranking, engine, module, laws, tokens, ll_t, weights, mixtures)
     return ranking
 
 
@@ -335,16 +356,17 @@ def engine_law_diagnosis(engine: str, sets: list[dict[str, Any]], *, bias_detect
         if not callable(s["target"]):  # a tabular pair: the engines' laws run torch language models
             notes.append({"set": s["label"], "note": "the target is not a torch language model"})
             continue
+        mixtures = module_mixtures(module, s.get("options"))
         laws = dict(s["laws"]) if s.get("laws") is not None else module.engine_laws(
             s["prompt"], s["sampling"], s["target"], s["draft"], **kw)
         target_law = laws.pop("target", None)
         if s.get("seqs") is not None:  # the family on the same tokens beside the engine's laws
-            r = score_engine_laws(engine, module, s["seqs"], laws, s["num_draft_tokens"], J)
+            r = score_engine_laws(engine, module, s["seqs"], laws, s["num_draft_tokens"], J, mixtures)
             short = truncate(s["seqs"], J)
             tokens, weights = short.tokens, short.row_weights
         else:  # draft unknown: no family hypothesis can be scored; the engine's laws against the target's
             tokens, weights = _distinct(np.asarray(s["tokens"], dtype=np.int64)[:, :J])
-            r = _target_only_ranking(engine, module, laws, target_law, tokens, weights)
+            r = _target_only_ranking(engine, module, laws, target_law, tokens, weights, mixtures)
         rankings.append(r)
         fits.append((laws, target_law, tokens, weights, getattr(r, "fitted", {})))
         left_out = getattr(module, "untested", None)  # what the scored laws cannot test here (e.g. a class needing the draft)

@@ -167,8 +167,19 @@ def mechanism_line(item: dict[str, Any]) -> str:
                                                or setting.get("class")):  # the engine's own law, a setting ignored
         return " or ".join(f"{m['name']}: {m['plain']} (reproduce: {m['reproduce']})" for m in item.get("mechanism") or [])
     if item.get("status") == "consistent" and (item.get("decision") or {}).get("best"):
-        return " or ".join(explain(n) for n in item["decision"]["best"])
+        return " or ".join(explain(n) for n in item["decision"]["best"]) + _engine_laws_caveat(item)
     return str(item.get("sentence") or item.get("status") or "not diagnosed")
+
+
+def _engine_laws_caveat(item: dict[str, Any]) -> str:
+    """" [the laws ENGINE's source predicts were not scored: WHY]" when the decoder's engine registers laws and none
+    was scored (report.json ``engine_law`` without a decision): a family name alone would read as the engine's cause."""
+    law = item.get("engine_law")
+    if not isinstance(law, dict) or law.get("decision") is not None:
+        return ""
+    sets = law.get("sets") if isinstance(law.get("sets"), list) else []
+    why = next((str(n["note"]) for n in sets if isinstance(n, dict) and n.get("note")), "")
+    return f" [the laws {law.get('engine', 'the engine')}'s source predicts were not scored" + (f": {why}]" if why else "]")
 
 
 def glossary_markdown() -> str:

@@ -51,13 +51,17 @@ from verifier.engines.reproductions._common import chi2_p
 from verifier.sampling import processed_probs
 
 __all__ = ["COUPLINGS", "predict", "score_set", "observed_acceptance", "LAW_TOKENS", "LAW_SOURCE", "LAW_POINTER",
-           "TAKES_SETTINGS", "engine_laws", "law_unsupported", "untested", "sampled_precision"]
+           "TAKES_SETTINGS", "engine_laws", "law_unsupported", "untested", "sampled_precision", "UNTIL_FAILURE",
+           "mixtures"]
 
 # engine_laws / law_unsupported / untested take the shards' recorded decoder settings (verifier.diagnose.engine_laws):
 # the precision the pipeline sampled at (settings["inference_precision"], recorded since 2026-12-06)
 TAKES_SETTINGS = True
 
 COUPLINGS = ("independent", "shared seed")
+# the mixture prefix caching on samples (FINDINGS.md sections 1, 3): the shared-seed law in the calls before the pipeline's
+# first content_length failure, the target's after it
+UNTIL_FAILURE = "as shipped, shared seed until the first content_length failure, then the target"
 BATCH = 4096  # target contexts per forward pass
 MIN_PROB = 1e-15  # a law's categories at or below this count as impossible in the chi-square
 
@@ -156,6 +160,11 @@ LAW_SOURCE = {
         "a fresh target sample y, emits a target sample one position later on a rejection, and the draft's sampler "
         "is a copy of the target's std::mt19937(rng_seed), so candidate 1 is drawn with the uniform that drew token 1 "
         "(FINDINGS.md section 2; control not buildable here)"),
+    UNTIL_FAILURE: (
+        "with prefix caching on (the engine default) OpenVINO GenAI's continuous-batching pipeline speculates with the "
+        "shared-seed validate_candidate law above only until its first content_length failure (sequence_group.cpp), "
+        "then samples the target alone: the rows are that law's at a small share, the target's at the rest "
+        "(FINDINGS.md sections 1 and 3; the share is fitted, the failure's timing is not in the source)"),
 }
 
 
@@ -200,19 +209,22 @@ def _short(value, limit: int = 40) -> str:
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
+def mixtures(options=None) -> dict[str, tuple[str, ...]]:
+    """The mixture hypotheses of an audit with decoder ``options``: with prefix caching on (``prefix_caching=True``,
+    the engine's default) the pipeline speculates only until its first ``content_length`` failure and samples the
+    target alone afterwards (FINDINGS.md section 1), so its rows are the shared-seed law's at a share set by when that
+    failure comes, which the source does not fix (:data:`UNTIL_FAILURE`: that law and the target's, the share fitted
+    by :func:`verifier.diagnose.engine_laws.mixture_score` over ``ONE_LAW_SHARES``); with it off, none."""
+    return {UNTIL_FAILURE: ("as shipped, shared seed",)} if (options or {}).get("prefix_caching") is True else {}
+
+
 def law_unsupported(sampling, num_draft_tokens: int, options=None, settings=None) -> str | None:
     """Why no law of tokens 1-2 can be predicted for this audit (None: they can).
 
-    With prefix caching on (``prefix_caching=True``, the engine's default) the pipeline speculates only until its first
-    ``content_length`` failure and samples the target alone afterwards (FINDINGS.md section 1): its rows mix two laws in
-    a share set by when that failure comes, which the source does not fix.  On an audit of the installed engine the
-    laws are computed at the precision the pipeline sampled at (:func:`sampled_precision`): shards drawn at more than
-    one precision, or at one this CPU cannot compute (bf16 samples, a CPU without native bf16), get no law.
+    On an audit of the installed engine the laws are computed at the precision the pipeline sampled at
+    (:func:`sampled_precision`): shards drawn at more than one precision, or at one this CPU cannot compute (bf16
+    samples, a CPU without native bf16), get no law.  (Prefix caching on is scored as :func:`mixtures`.)
     """
-    if (options or {}).get("prefix_caching") is True:
-        return ("prefix caching on: the pipeline speculates only until its first content_length failure and then "
-                "samples the target alone (FINDINGS.md section 1), so its rows mix the speculating law with the "
-                "target's in a share the source does not fix; audit with --engine-arg prefix_caching=false")
     if not _audited_engine(options):
         return None
     precisions, source = sampled_precision(options, settings)
