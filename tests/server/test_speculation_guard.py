@@ -47,3 +47,34 @@ def test_bias_stands_without_speculation():
     v = _verdict("BIAS DETECTED")
     apply_guard(v, summarize([_meta({"drafts": 0, "draft_tokens": 0, "accepted_tokens": 0, "source": "/metrics"})]))
     assert v.verdict == "BIAS DETECTED"
+
+
+def _engine_meta(draft_tokens: int, accepted: int, calls_with_drafts: int, requests: int = 10):
+    """An engine's per-call figures, as the OpenVINO GenAI worker records them (no server counters)."""
+    return {"requests": requests, "requests_sent": requests, "calls_with_drafts": calls_with_drafts,
+            "per_request_draft_tokens": draft_tokens, "per_request_accepted_tokens": accepted,
+            "per_request_source": "the pipeline's main-model step sizes per call"}
+
+
+def test_an_engine_that_verified_no_draft_is_underpowered_naming_its_source():
+    """OpenVINO GenAI with prefix caching on whose first call failed (or k = 1 with two new tokens): 0 draft tokens
+    over every call; the reason names the engine's figure, not a server's timings."""
+    v = _verdict()
+    apply_guard(v, summarize([_engine_meta(0, 0, 0), _engine_meta(0, 0, 0)]))
+    assert v.verdict == "UNDERPOWERED" and not v.expectation_met
+    assert v.reason.startswith("speculation never ran: 0 draft tokens verified over 20 generate calls (the pipeline's")
+    assert "SPECULATION NEVER RAN" in describe(v.speculation)
+
+
+def test_calls_that_drafted_are_counted_beside_the_total():
+    """7 of 1,500 calls verified drafts (the pipeline stopped at its first failure): the PASS stands (the output law is
+    what it certifies) and the description says how few calls speculated; all calls drafting adds no such clause."""
+    v = _verdict()
+    apply_guard(v, summarize([_engine_meta(12, 5, 7, requests=750), _engine_meta(0, 0, 0, requests=750)]))
+    assert v.verdict == "PASS" and v.speculation["verified"] is True and v.speculation["calls_with_drafts"] == 7
+    line = describe(v.speculation)
+    assert "per request: 5 of 12 draft tokens accepted" in line
+    assert "drafts verified in 7 of 1,500 calls (0.5%); the other 1,493 sampled the target alone" in line
+    full = _verdict()
+    apply_guard(full, summarize([_engine_meta(30, 12, 10)]))
+    assert "drafts verified in" not in describe(full.speculation)

@@ -13,7 +13,11 @@ audits use, and runs that ranking as a report would:
   retokenized draft of ``bash ci/engines/transformers.sh`` (skipped, said so, without it);
 * OpenVINO GenAI again at T = 0.7 with top-k 8 alone (the shared seed walks ``TopKFilter``'s heap order);
 * transformers' Gemma4 assistant (greedy draft verified against its raw softmax), T = 1, tokens 1-2 on the tiny
-  Gemma4 pair of ``bash ci/engines/transformers.sh`` (prompt 2, 5, 7), draft unknown.
+  Gemma4 pair of ``bash ci/engines/transformers.sh`` (prompt 2, 5, 7), draft unknown;
+* OpenVINO GenAI with prefix caching on (the engine default), T = 0.7 with top-k 8: rows from the shared-seed law at
+  a share of 1% and from the target's at the rest (the calls before the pipeline's first ``content_length`` failure,
+  then plain target sampling), named as the one-law mixture ``UNTIL_FAILURE``; its null is the target's rows with
+  that mixture offered.
 
 Per law and n: accuracy = runs whose named law is this one (alone, or leading a class that contains it); wrong = runs
 that name another law or a family hypothesis; "n for 95%" = the smallest n of the grid with accuracy >= 0.95.  Null:
@@ -37,6 +41,8 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--n", type=int, nargs="+", default=list(N_GRID), metavar="N",
                         help=f"Rows per run. Default: {' '.join(map(str, N_GRID))}.")
     parser.add_argument("--seed", type=int, default=0, help="Default: 0.")
+    parser.add_argument("--only", metavar="TEXT", default=None,
+                        help="Only the engine settings whose label contains TEXT (e.g. 'prefix caching on'). Default: all.")
 
 
 def _rows(law: np.ndarray, n: int, rng, extra_tokens: int = 0) -> np.ndarray:
@@ -51,13 +57,26 @@ class _Engine:
 
     def __init__(self, name: str, sampling, k: int, laws: dict[str, np.ndarray], target, draft=None,
                  options: dict | None = None, extra_tokens: int = 0, prompt: list[int] | None = None,
-                 label: str | None = None) -> None:
+                 label: str | None = None, draw_from: list[str] | None = None,
+                 mixed: dict[str, tuple[str, float]] | None = None) -> None:
         self.name, self.sampling, self.k, self.target, self.draft = name, sampling, k, target, draft
         self.options, self.extra_tokens, self.prompt = options or {}, extra_tokens, list(prompt or PROMPT)
         self.label = label or name
         self.all_laws = laws
         self.target_law = laws["target"]
         self.laws = {key: v for key, v in laws.items() if key != "target"}
+        # the laws rows are drawn from (default every law), and mixtures: name -> (law, its share; the target the rest)
+        self.draw_from = list(self.laws) if draw_from is None else list(draw_from)
+        self.mixed = dict(mixed or {})
+
+    def source(self, law: str | None) -> np.ndarray:
+        """The joint law rows are drawn from for ``law`` (a law, a mixture's name, or None: the target's)."""
+        if law is None:
+            return self.target_law
+        if law in self.mixed:
+            part, share = self.mixed[law]
+            return share * self.laws[part] + (1.0 - share) * self.target_law
+        return self.laws[law]
 
     def diagnose(self, tokens: np.ndarray) -> dict:
         from verifier.diagnose.engine_laws import engine_law_diagnosis
@@ -90,8 +109,11 @@ def _engines(progress) -> tuple[list[_Engine], list[str]]:
                        label="openvino-genai (T=1, top-p 0.5)"))
     s = SamplingConfig(temperature=0.7, top_k=8)
     progress("laws: openvino-genai, top-k alone (TopKFilter's heap order)")
-    out.append(_Engine("openvino-genai", s, 3, ov.engine_laws(PROMPT, s, target, draft), target, draft,
-                       label="openvino-genai (T=0.7, top-k 8)"))
+    topk = ov.engine_laws(PROMPT, s, target, draft)
+    out.append(_Engine("openvino-genai", s, 3, topk, target, draft, label="openvino-genai (T=0.7, top-k 8)"))
+    out.append(_Engine("openvino-genai", s, 3, topk, target, draft, options={"prefix_caching": True}, draw_from=[],
+                       mixed={ov.UNTIL_FAILURE: ("as shipped, shared seed", 0.01)},
+                       label="openvino-genai (T=0.7, top-k 8, prefix caching on; 1% of rows speculating)"))
     s = SamplingConfig(temperature=0.7, top_k=8)
     progress("laws: mlx-lm server")
     out.append(_Engine("mlx-lm server", s, 1, mlx.engine_laws(PROMPT, s, target), target, extra_tokens=1))
@@ -143,17 +165,17 @@ def run(args: argparse.Namespace) -> int:
     rng = np.random.default_rng(args.seed)
     t0 = time.perf_counter()
     engines, skipped = _engines(progress)
+    engines = [e for e in engines if args.only is None or args.only in e.label]
     print(f"## Engine laws in the diagnosis (`specverify bench diagnose-engines --runs {args.runs}`, seed {args.seed})\n")
     print("| engine | rows from | " + " | ".join(f"n={n}" for n in args.n) + " | n for 95% | wrong (all n) |")
     print("|---|---|" + "---|" * (len(args.n) + 2))
     for e in engines:
-        for law in [*e.laws, None]:
+        for law in [*e.draw_from, *e.mixed, None]:
             accs, wrong = [], 0
             for n in args.n:
                 ok = 0
                 for _ in range(args.runs):
-                    source = e.target_law if law is None else e.laws[law]
-                    right, bad = _outcome(e.diagnose(_rows(source, n, rng, e.extra_tokens)), law)
+                    right, bad = _outcome(e.diagnose(_rows(e.source(law), n, rng, e.extra_tokens)), law)
                     ok, wrong = ok + right, wrong + bad
                 accs.append(ok / args.runs)
             label = "the target (null)" if law is None else law

@@ -266,8 +266,12 @@ def _known_p_row(folder: Path, r: dict[str, Any], root: Path, index: int = 0) ->
     if spec:  # a URL audit: the server's own counters speak for acceptance (verifier.runner.speculation)
         part = spec.get("per_request") if (spec.get("per_request") or {}).get("draft_tokens") else spec.get("counters") or {}
         rate = part.get("acceptance_rate")
-        acc = [f"server counters: {rate:.1%} of {part.get('draft_tokens', 0):,.0f} draft tokens accepted"
+        who = "engine" if part.get("source") else "server counters"  # an engine's per-call figures, or a server's
+        acc = [f"{who}: {rate:.1%} of {part.get('draft_tokens', 0):,.0f} draft tokens accepted"
                if rate is not None else "speculation counters not observable"]
+        calls, requests = spec.get("calls_with_drafts"), spec.get("requests")
+        if calls is not None and requests and calls < requests:
+            acc[0] += f"; drafts verified in {calls:,} of {requests:,} calls"
         if spec.get("verified") is False:
             acc[0] += " -- SPECULATION NEVER RAN"
     side = folder / "acceptance.txt"  # an engine whose rounds start after token 1: written by verifier.diagnose.reproduce

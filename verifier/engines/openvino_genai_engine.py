@@ -32,14 +32,19 @@ levels above 1 row are refused.
 Engine statistics: the pipeline exposes only a per-call total of accepted drafts
 (``SDPerModelsPerfMetrics.get_num_accepted_tokens()``) and the tokens each main-model step emitted;
 no per-round accepted counts and no first-round count, so the acceptance audit says "not reported"
-and the totals go into the report's extra fields.
+and the totals go into the report's extra fields.  Per call the worker also counts the draft tokens the main model
+verified (a step of size b > 1 verifies b - 1) and records them for the speculation guard
+(:mod:`verifier.runner.speculation`): calls that verified none sampled the target alone (with prefix caching on, every
+call after the pipeline's first ``content_length`` failure; at k = 1 with two new tokens, every call), so an audit in
+which no call drafted is UNDERPOWERED "speculation never ran", never PASS, and the report says in how many calls
+drafts were verified.
 
 Numeric floor: ``target_logits`` runs the exported target IR with OpenVINO's CPU plugin at f32 (one plain
 inference request; ``LLMPipeline`` exposes no logits).  The pipeline itself runs at the plugin's default precision
 (option ``precision="engine"``): bf16 inference and a u8 KV cache on a CPU with native bf16 (AMX here), so the floor
 understates the pipeline's distance from the f32 target; with min-p that moved a token across the threshold
 (field-kinds/FINDINGS.md).  ``precision="f32"`` sets both to f32 (the control).  At k = 1 use ``max_new_tokens >= 3``: with k + 1 = 2
-the draft proposes nothing and the audit sees plain target sampling.  The speculative law is reproduced
+the draft proposes nothing and the audit sees plain target sampling (the guard then says so).  The speculative law is reproduced
 exactly in :mod:`verifier.engines.openvino_repro` (FINDINGS.md).
 
 Known engine error: about 1 call in 200 raises ``RuntimeError: Check 'content_length <= ...'``.

@@ -1,10 +1,13 @@
 """Guard: a decoder that reports its speculation counters must show that drafts were verified.
 
-Servers have silently turned speculation off (for logprobs or penalty requests, in some versions);
-plain sampling from the target then passes every bias cell, and a PASS would certify a speculative
-decoder that never ran.  A decoder may record, per ``generate`` call,
+Servers have silently turned speculation off (for logprobs or penalty requests, in some versions), and so do
+engines (OpenVINO GenAI with prefix caching on after its first ``content_length`` failure; with k = 1 and two new
+tokens it never drafts); plain sampling from the target then passes every bias cell, and a PASS would certify a
+speculative decoder that never ran.  A decoder may record, per ``generate`` call,
 ``DecoderStats.extra["speculation"]`` (the URL audit's :class:`verifier.server.decoder.ServerDecoder`
-does: the server's ``/metrics`` counter deltas and per-request draft figures); the runner stores it
+does: the server's ``/metrics`` counter deltas and per-request draft figures; the OpenVINO GenAI worker its
+per-call draft tokens verified, ``per_request_source`` naming where they come from, and ``calls_with_drafts``,
+which the description reports beside the total when some calls drafted nothing); the runner stores it
 in the chunk's shard meta.  :func:`summarize` adds the chunks up and :func:`apply_guard` turns a PASS
 into UNDERPOWERED when the evidence says no draft token was proposed (or none verified): no
 evidence about speculative decoding is not a certificate of it.  Where no chunk reports a figure
@@ -23,8 +26,9 @@ UNOBSERVABLE_REASON = ("speculation not observable: the server exposes no specul
                        "(the report then says so)")
 
 NO_SPECULATION_REASON = ("speculation never ran: {why}; these samples are plain target sampling and say nothing about "
-                         "speculative decoding (start the server with a draft model / speculative config, and check that "
-                         "the request mix -- logprobs, penalties -- does not switch it off)")
+                         "speculative decoding (start the server or engine with a draft model / speculative config, check "
+                         "that the request mix -- logprobs, penalties -- does not switch it off, and leave room to draft: "
+                         "an engine whose first token comes from the prompt step drafts nothing with --max-new-tokens 2)")
 
 
 def summarize(metas: Iterable[dict[str, Any] | None], session: str | None = None) -> dict[str, Any] | None:
@@ -78,6 +82,12 @@ def summarize(metas: Iterable[dict[str, Any] | None], session: str | None = None
                                                                                    if c.get("source")), None)
     out["per_request"] = {"draft_tokens": total(e.get("per_request_draft_tokens") for e in entries),
                           "accepted_tokens": total(e.get("per_request_accepted_tokens") for e in entries)}
+    source = next((str(e["per_request_source"]) for e in entries if e.get("per_request_source")), None)
+    if source:  # an engine's per-call figures (OpenVINO GenAI: its main-model step sizes), not a server's timings
+        out["per_request"]["source"] = source
+    with_drafts = total(e.get("calls_with_drafts") for e in entries)
+    if with_drafts is not None:  # calls that verified at least one draft token (the rest sampled the target alone)
+        out["calls_with_drafts"] = int(with_drafts)
     for part in (out["counters"], out["per_request"]):
         d, a = part.get("draft_tokens"), part.get("accepted_tokens")
         part["acceptance_rate"] = (a / d) if d and a is not None else None
@@ -87,6 +97,8 @@ def summarize(metas: Iterable[dict[str, Any] | None], session: str | None = None
 def _why_none(summary: dict[str, Any]) -> str | None:
     """The reason no draft was verified, or None when drafts were verified (or nothing says)."""
     per, cnt = summary["per_request"], summary["counters"]
+    if per.get("draft_tokens") == 0 and per.get("source"):
+        return f"0 draft tokens verified over {summary['requests']} generate calls ({per['source']})"
     if per.get("draft_tokens") == 0:
         return f"the server reported 0 draft tokens over {summary['requests']} requests (per-request timings)"
     if cnt.get("draft_tokens") == 0 or (cnt.get("draft_tokens") is None and cnt.get("drafts") == 0):
@@ -142,6 +154,10 @@ def describe(summary: dict[str, Any], sent_session: int | None = None) -> str:
         if d is not None and a is not None:
             rate = f" ({a / d:.1%})" if d else ""
             parts.append(f"{name}: {a:,.0f} of {d:,.0f} draft tokens accepted{rate}")
+    calls, requests = summary.get("calls_with_drafts"), int(summary.get("requests", 0))
+    if calls is not None and parts and requests and calls < requests:  # a PASS then speaks mostly for the target alone
+        parts.append(f"drafts verified in {calls:,} of {requests:,} calls ({calls / requests:.1%}); the other "
+                     f"{requests - calls:,} sampled the target alone")
     if not parts:
         src = (summary.get("counters") or {}).get("source")
         return f"speculation: not observable ({src or 'no counters reported'}); a PASS cannot show that drafts were verified"

@@ -127,6 +127,7 @@ class Handler:
         limit = int(max_tokens) if max_tokens is not None else T
         tokens = np.full((n, T), -1, dtype=np.int64)
         accepted_total = 0
+        drafts_verified = calls_with_drafts = calls_with_steps = 0
         step_sizes: list[int] = []
         failures = []
         rounds = 0
@@ -152,7 +153,13 @@ class Handler:
                 accepted_total += acc
             if steps:
                 step_sizes.extend(steps)
+                calls_with_steps += 1
                 rounds += len(steps) - 1  # main-model steps after the prompt step
+                # a main step of size b > 1 verified b - 1 draft tokens; all 1: the pipeline sampled the target alone
+                # (with prefix caching on, every call after its first content_length failure: FINDINGS.md section 1)
+                verified = sum(b - 1 for b in steps[1:] if b > 1)
+                drafts_verified += verified
+                calls_with_drafts += verified > 0
         extra = {"calls": n, "retries": len(failures), "failures": failures[:200], "cpu_plugin_precision": self.plugin_precision,
                  "stats_source": "totals only: accepted = SDPerModelsPerfMetrics.get_num_accepted_tokens() summed over "
                                  "calls; rounds = main-model steps after the prompt step (raw_metrics.m_batch_sizes); "
@@ -160,6 +167,13 @@ class Handler:
         reply = {"tokens": tokens, "accepted": int(accepted_total), "rounds": int(rounds), "extra": extra}
         if step_sizes:
             extra["main_step_sizes_hist"] = np.bincount(np.asarray(step_sizes, dtype=np.int64)).tolist()
+            if calls_with_steps == n:  # every call reported its steps: the speculation guard's per-call figures
+                extra["speculation"] = {"requests": n, "requests_sent": n, "calls_with_drafts": calls_with_drafts,
+                                        "per_request_draft_tokens": drafts_verified,
+                                        "per_request_accepted_tokens": int(accepted_total),
+                                        "per_request_source": "the pipeline's main-model step sizes per call "
+                                                              "(raw_metrics.m_batch_sizes: a step of size b verified "
+                                                              "b - 1 draft tokens)"}
         return reply
 
     def _log(self, failure: dict, sampling: dict) -> None:
