@@ -288,3 +288,19 @@ def test_an_underpowered_row_says_the_n_it_needs_and_the_hours_its_run_rate_give
     assert _still_needed({"run": {"cost": {"decoder": {"hours_still_needed": None}}}}, d) == ", needs n 53,474"
     assert _still_needed({}, {"decoder": "decoder", "n_needed": None}) == ""
     assert _still_needed({"run": "damaged"}, {"decoder": "decoder", "n_needed": True}) == ""
+
+
+OPENVINO = REPO / "reports" / "audits" / "openvino-genai-2026.4.1.0"
+
+
+def test_an_engines_per_call_figures_read_as_the_engines_not_a_servers(tmp_path):
+    """OpenVINO GenAI records per call the draft tokens its main model verified: the acceptance column names the
+    engine (not 'server counters'), says in how many calls drafts were verified, and a run where none was says '0 draft
+    tokens verified ... SPECULATION NEVER RAN' (it read 'speculation counters not observable' before)."""
+    _copy(OPENVINO / "t1-k1", tmp_path / "openvino-genai-2026.4.1.0" / "t1-k1", names=("report.json",))
+    _copy(OPENVINO / "t1-topp09-k3", tmp_path / "openvino-genai-2026.4.1.0" / "t1-topp09-k3", names=("report.json",))
+    rows = {r["config"].split("; ")[-1]: r["acceptance"] for r in collect(tmp_path)}
+    assert rows["T=1.0, k=1"] == ("engine: 0 draft tokens verified; drafts verified in 0 of 1,500 calls -- "
+                                  "SPECULATION NEVER RAN"), rows
+    assert rows["T=1.0, top-p 0.9, k=3"].startswith("engine: 50.0% of 4 draft tokens accepted; drafts verified in 2 "
+                                                   "of 1,500 calls"), rows

@@ -79,7 +79,8 @@ def _law_name(engine: str, law: str) -> str:
 
 
 def score_engine_laws(engine: str, module, seqs: SequenceProbs, laws: dict[str, np.ndarray], num_draft_tokens: int,
-                      num_tokens: int | None = None, mixtures: dict | None = None) -> Ranking:
+                      num_tokens: int | None = None, mixtures: dict | None = None,
+                      target_law: np.ndarray | None = None) -> Ranking:
     """The family and the engine's laws ranked on the first ``num_tokens`` (default ``module.LAW_TOKENS``) tokens of one
     sample set.
 
@@ -97,6 +98,10 @@ def score_engine_laws(engine: str, module, seqs: SequenceProbs, laws: dict[str, 
         J, the tokens the laws cover (:func:`law_tokens`); default ``module.LAW_TOKENS``.
     mixtures : dict of str -> tuple of str, optional
         The mixture hypotheses (name -> component law names; :func:`module_mixtures`); default ``module.MIXTURES``.
+    target_law : np.ndarray, shape (vocab,) * J, optional
+        The module's own law of the target (``engine_laws()["target"]``: on an engine audit, from the engine's own
+        logits): the second component of a one-law mixture (the calls that sampled the target alone, at the engine's
+        precision); default the family's target.
 
     Returns
     -------
@@ -110,7 +115,7 @@ def score_engine_laws(engine: str, module, seqs: SequenceProbs, laws: dict[str, 
     ranking = rank_mechanisms(short, num_draft_tokens, per_position=False)
     ll_t = target_log_likelihood(short)
     w = short.row_weights
-    _add_laws(ranking, engine, module, laws, short.tokens, ll_t, w, mixtures)
+    _add_laws(ranking, engine, module, laws, short.tokens, ll_t, w, mixtures, target_law)
     return ranking
 
 
@@ -122,7 +127,8 @@ def module_mixtures(module, options: dict | None = None) -> dict[str, tuple[str,
 
 
 def _add_laws(ranking: Ranking, engine: str, module, laws: dict[str, np.ndarray], tokens: np.ndarray,
-              ll_t: np.ndarray, weights: np.ndarray, mixtures: dict | None = None) -> None:
+              ll_t: np.ndarray, weights: np.ndarray, mixtures: dict | None = None,
+              target_law: np.ndarray | None = None) -> None:
     """Score each law (robust contamination mixture with the target) and the mixtures (default ``module.MIXTURES``)
     into ``ranking``."""
     total_t = weighted_total(ll_t, weights)
@@ -132,7 +138,7 @@ def _add_laws(ranking: Ranking, engine: str, module, laws: dict[str, np.ndarray]
         ranking.row_ll[name] = ll
         ranking.scores.append(robust_score(name, "biased", ll, ll_t, weights, total_t))
     mixtures = module_mixtures(module) if mixtures is None else mixtures
-    ranking.fitted = _add_mixtures(ranking, engine, mixtures, laws, tokens, ll_t, weights, total_t)
+    ranking.fitted = _add_mixtures(ranking, engine, mixtures, laws, tokens, ll_t, weights, total_t, target_law)
 
 
 WEIGHT_STEP = 0.05  # grid of a mixture hypothesis's weights over its laws (and the target's): the simplex in steps of 0.05
@@ -156,7 +162,8 @@ def _simplex(parts: int, step: float = WEIGHT_STEP) -> np.ndarray:
 
 
 def mixture_score(name: str, component_ll: np.ndarray, ll_t: np.ndarray, weights: np.ndarray,
-                  total_t: float, grid: np.ndarray | None = None) -> tuple[MechanismScore, np.ndarray, np.ndarray]:
+                  total_t: float, grid: np.ndarray | None = None,
+                  base_ll: np.ndarray | None = None) -> tuple[MechanismScore, np.ndarray, np.ndarray]:
     """A mixture hypothesis: the rows come from several predicted laws (and the target's) in unknown shares.
 
     Scored as the Bayes mixture over ``grid`` (default :func:`_simplex`, steps of :data:`WEIGHT_STEP`) with a uniform
@@ -173,12 +180,15 @@ def mixture_score(name: str, component_ll: np.ndarray, ll_t: np.ndarray, weights
     weights : np.ndarray, shape (rows,)
     grid : np.ndarray, shape (points, components + 1), optional
         The weight vectors averaged over (each sums to 1; the target's weight last), fixed before the data.
+    base_ll : np.ndarray, shape (rows,), optional
+        The last component's log probability per row, when it is not ``ll_t`` (an engine's own target law); the
+        likelihood ratio is still taken over ``ll_t``'s total ``total_t``.
 
     Returns
     -------
     (MechanismScore, best weights (components + 1,), per-row log-likelihood at the best weights)
     """
-    comps = np.concatenate([component_ll, ll_t[:, None]], axis=1)
+    comps = np.concatenate([component_ll, (ll_t if base_ll is None else base_ll)[:, None]], axis=1)
     grid = _simplex(comps.shape[1]) if grid is None else np.asarray(grid, dtype=np.float64)
     totals = np.empty(len(grid))
     step = max(1, GRID_CHUNK_CELLS // max(1, len(comps)))
@@ -215,10 +225,13 @@ def _grid_log_mixture(comps: np.ndarray, grid: np.ndarray) -> np.ndarray:
 
 
 def _add_mixtures(ranking: Ranking, engine: str, mixtures: dict, laws: dict[str, np.ndarray], tokens: np.ndarray,
-                  ll_t: np.ndarray, weights: np.ndarray, total_t: float) -> dict[str, np.ndarray]:
+                  ll_t: np.ndarray, weights: np.ndarray, total_t: float,
+                  target_law: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """Score ``mixtures`` (name -> component law names; each with the target's law as the last component) on the rows;
     returns name -> best weights.  A mixture of one law and the target's averages over :data:`ONE_LAW_SHARES` of that
-    law (the robust score of the law alone covers target shares up to 0.3 only), one of several over the simplex."""
+    law (the robust score of the law alone covers target shares up to 0.3 only), its target component the module's own
+    ``target_law`` where given (the engine's target at its own precision: what its calls without speculation sample,
+    and the law the fit check mixes in); a mixture of several laws averages over the simplex with the family's target."""
     fitted, seen = {}, set()
     for mix, parts in mixtures.items():
         declared = len(parts)
@@ -228,7 +241,8 @@ def _add_mixtures(ranking: Ranking, engine: str, mixtures: dict, laws: dict[str,
         seen.add(tuple(parts))
         comp = np.stack([_row_log_law(laws[q], tokens) for q in parts], axis=1)
         grid = None if len(parts) > 1 else np.array([(w, 1.0 - w) for w in ONE_LAW_SHARES])
-        score, w, row = mixture_score(_law_name(engine, mix), comp, ll_t, weights, total_t, grid)
+        base = _row_log_law(target_law, tokens) if len(parts) == 1 and target_law is not None else None
+        score, w, row = mixture_score(_law_name(engine, mix), comp, ll_t, weights, total_t, grid, base)
         ranking.scores.append(score)
         ranking.row_ll[score.name] = row
         fitted[mix] = dict(zip(list(parts) + ["target"], (float(x) for x in w)))
@@ -248,7 +262,7 @@ def _target_only_ranking(engine: str, module, laws: dict[str, np.ndarray], targe
     """The engine's laws scored against the target's law of the first J tokens (no family: the draft is unknown)."""
     ll_t = _row_log_law(target_law, tokens)
     ranking = Ranking(int(weights.sum()), weighted_total(ll_t, weights), [])
-    _add_laws(ranking, engine, module, laws, tokens, ll_t, weights, mixtures)
+    _add_laws(ranking, engine, module, laws, tokens, ll_t, weights, mixtures, target_law)
     return ranking
 
 
@@ -361,7 +375,7 @@ def engine_law_diagnosis(engine: str, sets: list[dict[str, Any]], *, bias_detect
             s["prompt"], s["sampling"], s["target"], s["draft"], **kw)
         target_law = laws.pop("target", None)
         if s.get("seqs") is not None:  # the family on the same tokens beside the engine's laws
-            r = score_engine_laws(engine, module, s["seqs"], laws, s["num_draft_tokens"], J, mixtures)
+            r = score_engine_laws(engine, module, s["seqs"], laws, s["num_draft_tokens"], J, mixtures, target_law)
             short = truncate(s["seqs"], J)
             tokens, weights = short.tokens, short.row_weights
         else:  # draft unknown: no family hypothesis can be scored; the engine's laws against the target's

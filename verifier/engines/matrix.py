@@ -264,11 +264,14 @@ def _known_p_row(folder: Path, r: dict[str, Any], root: Path, index: int = 0) ->
             acc.append(f"{a['mean_accepted']:.2f} vs {a['canonical_mean_accepted']:.2f} accepted/round")
     spec = d.get("speculation") or {}
     if spec:  # a URL audit: the server's own counters speak for acceptance (verifier.runner.speculation)
-        part = spec.get("per_request") if (spec.get("per_request") or {}).get("draft_tokens") else spec.get("counters") or {}
+        per = spec.get("per_request") or {}
+        engine_figures = bool(per.get("source")) and per.get("draft_tokens") is not None  # an engine's per-call figures
+        part = per if engine_figures or per.get("draft_tokens") else spec.get("counters") or {}
         rate = part.get("acceptance_rate")
-        who = "engine" if part.get("source") else "server counters"  # an engine's per-call figures, or a server's
-        acc = [f"{who}: {rate:.1%} of {part.get('draft_tokens', 0):,.0f} draft tokens accepted"
-               if rate is not None else "speculation counters not observable"]
+        who = "engine" if engine_figures else "server counters"
+        acc = [f"{who}: {rate:.1%} of {part.get('draft_tokens', 0):,.0f} draft tokens accepted" if rate is not None
+               else f"{who}: 0 draft tokens verified" if part.get("draft_tokens") == 0
+               else "speculation counters not observable"]
         calls, requests = spec.get("calls_with_drafts"), spec.get("requests")
         if calls is not None and requests and calls < requests:
             acc[0] += f"; drafts verified in {calls:,} of {requests:,} calls"

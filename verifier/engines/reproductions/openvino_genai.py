@@ -163,8 +163,10 @@ LAW_SOURCE = {
     UNTIL_FAILURE: (
         "with prefix caching on (the engine default) OpenVINO GenAI's continuous-batching pipeline speculates with the "
         "shared-seed validate_candidate law above only until its first content_length failure (sequence_group.cpp), "
-        "then samples the target alone: the rows are that law's at a small share, the target's at the rest "
-        "(FINDINGS.md sections 1 and 3; the share is fitted, the failure's timing is not in the source)"),
+        "then samples the target alone (at the pipeline's own precision: its target law from the engine's logits): the "
+        "rows are that law's at a small share, the target's at the rest (FINDINGS.md sections 1 and 3; the share is "
+        "fitted, the failure's timing is not in the source; a share near 0 says the calls hardly speculated, and a bias "
+        "left then comes from the precision)"),
 }
 
 
