@@ -304,3 +304,18 @@ def test_an_engines_per_call_figures_read_as_the_engines_not_a_servers(tmp_path)
                                   "SPECULATION NEVER RAN"), rows
     assert rows["T=1.0, top-p 0.9, k=3"].startswith("engine: 50.0% of 4 draft tokens accepted; drafts verified in 2 "
                                                    "of 1,500 calls"), rows
+
+
+def test_malformed_speculation_figures_in_a_report_are_no_crash(tmp_path):
+    """Breaker finding 7: a hand-edited report.json whose speculation figures are a list, a string rate or string call
+    counts crashed the matrix (rc 1); now such figures are no figures."""
+    folder = tmp_path / "openvino-genai-2026.4.1.0" / "t1-topp09-k3"
+    _copy(OPENVINO / "t1-topp09-k3", folder, names=("report.json",))
+    r = json.loads((folder / "report.json").read_text())
+    for bad in ([1, 2], {"per_request": {"source": "x", "draft_tokens": 4, "accepted_tokens": None,
+                                          "acceptance_rate": "high"}, "calls_with_drafts": "two", "requests": "many"}):
+        r["decoders"][0]["speculation"] = bad
+        (folder / "report.json").write_text(json.dumps(r))
+        (row,) = collect(tmp_path)
+        assert isinstance(row["acceptance"], str)
+    assert row["acceptance"].startswith("engine: 4 draft tokens verified")

@@ -7,6 +7,8 @@ the user waived it (--speculation-unverified); BIAS stands either way (bias is b
 
 from __future__ import annotations
 
+import pytest
+
 from verifier.runner.speculation import apply_guard, describe, summarize
 from verifier.runner.verdict import DecoderVerdict
 
@@ -73,8 +75,73 @@ def test_calls_that_drafted_are_counted_beside_the_total():
     apply_guard(v, summarize([_engine_meta(12, 5, 7, requests=750), _engine_meta(0, 0, 0, requests=750)]))
     assert v.verdict == "PASS" and v.speculation["verified"] is True and v.speculation["calls_with_drafts"] == 7
     line = describe(v.speculation)
-    assert "per request: 5 of 12 draft tokens accepted" in line
+    assert "per call (engine): 5 of 12 draft tokens accepted" in line
     assert "drafts verified in 7 of 1,500 calls (0.5%); the other 1,493 sampled the target alone" in line
     full = _verdict()
     apply_guard(full, summarize([_engine_meta(30, 12, 10)]))
     assert "drafts verified in" not in describe(full.speculation)
+
+
+def _with_tv_cell(mde: float) -> DecoderVerdict:
+    from verifier.runner.analysis import CellResult
+
+    v = _verdict()
+    v.cells = [CellResult("d/p0/s/k=3/joint@1..2", "d", "s", "joint@1..2", "chi2", 1500, 1.0, 0.5, mde=mde)]
+    return v
+
+
+def test_a_pass_whose_drafting_calls_are_too_few_to_bound_is_underpowered():
+    """Breaker finding 1: with 1 of 1,500 calls drafting, the rows are 0.07% from the speculative path; a PASS whose TV
+    cells see 0.05 bounds that path's law only by 0.05 / 0.00067 > 1: UNDERPOWERED, saying why.  All calls drafting,
+    or a share large enough for the target TV, keep the PASS; BIAS stands."""
+    few = _with_tv_cell(0.05)
+    apply_guard(few, summarize([_engine_meta(2, 1, 1, requests=1500)]), target_tv=0.1)
+    assert few.verdict == "UNDERPOWERED" and not few.expectation_met
+    assert few.reason.startswith("speculation ran in only 1 of 1,500 calls (0.07%)") and "(no bound)" in few.reason
+    most = _with_tv_cell(0.05)
+    apply_guard(most, summarize([_engine_meta(1400, 700, 1400, requests=1500)]), target_tv=0.1)
+    assert most.verdict == "PASS"  # 0.05 / 0.933 = 0.054 <= 0.1
+    half = _with_tv_cell(0.05)
+    apply_guard(half, summarize([_engine_meta(500, 250, 500, requests=1500)]), target_tv=0.1)
+    assert half.verdict == "UNDERPOWERED" and "bounds their own law only by 0.15" in half.reason
+    bias = _with_tv_cell(0.05)
+    bias.verdict = "BIAS DETECTED"
+    apply_guard(bias, summarize([_engine_meta(2, 1, 1, requests=1500)]), target_tv=0.1)
+    assert bias.verdict == "BIAS DETECTED"
+
+
+@pytest.mark.parametrize("bad", [{"requests": "abc"}, {"requests": None, "calls_with_drafts": 1},
+                                 {"per_request_draft_tokens": "3"}, {"per_request_draft_tokens": -1},
+                                 {"per_request_draft_tokens": float("nan")}, {"per_request_draft_tokens": 0.5},
+                                 {"per_request_accepted_tokens": 50}, {"calls_with_drafts": 11},
+                                 {"calls_with_drafts": 5, "per_request_draft_tokens": 0, "per_request_accepted_tokens": 0},
+                                 {"calls_with_drafts": -3}, {"requests": -10}, {"counters": [1]}])
+def test_malformed_or_inconsistent_figures_are_left_out_and_never_verify(bad):
+    """Breaker findings 5-6: a hand-edited shard's figures (strings, NaN, negatives, fractions, accepted > drafted,
+    calls that drafted > calls, calls that drafted without draft tokens) crashed the report (exit 3) or read as
+    'never ran' beside drafting chunks.  Such an entry is left out and counted; with no readable entry nothing is
+    verified, so a PASS is not shown to have speculated (UNDERPOWERED, 'not observable')."""
+    entry = {**_engine_meta(12, 5, 7), **bad}
+    alone = summarize([entry])
+    assert alone["unreadable_chunks"] == 1 and alone["chunks"] == 0
+    v = _verdict()
+    apply_guard(v, alone)
+    assert v.verdict == "UNDERPOWERED" and v.speculation["verified"] is None
+    mixed = summarize([entry, _engine_meta(0, 0, 0)])  # the readable chunk drafted nothing: not 'never ran' overall
+    w = _verdict()
+    apply_guard(w, mixed)
+    assert w.speculation["verified"] is None and "malformed figures, left out" in describe(w.speculation)
+
+
+def test_chunks_without_figures_make_the_totals_partial():
+    """Breaker finding 2: chunks 1-5 without an entry, chunk 0 with 2 drafts: the summary says the figures cover one
+    chunk only, and a chunk of 0 drafts beside chunks without figures is no 'never ran'."""
+    s = summarize([_engine_meta(2, 1, 1, requests=250), None, None, None, None, None])
+    assert s["chunks_without_figures"] == 5
+    v = _verdict()
+    apply_guard(v, s, target_tv=0.1)
+    assert "figures from 1 chunk(s) only; 5 chunk(s) without figures" in describe(v.speculation)
+    none = summarize([_engine_meta(0, 0, 0), None])
+    u = _verdict()
+    apply_guard(u, none)
+    assert u.verdict == "PASS" and u.speculation["verified"] is None

@@ -179,7 +179,7 @@ def _engine_laws_caveat(item: dict[str, Any]) -> str:
         return ""
     sets = law.get("sets") if isinstance(law.get("sets"), list) else []
     why = next((str(n["note"]) for n in sets if isinstance(n, dict) and n.get("note")), "")
-    return f" [the laws {law.get('engine', 'the engine')}'s source predicts were not scored" + (f": {why}]" if why else "]")
+    return f" [the laws {law.get('engine') or 'the engine'}'s source predicts were not scored" + (f": {why}]" if why else "]")
 
 
 def glossary_markdown() -> str:

@@ -262,18 +262,25 @@ def _known_p_row(folder: Path, r: dict[str, Any], root: Path, index: int = 0) ->
             acc.append(f"{a['mean_accepted']:.2f} accepted/round; canonical: " + ("skipped (draft unknown)" if a.get("canonical_skipped") else "unknown"))
         else:
             acc.append(f"{a['mean_accepted']:.2f} vs {a['canonical_mean_accepted']:.2f} accepted/round")
-    spec = d.get("speculation") or {}
+    spec = d.get("speculation") if isinstance(d.get("speculation"), dict) else {}  # a hand-edited report: no figures
+
+    def number(v):  # a figure of a hand-edited report.json that is no number is no figure (never a crash)
+        return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
     if spec:  # a URL audit: the server's own counters speak for acceptance (verifier.runner.speculation)
-        per = spec.get("per_request") or {}
-        engine_figures = bool(per.get("source")) and per.get("draft_tokens") is not None  # an engine's per-call figures
-        part = per if engine_figures or per.get("draft_tokens") else spec.get("counters") or {}
-        rate = part.get("acceptance_rate")
+        per = spec.get("per_request") if isinstance(spec.get("per_request"), dict) else {}
+        engine_figures = bool(per.get("source")) and number(per.get("draft_tokens")) is not None  # an engine's per call
+        counters = spec.get("counters") if isinstance(spec.get("counters"), dict) else {}
+        part = per if engine_figures or number(per.get("draft_tokens")) else counters
+        rate = number(part.get("acceptance_rate"))
+        part = {**part, "draft_tokens": number(part.get("draft_tokens"))}
         who = "engine" if engine_figures else "server counters"
-        acc = [f"{who}: {rate:.1%} of {part.get('draft_tokens', 0):,.0f} draft tokens accepted" if rate is not None
+        acc = [f"{who}: {rate:.1%} of {part.get('draft_tokens') or 0:,.0f} draft tokens accepted" if rate is not None
                else f"{who}: 0 draft tokens verified" if part.get("draft_tokens") == 0
+               else f"{who}: {part['draft_tokens']:,.0f} draft tokens verified" if part.get("draft_tokens")
                else "speculation counters not observable"]
-        calls, requests = spec.get("calls_with_drafts"), spec.get("requests")
-        if calls is not None and requests and calls < requests:
+        calls, requests = number(spec.get("calls_with_drafts")), number(spec.get("requests"))
+        if calls is not None and requests and 0 <= calls < requests:
             acc[0] += f"; drafts verified in {calls:,} of {requests:,} calls"
         if spec.get("verified") is False:
             acc[0] += " -- SPECULATION NEVER RAN"

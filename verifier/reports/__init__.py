@@ -151,7 +151,24 @@ def render_markdown(report: dict) -> str:
                                         target)
              for d in report.get("decoders", [])}
     return _env(False).get_template("report.md.j2").render(r=report, failing=_failing(report), detected=_detected(report),
-                                                           far_below=_far_below(), lines=lines, legend=cell_legend(report))
+                                                           far_below=_far_below(), lines=lines, legend=cell_legend(report),
+                                                           speculation=_speculation_lines(report))
+
+
+def _speculation_lines(report: dict) -> dict[str, str]:
+    """{decoder: what its own speculation figures show} (:func:`verifier.runner.speculation.describe`: a server's
+    counters, an engine's per-call draft counts), for the decoders that report them."""
+    from verifier.runner.speculation import describe
+
+    sent = ((report.get("run") or {}).get("requests_sent_session") or {})
+    out = {}
+    for d in report.get("decoders", []):
+        if isinstance(d.get("speculation"), dict):
+            try:
+                out[d["decoder"]] = describe(d["speculation"], sent.get(d["decoder"]) if isinstance(sent, dict) else None)
+            except (TypeError, ValueError, KeyError, AttributeError):  # a hand-edited report.json: said, not a crash
+                out[d["decoder"]] = "speculation figures unreadable in report.json"
+    return out
 
 
 def _sections(report: dict) -> list[dict]:
@@ -170,6 +187,7 @@ def _sections(report: dict) -> list[dict]:
     for c in report.get("cells", []):
         by_dec.setdefault(c.get("decoder", ""), []).append(c)
     out = []
+    speculation = _speculation_lines(report)
     for d in report.get("decoders", []):
         cells = by_dec.get(d["decoder"], [])
         cell = summary.most_telling_cell(cells)
@@ -177,6 +195,7 @@ def _sections(report: dict) -> list[dict]:
         acc = [Markup(f) for f in (svg.acceptance_figure(a) for a in (d.get("acceptance") or [])) if f]
         out.append({
             "d": d, "line": summary.decoder_line(d, cells, sets, alpha, report.get("suite", {}).get("stats", {}).get("target_mde")),
+            "speculation": speculation.get(d["decoder"]),
             "cells": cells, "cell": cell,
             "cell_where": summary.set_label(cell, sets) if cell else "",
             "figure": Markup(fig) if fig else None, "acceptance_figures": acc,

@@ -411,7 +411,8 @@ def _statistics(ctx: SuiteContext, store: SampleStore, errors: dict[str, dict], 
                          error=errors.get(spec.name), max_new_tokens=max((p.max_new_tokens for p in plans), default=None),
                          cell_weights=dict(suite.stats.cell_weights))
         verdict.acceptance = audits
-        speculation.apply_guard(verdict, speculation.summarize(spec_metas, session=session_id()))  # no draft verified: no PASS
+        speculation.apply_guard(verdict, speculation.summarize(spec_metas, session=session_id()),  # no draft verified,
+                                target_tv=suite.stats.target_mde)  # or too few calls drafted: no PASS
         if spec.acceptance == "canonical" and spec.name not in errors:
             verdict.conformance = acceptance.conformance(conformance_cells, suite.stats.alpha, untested)
             verdict.conformance["cell_results"] = [c.to_dict() for c in conformance_cells]

@@ -54,9 +54,19 @@ def summarize(metas: Iterable[dict[str, Any] | None], session: str | None = None
         chunk lacked it, plus ``acceptance_rate`` = accepted / draft tokens; ``server_fingerprints`` (the distinct
         ``system_fingerprint`` values of the replies, where the server sends one) only when a chunk has one.
     """
+    metas = list(metas)
     entries = [m for m in metas if isinstance(m, dict)]
     if not entries:
         return None
+    readable = [e for e in entries if _readable(e)]
+    unreadable, missing = len(entries) - len(readable), len(metas) - len(entries)
+    entries = readable
+    if not entries:  # every entry malformed (a hand-edited shard): nothing is evidence, so nothing is verified
+        return {"chunks": 0, "requests": 0, "requests_sent": 0, "requests_sent_session": 0, "background_requests": 0,
+                "required": True, "seed_honoured": None, "unreadable_chunks": unreadable, "chunks_without_figures": missing,
+                "counters": {"drafts": None, "draft_tokens": None, "accepted_tokens": None, "source": None,
+                             "acceptance_rate": None},
+                "per_request": {"draft_tokens": None, "accepted_tokens": None, "acceptance_rate": None}}
     out: dict[str, Any] = {"chunks": len(entries), "requests": sum(int(e.get("requests", 0)) for e in entries),
                            "requests_sent": sum(int(e.get("requests_sent", 0)) for e in entries)}
     out["requests_sent_session"] = sum(int(e.get("requests_sent", 0)) for e in entries
@@ -88,14 +98,44 @@ def summarize(metas: Iterable[dict[str, Any] | None], session: str | None = None
     with_drafts = total(e.get("calls_with_drafts") for e in entries)
     if with_drafts is not None:  # calls that verified at least one draft token (the rest sampled the target alone)
         out["calls_with_drafts"] = int(with_drafts)
+    if unreadable or missing:  # figures from some chunks only: their totals say nothing about the others
+        out["unreadable_chunks"], out["chunks_without_figures"] = unreadable, missing
     for part in (out["counters"], out["per_request"]):
         d, a = part.get("draft_tokens"), part.get("accepted_tokens")
         part["acceptance_rate"] = (a / d) if d and a is not None else None
     return out
 
 
+COUNT_KEYS = ("requests", "requests_sent", "background_requests", "per_request_draft_tokens",
+              "per_request_accepted_tokens", "calls_with_drafts")  # counts in a chunk's entry: integers >= 0 or None
+
+
+def _readable(entry: dict[str, Any]) -> bool:
+    """Whether a chunk's entry holds usable figures: every count an integer >= 0 (or absent / None), accepted tokens at
+    most the draft tokens, calls that drafted at most the calls and non-zero exactly when draft tokens were verified.
+    A malformed entry (a hand-edited or damaged shard) is left out of the sums and counted, never trusted."""
+    import math
+
+    for key in COUNT_KEYS:
+        v = entry.get(key)
+        if v is None:
+            continue
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0 or v != int(v):
+            return False
+    drafts, accepted = entry.get("per_request_draft_tokens"), entry.get("per_request_accepted_tokens")
+    calls, requests = entry.get("calls_with_drafts"), entry.get("requests")
+    if drafts is not None and accepted is not None and accepted > drafts:
+        return False
+    if calls is not None and (requests is None or calls > requests or (drafts is not None and (calls > 0) != (drafts > 0))):
+        return False
+    return isinstance(entry.get("counters", {}), dict)
+
+
 def _why_none(summary: dict[str, Any]) -> str | None:
-    """The reason no draft was verified, or None when drafts were verified (or nothing says)."""
+    """The reason no draft was verified, or None when drafts were verified (or nothing says, or the figures cover some
+    chunks only)."""
+    if summary.get("unreadable_chunks") or summary.get("chunks_without_figures"):
+        return None
     per, cnt = summary["per_request"], summary["counters"]
     if per.get("draft_tokens") == 0 and per.get("source"):
         return f"0 draft tokens verified over {summary['requests']} generate calls ({per['source']})"
@@ -116,15 +156,23 @@ def _drafts_seen(summary: dict[str, Any]) -> bool | None:
     return True if any(v > 0 for v in seen) else None
 
 
-def apply_guard(verdict, summary: dict[str, Any] | None) -> None:
+def apply_guard(verdict, summary: dict[str, Any] | None, target_tv: float | None = None) -> None:
     """Turn ``verdict`` (a :class:`~verifier.runner.verdict.DecoderVerdict`) from PASS into UNDERPOWERED
-    when ``summary`` shows that no draft was verified; BIAS and ERROR stand (bias is bias either way)."""
+    when ``summary`` shows that no draft was verified, or that so few calls drafted that the PASS says nothing about
+    them (:func:`sparse_reason`; ``target_tv``: the suite's target MDE); BIAS and ERROR stand (bias is bias either
+    way)."""
     from verifier.runner.verdict import PASS, UNDERPOWERED
 
     if summary is None:
         return
     why = _why_none(summary)
     verdict.speculation = dict(summary, verified=False if why is not None else _drafts_seen(summary))
+    sparse = sparse_reason(verdict, summary, target_tv) if why is None and verdict.verdict == PASS else None
+    if sparse is not None:
+        verdict.verdict = UNDERPOWERED
+        verdict.reason = f"{sparse} (the bias cells alone: {verdict.reason})"
+        verdict.expectation_met = False
+        return
     if why is not None and verdict.verdict in (PASS, UNDERPOWERED):
         verdict.verdict = UNDERPOWERED
         verdict.reason = NO_SPECULATION_REASON.format(why=why) + f" (the bias cells alone: {verdict.reason})"
@@ -134,6 +182,33 @@ def apply_guard(verdict, summary: dict[str, Any] | None) -> None:
         verdict.verdict = UNDERPOWERED
         verdict.reason = (f"{UNOBSERVABLE_REASON} (the bias cells alone: {verdict.reason})")
         verdict.expectation_met = False
+
+
+def sparse_reason(verdict, summary: dict[str, Any], target_tv: float | None) -> str | None:
+    """Why a PASS certifies too little of the calls that drafted, or None.
+
+    Where a decoder counts the calls that verified a draft (``calls_with_drafts`` of ``requests``; OpenVINO GenAI with
+    prefix caching on stops drafting at its first failure), its rows are a mixture: a share ``s`` from the speculating
+    calls, the rest plain target samples.  The output law's TV from the target is ``s`` times the speculating calls'
+    own, so a PASS whose TV cells can see ``m`` (their largest MDE) bounds the speculating calls' law only by
+    ``m / s``; when that exceeds ``target_tv`` (or 1), the audit cannot certify the speculative path: UNDERPOWERED."""
+    calls, requests = summary.get("calls_with_drafts"), summary.get("requests")
+    if not isinstance(calls, int) or not isinstance(requests, int) or not 0 < calls < requests:
+        return None
+    if summary.get("unreadable_chunks") or summary.get("chunks_without_figures"):
+        return None
+    share = calls / requests
+    mdes = [c.mde for c in verdict.cells if getattr(c, "effect_unit", "tv") == "tv" and c.mde is not None]
+    if not mdes:
+        return None
+    bound = max(mdes) / share
+    limit = min(1.0, float(target_tv)) if target_tv else 1.0
+    if bound <= limit:
+        return None
+    return (f"speculation ran in only {calls:,} of {requests:,} calls ({share:.2%}): the rows are a mixture in which "
+            f"the calls that drafted are that share, so the TV cells' largest MDE {max(mdes):.3g} bounds their own law "
+            f"only by {min(bound, 1.0) if bound > 1 else bound:.3g}{' (no bound)' if bound > 1 else ''}, above the "
+            f"target TV {limit:g}; this PASS certifies plain target sampling, not the speculative path")
 
 
 def describe(summary: dict[str, Any], sent_session: int | None = None) -> str:
@@ -149,7 +224,8 @@ def describe(summary: dict[str, Any], sent_session: int | None = None) -> str:
         ``requests_sent``.
     """
     parts = []
-    for name, part in (("per request", summary.get("per_request") or {}), ("server counters", summary.get("counters") or {})):
+    per_label = "per call (engine)" if (summary.get("per_request") or {}).get("source") else "per request"
+    for name, part in ((per_label, summary.get("per_request") or {}), ("server counters", summary.get("counters") or {})):
         d, a = part.get("draft_tokens"), part.get("accepted_tokens")
         if d is not None and a is not None:
             rate = f" ({a / d:.1%})" if d else ""
@@ -158,17 +234,25 @@ def describe(summary: dict[str, Any], sent_session: int | None = None) -> str:
     if calls is not None and parts and requests and calls < requests:  # a PASS then speaks mostly for the target alone
         parts.append(f"drafts verified in {calls:,} of {requests:,} calls ({calls / requests:.1%}); the other "
                      f"{requests - calls:,} sampled the target alone")
+    partial = [f"{v} chunk(s) {what}" for v, what in ((summary.get("chunks_without_figures"), "without figures"),
+                                                      (summary.get("unreadable_chunks"), "with malformed figures, left out"))
+               if v]
+    if partial:
+        parts.append("figures from " + f"{summary.get('chunks', 0)} chunk(s) only; " + ", ".join(partial))
     if not parts:
         src = (summary.get("counters") or {}).get("source")
         return f"speculation: not observable ({src or 'no counters reported'}); a PASS cannot show that drafts were verified"
-    head = "speculation verified" if summary.get("verified") else "SPECULATION NEVER RAN"
+    head = {True: "speculation verified", False: "SPECULATION NEVER RAN"}.get(summary.get("verified"),
+                                                                              "speculation not shown")
     seed = {True: "; request seeds reproduce", False: "; the server IGNORES request seeds (the journal is the only "
             "record of the samples)", None: ""}[summary.get("seed_honoured")]
     total = int(summary.get("requests", 0))
     if sent_session is None:  # older reports: in the summary, or no session split at all
         sent_session = summary.get("requests_sent_session", summary.get("requests_sent", 0))
     sent = int(sent_session)
-    earlier = f", {total - sent:,} from the response journal or earlier sessions' samples" if total > sent else ""
+    source = ("earlier sessions' samples" if (summary.get("per_request") or {}).get("source")  # an engine keeps no journal
+              else "the response journal or earlier sessions' samples")
+    earlier = f", {total - sent:,} from {source}" if total > sent else ""
     return (f"{head} -- " + "; ".join(parts) + f" over {total:,} requests "
             f"({sent:,} sent in this session{earlier}"
             + (f", beside {summary['background_requests']:,} background requests whose drafts the server counters include"

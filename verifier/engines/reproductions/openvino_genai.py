@@ -52,7 +52,7 @@ from verifier.sampling import processed_probs
 
 __all__ = ["COUPLINGS", "predict", "score_set", "observed_acceptance", "LAW_TOKENS", "LAW_SOURCE", "LAW_POINTER",
            "TAKES_SETTINGS", "engine_laws", "law_unsupported", "untested", "sampled_precision", "UNTIL_FAILURE",
-           "mixtures"]
+           "PRECISION_ONLY", "mixtures"]
 
 # engine_laws / law_unsupported / untested take the shards' recorded decoder settings (verifier.diagnose.engine_laws):
 # the precision the pipeline sampled at (settings["inference_precision"], recorded since 2026-12-06)
@@ -62,6 +62,8 @@ COUPLINGS = ("independent", "shared seed")
 # the mixture prefix caching on samples (FINDINGS.md sections 1, 3): the shared-seed law in the calls before the pipeline's
 # first content_length failure, the target's after it
 UNTIL_FAILURE = "as shipped, shared seed until the first content_length failure, then the target"
+# ... and its limit: no call speculated (or too few to matter), the target sampled at the pipeline's own precision
+PRECISION_ONLY = "the target alone, at the pipeline's precision"
 BATCH = 4096  # target contexts per forward pass
 MIN_PROB = 1e-15  # a law's categories at or below this count as impossible in the chi-square
 
@@ -160,6 +162,11 @@ LAW_SOURCE = {
         "a fresh target sample y, emits a target sample one position later on a rejection, and the draft's sampler "
         "is a copy of the target's std::mt19937(rng_seed), so candidate 1 is drawn with the uniform that drew token 1 "
         "(FINDINGS.md section 2; control not buildable here)"),
+    PRECISION_ONLY: (
+        "OpenVINO GenAI's pipeline sampled the target alone (with prefix caching on, every call after its first "
+        "content_length failure), from its own logits at the CPU plugin's precision (bf16 with native bf16): a bias "
+        "left is the precision's (a token across a top-k / top-p / min-p threshold), not the speculative rule's; the "
+        "control is --engine-arg precision=f32"),
     UNTIL_FAILURE: (
         "with prefix caching on (the engine default) OpenVINO GenAI's continuous-batching pipeline speculates with the "
         "shared-seed validate_candidate law above only until its first content_length failure (sequence_group.cpp), "
@@ -275,8 +282,10 @@ def _audited_engine(options) -> bool:
 
 
 def engine_laws(prompt, sampling, target, draft, options=None, settings=None) -> dict[str, np.ndarray]:
-    """Joint laws of tokens 1-2, shape (vocab, vocab): ``"target"`` (the target's law on the same probs) and each
-    coupling of :data:`COUPLINGS`.  On an audit of the installed engine (``options`` name the shipped pair) the probs
+    """Joint laws of tokens 1-2, shape (vocab, vocab): ``"target"`` (the target's law on the same probs), each
+    coupling of :data:`COUPLINGS`, and with prefix caching on (:func:`mixtures`) on the engine's own logits
+    :data:`PRECISION_ONLY` (the engine's target alone: the until-failure mixture at share 0, scored beside it so that
+    the mixture never takes the credit for a bias of the precision alone).  On an audit of the installed engine (``options`` name the shipped pair) the probs
     are the engine's own (:mod:`verifier.engines.openvino_logits`) at the precision the pipeline sampled at
     (:func:`sampled_precision` of ``options`` and the shards' recorded ``settings``; unknown: the CPU plugin's default,
     bf16 on CPUs with AMX); otherwise the torch models' (``target``, ``draft``).
@@ -289,8 +298,10 @@ def engine_laws(prompt, sampling, target, draft, options=None, settings=None) ->
     if not _audited_engine(options):
         return predict(prompt, sampling, target, draft)[0]
     precisions, _ = sampled_precision(options, settings)
-    return predict(prompt, sampling, target, draft,
-                   logits=engine_logits_fn(precisions[0] if len(precisions) == 1 else None))[0]
+    laws = predict(prompt, sampling, target, draft, logits=engine_logits_fn(precisions[0] if len(precisions) == 1 else None))[0]
+    if mixtures(options):  # prefix caching on: the until-failure mixture's limit, the engine's target alone, is its rival
+        laws[PRECISION_ONLY] = laws["target"].copy()
+    return laws
 
 
 def score_set(run_dir: str, set_name: str, prompt, sampling, shards, target, draft, *, report_dir: str | None = None,
