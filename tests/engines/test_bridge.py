@@ -186,3 +186,61 @@ def test_the_engine_starts_before_the_first_timed_generate_call():
         assert len(lines) == 1  # logged once
     finally:
         dec.close()
+
+
+def test_a_worker_started_ahead_is_adopted_by_the_next_decoder_with_its_arguments():
+    """EngineDecoder.start (an engine audit calls it before its own imports, pair load and plan: verifier.cli._prestart):
+    the worker starts without waiting for the engine's start-up; the next decoder built with the same arguments adopts
+    it (no second process), one with other arguments kills it and starts its own (two engines would share the CPU),
+    and a start-up error surfaces at the adopting decoder's first use (exit 3 as before)."""
+    import verifier.engines.bridge as bridge
+
+    early = _decoder()
+    early.start()
+    assert early._worker is None and len(bridge._POOL) == 1
+    pooled = next(iter(bridge._POOL.values()))
+    dec = _decoder()
+    try:
+        assert dec.generate([1, 2], 3, 2, SamplingConfig(), seed=1).shape == (3, 2)
+        assert dec._worker is pooled and not bridge._POOL  # adopted, removed from the pool
+    finally:
+        dec.close()
+    _decoder().start()
+    stale = next(iter(bridge._POOL.values()))
+    other = EngineDecoder(_Echo, HANDLER, init={"vocab_size": 5}, num_draft_tokens=2, vocab_size=5, eos_token_id=None)
+    try:
+        other.generate([1], 2, 2, SamplingConfig(), seed=0)
+        assert other._worker is not stale and not bridge._POOL  # other arguments: its own worker, the stale one killed
+        assert stale._proc.wait(timeout=30) is not None
+    finally:
+        other.close()
+        bridge.close_pool()
+    assert not bridge._POOL
+    failing = _decoder(fail_init=True)
+    failing.start()  # returns at once: the engine's error is not raised here
+    adopting = _decoder(fail_init=True)
+    with pytest.raises(DecoderError, match="ValueError: model file is corrupt"):
+        adopting.generate([1], 2, 2, SamplingConfig(), seed=0)
+    assert not bridge._POOL and adopting._worker is None
+    # a second use (an audit's numeric floor after a failed sampling stage) starts afresh and fails again, never
+    # waiting on the first worker for a reply it already sent (the session-25 hang)
+    with pytest.raises(DecoderError, match="ValueError: model file is corrupt"):
+        adopting.exposes_target_logits
+    worker = EngineWorker(sys.executable, HANDLER, name="echo", init={"vocab_size": 3, "fail_init": True}, wait=False)
+    for _ in range(2):
+        with pytest.raises(DecoderError, match="ValueError: model file is corrupt"):
+            worker.call("target_logits", prompt_ids=np.array([1]))
+    worker.close()
+
+
+def test_a_second_start_of_one_handler_closes_the_first_worker():
+    """At most one worker waits per handler file (an engine holds GBs): starting another closes the first."""
+    import verifier.engines.bridge as bridge
+
+    try:
+        _decoder().start()
+        first = next(iter(bridge._POOL.values()))
+        EngineDecoder(_Echo, HANDLER, init={"vocab_size": 5}, num_draft_tokens=2, vocab_size=5, eos_token_id=None).start()
+        assert len(bridge._POOL) == 1 and first._proc.wait(timeout=30) is not None
+    finally:
+        bridge.close_pool()

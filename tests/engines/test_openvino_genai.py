@@ -274,3 +274,19 @@ def test_per_call_speculation_figures_show_when_the_pipeline_drafts(engine):
         assert spec["calls_with_drafts"] == 0 and spec["per_request_draft_tokens"] == 0
     finally:
         dec.close()
+
+
+def test_an_engine_audit_starts_its_worker_before_the_pair_loads_and_kills_one_not_adopted(engine, monkeypatch):
+    """verifier.cli._prestart: the worker is started before the harness loads the reference pair (so the engine's
+    start-up runs beside it) and adopted by the runner's decoder (one worker: see the test above); a usage error found
+    after the start (--prompt-ids outside the vocabulary) leaves no worker running once the audit returns."""
+    import verifier.engines.bridge as bridge
+    import verifier.cli._audit_known_p as known_p
+
+    order = []
+    real_prestart, real_pair = bridge.prestart, known_p._pair
+    monkeypatch.setattr(bridge, "prestart", lambda *a, **k: (order.append("engine"), real_prestart(*a, **k))[1])
+    monkeypatch.setattr("verifier.engines.decoder.prestart", bridge.prestart)
+    monkeypatch.setattr(known_p, "_pair", lambda args: (order.append("pair"), real_pair(args))[1])
+    assert main(["audit", "--engine", "openvino-genai", "--prompt-ids", "999", "--num-samples", "20", "--no-progress"]) == 2
+    assert order == ["engine", "pair"] and not bridge._POOL

@@ -30,8 +30,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 @contextlib.contextmanager
 def applied(args: argparse.Namespace):
     """Run a command with the process's diagnosis mode set from the parsed arguments
-    (:func:`verifier.diagnose.run_dir.set_mode`), restored afterwards (in-process callers of ``main``)."""
-    from verifier.diagnose.run_dir import mode, set_mode
+    (:func:`verifier._diagnose_mode.set_mode`, read by :mod:`verifier.diagnose.run_dir`), restored afterwards (in-process
+    callers of ``main``); imports nothing heavy (an ``audit --engine`` starts its engine first)."""
+    from verifier._diagnose_mode import mode, set_mode
 
     before = mode()
     set_mode(getattr(args, "diagnose", None) or DEFAULT_DIAGNOSE)

@@ -229,7 +229,13 @@ def run(args: argparse.Namespace) -> int:
                                    "`specverify run SUITE --shard I/N`)")
         sampling = _sampling(args)
         args.engine_class.check_sampling(sampling)  # exit 2 before the engine starts
-        return _run_known_p(args, sampling)
+        from verifier.cli._prestart import discard_prestarted, prestart_engine
+
+        prestart_engine(args)  # its start-up runs beside the harness's imports, pair load and plan; the runner adopts it
+        try:
+            return _run_known_p(args, sampling)
+        finally:
+            discard_prestarted()  # one no decoder adopted (the audit stopped first) is killed now
     if args.resume:
         from verifier.audit.kernel_checkpoint import is_kernel_checkpoint
 

@@ -49,29 +49,7 @@ BYTES_PER_ENTRY = 86
 AUTO_DIAGNOSE_MEMORY_SHARE = 0.5  # ... and only while those bytes fit this share of the memory available now
 # when the only rejected cells are collision cells: every mechanism is a law of one row, which that finding leaves
 # unchanged (each row may have the target's law; pairs of rows repeat), so no likelihood ranking can explain it
-DIAGNOSE_MODES = ("auto", "off")  # `run`/`audit --diagnose`: after BIAS DETECTED diagnose (auto) or not (off)
-_MODE = "auto"  # one switch for the process, as verifier.progress: the CLI sets it from --diagnose / --no-diagnosis
-
-
-def set_mode(value: str) -> None:
-    """``"auto"``: the runner diagnoses every decoder with BIAS DETECTED; ``"off"``: it skips the diagnosis.
-
-    Raises
-    ------
-    InvalidArgumentError
-        ``value`` is not one of :data:`DIAGNOSE_MODES`.
-    """
-    from verifier.errors import invalid_argument
-
-    global _MODE
-    if value not in DIAGNOSE_MODES:
-        raise invalid_argument("diagnose", value, " | ".join(repr(m) for m in DIAGNOSE_MODES))
-    _MODE = value
-
-
-def mode() -> str:
-    """The process's diagnosis mode (:func:`set_mode`)."""
-    return _MODE
+from verifier._diagnose_mode import DIAGNOSE_MODES, mode, set_mode  # noqa: E402  (re-exported: the CLI sets it)
 
 
 def skipped_diagnosis(run_dir) -> dict[str, Any]:
@@ -459,7 +437,7 @@ def auto_diagnosis(report: dict, plans: list, pairs: dict, store, stage: dict, l
     """
     if not any(d.get("verdict") == DIAGNOSED_VERDICT for d in report.get("decoders", [])):
         return
-    if _MODE == "off":
+    if mode() == "off":
         report["diagnosis"] = skipped_diagnosis(store.run_dir)
         log(f"diagnosis skipped (--diagnose off); later: {report['diagnosis']['command']}")
         return

@@ -29,7 +29,7 @@ import numpy as np
 from verifier.engines import _wire
 from verifier.errors import DecoderError
 
-__all__ = ["EngineWorker", "hashed_seeds", "WORKER_MAIN"]
+__all__ = ["EngineWorker", "hashed_seeds", "WORKER_MAIN", "prestart", "adopt", "close_pool"]
 
 WORKER_MAIN = Path(__file__).resolve().parent / "_worker_main.py"
 STDERR_TAIL_CHARS = 4000  # engine stderr shown when a worker dies
@@ -74,6 +74,9 @@ class EngineWorker:
         Keyword arguments of ``Handler.__init__`` (JSON-able values, top-level numpy arrays).
     env : mapping, optional
         Extra environment variables of the worker (e.g. ``VLLM_CPU_KVCACHE_SPACE``).
+    wait : bool, default True
+        Wait for ``Handler.__init__`` (the engine's start-up: imports, model load) here.  False: send it and return at
+        once; the first :attr:`methods` or :meth:`call` waits for it (and raises its error there).
 
     Raises
     ------
@@ -82,9 +85,10 @@ class EngineWorker:
     """
 
     def __init__(self, python: str | Path, handler_file: str | Path, *, name: str, init: Mapping[str, Any] | None = None,
-                 env: Mapping[str, str] | None = None) -> None:
+                 env: Mapping[str, str] | None = None, wait: bool = True) -> None:
         self.name = name
         self.python = Path(python)
+        self.handler_file = str(handler_file)
         if not self.python.exists():
             raise DecoderError(f"engine {name!r}: interpreter {str(self.python)!r} does not exist (reinstall the engine)")
         self._stderr = tempfile.TemporaryFile(mode="w+b")
@@ -96,23 +100,54 @@ class EngineWorker:
                                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, env=full_env)
         except OSError as exc:
             raise DecoderError(f"engine {name!r}: cannot start its worker ({exc})") from None
-        #: the Handler's public methods, as its ``__init__`` reply lists them (``target_logits`` is optional)
-        self.methods: frozenset[str] = frozenset(self.call("__init__", **dict(init or {})).get("methods") or ())
+        self._methods: frozenset[str] | None = None
+        self._init_error: DecoderError | None = None
+        self._init_sent = self._send("__init__", dict(init or {}))  # the engine starts now; its reply is read below
+        if wait:
+            _ = self.methods
+
+    @property
+    def methods(self) -> frozenset[str]:
+        """The Handler's public methods, as its ``__init__`` reply lists them (``target_logits`` is optional); waits
+        for the engine's start-up the first time."""
+        if self._methods is None:
+            with self._lock:
+                if self._init_error is not None:  # its reply was read: never wait for a second one
+                    raise self._init_error
+                if self._methods is None:
+                    try:
+                        reply = self._receive("__init__", self._init_sent)
+                    except DecoderError as exc:
+                        self._init_error = exc
+                        raise
+                    self._methods = frozenset(reply.get("methods") or ())
+        return self._methods
+
+    def _send(self, method: str, kwargs: Mapping[str, Any]) -> bool:
+        try:
+            _wire.write_message(self._proc.stdin, {"method": method, **kwargs})
+            return True
+        except (BrokenPipeError, OSError):
+            return False
 
     def call(self, method: str, **kwargs: Any) -> dict[str, Any]:
-        """Send one request and wait for its reply.
+        """Send one request and wait for its reply (after the engine's start-up, when that is still running).
 
         Raises
         ------
         DecoderError
             (exit 3) the engine raised (its traceback is in the message) or the worker died.
         """
+        _ = self.methods
         with self._lock:
-            try:
-                _wire.write_message(self._proc.stdin, {"method": method, **kwargs})
-                reply = _wire.read_message(self._proc.stdout)
-            except (BrokenPipeError, EOFError, OSError):
-                reply = None
+            return self._receive(method, self._send(method, kwargs))
+
+    def _receive(self, method: str, sent: bool) -> dict[str, Any]:
+        """The reply to the request just sent (``sent``: whether writing it worked), or DecoderError."""
+        try:
+            reply = _wire.read_message(self._proc.stdout) if sent else None
+        except (BrokenPipeError, EOFError, OSError):
+            reply = None
         if reply is None:
             code = self._proc.poll()
             if code is None:
@@ -139,10 +174,15 @@ class EngineWorker:
         except (OSError, ValueError):
             return ""
 
-    def close(self) -> None:
-        """Close the worker's stdin (it exits) and reap it; idempotent."""
+    def close(self, *, kill: bool = False) -> None:
+        """Close the worker's stdin (it exits) and reap it, or with ``kill`` end it at once (a worker nobody adopted,
+        perhaps still starting its engine: nothing of it is kept); idempotent."""
         proc = getattr(self, "_proc", None)
         if proc is None or proc.poll() is not None:
+            return
+        if kill:
+            proc.kill()
+            proc.wait()
             return
         try:
             proc.stdin.close()
@@ -156,3 +196,63 @@ class EngineWorker:
             self.close()
         except Exception:  # noqa: BLE001  interpreter shutdown
             pass
+
+
+# workers started ahead of their decoder (prestart), each adopted by the first decoder built with the same arguments
+_POOL: dict[str, EngineWorker] = {}
+_POOL_LOCK = threading.Lock()
+
+
+def _pool_key(python, handler_file, init, env) -> str:
+    import json
+
+    def plain(value):
+        return value.tolist() if isinstance(value, np.ndarray) else repr(value)
+
+    return json.dumps([str(python), str(handler_file), dict(init or {}), dict(env or {})], sort_keys=True, default=plain)
+
+
+def prestart(python: str | Path, handler_file: str | Path, *, name: str, init: Mapping[str, Any] | None = None,
+             env: Mapping[str, str] | None = None) -> None:
+    """Start an engine worker now without waiting for the engine's start-up, for the decoder built next with the same
+    arguments (:func:`adopt`): the engine's imports and model load then run while the harness imports its own
+    libraries, loads the reference pair and plans the audit (an ``audit --engine``: :func:`verifier.cli._prestart`).
+
+    At most one worker waits per handler file (an earlier one of that handler is killed first: engines hold GBs);
+    one never adopted is killed at exit (it may still be starting its engine; nothing of it is kept).  Start-up errors surface where the adopting decoder first uses it.
+    """
+    key = _pool_key(python, handler_file, init, env)
+    with _POOL_LOCK:
+        if key in _POOL:
+            return
+        for k in [k for k, w in _POOL.items() if w.handler_file == str(handler_file)]:
+            _POOL.pop(k).close(kill=True)
+        try:
+            worker = EngineWorker(python, handler_file, name=name, init=init, env=env, wait=False)
+        except DecoderError:
+            return  # the adopting decoder starts its own and reports the error
+        _POOL[key] = worker
+
+
+def adopt(python: str | Path, handler_file: str | Path, init: Mapping[str, Any] | None = None,
+          env: Mapping[str, str] | None = None) -> EngineWorker | None:
+    """The worker :func:`prestart` started with these arguments (removed from the pool), or None; a worker of the same
+    handler started with other arguments is killed (the caller starts its own: two engines would share the CPU)."""
+    with _POOL_LOCK:
+        worker = _POOL.pop(_pool_key(python, handler_file, init, env), None)
+        if worker is None:
+            for k in [k for k, w in _POOL.items() if w.handler_file == str(handler_file)]:
+                _POOL.pop(k).close(kill=True)
+        return worker
+
+
+def close_pool() -> None:
+    """Kill every worker :func:`prestart` started that no decoder adopted (never waited for)."""
+    with _POOL_LOCK:
+        while _POOL:
+            _POOL.popitem()[1].close(kill=True)  # never adopted (a usage error, an interrupt): not waited for
+
+
+import atexit  # noqa: E402  (the pool's workers never outlive the harness)
+
+atexit.register(close_pool)

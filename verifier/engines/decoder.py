@@ -34,8 +34,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from verifier.engines.bridge import EngineWorker, hashed_seeds
-from verifier.errors import DecoderOutputError, invalid_argument, refuse_sampling
+from verifier.engines.bridge import EngineWorker, adopt, hashed_seeds, prestart
+from verifier.errors import DecoderError, DecoderOutputError, invalid_argument, refuse_sampling
 from verifier.protocols import DecoderStats
 from verifier.validation import check_row_prompts, check_row_temperatures, check_stop_rule
 
@@ -197,11 +197,27 @@ class EngineDecoder:
 
     @property
     def worker(self) -> EngineWorker:
-        """The worker process, started on first use (engine start-up happens here)."""
+        """The worker process, started on first use (engine start-up happens here) or adopted from :meth:`start`
+        (a worker started ahead with other arguments is killed first: engines hold GBs and CPU)."""
         if self._worker is None:
             python, handler, init, env = self._worker_args
-            self._worker = EngineWorker(python, handler, name=self.name, init=init, env=env)
+            worker = adopt(python, handler, init, env) or EngineWorker(python, handler, name=self.name, init=init, env=env)
+            try:
+                _ = worker.methods  # the engine's start-up finished (its error raised here, as without a prestart)
+            except DecoderError:
+                worker.close()  # a later use starts a fresh worker, as when the error came from its constructor
+                raise
+            self._worker = worker
         return self._worker
+
+    def start(self) -> None:
+        """Start the engine's worker now and return at once (:func:`verifier.engines.bridge.prestart`): its start-up
+        (imports, model load: seconds, mostly one core) runs while the caller imports, loads the reference pair and
+        plans, and the first decoder built with the same engine arguments adopts it.  Errors surface at that decoder's
+        first use."""
+        if self._worker is None:
+            python, handler, init, env = self._worker_args
+            prestart(python, handler, name=self.name, init=init, env=env)
 
     def start_engine(self, sampling: Any = None) -> float:
         """Start the engine's worker now when it is not running (imports, model load); the seconds that took (0.0 when

@@ -1,0 +1,59 @@
+"""verifier.cli._prestart: an ``audit --engine`` starts its worker before the harness's own start-up, with exactly the
+arguments the runner's decoder is built with later (so that decoder adopts it; never two engines)."""
+
+from types import SimpleNamespace
+
+import pytest
+
+from verifier.cli._prestart import checkpoint_info, prestart_engine
+
+
+def test_checkpoint_info_is_what_the_loaded_model_gives():
+    """vocab_size / eos_token_id read from the JSON files equal verifier.runner.models._info of the loaded model (the
+    values the runner offers an engine factory): the shipped pair, and a folder whose generation config names a list."""
+    from verifier.models.loading import load_model
+    from verifier.runner.models import _info
+
+    for role in ("target", "draft"):
+        assert checkpoint_info(f"shipped:{role}") == _info(load_model(f"shipped:{role}"))
+
+
+def test_checkpoint_info_reads_the_generation_config_first_and_refuses_odd_folders(tmp_path):
+    (tmp_path / "config.json").write_text('{"vocab_size": 10, "eos_token_id": 3}')
+    assert checkpoint_info(tmp_path) == (10, 3)
+    (tmp_path / "generation_config.json").write_text('{"eos_token_id": [5, 6]}')
+    assert checkpoint_info(tmp_path) == (10, 5)
+    (tmp_path / "config.json").write_text('{"vocab_size": "ten"}')
+    assert checkpoint_info(tmp_path) is None
+    (tmp_path / "config.json").write_text("not json")
+    assert checkpoint_info(tmp_path) is None
+    assert checkpoint_info(tmp_path / "missing") is None and checkpoint_info("tabular:trigram3") is None
+
+
+class _Engine:
+    worker_decoder = True
+
+
+@pytest.mark.parametrize("change", [{"url": "http://x"}, {"resume": "/tmp/run"}, {"engine_class": None},
+                                    {"target": "tabular:trigram3"}, {"decoder": "no_colon"}])
+def test_nothing_starts_where_the_runner_cannot_be_mirrored(change):
+    """--url, --resume, no worker engine, a target that is no checkpoint folder, a decoder that is no factory: no
+    worker is started here (the runner starts its own as before)."""
+    import verifier.engines.bridge as bridge
+
+    args = SimpleNamespace(engine_class=_Engine(), url=None, resume=None, target="shipped:target", num_draft_tokens=3,
+                           decoder="verifier.engines.vllm_engine:decoder",
+                           option=[("target_model", "shipped:target"), ("draft_model", "shipped:draft")])
+    for key, value in change.items():
+        setattr(args, key, value)
+    assert prestart_engine(args) is False and not bridge._POOL
+
+
+def test_a_factory_that_wants_a_loaded_model_is_not_prestarted():
+    """A factory whose signature names ``draft_model`` that the options leave out would get the runner's loaded model:
+    not mirrored, nothing started."""
+    import verifier.engines.bridge as bridge
+
+    args = SimpleNamespace(engine_class=_Engine(), url=None, resume=None, target="shipped:target", num_draft_tokens=3,
+                           decoder="verifier.engines.vllm_engine:decoder", option=[("target_model", "shipped:target")])
+    assert prestart_engine(args) is False and not bridge._POOL

@@ -1,0 +1,97 @@
+"""``audit --engine NAME``: start the engine's worker before the harness's own start-up.
+
+An engine audit's harness work before its first ``generate`` call -- importing torch, transformers, scipy and
+statsmodels, loading the reference pair, planning -- runs on one core for several seconds, and so does most of a
+worker engine's start-up (its imports and model load in its own venv).  Started at the beginning of the audit, after
+the cheap argument checks, the engine's start-up runs beside the harness's instead of after it; the runner's decoder,
+built later from the same arguments, adopts the worker (:func:`verifier.engines.bridge.adopt`), and a worker that is
+not adopted (other arguments, a usage error found later, an interrupt) is killed, never waited for.
+
+Only the engine's own factory is called here (its module imports nothing heavy), with the parameters the runner's
+:func:`verifier.runner.plan.build_decoder` would offer it: the options, ``num_draft_tokens``, and the target
+checkpoint's ``vocab_size`` / ``eos_token_id`` read from its ``config.json`` (and ``generation_config.json``), as
+:func:`verifier.runner.models._info` reads them from the loaded model.  Anything else it asks for, or anything
+unusual (``--resume``, ``--url``, a target that is no checkpoint folder), and nothing is started here.
+
+Measured (reports/benchmarks.md section 40, quiet 2-core machine): vLLM control, T = 1, k = 3, n = 5,000, time to
+verdict 19.6-21.9 s without, 15.7-16.3 s with (three alternating runs each); the 53,474-row certificate against vLLM
+alone making the same calls 0.81 without, 0.94 with.  (Session 25 started the worker after the pair had loaded:
+that overlapped the plan only, and measured no gain.)
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import json
+from pathlib import Path
+from typing import Any
+
+__all__ = ["prestart_engine", "discard_prestarted"]
+
+SHIPPED = Path(__file__).resolve().parents[1] / "models" / "shipped"  # = verifier.models.loading.shipped_checkpoint
+
+
+def prestart_engine(args: Any) -> bool:
+    """Start the worker of an ``audit --engine`` decoder now (after :func:`verifier.cli._audit_engines
+    ._route_decoder_engine`); True when one was started.  Never raises: the runner builds the decoder again and
+    reports any error."""
+    engine = getattr(args, "engine_class", None)
+    if (engine is None or not getattr(engine, "worker_decoder", False) or getattr(args, "url", None)
+            or getattr(args, "resume", None)):
+        return False
+    try:
+        info = checkpoint_info(args.target)
+        if info is None or ":" not in str(args.decoder):
+            return False
+        module, name = str(args.decoder).rsplit(":", 1)
+        factory = getattr(importlib.import_module(module), name)
+        offered = {"num_draft_tokens": int(args.num_draft_tokens), "vocab_size": info[0], "eos_token_id": info[1]}
+        params = inspect.signature(factory).parameters
+        kwargs = dict(args.option)
+        # the runner offers a name only where the options do not give it (verifier.plugins._build); a loaded model
+        # asked for (target, draft, or a *_model the options leave out): only the runner has it
+        if any(p in params and p not in kwargs for p in ("target", "draft", "target_model", "draft_model")):
+            return False
+        kwargs.update({k: v for k, v in offered.items() if k in params and k not in kwargs})
+        decoder = factory(**kwargs)
+        start = getattr(decoder, "start", None)
+        if not callable(start):
+            return False
+        start()
+        return True
+    except Exception:  # noqa: BLE001 - the runner builds the decoder again and reports the error
+        return False
+
+
+def checkpoint_info(target: Any) -> tuple[int, int | None] | None:
+    """``(vocab_size, eos_token_id)`` of a checkpoint folder (``shipped:NAME`` or a path) from its JSON files, as the
+    loaded model gives them (the generation config's eos first, a list's first id); None when not readable."""
+    spec = str(target or "")
+    folder = SHIPPED / spec.split(":", 1)[1] if spec.startswith("shipped:") else Path(spec).expanduser()
+    try:
+        cfg = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    gen = {}
+    if (folder / "generation_config.json").is_file():
+        try:
+            gen = json.loads((folder / "generation_config.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+    vocab = cfg.get("vocab_size") if isinstance(cfg, dict) else None
+    if not isinstance(vocab, int) or isinstance(vocab, bool):
+        return None
+    eos = gen.get("eos_token_id") if isinstance(gen, dict) else None
+    eos = cfg.get("eos_token_id") if eos is None else eos
+    if isinstance(eos, (list, tuple)):
+        eos = eos[0] if eos else None
+    return vocab, (int(eos) if isinstance(eos, int) else None)
+
+
+def discard_prestarted() -> None:
+    """Kill a worker started here that no decoder adopted (the audit ended first: a usage error found after the start,
+    an interrupt), now rather than at the process's exit -- an in-process caller of ``main`` goes on running."""
+    from verifier.engines.bridge import close_pool
+
+    close_pool()
