@@ -57,3 +57,35 @@ def test_a_factory_that_wants_a_loaded_model_is_not_prestarted():
     args = SimpleNamespace(engine_class=_Engine(), url=None, resume=None, target="shipped:target", num_draft_tokens=3,
                            decoder="verifier.engines.vllm_engine:decoder", option=[("target_model", "shipped:target")])
     assert prestart_engine(args) is False and not bridge._POOL
+
+
+def test_the_run_file_name_is_the_runners():
+    from verifier.cli import _prestart
+    from verifier.runner.run import RUN_FILE
+
+    assert _prestart.RUN_FILE == RUN_FILE and _prestart.SHIPPED.is_dir()
+
+
+@pytest.mark.parametrize("bad", [{"num_samples": 0}, {"max_new_tokens": 0}, {"chunk_size": -1},
+                                 {"prompt_ids": [[999]]}, {"prompt_ids": [[-1]]}, {"run_dir": "HELD"}])
+def test_no_engine_starts_for_an_audit_that_will_stop_with_a_usage_error(bad, tmp_path):
+    """Breaker (session 26): --num-samples 0, --max-new-tokens 0, a prompt id outside the vocabulary or a run folder
+    that already holds a run stop the audit with exit 2 after the pair loads; no engine may be started for them."""
+    from verifier.cli._prestart import _worth_starting
+
+    held = tmp_path / "held"
+    held.mkdir()
+    (held / "run.json").write_text("{}")
+    args = SimpleNamespace(num_samples=10, max_new_tokens=None, chunk_size=None, prompt_ids=[[1, 2]], run_dir=None)
+    assert _worth_starting(args, 384)
+    for key, value in bad.items():
+        setattr(args, key, str(held) if value == "HELD" else value)
+    assert not _worth_starting(args, 384)
+
+
+def test_checkpoint_info_refuses_an_eos_the_runner_may_read_otherwise(tmp_path):
+    (tmp_path / "config.json").write_text('{"vocab_size": 10}')
+    (tmp_path / "generation_config.json").write_text('{"eos_token_id": true}')
+    assert checkpoint_info(tmp_path) is None
+    (tmp_path / "generation_config.json").write_text('{"eos_token_id": 0.0}')
+    assert checkpoint_info(tmp_path) is None

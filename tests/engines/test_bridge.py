@@ -244,3 +244,43 @@ def test_a_second_start_of_one_handler_closes_the_first_worker():
         assert len(bridge._POOL) == 1 and first._proc.wait(timeout=30) is not None
     finally:
         bridge.close_pool()
+
+
+def test_a_worker_whose_harness_dies_during_its_start_up_exits(tmp_path):
+    """Breaker (session 26): the job process killed (SIGTERM it did not survive, SIGKILL) while a prestarted engine was
+    still starting left that engine running for its whole start-up (an orphan reading nothing yet).  The worker now
+    exits within a poll of its parent's death (_worker_main._exit_when_orphaned)."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    pid_file = tmp_path / "worker.pid"
+    script = (f"import sys, time\nsys.path.insert(0, {str(Path(__file__).resolve().parents[2])!r})\n"
+              "from verifier.engines.bridge import EngineWorker\n"
+              f"w = EngineWorker(sys.executable, {str(HANDLER)!r}, name='echo', init={{'vocab_size': 3, "
+              "'startup_sleep': 60}, wait=False)\n"
+              f"open({str(pid_file)!r}, 'w').write(str(w._proc.pid))\ntime.sleep(60)\n")
+    harness = subprocess.Popen([sys.executable, "-c", script])
+    deadline = time.monotonic() + 30
+    while not pid_file.exists() or not pid_file.read_text():
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    worker = int(pid_file.read_text())
+    harness.send_signal(signal.SIGKILL)
+    harness.wait(timeout=10)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.kill(worker, 0)
+        except ProcessLookupError:
+            return
+        try:  # a zombie reaped by init shows as gone once reaped; check its state
+            with open(f"/proc/{worker}/stat") as fh:
+                if fh.read().split()[2] == "Z":
+                    return
+        except OSError:
+            return
+        time.sleep(0.2)
+    os.kill(worker, signal.SIGKILL)
+    raise AssertionError("the worker outlived its harness by 10 s")

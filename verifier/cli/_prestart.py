@@ -30,6 +30,7 @@ from typing import Any
 __all__ = ["prestart_engine", "discard_prestarted"]
 
 SHIPPED = Path(__file__).resolve().parents[1] / "models" / "shipped"  # = verifier.models.loading.shipped_checkpoint
+RUN_FILE = "run.json"  # = verifier.runner.run.RUN_FILE (that module imports torch; tested equal)
 
 
 def prestart_engine(args: Any) -> bool:
@@ -40,9 +41,11 @@ def prestart_engine(args: Any) -> bool:
     if (engine is None or not getattr(engine, "worker_decoder", False) or getattr(args, "url", None)
             or getattr(args, "resume", None)):
         return False
+    from verifier.errors import VerifierError
+
     try:
         info = checkpoint_info(args.target)
-        if info is None or ":" not in str(args.decoder):
+        if info is None or ":" not in str(args.decoder) or not _worth_starting(args, info[0]):
             return False
         module, name = str(args.decoder).rsplit(":", 1)
         factory = getattr(importlib.import_module(module), name)
@@ -54,14 +57,44 @@ def prestart_engine(args: Any) -> bool:
         if any(p in params and p not in kwargs for p in ("target", "draft", "target_model", "draft_model")):
             return False
         kwargs.update({k: v for k, v in offered.items() if k in params and k not in kwargs})
-        decoder = factory(**kwargs)
+        try:
+            decoder = factory(**kwargs)
+        except VerifierError as exc:
+            if exc.exit_code == 2:  # the factory refused an option: the same usage error the runner would raise later
+                raise
+            return False
         start = getattr(decoder, "start", None)
         if not callable(start):
             return False
         start()
         return True
+    except VerifierError as exc:
+        if exc.exit_code == 2:
+            raise
+        return False
     except Exception:  # noqa: BLE001 - the runner builds the decoder again and reports the error
         return False
+
+
+def _worth_starting(args: Any, vocab_size: int) -> bool:
+    """False when the audit will stop with a usage error before it samples (the runner raises it, exit 2, later; no
+    engine should start for it): a run folder that already holds a run, a count below 1, a prompt id outside the
+    vocabulary."""
+    for name in ("num_samples", "max_new_tokens", "chunk_size"):
+        value = getattr(args, name, None)
+        if value is not None and (not isinstance(value, int) or value < 1):
+            return False
+    if any(not 0 <= int(t) < vocab_size for p in (getattr(args, "prompt_ids", None) or []) for t in p):
+        return False
+    if getattr(args, "run_dir", None):
+        from verifier.errors import VerifierError
+        from verifier.runner import guards
+
+        try:
+            guards.check_fresh_run_dir(args.run_dir, RUN_FILE)
+        except VerifierError:
+            return False
+    return True
 
 
 def checkpoint_info(target: Any) -> tuple[int, int | None] | None:
@@ -86,7 +119,9 @@ def checkpoint_info(target: Any) -> tuple[int, int | None] | None:
     eos = cfg.get("eos_token_id") if eos is None else eos
     if isinstance(eos, (list, tuple)):
         eos = eos[0] if eos else None
-    return vocab, (int(eos) if isinstance(eos, int) else None)
+    if eos is not None and (isinstance(eos, bool) or not isinstance(eos, int)):
+        return None  # a value the runner may read otherwise (true, 0.0): not mirrored, nothing started
+    return vocab, eos
 
 
 def discard_prestarted() -> None:

@@ -35,7 +35,32 @@ def _load_handler(path: str):
     return _import_file(f"specverify_worker_{Path(path).stem}", path).Handler
 
 
+ORPHAN_POLL_S = 0.5  # how often the worker checks that the harness process that started it is alive
+PARENT_ENV = "SPECVERIFY_WORKER_PARENT"  # the harness's pid, set by verifier.engines.bridge.EngineWorker
+
+
+def _exit_when_orphaned(parent: int) -> None:
+    """Exit at once when the harness process that started this worker is gone (re-parented: SIGKILL, a SIGTERM the
+    harness did not survive).  The protocol's closed stdin says the same, but only once the engine's start-up -- tens
+    of seconds, started ahead of the harness's own -- has finished and the next request is read."""
+    import threading
+    import time
+
+    def watch() -> None:
+        while True:
+            if os.getppid() != parent:  # checked at once too: the harness may have died before this thread started
+                os._exit(0)
+            time.sleep(ORPHAN_POLL_S)
+
+    threading.Thread(target=watch, name="specverify-orphan-watch", daemon=True).start()
+
+
 def main() -> int:
+    try:
+        parent = int(os.environ.pop(PARENT_ENV, ""))  # popped: an engine's own subprocesses have another parent
+    except ValueError:
+        parent = os.getppid()
+    _exit_when_orphaned(parent)
     proto_in = os.fdopen(os.dup(0), "rb")
     proto_out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # engine prints go to stderr

@@ -32,6 +32,7 @@ from verifier.errors import DecoderError
 __all__ = ["EngineWorker", "hashed_seeds", "WORKER_MAIN", "prestart", "adopt", "close_pool"]
 
 WORKER_MAIN = Path(__file__).resolve().parent / "_worker_main.py"
+PARENT_ENV = "SPECVERIFY_WORKER_PARENT"  # = _worker_main.PARENT_ENV: the harness pid the worker watches
 STDERR_TAIL_CHARS = 4000  # engine stderr shown when a worker dies
 
 
@@ -94,6 +95,7 @@ class EngineWorker:
         self._stderr = tempfile.TemporaryFile(mode="w+b")
         full_env = {**os.environ, **(env or {})}
         full_env.pop("PYTHONPATH", None)  # the engine venv must not see the harness's packages
+        full_env[PARENT_ENV] = str(os.getpid())  # the worker exits when this process is gone (_worker_main)
         self._lock = threading.Lock()
         try:
             self._proc = subprocess.Popen([str(self.python), "-u", str(WORKER_MAIN), str(handler_file)],
@@ -104,7 +106,11 @@ class EngineWorker:
         self._init_error: DecoderError | None = None
         self._init_sent = self._send("__init__", dict(init or {}))  # the engine starts now; its reply is read below
         if wait:
-            _ = self.methods
+            try:
+                _ = self.methods
+            except DecoderError:  # its start-up failed: the process (perhaps still exiting) is not left behind
+                self.close(kill=True)
+                raise
 
     @property
     def methods(self) -> frozenset[str]:

@@ -205,7 +205,7 @@ class EngineDecoder:
             try:
                 _ = worker.methods  # the engine's start-up finished (its error raised here, as without a prestart)
             except DecoderError:
-                worker.close()  # a later use starts a fresh worker, as when the error came from its constructor
+                worker.close(kill=True)  # a later use starts a fresh worker, as when the error came from its constructor
                 raise
             self._worker = worker
         return self._worker
