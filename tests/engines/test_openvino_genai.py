@@ -279,7 +279,8 @@ def test_per_call_speculation_figures_show_when_the_pipeline_drafts(engine):
 def test_an_engine_audit_starts_its_worker_before_the_pair_loads_and_kills_one_not_adopted(engine, monkeypatch):
     """verifier.cli._prestart: the worker is started before the harness loads the reference pair (so the engine's
     start-up runs beside it) and adopted by the runner's decoder (one worker: see the test above); a usage error found
-    after the start (--prompt-ids outside the vocabulary) leaves no worker running once the audit returns."""
+    after the start (--target-tv 5, checked with the plan) leaves no worker running once the audit returns, and one the
+    prestart can foresee (--prompt-ids outside the vocabulary) starts no engine at all."""
     import verifier.engines.bridge as bridge
     import verifier.cli._audit_known_p as known_p
 
@@ -288,5 +289,8 @@ def test_an_engine_audit_starts_its_worker_before_the_pair_loads_and_kills_one_n
     monkeypatch.setattr(bridge, "prestart", lambda *a, **k: (order.append("engine"), real_prestart(*a, **k))[1])
     monkeypatch.setattr("verifier.engines.decoder.prestart", bridge.prestart)
     monkeypatch.setattr(known_p, "_pair", lambda args: (order.append("pair"), real_pair(args))[1])
-    assert main(["audit", "--engine", "openvino-genai", "--prompt-ids", "999", "--num-samples", "20", "--no-progress"]) == 2
+    assert main(["audit", "--engine", "openvino-genai", "--target-tv", "5", "--num-samples", "20", "--no-progress"]) == 2
     assert order == ["engine", "pair"] and not bridge._POOL
+    order.clear()
+    assert main(["audit", "--engine", "openvino-genai", "--prompt-ids", "999", "--num-samples", "20", "--no-progress"]) == 2
+    assert order == ["pair"] and not bridge._POOL
