@@ -26,7 +26,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("exact", ("exact",)),
     ("stats", ("stats",)),
     ("contracts", ("protocols", "suite", "sampling", "validation", "progress", "_call_timeout", "_run_lock",
-                   "_tracebacks", "_import_file", "_verdict_file", "_threads", "_resume")),
+                   "_tracebacks", "_import_file", "_verdict_file", "_threads", "_resume", "_diagnose_mode")),
     ("errors", ("errors", "_layers")),
 )
 
