@@ -30,5 +30,14 @@ def test_one_run_names_every_law_and_nothing_on_the_null(capsys):
         cells = [c.strip() for c in line.strip("|").split("|")]
         if "(null)" in line:
             assert cells[-1].startswith("0 named"), line
+        elif "prefix caching on" in line:  # 1% of 500 rows speculating: 5 rows, below its n for 95% (1,000); below
+            assert cells[-1] == "0", line
         else:
             assert cells[2] == "1.00" and cells[-1] == "0", line
+    # OpenVINO with prefix caching on (the until-failure mixture, 1% of rows speculating) at n = 2,000
+    assert main(["bench", "diagnose-engines", "--only", "prefix caching on", "--runs", "1", "--n", "2000"]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if "prefix caching on" in line]
+    assert len(rows) == 2, rows
+    for line in rows:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        assert cells[-1].startswith("0 named") if "(null)" in line else (cells[2] == "1.00" and cells[-1] == "0"), line
