@@ -27,22 +27,27 @@ import json
 from pathlib import Path
 from typing import Any
 
+from verifier.errors import VerifierError
+from verifier.runner.guards import RUN_FILE, check_fresh_run_dir  # a light module (no torch)
+
 __all__ = ["prestart_engine", "discard_prestarted"]
 
 SHIPPED = Path(__file__).resolve().parents[1] / "models" / "shipped"  # = verifier.models.loading.shipped_checkpoint
-RUN_FILE = "run.json"  # = verifier.runner.run.RUN_FILE (that module imports torch; tested equal)
 
 
 def prestart_engine(args: Any) -> bool:
     """Start the worker of an ``audit --engine`` decoder now (after :func:`verifier.cli._audit_engines
-    ._route_decoder_engine`); True when one was started.  Never raises: the runner builds the decoder again and
-    reports any error."""
+    ._route_decoder_engine`); True when one was started.
+
+    Raises
+    ------
+    VerifierError
+        Only a usage error (exit 2) the engine's factory raised (an option it refuses), at once; any other error is
+        left to the runner, which builds the decoder again and reports it."""
     engine = getattr(args, "engine_class", None)
     if (engine is None or not getattr(engine, "worker_decoder", False) or getattr(args, "url", None)
             or getattr(args, "resume", None)):
         return False
-    from verifier.errors import VerifierError
-
     try:
         info = checkpoint_info(args.target)
         if info is None or ":" not in str(args.decoder) or not _worth_starting(args, info[0]):
@@ -57,19 +62,14 @@ def prestart_engine(args: Any) -> bool:
         if any(p in params and p not in kwargs for p in ("target", "draft", "target_model", "draft_model")):
             return False
         kwargs.update({k: v for k, v in offered.items() if k in params and k not in kwargs})
-        try:
-            decoder = factory(**kwargs)
-        except VerifierError as exc:
-            if exc.exit_code == 2:  # the factory refused an option: the same usage error the runner would raise later
-                raise
-            return False
+        decoder = factory(**kwargs)
         start = getattr(decoder, "start", None)
         if not callable(start):
             return False
         start()
         return True
     except VerifierError as exc:
-        if exc.exit_code == 2:
+        if exc.exit_code == 2:  # e.g. the factory refused an option: the same usage error the runner would raise later
             raise
         return False
     except Exception:  # noqa: BLE001 - the runner builds the decoder again and reports the error
@@ -87,11 +87,8 @@ def _worth_starting(args: Any, vocab_size: int) -> bool:
     if any(not 0 <= int(t) < vocab_size for p in (getattr(args, "prompt_ids", None) or []) for t in p):
         return False
     if getattr(args, "run_dir", None):
-        from verifier.errors import VerifierError
-        from verifier.runner import guards
-
         try:
-            guards.check_fresh_run_dir(args.run_dir, RUN_FILE)
+            check_fresh_run_dir(args.run_dir, RUN_FILE)
         except VerifierError:
             return False
     return True

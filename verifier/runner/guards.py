@@ -30,6 +30,7 @@ __all__ = ["check_fresh_run_dir", "plugin_hashes", "check_plugins_unchanged", "r
 TOKEN_BYTES = 8  # emitted tokens are int64
 CHUNK_COPIES = 4  # a chunk lives as the decoder's buffers, its returned array, the validated copy and the shard
 SET_COPIES = 3  # statistics hold every sample set of a decoder at once, plus the concatenated copy and counts
+RUN_FILE = "run.json"  # a run folder's suite and settings (verifier.runner.run re-exports it)
 REPORT_FILE = "report.json"  # a run's verdict (verifier.reports.write_reports), written after its samples
 MEMORY_SHARE = 0.8  # of the memory available when the run starts (models, torch and the OS need the rest)
 

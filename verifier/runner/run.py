@@ -65,7 +65,7 @@ __all__ = ["REPORT_SCHEMA_VERSION", "RUN_FILE", "STOPPED_FILE", "RunOutcome", "n
 
 _Context = SuiteContext  # the old private name (bench modules, shards)
 
-RUN_FILE = "run.json"
+RUN_FILE = guards.RUN_FILE  # defined beside check_fresh_run_dir (a light module: the CLI reads it before torch loads)
 STOPPED_FILE = "stopped.json"
 
 

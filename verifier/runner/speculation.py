@@ -61,18 +61,13 @@ def summarize(metas: Iterable[dict[str, Any] | None], session: str | None = None
     readable = [e for e in entries if _readable(e)]
     unreadable, missing = len(entries) - len(readable), len(metas) - len(entries)
     entries = readable
-    if not entries:  # every entry malformed (a hand-edited shard): nothing is evidence, so nothing is verified
-        return {"chunks": 0, "requests": 0, "requests_sent": 0, "requests_sent_session": 0, "background_requests": 0,
-                "required": True, "seed_honoured": None, "unreadable_chunks": unreadable, "chunks_without_figures": missing,
-                "counters": {"drafts": None, "draft_tokens": None, "accepted_tokens": None, "source": None,
-                             "acceptance_rate": None},
-                "per_request": {"draft_tokens": None, "accepted_tokens": None, "acceptance_rate": None}}
     out: dict[str, Any] = {"chunks": len(entries), "requests": sum(int(e.get("requests", 0)) for e in entries),
                            "requests_sent": sum(int(e.get("requests_sent", 0)) for e in entries)}
     out["requests_sent_session"] = sum(int(e.get("requests_sent", 0)) for e in entries
                                        if session is None or e.get("session") == session)
     out["background_requests"] = sum(int(e.get("background_requests", 0)) for e in entries)  # mixed-batch factor
-    out["required"] = any(e.get("required", False) for e in entries)  # the decoder asks for the evidence
+    # the decoder asks for the evidence; every entry malformed (a hand-edited shard): nothing is evidence, none verified
+    out["required"] = any(e.get("required", False) for e in entries) or not entries
     prints = sorted({str(e["server_fingerprint"]) for e in entries if e.get("server_fingerprint")})
     if prints:  # what the server says it is, in its replies (mlx_lm server: "<mlx-lm version>-<mlx version>-...")
         out["server_fingerprints"] = prints
@@ -207,7 +202,7 @@ def sparse_reason(verdict, summary: dict[str, Any], target_tv: float | None) -> 
         return None
     return (f"speculation ran in only {calls:,} of {requests:,} calls ({share:.2%}): the rows are a mixture in which "
             f"the calls that drafted are that share, so the TV cells' largest MDE {max(mdes):.3g} bounds their own law "
-            f"only by {min(bound, 1.0) if bound > 1 else bound:.3g}{' (no bound)' if bound > 1 else ''}, above the "
+            f"only by {min(bound, 1.0):.3g}{' (no bound)' if bound > 1 else ''}, above the "
             f"target TV {limit:g}; this PASS certifies plain target sampling, not the speculative path")
 
 
