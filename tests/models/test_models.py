@@ -129,3 +129,23 @@ def test_tabular_zero_entries_give_minus_inf():
 
     lm = TabularCausalLM(TabularLM({(): [Fraction(1, 2), Fraction(1, 2), 0]}, 3, 0))
     assert lm(torch.tensor([[0]])).logits[0, 0, 2].item() == float("-inf")
+
+
+def test_load_pair_refuses_an_eos_token_id_outside_the_vocabulary(tmp_path):
+    """A checkpoint whose config names eos_token_id 99999 (vocab 384) is a clear ModelLoadError naming the value and
+    the allowed range; it used to reach the planner and end the job with an IndexError (exit 3)."""
+    import shutil
+
+    from verifier.runner.models import load_pair
+    from verifier.suite.schema import ModelPair
+
+    ckpt = tmp_path / "target"
+    shutil.copytree(shipped_checkpoint("target"), ckpt)
+    for name in ("config.json", "generation_config.json"):
+        path = ckpt / name
+        if path.exists():
+            cfg = json.loads(path.read_text())
+            cfg["eos_token_id"] = 99999
+            path.write_text(json.dumps(cfg))
+    with pytest.raises(ModelLoadError, match=r"eos_token_id=99999.*\[0, 384\)"):
+        load_pair(ModelPair(name="m", target=str(ckpt), draft=str(ckpt)))

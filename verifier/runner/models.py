@@ -492,7 +492,11 @@ def _info(model: Any, where: str = "model") -> tuple[int, int | None]:
     eos = cfg.eos_token_id if eos is None else eos
     if isinstance(eos, (list, tuple)):
         eos = eos[0] if eos else None
-    return int(cfg.vocab_size), eos
+    vocab = int(cfg.vocab_size)
+    if eos is not None and (isinstance(eos, bool) or not isinstance(eos, int) or not 0 <= eos < vocab):
+        raise ModelLoadError(f"{where}: eos_token_id={eos!r} in the checkpoint's config.json / generation_config.json; "
+                             f"allowed: a token id in [0, {vocab}) (vocab_size), a list of them, or null")
+    return vocab, eos
 
 
 def load_pair(spec: ModelPair, base_dir: str | Path = ".") -> LoadedPair:
