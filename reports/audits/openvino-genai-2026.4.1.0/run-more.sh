@@ -30,3 +30,7 @@ run prefix-caching-off/t07-topk50-topp09-k1 --engine-arg prefix_caching=false $T
 run prefix-caching-off/t07-topk50-topp09-k3 --engine-arg prefix_caching=false $T07 --num-draft-tokens 3
 run t07-topk50-topp09-k1 $T07 --num-draft-tokens 1 --max-new-tokens 3
 run t07-topk50-topp09-k3 $T07 --num-draft-tokens 3
+# controls of the two rows above (session 27): the same flags and seed with both models at f32
+# (INFERENCE_PRECISION_HINT / KV_CACHE_PRECISION), to separate the bf16 top-p set from the speculative rule
+run t07-topk50-topp09-k1-f32 $T07 --num-draft-tokens 1 --max-new-tokens 3 --engine-arg precision=f32
+run t07-topk50-topp09-k3-f32 $T07 --num-draft-tokens 3 --engine-arg precision=f32
