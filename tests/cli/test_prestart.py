@@ -63,7 +63,11 @@ def test_the_run_file_name_is_the_runners():
     from verifier.cli import _prestart
     from verifier.runner.run import RUN_FILE
 
-    assert _prestart.RUN_FILE == RUN_FILE and _prestart.SHIPPED.is_dir()
+    from verifier.models import shipped_checkpoint
+
+    assert _prestart.RUN_FILE == RUN_FILE
+    assert _prestart.checkpoint_folder("shipped:target") == shipped_checkpoint("target")
+    assert _prestart.checkpoint_folder("shipped:nope") is None
 
 
 @pytest.mark.parametrize("bad", [{"num_samples": 0}, {"max_new_tokens": 0}, {"chunk_size": -1},
@@ -89,3 +93,26 @@ def test_checkpoint_info_refuses_an_eos_the_runner_may_read_otherwise(tmp_path):
     assert checkpoint_info(tmp_path) is None
     (tmp_path / "generation_config.json").write_text('{"eos_token_id": 0.0}')
     assert checkpoint_info(tmp_path) is None
+
+
+def test_the_sample_set_preview_is_the_plans():
+    """verifier.cli._presample draws chunks ahead from sample_set_preview, computed without the models or the plan: its
+    sample sets (keys, chunk sizes, chunk seeds) equal those of the suite plan_audit builds (the cells do not enter a
+    key), and the shipped tokenizer.json encodes the default prompt as the reference pair's tokenizer does."""
+    from verifier.audit.suite_builder import AuditSpec, plan_audit, sample_set_preview
+    from verifier.cli._presample import _prompt_ids
+    from verifier.runner.plan import plan_sample_sets
+    from verifier.sampling import SamplingConfig
+
+    for prompts, sampling in (((), SamplingConfig()), ((("ids", (272, 70)),), SamplingConfig(temperature=0.7, top_k=8))):
+        spec = AuditSpec(decoder="reference", target="shipped:target", prompts=prompts, sampling=sampling,
+                         num_draft_tokens=2, num_samples=700, target_tv=0.3, options={"a": 1})
+        ids = _prompt_ids(spec)
+        full = plan_audit(spec)
+        assert ids == [tuple(p) for p in full.prompts]
+        planned = plan_sample_sets(full.suite, {("audit", f"p{i}"): tuple(p) for i, p in enumerate(full.prompts)},
+                                   {"audit": 384})
+        preview = sample_set_preview(spec, ids, 384)
+        assert [(p.key, p.set_id, p.chunk_size, p.num_chunks, [p.chunk_seed(i) for i in range(p.num_chunks)])
+                for p in preview] == [(p.key, p.set_id, p.chunk_size, p.num_chunks,
+                                       [p.chunk_seed(i) for i in range(p.num_chunks)]) for p in planned]

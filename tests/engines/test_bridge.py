@@ -284,3 +284,46 @@ def test_a_worker_whose_harness_dies_during_its_start_up_exits(tmp_path):
         time.sleep(0.2)
     os.kill(worker, signal.SIGKILL)
     raise AssertionError("the worker outlived its harness by 10 s")
+
+
+def test_calls_made_ahead_are_taken_only_for_the_same_keywords():
+    """EngineDecoder.presample (verifier.cli._presample: the first chunks drawn while the harness plans): the adopting
+    decoder's generate takes a reply made ahead only for a call with exactly its keywords -- the same tokens as a call
+    made then -- and reports the engine's seconds for it; its first call that differs (another seed) stops the calls
+    ahead and is made as usual, and none made ahead is used after that."""
+    import verifier.engines.bridge as bridge
+
+    plain = _decoder()
+    try:
+        expected = [plain.generate([1, 2], 4, 3, SamplingConfig(), seed=s) for s in (10, 11, 12)]
+        assert plain.last_presampled_seconds is None
+    finally:
+        plain.close()
+    early = _decoder()
+    early.start()
+    requests = [early.request([1, 2], 4, 3, SamplingConfig(), seed=s) for s in (10, 11, 12)]
+    assert early.presample(requests)
+    dec = _decoder()
+    try:
+        first = dec.generate([1, 2], 4, 3, SamplingConfig(), seed=10)
+        assert isinstance(dec.last_presampled_seconds, float) and dec.last_presampled_seconds > 0
+        assert np.array_equal(first, expected[0])
+        other = dec.generate([1, 2], 4, 3, SamplingConfig(), seed=99)  # not predicted: made now, the rest dropped
+        assert dec.last_presampled_seconds is None and other.shape == (4, 3)
+        again = dec.generate([1, 2], 4, 3, SamplingConfig(), seed=12)
+        assert dec.last_presampled_seconds is None and np.array_equal(again, expected[2])
+    finally:
+        dec.close()
+        bridge.close_pool()
+
+
+def test_request_digest_tells_calls_apart():
+    from verifier.engines.bridge import request_digest
+
+    dec = _decoder()
+    a = dec.request([1, 2], 4, 3, SamplingConfig(), seed=1)
+    assert request_digest(a) == request_digest(dec.request([1, 2], 4, 3, SamplingConfig(), seed=1))
+    for b in (dec.request([1, 2], 4, 3, SamplingConfig(), seed=2), dec.request([1, 3], 4, 3, SamplingConfig(), seed=1),
+              dec.request([1, 2], 5, 3, SamplingConfig(), seed=1), dec.request([1, 2], 4, 2, SamplingConfig(), seed=1),
+              dec.request([1, 2], 4, 3, SamplingConfig(temperature=0.5), seed=1)):
+        assert request_digest(a) != request_digest(b)

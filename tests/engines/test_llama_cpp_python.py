@@ -190,3 +190,26 @@ def test_a_utf8_lead_byte_makes_create_completion_skip_its_stop_checks(engine):
         rows = np.full((1, 8), -1, dtype=np.int64)
         rows[0, : len(row)] = row
         assert bool(stop_violations(rows, ends, 6)[0][0]) == ("control" not in name), (name, row)
+
+
+def test_chunks_drawn_while_the_harness_plans_are_the_samples_it_would_draw(engine, tmp_path, capsys, monkeypatch):
+    """verifier.cli._presample: with a fixed n, the engine's worker draws the audit's chunks while the harness imports,
+    loads its pair and plans. The same seed gives bit-identical samples with it and without it
+    (SPECVERIFY_PRESAMPLE=0), every chunk is taken from the calls made ahead (logged), and the verdict is the same."""
+    import glob
+
+    def tokens(run):
+        return np.concatenate([np.load(f)["tokens"] for f in sorted(glob.glob(str(run / "samples" / "*" / "chunk-*.npz")))])
+
+    runs = {}
+    for flag in ("0", "1"):
+        monkeypatch.setenv("SPECVERIFY_PRESAMPLE", flag)
+        run = tmp_path / f"presample{flag}"
+        code = main(["audit", "--engine", ENGINE, "--prompt", PROMPT, "--num-draft-tokens", "3", "--max-new-tokens", "3",
+                     "--num-samples", "300", "--chunk-size", "100", "--seed", "0", "--target-tv", "0.3", "--no-progress",
+                     "--no-diagnosis", "--run-dir", str(run)])
+        out = capsys.readouterr().out
+        assert code == 0, out
+        assert ("3 of 3 chunks drawn by the engine while the harness planned" in out) == (flag == "1"), out
+        runs[flag] = tokens(run)
+    assert runs["0"].shape == (300, 3) and np.array_equal(runs["0"], runs["1"])

@@ -119,35 +119,41 @@ A kernel adapter is a plain function with the kernel signature, e.g. wrapping a 
 ``specverify audit --kernel my_kernels:kernel``.
 """
 
-from verifier.audit.blackbox import BlackBoxResult, blackbox_audit, blackbox_samples_needed
-from verifier.engines.hf_assisted import HFAssistedDecoder, make_hf_assisted_decoder
-from verifier.engines.hf_kernel import (
-    ensemble_step_law,
-    hf_speculative_kernel,
-    hf_supports_ensemble_weight,
-    kernel_as_hf_speculative_sampling,
-    make_hf_kernel,
-    patched_speculative_sampling,
-)
-from verifier.audit.jsonl import (
-    ReplayDecoder,
-    SampleFileError,
-    compare_target_logprobs,
-    export_jsonl,
-    import_jsonl,
-    iter_jsonl_samples,
-)
-from verifier.audit.kernel_audit import (
-    KernelAuditResult,
-    KernelCase,
-    adversarial_case,
-    audit_kernel,
-    blind_cell_reasons,
-    standard_kernel_cases,
-)
-from verifier.plugins import PluginDecoder, PluginKernel, PluginLoadError, load_decoder, load_kernel, load_plugin
+from __future__ import annotations
 
-from verifier.audit.suite_builder import AuditPlan, AuditSpec, plan_audit
+import importlib
+from typing import Any
+
+# each public name loads its module on first use (PEP 562): importing a light submodule (the audit spec) does not
+# import torch, transformers or scipy through this package
+_HOME = {
+    "BlackBoxResult": "verifier.audit.blackbox", "blackbox_audit": "verifier.audit.blackbox",
+    "blackbox_samples_needed": "verifier.audit.blackbox",
+    "HFAssistedDecoder": "verifier.engines.hf_assisted", "make_hf_assisted_decoder": "verifier.engines.hf_assisted",
+    **{n: "verifier.engines.hf_kernel" for n in ("ensemble_step_law", "hf_speculative_kernel",
+                                                 "hf_supports_ensemble_weight", "kernel_as_hf_speculative_sampling",
+                                                 "make_hf_kernel", "patched_speculative_sampling")},
+    **{n: "verifier.audit.jsonl" for n in ("ReplayDecoder", "SampleFileError", "compare_target_logprobs",
+                                           "export_jsonl", "import_jsonl", "iter_jsonl_samples")},
+    **{n: "verifier.audit.kernel_audit" for n in ("KernelAuditResult", "KernelCase", "adversarial_case",
+                                                  "audit_kernel", "blind_cell_reasons", "standard_kernel_cases")},
+    **{n: "verifier.plugins" for n in ("PluginDecoder", "PluginKernel", "PluginLoadError", "load_decoder",
+                                       "load_kernel", "load_plugin")},
+    **{n: "verifier.audit.suite_builder" for n in ("AuditPlan", "AuditSpec", "plan_audit")},
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOME:
+        raise AttributeError(f"module 'verifier.audit' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_HOME[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
 
 __all__ = [
     "AuditPlan",

@@ -37,9 +37,8 @@ import numpy as np
 
 from verifier.errors import invalid_argument
 from verifier.sampling import SamplingConfig
-from verifier.stats.allocation import ALLOCATIONS
 
-__all__ = ["AuditSpec", "AuditPlan", "plan_audit", "suite_toml", "DEFAULT_TARGET_TV", "DEFAULT_CHUNK_SIZE",
+__all__ = ["AuditSpec", "AuditPlan", "plan_audit", "sample_set_preview", "suite_toml", "DEFAULT_TARGET_TV", "DEFAULT_CHUNK_SIZE",
            "default_prompt"]
 
 DEFAULT_TARGET_TV = 0.05  # total variation the audit must be able to see in every TV cell (first token, first J tokens)
@@ -241,12 +240,58 @@ def _check_spec(spec: AuditSpec) -> int:
         raise invalid_argument("--chunk-size", spec.chunk_size, "an integer >= 1")
     if spec.tv_test not in ("pearson", "weighted", "mixture"):
         raise invalid_argument("--tv-test", spec.tv_test, "'pearson' | 'weighted' | 'mixture'")
+    from verifier.stats.allocation import ALLOCATIONS  # scipy and statsmodels: not before the engine samples
+
     if spec.alpha_allocation not in ALLOCATIONS:
         raise invalid_argument("--alpha-allocation", spec.alpha_allocation, " | ".join(repr(a) for a in ALLOCATIONS))
-    t = spec.max_new_tokens if spec.max_new_tokens is not None else spec.num_draft_tokens + 1
+    t = _max_new_tokens(spec)
     if t < 1:
         raise invalid_argument("--max-new-tokens", spec.max_new_tokens, "an integer >= 1")
     return t
+
+
+def _max_new_tokens(spec: AuditSpec) -> int:
+    return spec.max_new_tokens if spec.max_new_tokens is not None else spec.num_draft_tokens + 1
+
+
+def sample_set_preview(spec: AuditSpec, prompt_ids: Sequence[Sequence[int]], vocab_size: int) -> list:
+    """The sample sets :func:`plan_audit` gives the runner for ``spec``, without the models or the plan.
+
+    Their keys, chunk sizes and chunk seeds are those of the runner's ``generate`` calls (the same suite builder and
+    :func:`verifier.runner.plan.plan_sample_sets`; the cells, which the plan chooses, do not enter a set's key), so an
+    engine can draw the first chunks while the harness still imports, loads its reference pair and plans
+    (:mod:`verifier.cli._presample`).  Light: no torch, scipy or model load.
+
+    Parameters
+    ----------
+    spec : AuditSpec
+        With ``num_samples`` set (a planned n is known only after the plan).
+    prompt_ids : sequence of sequence of int
+        Each prompt of ``spec`` encoded (``spec.prompts`` order; the default prompt when ``spec.prompts`` is empty).
+    vocab_size : int
+        The target's V (the default chunk size depends on it).
+
+    Returns
+    -------
+    list of verifier.runner.plan.SampleSetPlan
+        In run order.
+
+    Raises
+    ------
+    InvalidArgumentError
+        ``spec.num_samples`` is None.
+    """
+    from verifier.runner.plan import plan_sample_sets
+    from verifier.suite.schema import parse_suite
+
+    if spec.num_samples is None:
+        raise invalid_argument("spec.num_samples", None, "an integer >= 1 (a planned n is known after the plan only)")
+    prompts = list(spec.prompts) or [("ids", tuple(prompt_ids[0]))]
+    raw = _suite_raw(spec, [("ids", tuple(p)) for p in prompt_ids] if not spec.prompts else prompts, [1], 2,
+                     int(spec.num_samples), _max_new_tokens(spec), "preview")
+    suite = parse_suite(raw, source=f"<audit {spec.decoder} preview>", base_dir=Path("."))
+    ids = {("audit", f"p{i}"): tuple(int(t) for t in p) for i, p in enumerate(prompt_ids)}
+    return plan_sample_sets(suite, ids, {"audit": int(vocab_size)})
 
 
 def _stop_laws(spec: AuditSpec, pair, prompts, max_new_tokens: int) -> list:

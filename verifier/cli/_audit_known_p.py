@@ -140,8 +140,7 @@ def _print_summary(outcome, plan: dict) -> None:
 
 def _run_known_p(args, sampling) -> int:
     from verifier.audit.sequential import PLAN_FILE, plan_record
-    from verifier.audit.suite_builder import DEFAULT_TARGET_TV, AuditSpec, plan_audit, suite_toml
-    from verifier.cli._audit_url import URL_TESTS
+    from verifier.audit.suite_builder import plan_audit, suite_toml
     from verifier.pipeline import run_audit
     from verifier.runner.run import load_run_suite, new_run_dir
 
@@ -163,9 +162,13 @@ def _run_known_p(args, sampling) -> int:
             from verifier.runner.run import RUN_FILE
 
             guards.check_fresh_run_dir(args.run_dir, RUN_FILE)
+        prompts = [("ids", tuple(p)) for p in args.prompt_ids] + [("text", t) for t in args.prompt]
+        if not getattr(args, "url", None):  # an engine started ahead draws the first chunks while the pair loads
+            from verifier.cli._presample import start_presample
+
+            start_presample(args, _audit_spec(args, sampling, prompts, bool(args.sequential)))
         pair = _pair(args)
         _check_model_flags(args, pair)
-        prompts = [("ids", tuple(p)) for p in args.prompt_ids] + [("text", t) for t in args.prompt]
         if args.prompt_ids:
             _check_prompts(pair, args.prompt_ids, "--prompt-ids")
         from verifier.cli._audit_url import check_stop_flags, check_text_prompts
@@ -173,22 +176,7 @@ def _run_known_p(args, sampling) -> int:
         check_text_prompts(args, pair)  # --api mlx-lm: prompts that do not round-trip as text, before any request
         check_stop_flags(args, pair)  # --stop-token-ids: in the vocabulary, expressible by the dialect (exit 2)
         seq = bool(args.sequential)
-        stop = getattr(args, "url_stop_rule", None)  # --url --stop-token-ids / --max-tokens: (ids, max_tokens)
-        from verifier.plugins import plugin_name
-
-        spec = AuditSpec(decoder=args.decoder, decoder_name=plugin_name(args.decoder), target=args.target, draft=_draft_spec(args), prompts=tuple(prompts),
-                         sampling=sampling, num_draft_tokens=args.num_draft_tokens, max_new_tokens=args.max_new_tokens,
-                         num_samples=args.num_samples,
-                         target_tv=DEFAULT_TARGET_TV if args.target_tv is None else args.target_tv,
-                         alpha=(args.alpha / 2 if seq else args.alpha) / max(1, len(getattr(args, "url_variants", ()))),
-                         variants=tuple(getattr(args, "url_variants", ())), seed=args.seed, options=dict(args.option),
-                         chunk_size=args.chunk_size, device=args.device, dtype=args.dtype, acceptance=args.acceptance,
-                         tv_test=getattr(args, "tv_test", "pearson"),
-                         alpha_allocation=getattr(args, "alpha_allocation", "equal"),
-                         # a URL audit also tests independence: identical pairs of requests vs the exact collision prob;
-                         # with a stop rule only the stop cells (the other cells' laws end rows at EOS only)
-                         **({"tests": URL_TESTS} if getattr(args, "url", None) and not stop else {}),
-                         **({"tests": ("stop",), "stop_token_ids": stop[0], "max_tokens": stop[1]} if stop else {}))
+        spec = _audit_spec(args, sampling, prompts, seq)
         audit_plan = plan_audit(spec, pair=pair)
         for line in _blind_notes(pair, audit_plan.prompts, sampling, args.blind_tolerance, args.blind_rules, args.decoder):
             print(line)
@@ -240,6 +228,29 @@ def _run_known_p(args, sampling) -> int:
     if args.export:
         _export(args.export, outcome.outcome.run_dir, suite)
     return outcome.exit_code
+
+
+def _audit_spec(args, sampling, prompts: list, seq: bool):
+    """The :class:`~verifier.audit.suite_builder.AuditSpec` of a known-p audit's flags (no model needed)."""
+    from verifier.audit.suite_builder import DEFAULT_TARGET_TV, AuditSpec
+    from verifier.cli._audit_url import URL_TESTS
+    from verifier.plugins import plugin_name
+
+    stop = getattr(args, "url_stop_rule", None)  # --url --stop-token-ids / --max-tokens: (ids, max_tokens)
+    return AuditSpec(decoder=args.decoder, decoder_name=plugin_name(args.decoder), target=args.target, draft=_draft_spec(args),
+                     prompts=tuple(prompts),
+                     sampling=sampling, num_draft_tokens=args.num_draft_tokens, max_new_tokens=args.max_new_tokens,
+                     num_samples=args.num_samples,
+                     target_tv=DEFAULT_TARGET_TV if args.target_tv is None else args.target_tv,
+                     alpha=(args.alpha / 2 if seq else args.alpha) / max(1, len(getattr(args, "url_variants", ()))),
+                     variants=tuple(getattr(args, "url_variants", ())), seed=args.seed, options=dict(args.option),
+                     chunk_size=args.chunk_size, device=args.device, dtype=args.dtype, acceptance=args.acceptance,
+                     tv_test=getattr(args, "tv_test", "pearson"),
+                     alpha_allocation=getattr(args, "alpha_allocation", "equal"),
+                     # a URL audit also tests independence: identical pairs of requests vs the exact collision prob;
+                     # with a stop rule only the stop cells (the other cells' laws end rows at EOS only)
+                     **({"tests": URL_TESTS} if getattr(args, "url", None) and not stop else {}),
+                     **({"tests": ("stop",), "stop_token_ids": stop[0], "max_tokens": stop[1]} if stop else {}))
 
 
 def _floor_probe(engine_name: str, prompts: list, target_tv: float):

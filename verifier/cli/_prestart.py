@@ -30,9 +30,14 @@ from typing import Any
 from verifier.errors import VerifierError
 from verifier.runner.guards import RUN_FILE, check_fresh_run_dir  # a light module (no torch)
 
-__all__ = ["prestart_engine", "discard_prestarted"]
+__all__ = ["prestart_engine", "prestarted_decoder", "discard_prestarted"]
 
-SHIPPED = Path(__file__).resolve().parents[1] / "models" / "shipped"  # = verifier.models.loading.shipped_checkpoint
+_STARTED: list = []  # the decoder whose worker prestart_engine started (at most one)
+
+
+def prestarted_decoder() -> Any:
+    """The decoder :func:`prestart_engine` built and whose worker it started, or None."""
+    return _STARTED[0] if _STARTED else None
 
 
 def prestart_engine(args: Any) -> bool:
@@ -67,6 +72,7 @@ def prestart_engine(args: Any) -> bool:
         if not callable(start):
             return False
         start()
+        _STARTED[:] = [decoder]  # its worker may also draw the first chunks (verifier.cli._presample)
         return True
     except VerifierError as exc:
         if exc.exit_code == 2:  # e.g. the factory refused an option: the same usage error the runner would raise later
@@ -94,11 +100,23 @@ def _worth_starting(args: Any, vocab_size: int) -> bool:
     return True
 
 
+def checkpoint_folder(target: Any) -> Path | None:
+    """The folder of ``shipped:NAME`` or a path (None for an unknown shipped name); not checked further."""
+    from verifier.models.shipped_paths import SHIPPED_NAMES, shipped_checkpoint
+
+    spec = str(target or "")
+    if spec.startswith("shipped:"):
+        name = spec.split(":", 1)[1]
+        return shipped_checkpoint(name) if name in SHIPPED_NAMES else None
+    return Path(spec).expanduser()
+
+
 def checkpoint_info(target: Any) -> tuple[int, int | None] | None:
     """``(vocab_size, eos_token_id)`` of a checkpoint folder (``shipped:NAME`` or a path) from its JSON files, as the
     loaded model gives them (the generation config's eos first, a list's first id); None when not readable."""
-    spec = str(target or "")
-    folder = SHIPPED / spec.split(":", 1)[1] if spec.startswith("shipped:") else Path(spec).expanduser()
+    folder = checkpoint_folder(target)
+    if folder is None:
+        return None
     try:
         cfg = json.loads((folder / "config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -126,4 +144,5 @@ def discard_prestarted() -> None:
     an interrupt), now rather than at the process's exit -- an in-process caller of ``main`` goes on running."""
     from verifier.engines.bridge import close_pool
 
+    _STARTED.clear()
     close_pool()

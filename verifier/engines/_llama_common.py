@@ -52,7 +52,7 @@ def model_spec(model: Any, argument: str) -> str:
     InvalidArgumentError
         (exit 2) neither a string nor a model loaded from a local folder (e.g. a tabular model).
     """
-    from verifier.models.loading import shipped_checkpoint
+    from verifier.models.shipped_paths import shipped_checkpoint
 
     if isinstance(model, str):
         return model

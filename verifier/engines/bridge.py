@@ -21,6 +21,7 @@ import os
 import subprocess
 import tempfile
 import threading
+import time
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -57,6 +58,24 @@ def hashed_seeds(seed: int, count: int) -> np.ndarray:
     """
     state = np.random.SeedSequence(int(seed)).generate_state(max(int(count), 1), dtype=np.uint32)[:count]
     return (state.astype(np.int64) % (2**31 - 1)) + 1
+
+
+def request_digest(request: Mapping[str, Any]) -> str:
+    """A digest of one ``generate`` call's keywords (arrays by dtype, shape and bytes; other values as sorted JSON):
+    equal exactly when the worker would receive the same call."""
+    import hashlib
+    import json
+
+    h = hashlib.sha256()
+    for key in sorted(request):
+        value = request[key]
+        h.update(key.encode("utf-8") + b"\0")
+        if isinstance(value, np.ndarray):
+            h.update(f"{value.dtype.str}{value.shape}".encode("ascii") + np.ascontiguousarray(value).tobytes())
+        else:
+            h.update(json.dumps(value, sort_keys=True, default=repr).encode("utf-8"))
+        h.update(b"\1")
+    return h.hexdigest()
 
 
 class EngineWorker:
@@ -104,6 +123,11 @@ class EngineWorker:
             raise DecoderError(f"engine {name!r}: cannot start its worker ({exc})") from None
         self._methods: frozenset[str] | None = None
         self._init_error: DecoderError | None = None
+        # generate calls made ahead of the runner (:meth:`presample`): digest -> (reply, engine seconds)
+        self._ahead: dict[str, tuple[dict[str, Any], float]] = {}
+        self._ahead_todo: list[str] = []  # digests still to run or running, in order
+        self._ahead_stop = threading.Event()
+        self._ahead_done = threading.Condition()
         self._init_sent = self._send("__init__", dict(init or {}))  # the engine starts now; its reply is read below
         if wait:
             try:
@@ -169,6 +193,62 @@ class EngineWorker:
                                f"engine traceback:\n{err['traceback'].rstrip()}")
         return reply
 
+    def presample(self, requests: list[dict[str, Any]]) -> None:
+        """Make these ``generate`` calls now, in order, in a background thread, and keep their replies for
+        :meth:`take_presampled` (the audit's first chunks, drawn while the harness imports, loads its reference pair
+        and plans: :mod:`verifier.cli._presample`).  Each reply is kept with the engine's own seconds for it.  The
+        thread stops at the first error (the runner's own call then meets it) or at :meth:`stop_presample`."""
+        with self._ahead_done:
+            self._ahead_todo = [request_digest(r) for r in requests]
+        thread = threading.Thread(target=self._presample_loop, args=(list(requests),), daemon=True,
+                                  name=f"presample-{self.name}")
+        thread.start()
+
+    def _presample_loop(self, requests: list[dict[str, Any]]) -> None:
+        try:
+            _ = self.methods  # the engine's start-up first: not counted in a call's seconds
+            for req in requests:
+                if self._ahead_stop.is_set():
+                    break
+                with self._lock:
+                    if self._ahead_stop.is_set():
+                        break
+                    started = time.perf_counter()
+                    reply = self._receive("generate", self._send("generate", req))
+                    seconds = time.perf_counter() - started
+                with self._ahead_done:
+                    self._ahead[request_digest(req)] = (reply, seconds)
+                    self._ahead_done.notify_all()
+        except Exception:  # noqa: BLE001 - the runner's own call of this request raises it, with its context
+            pass
+        finally:
+            with self._ahead_done:
+                self._ahead_todo = []
+                self._ahead_done.notify_all()
+
+    def take_presampled(self, request: Mapping[str, Any]) -> tuple[dict[str, Any], float] | None:
+        """``(reply, engine seconds)`` of a ``generate`` call :meth:`presample` made with exactly these keywords
+        (waiting for it when it is queued or running), else None -- and then no further call is made ahead (the
+        runner has left the predicted order: its own call goes next)."""
+        digest = request_digest(request)
+        with self._ahead_done:
+            while digest not in self._ahead and digest in self._ahead_todo:
+                self._ahead_done.wait(timeout=1.0)
+                if self._proc.poll() is not None:
+                    break
+            hit = self._ahead.pop(digest, None)
+        if hit is None:
+            self.stop_presample()
+        return hit
+
+    def stop_presample(self) -> None:
+        """Make no further call ahead (one running finishes first: :meth:`call` waits for it); drop kept replies."""
+        self._ahead_stop.set()
+        with self._ahead_done:
+            self._ahead.clear()
+            self._ahead_todo = []
+            self._ahead_done.notify_all()
+
     def stderr_tail(self, chars: int = STDERR_TAIL_CHARS) -> str:
         """The last ``chars`` characters the worker wrote to stderr (engine logs)."""
         try:
@@ -183,6 +263,9 @@ class EngineWorker:
     def close(self, *, kill: bool = False) -> None:
         """Close the worker's stdin (it exits) and reap it, or with ``kill`` end it at once (a worker nobody adopted,
         perhaps still starting its engine: nothing of it is kept); idempotent."""
+        stop = getattr(self, "_ahead_stop", None)
+        if stop is not None:
+            stop.set()  # no call ahead after this
         proc = getattr(self, "_proc", None)
         if proc is None or proc.poll() is not None:
             return
@@ -250,6 +333,13 @@ def adopt(python: str | Path, handler_file: str | Path, init: Mapping[str, Any] 
             for k in [k for k, w in _POOL.items() if w.handler_file == str(handler_file)]:
                 _POOL.pop(k).close(kill=True)
         return worker
+
+
+def pooled(python: str | Path, handler_file: str | Path, init: Mapping[str, Any] | None = None,
+           env: Mapping[str, str] | None = None) -> EngineWorker | None:
+    """The worker :func:`prestart` started with these arguments, left in the pool (None when there is none)."""
+    with _POOL_LOCK:
+        return _POOL.get(_pool_key(python, handler_file, init, env))
 
 
 def close_pool() -> None:

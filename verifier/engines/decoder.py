@@ -107,7 +107,7 @@ def checkpoint_dir(spec: str, argument: str = "--target") -> Path:
     InvalidArgumentError
         (exit 2) a tabular model (engines load checkpoints only) or a folder without ``config.json``.
     """
-    from verifier.models.loading import shipped_checkpoint
+    from verifier.models.shipped_paths import shipped_checkpoint
 
     if spec.startswith("shipped:"):
         return shipped_checkpoint(spec.split(":", 1)[1])
@@ -192,6 +192,9 @@ class EngineDecoder:
         self.greedy_ok = greedy_ok
         self.settings = {"engine": engine.name, "version": engine.version, **{k: v for k, v in init.items() if not isinstance(v, np.ndarray)}}
         self.last_stats: DecoderStats | None = None
+        # the engine's seconds for the last generate call when it was made ahead (verifier.cli._presample), else None:
+        # the runner counts those, not its own wait, in the sampling rate
+        self.last_presampled_seconds: float | None = None
         self._worker_args = (engine.python(), handler_file, init, env)
         self._worker: EngineWorker | None = None
 
@@ -244,6 +247,23 @@ class EngineDecoder:
         start = time.perf_counter()
         _ = self.worker
         return time.perf_counter() - start
+
+    def presample(self, requests: list[dict[str, Any]]) -> bool:
+        """Make these ``generate`` calls (:meth:`request` dicts) ahead on the worker :meth:`start` started, for the
+        first decoder that adopts it; False (nothing done) when no such worker waits."""
+        from verifier.engines.bridge import pooled
+
+        python, handler, init, env = self._worker_args
+        worker = pooled(python, handler, init, env) if self._worker is None else self._worker
+        if worker is None:
+            return False
+        worker.presample(requests)
+        return True
+
+    def stop_presample(self) -> None:
+        """No further ``generate`` call ahead (the runner's sampling of this decoder ended)."""
+        if self._worker is not None:
+            self._worker.stop_presample()
 
     def check_sampling(self, sampling: Any) -> dict[str, Any]:
         """The sampling fields to send, or :class:`~verifier.errors.SamplingRefusedError` (exit 2, also inside a
@@ -329,7 +349,10 @@ class EngineDecoder:
         request = self.request(prompt_ids, num_samples, max_new_tokens, sampling, seed, return_logprobs=return_logprobs,
                                row_temperatures=row_temperatures, row_prompts=row_prompts,
                                stop_token_ids=stop_token_ids, max_tokens=max_tokens)  # checked before the engine starts
-        reply = self.worker.call("generate", **request)
+        worker = self.worker
+        ahead = worker.take_presampled(request)  # drawn while the harness planned (verifier.cli._presample)
+        self.last_presampled_seconds = None if ahead is None else ahead[1]
+        reply = worker.call("generate", **request) if ahead is None else ahead[0]
         tokens = np.asarray(reply.get("tokens"))
         if tokens.shape != (num_samples, max_new_tokens):
             raise DecoderOutputError(f"engine {self.name!r} returned tokens of shape {tokens.shape}; expected "

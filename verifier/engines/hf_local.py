@@ -42,7 +42,7 @@ def retokenized_draft(out: str | Path, seed: int = SEED) -> Path:
     import torch
     from safetensors.torch import load_file, save_file
 
-    from verifier.models.loading import shipped_checkpoint
+    from verifier.models.shipped_paths import shipped_checkpoint
 
     src, out = shipped_checkpoint("draft"), Path(out)
     out.mkdir(parents=True, exist_ok=True)

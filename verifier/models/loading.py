@@ -11,11 +11,10 @@ from pathlib import Path
 import torch
 
 from verifier.errors import ModelLoadError, invalid_argument
+from verifier.models.shipped_paths import SHIPPED_NAMES, shipped_checkpoint
 
 __all__ = ["load_model", "load_tokenizer", "shipped_checkpoint", "resolve_dtype", "SHIPPED_NAMES"]
 
-SHIPPED_NAMES = ("target", "draft")
-_SHIPPED_ROOT = Path(__file__).resolve().parent / "shipped"
 _DTYPES = {
     "float32": torch.float32, "fp32": torch.float32, "float": torch.float32,
     "float16": torch.float16, "fp16": torch.float16, "half": torch.float16,
@@ -40,34 +39,6 @@ def resolve_dtype(dtype: str | torch.dtype | None) -> torch.dtype | None:
     if isinstance(dtype, str) and dtype.lower().removeprefix("torch.") in _DTYPES:
         return _DTYPES[dtype.lower().removeprefix("torch.")]
     raise invalid_argument("dtype", dtype, f"None, a floating torch.dtype or one of {sorted(_DTYPES)}")
-
-
-def shipped_checkpoint(name: str) -> Path:
-    """Folder of a shipped checkpoint (package data under ``verifier/models/shipped/``).
-
-    Parameters
-    ----------
-    name : {"target", "draft"}
-
-    Returns
-    -------
-    pathlib.Path
-        Folder holding ``config.json``, ``model.safetensors`` and the tokenizer files.
-
-    Raises
-    ------
-    InvalidArgumentError
-        If ``name`` is not ``"target"`` or ``"draft"``.
-    ModelLoadError
-        If the folder is missing from the installation.
-    """
-    if name not in SHIPPED_NAMES:
-        raise invalid_argument("name", name, " or ".join(repr(n) for n in SHIPPED_NAMES))
-    path = _SHIPPED_ROOT / name
-    if not (path / "config.json").is_file():
-        raise ModelLoadError(f"shipped checkpoint {name!r} is missing at {path}; "
-                             "reinstall the package or run `python -m verifier.models.train`")
-    return path
 
 
 def _check_local(path: Path) -> None:

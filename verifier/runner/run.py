@@ -241,6 +241,8 @@ def _sample(ctx: SuiteContext, store: SampleStore, progress: bool, log: Callable
             log(f"  {spec.name}: all {total} samples already on disk")
             continue
         bar = _progress.bar(total, f"{spec.name:>24}", "samples", initial=done, leave=True, show=progress)
+        used: list = []  # this decoder's instances (one per k): told to make no call ahead once its sampling ends
+        ahead = 0  # chunks whose generate call the engine made while the harness planned (verifier.cli._presample)
         try:
             for plan, index in todo:
                 pair = ctx.pairs[plan.pair]
@@ -248,6 +250,8 @@ def _sample(ctx: SuiteContext, store: SampleStore, progress: bool, log: Callable
                 seed = plan.chunk_seed(index)
                 try:
                     decoder = ctx.decoder(spec, plan.num_draft_tokens)
+                    if all(decoder is not d for d in used):
+                        used.append(decoder)
 
                     def check(out, n, pair=pair, plan=plan):
                         return check_emitted_tokens(out, num_samples=n, max_new_tokens=plan.max_new_tokens,
@@ -301,11 +305,20 @@ def _sample(ctx: SuiteContext, store: SampleStore, progress: bool, log: Callable
                 # optional per-token origins (diagnosis localization)
                 origins = origins if origins is not None and np.shape(origins) == tokens.shape else None
                 generate_seconds = time.perf_counter() - called
+                early = getattr(decoder, "last_presampled_seconds", None)
+                if isinstance(early, float):  # made ahead: the engine's own seconds for it, not the wait for its reply
+                    generate_seconds, ahead = early, ahead + 1
                 store.write_chunk(plan.set_id, index, Shard(tokens, fra, counts, meta, origins, reported))
                 cost.record_chunk(store.run_dir, plan.set_id, index, rows, generate_seconds)
                 bar.update(rows)
         finally:
             bar.close()
+            for decoder in used:
+                stop = getattr(decoder, "stop_presample", None)
+                if callable(stop):
+                    stop()
+        if ahead:
+            log(f"  {spec.name}: {ahead} of {len(todo)} chunks drawn by the engine while the harness planned")
     return errors
 
 

@@ -61,7 +61,7 @@ def build_stop_rule(dialect: Dialect, stop_token_ids: Sequence[int], max_tokens:
 
         folder = Path(tokenizer)
         if str(tokenizer).startswith("shipped:"):
-            from verifier.models.loading import shipped_checkpoint
+            from verifier.models.shipped_paths import shipped_checkpoint
 
             folder = shipped_checkpoint(str(tokenizer).split(":", 1)[1])
         strings = tuple(stop_strings(ids, token_texts(folder), eos_token_id=eos_token_id, engine=dialect.name,
