@@ -327,3 +327,23 @@ def test_request_digest_tells_calls_apart():
               dec.request([1, 2], 5, 3, SamplingConfig(), seed=1), dec.request([1, 2], 4, 2, SamplingConfig(), seed=1),
               dec.request([1, 2], 4, 3, SamplingConfig(temperature=0.5), seed=1)):
         assert request_digest(a) != request_digest(b)
+
+
+def test_calls_guessed_beyond_the_planned_n_are_not_taken():
+    """EngineDecoder.limit_presample (verifier.cli._presample.settle_presample, after the plan): of three calls handed
+    over, only the first is still taken; the second is made by the adopting decoder itself."""
+    import verifier.engines.bridge as bridge
+
+    early = _decoder()
+    early.start()
+    early.presample([early.request([1, 2], 4, 3, SamplingConfig(), seed=s) for s in (10, 11, 12)])
+    early.limit_presample(1)
+    dec = _decoder()
+    try:
+        dec.generate([1, 2], 4, 3, SamplingConfig(), seed=10)
+        assert isinstance(dec.last_presampled_seconds, float)
+        dec.generate([1, 2], 4, 3, SamplingConfig(), seed=11)
+        assert dec.last_presampled_seconds is None
+    finally:
+        dec.close()
+        bridge.close_pool()

@@ -178,6 +178,10 @@ def _run_known_p(args, sampling) -> int:
         seq = bool(args.sequential)
         spec = _audit_spec(args, sampling, prompts, seq)
         audit_plan = plan_audit(spec, pair=pair)
+        if not getattr(args, "url", None):
+            from verifier.cli._presample import settle_presample
+
+            settle_presample(audit_plan.num_samples)
         for line in _blind_notes(pair, audit_plan.prompts, sampling, args.blind_tolerance, args.blind_rules, args.decoder):
             print(line)
         print(audit_plan.describe())

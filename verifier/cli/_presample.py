@@ -15,8 +15,10 @@ and is made as usual.  A prediction that is off (a text prompt encoded otherwise
 chunk size the runner chooses otherwise) costs the engine time of the calls made for nothing, never a verdict.  The
 sampling rate in the report counts the engine's own seconds of each call made ahead, not the runner's wait for it.
 
-Only a fresh, fixed-n (``--num-samples``), non-sequential audit of one sample set with no logprob, stop-rule or
-batch-composition cells is drawn ahead.  ``SPECVERIFY_PRESAMPLE=0`` turns it off (the A/B runs of the benchmark).
+Only a fresh, non-sequential audit of one sample set with no logprob, stop-rule or batch-composition cells is drawn
+ahead.  With a fixed n (``--num-samples``) every chunk's call is handed over; with an n the plan chooses
+(``--target-tv``), the first :data:`MAX_GUESSED_CALLS` full chunks are, and :func:`settle_presample` cuts them to the
+plan's n once it is known (a chunk beyond it costs the engine time of one call at most).  ``SPECVERIFY_PRESAMPLE=0`` turns it off (the A/B runs of the benchmark).
 """
 
 from __future__ import annotations
@@ -24,9 +26,13 @@ from __future__ import annotations
 import os
 from typing import Any
 
-__all__ = ["start_presample", "PRESAMPLE_ENV"]
+__all__ = ["start_presample", "settle_presample", "PRESAMPLE_ENV", "MAX_GUESSED_CALLS"]
 
 PRESAMPLE_ENV = "SPECVERIFY_PRESAMPLE"
+# calls handed over for a planned n, before the plan says how many chunks there are: the plan takes seconds, in which
+# an engine makes a few chunks (vLLM on 2 cores: ~12 of 500 rows in 6 s); settle_presample cuts them to the plan's n
+MAX_GUESSED_CALLS = 32
+_AHEAD: list = []  # (decoder, chunk size, whether n is planned) of the calls handed to the worker
 
 
 def start_presample(args: Any, spec: Any) -> int:
@@ -34,8 +40,9 @@ def start_presample(args: Any, spec: Any) -> int:
     (0: nothing drawn ahead).  Never raises: anything unexpected leaves the runner to sample as usual."""
     from verifier.cli._prestart import prestarted_decoder
 
+    _AHEAD.clear()
     decoder = prestarted_decoder()
-    if (decoder is None or os.environ.get(PRESAMPLE_ENV, "1") == "0" or spec.num_samples is None
+    if (decoder is None or os.environ.get(PRESAMPLE_ENV, "1") == "0"
             or getattr(args, "sequential", False) or getattr(args, "resume", None) or spec.variants
             or spec.stop_token_ids or spec.max_tokens is not None or set(spec.tests) & {"logprob", "stop"}):
         return 0
@@ -55,13 +62,30 @@ def _start(decoder: Any, spec: Any) -> int:
     ids = _prompt_ids(spec)
     if ids is None or any(not 0 <= t < info[0] for p in ids for t in p):
         return 0
+    planned = spec.num_samples is None  # n comes from the plan: a guess of full chunks, cut by settle_presample
+    if planned:
+        from dataclasses import replace
+
+        spec = replace(spec, num_samples=int(spec.max_planned_samples))
     plans = sample_set_preview(spec, ids, info[0])
     if len(plans) != 1 or plans[0].batch_rows is not None or plans[0].filler_prompts:
         return 0
     plan = plans[0]
+    calls = min(plan.num_chunks, MAX_GUESSED_CALLS) if planned else plan.num_chunks
     requests = [decoder.request(plan.prompt_ids, plan.chunk_rows(i), plan.max_new_tokens, plan.sampling,
-                                plan.chunk_seed(i)) for i in range(plan.num_chunks)]
-    return len(requests) if decoder.presample(requests) else 0
+                                plan.chunk_seed(i)) for i in range(calls)]
+    if not decoder.presample(requests):
+        return 0
+    _AHEAD.append((decoder, plan.chunk_size, planned))
+    return len(requests)
+
+
+def settle_presample(num_samples: int) -> None:
+    """After the plan (``num_samples`` per sample set): of the calls guessed for a planned n, keep only the full chunks
+    below it (the runner's last chunk may be shorter: it makes that call itself).  Nothing for a fixed n."""
+    if _AHEAD and _AHEAD[0][2]:
+        decoder, chunk, _ = _AHEAD[0]
+        decoder.limit_presample(int(num_samples) // int(chunk))
 
 
 def _prompt_ids(spec: Any) -> list[tuple[int, ...]] | None:

@@ -126,7 +126,9 @@ class EngineWorker:
         # generate calls made ahead of the runner (:meth:`presample`): digest -> (reply, engine seconds)
         self._ahead: dict[str, tuple[dict[str, Any], float]] = {}
         self._ahead_todo: list[str] = []  # digests still to run or running, in order
+        self._ahead_order: list[str] = []  # every digest handed over, in order
         self._ahead_stop = threading.Event()
+        self._ahead_limit: int | None = None  # calls ahead still wanted (limit_presample), None: all handed over
         self._ahead_done = threading.Condition()
         self._init_sent = self._send("__init__", dict(init or {}))  # the engine starts now; its reply is read below
         if wait:
@@ -200,6 +202,7 @@ class EngineWorker:
         thread stops at the first error (the runner's own call then meets it) or at :meth:`stop_presample`."""
         with self._ahead_done:
             self._ahead_todo = [request_digest(r) for r in requests]
+            self._ahead_order = list(self._ahead_todo)
         thread = threading.Thread(target=self._presample_loop, args=(list(requests),), daemon=True,
                                   name=f"presample-{self.name}")
         thread.start()
@@ -207,8 +210,8 @@ class EngineWorker:
     def _presample_loop(self, requests: list[dict[str, Any]]) -> None:
         try:
             _ = self.methods  # the engine's start-up first: not counted in a call's seconds
-            for req in requests:
-                if self._ahead_stop.is_set():
+            for i, req in enumerate(requests):
+                if self._ahead_stop.is_set() or (self._ahead_limit is not None and i >= self._ahead_limit):
                     break
                 with self._lock:
                     if self._ahead_stop.is_set():
@@ -217,6 +220,8 @@ class EngineWorker:
                     reply = self._receive("generate", self._send("generate", req))
                     seconds = time.perf_counter() - started
                 with self._ahead_done:
+                    if self._ahead_limit is not None and i >= self._ahead_limit:
+                        break  # limited while it ran: not kept
                     self._ahead[request_digest(req)] = (reply, seconds)
                     self._ahead_done.notify_all()
         except Exception:  # noqa: BLE001 - the runner's own call of this request raises it, with its context
@@ -240,6 +245,16 @@ class EngineWorker:
         if hit is None:
             self.stop_presample()
         return hit
+
+    def limit_presample(self, count: int) -> None:
+        """Make only the first ``count`` of the calls handed to :meth:`presample` (one running finishes first): the
+        rest were a guess the caller now knows it will not need."""
+        with self._ahead_done:
+            self._ahead_limit = max(0, int(count))
+            self._ahead_todo = self._ahead_todo[:self._ahead_limit]
+            for digest in self._ahead_order[self._ahead_limit:]:  # made already: not taken either
+                self._ahead.pop(digest, None)
+            self._ahead_done.notify_all()
 
     def stop_presample(self) -> None:
         """Make no further call ahead (one running finishes first: :meth:`call` waits for it); drop kept replies."""

@@ -260,6 +260,15 @@ class EngineDecoder:
         worker.presample(requests)
         return True
 
+    def limit_presample(self, count: int) -> None:
+        """Only the first ``count`` calls handed to :meth:`presample` are still made ahead."""
+        from verifier.engines.bridge import pooled
+
+        python, handler, init, env = self._worker_args
+        worker = pooled(python, handler, init, env) if self._worker is None else self._worker
+        if worker is not None:
+            worker.limit_presample(count)
+
     def stop_presample(self) -> None:
         """No further ``generate`` call ahead (the runner's sampling of this decoder ended)."""
         if self._worker is not None:
