@@ -116,3 +116,32 @@ def test_the_sample_set_preview_is_the_plans():
         assert [(p.key, p.set_id, p.chunk_size, p.num_chunks, [p.chunk_seed(i) for i in range(p.num_chunks)])
                 for p in preview] == [(p.key, p.set_id, p.chunk_size, p.num_chunks,
                                        [p.chunk_seed(i) for i in range(p.num_chunks)]) for p in planned]
+
+
+def test_no_call_is_made_ahead_under_a_call_timeout(monkeypatch):
+    """--call-timeout judges each generate call by the runner's wait; a call made ahead is never waited for, so with a
+    limit set nothing is drawn ahead (the breaker found the limit silently off, a timed-out engine passing)."""
+    from verifier.audit.suite_builder import AuditSpec
+    from verifier.cli import _prestart
+    from verifier.cli._presample import start_presample
+    from verifier.sampling import SamplingConfig
+
+    class Recording:  # the prestarted decoder's two methods start_presample uses
+        handed: list = []
+
+        def request(self, prompt_ids, num_samples, max_new_tokens, sampling, seed):
+            return {"prompt_ids": list(prompt_ids), "rows": num_samples, "seed": seed}
+
+        def presample(self, requests):
+            self.handed.extend(requests)
+            return True
+
+    spec = AuditSpec(decoder="x:y", target="shipped:target", sampling=SamplingConfig(), num_draft_tokens=2,
+                     num_samples=1000, chunk_size=250)
+    monkeypatch.setattr(_prestart, "_STARTED", [Recording()])
+    monkeypatch.delenv("SPECVERIFY_CALL_TIMEOUT", raising=False)
+    monkeypatch.delenv("SPECVERIFY_PRESAMPLE", raising=False)
+    assert start_presample(SimpleNamespace(call_timeout=5.0), spec) == 0 and not Recording.handed
+    assert start_presample(SimpleNamespace(call_timeout=None), spec) == 4 and len(Recording.handed) == 4
+    monkeypatch.setenv("SPECVERIFY_CALL_TIMEOUT", "5")
+    assert start_presample(SimpleNamespace(call_timeout=None), spec) == 0

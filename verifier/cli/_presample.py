@@ -13,10 +13,12 @@ prompt, sampling fields, ``max_new_tokens``, every row's seed -- equal the ones 
 (:meth:`~verifier.engines.bridge.EngineWorker.take_presampled`); its first call that differs stops the calls ahead
 and is made as usual.  A prediction that is off (a text prompt encoded otherwise than by the reference's tokenizer, a
 chunk size the runner chooses otherwise) costs the engine time of the calls made for nothing, never a verdict.  The
-sampling rate in the report counts the engine's own seconds of each call made ahead, not the runner's wait for it.
+sampling rate in the report counts the engine's own seconds of each call made ahead, not the runner's wait for it;
+those calls share the cores with the harness's start-up, so on a small machine the reported rate is lower than the
+engine's alone (a pessimistic "hours still needed", never an optimistic one).
 
-Only a fresh, non-sequential audit of one sample set with no logprob, stop-rule or batch-composition cells is drawn
-ahead.  With a fixed n (``--num-samples``) every chunk's call is handed over; with an n the plan chooses
+Only a fresh, non-sequential audit of one sample set with no logprob, stop-rule or batch-composition cells and no
+``--call-timeout`` (a call made ahead is never waited for, so the limit could not judge it) is drawn ahead.  With a fixed n (``--num-samples``) every chunk's call is handed over; with an n the plan chooses
 (``--target-tv``), the first :data:`MAX_GUESSED_CALLS` full chunks are, and :func:`settle_presample` cuts them to the
 plan's n once it is known (a chunk beyond it costs the engine time of one call at most).  ``SPECVERIFY_PRESAMPLE=0`` turns it off (the A/B runs of the benchmark).
 """
@@ -42,7 +44,11 @@ def start_presample(args: Any, spec: Any) -> int:
 
     _AHEAD.clear()
     decoder = prestarted_decoder()
+    from verifier._call_timeout import CALL_TIMEOUT_ENV
+
     if (decoder is None or os.environ.get(PRESAMPLE_ENV, "1") == "0"
+            # a call made ahead is never waited for, so --call-timeout could not judge it: the runner makes them all
+            or os.environ.get(CALL_TIMEOUT_ENV) or getattr(args, "call_timeout", None)
             or getattr(args, "sequential", False) or getattr(args, "resume", None) or spec.variants
             or spec.stop_token_ids or spec.max_tokens is not None or set(spec.tests) & {"logprob", "stop"}):
         return 0

@@ -220,8 +220,8 @@ class EngineWorker:
                     reply = self._receive("generate", self._send("generate", req))
                     seconds = time.perf_counter() - started
                 with self._ahead_done:
-                    if self._ahead_limit is not None and i >= self._ahead_limit:
-                        break  # limited while it ran: not kept
+                    if self._ahead_stop.is_set() or (self._ahead_limit is not None and i >= self._ahead_limit):
+                        break  # stopped or limited while it ran: not kept
                     self._ahead[request_digest(req)] = (reply, seconds)
                     self._ahead_done.notify_all()
         except Exception:  # noqa: BLE001 - the runner's own call of this request raises it, with its context
