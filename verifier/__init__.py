@@ -8,9 +8,9 @@ relies on this, so a broken torch install cannot break an unrelated pytest run.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from verifier._lazy import lazy_names
 from verifier.errors import (
     ConfigError,
     DecoderError,
@@ -74,17 +74,7 @@ __all__ = sorted(
 )
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'verifier' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # cache: the next access skips __getattr__
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_names("verifier", _LAZY, globals())
 
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs

@@ -26,7 +26,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("exact", ("exact",)),
     ("stats", ("stats",)),
     ("contracts", ("protocols", "suite", "sampling", "validation", "progress", "_call_timeout", "_run_lock",
-                   "_tracebacks", "_import_file", "_verdict_file", "_threads", "_resume", "_diagnose_mode")),
+                   "_tracebacks", "_import_file", "_verdict_file", "_threads", "_resume", "_diagnose_mode",
+                   "_lazy")),
     ("errors", ("errors", "_layers")),
 )
 

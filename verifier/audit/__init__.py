@@ -121,8 +121,7 @@ A kernel adapter is a plain function with the kernel signature, e.g. wrapping a 
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from verifier._lazy import lazy_names
 
 # each public name loads its module on first use (PEP 562): importing a light submodule (the audit spec) does not
 # import torch, transformers or scipy through this package
@@ -143,16 +142,7 @@ _HOME = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _HOME:
-        raise AttributeError(f"module 'verifier.audit' has no attribute {name!r}")
-    value = getattr(importlib.import_module(_HOME[name]), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_names("verifier.audit", _HOME, globals())
 
 
 __all__ = [

@@ -40,12 +40,11 @@ _AHEAD: list = []  # (decoder, chunk size, whether n is planned) of the calls ha
 def start_presample(args: Any, spec: Any) -> int:
     """Hand the prestarted engine worker the ``generate`` calls of the audit's chunks; the number of calls handed
     (0: nothing drawn ahead).  Never raises: anything unexpected leaves the runner to sample as usual."""
+    from verifier._call_timeout import CALL_TIMEOUT_ENV
     from verifier.cli._prestart import prestarted_decoder
 
     _AHEAD.clear()
     decoder = prestarted_decoder()
-    from verifier._call_timeout import CALL_TIMEOUT_ENV
-
     if (decoder is None or os.environ.get(PRESAMPLE_ENV, "1") == "0"
             # a call made ahead is never waited for, so --call-timeout could not judge it: the runner makes them all
             or os.environ.get(CALL_TIMEOUT_ENV) or getattr(args, "call_timeout", None)

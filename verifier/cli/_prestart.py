@@ -101,14 +101,15 @@ def _worth_starting(args: Any, vocab_size: int) -> bool:
 
 
 def checkpoint_folder(target: Any) -> Path | None:
-    """The folder of ``shipped:NAME`` or a path (None for an unknown shipped name); not checked further."""
-    from verifier.models.shipped_paths import SHIPPED_NAMES, shipped_checkpoint
+    """The checkpoint folder of ``shipped:NAME`` or a path, as engines resolve it
+    (:func:`verifier.engines.decoder.checkpoint_dir`); None where that refuses it (no ``config.json``, a tabular or
+    unknown shipped name)."""
+    from verifier.engines.decoder import checkpoint_dir
 
-    spec = str(target or "")
-    if spec.startswith("shipped:"):
-        name = spec.split(":", 1)[1]
-        return shipped_checkpoint(name) if name in SHIPPED_NAMES else None
-    return Path(spec).expanduser()
+    try:
+        return checkpoint_dir(str(target or ""))
+    except VerifierError:
+        return None
 
 
 def checkpoint_info(target: Any) -> tuple[int, int | None] | None:

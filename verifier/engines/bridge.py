@@ -211,16 +211,16 @@ class EngineWorker:
         try:
             _ = self.methods  # the engine's start-up first: not counted in a call's seconds
             for i, req in enumerate(requests):
-                if self._ahead_stop.is_set() or (self._ahead_limit is not None and i >= self._ahead_limit):
+                if not self._ahead_wanted(i):
                     break
                 with self._lock:
-                    if self._ahead_stop.is_set():
+                    if not self._ahead_wanted(i):
                         break
                     started = time.perf_counter()
                     reply = self._receive("generate", self._send("generate", req))
                     seconds = time.perf_counter() - started
                 with self._ahead_done:
-                    if self._ahead_stop.is_set() or (self._ahead_limit is not None and i >= self._ahead_limit):
+                    if not self._ahead_wanted(i):
                         break  # stopped or limited while it ran: not kept
                     self._ahead[request_digest(req)] = (reply, seconds)
                     self._ahead_done.notify_all()
@@ -230,6 +230,10 @@ class EngineWorker:
             with self._ahead_done:
                 self._ahead_todo = []
                 self._ahead_done.notify_all()
+
+    def _ahead_wanted(self, index: int) -> bool:
+        """Whether call ``index`` of those handed to :meth:`presample` is still to be made (and kept)."""
+        return not self._ahead_stop.is_set() and (self._ahead_limit is None or index < self._ahead_limit)
 
     def take_presampled(self, request: Mapping[str, Any]) -> tuple[dict[str, Any], float] | None:
         """``(reply, engine seconds)`` of a ``generate`` call :meth:`presample` made with exactly these keywords

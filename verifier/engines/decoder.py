@@ -34,7 +34,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from verifier.engines.bridge import EngineWorker, adopt, hashed_seeds, prestart
+from verifier.engines.bridge import EngineWorker, adopt, hashed_seeds, pooled, prestart
 from verifier.errors import DecoderError, DecoderOutputError, invalid_argument, refuse_sampling
 from verifier.protocols import DecoderStats
 from verifier.validation import check_row_prompts, check_row_temperatures, check_stop_rule
@@ -248,13 +248,18 @@ class EngineDecoder:
         _ = self.worker
         return time.perf_counter() - start
 
+    def _running_worker(self) -> EngineWorker | None:
+        """This decoder's worker, else the one :meth:`start` left in the pool for the decoder that adopts it, else
+        None (nothing is started here)."""
+        if self._worker is not None:
+            return self._worker
+        python, handler, init, env = self._worker_args
+        return pooled(python, handler, init, env)
+
     def presample(self, requests: list[dict[str, Any]]) -> bool:
         """Make these ``generate`` calls (:meth:`request` dicts) ahead on the worker :meth:`start` started, for the
         first decoder that adopts it; False (nothing done) when no such worker waits."""
-        from verifier.engines.bridge import pooled
-
-        python, handler, init, env = self._worker_args
-        worker = pooled(python, handler, init, env) if self._worker is None else self._worker
+        worker = self._running_worker()
         if worker is None:
             return False
         worker.presample(requests)
@@ -262,10 +267,7 @@ class EngineDecoder:
 
     def limit_presample(self, count: int) -> None:
         """Only the first ``count`` calls handed to :meth:`presample` are still made ahead."""
-        from verifier.engines.bridge import pooled
-
-        python, handler, init, env = self._worker_args
-        worker = pooled(python, handler, init, env) if self._worker is None else self._worker
+        worker = self._running_worker()
         if worker is not None:
             worker.limit_presample(count)
 

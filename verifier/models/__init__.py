@@ -7,8 +7,7 @@ checkpoint's folder does not import torch.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from verifier._lazy import lazy_names
 
 __all__ = [
     "processed_tabular",
@@ -21,18 +20,9 @@ __all__ = [
     "shipped_checkpoint",
 ]
 
-_HOME = {"SHIPPED_NAMES": "shipped_paths", "shipped_checkpoint": "shipped_paths", "load_model": "loading",
-         "load_tokenizer": "loading", "resolve_dtype": "loading", "processed_tabular": "tabular",
-         "TabularCache": "tabular", "TabularCausalLM": "tabular"}
+_HOME = {name: f"verifier.models.{module}" for name, module in (
+    ("SHIPPED_NAMES", "shipped_paths"), ("shipped_checkpoint", "shipped_paths"), ("load_model", "loading"),
+    ("load_tokenizer", "loading"), ("resolve_dtype", "loading"), ("processed_tabular", "tabular"),
+    ("TabularCache", "tabular"), ("TabularCausalLM", "tabular"))}
 
-
-def __getattr__(name: str) -> Any:
-    if name not in _HOME:
-        raise AttributeError(f"module 'verifier.models' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"verifier.models.{_HOME[name]}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_names("verifier.models", _HOME, globals())
