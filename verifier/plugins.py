@@ -30,10 +30,9 @@ import importlib.util
 import inspect
 import sys
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
-import torch
 
 from verifier._import_file import import_file
 from verifier.errors import (ConfigError, DecoderError, DecoderOutputError, ResourceError, SamplingRefusedError,
@@ -41,6 +40,9 @@ from verifier.errors import (ConfigError, DecoderError, DecoderOutputError, Reso
 from verifier.protocols import PADDING_TOKEN_ID, DecoderStats
 from verifier.sampling import SamplingConfig
 from verifier.validation import check_emitted_tokens, plugin_attribute
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = [
     "PluginLoadError",
@@ -467,6 +469,8 @@ def check_kernel_output(emitted: Any, *, batch: int, num_draft_tokens: int, voca
         Not an int64 tensor/array of that shape, an id outside ``[0, vocab_size)``, a row with no
         emitted token, or a token after padding.  The message shows the first bad row.
     """
+    import torch  # here, not at import: plugin_name runs before an engine audit's presample, which waits for it
+
     arr = emitted
     if isinstance(arr, np.ndarray):
         arr = torch.from_numpy(arr)

@@ -145,3 +145,23 @@ def test_no_call_is_made_ahead_under_a_call_timeout(monkeypatch):
     assert start_presample(SimpleNamespace(call_timeout=None), spec) == 4 and len(Recording.handed) == 4
     monkeypatch.setenv("SPECVERIFY_CALL_TIMEOUT", "5")
     assert start_presample(SimpleNamespace(call_timeout=None), spec) == 0
+
+
+def test_the_calls_ahead_are_handed_over_before_the_heavy_imports(tmp_path):
+    """A known-p audit reaches start_presample with torch, transformers, scipy and statsmodels not yet imported: the
+    worker started first otherwise waits seconds for its calls (session 28: `verifier.pipeline` imported at the top of
+    `_run_known_p` held them back 3-4 s).  Run in a fresh interpreter, stopped at that call."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys, verifier.cli._presample as p\n"
+        "def stop(args, spec):\n"
+        "    print('HEAVY', sorted(m for m in ('torch', 'transformers', 'scipy', 'statsmodels') if m in sys.modules))\n"
+        "    raise SystemExit(0)\n"
+        "p.start_presample = stop\n"
+        "from verifier.cli import main\n"
+        f"main(['audit', '--decoder', 'reference', '--target', 'shipped:target', '--draft', 'shipped:draft',"
+        f" '--prompt-ids', '272,70,221', '--num-samples', '100', '--run-dir', {str(tmp_path / 'run')!r}])\n")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert "HEAVY []" in out.stdout, out.stdout + out.stderr

@@ -139,12 +139,14 @@ def _print_summary(outcome, plan: dict) -> None:
 
 
 def _run_known_p(args, sampling) -> int:
+    # only light imports before start_presample: the engine's worker waits for its calls until then, and
+    # verifier.pipeline / verifier.runner.run pull in torch, transformers' helpers and statsmodels (3-4 s on 2 cores)
     from verifier.audit.sequential import PLAN_FILE, plan_record
     from verifier.audit.suite_builder import plan_audit, suite_toml
-    from verifier.pipeline import run_audit
-    from verifier.runner.run import load_run_suite, new_run_dir
 
     if args.resume:
+        from verifier.runner.run import load_run_suite
+
         suite, _info = load_run_suite(args.resume)
         try:
             plan = json.loads((Path(args.resume) / PLAN_FILE).read_text(encoding="utf-8"))
@@ -159,9 +161,8 @@ def _run_known_p(args, sampling) -> int:
             raise invalid_argument("--target", None, "a target model for known-p mode (or use --blackbox-reference SPEC)")
         if args.run_dir:  # refused before the models load and the plan prints (run_audit checks it again)
             from verifier.runner import guards
-            from verifier.runner.run import RUN_FILE
 
-            guards.check_fresh_run_dir(args.run_dir, RUN_FILE)
+            guards.check_fresh_run_dir(args.run_dir, guards.RUN_FILE)
         prompts = [("ids", tuple(p)) for p in args.prompt_ids] + [("text", t) for t in args.prompt]
         if not getattr(args, "url", None):  # an engine started ahead draws the first chunks while the pair loads
             from verifier.cli._presample import start_presample
@@ -205,8 +206,11 @@ def _run_known_p(args, sampling) -> int:
             except OSError as exc:
                 raise ReportWriteError(f"--save-suite={args.save_suite!r} cannot be written: {exc.strerror or exc}") from None
             print(f"suite written to {args.save_suite}")
+        from verifier.runner.run import new_run_dir
+
         run_dir = Path(args.run_dir) if args.run_dir else new_run_dir(args.report_dir or DEFAULT_REPORT_DIR, suite)
         print(f"audit run -> {run_dir}")
+    from verifier.pipeline import run_audit
     from verifier.runner.run import verdict_pending
 
     # an engine audit measures its floor on the runner's own engine instance before the verdict (_floor_probe);
