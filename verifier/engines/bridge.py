@@ -206,6 +206,9 @@ class EngineWorker:
         thread = threading.Thread(target=self._presample_loop, args=(list(requests),), daemon=True,
                                   name=f"presample-{self.name}")
         thread.start()
+        from verifier.engines.priority import yield_to_engine
+
+        yield_to_engine()  # the caller's own start-up work runs behind the engine's threads (reclaimed by stop_presample)
 
     def _presample_loop(self, requests: list[dict[str, Any]]) -> None:
         try:
@@ -261,7 +264,11 @@ class EngineWorker:
             self._ahead_done.notify_all()
 
     def stop_presample(self) -> None:
-        """Make no further call ahead (one running finishes first: :meth:`call` waits for it); drop kept replies."""
+        """Make no further call ahead (one running finishes first: :meth:`call` waits for it); drop kept replies.
+        The calling thread gets back the priority :meth:`presample` lowered (:func:`verifier.engines.priority.reclaim`)."""
+        from verifier.engines.priority import reclaim
+
+        reclaim()
         self._ahead_stop.set()
         with self._ahead_done:
             self._ahead.clear()

@@ -148,6 +148,7 @@ def _set_cells(ctx: SuiteContext, plan: SampleSetPlan, tokens: np.ndarray,
         return [greedy.greedy_cell(f"{base}/greedy", tokens, expected_row, power=power, cell_alpha=alpha("greedy"),
                                    label_fn=tok_label, **meta)]
     cells = []
+    pit = _pit_started(suite, plan, pair, tokens, alpha("pit"), power, meta) if "pit" in spec.tests else None
     positions, jt = position_plan(plan)
     tv_cell = analysis.gof_cell  # the TV cells' test: Pearson, or the opt-in weighted identity test (issue 27)
     if getattr(suite.stats, "tv_test", "pearson") in ("weighted", "mixture"):
@@ -212,22 +213,83 @@ def _set_cells(ctx: SuiteContext, plan: SampleSetPlan, tokens: np.ndarray,
     if "logprob" in spec.tests:  # the logprobs the decoder reports (issue 29, bug kind 4)
         cells.append(_logprob_cell(pair, plan, tokens, reported, power=power, cell_alpha=alpha("logprob"), cell_id=f"{base}/logprob",
                                    **meta))
-    if "pit" in spec.tests:
-        u_parts, violations = [], []
-        vrng = np.random.default_rng(stream_seed(suite.seed, "pit|" + plan.key))  # independent of the decoder
-        if pitscore.fast_pit_applies(pair.reference, plan.sampling):  # float32 logits, no [rows, T, V] float64
-            u_parts, violations = pitscore.pit_values(pair.reference, plan.prompt_ids, tokens, plan.sampling, vrng)
-        else:
-            for rows, probs in pair.reference.teacher_forced(plan.prompt_ids, tokens, plan.sampling):
-                tk = tokens[rows]
-                live = tk != -1
-                u, bad = analysis.randomized_pit(tk[live], probs[live], vrng)
-                u_parts.append(u)
-                violations.extend(bad)
-        u_all = np.concatenate(u_parts) if u_parts else np.zeros(0)
-        cells.append(analysis.pit_cell(f"{base}/pit", u_all, cell_alpha=alpha("pit"), power=power,
-                                       violations=tuple(violations), **meta))
+    if pit is not None:
+        cells.append(pit.result())
     return cells  # the accepted-draft count is no bias cell: see acceptance_cells (verifier.runner.acceptance)
+
+
+def _pit_cell(suite, plan: SampleSetPlan, pair: LoadedPair, tokens: np.ndarray, cell_alpha: float, power: float,
+              meta: dict) -> analysis.CellResult:
+    """The randomized-PIT cell of one sample set (its own generator: the values do not depend on the other cells)."""
+    u_parts, violations = [], []
+    vrng = np.random.default_rng(stream_seed(suite.seed, "pit|" + plan.key))  # independent of the decoder
+    if pitscore.fast_pit_applies(pair.reference, plan.sampling):  # float32 logits, no [rows, T, V] float64
+        u_parts, violations = pitscore.pit_values(pair.reference, plan.prompt_ids, tokens, plan.sampling, vrng)
+    else:
+        for rows, probs in pair.reference.teacher_forced(plan.prompt_ids, tokens, plan.sampling):
+            tk = tokens[rows]
+            live = tk != -1
+            u, bad = analysis.randomized_pit(tk[live], probs[live], vrng)
+            u_parts.append(u)
+            violations.extend(bad)
+    u_all = np.concatenate(u_parts) if u_parts else np.zeros(0)
+    return analysis.pit_cell(f"{plan.cell_base}/pit", u_all, cell_alpha=cell_alpha, power=power,
+                             violations=tuple(violations), **meta)
+
+
+class _Now:
+    """A computed value behind the ``result()`` of a future (the PIT cell computed in the caller's thread)."""
+
+    def __init__(self, value) -> None:
+        self._value = value
+
+    def result(self):
+        return self._value
+
+
+def _pit_started(suite, plan: SampleSetPlan, pair: LoadedPair, tokens: np.ndarray, cell_alpha: float, power: float,
+                 meta: dict):
+    """The PIT cell, started beside the set's other cells where its forward passes run through torch (they release the
+    GIL: on the 2-core box the statistics stage of a 5,000-row engine audit takes ~0.4 s less); ``.result()`` gives it.
+    Same function, same inputs, its own generator: the cell is the one computed alone, value for value."""
+    if not pitscore.fast_pit_applies(pair.reference, plan.sampling) or len(tokens) < PIT_THREAD_MIN_ROWS:
+        return _Now(_pit_cell(suite, plan, pair, tokens, cell_alpha, power, meta))
+    from concurrent.futures import ThreadPoolExecutor
+
+    pool = ThreadPoolExecutor(1, thread_name_prefix="pit-cell")
+    try:
+        return pool.submit(_pit_cell, suite, plan, pair, tokens, cell_alpha, power, dict(meta))
+    finally:
+        pool.shutdown(wait=False)  # the submitted cell still runs; result() waits for it
+
+
+PIT_THREAD_MIN_ROWS = 1000  # below this the PIT cell is a few ms: computed in place, no thread
+
+
+def warm_tv_cells(ctx: SuiteContext, plan: SampleSetPlan, cell_alpha_of: Callable[[str], float]) -> None:
+    """Compute now what a set's Pearson TV cells will ask at its planned n, into the memos they read: the MDE at n
+    (:func:`verifier.stats.gof.gof_mde`) and, where it is above the target TV, the n it needs
+    (:func:`verifier.runner.analysis.n_needed_for`), with the arguments :func:`analysis.gof_cell` passes.  Called
+    while an engine worker samples (:func:`verifier.runner.run.warm_statistics`); nothing here is a result: the cells
+    are computed as before and only find their values memoised (a set that ends with another n misses the memo)."""
+    from verifier.stats.gof import gof_mde
+
+    suite, spec = ctx.suite, plan.decoder
+    if plan.sampling.greedy or getattr(suite.stats, "tv_test", "pearson") != "pearson":
+        return
+    positions, jt = position_plan(plan)
+    laws = expected_laws(ctx, plan) if positions or jt else None
+    if laws is None:
+        return
+    tv = [(f"gof@{t}", laws.marginals[t]) for t in positions]
+    if jt == spec.joint_tokens and "joint" in spec.tests:
+        tv.append((f"joint@1..{jt}", laws.joint))
+    n, power, target = int(plan.samples), suite.stats.power, suite.stats.target_mde
+    for test, law in tv:
+        _, law = analysis._count_cell_inputs(np.zeros(len(law), np.int64), law)
+        mde = gof_mde(n, law, alpha=cell_alpha_of(test), power=power).tv
+        if target is not None and mde > target:
+            analysis.n_needed_for(law, n, cell_alpha=cell_alpha_of(test), power=power, target_mde=target)
 
 
 def draft_unknown(ctx: SuiteContext, plan: SampleSetPlan, identity: dict | None) -> str:
