@@ -7,6 +7,7 @@ proposals), so the known verdict is no bias; the draft here is the library's own
 Run time: about 60 s in all on 2 loaded cores (model load ~1 s, a few hundred samples/s... measured in the README).
 """
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -204,7 +205,7 @@ def test_chunks_drawn_while_the_harness_plans_are_the_samples_it_would_draw(engi
     def tokens(run):
         return np.concatenate([np.load(f)["tokens"] for f in sorted(glob.glob(str(run / "samples" / "*" / "chunk-*.npz")))])
 
-    runs = {}
+    runs, floors = {}, {}
     for flag in ("0", "1"):
         monkeypatch.setenv("SPECVERIFY_PRESAMPLE", flag)
         run = tmp_path / f"presample{flag}"
@@ -218,4 +219,6 @@ def test_chunks_drawn_while_the_harness_plans_are_the_samples_it_would_draw(engi
         else:
             assert "while the harness planned" not in out, out
         runs[flag] = tokens(run)
+        floors[flag] = json.loads((run / "report.json").read_text())["numeric_floor"]["max_tv"]
     assert runs["0"].shape[1] == 3 and np.array_equal(runs["0"], runs["1"])
+    assert floors["0"] is not None and floors["0"] == floors["1"]  # the same numeric floor, measured after the chunks
