@@ -61,3 +61,63 @@ def test_reclaim_without_yield_changes_nothing():
 
     before, after = _in_thread(body)
     assert before == after
+
+
+def test_another_thread_can_be_made_to_yield_and_reclaims_itself():
+    """The presampling thread lowers the harness thread's priority (yield_to_engine(tid)); the harness thread later
+    calls reclaim() itself."""
+    ready, go = threading.Event(), threading.Event()
+    seen: dict = {}
+
+    def harness():
+        seen["tid"] = threading.get_native_id()
+        seen["before"] = os.getpriority(os.PRIO_PROCESS, seen["tid"])
+        ready.set()
+        go.wait(10)
+        seen["lowered"] = os.getpriority(os.PRIO_PROCESS, seen["tid"])
+        priority.reclaim()
+        seen["after"] = os.getpriority(os.PRIO_PROCESS, seen["tid"])
+    t = threading.Thread(target=harness)
+    t.start()
+    ready.wait(10)
+    assert priority.yield_to_engine(seen["tid"])
+    go.set()
+    t.join()
+    assert seen["lowered"] == min(19, seen["before"] + priority.YIELD_NICE)
+    if os.geteuid() == 0:
+        assert seen["after"] == seen["before"]
+
+
+def test_the_harness_yields_only_when_the_engine_has_the_longer_work(monkeypatch):
+    """EngineWorker.presample: after the first call the calls left times its seconds decide -- above
+    YIELD_AFTER_SECONDS the harness's thread yields, below it keeps its priority (an engine done before the harness is
+    ready)."""
+    from tests.engines.test_bridge import _decoder
+    import verifier.engines.bridge as bridge
+    from verifier.sampling import SamplingConfig
+
+    def run(threshold: float) -> tuple[int, int]:
+        monkeypatch.setattr(priority, "YIELD_AFTER_SECONDS", threshold)
+
+        def body():
+            tid = threading.get_native_id()
+            before = os.getpriority(os.PRIO_PROCESS, tid)
+            early = _decoder()
+            early.start()
+            early.presample([early.request([1, 2], 4, 3, SamplingConfig(), seed=s) for s in (10, 11, 12)])
+            dec = _decoder()
+            try:
+                for s in (10, 11, 12):
+                    dec.generate([1, 2], 4, 3, SamplingConfig(), seed=s)
+                during = os.getpriority(os.PRIO_PROCESS, tid)
+                dec.stop_presample()
+            finally:
+                dec.close()
+                bridge.close_pool()
+            return before, during
+        return _in_thread(body)
+
+    before, during = run(0.0)
+    assert during == min(19, before + priority.YIELD_NICE)
+    before, during = run(1e9)
+    assert during == before

@@ -2,12 +2,14 @@
 as the engine allows").
 
 While the worker makes the calls handed to it (:meth:`verifier.engines.bridge.EngineWorker.presample`) the harness's
-own thread imports torch and transformers, loads the reference pair and plans: about 9 s of CPU on the shipped pair.
-On a 2-core machine that work shares the cores with the engine's two threads and slows its calls.  Here the harness's
-thread lowers its own scheduling priority by :data:`YIELD_NICE` while the calls are made ahead, so the engine's
-threads run first and the harness takes the time they leave: measured on the 2-core box, OpenVINO GenAI's 5,000-row
-audit reaches its verdict 0.6-1.1 s sooner (reports/benchmarks.md section 42).  Nothing about a sample or a statistic
-depends on it.
+own thread imports torch and transformers, loads the reference pair and plans: about 7.5 s on the shipped pair, one
+core.  On a 2-core machine that work shares the cores with the engine's threads and slows its calls.  Where the engine
+still has more than :data:`YIELD_AFTER_SECONDS` of calls to make once its first call is back (its seconds times the
+calls left), it is the audit's critical path: the harness's thread then lowers its scheduling priority by
+:data:`YIELD_NICE`, so the engine's threads run first and the harness takes the time they leave.  Measured on the 2-core
+box (reports/benchmarks.md section 42): OpenVINO GenAI's 5,000-row audit (~14 s of calls) reaches its verdict 0.6-1.1 s
+sooner; llama-cpp-python's (~7 s of calls, done before the harness is ready) was 0.6 s slower with the harness yielding,
+so short work does not yield.  Nothing about a sample or a statistic depends on it.
 
 Linux gives each thread its own nice value (``setpriority(PRIO_PROCESS, tid)``), so only the calling thread and the
 threads it starts later yield; the worker process, started before, keeps its priority.  :func:`reclaim` raises the
@@ -21,15 +23,17 @@ from __future__ import annotations
 import os
 import threading
 
-__all__ = ["YIELD_NICE", "yield_to_engine", "reclaim"]
+__all__ = ["YIELD_NICE", "YIELD_AFTER_SECONDS", "yield_to_engine", "reclaim"]
 
 YIELD_NICE = 10  # CFS weight 110 against the engine's 1024: the harness gets ~10% of a contended core
+YIELD_AFTER_SECONDS = 8.0  # engine calls left, in seconds, above which the harness yields (its own start-up: ~7.5 s)
 _SAVED: dict[int, int] = {}  # native thread id -> its nice value before yield_to_engine
 
 
-def yield_to_engine() -> bool:
-    """Lower the calling thread's priority by :data:`YIELD_NICE` (at most to 19); whether it now yields."""
-    tid = threading.get_native_id()
+def yield_to_engine(tid: int | None = None) -> bool:
+    """Lower the priority of thread ``tid`` (a native thread id of this process; default the calling thread) by
+    :data:`YIELD_NICE` (at most to 19); whether it now yields."""
+    tid = threading.get_native_id() if tid is None else int(tid)
     if tid in _SAVED:
         return True
     if not hasattr(os, "setpriority"):
