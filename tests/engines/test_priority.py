@@ -121,3 +121,39 @@ def test_the_harness_yields_only_when_the_engine_has_the_longer_work(monkeypatch
     assert during == min(19, before + priority.YIELD_NICE)
     before, during = run(1e9)
     assert during == before
+
+
+def test_the_harness_yields_while_a_slow_engine_is_still_starting(monkeypatch):
+    """An engine still starting after STARTING_YIELD_SECONDS (vLLM's ~11 s start-up) is the critical path: the
+    harness's thread yields before the first call is back, whatever the calls left; a quick start-up leaves that to
+    the first call's rule."""
+    from tests.engines.test_bridge import _decoder
+    import verifier.engines.bridge as bridge
+    from verifier.sampling import SamplingConfig
+
+    monkeypatch.setattr(priority, "YIELD_AFTER_SECONDS", 1e9)  # the calls' rule never yields here
+
+    def run(startup_sleep: float) -> tuple[int, int]:
+        def body():
+            tid = threading.get_native_id()
+            before = os.getpriority(os.PRIO_PROCESS, tid)
+            early = _decoder(startup_sleep=startup_sleep)
+            early.start()
+            early.presample([early.request([1, 2], 4, 3, SamplingConfig(), seed=10)])
+            dec = _decoder(startup_sleep=startup_sleep)
+            try:
+                dec.generate([1, 2], 4, 3, SamplingConfig(), seed=10)
+                during = os.getpriority(os.PRIO_PROCESS, tid)
+                dec.stop_presample()
+            finally:
+                dec.close()
+                bridge.close_pool()
+            return before, during
+        return _in_thread(body)
+
+    monkeypatch.setattr(priority, "STARTING_YIELD_SECONDS", 0.3)
+    before, during = run(2.0)  # still starting at 0.3 s
+    assert during == min(19, before + priority.YIELD_NICE)
+    monkeypatch.setattr(priority, "STARTING_YIELD_SECONDS", 30.0)
+    before, during = run(0.0)  # ready long before
+    assert during == before

@@ -209,10 +209,18 @@ class EngineWorker:
         thread.start()
 
     def _presample_loop(self, requests: list[dict[str, Any]]) -> None:
-        from verifier.engines.priority import YIELD_AFTER_SECONDS, yield_to_engine
+        from verifier.engines.priority import STARTING_YIELD_SECONDS, YIELD_AFTER_SECONDS, yield_to_engine
 
+        # an engine still starting after STARTING_YIELD_SECONDS (vLLM: ~11 s) is the critical path: the harness yields
+        starting = threading.Timer(STARTING_YIELD_SECONDS, lambda: self._methods is None
+                                   and not self._ahead_stop.is_set() and yield_to_engine(self._caller_tid))
+        starting.daemon = True
+        starting.start()
         try:
-            _ = self.methods  # the engine's start-up first: not counted in a call's seconds
+            try:
+                _ = self.methods  # the engine's start-up first: not counted in a call's seconds
+            finally:
+                starting.cancel()
             for i, req in enumerate(requests):
                 if not self._ahead_wanted(i):
                     break

@@ -5,7 +5,9 @@ While the worker makes the calls handed to it (:meth:`verifier.engines.bridge.En
 own thread imports torch and transformers, loads the reference pair and plans: about 7.5 s on the shipped pair, one
 core.  On a 2-core machine that work shares the cores with the engine's threads and slows its calls.  Where the engine
 still has more than :data:`YIELD_AFTER_SECONDS` of calls to make once its first call is back (its seconds times the
-calls left), it is the audit's critical path: the harness's thread then lowers its scheduling priority by
+calls left), or where the engine is still starting after :data:`STARTING_YIELD_SECONDS` (vLLM's ~11 s start-up on
+CPU is longer than the harness's own), it is the audit's critical path: the harness's thread then lowers its
+scheduling priority by
 :data:`YIELD_NICE`, so the engine's threads run first and the harness takes the time they leave.  Measured on the 2-core
 box (reports/benchmarks.md section 42): OpenVINO GenAI's 5,000-row audit (~14 s of calls) reaches its verdict 0.6-1.1 s
 sooner; llama-cpp-python's (~7 s of calls, done before the harness is ready) was 0.6 s slower with the harness yielding,
@@ -23,10 +25,11 @@ from __future__ import annotations
 import os
 import threading
 
-__all__ = ["YIELD_NICE", "YIELD_AFTER_SECONDS", "yield_to_engine", "reclaim"]
+__all__ = ["YIELD_NICE", "YIELD_AFTER_SECONDS", "STARTING_YIELD_SECONDS", "yield_to_engine", "reclaim"]
 
 YIELD_NICE = 10  # CFS weight 110 against the engine's 1024: the harness gets ~10% of a contended core
 YIELD_AFTER_SECONDS = 8.0  # engine calls left, in seconds, above which the harness yields (its own start-up: ~7.5 s)
+STARTING_YIELD_SECONDS = 2.0  # an engine still starting after this long yields too (OpenVINO, llama.cpp: < 1 s)
 _SAVED: dict[int, int] = {}  # native thread id -> its nice value before yield_to_engine
 
 
