@@ -253,7 +253,9 @@ def _sample(ctx: SuiteContext, store: SampleStore, progress: bool, log: Callable
                     decoder = ctx.decoder(spec, plan.num_draft_tokens)
                     if all(decoder is not d for d in used):
                         used.append(decoder)
-                        if len(used) == 1 and getattr(decoder, "runs_in_worker", False):  # the runner waits for replies
+                        # the runner only waits for a worker's replies: the statistics' memos meanwhile (every chunk
+                        # of the sets sampled here, so the verdict's n is the planned one; not for a shard or a look)
+                        if len(used) == 1 and select is None and getattr(decoder, "runs_in_worker", False):
                             ctx.warming.append(warm_statistics(ctx, plans))
 
                     def check(out, n, pair=pair, plan=plan):
