@@ -88,38 +88,59 @@ def test_another_thread_can_be_made_to_yield_and_reclaims_itself():
         assert seen["after"] == seen["before"]
 
 
-def test_the_harness_yields_only_when_the_engine_has_the_longer_work(monkeypatch):
-    """EngineWorker.presample: after the first call the calls left times its seconds decide -- above
-    YIELD_AFTER_SECONDS the harness's thread yields, below it keeps its priority (an engine done before the harness is
-    ready)."""
+def _presampled(monkeypatch, *, calls: int = 3, call_sleep: float = 0.0, startup_sleep: float = 0.0,
+                limit: int | None = None) -> tuple[int, int, int]:
+    """In a fresh thread (the harness's): hand ``calls`` generate calls ahead (a planned n's guess cut to ``limit``
+    when given), take them; the thread's nice value before, right after the first call was taken, and after the
+    sampling ended."""
     from tests.engines.test_bridge import _decoder
     import verifier.engines.bridge as bridge
     from verifier.sampling import SamplingConfig
 
-    def run(threshold: float) -> tuple[int, int]:
-        monkeypatch.setattr(priority, "YIELD_AFTER_SECONDS", threshold)
+    def body():
+        tid = threading.get_native_id()
+        before = os.getpriority(os.PRIO_PROCESS, tid)
+        early = _decoder(startup_sleep=startup_sleep, call_sleep=call_sleep)
+        early.start()
+        early.presample([early.request([1, 2], 4, 3, SamplingConfig(), seed=s) for s in range(calls)],
+                        guessed=limit is not None)
+        if limit is not None:
+            early.limit_presample(limit)
+        dec = _decoder(startup_sleep=startup_sleep, call_sleep=call_sleep)
+        try:
+            dec.generate([1, 2], 4, 3, SamplingConfig(), seed=0)
+            during = os.getpriority(os.PRIO_PROCESS, tid)
+            for s in range(1, limit if limit is not None else calls):
+                dec.generate([1, 2], 4, 3, SamplingConfig(), seed=s)
+            dec.stop_presample()
+            after = os.getpriority(os.PRIO_PROCESS, tid)
+        finally:
+            dec.close()
+            bridge.close_pool()
+        return before, during, after
+    return _in_thread(body)
 
-        def body():
-            tid = threading.get_native_id()
-            before = os.getpriority(os.PRIO_PROCESS, tid)
-            early = _decoder()
-            early.start()
-            early.presample([early.request([1, 2], 4, 3, SamplingConfig(), seed=s) for s in (10, 11, 12)])
-            dec = _decoder()
-            try:
-                for s in (10, 11, 12):
-                    dec.generate([1, 2], 4, 3, SamplingConfig(), seed=s)
-                during = os.getpriority(os.PRIO_PROCESS, tid)
-                dec.stop_presample()
-            finally:
-                dec.close()
-                bridge.close_pool()
-            return before, during
-        return _in_thread(body)
 
-    before, during = run(0.0)
+def test_the_harness_yields_only_when_the_engine_has_the_longer_work(monkeypatch):
+    """EngineWorker.presample: after the first call the calls left times its seconds decide -- above
+    YIELD_AFTER_SECONDS the harness's thread yields while the calls ahead run (and gets its priority back after them,
+    root), below it keeps its priority (an engine done before the harness is ready)."""
+    monkeypatch.setattr(priority, "YIELD_AFTER_SECONDS", 0.5)
+    before, during, after = _presampled(monkeypatch, calls=4, call_sleep=0.4)  # 3 x 0.4 s left > 0.5 s
     assert during == min(19, before + priority.YIELD_NICE)
-    before, during = run(1e9)
+    if os.geteuid() == 0:
+        assert after == before
+    monkeypatch.setattr(priority, "YIELD_AFTER_SECONDS", 1e9)
+    before, during, after = _presampled(monkeypatch, calls=4, call_sleep=0.4)
+    assert during == before == after
+
+
+def test_a_guessed_count_yields_only_for_the_calls_the_plan_keeps(monkeypatch):
+    """A planned n hands over a guess (32 calls): the calls beyond the plan's n must not make the harness yield (the
+    breaker's case: 4 real chunks of ~1 s each, the harness slowed 2x under load). Cut to 2 calls, 1 x 0.4 s left is
+    below the threshold; uncut, 31 x 0.4 s would be far above it."""
+    monkeypatch.setattr(priority, "YIELD_AFTER_SECONDS", 1.0)
+    before, during, after = _presampled(monkeypatch, calls=32, call_sleep=0.4, limit=2)
     assert during == before
 
 
@@ -127,33 +148,38 @@ def test_the_harness_yields_while_a_slow_engine_is_still_starting(monkeypatch):
     """An engine still starting after STARTING_YIELD_SECONDS (vLLM's ~11 s start-up) is the critical path: the
     harness's thread yields before the first call is back, whatever the calls left; a quick start-up leaves that to
     the first call's rule."""
-    from tests.engines.test_bridge import _decoder
-    import verifier.engines.bridge as bridge
-    from verifier.sampling import SamplingConfig
-
     monkeypatch.setattr(priority, "YIELD_AFTER_SECONDS", 1e9)  # the calls' rule never yields here
-
-    def run(startup_sleep: float) -> tuple[int, int]:
-        def body():
-            tid = threading.get_native_id()
-            before = os.getpriority(os.PRIO_PROCESS, tid)
-            early = _decoder(startup_sleep=startup_sleep)
-            early.start()
-            early.presample([early.request([1, 2], 4, 3, SamplingConfig(), seed=10)])
-            dec = _decoder(startup_sleep=startup_sleep)
-            try:
-                dec.generate([1, 2], 4, 3, SamplingConfig(), seed=10)
-                during = os.getpriority(os.PRIO_PROCESS, tid)
-                dec.stop_presample()
-            finally:
-                dec.close()
-                bridge.close_pool()
-            return before, during
-        return _in_thread(body)
-
     monkeypatch.setattr(priority, "STARTING_YIELD_SECONDS", 0.3)
-    before, during = run(2.0)  # still starting at 0.3 s
+    before, during, _ = _presampled(monkeypatch, calls=3, call_sleep=0.4, startup_sleep=1.5)  # still starting at 0.3 s
     assert during == min(19, before + priority.YIELD_NICE)
     monkeypatch.setattr(priority, "STARTING_YIELD_SECONDS", 30.0)
-    before, during = run(0.0)  # ready long before
+    before, during, _ = _presampled(monkeypatch, calls=3, call_sleep=0.4)  # ready long before
     assert during == before
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="raising a priority again needs root (CAP_SYS_NICE)")
+def test_threads_started_while_yielding_get_their_priority_back():
+    """Threads the yielding thread starts inherit the lower priority (torch's intra-op pool, the warming thread);
+    reclaim restores them too, not only the thread that yielded (the breaker's finding)."""
+    def body():
+        tid = threading.get_native_id()
+        before = os.getpriority(os.PRIO_PROCESS, tid)
+        priority.yield_to_engine()
+        started, release, seen = threading.Event(), threading.Event(), {}
+
+        def child():
+            seen["tid"] = threading.get_native_id()
+            started.set()
+            release.wait(10)
+        c = threading.Thread(target=child)
+        c.start()
+        started.wait(10)
+        lowered = os.getpriority(os.PRIO_PROCESS, seen["tid"])
+        priority.reclaim()
+        restored = os.getpriority(os.PRIO_PROCESS, seen["tid"])
+        release.set()
+        c.join()
+        return before, lowered, restored
+
+    before, lowered, restored = _in_thread(body)
+    assert lowered == min(19, before + priority.YIELD_NICE) and restored == before

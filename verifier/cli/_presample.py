@@ -79,7 +79,7 @@ def _start(decoder: Any, spec: Any) -> int:
     calls = min(plan.num_chunks, MAX_GUESSED_CALLS) if planned else plan.num_chunks
     requests = [decoder.request(plan.prompt_ids, plan.chunk_rows(i), plan.max_new_tokens, plan.sampling,
                                 plan.chunk_seed(i)) for i in range(calls)]
-    if not decoder.presample(requests):
+    if not decoder.presample(requests, guessed=planned):
         return 0
     _AHEAD.append((decoder, plan.chunk_size, planned))
     return len(requests)

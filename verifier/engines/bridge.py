@@ -128,6 +128,9 @@ class EngineWorker:
         self._ahead_todo: list[str] = []  # digests still to run or running, in order
         self._ahead_order: list[str] = []  # every digest handed over, in order
         self._ahead_stop = threading.Event()
+        self._ahead_over = False  # the calls ahead ended (made, stopped or failed): no yield after that
+        self._caller_tid: int | None = None  # the harness's thread that handed them over (it yields, verifier.engines.priority)
+        self._guessed, self._first_seconds = False, None  # a planned n's guessed count; the first call's seconds
         self._ahead_limit: int | None = None  # calls ahead still wanted (limit_presample), None: all handed over
         self._ahead_done = threading.Condition()
         self._init_sent = self._send("__init__", dict(init or {}))  # the engine starts now; its reply is read below
@@ -195,25 +198,42 @@ class EngineWorker:
                                f"engine traceback:\n{err['traceback'].rstrip()}")
         return reply
 
-    def presample(self, requests: list[dict[str, Any]]) -> None:
+    def presample(self, requests: list[dict[str, Any]], *, guessed: bool = False) -> None:
         """Make these ``generate`` calls now, in order, in a background thread, and keep their replies for
         :meth:`take_presampled` (the audit's first chunks, drawn while the harness imports, loads its reference pair
         and plans: :mod:`verifier.cli._presample`).  Each reply is kept with the engine's own seconds for it.  The
-        thread stops at the first error (the runner's own call then meets it) or at :meth:`stop_presample`."""
+        thread stops at the first error (the runner's own call then meets it) or at :meth:`stop_presample`.
+
+        The calling thread (the harness's) yields the CPU to the engine where the engine is the critical path
+        (:mod:`verifier.engines.priority`): still starting after ``STARTING_YIELD_SECONDS``, or, once the first call
+        is back, more than ``YIELD_AFTER_SECONDS`` of calls left -- for ``guessed`` calls (a planned n) counted only
+        when :meth:`limit_presample` says how many are wanted.  It gets its priority back when the calls ahead are
+        done or stopped."""
         with self._ahead_done:
             self._ahead_todo = [request_digest(r) for r in requests]
             self._ahead_order = list(self._ahead_todo)
+            self._caller_tid = threading.get_native_id()
+            self._guessed, self._first_seconds = bool(guessed), None
         thread = threading.Thread(target=self._presample_loop, args=(list(requests),), daemon=True,
                                   name=f"presample-{self.name}")
-        self._caller_tid = threading.get_native_id()  # the harness's thread: yields once the engine is the long part
         thread.start()
 
-    def _presample_loop(self, requests: list[dict[str, Any]]) -> None:
-        from verifier.engines.priority import STARTING_YIELD_SECONDS, YIELD_AFTER_SECONDS, yield_to_engine
+    def _yield_if(self, critical: bool) -> None:
+        """Make the harness's thread yield when ``critical`` and the calls ahead still run (hold ``_ahead_done``:
+        :meth:`stop_presample` sets its flag under it, so no yield lands after its reclaim)."""
+        from verifier.engines.priority import yield_to_engine
 
-        # an engine still starting after STARTING_YIELD_SECONDS (vLLM: ~11 s) is the critical path: the harness yields
-        starting = threading.Timer(STARTING_YIELD_SECONDS, lambda: self._methods is None
-                                   and not self._ahead_stop.is_set() and yield_to_engine(self._caller_tid))
+        if critical and not self._ahead_stop.is_set() and not self._ahead_over:
+            yield_to_engine(self._caller_tid)
+
+    def _yield_while_starting(self) -> None:
+        with self._ahead_done:
+            self._yield_if(self._methods is None)  # still starting: vLLM's ~11 s, longer than the harness's own
+
+    def _presample_loop(self, requests: list[dict[str, Any]]) -> None:
+        from verifier.engines import priority
+
+        starting = threading.Timer(priority.STARTING_YIELD_SECONDS, self._yield_while_starting)
         starting.daemon = True
         starting.start()
         try:
@@ -235,15 +255,19 @@ class EngineWorker:
                         break  # stopped or limited while it ran: not kept
                     self._ahead[request_digest(req)] = (reply, seconds)
                     self._ahead_done.notify_all()
-                    left = len(self._ahead_todo) - len(self._ahead)
-                    if i == 0 and seconds * left > YIELD_AFTER_SECONDS:  # the engine is the critical path
-                        yield_to_engine(self._caller_tid)  # its start-up work goes behind the engine's threads
+                    if i == 0:
+                        self._first_seconds = seconds
+                        if not self._guessed or self._ahead_limit is not None:  # a count, not a guess
+                            left = len(self._ahead_todo) - len(self._ahead)
+                            self._yield_if(seconds * left > priority.YIELD_AFTER_SECONDS)
         except Exception:  # noqa: BLE001 - the runner's own call of this request raises it, with its context
             pass
         finally:
             with self._ahead_done:
                 self._ahead_todo = []
+                self._ahead_over = True
                 self._ahead_done.notify_all()
+            priority.reclaim(self._caller_tid)  # the engine has no more calls ahead: the harness's priority back
 
     def _ahead_wanted(self, index: int) -> bool:
         """Whether call ``index`` of those handed to :meth:`presample` is still to be made (and kept)."""
@@ -266,25 +290,31 @@ class EngineWorker:
 
     def limit_presample(self, count: int) -> None:
         """Make only the first ``count`` of the calls handed to :meth:`presample` (one running finishes first): the
-        rest were a guess the caller now knows it will not need."""
+        rest were a guess the caller now knows it will not need.  With the first call's seconds known, the calls
+        left now decide whether the harness yields."""
+        from verifier.engines.priority import YIELD_AFTER_SECONDS
+
         with self._ahead_done:
             self._ahead_limit = max(0, int(count))
             self._ahead_todo = self._ahead_todo[:self._ahead_limit]
             for digest in self._ahead_order[self._ahead_limit:]:  # made already: not taken either
                 self._ahead.pop(digest, None)
+            if self._first_seconds is not None:
+                left = len(self._ahead_todo) - len(self._ahead)
+                self._yield_if(self._first_seconds * left > YIELD_AFTER_SECONDS)
             self._ahead_done.notify_all()
 
     def stop_presample(self) -> None:
         """Make no further call ahead (one running finishes first: :meth:`call` waits for it); drop kept replies.
-        The calling thread gets back the priority :meth:`presample` lowered (:func:`verifier.engines.priority.reclaim`)."""
+        The harness's thread gets back the priority the calls ahead lowered (:func:`verifier.engines.priority.reclaim`)."""
         from verifier.engines.priority import reclaim
 
-        reclaim()
-        self._ahead_stop.set()
         with self._ahead_done:
+            self._ahead_stop.set()  # under the lock: no yield after the reclaim below
             self._ahead.clear()
             self._ahead_todo = []
             self._ahead_done.notify_all()
+        reclaim(getattr(self, "_caller_tid", None))
 
     def stderr_tail(self, chars: int = STDERR_TAIL_CHARS) -> str:
         """The last ``chars`` characters the worker wrote to stderr (engine logs)."""

@@ -259,13 +259,14 @@ class EngineDecoder:
         python, handler, init, env = self._worker_args
         return pooled(python, handler, init, env)
 
-    def presample(self, requests: list[dict[str, Any]]) -> bool:
+    def presample(self, requests: list[dict[str, Any]], *, guessed: bool = False) -> bool:
         """Make these ``generate`` calls (:meth:`request` dicts) ahead on the worker :meth:`start` started, for the
-        first decoder that adopts it; False (nothing done) when no such worker waits."""
+        first decoder that adopts it (``guessed``: a planned n's guess, cut by :meth:`limit_presample`); False (nothing
+        done) when no such worker waits."""
         worker = self._running_worker()
         if worker is None:
             return False
-        worker.presample(requests)
+        worker.presample(requests, guessed=guessed)
         return True
 
     def limit_presample(self, count: int) -> None:

@@ -13,11 +13,11 @@ box (reports/benchmarks.md section 42): OpenVINO GenAI's 5,000-row audit (~14 s 
 sooner; llama-cpp-python's (~7 s of calls, done before the harness is ready) was 0.6 s slower with the harness yielding,
 so short work does not yield.  Nothing about a sample or a statistic depends on it.
 
-Linux gives each thread its own nice value (``setpriority(PRIO_PROCESS, tid)``), so only the calling thread and the
-threads it starts later yield; the worker process, started before, keeps its priority.  :func:`reclaim` raises the
-thread's priority again once the sampling ends; a process that may not raise it (no ``CAP_SYS_NICE``, ``RLIMIT_NICE``
-0: the usual unprivileged user) keeps the lower priority to its end, which changes nothing on a machine that has no
-other work.  Elsewhere (no per-thread nice, a refused call) nothing changes.
+Linux gives each thread its own nice value (``setpriority(PRIO_PROCESS, tid)``), so only the harness's thread and the
+threads it starts later yield; the worker process, started before, keeps its priority.  :func:`reclaim` raises their
+priority again once the calls ahead are done (or stopped); a process that may not raise it (no ``CAP_SYS_NICE``,
+``RLIMIT_NICE`` 0: the usual unprivileged user) keeps the lower priority to its end, which changes nothing on a machine
+that has no other work.  Elsewhere (no per-thread nice, a refused call) nothing changes.
 """
 
 from __future__ import annotations
@@ -30,32 +30,50 @@ __all__ = ["YIELD_NICE", "YIELD_AFTER_SECONDS", "STARTING_YIELD_SECONDS", "yield
 YIELD_NICE = 10  # CFS weight 110 against the engine's 1024: the harness gets ~10% of a contended core
 YIELD_AFTER_SECONDS = 8.0  # engine calls left, in seconds, above which the harness yields (its own start-up: ~7.5 s)
 STARTING_YIELD_SECONDS = 2.0  # an engine still starting after this long yields too (OpenVINO, llama.cpp: < 1 s)
-_SAVED: dict[int, int] = {}  # native thread id -> its nice value before yield_to_engine
+_SAVED: dict[int, tuple[int, int, frozenset[int]]] = {}  # tid -> (nice before, nice after, threads then alive)
+_LOCK = threading.Lock()
+
+
+def _threads() -> frozenset[int]:
+    """This process's native thread ids (Linux ``/proc/self/task``; empty elsewhere)."""
+    try:
+        return frozenset(int(t) for t in os.listdir("/proc/self/task"))
+    except (OSError, ValueError):
+        return frozenset()
 
 
 def yield_to_engine(tid: int | None = None) -> bool:
     """Lower the priority of thread ``tid`` (a native thread id of this process; default the calling thread) by
-    :data:`YIELD_NICE` (at most to 19); whether it now yields."""
+    :data:`YIELD_NICE` (at most to 19); whether it now yields.  Threads it starts afterwards inherit the lower
+    priority (torch's intra-op pool, the statistics' warming thread): :func:`reclaim` restores those too."""
     tid = threading.get_native_id() if tid is None else int(tid)
-    if tid in _SAVED:
+    with _LOCK:
+        if tid in _SAVED:
+            return True
+        if not hasattr(os, "setpriority"):
+            return False
+        try:
+            before = os.getpriority(os.PRIO_PROCESS, tid)
+            after = min(19, before + YIELD_NICE)
+            os.setpriority(os.PRIO_PROCESS, tid, after)
+        except Exception:  # noqa: BLE001 - no per-thread nice here (OSError), an id the call cannot take (OverflowError)
+            return False
+        _SAVED[tid] = (before, after, _threads())
         return True
-    if not hasattr(os, "setpriority"):
-        return False
-    try:
-        before = os.getpriority(os.PRIO_PROCESS, tid)
-        os.setpriority(os.PRIO_PROCESS, tid, min(19, before + YIELD_NICE))
-    except OSError:  # no per-thread nice here (a thread id is no process id), or refused
-        return False
-    _SAVED[tid] = before
-    return True
 
 
-def reclaim() -> None:
-    """Give the calling thread back the priority :func:`yield_to_engine` lowered, where the process may raise it."""
-    before = _SAVED.pop(threading.get_native_id(), None)
-    if before is None:
+def reclaim(tid: int | None = None) -> None:
+    """Give thread ``tid`` (default the calling thread) back the priority :func:`yield_to_engine` lowered, and the
+    threads started since then at that lowered priority theirs, where the process may raise them; idempotent."""
+    tid = threading.get_native_id() if tid is None else int(tid)
+    with _LOCK:
+        saved = _SAVED.pop(tid, None)
+    if saved is None:
         return
-    try:
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), before)
-    except OSError:  # not permitted (unprivileged): the thread keeps the lower priority
-        pass
+    before, after, alive = saved
+    for thread in [tid, *sorted(_threads() - alive)]:
+        try:
+            if thread == tid or os.getpriority(os.PRIO_PROCESS, thread) == after:
+                os.setpriority(os.PRIO_PROCESS, thread, before)
+        except Exception:  # noqa: BLE001 - not permitted (unprivileged: they keep the lower priority), or gone
+            pass

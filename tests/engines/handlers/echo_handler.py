@@ -5,7 +5,7 @@ import numpy as np
 
 
 class Handler:
-    def __init__(self, vocab_size: int, fail_init: bool = False, startup_sleep: float = 0.0):
+    def __init__(self, vocab_size: int, fail_init: bool = False, startup_sleep: float = 0.0, call_sleep: float = 0.0):
         if fail_init:
             raise ValueError("model file is corrupt")
         if startup_sleep:  # an engine whose start-up takes a while (model load)
@@ -13,10 +13,15 @@ class Handler:
 
             time.sleep(startup_sleep)
         self.vocab_size = vocab_size
+        self.call_sleep = call_sleep  # seconds each generate call takes (an engine whose calls are the long work)
         print("engine banner printed to stdout")  # must not corrupt the protocol
 
     def generate(self, prompt_ids, max_new_tokens, sampling, seeds, return_logprobs=False, row_temperatures=None,
                  row_prompts=None):
+        if self.call_sleep:
+            import time
+
+            time.sleep(self.call_sleep)
         rng = np.random.default_rng(int(seeds[0]))
         tokens = rng.integers(0, self.vocab_size, size=(len(seeds), max_new_tokens))
         reply = {"tokens": tokens, "accepted_counts": np.full(len(seeds), 1), "drafted": 2 * len(seeds), "accepted": len(seeds),
