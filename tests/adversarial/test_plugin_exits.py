@@ -122,7 +122,8 @@ def test_keyboard_interrupt_from_plugin_is_not_swallowed(tmp_path):
 def test_audit_with_system_exit_in_generate_is_exit_3(tmp_path):
     shutil.copy(PLUG, tmp_path / "plug.py")
     code = main(["audit", "--decoder", f"{tmp_path / 'plug.py'}:make", "--option", "mode=exit_generate",
-                 "--target", "tabular:bigram4_eos", "--prompt-ids", "0", "--num-samples", "100", "--max-new-tokens", "2"])
+                 "--target", "tabular:bigram4_eos", "--prompt-ids", "0", "--num-samples", "100", "--max-new-tokens", "2",
+                 "--run-dir", str(tmp_path / "run")])  # never a folder in the checkout's reports/audit
     assert code == EXIT_DECODER
 
 
@@ -133,7 +134,8 @@ def test_os_exit_in_plugin_is_never_success(tmp_path, command):
         args = ["run", str(suite), "--run-dir", str(tmp_path / "run"), "--no-progress"]
     else:
         args = ["audit", "--decoder", f"{tmp_path / 's' / 'plug.py'}:make", "--option", "mode=os_exit",
-                "--target", "tabular:bigram4_eos", "--prompt-ids", "0", "--num-samples", "100", "--max-new-tokens", "2"]
+                "--target", "tabular:bigram4_eos", "--prompt-ids", "0", "--num-samples", "100", "--max-new-tokens", "2",
+                "--run-dir", str(tmp_path / "run")]
     done = cli(*args)
     assert done.returncode == EXIT_DECODER, (done.returncode, done.stderr[-2000:])
     assert "without writing its verdict" in done.stderr and "os._exit" in done.stderr

@@ -14,6 +14,42 @@ from verifier.engines import priority
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread nice values are Linux's")
 
 
+@pytest.fixture(autouse=True)
+def _quiet_machine(monkeypatch):
+    """The tests run beside other tests: the load-average guard (tested on its own below) is taken as quiet."""
+    monkeypatch.setattr(priority, "_busy", lambda: False)
+    # a worker's start-up can pass 2 s on a loaded machine: only the start-up test below yields for it
+    monkeypatch.setattr(priority, "STARTING_YIELD_SECONDS", 60.0)
+    priority._SAVED.clear()
+
+
+def test_no_yield_on_a_busy_machine_or_where_the_priority_cannot_come_back(monkeypatch):
+    """A machine whose other work keeps the cores busy (load average >= cores), or a process that may not raise a
+    priority again (unprivileged, RLIMIT_NICE 0): the harness keeps its priority -- it would yield to that other work
+    too, or stay behind it to its end."""
+    def attempt():
+        tid = threading.get_native_id()
+        before = os.getpriority(os.PRIO_PROCESS, tid)
+        ok = priority.yield_to_engine()
+        now = os.getpriority(os.PRIO_PROCESS, tid)
+        priority.reclaim()
+        return ok, before, now
+
+    monkeypatch.setattr(priority, "_busy", lambda: True)
+    ok, before, now = _in_thread(attempt)
+    assert not ok and now == before
+    monkeypatch.setattr(priority, "_busy", lambda: False)
+    monkeypatch.setattr(priority, "_may_raise_again", lambda nice: False)
+    ok, before, now = _in_thread(attempt)
+    assert not ok and now == before
+    monkeypatch.setattr(os, "getloadavg", lambda: (2.0 * (os.cpu_count() or 1), 0.0, 0.0))
+    monkeypatch.undo()
+    monkeypatch.setattr(os, "getloadavg", lambda: (2.0 * (os.cpu_count() or 1), 0.0, 0.0))
+    assert priority._busy()
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.1, 0.0, 0.0))
+    assert not priority._busy()
+
+
 def _in_thread(fn):
     out: dict = {}
 

@@ -11,13 +11,14 @@ scheduling priority by
 :data:`YIELD_NICE`, so the engine's threads run first and the harness takes the time they leave.  Measured on the 2-core
 box (reports/benchmarks.md section 42): OpenVINO GenAI's 5,000-row audit (~14 s of calls) reaches its verdict 0.6-1.1 s
 sooner; llama-cpp-python's (~7 s of calls, done before the harness is ready) was 0.6 s slower with the harness yielding,
-so short work does not yield.  Nothing about a sample or a statistic depends on it.
+so short work does not yield.  A harness yields only where it may raise its priority again (root, ``CAP_SYS_NICE`` or
+``RLIMIT_NICE``) and where no other work keeps the cores busy (1-minute load average below the number of cores): it
+would yield to that work too.  Nothing about a sample or a statistic depends on it.
 
 Linux gives each thread its own nice value (``setpriority(PRIO_PROCESS, tid)``), so only the harness's thread and the
 threads it starts later yield; the worker process, started before, keeps its priority.  :func:`reclaim` raises their
-priority again once the calls ahead are done (or stopped); a process that may not raise it (no ``CAP_SYS_NICE``,
-``RLIMIT_NICE`` 0: the usual unprivileged user) keeps the lower priority to its end, which changes nothing on a machine
-that has no other work.  Elsewhere (no per-thread nice, a refused call) nothing changes.
+priority again once the calls ahead are done (or stopped).  Elsewhere (no per-thread nice, a refused call) nothing
+changes.
 """
 
 from __future__ import annotations
@@ -49,11 +50,18 @@ def yield_to_engine(tid: int | None = None) -> bool:
     tid = threading.get_native_id() if tid is None else int(tid)
     with _LOCK:
         if tid in _SAVED:
-            return True
+            try:  # still lowered: nothing to do; else a reused thread id of a thread that never reclaimed
+                if os.getpriority(os.PRIO_PROCESS, tid) == _SAVED[tid][1]:
+                    return True
+            except Exception:  # noqa: BLE001 - gone: forget it
+                pass
+            del _SAVED[tid]
         if not hasattr(os, "setpriority"):
             return False
         try:
             before = os.getpriority(os.PRIO_PROCESS, tid)
+            if not _may_raise_again(before) or _busy():
+                return False
             after = min(19, before + YIELD_NICE)
             os.setpriority(os.PRIO_PROCESS, tid, after)
         except Exception:  # noqa: BLE001 - no per-thread nice here (OSError), an id the call cannot take (OverflowError)
@@ -62,18 +70,43 @@ def yield_to_engine(tid: int | None = None) -> bool:
         return True
 
 
+def _may_raise_again(nice: int) -> bool:
+    """Whether this process may set a thread's nice value back to ``nice`` (root, or ``RLIMIT_NICE`` allowing it): a
+    process that may not would keep the lower priority to its end, behind every other process too, so it never
+    yields."""
+    if os.geteuid() == 0:
+        return True
+    try:
+        import resource
+
+        limit = resource.getrlimit(resource.RLIMIT_NICE)[0]
+    except (ImportError, AttributeError, OSError, ValueError):
+        return False
+    return limit == resource.RLIM_INFINITY or 20 - limit <= nice
+
+
+def _busy() -> bool:
+    """Whether other work keeps this machine's cores busy: a 1-minute load average of at least the number of cores
+    (read seconds into an audit, it is mostly the load from before it).  A yielding harness would yield to that work
+    too (measured by the breaker at load 6: a 2x slower verdict), so then it does not."""
+    try:
+        return os.getloadavg()[0] >= (os.cpu_count() or 1)
+    except (AttributeError, OSError):
+        return True
+
+
 def reclaim(tid: int | None = None) -> None:
     """Give thread ``tid`` (default the calling thread) back the priority :func:`yield_to_engine` lowered, and the
     threads started since then at that lowered priority theirs, where the process may raise them; idempotent."""
     tid = threading.get_native_id() if tid is None else int(tid)
-    with _LOCK:
+    with _LOCK:  # held while restoring: a second reclaim of the same thread returns only once it is done
         saved = _SAVED.pop(tid, None)
-    if saved is None:
-        return
-    before, after, alive = saved
-    for thread in [tid, *sorted(_threads() - alive)]:
-        try:
-            if thread == tid or os.getpriority(os.PRIO_PROCESS, thread) == after:
-                os.setpriority(os.PRIO_PROCESS, thread, before)
-        except Exception:  # noqa: BLE001 - not permitted (unprivileged: they keep the lower priority), or gone
-            pass
+        if saved is None:
+            return
+        before, after, alive = saved
+        for thread in [tid, *sorted(_threads() - alive)]:
+            try:
+                if thread == tid or os.getpriority(os.PRIO_PROCESS, thread) == after:
+                    os.setpriority(os.PRIO_PROCESS, thread, before)
+            except Exception:  # noqa: BLE001 - not permitted, or the thread is gone
+                pass
