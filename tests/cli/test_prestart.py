@@ -132,7 +132,7 @@ def test_no_call_is_made_ahead_under_a_call_timeout(monkeypatch):
         def request(self, prompt_ids, num_samples, max_new_tokens, sampling, seed):
             return {"prompt_ids": list(prompt_ids), "rows": num_samples, "seed": seed}
 
-        def presample(self, requests):
+        def presample(self, requests, *, guessed=False):
             self.handed.extend(requests)
             return True
 
