@@ -12,7 +12,6 @@ import pytest
 
 from verifier.runner import analysis, cells, pitscore
 from verifier.runner.context import SuiteContext
-from verifier.runner.run import _levels, warm_statistics
 from verifier.suite.schema import load_suite
 
 SUITE = """
@@ -81,7 +80,7 @@ def test_pit_cell_in_its_thread_equals_the_cell_computed_alone(ctx, monkeypatch)
     the cell computed in place (same statistic and p-value to the bit: its own generator, same inputs)."""
     plan = ctx.plans[0]
     tokens = _rows(ctx, plan)
-    level = _levels(ctx.suite, ctx.plans)
+    level = cells.cell_levels(ctx.suite, ctx.plans)
     threads: list[str] = []
     real = pitscore.pit_values
 
@@ -116,12 +115,12 @@ def test_warmed_tv_cells_read_their_memos_and_give_the_cold_values(ctx):
     at the planned n: the cells then find n_needed memoised (hits, no new entry) and equal the cells computed cold."""
     plan = ctx.plans[0]
     tokens = _rows(ctx, plan, seed=2)
-    level = _levels(ctx.suite, ctx.plans)
+    level = cells.cell_levels(ctx.suite, ctx.plans)
     analysis._n_needed.cache_clear()
     cold = cells.set_cells(ctx, plan, tokens, level)
     assert any(c.n_needed for c in cold), "target_mde 0.02 at n = 1,500: the TV cells need more rows"
     analysis._n_needed.cache_clear()
-    warm_statistics(ctx, [plan]).join()
+    cells.warm_statistics(ctx, [plan]).join()
     warmed = analysis._n_needed.cache_info()
     assert warmed.currsize == sum(1 for c in cold if c.n_needed)
     again = cells.set_cells(ctx, plan, tokens, level)
@@ -133,16 +132,14 @@ def test_warmed_tv_cells_read_their_memos_and_give_the_cold_values(ctx):
 
 def test_warming_is_joined_before_the_statistics(ctx, monkeypatch):
     """The statistics stage waits for a warming thread still running (never two threads filling one memo)."""
-    from verifier.runner import run
-
     order: list[str] = []
     gate = threading.Event()
 
     def slow(*_a, **_k):
         gate.wait(5)
         order.append("warm")
-    monkeypatch.setattr(run, "warm_tv_cells", slow)
-    ctx.warming.append(warm_statistics(ctx, ctx.plans))
+    monkeypatch.setattr(cells, "warm_tv_cells", slow)
+    ctx.warming.append(cells.warm_statistics(ctx, ctx.plans))
     threading.Timer(0.2, gate.set).start()
     for thread in ctx.warming:  # what _statistics does first
         thread.join()

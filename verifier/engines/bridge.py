@@ -230,6 +230,16 @@ class EngineWorker:
         with self._ahead_done:
             self._yield_if(self._methods is None)  # still starting: vLLM's ~11 s, longer than the harness's own
 
+    def _yield_for_calls_left(self) -> None:
+        """(hold ``_ahead_done``) Yield when the first call's seconds times the calls still to make exceed
+        ``YIELD_AFTER_SECONDS``; a planned n's guessed calls count only once :meth:`limit_presample` has cut them."""
+        from verifier.engines.priority import YIELD_AFTER_SECONDS
+
+        if self._first_seconds is None or (self._guessed and self._ahead_limit is None):
+            return
+        left = len(self._ahead_todo) - len(self._ahead)
+        self._yield_if(self._first_seconds * left > YIELD_AFTER_SECONDS)
+
     def _presample_loop(self, requests: list[dict[str, Any]]) -> None:
         from verifier.engines import priority
 
@@ -257,9 +267,7 @@ class EngineWorker:
                     self._ahead_done.notify_all()
                     if i == 0:
                         self._first_seconds = seconds
-                        if not self._guessed or self._ahead_limit is not None:  # a count, not a guess
-                            left = len(self._ahead_todo) - len(self._ahead)
-                            self._yield_if(seconds * left > priority.YIELD_AFTER_SECONDS)
+                        self._yield_for_calls_left()
         except Exception:  # noqa: BLE001 - the runner's own call of this request raises it, with its context
             pass
         finally:
@@ -292,16 +300,12 @@ class EngineWorker:
         """Make only the first ``count`` of the calls handed to :meth:`presample` (one running finishes first): the
         rest were a guess the caller now knows it will not need.  With the first call's seconds known, the calls
         left now decide whether the harness yields."""
-        from verifier.engines.priority import YIELD_AFTER_SECONDS
-
         with self._ahead_done:
             self._ahead_limit = max(0, int(count))
             self._ahead_todo = self._ahead_todo[:self._ahead_limit]
             for digest in self._ahead_order[self._ahead_limit:]:  # made already: not taken either
                 self._ahead.pop(digest, None)
-            if self._first_seconds is not None:
-                left = len(self._ahead_todo) - len(self._ahead)
-                self._yield_if(self._first_seconds * left > YIELD_AFTER_SECONDS)
+            self._yield_for_calls_left()
             self._ahead_done.notify_all()
 
     def stop_presample(self) -> None:
@@ -314,7 +318,8 @@ class EngineWorker:
             self._ahead.clear()
             self._ahead_todo = []
             self._ahead_done.notify_all()
-        reclaim(getattr(self, "_caller_tid", None))
+        if self._caller_tid is not None:  # nothing handed over: nothing lowered
+            reclaim(self._caller_tid)
 
     def stderr_tail(self, chars: int = STDERR_TAIL_CHARS) -> str:
         """The last ``chars`` characters the worker wrote to stderr (engine logs)."""

@@ -196,7 +196,7 @@ class EngineDecoder:
         # the runner counts those, not its own wait, in the sampling rate
         self.last_presampled_seconds: float | None = None
         # generate calls run in the worker process: the runner's thread only waits for their replies, so it warms the
-        # statistics' memos meanwhile (verifier.runner.run.warm_statistics)
+        # statistics' memos meanwhile (verifier.runner.cells.warm_statistics)
         self.runs_in_worker = True
         self._worker_args = (engine.python(), handler_file, init, env)
         self._worker: EngineWorker | None = None

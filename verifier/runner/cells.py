@@ -25,6 +25,7 @@ from verifier.runner.context import SuiteContext
 from verifier.runner.models import LoadedPair
 from verifier.runner.plan import SampleSetPlan
 from verifier.runner.seeds import stream_seed
+from verifier.runner.verdict import cell_level
 
 __all__ = ["position_plan", "expected_laws", "accepted_law", "stop_law", "expected_preflight", "set_cells",
            "acceptance_cells", "token_labeler", "count_cells", "cell_tests", "check_cell_weights", "tv_cells"]
@@ -283,11 +284,42 @@ def _pit_started(suite, plan: SampleSetPlan, pair: LoadedPair, tokens: np.ndarra
 PIT_THREAD_MIN_ROWS = 1000  # below this the PIT cell is a few ms: computed in place, no thread
 
 
+def cell_levels(suite, plans: list[SampleSetPlan]) -> Callable[[str], float]:
+    """A decoder's cell level by test label: its strictest (weighted) Holm step over the cells of ``plans`` (every
+    sample set of that decoder)."""
+    tests = [t for p in plans for t in cell_tests(p)]
+    weighted = bool(suite.stats.cell_weights) and suite.stats.correction == "gate"
+    total = sum(suite.stats.weight_of(t) for t in tests) if weighted else None
+
+    def level(test: str, m=len(tests), total=total) -> float:
+        weight = suite.stats.weight_of(test) if total is not None else 1.0
+        return cell_level(suite.stats.alpha, m, suite.stats.correction, weight, total)
+    return level
+
+
+def warm_statistics(ctx: SuiteContext, plans: list[SampleSetPlan]) -> threading.Thread:
+    """Start a thread that computes the sample-independent part of one decoder's sets' TV cells (``plans``: every set of
+    that decoder; :func:`warm_tv_cells`) while an engine worker samples them: the runner's thread only waits for the
+    worker's replies then, and the statistics stage after the last chunk finds those values memoised.  An error
+    there is dropped: the cells compute the same values again and raise it with their context."""
+    level = cell_levels(ctx.suite, plans)
+
+    def run() -> None:
+        for plan in plans:
+            try:
+                warm_tv_cells(ctx, plan, level)
+            except Exception:  # noqa: BLE001 - a memo warmed or not; never a result
+                return
+    thread = threading.Thread(target=run, daemon=True, name="warm-statistics")
+    thread.start()
+    return thread
+
+
 def warm_tv_cells(ctx: SuiteContext, plan: SampleSetPlan, cell_alpha_of: Callable[[str], float]) -> None:
     """Compute now what a set's Pearson TV cells will ask at its planned n, into the memos they read: the MDE at n
     (:func:`verifier.stats.gof.gof_mde`) and, where it is above the target TV, the n it needs
     (:func:`verifier.runner.analysis.n_needed_for`), with the arguments :func:`analysis.gof_cell` passes.  Called
-    while an engine worker samples (:func:`verifier.runner.run.warm_statistics`); nothing here is a result: the cells
+    while an engine worker samples (:func:`warm_statistics`); nothing here is a result: the cells
     are computed as before and only find their values memoised (a set that ends with another n misses the memo)."""
     from verifier.stats.gof import gof_mde
 

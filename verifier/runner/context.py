@@ -41,7 +41,7 @@ class SuiteContext:
         (:mod:`verifier.runner.cells`).
     warming : list of threading.Thread
         Threads computing the TV cells' sample-independent values while an engine worker samples
-        (:func:`verifier.runner.run.warm_statistics`); the statistics stage joins them first.
+        (:func:`verifier.runner.cells.warm_statistics`); the statistics stage joins them first.
 
     Raises
     ------
@@ -76,7 +76,7 @@ class SuiteContext:
         self._decoders: dict[tuple[str, int], Any] = {}
         self.run_dir: Path | None = None  # set by the sampling stage: decoders with bind_run_dir() persist there
         self.expected_cache: dict = {}  # expected laws, shared by decoders with the same (pair, prompt, sampling)
-        self.warming: list = []  # threads warming the statistics' memos while an engine samples (runner.run.warm_statistics)
+        self.warming: list = []  # threads warming the statistics' memos while an engine samples (runner.cells.warm_statistics)
 
     def decoder(self, spec, num_draft_tokens: int) -> Any:
         """The decoder of ``spec`` for one k (built once)."""

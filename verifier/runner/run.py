@@ -25,7 +25,6 @@ import contextlib
 import contextvars
 import datetime as _dt
 import json
-import threading
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -48,14 +47,14 @@ from verifier._tracebacks import crash_traceback
 from verifier.runner import acceptance, analysis, batch, cost, fingerprint, guards, speculation
 from verifier.runner.assemble import REPORT_SCHEMA_VERSION, build_report, environment
 from verifier._call_timeout import CallTimeout
-from verifier.runner.cells import (acceptance_cells, cell_tests, check_cell_weights, draft_unknown, expected_preflight,
-                                   set_cells, warm_tv_cells)
+from verifier.runner.cells import (acceptance_cells, cell_levels, check_cell_weights, draft_unknown,
+                                   expected_preflight, set_cells, warm_statistics)
 from verifier.runner.clock import session_id, since_process_start
 from verifier.runner.context import SuiteContext
 from verifier.runner.inputs_key import KEY_FIELD, run_inputs_key
 from verifier.runner.plan import SampleSetPlan, decoder_identity
 from verifier.runner.store import SampleStore, Shard
-from verifier.runner.verdict import DecoderVerdict, cell_level, decide, exit_code
+from verifier.runner.verdict import DecoderVerdict, decide, exit_code
 from verifier.suite.schema import Suite
 from verifier.validation import (REPLAY_NATS, check_decoder_stats, check_emitted_tokens,
                                  plugin_attribute, same_rows_nats)
@@ -377,36 +376,6 @@ def _joined(parts: list) -> tuple[np.ndarray | None, np.ndarray | None]:
     return out[0], out[1]
 
 
-def _levels(suite: Suite, plans: list[SampleSetPlan]) -> Callable[[str], float]:
-    """A decoder's cell level by test label: its strictest (weighted) Holm step over the cells of ``plans``."""
-    tests = [t for p in plans for t in cell_tests(p)]
-    weighted = bool(suite.stats.cell_weights) and suite.stats.correction == "gate"
-    total = sum(suite.stats.weight_of(t) for t in tests) if weighted else None
-
-    def level(test: str, m=len(tests), total=total) -> float:
-        weight = suite.stats.weight_of(test) if total is not None else 1.0
-        return cell_level(suite.stats.alpha, m, suite.stats.correction, weight, total)
-    return level
-
-
-def warm_statistics(ctx: SuiteContext, plans: list[SampleSetPlan]) -> threading.Thread:
-    """Start a thread that computes the sample-independent part of these sets' TV cells
-    (:func:`verifier.runner.cells.warm_tv_cells`) while an engine worker samples them: the runner's thread only waits
-    for the worker's replies then, and the statistics stage after the last chunk finds those values memoised.  An
-    error there is dropped: the cells compute the same values again and raise it with their context."""
-    level = _levels(ctx.suite, [p for p in ctx.plans if p.decoder.name in {q.decoder.name for q in plans}])
-
-    def run() -> None:
-        for plan in plans:
-            try:
-                warm_tv_cells(ctx, plan, level)
-            except Exception:  # noqa: BLE001 - a memo warmed or not; never a result
-                return
-    thread = threading.Thread(target=run, daemon=True, name="warm-statistics")
-    thread.start()
-    return thread
-
-
 def _statistics(ctx: SuiteContext, store: SampleStore, errors: dict[str, dict], allow_partial: bool = False):
     from verifier import progress
 
@@ -423,7 +392,7 @@ def _statistics(ctx: SuiteContext, store: SampleStore, errors: dict[str, dict], 
         spec_metas: list = []  # the chunks' speculation counters, where the decoder reports them
         parts: dict[str, list] = {p.set_id: [] for p in plans}  # each chunk's (reported logprobs, origins)
         loaded = {p.set_id: _load_set(store, p, ctx.pairs[p.pair], spec_metas, parts[p.set_id]) for p in plans}
-        level = _levels(suite, plans)
+        level = cell_levels(suite, plans)
         cells: list[analysis.CellResult] = []
         audits, conformance_cells, untested = [], [], []
         for p in plans:
