@@ -121,6 +121,15 @@ def test_engine_logits_batched_equal_single(require_engine):
         ol.BATCH = saved
     assert batched["target"].shape == (5, 384) and batched["draft"].shape == (2, 384)
     assert np.array_equal(batched["target"], single["target"]) and np.array_equal(batched["draft"], single["draft"])
+    # a full batch against batches of 64 (the size before benchmarks section 43): the request size moves no logit
+    many = [[272, 70, 221, a, b] for a in range(3) for b in range(384)][:ol.BATCH + 7]
+    big, _ = ol.engine_logits({"target": many})
+    try:
+        ol.BATCH = 64
+        small, _ = ol.engine_logits({"target": many})
+    finally:
+        ol.BATCH = saved
+    assert len(many) > saved and np.array_equal(big["target"], small["target"])
     f32, _ = ol.engine_logits({"target": ctx}, config={"INFERENCE_PRECISION_HINT": "f32"})
     # at f32 the IR is the HF model's (the numeric floor); at a bf16 default the logits move (this machine: 0.07)
     # (the precision is a type name since session 25: "bf16"; "bfloat16" where an older call reported the type's repr)
