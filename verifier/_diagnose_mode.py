@@ -7,10 +7,13 @@ setting it does not import torch, scipy and statsmodels before an ``audit --engi
 
 from __future__ import annotations
 
-__all__ = ["DIAGNOSE_MODES", "set_mode", "mode"]
+__all__ = ["DIAGNOSE_MODES", "AUTO_DIAGNOSE_DISTINCT_ROWS", "set_mode", "mode", "set_distinct_rows", "distinct_rows"]
 
 DIAGNOSE_MODES = ("auto", "off")  # `run`/`audit --diagnose`: after BIAS DETECTED diagnose (auto) or not (off)
 _MODE = "auto"  # one switch for the process, as verifier.progress: the CLI sets it from --diagnose / --no-diagnosis
+# distinct rows per sample set the automatic diagnosis reads (verifier.diagnose.row_budget; None: every row)
+AUTO_DIAGNOSE_DISTINCT_ROWS = 1000
+_ROWS: int | None = AUTO_DIAGNOSE_DISTINCT_ROWS  # the CLI sets it from --diagnose-rows
 
 
 def set_mode(value: str) -> None:
@@ -32,3 +35,24 @@ def set_mode(value: str) -> None:
 def mode() -> str:
     """The process's diagnosis mode (:func:`set_mode`)."""
     return _MODE
+
+
+def set_distinct_rows(value: int | None) -> None:
+    """Distinct rows per sample set the automatic diagnosis reads (:mod:`verifier.diagnose.row_budget`); None: every row.
+
+    Raises
+    ------
+    InvalidArgumentError
+        ``value`` is not None and not an integer >= 1.
+    """
+    from verifier.errors import invalid_argument
+
+    global _ROWS
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise invalid_argument("diagnose-rows", value, "an integer >= 1, or 'all' (every row)")
+    _ROWS = value
+
+
+def distinct_rows() -> int | None:
+    """The process's budget of distinct rows per sample set for the automatic diagnosis (:func:`set_distinct_rows`)."""
+    return _ROWS

@@ -14,6 +14,11 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--decoder", action="append", metavar="NAME", default=None,
                         help="Diagnose this decoder whatever its verdict (repeatable). Default: every decoder with BIAS DETECTED.")
     parser.add_argument("--format", choices=("text", "json"), default="text", help="Output on stdout. Default: text.")
+    from verifier.cli._diagnose_args import rows_arg
+
+    parser.add_argument("--rows", type=rows_arg, default=None, metavar="N|all",
+                        help="Read the first rows of each sample set, in generate order, up to N distinct rows (and the rest "
+                             "of that row's generate call): a bounded cost, less evidence. Default: all (every row).")
     parser.add_argument("--recompute", action="store_true",
                         help="Recompute the diagnosis even when report.json holds one for the same samples. Default: reuse it.")
     from verifier import progress
@@ -37,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
     if self_reported_report(args.run_dir) is not None:
         raise not_for_self_reported("diagnose", args.run_dir)
     _check_sealed(args.run_dir)
-    result = diagnose_run_dir(args.run_dir, decoders=args.decoder, recompute=args.recompute)
+    result = diagnose_run_dir(args.run_dir, decoders=args.decoder, recompute=args.recompute, max_distinct_rows=args.rows)
     out = Path(args.out) if args.out else Path(args.run_dir) / "diagnosis.json"
     try:
         out.write_text(json.dumps(result, indent=2, default=str) + "\n", encoding="utf-8")

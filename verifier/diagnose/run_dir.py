@@ -29,6 +29,7 @@ import numpy as np
 from verifier.diagnose.engine_laws import engine_module, ranking_alpha
 from verifier.diagnose.render import json_safe
 from verifier.diagnose.rank import DIAGNOSIS_ALPHA, FIT_ALPHA, Ranking, combine, decide
+from verifier.diagnose.row_budget import RowBudget, budget_sentence
 from verifier.diagnose.sample_set import diagnose_sample_set, fit_check
 from verifier.diagnose.setting_laws import setting_law_of_decoder, setting_law_of_set, setting_law_without_draft
 from verifier.runner.verdict import CELL_BIAS
@@ -49,7 +50,7 @@ BYTES_PER_ENTRY = 86
 AUTO_DIAGNOSE_MEMORY_SHARE = 0.5  # ... and only while those bytes fit this share of the memory available now
 # when the only rejected cells are collision cells: every mechanism is a law of one row, which that finding leaves
 # unchanged (each row may have the target's law; pairs of rows repeat), so no likelihood ranking can explain it
-from verifier._diagnose_mode import DIAGNOSE_MODES, mode, set_mode  # noqa: E402  (re-exported: the CLI sets it)
+from verifier._diagnose_mode import DIAGNOSE_MODES, distinct_rows, mode, set_mode  # noqa: E402  (re-exported: the CLI sets them)
 
 
 def skipped_diagnosis(run_dir) -> dict[str, Any]:
@@ -102,7 +103,8 @@ def _set_biased(report: dict, set_id: str) -> bool:
 
 
 def diagnose_decoders(report: dict, plans: list, pairs: dict, store, *, decoders: list[str] | None = None,
-                      with_fits: bool = True, log: Callable[[str], None] | None = None) -> dict[str, Any]:
+                      with_fits: bool = True, log: Callable[[str], None] | None = None,
+                      max_distinct_rows: int | None = None) -> dict[str, Any]:
     """Diagnosis of each decoder with BIAS DETECTED in ``report`` (or of the named ``decoders``).
 
     Parameters
@@ -118,6 +120,9 @@ def diagnose_decoders(report: dict, plans: list, pairs: dict, store, *, decoders
         Fit the effective temperature and other settings; "small": only when the distinct rows x tokens x
         vocab stay within :data:`AUTO_FIT_MAX_ENTRIES` (the runner's automatic diagnosis; the shipped models' are).
     log : callable, optional
+    max_distinct_rows : int or None, default None
+        Read only the first rows of each sample set, up to this many distinct rows and the rest of that row's generate
+        call (:mod:`verifier.diagnose.row_budget`; the runner's automatic diagnosis); None reads every row.
 
     Returns
     -------
@@ -130,24 +135,25 @@ def diagnose_decoders(report: dict, plans: list, pairs: dict, store, *, decoders
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # small per-row ops: intra-op threads only spin (measured 10x slower on a busy 2-core box)
     try:
-        return _diagnose_decoders(report, plans, pairs, store, decoders, with_fits, log)
+        return _diagnose_decoders(report, plans, pairs, store, decoders, with_fits, log, max_distinct_rows)
     finally:
         torch.set_num_threads(threads)
 
 
-def _diagnose_decoders(report, plans, pairs, store, decoders, with_fits, log) -> dict[str, Any]:
+def _diagnose_decoders(report, plans, pairs, store, decoders, with_fits, log, max_distinct_rows) -> dict[str, Any]:
     from verifier import progress
 
     verdicts = {d["decoder"]: d.get("verdict") for d in report.get("decoders", [])}
     names = decoders if decoders is not None else [n for n, v in verdicts.items() if v == DIAGNOSED_VERDICT]
     bar = progress.bar(sum(1 for p in plans if p.decoder.name in names), "diagnosis", "sets")  # 1-2 min in the ci suite
     try:
-        return _diagnose_names(report, plans, pairs, store, names, verdicts, with_fits, log, bar)
+        rows = RowBudget(lambda p: load_tokens(store, p, with_calls=True, pair=pairs[p.pair]), max_distinct_rows)
+        return _diagnose_names(report, plans, pairs, store, names, verdicts, with_fits, log, bar, rows)
     finally:
         bar.close()
 
 
-def _diagnose_names(report, plans, pairs, store, names, verdicts, with_fits, log, bar) -> dict[str, Any]:
+def _diagnose_names(report, plans, pairs, store, names, verdicts, with_fits, log, bar, rows) -> dict[str, Any]:
     from verifier.diagnose.batchlevel import batch_finding
     from verifier.diagnose.glossary import mechanism_entries
     from verifier.diagnose.independence import INDEPENDENCE_STATUS, independence_finding
@@ -177,7 +183,7 @@ def _diagnose_names(report, plans, pairs, store, names, verdicts, with_fits, log
         if whole is None and biased:  # a state-space target: the per-row mechanisms do not apply (issue 29, kind 8)
             from verifier.diagnose.recurrent import RECURRENT_STATUS, recurrent_run_finding
 
-            rec = recurrent_run_finding(name, plans, pairs, lambda p: load_tokens(store, p, pair=pairs[p.pair])[0])
+            rec = recurrent_run_finding(name, plans, pairs, rows.tokens)
             whole = None if rec is None else (rec, RECURRENT_STATUS, "recurrent_state")
         if whole is not None:
             f, status, key = whole
@@ -189,7 +195,7 @@ def _diagnose_names(report, plans, pairs, store, names, verdicts, with_fits, log
                 log(f"diagnosis {name}: {f['sentence']}")
             continue
         # penalties / min-p on (issue 29, kind 3): their mechanisms have exact laws on tabular pairs only
-        pen = penalty_finding(name, plans, pairs, lambda p: load_tokens(store, p, pair=pairs[p.pair])[0]) if biased else None
+        pen = penalty_finding(name, plans, pairs, rows.tokens) if biased else None
         if pen is not None and pen["named"]:
             for _ in _counted((p for p in plans if p.decoder.name == name), bar):
                 pass
@@ -206,7 +212,9 @@ def _diagnose_names(report, plans, pairs, store, names, verdicts, with_fits, log
                 entry["note"] = "temperature 0: the greedy contract (exact match) decides; nothing to diagnose"
                 sets.append(entry)
                 continue
-            tokens, origins, calls = load_tokens(store, plan, with_calls=True, pair=pairs[plan.pair])
+            tokens, origins, calls = rows.load(plan)
+            if plan.set_id in rows.cut:
+                entry["rows_diagnosed"], entry["rows"] = rows.cut[plan.set_id]
             if pairs[plan.pair].draft_reference is None and len(tokens):  # draft unknown: localize with the target only
                 from verifier.diagnose.no_draft import diagnose_without_draft
 
@@ -314,7 +322,7 @@ def _diagnose_names(report, plans, pairs, store, names, verdicts, with_fits, log
             from verifier.diagnose.batchprompts import prompt_context_finding
 
             ctx = prompt_context_finding((p for p in plans if p.decoder.name == name), pairs, batch["rejected_levels"],
-                                         lambda p: load_tokens(store, p, pair=pairs[p.pair])[0])
+                                         rows.tokens)
             if ctx is not None:
                 item["prompt_context"] = ctx
         named_ctx = ctx if ctx is not None and ctx["named"] else None
@@ -328,6 +336,11 @@ def _diagnose_names(report, plans, pairs, store, names, verdicts, with_fits, log
             if f is not None:
                 item[key] = f
                 item["sentence"] = f"{f['sentence']}: {item['sentence']}"
+        cuts = rows.cut_of(p.set_id for p in plans if p.decoder.name == name)
+        if cuts:  # the automatic diagnosis's row budget cut some sets: how many rows were read, and where all are read
+            item["row_budget"] = rows.max_distinct
+            item["rows_read"] = {s: {"rows_diagnosed": m, "rows": n} for s, (m, n) in cuts.items()}
+            item["sentence"] += budget_sentence(cuts, rows.max_distinct)
         if log:
             log(f"diagnosis {name}: {item['sentence']}")
         out.append(item)
@@ -443,7 +456,8 @@ def auto_diagnosis(report: dict, plans: list, pairs: dict, store, stage: dict, l
         return
     t0 = time.perf_counter()
     try:
-        report["diagnosis"] = diagnose_decoders(report, plans, pairs, store, with_fits="small")
+        report["diagnosis"] = diagnose_decoders(report, plans, pairs, store, with_fits="small",
+                                                max_distinct_rows=distinct_rows())
     except Exception as exc:  # the diagnosis explains a verdict; it must never turn one into a crash
         report["diagnosis"] = {"error": f"{type(exc).__name__}: {exc}", "decoders": []}
         log(f"diagnosis failed ({type(exc).__name__}: {exc}); verdicts are unaffected")
@@ -465,14 +479,16 @@ def _well_formed(items: list) -> bool:
     return True
 
 
-def stored_diagnosis(run_dir, report: dict, wanted: list[str]) -> dict[str, Any] | None:
+def stored_diagnosis(run_dir, report: dict, wanted: list[str], max_distinct_rows: int | None = None) -> dict[str, Any] | None:
     """A diagnosis already computed for ``wanted`` on the same inputs, when it can be reused as is; else None.
 
     Looked for in report.json (the runner's automatic diagnosis), then in RUN_DIR/diagnosis.json (an earlier
     ``specverify diagnose``).  Reused only when the run's inputs -- samples, suite, models and the
     statistics/diagnosis code -- hash to the key stored with it (:func:`verifier.reports.cache.run_inputs_key`),
     it has an entry for every wanted decoder, and none of their sets was left to ``specverify diagnose``
-    by the runner's budget (a set "not diagnosed automatically" or with parametric fits skipped).
+    by the runner's budget (a set "not diagnosed automatically" or with parametric fits skipped), and it read as many
+    rows as asked for: a diagnosis cut by a row budget (:mod:`verifier.diagnose.row_budget`) is reused only for
+    the same ``max_distinct_rows``, never when every row is asked for.
     """
     import json
     from pathlib import Path
@@ -495,7 +511,8 @@ def stored_diagnosis(run_dir, report: dict, wanted: list[str]) -> dict[str, Any]
         items = {d.get("decoder"): d for d in diag["decoders"] if isinstance(d, dict)}
         if any(name not in items for name in wanted) or any(
                 s.get("fits_note") or str(s.get("note", "")).startswith("not diagnosed automatically")
-                for name in wanted for s in items[name].get("sets") or []):
+                for name in wanted for s in items[name].get("sets") or []) or any(
+                items[name].get("rows_read") and items[name].get("row_budget") != max_distinct_rows for name in wanted):
             continue
         now = now or (run_inputs_key(run_dir, False), run_inputs_key(run_dir, True))
         if stored_key not in now:
@@ -508,7 +525,8 @@ def stored_diagnosis(run_dir, report: dict, wanted: list[str]) -> dict[str, Any]
 
 
 def diagnose_run_dir(run_dir, *, decoders: list[str] | None = None, with_fits: bool = True,
-                     log: Callable[[str], None] | None = None, recompute: bool = False) -> dict[str, Any]:
+                     log: Callable[[str], None] | None = None, recompute: bool = False,
+                     max_distinct_rows: int | None = None) -> dict[str, Any]:
     """Diagnose a run folder from its stored samples and its report.json (``specverify diagnose``).
 
     Parameters
@@ -519,6 +537,9 @@ def diagnose_run_dir(run_dir, *, decoders: list[str] | None = None, with_fits: b
         Diagnose these decoders whatever their verdict (default: every decoder with BIAS DETECTED).
     recompute : bool, default False
         Recompute even when report.json or diagnosis.json holds a reusable diagnosis (:func:`stored_diagnosis`).
+    max_distinct_rows : int or None, default None
+        Read the first rows of each sample set up to this many distinct rows (``specverify diagnose --rows``;
+        :mod:`verifier.diagnose.row_budget`); None reads every row.
 
     Raises
     ------
@@ -556,7 +577,7 @@ def diagnose_run_dir(run_dir, *, decoders: list[str] | None = None, with_fits: b
     wanted = set(decoders) if decoders else {d["decoder"] for d in report.get("decoders", []) if d.get("verdict") == DIAGNOSED_VERDICT}
     if not recompute:  # the run already diagnosed these samples (issue 28: 168 s recomputed what report.json held)
         order = [d["decoder"] for d in report.get("decoders", []) if d["decoder"] in wanted]
-        reused = stored_diagnosis(run_dir, report, list(decoders) if decoders else order)
+        reused = stored_diagnosis(run_dir, report, list(decoders) if decoders else order, max_distinct_rows)
         if reused is not None:
             return reused
     used = sorted({d.models for d in suite.decoders if d.name in wanted})
@@ -571,6 +592,7 @@ def diagnose_run_dir(run_dir, *, decoders: list[str] | None = None, with_fits: b
              if p.decoder.name in wanted] if ids else []
     from verifier.runner.inputs_key import KEY_FIELD, run_inputs_key
 
-    result = diagnose_decoders(report, plans, pairs, SampleStore(run_dir), decoders=decoders, with_fits=with_fits, log=log)
+    result = diagnose_decoders(report, plans, pairs, SampleStore(run_dir), decoders=decoders, with_fits=with_fits, log=log,
+                               max_distinct_rows=max_distinct_rows)
     result[KEY_FIELD] = run_inputs_key(run_dir, False)  # lets the next `specverify diagnose` reuse diagnosis.json
     return result
