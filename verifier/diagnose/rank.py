@@ -132,6 +132,7 @@ def rank_mechanisms(seqs: SequenceProbs, num_draft_tokens: int, *, mechanisms=No
     cond_t = target_per_position(seqs) if per_position else None
     raw_is_processed = seqs.p_raw is not None and seqs.p_raw is seqs.p and seqs.q_raw is seqs.q
     computed: dict[str, tuple] = {}
+    mc = _mc_beside(seqs, num_draft_tokens, names)  # the stale-KV Monte Carlo, beside the other hypotheses
 
     def scored(name: str, m, ll: np.ndarray | None = None, total: float | None = None) -> MechanismScore:
         if ll is None:  # a likelihood per generate call (batch cross-talk): no per-row mixture
@@ -152,7 +153,7 @@ def rank_mechanisms(seqs: SequenceProbs, num_draft_tokens: int, *, mechanisms=No
 
                 why = mc_feasible(seqs, num_draft_tokens)
                 if why is None:  # whole rows only: a per-position split would rerun the estimate at every prefix length (~3x)
-                    scores.append(scored(name, m, log_likelihood(m, seqs, num_draft_tokens)))
+                    scores.append(scored(name, m, mc.result() if mc is not None else log_likelihood(m, seqs, num_draft_tokens)))
                     continue
             if why is not None:
                 scores.append(MechanismScore(name, m.declared, None, None, why))
@@ -187,6 +188,23 @@ def rank_mechanisms(seqs: SequenceProbs, num_draft_tokens: int, *, mechanisms=No
             computed[name] = (ll, None)
         scores.append(scored(name, m, ll))
     return Ranking(int(w.sum()), total_t, scores, per_pos, row_ll)
+
+
+def _mc_beside(seqs: SequenceProbs, k: int, names: list[str]):
+    """``kv_not_rolled_back``'s Monte Carlo likelihood (:mod:`verifier.diagnose.latent_mc`; ~40% of a T = 1 diagnosis's
+    CPU on the shipped pair) started in a thread beside the other hypotheses when the ranking will need it, else None:
+    its forward passes release the GIL, so on 2 cores the ranking's wall time drops (reports/benchmarks.md section
+    43).  The same call with the same inputs and its own seeded generator: the same values as computed in turn
+    (tests/diagnose/test_row_budget.py)."""
+    if "kv_not_rolled_back" not in names:
+        return None
+    from verifier._beside import Beside
+    from verifier.diagnose.latent import feasible
+    from verifier.diagnose.latent_mc import mc_feasible
+
+    if feasible(seqs, k, "kv_not_rolled_back", grouped=True) is None or mc_feasible(seqs, k) is not None:
+        return None  # the exact law, or not computed at all
+    return Beside(log_likelihood, hypothesis("kv_not_rolled_back"), seqs, k, name="kv-stale-mc")
 
 
 def _late_note(seqs: SequenceProbs) -> str:

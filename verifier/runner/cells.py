@@ -19,6 +19,7 @@ from typing import Callable
 
 import numpy as np
 
+from verifier._beside import Beside
 from verifier.errors import ConfigError
 from verifier.runner import acceptance, analysis, expected, greedy, logprob, pitscore, stop
 from verifier.runner.context import SuiteContext
@@ -249,28 +250,6 @@ class _Now:
         return self._value
 
 
-class _Beside:
-    """``fn(*args)`` in a daemon thread; ``result()`` waits for it and returns its value or raises its exception.  A
-    daemon thread, not an executor's: an interrupted statistics stage exits without waiting for it."""
-
-    def __init__(self, fn, *args) -> None:
-        self._out: dict = {}
-        self._thread = threading.Thread(target=self._run, args=(fn, args), daemon=True, name="pit-cell")
-        self._thread.start()
-
-    def _run(self, fn, args) -> None:
-        try:
-            self._out["value"] = fn(*args)
-        except BaseException as exc:  # noqa: BLE001 - raised again by result(), in the caller's thread
-            self._out["error"] = exc
-
-    def result(self):
-        self._thread.join()
-        if "error" in self._out:
-            raise self._out["error"]
-        return self._out["value"]
-
-
 def _pit_started(suite, plan: SampleSetPlan, pair: LoadedPair, tokens: np.ndarray, cell_alpha: float, power: float,
                  meta: dict):
     """The PIT cell, started beside the set's other cells where its forward passes run through torch (they release the
@@ -278,7 +257,7 @@ def _pit_started(suite, plan: SampleSetPlan, pair: LoadedPair, tokens: np.ndarra
     Same function, same inputs, its own generator: the cell is the one computed alone, value for value."""
     if not pitscore.fast_pit_applies(pair.reference, plan.sampling) or len(tokens) < PIT_THREAD_MIN_ROWS:
         return _Now(_pit_cell(suite, plan, pair, tokens, cell_alpha, power, meta))
-    return _Beside(_pit_cell, suite, plan, pair, tokens, cell_alpha, power, dict(meta))
+    return Beside(_pit_cell, suite, plan, pair, tokens, cell_alpha, power, dict(meta), name="pit-cell")
 
 
 PIT_THREAD_MIN_ROWS = 1000  # below this the PIT cell is a few ms: computed in place, no thread

@@ -1,0 +1,45 @@
+"""The stale-KV Monte Carlo likelihood runs beside the other hypotheses of a ranking, with the same values (issue 27).
+
+On the shipped pair at T = 1, k = 3 the exact stale-cache law is too large (vocab 384), so ``kv_not_rolled_back`` is
+scored by :func:`verifier.diagnose.latent_mc.kv_stale_mc_log_likelihood`; :func:`verifier.diagnose.rank.rank_mechanisms`
+starts it in a thread (:func:`verifier.diagnose.rank._mc_beside`) and must give the row log-likelihoods the call gives
+alone, bit for bit (its generator is seeded, its oracles are stateless).  40 rows drawn by the reference decoder,
+seed 20261206.
+"""
+
+import numpy as np
+
+from verifier.diagnose import rank
+from verifier.diagnose.family import hypothesis
+from verifier.diagnose.inputs import sequence_probs
+from verifier.diagnose.likelihood import log_likelihood
+from verifier.sampling import SamplingConfig
+
+
+def _seqs():
+    import torch
+
+    from verifier.decoders import make_decoder
+    from verifier.models import load_model, shipped_checkpoint
+    from verifier.runner.models import ReferenceModel
+
+    torch.set_num_threads(1)
+    target, draft = load_model(shipped_checkpoint("target")), load_model(shipped_checkpoint("draft"))
+    vocab, eos = target.config.vocab_size, target.config.eos_token_id
+    prompt, sampling = (272, 70, 221), SamplingConfig()
+    rows = make_decoder("reference", target, draft, 3).generate(prompt, 40, 4, sampling, 20261206)
+    uniq = np.unique(np.asarray(rows, dtype=np.int64), axis=0)
+    return sequence_probs(ReferenceModel(target, vocab, eos, "target"), ReferenceModel(draft, vocab, eos, "draft"),
+                          prompt, uniq, sampling)
+
+
+def test_the_monte_carlo_beside_gives_the_values_computed_alone(monkeypatch):
+    seqs = _seqs()
+    started = []
+    real = rank._mc_beside
+    monkeypatch.setattr(rank, "_mc_beside", lambda *a: started.append(real(*a)) or started[-1])
+    ranking = rank.rank_mechanisms(seqs, 3, mechanisms=["canonical", "kv_not_rolled_back", "greedy_draft"])
+    assert started and started[0] is not None  # it did run beside
+    alone = log_likelihood(hypothesis("kv_not_rolled_back"), seqs, 3)
+    assert np.array_equal(ranking.row_ll["kv_not_rolled_back"], alone)
+    assert np.isfinite(alone).all()
