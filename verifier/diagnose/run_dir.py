@@ -26,7 +26,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from verifier.diagnose.engine_laws import engine_module, ranking_alpha
+from verifier.diagnose.engine_law_sets import add_engine_laws, start_engine_laws
+from verifier.diagnose.engine_laws import ranking_alpha
 from verifier.diagnose.render import json_safe
 from verifier.diagnose.rank import DIAGNOSIS_ALPHA, FIT_ALPHA, Ranking, combine, decide
 from verifier.diagnose.row_budget import RowBudget, budget_sentence
@@ -205,6 +206,8 @@ def _diagnose_names(report, plans, pairs, store, names, verdicts, with_fits, log
                 log(f"diagnosis {name}: {pen['sentence']}")
             continue
         sets, rankings, cache, too_large, unknown_draft, no_draft_rows, target_only = [], [], {}, None, [], {}, {}
+        # the engine's laws need no rows: predicted beside the ranking (an OpenVINO law runs the engine's own IRs)
+        started = start_engine_laws(engine, [p for p in plans if p.decoder.name == name], pairs, store)
         for plan in _counted((p for p in plans if p.decoder.name == name), bar):
             entry = {"set_id": plan.set_id, "set": plan.label, "sampling": plan.sampling_name,
                      "sampling_label": plan.sampling.label(), "biased": _set_biased(report, plan.set_id)}
@@ -292,7 +295,7 @@ def _diagnose_names(report, plans, pairs, store, names, verdicts, with_fits, log
             item["ranking"] = total.to_dict()
             item["configs"] = _config_sentence(sets)
             setting_law_of_decoder(item, [p for p in plans if p.set_id in cache], cache, total, alpha, pen)
-            _add_engine_laws(item, engine, plans, pairs, cache, no_draft_rows, biased, store)
+            add_engine_laws(item, engine, plans, pairs, cache, no_draft_rows, biased, store, started)
             if biased and item["status"] != "consistent":  # a support change at a filter threshold (numeric)
                 try:
                     from verifier.diagnose.boundary import add_boundary_finding
@@ -306,7 +309,7 @@ def _diagnose_names(report, plans, pairs, store, names, verdicts, with_fits, log
                 item["sentence"] += "; where: " + " | ".join(unknown_draft)
             if biased and target_only:  # the draft is unknown: a setting the server ignores needs the target alone
                 setting_law_without_draft(item, [p for p in plans if p.set_id in target_only], target_only, alpha)
-            _add_engine_laws(item, engine, plans, pairs, cache, no_draft_rows, biased, store)
+            add_engine_laws(item, engine, plans, pairs, cache, no_draft_rows, biased, store, started)
             if biased and target_only and item["status"] != "consistent":  # the filter-boundary finding
                 try:
                     from verifier.diagnose.boundary import add_boundary_finding
@@ -372,52 +375,6 @@ def _engine_source(engine: str | None, best: list[str]) -> str | None:
     from verifier.engines.reproductions import source_explanation
 
     return source_explanation(engine, best[0]) if len(best) == 1 else None
-
-
-def _recorded_settings(store, plan) -> list:
-    """The distinct decoder settings the set's readable shards recorded (``meta["decoder"]["settings"]``, normally a
-    dict; a damaged value is kept as it is, for the module to name): what the adapter resolved while sampling, e.g. the
-    precision OpenVINO's pipeline ran at."""
-    out: list = []
-    for i in range(plan.num_chunks):
-        shard = store.read_chunk(plan.set_id, i)
-        if shard is None:
-            continue
-        decoder = shard.meta.get("decoder")
-        settings = decoder.get("settings", {}) if isinstance(decoder, dict) else decoder  # a damaged one kept as is
-        if settings not in out:
-            out.append(settings)
-    return out
-
-
-def _add_engine_laws(item: dict, engine: str | None, plans, pairs, cache, no_draft_rows, biased: bool, store) -> None:
-    """Rank the laws ``engine``'s source predicts beside the family on the first tokens
-    (:mod:`verifier.diagnose.engine_laws`; with the target alone on the sets whose draft is unknown,
-    ``no_draft_rows``); a law named there is the decoder's root cause, in the engine's terms."""
-    from verifier.diagnose.engine_laws import engine_law_diagnosis, law_entry
-
-    module = engine_module(engine)
-    if module is None:
-        return
-    with_settings = getattr(module, "TAKES_SETTINGS", False)  # the shards' recorded settings, read only where used
-    sets = [{"seqs": cache[p.set_id][0][0] if p.set_id in cache else None, "tokens": no_draft_rows.get(p.set_id),
-             "prompt": list(p.prompt_ids), "sampling": p.sampling, "label": p.label,
-             "num_draft_tokens": p.num_draft_tokens, "target": pairs[p.pair].target_model,
-             "draft": pairs[p.pair].draft_model if pairs[p.pair].draft_known else None,
-             "options": dict(p.decoder.options), **({"settings": _recorded_settings(store, p)} if with_settings else {})}
-            for p in plans if p.set_id in cache or p.set_id in no_draft_rows]
-    if not sets:
-        return
-    found = engine_law_diagnosis(engine, sets, bias_detected=biased)
-    if found is None:
-        return
-    item["engine_law"] = found
-    if found["named"]:
-        rows = item["sentence"]
-        item["status"], item["sentence"] = "consistent", f"{found['sentence']}; on whole rows: {rows}"
-        item["mechanism"] = [law_entry(engine, n) for n in found["named"]]
-    else:
-        item["sentence"] += f"; {found['sentence']}"
 
 
 def _counted(items, bar):
