@@ -43,3 +43,27 @@ def test_the_monte_carlo_beside_gives_the_values_computed_alone(monkeypatch):
     alone = log_likelihood(hypothesis("kv_not_rolled_back"), seqs, 3)
     assert np.array_equal(ranking.row_ll["kv_not_rolled_back"], alone)
     assert np.isfinite(alone).all()
+
+
+def test_a_failing_ranking_stops_the_monte_carlo_before_it_raises(monkeypatch):
+    """A hypothesis that raises (or Ctrl-C) while the Monte Carlo runs beside: the ranking cancels the thread and waits
+    for it before the error propagates, so no thread is left inside torch when the process exits (a daemon thread
+    there aborted the interpreter at exit, "terminate called without an active exception", exit 134, not 130)."""
+    import threading
+
+    seqs = _seqs()
+    real = rank.log_likelihood
+
+    def failing(mechanism, *args, **kwargs):
+        if mechanism.name == "greedy_draft":
+            raise KeyboardInterrupt
+        return real(mechanism, *args, **kwargs)
+
+    monkeypatch.setattr(rank, "log_likelihood", failing)
+    try:
+        rank.rank_mechanisms(seqs, 3, mechanisms=["greedy_draft", "kv_not_rolled_back"])
+    except KeyboardInterrupt:
+        pass
+    else:
+        raise AssertionError("the ranking swallowed the interrupt")
+    assert not [t for t in threading.enumerate() if t.name == "kv-stale-mc" and t.is_alive()]

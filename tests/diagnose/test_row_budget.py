@@ -136,3 +136,71 @@ def test_diagnose_rows_all_reads_every_row():
     from verifier.cli._diagnose_args import rows_arg
 
     assert rows_arg("all") is None and rows_arg("ALL") is None and rows_arg("25") == 25
+
+
+PENALTY_SUITE = """
+schema_version = 1
+name = "penbudget"
+seed = 20261129
+[exact]
+enabled = false
+[models.bigram4]
+target = "tabular:bigram4_eos"
+draft = "tabular:bigram4_eos"
+[prompts.repeated]
+ids = [0, 1, 0, 1]
+[sampling.pen]
+temperature = 1.0
+repetition_penalty = 1.5
+presence_penalty = 0.5
+frequency_penalty = 0.5
+min_p = 0.3
+[defaults]
+models = "bigram4"
+prompts = ["repeated"]
+sampling = ["pen"]
+num_draft_tokens = [2]
+max_new_tokens = 6
+samples = 1500
+tests = ["gof", "joint"]
+gof_positions = [1, 2, 3, 4, 5, 6]
+joint_tokens = 4
+[[decoders]]
+name = "penalty_ignored_in_verification@penalties"
+decoder = "penalty_ignored_in_verification"
+expect = "detect"
+[stats]
+alpha = 1e-3
+target_mde = 0.1
+"""
+
+
+def test_a_finding_outside_the_ranking_says_it_read_fewer_rows_too(tmp_path, capsys):
+    """The penalty finding (exact laws on a tabular pair; the breaker's case: vLLM #18902's mechanism, bigram4,
+    n = 1,500, seed 20261129) returns before the ranking: its cut is recorded and said as well, the one-line summary
+    (``mechanism_line``: CLI, pytest plugin, engines matrix) carries it, and a forged diagnosis.json that hides it is
+    recomputed, never reused as a diagnosis of every row."""
+    from verifier.diagnose.glossary import mechanism_line
+
+    path = tmp_path / "pen.toml"
+    path.write_text(PENALTY_SUITE)
+    out = tmp_path / "run"
+    assert main(["run", str(path), "--run-dir", str(out), "--no-progress", "--diagnose-rows", "100"]) == 0
+    diag, = json.loads((out / "report.json").read_text())["diagnosis"]["decoders"]
+    assert diag["status"] == "penalty mechanism" and diag["row_budget"] == 100
+    (cut,) = diag["rows_read"].values()
+    assert cut["rows"] == 1500 and 100 <= cut["rows_diagnosed"] < 1500
+    assert f"diagnosed on the first {cut['rows_diagnosed']:,} of 1,500 rows" in diag["sentence"]
+    assert f"[diagnosed on the first {cut['rows_diagnosed']:,} of 1,500 rows" in mechanism_line(
+        {**diag, "status": "consistent", "mechanism": [{"name": "x", "plain": "y", "reproduce": "z"}],
+         "setting_law": {"named": ["x"]}})
+    # a diagnosis.json written with the same budget, then edited to hide the cut: recomputed on every row
+    assert main(["diagnose", str(out), "--rows", "100", "--recompute", "--no-progress"]) == 0
+    stored = json.loads((out / "diagnosis.json").read_text())
+    for forge in ({"row_budget": None}, {"row_budget": True}, {"rows_read": {}}, {"row_budget": 100.0}):
+        item = {k: v for k, v in stored["decoders"][0].items() if k not in ("row_budget", "rows_read")}
+        item.update({k: v for k, v in forge.items() if v is not None})
+        (out / "diagnosis.json").write_text(json.dumps({**stored, "decoders": [item]}))
+        capsys.readouterr()
+        assert main(["diagnose", str(out), "--no-progress", "--out", str(tmp_path / "full.json")]) == 0
+        assert "reused the diagnosis" not in capsys.readouterr().out, forge

@@ -41,8 +41,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from verifier._diagnose_mode import AUTO_DIAGNOSE_DISTINCT_ROWS
 
     parser.add_argument("--diagnose-rows", type=rows_arg, default=AUTO_DIAGNOSE_DISTINCT_ROWS, metavar="N|all",
-                        help="Rows the automatic diagnosis reads per sample set: the first ones, in generate order, up to "
-                             "N distinct rows (and the rest of that row's generate call); 'all' reads every row. Its cost "
+                        help="Rows the automatic diagnosis reads per sample set: the first ones, in generate order, through "
+                             "the row that brings the distinct rows to N; 'all' reads every row. Its cost "
                              "grows with the distinct rows; `specverify diagnose RUN_DIR` reads every row. Default: "
                              f"{AUTO_DIAGNOSE_DISTINCT_ROWS}.")
 

@@ -17,8 +17,8 @@ def register(parser: argparse.ArgumentParser) -> None:
     from verifier.cli._diagnose_args import rows_arg
 
     parser.add_argument("--rows", type=rows_arg, default=None, metavar="N|all",
-                        help="Read the first rows of each sample set, in generate order, up to N distinct rows (and the rest "
-                             "of that row's generate call): a bounded cost, less evidence. Default: all (every row).")
+                        help="Read the first rows of each sample set, in generate order, through the row that brings the "
+                             "distinct rows to N: a bounded cost, less evidence. Default: all (every row).")
     parser.add_argument("--recompute", action="store_true",
                         help="Recompute the diagnosis even when report.json holds one for the same samples. Default: reuse it.")
     from verifier import progress

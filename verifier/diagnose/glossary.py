@@ -165,10 +165,25 @@ def mechanism_line(item: dict[str, Any]) -> str:
     setting = item.get("setting_law") or {}
     if item.get("status") == "consistent" and ((item.get("engine_law") or {}).get("named") or setting.get("named")
                                                or setting.get("class")):  # the engine's own law, a setting ignored
-        return " or ".join(f"{m['name']}: {m['plain']} (reproduce: {m['reproduce']})" for m in item.get("mechanism") or [])
+        return " or ".join(f"{m['name']}: {m['plain']} (reproduce: {m['reproduce']})"
+                           for m in item.get("mechanism") or []) + _rows_caveat(item)
     if item.get("status") == "consistent" and (item.get("decision") or {}).get("best"):
-        return " or ".join(explain(n) for n in item["decision"]["best"]) + _engine_laws_caveat(item)
+        return " or ".join(explain(n) for n in item["decision"]["best"]) + _engine_laws_caveat(item) + _rows_caveat(item)
     return str(item.get("sentence") or item.get("status") or "not diagnosed")
+
+
+def _rows_caveat(item: dict[str, Any]) -> str:
+    """" [diagnosed on the first M of N rows; ...]" when a row budget cut the decoder's sets (report.json ``rows_read``,
+    :mod:`verifier.diagnose.row_budget`): a name read on fewer rows says so wherever it is printed alone."""
+    cuts = item.get("rows_read")
+    if not isinstance(cuts, dict) or not cuts:
+        return ""
+    pairs = [(c.get("rows_diagnosed"), c.get("rows")) for c in cuts.values() if isinstance(c, dict)]
+    pairs = [(m, n) for m, n in pairs if isinstance(m, int) and isinstance(n, int)]
+    if not pairs:
+        return " [diagnosed on part of the rows; `specverify diagnose RUN_DIR` reads every row]"
+    return (f" [diagnosed on the first {sum(m for m, _ in pairs):,} of {sum(n for _, n in pairs):,} rows; "
+            "`specverify diagnose RUN_DIR` reads every row]")
 
 
 def _engine_laws_caveat(item: dict[str, Any]) -> str:

@@ -63,7 +63,15 @@ def mc_feasible(seqs, num_draft_tokens: int) -> str | None:
 NESTED_KEEP = 8  # most prefixes of one context read from its forward pass (_evaluate)
 
 
-def _evaluate(after, contexts: list) -> dict:
+def _stopped(stop) -> None:
+    """Raise :class:`verifier._beside.Cancelled` once ``stop`` (a ``threading.Event`` or None) is set."""
+    if stop is not None and stop.is_set():
+        from verifier._beside import Cancelled
+
+        raise Cancelled("the stale-KV Monte Carlo likelihood was cancelled")
+
+
+def _evaluate(after, contexts: list, stop=None) -> dict:
     """Probs after each distinct context (tuple), batched by length: {context: (vocab,) float64}.
 
     A round asks for nested contexts (``T``, ``T + x_t``, ``T + x_t x_t+1``, ...): where the oracle reads several
@@ -88,6 +96,7 @@ def _evaluate(after, contexts: list) -> dict:
         by_len[len(c)].append(c)
     out = {}
     for n, group in sorted(by_len.items()):
+        _stopped(stop)
         batch = np.array(group, dtype=np.int64)
         if nested is None:
             out.update(zip(group, np.asarray(after(batch), dtype=np.float64)))
@@ -102,11 +111,12 @@ def _evaluate(after, contexts: list) -> dict:
 
 
 def kv_stale_log_weights(seqs, num_draft_tokens: int, *, draws: int = MC_DRAWS, seed: int = MC_SEED,
-                         ends: np.ndarray | None = None) -> np.ndarray:
+                         ends: np.ndarray | None = None, stop=None) -> np.ndarray:
     """Log importance weight of each path: (rows, draws) float64, ``-inf`` where a path cannot emit its row.
 
     ``exp`` of each entry is an unbiased estimate of the row's probability under the stale KV cache
-    (its first ``ends[i]`` tokens; default: up to and including EOS).
+    (its first ``ends[i]`` tokens; default: up to and including EOS).  ``stop``: a ``threading.Event`` polled before
+    every batch of forward passes (:class:`verifier._beside.Cancelled` once set; run beside a ranking).
     """
     from verifier.diagnose.rows import sequence_ends
 
@@ -128,7 +138,7 @@ def kv_stale_log_weights(seqs, num_draft_tokens: int, *, draws: int = MC_DRAWS, 
             x = rows[i]
             treq.extend(tc + x[t:t + j] for j in range(min(k, left - 1) + 1))
             dreq.extend(dc + x[t:t + j] for j in range(min(k - 1, left - 1) + 1))
-        P, Q = _evaluate(seqs.target_after, treq), _evaluate(seqs.draft_after, dreq)
+        P, Q = _evaluate(seqs.target_after, treq, stop), _evaluate(seqs.draft_after, dreq, stop)
         nxt, pending = [], []  # pending: (path, rejected position n, latent drafts so far)
         groups: dict = defaultdict(list)  # paths in the same state share the round's weights
         for a in active:
@@ -185,7 +195,7 @@ def kv_stale_log_weights(seqs, num_draft_tokens: int, *, draws: int = MC_DRAWS, 
             if not need:
                 break
             ctxs = [paths[a][3] + rows[paths[a][0]][paths[a][1]:paths[a][1] + n] + tuple(ds) for a, n, ds in need]
-            Qd = _evaluate(seqs.draft_after, ctxs)
+            Qd = _evaluate(seqs.draft_after, ctxs, stop)
             for (a, n, ds), c in zip(need, ctxs):
                 q = Qd[c]
                 ds.append(int(rng.choice(len(q), p=q / q.sum())))
@@ -207,7 +217,7 @@ def _log_mean(lw: np.ndarray) -> np.ndarray:
 
 
 def kv_stale_mc_log_likelihood(seqs, num_draft_tokens: int, *, per_position: bool = False,
-                               draws: int = MC_DRAWS, seed: int = MC_SEED):
+                               draws: int = MC_DRAWS, seed: int = MC_SEED, stop=None):
     """Log of the Monte Carlo estimate of each row's probability under the stale KV cache.
 
     Returns like :func:`verifier.diagnose.likelihood.log_likelihood`: (rows,) or ((rows,), (rows, steps)),
@@ -217,7 +227,7 @@ def kv_stale_mc_log_likelihood(seqs, num_draft_tokens: int, *, per_position: boo
     from verifier.diagnose.rows import sequence_ends
 
     ends = sequence_ends(np.asarray(seqs.tokens), seqs.eos_token_id)
-    total = _log_mean(kv_stale_log_weights(seqs, num_draft_tokens, draws=draws, seed=seed))
+    total = _log_mean(kv_stale_log_weights(seqs, num_draft_tokens, draws=draws, seed=seed, stop=stop))
     if not per_position:
         return total
     steps = seqs.tokens.shape[1]
@@ -225,7 +235,7 @@ def kv_stale_mc_log_likelihood(seqs, num_draft_tokens: int, *, per_position: boo
     cond = np.zeros((len(ends), steps))
     for t in range(steps):
         cur = total if t == steps - 1 else _log_mean(kv_stale_log_weights(
-            seqs, num_draft_tokens, draws=draws, seed=seed + t + 1, ends=np.minimum(ends, t + 1)))
+            seqs, num_draft_tokens, draws=draws, seed=seed + t + 1, ends=np.minimum(ends, t + 1), stop=stop))
         live = t < ends
         with np.errstate(invalid="ignore"):
             cond[:, t] = np.where(live, cur - prev, 0.0)

@@ -128,11 +128,21 @@ def rank_mechanisms(seqs: SequenceProbs, num_draft_tokens: int, *, mechanisms=No
     w = seqs.row_weights
     ll_t = target_log_likelihood(seqs)
     total_t = float(weighted_total(ll_t, w))
-    scores, per_pos, row_ll = [], {}, {}
     cond_t = target_per_position(seqs) if per_position else None
+    mc = _mc_beside(seqs, num_draft_tokens, names)  # the stale-KV Monte Carlo, beside the other hypotheses
+    try:
+        return _ranked(seqs, num_draft_tokens, names, per_position, mc, w, ll_t, total_t, cond_t)
+    except BaseException:  # failed or interrupted: the thread leaves torch before this process may exit
+        if mc is not None:
+            mc.cancel()
+        raise
+
+
+def _ranked(seqs, num_draft_tokens, names, per_position, mc, w, ll_t, total_t, cond_t) -> Ranking:
+    """The loop of :func:`rank_mechanisms` over the hypotheses (``mc``: the Monte Carlo started beside, or None)."""
+    scores, per_pos, row_ll = [], {}, {}
     raw_is_processed = seqs.p_raw is not None and seqs.p_raw is seqs.p and seqs.q_raw is seqs.q
     computed: dict[str, tuple] = {}
-    mc = _mc_beside(seqs, num_draft_tokens, names)  # the stale-KV Monte Carlo, beside the other hypotheses
 
     def scored(name: str, m, ll: np.ndarray | None = None, total: float | None = None) -> MechanismScore:
         if ll is None:  # a likelihood per generate call (batch cross-talk): no per-row mixture
@@ -204,7 +214,13 @@ def _mc_beside(seqs: SequenceProbs, k: int, names: list[str]):
 
     if feasible(seqs, k, "kv_not_rolled_back", grouped=True) is None or mc_feasible(seqs, k) is not None:
         return None  # the exact law, or not computed at all
-    return Beside(log_likelihood, hypothesis("kv_not_rolled_back"), seqs, k, name="kv-stale-mc")
+    import threading
+    from functools import partial
+
+    from verifier.diagnose.latent_mc import kv_stale_mc_log_likelihood
+
+    stop = threading.Event()  # set by the ranking when it fails or is interrupted (Beside.cancel)
+    return Beside(partial(kv_stale_mc_log_likelihood, stop=stop), seqs, k, name="kv-stale-mc", stop=stop)
 
 
 def _late_note(seqs: SequenceProbs) -> str:

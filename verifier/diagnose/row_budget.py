@@ -110,11 +110,12 @@ class RowBudget:
 
 
 def budget_sentence(cuts: dict[str, tuple[int, int]], max_distinct: int) -> str:
-    """"; read the first 1,412 of 5,000 rows (up to 1,000 distinct rows per sample set: ...)" -- '' when nothing was cut."""
+    """"; diagnosed on the first 1,383 of 5,000 rows (up to 1,000 distinct rows per sample set; ...)" -- '' when
+    nothing was cut."""
     if not cuts:
         return ""
     read = sum(m for m, _ in cuts.values())
     stored = sum(n for _, n in cuts.values())
     sets = f" in {len(cuts)} sample sets" if len(cuts) > 1 else ""
     return (f"; diagnosed on the first {read:,} of {stored:,} rows{sets} (up to {max_distinct:,} distinct rows per "
-            f"sample set, the automatic diagnosis's budget; `specverify diagnose RUN_DIR` reads every row)")
+            f"sample set; `specverify diagnose RUN_DIR` reads every row)")

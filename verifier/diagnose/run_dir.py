@@ -26,7 +26,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from verifier.diagnose.engine_law_sets import add_engine_laws, start_engine_laws
+from verifier.diagnose.engine_law_sets import add_engine_laws
 from verifier.diagnose.engine_laws import ranking_alpha
 from verifier.diagnose.render import json_safe
 from verifier.diagnose.rank import DIAGNOSIS_ALPHA, FIT_ALPHA, Ranking, combine, decide
@@ -122,8 +122,8 @@ def diagnose_decoders(report: dict, plans: list, pairs: dict, store, *, decoders
         vocab stay within :data:`AUTO_FIT_MAX_ENTRIES` (the runner's automatic diagnosis; the shipped models' are).
     log : callable, optional
     max_distinct_rows : int or None, default None
-        Read only the first rows of each sample set, up to this many distinct rows and the rest of that row's generate
-        call (:mod:`verifier.diagnose.row_budget`; the runner's automatic diagnosis); None reads every row.
+        Read only the first rows of each sample set, through the row that brings the distinct rows to this many
+        (:mod:`verifier.diagnose.row_budget`; the runner's automatic diagnosis); None reads every row.
 
     Returns
     -------
@@ -190,24 +190,23 @@ def _diagnose_names(report, plans, pairs, store, names, verdicts, with_fits, log
             f, status, key = whole
             for _ in _counted((p for p in plans if p.decoder.name == name), bar):
                 pass
-            out.append({"decoder": name, "verdict": verdicts.get(name), "sets": [], "status": status,
-                        "sentence": f["sentence"], key: f})
+            item = {"decoder": name, "verdict": verdicts.get(name), "sets": [], "status": status, "sentence": f["sentence"], key: f}
+            out.append(_record_cuts(item, rows, plans))
             if log:
-                log(f"diagnosis {name}: {f['sentence']}")
+                log(f"diagnosis {name}: {item['sentence']}")
             continue
         # penalties / min-p on (issue 29, kind 3): their mechanisms have exact laws on tabular pairs only
         pen = penalty_finding(name, plans, pairs, rows.tokens) if biased else None
         if pen is not None and pen["named"]:
             for _ in _counted((p for p in plans if p.decoder.name == name), bar):
                 pass
-            out.append({"decoder": name, "verdict": verdicts.get(name), "sets": [], "status": PENALTY_STATUS,
-                        "sentence": pen["sentence"], "penalty": pen})
+            item = {"decoder": name, "verdict": verdicts.get(name), "sets": [], "status": PENALTY_STATUS,
+                    "sentence": pen["sentence"], "penalty": pen}
+            out.append(_record_cuts(item, rows, plans))
             if log:
-                log(f"diagnosis {name}: {pen['sentence']}")
+                log(f"diagnosis {name}: {item['sentence']}")
             continue
         sets, rankings, cache, too_large, unknown_draft, no_draft_rows, target_only = [], [], {}, None, [], {}, {}
-        # the engine's laws need no rows: predicted beside the ranking (an OpenVINO law runs the engine's own IRs)
-        started = start_engine_laws(engine, [p for p in plans if p.decoder.name == name], pairs, store)
         for plan in _counted((p for p in plans if p.decoder.name == name), bar):
             entry = {"set_id": plan.set_id, "set": plan.label, "sampling": plan.sampling_name,
                      "sampling_label": plan.sampling.label(), "biased": _set_biased(report, plan.set_id)}
@@ -295,7 +294,7 @@ def _diagnose_names(report, plans, pairs, store, names, verdicts, with_fits, log
             item["ranking"] = total.to_dict()
             item["configs"] = _config_sentence(sets)
             setting_law_of_decoder(item, [p for p in plans if p.set_id in cache], cache, total, alpha, pen)
-            add_engine_laws(item, engine, plans, pairs, cache, no_draft_rows, biased, store, started)
+            add_engine_laws(item, engine, plans, pairs, cache, no_draft_rows, biased, store)
             if biased and item["status"] != "consistent":  # a support change at a filter threshold (numeric)
                 try:
                     from verifier.diagnose.boundary import add_boundary_finding
@@ -309,7 +308,7 @@ def _diagnose_names(report, plans, pairs, store, names, verdicts, with_fits, log
                 item["sentence"] += "; where: " + " | ".join(unknown_draft)
             if biased and target_only:  # the draft is unknown: a setting the server ignores needs the target alone
                 setting_law_without_draft(item, [p for p in plans if p.set_id in target_only], target_only, alpha)
-            add_engine_laws(item, engine, plans, pairs, cache, no_draft_rows, biased, store, started)
+            add_engine_laws(item, engine, plans, pairs, cache, no_draft_rows, biased, store)
             if biased and target_only and item["status"] != "consistent":  # the filter-boundary finding
                 try:
                     from verifier.diagnose.boundary import add_boundary_finding
@@ -339,16 +338,23 @@ def _diagnose_names(report, plans, pairs, store, names, verdicts, with_fits, log
             if f is not None:
                 item[key] = f
                 item["sentence"] = f"{f['sentence']}: {item['sentence']}"
-        cuts = rows.cut_of(p.set_id for p in plans if p.decoder.name == name)
-        if cuts:  # the automatic diagnosis's row budget cut some sets: how many rows were read, and where all are read
-            item["row_budget"] = rows.max_distinct
-            item["rows_read"] = {s: {"rows_diagnosed": m, "rows": n} for s, (m, n) in cuts.items()}
-            item["sentence"] += budget_sentence(cuts, rows.max_distinct)
+        _record_cuts(item, rows, plans)
         if log:
             log(f"diagnosis {name}: {item['sentence']}")
         out.append(item)
     # no wall time here: report.json keeps volatile figures in `run` only (run.stage_seconds["diagnosis"])
     return json_safe({"alpha": DIAGNOSIS_ALPHA, "fit_alpha": FIT_ALPHA, "decoders": out})
+
+
+def _record_cuts(item: dict, rows: RowBudget, plans) -> dict:
+    """Where the row budget cut some of the decoder's sets (whatever path diagnosed it): ``row_budget``, ``rows_read``
+    and the sentence saying how many rows were read (:mod:`verifier.diagnose.row_budget`); ``item`` returned."""
+    cuts = rows.cut_of(p.set_id for p in plans if p.decoder.name == item["decoder"])
+    if cuts:
+        item["row_budget"] = rows.max_distinct
+        item["rows_read"] = {s: {"rows_diagnosed": m, "rows": n} for s, (m, n) in cuts.items()}
+        item["sentence"] += budget_sentence(cuts, rows.max_distinct)
+    return item
 
 
 PROMPT_CONTEXT_STATUS = "prompt context"  # the audited rows continue another row's prompt (verifier.diagnose.batchprompts)
@@ -436,6 +442,20 @@ def _well_formed(items: list) -> bool:
     return True
 
 
+def _budget_of(item: dict) -> int | str | None:
+    """The row budget a stored decoder entry was diagnosed with: None (every row read), its distinct-row budget, or
+    "unknown" where its fields do not say it consistently (an edited diagnosis.json: recomputed, never reused)."""
+    sets = [s for s in item.get("sets") or [] if isinstance(s, dict)]
+    if not (item.get("rows_read") or "row_budget" in item or any("rows_diagnosed" in s for s in sets)
+            or "diagnosed on the first" in str(item.get("sentence", ""))):
+        return None
+    budget = item.get("row_budget")
+    if isinstance(budget, bool) or not isinstance(budget, int) or not isinstance(item.get("rows_read"), dict) \
+            or not item["rows_read"]:
+        return "unknown"
+    return budget
+
+
 def stored_diagnosis(run_dir, report: dict, wanted: list[str], max_distinct_rows: int | None = None) -> dict[str, Any] | None:
     """A diagnosis already computed for ``wanted`` on the same inputs, when it can be reused as is; else None.
 
@@ -469,7 +489,7 @@ def stored_diagnosis(run_dir, report: dict, wanted: list[str], max_distinct_rows
         if any(name not in items for name in wanted) or any(
                 s.get("fits_note") or str(s.get("note", "")).startswith("not diagnosed automatically")
                 for name in wanted for s in items[name].get("sets") or []) or any(
-                items[name].get("rows_read") and items[name].get("row_budget") != max_distinct_rows for name in wanted):
+                _budget_of(items[name]) not in (None, max_distinct_rows) for name in wanted):
             continue
         now = now or (run_inputs_key(run_dir, False), run_inputs_key(run_dir, True))
         if stored_key not in now:
