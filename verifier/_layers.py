@@ -27,7 +27,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("stats", ("stats",)),
     ("contracts", ("protocols", "suite", "sampling", "validation", "progress", "_call_timeout", "_run_lock",
                    "_tracebacks", "_import_file", "_verdict_file", "_threads", "_resume", "_diagnose_mode",
-                   "_lazy")),
+                   "_lazy", "_beside")),
     ("errors", ("errors", "_layers")),
 )
 
