@@ -175,15 +175,16 @@ def mechanism_line(item: dict[str, Any]) -> str:
 def _rows_caveat(item: dict[str, Any]) -> str:
     """" [diagnosed on the first M of N rows; ...]" when a row budget cut the decoder's sets (report.json ``rows_read``,
     :mod:`verifier.diagnose.row_budget`): a name read on fewer rows says so wherever it is printed alone."""
+    from verifier.diagnose.row_budget import READ_ALL, rows_text
+
     cuts = item.get("rows_read")
     if not isinstance(cuts, dict) or not cuts:
         return ""
     pairs = [(c.get("rows_diagnosed"), c.get("rows")) for c in cuts.values() if isinstance(c, dict)]
     pairs = [(m, n) for m, n in pairs if isinstance(m, int) and isinstance(n, int)]
     if not pairs:
-        return " [diagnosed on part of the rows; `specverify diagnose RUN_DIR` reads every row]"
-    return (f" [diagnosed on the first {sum(m for m, _ in pairs):,} of {sum(n for _, n in pairs):,} rows; "
-            "`specverify diagnose RUN_DIR` reads every row]")
+        return f" [diagnosed on part of the rows; {READ_ALL}]"
+    return f" [{rows_text(sum(m for m, _ in pairs), sum(n for _, n in pairs))}; {READ_ALL}]"
 
 
 def _engine_laws_caveat(item: dict[str, Any]) -> str:

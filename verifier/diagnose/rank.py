@@ -163,7 +163,7 @@ def _ranked(seqs, num_draft_tokens, names, per_position, mc, w, ll_t, total_t, c
 
                 why = mc_feasible(seqs, num_draft_tokens)
                 if why is None:  # whole rows only: a per-position split would rerun the estimate at every prefix length (~3x)
-                    scores.append(scored(name, m, mc.result() if mc is not None else log_likelihood(m, seqs, num_draft_tokens)))
+                    scores.append(scored(name, m, mc.result()))  # started by _mc_beside on these same checks
                     continue
             if why is not None:
                 scores.append(MechanismScore(name, m.declared, None, None, why))
@@ -205,7 +205,7 @@ def _mc_beside(seqs: SequenceProbs, k: int, names: list[str]):
     CPU on the shipped pair) started in a thread beside the other hypotheses when the ranking will need it, else None:
     its forward passes release the GIL, so on 2 cores the ranking's wall time drops (reports/benchmarks.md section
     43).  The same call with the same inputs and its own seeded generator: the same values as computed in turn
-    (tests/diagnose/test_row_budget.py)."""
+    (tests/diagnose/test_mc_beside.py).  Started on the checks the ranking's loop makes before it reads the result."""
     if "kv_not_rolled_back" not in names:
         return None
     from verifier._beside import Beside

@@ -34,7 +34,10 @@ import numpy as np
 
 from verifier._diagnose_mode import AUTO_DIAGNOSE_DISTINCT_ROWS  # the default; `run`/`audit --diagnose-rows` set it
 
-__all__ = ["AUTO_DIAGNOSE_DISTINCT_ROWS", "rows_read", "RowBudget", "budget_sentence"]
+__all__ = ["AUTO_DIAGNOSE_DISTINCT_ROWS", "CUT_MARK", "READ_ALL", "rows_read", "rows_text", "RowBudget", "budget_sentence"]
+
+CUT_MARK = "diagnosed on the first"  # every text of a cut diagnosis says it (run_dir.stored_diagnosis reads it back)
+READ_ALL = "`specverify diagnose RUN_DIR` reads every row"
 
 
 def rows_read(tokens: np.ndarray, max_distinct: int | None) -> int:
@@ -109,6 +112,11 @@ class RowBudget:
         return {s: self.cut[s] for s in set_ids if s in self.cut}
 
 
+def rows_text(read: int, stored: int) -> str:
+    """"diagnosed on the first 1,383 of 5,000 rows": the words every cut diagnosis uses (:data:`CUT_MARK`)."""
+    return f"{CUT_MARK} {read:,} of {stored:,} rows"
+
+
 def budget_sentence(cuts: dict[str, tuple[int, int]], max_distinct: int) -> str:
     """"; diagnosed on the first 1,383 of 5,000 rows (up to 1,000 distinct rows per sample set; ...)" -- '' when
     nothing was cut."""
@@ -117,5 +125,4 @@ def budget_sentence(cuts: dict[str, tuple[int, int]], max_distinct: int) -> str:
     read = sum(m for m, _ in cuts.values())
     stored = sum(n for _, n in cuts.values())
     sets = f" in {len(cuts)} sample sets" if len(cuts) > 1 else ""
-    return (f"; diagnosed on the first {read:,} of {stored:,} rows{sets} (up to {max_distinct:,} distinct rows per "
-            f"sample set; `specverify diagnose RUN_DIR` reads every row)")
+    return f"; {rows_text(read, stored)}{sets} (up to {max_distinct:,} distinct rows per sample set; {READ_ALL})"

@@ -30,7 +30,7 @@ from verifier.diagnose.engine_law_sets import add_engine_laws
 from verifier.diagnose.engine_laws import ranking_alpha
 from verifier.diagnose.render import json_safe
 from verifier.diagnose.rank import DIAGNOSIS_ALPHA, FIT_ALPHA, Ranking, combine, decide
-from verifier.diagnose.row_budget import RowBudget, budget_sentence
+from verifier.diagnose.row_budget import CUT_MARK, RowBudget, budget_sentence
 from verifier.diagnose.sample_set import diagnose_sample_set, fit_check
 from verifier.diagnose.setting_laws import setting_law_of_decoder, setting_law_of_set, setting_law_without_draft
 from verifier.runner.verdict import CELL_BIAS
@@ -447,7 +447,7 @@ def _budget_of(item: dict) -> int | str | None:
     "unknown" where its fields do not say it consistently (an edited diagnosis.json: recomputed, never reused)."""
     sets = [s for s in item.get("sets") or [] if isinstance(s, dict)]
     if not (item.get("rows_read") or "row_budget" in item or any("rows_diagnosed" in s for s in sets)
-            or "diagnosed on the first" in str(item.get("sentence", ""))):
+            or CUT_MARK in str(item.get("sentence", ""))):
         return None
     budget = item.get("row_budget")
     if isinstance(budget, bool) or not isinstance(budget, int) or not isinstance(item.get("rows_read"), dict) \
