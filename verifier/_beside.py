@@ -1,4 +1,4 @@
-"""A function run in a daemon thread beside the caller's own work (standard library only).
+"""A function run beside the caller's own work: in a daemon thread, or in a forked child process (standard library only).
 
 Used where the work beside is mostly torch forward passes or large numpy operations, which release the GIL: the PIT
 cell beside a sample set's other cells (:mod:`verifier.runner.cells`), the stale-KV Monte Carlo likelihood beside the
@@ -7,13 +7,23 @@ caller exits without waiting for it.  Work that runs long gets a ``stop`` event 
 interrupted calls :meth:`Beside.cancel`, so the thread has left torch before the interpreter shuts down (a daemon
 thread still inside a torch call at exit aborted the process, "terminate called without an active exception", exit
 134 instead of 130).
+
+Work whose Python-level loop is long (the stale-KV Monte Carlo's per-round bookkeeping, many small forward passes)
+holds the GIL for much of its time, so a thread beside another Python-heavy loop mostly takes turns with it: on the
+OpenVINO 5,000-row BIAS folder the Monte Carlo thread added 27 s of wall time to a 53 s diagnosis (reports/benchmarks.md
+section 44).  :func:`beside_process` runs such work in a child forked from the caller (Linux): it inherits the loaded
+models and inputs, computes on the other core without the GIL, and sends its value back pickled through a pipe.
 """
 
 from __future__ import annotations
 
+import os
+import pickle
+import signal
+import sys
 import threading
 
-__all__ = ["Beside", "Cancelled"]
+__all__ = ["Beside", "Cancelled", "Forked", "beside_process"]
 
 
 class Cancelled(Exception):
@@ -48,3 +58,118 @@ class Beside:
         if "error" in self._out:
             raise self._out["error"]
         return self._out["value"]
+
+
+def _die_with(parent: int) -> None:
+    """In a forked child: be killed when ``parent`` dies (Linux ``prctl(PR_SET_PDEATHSIG, SIGKILL)``), so a caller killed
+    by SIGTERM or SIGKILL leaves no child computing; leave at once if it is gone already."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG = 1
+    except (OSError, AttributeError):  # no prctl: the child ends when its work does (its pipe's reader is gone)
+        pass
+    if os.getppid() != parent:
+        os._exit(0)
+
+
+def _one_thread() -> None:
+    """In a forked child: torch (where the caller imported it) on one intra-op thread before any of its operations.
+
+    The caller's OpenMP thread pool does not survive the fork: a child whose first parallel region asks for the
+    caller's team of threads waits for threads that do not exist (a forward pass that never returns: a caller that had
+    run torch on 2 threads, tests/foundations/test_forked.py).  One thread is what PyTorch's own forked workers
+    (``torch.utils.data`` DataLoader) set, and what the diagnosis runs on anyway (``torch.set_num_threads(1)``)."""
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.set_num_threads(1)
+
+
+class Forked:
+    """``fn(*args)`` in a child process forked now; :meth:`result` waits for it and returns its value or raises its
+    exception (re-raised from its pickle; an unpicklable one as a ``RuntimeError`` naming it) in the caller.
+
+    The child ignores SIGINT (the caller's Ctrl-C is the caller's to handle: a ranking that is interrupted or fails calls
+    :meth:`cancel`, which kills the child and reaps it), is killed with the caller (SIGTERM, SIGKILL), runs torch on one
+    thread (:func:`_one_thread`), writes nothing to the caller's streams (they are flushed before
+    the fork, so no buffered output is written twice) and leaves by ``os._exit`` (no ``atexit`` handler or finaliser of
+    the caller's runs in it).  A child that dies without a value (killed, out of memory) makes :meth:`result` raise
+    ``RuntimeError`` with its exit status.  Use :func:`beside_process`, which falls back to a thread where ``fork`` is not
+    the platform's way.
+    """
+
+    def __init__(self, fn, *args, name: str = "beside") -> None:
+        self.name = name
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (AttributeError, OSError, ValueError):  # a closed or replaced stream: nothing buffered to copy
+                pass
+        read, write = os.pipe()
+        parent = os.getpid()
+        pid = os.fork()
+        if pid == 0:  # the child: compute, send, leave without running the caller's exit handlers
+            try:
+                os.close(read)
+                signal.signal(signal.SIGINT, signal.SIG_IGN)
+                _die_with(parent)
+                _one_thread()
+                try:
+                    out = ("value", fn(*args))
+                except BaseException as exc:  # noqa: BLE001 - sent to the caller, raised there by result()
+                    out = ("error", exc)
+                try:
+                    data = pickle.dumps(out, protocol=pickle.HIGHEST_PROTOCOL)
+                except Exception:  # noqa: BLE001 - an unpicklable value or exception: say what it was
+                    data = pickle.dumps(("error", RuntimeError(f"{name}: {type(out[1]).__name__}: {out[1]}")))
+                with os.fdopen(write, "wb") as pipe:
+                    pipe.write(data)
+            finally:
+                os._exit(0)
+        os.close(write)
+        self._pid, self._read, self._done = pid, read, False
+
+    def _reap(self) -> int:
+        self._done = True
+        _, status = os.waitpid(self._pid, 0)
+        return status
+
+    def cancel(self) -> None:
+        """Kill the child (SIGKILL: it holds no resource of the caller's) and reap it; a no-op once it is done."""
+        if self._done:
+            return
+        try:
+            os.kill(self._pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self._reap()
+        os.close(self._read)
+
+    def result(self):
+        """The function's value, once the child has sent it (its exception, raised here, if it raised one).
+
+        Raises
+        ------
+        RuntimeError
+            The child ended without sending a value (its exit status named), or :meth:`cancel` was called first.
+        """
+        if self._done:
+            raise RuntimeError(f"{self.name}: cancelled before its result was read")
+        with os.fdopen(self._read, "rb") as pipe:
+            data = pipe.read()
+        status = self._reap()
+        if not data:
+            raise RuntimeError(f"{self.name}: its child process ended without a result (wait status {status})")
+        kind, value = pickle.loads(data)
+        if kind == "error":
+            raise value
+        return value
+
+
+def beside_process(fn, *args, name: str = "beside", stop: threading.Event | None = None):
+    """``fn(*args)`` in a forked child (:class:`Forked`) on Linux; elsewhere in a daemon thread (:class:`Beside` with
+    ``stop``, the event ``fn`` polls).  Both have ``result()`` and ``cancel()``; a child is killed on ``cancel()``, so
+    ``stop`` only matters to the thread."""
+    if sys.platform.startswith("linux") and hasattr(os, "fork"):
+        return Forked(fn, *args, name=name)
+    return Beside(fn, *args, name=name, stop=stop)

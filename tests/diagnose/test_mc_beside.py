@@ -2,9 +2,9 @@
 
 On the shipped pair at T = 1, k = 3 the exact stale-cache law is too large (vocab 384), so ``kv_not_rolled_back`` is
 scored by :func:`verifier.diagnose.latent_mc.kv_stale_mc_log_likelihood`; :func:`verifier.diagnose.rank.rank_mechanisms`
-starts it in a thread (:func:`verifier.diagnose.rank._mc_beside`) and must give the row log-likelihoods the call gives
-alone, bit for bit (its generator is seeded, its oracles are stateless).  40 rows drawn by the reference decoder,
-seed 20261206.
+starts it beside the other hypotheses (:func:`verifier.diagnose.rank._mc_beside`: a forked child on Linux, a thread
+elsewhere), reads it after them, and must give the row log-likelihoods the call gives alone, bit for bit (its generator
+is seeded, its oracles are stateless).  40 rows drawn by the reference decoder, seed 20261206.
 """
 
 import numpy as np
@@ -46,13 +46,16 @@ def test_the_monte_carlo_beside_gives_the_values_computed_alone(monkeypatch):
 
 
 def test_a_failing_ranking_stops_the_monte_carlo_before_it_raises(monkeypatch):
-    """A hypothesis that raises (or Ctrl-C) while the Monte Carlo runs beside: the ranking cancels the thread and waits
-    for it before the error propagates, so no thread is left inside torch when the process exits (a daemon thread
-    there aborted the interpreter at exit, "terminate called without an active exception", exit 134, not 130)."""
+    """A hypothesis that raises (or Ctrl-C) while the Monte Carlo runs beside: the ranking cancels it before the error
+    propagates -- the child is killed and reaped (no process left computing, no zombie), or the thread has left torch
+    (a daemon thread there aborted the interpreter at exit, "terminate called without an active exception", exit 134,
+    not 130)."""
+    import os
     import threading
 
     seqs = _seqs()
-    real = rank.log_likelihood
+    real, real_beside = rank.log_likelihood, rank._mc_beside
+    started = []
 
     def failing(mechanism, *args, **kwargs):
         if mechanism.name == "greedy_draft":
@@ -60,10 +63,20 @@ def test_a_failing_ranking_stops_the_monte_carlo_before_it_raises(monkeypatch):
         return real(mechanism, *args, **kwargs)
 
     monkeypatch.setattr(rank, "log_likelihood", failing)
+    monkeypatch.setattr(rank, "_mc_beside", lambda *a: started.append(real_beside(*a)) or started[-1])
     try:
-        rank.rank_mechanisms(seqs, 3, mechanisms=["greedy_draft", "kv_not_rolled_back"])
+        rank.rank_mechanisms(seqs, 3, mechanisms=["kv_not_rolled_back", "greedy_draft"])
     except KeyboardInterrupt:
         pass
     else:
         raise AssertionError("the ranking swallowed the interrupt")
+    assert started and started[0] is not None
+    pid = getattr(started[0], "_pid", None)
+    if pid is not None:  # a forked child: killed and reaped
+        try:
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            pass
+        else:
+            raise AssertionError(f"the Monte Carlo's child {pid} was not reaped")
     assert not [t for t in threading.enumerate() if t.name == "kv-stale-mc" and t.is_alive()]

@@ -132,7 +132,7 @@ def rank_mechanisms(seqs: SequenceProbs, num_draft_tokens: int, *, mechanisms=No
     mc = _mc_beside(seqs, num_draft_tokens, names)  # the stale-KV Monte Carlo, beside the other hypotheses
     try:
         return _ranked(seqs, num_draft_tokens, names, per_position, mc, w, ll_t, total_t, cond_t)
-    except BaseException:  # failed or interrupted: the thread leaves torch before this process may exit
+    except BaseException:  # failed or interrupted: the child is killed (a thread leaves torch) before this may exit
         if mc is not None:
             mc.cancel()
         raise
@@ -143,6 +143,7 @@ def _ranked(seqs, num_draft_tokens, names, per_position, mc, w, ll_t, total_t, c
     scores, per_pos, row_ll = [], {}, {}
     raw_is_processed = seqs.p_raw is not None and seqs.p_raw is seqs.p and seqs.q_raw is seqs.q
     computed: dict[str, tuple] = {}
+    deferred = None  # (index in scores, name, mechanism) of the Monte Carlo's score
 
     def scored(name: str, m, ll: np.ndarray | None = None, total: float | None = None) -> MechanismScore:
         if ll is None:  # a likelihood per generate call (batch cross-talk): no per-row mixture
@@ -163,7 +164,8 @@ def _ranked(seqs, num_draft_tokens, names, per_position, mc, w, ll_t, total_t, c
 
                 why = mc_feasible(seqs, num_draft_tokens)
                 if why is None:  # whole rows only: a per-position split would rerun the estimate at every prefix length (~3x)
-                    scores.append(scored(name, m, mc.result()))  # started by _mc_beside on these same checks
+                    deferred = (len(scores), name, m)  # started by _mc_beside on these same checks: read after the loop
+                    scores.append(None)
                     continue
             if why is not None:
                 scores.append(MechanismScore(name, m.declared, None, None, why))
@@ -197,18 +199,23 @@ def _ranked(seqs, num_draft_tokens, names, per_position, mc, w, ll_t, total_t, c
             ll = log_likelihood(m, seqs, num_draft_tokens)
             computed[name] = (ll, None)
         scores.append(scored(name, m, ll))
+    if deferred is not None:  # the Monte Carlo's result, read last: the other hypotheses ran while it computed
+        at, name, m = deferred
+        scores[at] = scored(name, m, mc.result())
     return Ranking(int(w.sum()), total_t, scores, per_pos, row_ll)
 
 
 def _mc_beside(seqs: SequenceProbs, k: int, names: list[str]):
     """``kv_not_rolled_back``'s Monte Carlo likelihood (:mod:`verifier.diagnose.latent_mc`; ~40% of a T = 1 diagnosis's
-    CPU on the shipped pair) started in a thread beside the other hypotheses when the ranking will need it, else None:
-    its forward passes release the GIL, so on 2 cores the ranking's wall time drops (reports/benchmarks.md section
-    43).  The same call with the same inputs and its own seeded generator: the same values as computed in turn
-    (tests/diagnose/test_mc_beside.py).  Started on the checks the ranking's loop makes before it reads the result."""
+    CPU on the shipped pair) started beside the other hypotheses when the ranking will need it, else None: in a child
+    process forked from this one (:func:`verifier._beside.beside_process`; a thread where the platform does not fork),
+    since its per-round Python loop holds the GIL too much to run beside the ranking's own in a thread
+    (reports/benchmarks.md section 44).  The same call with the same inputs and its own seeded generator: the same
+    values as computed in turn (tests/diagnose/test_mc_beside.py).  Started on the checks the ranking's loop makes
+    before it reads the result."""
     if "kv_not_rolled_back" not in names:
         return None
-    from verifier._beside import Beside
+    from verifier._beside import beside_process
     from verifier.diagnose.latent import feasible
     from verifier.diagnose.latent_mc import mc_feasible
 
@@ -219,8 +226,8 @@ def _mc_beside(seqs: SequenceProbs, k: int, names: list[str]):
 
     from verifier.diagnose.latent_mc import kv_stale_mc_log_likelihood
 
-    stop = threading.Event()  # set by the ranking when it fails or is interrupted (Beside.cancel)
-    return Beside(partial(kv_stale_mc_log_likelihood, stop=stop), seqs, k, name="kv-stale-mc", stop=stop)
+    stop = threading.Event()  # a thread's (no fork here): set by the ranking when it fails or is interrupted (cancel)
+    return beside_process(partial(kv_stale_mc_log_likelihood, stop=stop), seqs, k, name="kv-stale-mc", stop=stop)
 
 
 def _late_note(seqs: SequenceProbs) -> str:
