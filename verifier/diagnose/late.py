@@ -41,6 +41,7 @@ from verifier.errors import invalid_argument
 __all__ = ["LateCost", "late_columns", "late_laws", "next_rows", "late_recover_cost"]
 
 LATE_BATCH_ENTRIES = 4_000_000  # float64 entries of one batch of forward rows (pairs x vocab, per model: 32 MB)
+SPLIT_MIN_BATCHES = 4  # a call with this many batches or more runs its second half in a forked child (_in_halves)
 
 
 class LateCost(NamedTuple):
@@ -111,16 +112,58 @@ def _after_dense(oracle, prompt: tuple[int, ...], uniq: np.ndarray, pair_u: np.n
     return np.asarray(oracle(ctx), dtype=np.float64)[:len(pair_u)]
 
 
-def _pair_batches(seqs, uniq: np.ndarray, key: np.ndarray, draft: bool):
+def _pair_batches(seqs, uniq: np.ndarray, key: np.ndarray, draft: bool, starts=None):
     """Forward rows of the (prefix, d) pairs where ``key`` (distinct, vocab) is True, in memory-bounded batches:
-    yields (pair_u, pair_d, target rows, draft rows or None), rows of shape (pairs, vocab)."""
+    yields (pair_u, pair_d, target rows, draft rows or None), rows of shape (pairs, vocab).  ``starts``: only the batches
+    that begin at these pair indices (:func:`_batch_starts`), default all."""
     vocab = key.shape[1]
     pair_u, pair_d = np.nonzero(key)
     step = max(1, LATE_BATCH_ENTRIES // vocab)
-    for lo in range(0, len(pair_u), step):
+    for lo in (range(0, len(pair_u), step) if starts is None else starts):
         pu, pd = pair_u[lo:lo + step], pair_d[lo:lo + step]
         pn = _after(seqs.target_after, seqs.prompt, uniq, pu, pd)
         yield pu, pd, pn, (_after(seqs.draft_after, seqs.prompt, uniq, pu, pd) if draft else None)
+
+
+def _batch_starts(key: np.ndarray) -> list[int]:
+    """The first pair index of each batch :func:`_pair_batches` runs for ``key``."""
+    return list(range(0, int(np.count_nonzero(key)), max(1, LATE_BATCH_ENTRIES // key.shape[1])))
+
+
+def _in_halves(seqs, uniq: np.ndarray, key: np.ndarray, draft: bool, consume) -> tuple:
+    """``consume(batches)`` over the first half of :func:`_pair_batches`' batches and over the second half: the two
+    parts, in that order.
+
+    Where the call has at least :data:`SPLIT_MIN_BATCHES` batches and this process can fork (Linux), the second half
+    runs in a forked child (:class:`verifier._beside.Forked`: it inherits the models) on the other core while this
+    process runs the first; its part comes back pickled.  Each batch is the same forward pass either way, so the rows
+    are the same bit for bit, and the caller combines the two parts the same way whether or not a child ran them.  A
+    failure or an interrupt here kills the child before it propagates."""
+    starts = _batch_starts(key)
+    half = (len(starts) + 1) // 2
+
+    def run(part: list[int]):
+        return consume(_pair_batches(seqs, uniq, key, draft, part))
+
+    child = None
+    if len(starts) >= SPLIT_MIN_BATCHES and _can_fork():
+        from verifier._beside import Forked
+
+        child = Forked(run, starts[half:], name="recovered_one_late rows")
+    try:
+        first = run(starts[:half])
+        return first, (child.result() if child is not None else run(starts[half:]))
+    except BaseException:
+        if child is not None:
+            child.cancel()
+        raise
+
+
+def _can_fork() -> bool:
+    import os
+    import sys
+
+    return sys.platform.startswith("linux") and hasattr(os, "fork")
 
 
 def _residual_at(pn: np.ndarray, qn: np.ndarray, src: np.ndarray, col: np.ndarray) -> np.ndarray:
@@ -185,13 +228,18 @@ def late_columns(seqs, t: int, need_bonus: np.ndarray, need_residual: np.ndarray
         key_b &= ~key_r  # a residual's forward rows give the bonus row too
         x = seqs.tokens[rows, t]
         for residual, key in ((True, key_r), (False, key_b)):
-            for pu, pd, pn, qn in _pair_batches(seqs, uniq, key, residual):
-                r_idx, d_idx, src = _scatter(inv, pu, pd, len(uniq), vocab)
-                row, col = rows[r_idx], x[r_idx]
-                memo["bonus"][row, d_idx] = pn[src, col]
+            def columns(batches, residual=residual):  # each (row, d) of the batches: its bonus and residual at x_t
+                found = []
+                for pu, pd, pn, qn in batches:
+                    r_idx, d_idx, src = _scatter(inv, pu, pd, len(uniq), vocab)
+                    row, col = rows[r_idx], x[r_idx]
+                    found.append((row, d_idx, pn[src, col], _residual_at(pn, qn, src, col) if residual else None))
+                return found
+            for row, d_idx, bonus, res in (f for part in _in_halves(seqs, uniq, key, residual, columns) for f in part):
+                memo["bonus"][row, d_idx] = bonus
                 memo["done_bonus"][row, d_idx] = True
                 if residual:
-                    memo["residual"][row, d_idx] = _residual_at(pn, qn, src, col)
+                    memo["residual"][row, d_idx] = res
                     memo["done_residual"][row, d_idx] = True
     return memo["bonus"], memo["residual"]
 
@@ -231,14 +279,21 @@ def late_laws(seqs, t: int, weights: list[tuple[bool, np.ndarray]]) -> list[np.n
         np.logical_or.at(key, inv, nd[rows])
     if False in keys and True in keys:  # a residual's forward rows give the bonus row too (as late_columns)
         keys[True] &= ~keys[False]
-    for bonus, key in sorted(keys.items()):  # residual pairs first: their target rows also serve the bonus terms
-        for pu, pd, pn, qn in _pair_batches(seqs, uniq, key, not bonus):
+    def mixtures(batches, bonus):  # the terms' sums over the batches' (prefix, d) pairs, (rows read, vocab) each
+        part = [np.zeros((len(rows), vocab)) for _ in weights]
+        for pu, pd, pn, qn in batches:
             r_idx, d_idx, src = _scatter(inv, pu, pd, len(uniq), vocab)
             laws = {True: pn} if bonus else {True: pn, False: _residual(pn, qn)}
-            for (b, w), acc in zip(weights, out):
+            for (b, w), acc in zip(weights, part):
                 if b in laws:
                     mix = scipy.sparse.csr_matrix((w[rows[r_idx], d_idx], (r_idx, src)), shape=(len(rows), len(pu)))
-                    acc[rows] += mix @ laws[b]
+                    acc += mix @ laws[b]
+        return part
+
+    for bonus, key in sorted(keys.items()):  # residual pairs first: their target rows also serve the bonus terms
+        first, second = _in_halves(seqs, uniq, key, not bonus, lambda batches, bonus=bonus: mixtures(batches, bonus))
+        for acc, a, b in zip(out, first, second):  # the two halves' sums, added the same way with or without a child
+            acc[rows] += a + b
     return out
 
 

@@ -1,0 +1,99 @@
+"""``recovered_one_late``'s forward rows split between this process and a forked child (issue 27).
+
+:func:`verifier.diagnose.late._in_halves` runs the second half of a call's batches in a child forked from the caller
+(the OpenVINO 5,000-row BIAS folder's diagnosis reads 405,120 (prefix, latent token) pairs twice: the ranking's columns
+and the fit check's predictive laws).  Each batch is the same forward pass wherever it runs, and the two halves are
+combined the same way with or without a child, so the columns and the predictive laws must be equal bit for bit to
+the ones computed in this process alone.  Shipped pair, prompt "def ", k = 2, 3 tokens, T = 1, 12 rows of the
+``recovered_one_late`` mutant (seed 1714); batches shrunk to 64 pairs so that every call splits.
+"""
+
+import os
+
+import numpy as np
+import pytest
+
+from verifier.diagnose import late
+from verifier.diagnose.family import hypothesis
+from verifier.diagnose.inputs import sequence_probs
+from verifier.diagnose.likelihood import log_likelihood
+from verifier.decoders import make_decoder
+from verifier.models import load_model, shipped_checkpoint
+from verifier.runner.models import ReferenceModel
+from verifier.sampling import SamplingConfig
+
+pytestmark = pytest.mark.skipif(not late._can_fork(), reason="the child is forked (Linux)")
+PROMPT, K, TOKENS = (272, 70, 221), 2, 3
+NAMES = ("recovered_one_late", "shared_uniform+recovered_one_late")
+
+
+def _seqs():
+    import torch
+
+    torch.set_num_threads(1)
+    target, draft = load_model(shipped_checkpoint("target")), load_model(shipped_checkpoint("draft"))
+    vocab, eos = target.config.vocab_size, target.config.eos_token_id
+    rows = make_decoder("recovered_one_late", target, draft, K).generate(PROMPT, 12, TOKENS, SamplingConfig(), 1714)
+    uniq = np.unique(np.asarray(rows, dtype=np.int64), axis=0)
+    return sequence_probs(ReferenceModel(target, vocab, eos, "target"), ReferenceModel(draft, vocab, eos, "draft"),
+                          PROMPT, uniq, SamplingConfig())
+
+
+def _likelihoods_and_laws(seqs):
+    out = {}
+    for name in NAMES:
+        pred = np.full(seqs.p.shape, np.nan)
+        ll, cond = log_likelihood(hypothesis(name), seqs, K, per_position=True, predictive=pred)
+        out[name] = (ll, cond, pred)
+    return out
+
+
+def test_the_child_computes_the_rows_this_process_would(monkeypatch):
+    monkeypatch.setattr(late, "LATE_BATCH_ENTRIES", 64 * 384)  # 64 pairs a batch: every call has >= 4 batches
+    forks = []
+    real_halves = late._in_halves
+
+    def counted(seqs, uniq, key, draft, consume):
+        if len(late._batch_starts(key)) >= late.SPLIT_MIN_BATCHES:
+            forks.append(os.getpid())
+        return real_halves(seqs, uniq, key, draft, consume)
+
+    monkeypatch.setattr(late, "_in_halves", counted)
+    split = _likelihoods_and_laws(_seqs())
+    assert forks, "no call was split"
+    monkeypatch.setattr(late, "_can_fork", lambda: False)
+    alone = _likelihoods_and_laws(_seqs())
+    for name in NAMES:
+        for got, want in zip(split[name], alone[name]):
+            assert np.array_equal(got, want, equal_nan=True), name
+        assert np.isfinite(split[name][0]).all(), name
+
+
+def test_a_failure_in_this_half_kills_the_child(monkeypatch):
+    monkeypatch.setattr(late, "LATE_BATCH_ENTRIES", 64 * 384)
+    children = []
+    from verifier import _beside
+
+    real_init = _beside.Forked.__init__
+
+    def remember(self, *args, **kwargs):
+        real_init(self, *args, **kwargs)
+        children.append(self._pid)
+
+    monkeypatch.setattr(_beside.Forked, "__init__", remember)
+    seqs = _seqs()
+    real_after = late._after
+    parent = os.getpid()
+
+    def fails_here(*args):
+        if os.getpid() == parent:
+            raise KeyboardInterrupt
+        return real_after(*args)
+
+    monkeypatch.setattr(late, "_after", fails_here)
+    with pytest.raises(KeyboardInterrupt):
+        log_likelihood(hypothesis("recovered_one_late"), seqs, K)
+    assert children
+    for pid in children:
+        with pytest.raises(ChildProcessError):  # killed and reaped: no child left computing, no zombie
+            os.waitpid(pid, os.WNOHANG)
