@@ -94,8 +94,8 @@ class Forked:
     thread (:func:`_one_thread`), writes nothing to the caller's streams (they are flushed before
     the fork, so no buffered output is written twice) and leaves by ``os._exit`` (no ``atexit`` handler or finaliser of
     the caller's runs in it).  A child that dies without a value (killed, out of memory) makes :meth:`result` raise
-    ``RuntimeError`` with its exit status.  Use :func:`beside_process`, which falls back to a thread where ``fork`` is not
-    the platform's way.
+    ``RuntimeError`` with its exit status.  A fork that fails raises its ``OSError`` here, the pipe closed.  Use
+    :func:`beside_process`, which falls back to a thread where ``fork`` is not the platform's way or fails.
     """
 
     def __init__(self, fn, *args, name: str = "beside") -> None:
@@ -107,7 +107,12 @@ class Forked:
                 pass
         read, write = os.pipe()
         parent = os.getpid()
-        pid = os.fork()
+        try:
+            pid = os.fork()
+        except OSError:  # no process to be had (EAGAIN: a process limit; ENOMEM): the caller computes in turn instead
+            os.close(read)
+            os.close(write)
+            raise
         if pid == 0:  # the child: compute, send, leave without running the caller's exit handlers
             try:
                 os.close(read)
@@ -143,7 +148,9 @@ class Forked:
         except ProcessLookupError:
             pass
         self._reap()
-        os.close(self._read)
+        if self._read is not None:  # not yet handed to result()'s reader, which closes it
+            os.close(self._read)
+            self._read = None
 
     def result(self):
         """The function's value, once the child has sent it (its exception, raised here, if it raised one).
@@ -155,7 +162,8 @@ class Forked:
         """
         if self._done:
             raise RuntimeError(f"{self.name}: cancelled before its result was read")
-        with os.fdopen(self._read, "rb") as pipe:
+        pipe, self._read = os.fdopen(self._read, "rb"), None  # closed by the reader, also when the read is interrupted
+        with pipe:
             data = pipe.read()
         status = self._reap()
         if not data:
@@ -171,5 +179,8 @@ def beside_process(fn, *args, name: str = "beside", stop: threading.Event | None
     ``stop``, the event ``fn`` polls).  Both have ``result()`` and ``cancel()``; a child is killed on ``cancel()``, so
     ``stop`` only matters to the thread."""
     if sys.platform.startswith("linux") and hasattr(os, "fork"):
-        return Forked(fn, *args, name=name)
+        try:
+            return Forked(fn, *args, name=name)
+        except OSError:  # the fork failed (a process limit, no memory): a thread instead
+            pass
     return Beside(fn, *args, name=name, stop=stop)

@@ -97,3 +97,16 @@ def test_a_failure_in_this_half_kills_the_child(monkeypatch):
     for pid in children:
         with pytest.raises(ChildProcessError):  # killed and reaped: no child left computing, no zombie
             os.waitpid(pid, os.WNOHANG)
+
+
+def test_a_fork_that_fails_leaves_both_halves_here(monkeypatch):
+    monkeypatch.setattr(late, "LATE_BATCH_ENTRIES", 64 * 384)
+    want = _likelihoods_and_laws(_seqs())
+
+    def no_process():
+        raise BlockingIOError(11, "Resource temporarily unavailable")
+    monkeypatch.setattr(os, "fork", no_process)
+    got = _likelihoods_and_laws(_seqs())
+    for name in NAMES:
+        for a, b in zip(got[name], want[name]):
+            assert np.array_equal(a, b, equal_nan=True), name

@@ -123,3 +123,35 @@ def test_torch_in_the_child_after_the_caller_ran_it_on_two_threads():
                          stdin=subprocess.DEVNULL)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["True", "2"]  # the caller keeps its threads
+
+
+def test_an_interrupted_wait_then_cancel_kills_the_child_without_a_second_error():
+    """Ctrl-C while the caller waits in ``result()``: the interrupt propagates, and the cancel that follows (the
+    ranking's) kills and reaps the child without tripping over the pipe the interrupted read already closed."""
+    import signal
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+    old = signal.signal(signal.SIGALRM, interrupt)
+    job = Forked(time.sleep, 60)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.5)
+        with pytest.raises(KeyboardInterrupt):
+            job.result()
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+    job.cancel()
+    assert _gone(job._pid)
+
+
+def test_a_fork_that_fails_leaks_nothing_and_beside_process_falls_back_to_a_thread(monkeypatch):
+    def no_process():
+        raise BlockingIOError(11, "Resource temporarily unavailable")  # EAGAIN: a process limit
+    before = len(os.listdir("/proc/self/fd"))
+    monkeypatch.setattr(os, "fork", no_process)
+    with pytest.raises(OSError):
+        Forked(os.getpid)
+    assert len(os.listdir("/proc/self/fd")) == before  # the pipe is closed
+    job = beside_process(os.getpid)
+    assert isinstance(job, Beside) and job.result() == os.getpid()  # computed here, in a thread

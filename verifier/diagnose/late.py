@@ -138,7 +138,8 @@ def _in_halves(seqs, uniq: np.ndarray, key: np.ndarray, draft: bool, consume) ->
     runs in a forked child (:class:`verifier._beside.Forked`: it inherits the models) on the other core while this
     process runs the first; its part comes back pickled.  Each batch is the same forward pass either way, so the rows
     are the same bit for bit, and the caller combines the two parts the same way whether or not a child ran them.  A
-    failure or an interrupt here kills the child before it propagates."""
+    fork that fails leaves both halves to this process; a failure or an interrupt here kills the child before it
+    propagates."""
     starts = _batch_starts(key)
     half = (len(starts) + 1) // 2
 
@@ -149,7 +150,10 @@ def _in_halves(seqs, uniq: np.ndarray, key: np.ndarray, draft: bool, consume) ->
     if len(starts) >= SPLIT_MIN_BATCHES and _can_fork():
         from verifier._beside import Forked
 
-        child = Forked(run, starts[half:], name="recovered_one_late rows")
+        try:
+            child = Forked(run, starts[half:], name="recovered_one_late rows")
+        except OSError:  # no process to be had (a process limit, no memory): both halves here, in turn
+            child = None
     try:
         first = run(starts[:half])
         return first, (child.result() if child is not None else run(starts[half:]))
