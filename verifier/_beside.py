@@ -23,7 +23,7 @@ import signal
 import sys
 import threading
 
-__all__ = ["Beside", "Cancelled", "Forked", "beside_process"]
+__all__ = ["Beside", "Cancelled", "ChildLost", "Forked", "beside_process"]
 
 
 class Cancelled(Exception):
@@ -60,9 +60,15 @@ class Beside:
         return self._out["value"]
 
 
+class ChildLost(RuntimeError):
+    """A forked child ended without sending a result (killed: out of memory, ``kill -9``): the caller may compute the
+    work itself (:func:`verifier.diagnose.rank._mc_beside`'s and :func:`verifier.diagnose.late._in_halves`' callers do)."""
+
+
 def _die_with(parent: int) -> None:
     """In a forked child: be killed when ``parent`` dies (Linux ``prctl(PR_SET_PDEATHSIG, SIGKILL)``), so a caller killed
-    by SIGTERM or SIGKILL leaves no child computing; leave at once if it is gone already."""
+    by SIGTERM or SIGKILL leaves no child computing; leave at once if it is gone already.  Linux sends the signal when
+    the *thread* that forked ends: fork and read the result in one thread (as every caller here does)."""
     try:
         import ctypes
 
@@ -91,10 +97,10 @@ class Forked:
 
     The child ignores SIGINT (the caller's Ctrl-C is the caller's to handle: a ranking that is interrupted or fails calls
     :meth:`cancel`, which kills the child and reaps it), is killed with the caller (SIGTERM, SIGKILL), runs torch on one
-    thread (:func:`_one_thread`), writes nothing to the caller's streams (they are flushed before
-    the fork, so no buffered output is written twice) and leaves by ``os._exit`` (no ``atexit`` handler or finaliser of
-    the caller's runs in it).  A child that dies without a value (killed, out of memory) makes :meth:`result` raise
-    ``RuntimeError`` with its exit status.  A fork that fails raises its ``OSError`` here, the pipe closed.  Use
+    thread (:func:`_one_thread`) and leaves by ``os._exit`` (no ``atexit`` handler or finaliser of the caller's runs in
+    it).  The caller's streams are flushed before the fork, so its buffered output is not written twice; what ``fn``
+    prints goes to the same streams.  An exception from ``fn`` carries the child's traceback as a note.  A child that
+    dies without a value (killed, out of memory) makes :meth:`result` raise :class:`ChildLost` with its wait status.  A fork that fails raises its ``OSError`` here, the pipe closed.  Use
     :func:`beside_process`, which falls back to a thread where ``fork`` is not the platform's way or fails.
     """
 
@@ -122,6 +128,9 @@ class Forked:
                 try:
                     out = ("value", fn(*args))
                 except BaseException as exc:  # noqa: BLE001 - sent to the caller, raised there by result()
+                    import traceback
+
+                    exc.add_note(f"(raised in the child process '{name}':)\n" + "".join(traceback.format_tb(exc.__traceback__)))
                     out = ("error", exc)
                 try:
                     data = pickle.dumps(out, protocol=pickle.HIGHEST_PROTOCOL)
@@ -167,11 +176,23 @@ class Forked:
             data = pipe.read()
         status = self._reap()
         if not data:
-            raise RuntimeError(f"{self.name}: its child process ended without a result (wait status {status})")
-        kind, value = pickle.loads(data)
+            raise ChildLost(f"{self.name}: its child process ended without a result (wait status {status}: "
+                            f"{_status_text(status)})")
+        try:
+            kind, value = pickle.loads(data)
+        except Exception as exc:  # noqa: BLE001 - e.g. an exception class whose __init__ its pickle cannot call
+            raise RuntimeError(f"{self.name}: the child's result could not be read back ({type(exc).__name__}: "
+                               f"{exc})") from None
         if kind == "error":
             raise value
         return value
+
+
+def _status_text(status: int) -> str:
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        return f"killed by signal {sig}" + (" (SIGKILL: out of memory or kill -9)" if sig == signal.SIGKILL else "")
+    return f"exit code {os.WEXITSTATUS(status)}" if os.WIFEXITED(status) else "unknown"
 
 
 def beside_process(fn, *args, name: str = "beside", stop: threading.Event | None = None):

@@ -110,3 +110,24 @@ def test_a_fork_that_fails_leaves_both_halves_here(monkeypatch):
     for name in NAMES:
         for a, b in zip(got[name], want[name]):
             assert np.array_equal(a, b, equal_nan=True), name
+
+
+def test_a_lost_child_leaves_its_half_here(monkeypatch):
+    """Every child killed as soon as it is forked (as by the out-of-memory killer): the same values, computed here."""
+    import signal
+
+    from verifier import _beside
+
+    monkeypatch.setattr(late, "LATE_BATCH_ENTRIES", 64 * 384)
+    want = _likelihoods_and_laws(_seqs())
+    real_init = _beside.Forked.__init__
+
+    def killed(self, *args, **kwargs):
+        real_init(self, *args, **kwargs)
+        os.kill(self._pid, signal.SIGKILL)
+
+    monkeypatch.setattr(_beside.Forked, "__init__", killed)
+    got = _likelihoods_and_laws(_seqs())
+    for name in NAMES:
+        for a, b in zip(got[name], want[name]):
+            assert np.array_equal(a, b, equal_nan=True), name

@@ -80,3 +80,25 @@ def test_a_failing_ranking_stops_the_monte_carlo_before_it_raises(monkeypatch):
         else:
             raise AssertionError(f"the Monte Carlo's child {pid} was not reaped")
     assert not [t for t in threading.enumerate() if t.name == "kv-stale-mc" and t.is_alive()]
+
+
+def test_a_lost_child_is_computed_here_with_the_same_values(monkeypatch):
+    """The Monte Carlo's child killed (as by the out-of-memory killer): the ranking computes it in turn, the same values,
+    instead of failing the diagnosis (a breaker's ``kill -9`` of the child had ended ``specverify diagnose`` with a
+    traceback, exit 1)."""
+    import os
+    import signal
+
+    seqs = _seqs()
+    real = rank._mc_beside
+
+    def killed(*args):
+        job = real(*args)
+        if hasattr(job, "_pid"):
+            os.kill(job._pid, signal.SIGKILL)
+        return job
+
+    monkeypatch.setattr(rank, "_mc_beside", killed)
+    ranking = rank.rank_mechanisms(seqs, 3, mechanisms=["canonical", "kv_not_rolled_back"])
+    alone = log_likelihood(hypothesis("kv_not_rolled_back"), seqs, 3)
+    assert np.array_equal(ranking.row_ll["kv_not_rolled_back"], alone)

@@ -13,7 +13,7 @@ import time
 import numpy as np
 import pytest
 
-from verifier._beside import Beside, Forked, beside_process
+from verifier._beside import Beside, ChildLost, Forked, beside_process
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="fork is the Linux path")
 
@@ -52,8 +52,37 @@ def test_an_unpicklable_exception_arrives_as_a_runtime_error_naming_it():
 
 
 def test_a_child_that_dies_without_a_value_is_an_error_not_a_hang():
-    with pytest.raises(RuntimeError, match="ended without a result"):
+    with pytest.raises(ChildLost, match="ended without a result .*exit code 3"):
         Forked(os._exit, 3, name="dies").result()
+    job = Forked(time.sleep, 60, name="killed")
+    os.kill(job._pid, 9)  # as the out-of-memory killer would
+    with pytest.raises(ChildLost, match="killed by signal 9 .SIGKILL"):
+        job.result()
+
+
+def test_the_childs_traceback_comes_with_its_exception():
+    def deep():
+        raise ValueError("bad rows")
+    with pytest.raises(ValueError) as info:
+        Forked(lambda: deep(), name="mc").result()
+    notes = "".join(getattr(info.value, "__notes__", []))
+    assert "raised in the child process 'mc'" in notes and "in deep" in notes
+
+
+def test_an_exception_that_cannot_be_read_back_is_named():
+    code = ("from verifier._beside import Forked\n"
+            "class Weird(Exception):\n"
+            "    def __init__(self, a, *, b):\n"
+            "        super().__init__(a)\n"
+            "def fails():\n"
+            "    raise Weird(1, b=2)\n"
+            "try:\n"
+            "    Forked(fails, name='w').result()\n"
+            "except RuntimeError as exc:\n"
+            "    print(exc)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                         stdin=subprocess.DEVNULL)
+    assert "w: the child's result could not be read back (TypeError" in out.stdout, out.stdout + out.stderr
 
 
 def test_cancel_kills_and_reaps_a_long_child():

@@ -138,8 +138,8 @@ def _in_halves(seqs, uniq: np.ndarray, key: np.ndarray, draft: bool, consume) ->
     runs in a forked child (:class:`verifier._beside.Forked`: it inherits the models) on the other core while this
     process runs the first; its part comes back pickled.  Each batch is the same forward pass either way, so the rows
     are the same bit for bit, and the caller combines the two parts the same way whether or not a child ran them.  A
-    fork that fails leaves both halves to this process; a failure or an interrupt here kills the child before it
-    propagates."""
+    fork that fails, or a child lost before its result (killed), leaves its half to this process; a failure or an
+    interrupt here kills the child before it propagates."""
     starts = _batch_starts(key)
     half = (len(starts) + 1) // 2
 
@@ -156,7 +156,14 @@ def _in_halves(seqs, uniq: np.ndarray, key: np.ndarray, draft: bool, consume) ->
             child = None
     try:
         first = run(starts[:half])
-        return first, (child.result() if child is not None else run(starts[half:]))
+        if child is not None:
+            from verifier._beside import ChildLost
+
+            try:
+                return first, child.result()
+            except ChildLost:  # killed (out of memory, kill -9): its half here, the same batches
+                child = None
+        return first, run(starts[half:])
     except BaseException:
         if child is not None:
             child.cancel()

@@ -201,7 +201,7 @@ def _ranked(seqs, num_draft_tokens, names, per_position, mc, w, ll_t, total_t, c
         scores.append(scored(name, m, ll))
     if deferred is not None:  # the Monte Carlo's result, read last: the other hypotheses ran while it computed
         at, name, m = deferred
-        scores[at] = scored(name, m, mc.result())
+        scores[at] = scored(name, m, _mc_result(mc, seqs, num_draft_tokens))
     return Ranking(int(w.sum()), total_t, scores, per_pos, row_ll)
 
 
@@ -228,6 +228,19 @@ def _mc_beside(seqs: SequenceProbs, k: int, names: list[str]):
 
     stop = threading.Event()  # a thread's (no fork here): set by the ranking when it fails or is interrupted (cancel)
     return beside_process(partial(kv_stale_mc_log_likelihood, stop=stop), seqs, k, name="kv-stale-mc", stop=stop)
+
+
+def _mc_result(mc, seqs: SequenceProbs, k: int) -> np.ndarray:
+    """The Monte Carlo started by :func:`_mc_beside`; computed here, in turn, where its child was lost (killed: out of
+    memory, ``kill -9``) -- the same call and seed, so the same values, and no work of the diagnosis lost."""
+    from verifier._beside import ChildLost
+
+    try:
+        return mc.result()
+    except ChildLost:
+        from verifier.diagnose.latent_mc import kv_stale_mc_log_likelihood
+
+        return kv_stale_mc_log_likelihood(seqs, k)
 
 
 def _late_note(seqs: SequenceProbs) -> str:
