@@ -18,6 +18,12 @@ from verifier._beside import Beside, ChildLost, Forked, beside_process
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="fork is the Linux path")
 
 
+def _run_code(code: str, timeout: float = 60, env=None) -> subprocess.CompletedProcess:
+    """``code`` in a fresh interpreter (a caller of its own: its streams, its threads, its exit)."""
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout,
+                          stdin=subprocess.DEVNULL, env=env)
+
+
 def _gone(pid: int) -> bool:
     try:
         os.waitpid(pid, os.WNOHANG)
@@ -80,8 +86,7 @@ def test_an_exception_that_cannot_be_read_back_is_named():
             "    Forked(fails, name='w').result()\n"
             "except RuntimeError as exc:\n"
             "    print(exc)\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                         stdin=subprocess.DEVNULL)
+    out = _run_code(code)
     assert "w: the child's result could not be read back (TypeError" in out.stdout, out.stdout + out.stderr
 
 
@@ -103,8 +108,9 @@ def test_buffered_output_is_written_once():
             "print('before', end=' ')\n"  # buffered (stdout is a pipe) when the child forks
             "print(Forked(lambda: print('child', flush=True) or 42).result())\n")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}  # stdout block-buffered, as on a pipe
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         stdin=subprocess.DEVNULL, env=env).stdout
+    out = _run_code(code, env=env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    out = out.stdout
     assert out == "before child\n42\n"
 
 
@@ -148,8 +154,7 @@ def test_torch_in_the_child_after_the_caller_ran_it_on_two_threads():
             "    want = [float(m(x).sum()) for _ in range(3)][-1]\n"
             "    got = Forked(lambda: float(m(x).sum())).result()\n"
             "print(abs(got - want) <= 1e-3 * abs(want), torch.get_num_threads())\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                         stdin=subprocess.DEVNULL)
+    out = _run_code(code, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["True", "2"]  # the caller keeps its threads
 
