@@ -23,7 +23,7 @@ import signal
 import sys
 import threading
 
-__all__ = ["Beside", "Cancelled", "ChildLost", "Forked", "beside_process"]
+__all__ = ["Beside", "Cancelled", "ChildLost", "Forked", "beside_process", "can_fork", "forked_or_none"]
 
 
 class Cancelled(Exception):
@@ -100,8 +100,9 @@ class Forked:
     thread (:func:`_one_thread`) and leaves by ``os._exit`` (no ``atexit`` handler or finaliser of the caller's runs in
     it).  The caller's streams are flushed before the fork, so its buffered output is not written twice; what ``fn``
     prints goes to the same streams.  An exception from ``fn`` carries the child's traceback as a note.  A child that
-    dies without a value (killed, out of memory) makes :meth:`result` raise :class:`ChildLost` with its wait status.  A fork that fails raises its ``OSError`` here, the pipe closed.  Use
-    :func:`beside_process`, which falls back to a thread where ``fork`` is not the platform's way or fails.
+    dies without a value (killed, out of memory) makes :meth:`result` raise :class:`ChildLost` with its wait status.
+    A fork that fails raises its ``OSError`` here, the pipe closed.  :func:`forked_or_none` gives None instead (the
+    caller computes the work itself), :func:`beside_process` a thread.
     """
 
     def __init__(self, fn, *args, name: str = "beside") -> None:
@@ -130,7 +131,8 @@ class Forked:
                 except BaseException as exc:  # noqa: BLE001 - sent to the caller, raised there by result()
                     import traceback
 
-                    exc.add_note(f"(raised in the child process '{name}':)\n" + "".join(traceback.format_tb(exc.__traceback__)))
+                    where = "".join(traceback.format_tb(exc.__traceback__))
+                    exc.add_note(f"(raised in the child process '{name}':)\n{where}")
                     out = ("error", exc)
                 try:
                     data = pickle.dumps(out, protocol=pickle.HIGHEST_PROTOCOL)
@@ -195,13 +197,26 @@ def _status_text(status: int) -> str:
     return f"exit code {os.WEXITSTATUS(status)}" if os.WIFEXITED(status) else "unknown"
 
 
+def can_fork() -> bool:
+    """Whether work beside may run in a child forked from this process: Linux, where ``os.fork`` is the platform's way
+    (elsewhere a fork is unavailable or unsafe with the frameworks loaded)."""
+    return sys.platform.startswith("linux") and hasattr(os, "fork")
+
+
+def forked_or_none(fn, *args, name: str = "beside") -> Forked | None:
+    """``Forked(fn, *args)`` where :func:`can_fork` and the fork succeeds; None otherwise (no fork here, or a process
+    limit / no memory): the caller then computes the work itself."""
+    if not can_fork():
+        return None
+    try:
+        return Forked(fn, *args, name=name)
+    except OSError:  # the fork failed (EAGAIN: a process limit; ENOMEM)
+        return None
+
+
 def beside_process(fn, *args, name: str = "beside", stop: threading.Event | None = None):
-    """``fn(*args)`` in a forked child (:class:`Forked`) on Linux; elsewhere in a daemon thread (:class:`Beside` with
-    ``stop``, the event ``fn`` polls).  Both have ``result()`` and ``cancel()``; a child is killed on ``cancel()``, so
-    ``stop`` only matters to the thread."""
-    if sys.platform.startswith("linux") and hasattr(os, "fork"):
-        try:
-            return Forked(fn, *args, name=name)
-        except OSError:  # the fork failed (a process limit, no memory): a thread instead
-            pass
-    return Beside(fn, *args, name=name, stop=stop)
+    """``fn(*args)`` in a forked child (:func:`forked_or_none`); where none can be forked, in a daemon thread
+    (:class:`Beside` with ``stop``, the event ``fn`` polls).  Both have ``result()`` and ``cancel()``; a child is killed
+    on ``cancel()``, so ``stop`` only matters to the thread."""
+    child = forked_or_none(fn, *args, name=name)
+    return child if child is not None else Beside(fn, *args, name=name, stop=stop)

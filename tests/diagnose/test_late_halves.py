@@ -13,6 +13,7 @@ import os
 import numpy as np
 import pytest
 
+from verifier import _beside
 from verifier.diagnose import late
 from verifier.diagnose.family import hypothesis
 from verifier.diagnose.inputs import sequence_probs
@@ -22,7 +23,7 @@ from verifier.models import load_model, shipped_checkpoint
 from verifier.runner.models import ReferenceModel
 from verifier.sampling import SamplingConfig
 
-pytestmark = pytest.mark.skipif(not late._can_fork(), reason="the child is forked (Linux)")
+pytestmark = pytest.mark.skipif(not _beside.can_fork(), reason="the child is forked (Linux)")
 PROMPT, K, TOKENS = (272, 70, 221), 2, 3
 NAMES = ("recovered_one_late", "shared_uniform+recovered_one_late")
 
@@ -61,7 +62,7 @@ def test_the_child_computes_the_rows_this_process_would(monkeypatch):
     monkeypatch.setattr(late, "_in_halves", counted)
     split = _likelihoods_and_laws(_seqs())
     assert forks, "no call was split"
-    monkeypatch.setattr(late, "_can_fork", lambda: False)
+    monkeypatch.setattr(_beside, "can_fork", lambda: False)
     alone = _likelihoods_and_laws(_seqs())
     for name in NAMES:
         for got, want in zip(split[name], alone[name]):
@@ -72,8 +73,6 @@ def test_the_child_computes_the_rows_this_process_would(monkeypatch):
 def test_a_failure_in_this_half_kills_the_child(monkeypatch):
     monkeypatch.setattr(late, "LATE_BATCH_ENTRIES", 64 * 384)
     children = []
-    from verifier import _beside
-
     real_init = _beside.Forked.__init__
 
     def remember(self, *args, **kwargs):
@@ -115,8 +114,6 @@ def test_a_fork_that_fails_leaves_both_halves_here(monkeypatch):
 def test_a_lost_child_leaves_its_half_here(monkeypatch):
     """Every child killed as soon as it is forked (as by the out-of-memory killer): the same values, computed here."""
     import signal
-
-    from verifier import _beside
 
     monkeypatch.setattr(late, "LATE_BATCH_ENTRIES", 64 * 384)
     want = _likelihoods_and_laws(_seqs())

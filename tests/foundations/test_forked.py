@@ -13,9 +13,9 @@ import time
 import numpy as np
 import pytest
 
-from verifier._beside import Beside, ChildLost, Forked, beside_process
+from verifier._beside import Beside, ChildLost, Forked, beside_process, can_fork
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="fork is the Linux path")
+pytestmark = pytest.mark.skipif(not can_fork(), reason="fork is the Linux path")
 
 
 def _run_code(code: str, timeout: float = 60, env=None) -> subprocess.CompletedProcess:

@@ -135,7 +135,7 @@ def _in_halves(seqs, uniq: np.ndarray, key: np.ndarray, draft: bool, consume) ->
     parts, in that order.
 
     Where the call has at least :data:`SPLIT_MIN_BATCHES` batches and this process can fork (Linux), the second half
-    runs in a forked child (:class:`verifier._beside.Forked`: it inherits the models) on the other core while this
+    runs in a forked child (:func:`verifier._beside.forked_or_none`: it inherits the models) on the other core while this
     process runs the first; its part comes back pickled.  Each batch is the same forward pass either way, so the rows
     are the same bit for bit, and the caller combines the two parts the same way whether or not a child ran them.  A
     fork that fails, or a child lost before its result (killed), leaves its half to this process; a failure or an
@@ -146,19 +146,14 @@ def _in_halves(seqs, uniq: np.ndarray, key: np.ndarray, draft: bool, consume) ->
     def run(part: list[int]):
         return consume(_pair_batches(seqs, uniq, key, draft, part))
 
-    child = None
-    if len(starts) >= SPLIT_MIN_BATCHES and _can_fork():
-        from verifier._beside import Forked
+    from verifier._beside import ChildLost, forked_or_none
 
-        try:
-            child = Forked(run, starts[half:], name="recovered_one_late rows")
-        except OSError:  # no process to be had (a process limit, no memory): both halves here, in turn
-            child = None
+    # no child where none can be forked (not Linux, a process limit, no memory): both halves here, in turn
+    child = (forked_or_none(run, starts[half:], name="recovered_one_late rows")
+             if len(starts) >= SPLIT_MIN_BATCHES else None)
     try:
         first = run(starts[:half])
         if child is not None:
-            from verifier._beside import ChildLost
-
             try:
                 return first, child.result()
             except ChildLost:  # killed (out of memory, kill -9): its half here, the same batches
@@ -169,12 +164,6 @@ def _in_halves(seqs, uniq: np.ndarray, key: np.ndarray, draft: bool, consume) ->
             child.cancel()
         raise
 
-
-def _can_fork() -> bool:
-    import os
-    import sys
-
-    return sys.platform.startswith("linux") and hasattr(os, "fork")
 
 
 def _residual_at(pn: np.ndarray, qn: np.ndarray, src: np.ndarray, col: np.ndarray) -> np.ndarray:
