@@ -1,4 +1,5 @@
-"""Draw emitted rows on the trigram3 pair (the ci suite's model pair, prompt, k and n) and diagnose them."""
+"""Draw emitted rows on the trigram3 pair (the ci suite's model pair, prompt, k and n) and diagnose them; distinct rows
+of a decoder on the shipped transformers pair with their teacher-forced probs and oracles (:func:`shipped_seqs`)."""
 
 import numpy as np
 
@@ -49,3 +50,24 @@ def diagnose(rows, sampling, *, bias=True, **kw):
     _, tr, dr = trigram3()
     kw.setdefault("calls", np.zeros(len(rows), dtype=np.int64))
     return diagnose_sample_set(tr, dr, PROMPT, sampling, CI_K, rows, bias_detected=bias, **kw)
+
+
+SHIPPED_PROMPT = (272, 70, 221)  # "def " in the shipped tokenizer
+
+
+def shipped_seqs(decoder: str, k: int, n: int, tokens: int, seed: int, sampling: SamplingConfig = T1):
+    """``sequence_probs`` of the distinct rows ``decoder`` draws on the shipped pair (prompt "def ", torch on one
+    thread, as the diagnosis runs it): SequenceProbs with the target and draft oracles (a KV cache: ``extend``)."""
+    import torch
+
+    from verifier.decoders import make_decoder
+    from verifier.diagnose.inputs import sequence_probs
+    from verifier.models import load_model, shipped_checkpoint
+
+    torch.set_num_threads(1)
+    target, draft = load_model(shipped_checkpoint("target")), load_model(shipped_checkpoint("draft"))
+    vocab, eos = target.config.vocab_size, target.config.eos_token_id
+    rows = make_decoder(decoder, target, draft, k).generate(SHIPPED_PROMPT, n, tokens, sampling, seed)
+    uniq = np.unique(np.asarray(rows, dtype=np.int64), axis=0)
+    return sequence_probs(ReferenceModel(target, vocab, eos, "target"), ReferenceModel(draft, vocab, eos, "draft"),
+                          SHIPPED_PROMPT, uniq, sampling)

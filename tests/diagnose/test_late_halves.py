@@ -16,28 +16,17 @@ import pytest
 from verifier import _beside
 from verifier.diagnose import late
 from verifier.diagnose.family import hypothesis
-from verifier.diagnose.inputs import sequence_probs
 from verifier.diagnose.likelihood import log_likelihood
-from verifier.decoders import make_decoder
-from verifier.models import load_model, shipped_checkpoint
-from verifier.runner.models import ReferenceModel
-from verifier.sampling import SamplingConfig
+
+from tests.diagnose._helpers import shipped_seqs
 
 pytestmark = pytest.mark.skipif(not _beside.can_fork(), reason="the child is forked (Linux)")
-PROMPT, K, TOKENS = (272, 70, 221), 2, 3
+K, TOKENS = 2, 3
 NAMES = ("recovered_one_late", "shared_uniform+recovered_one_late")
 
 
 def _seqs():
-    import torch
-
-    torch.set_num_threads(1)
-    target, draft = load_model(shipped_checkpoint("target")), load_model(shipped_checkpoint("draft"))
-    vocab, eos = target.config.vocab_size, target.config.eos_token_id
-    rows = make_decoder("recovered_one_late", target, draft, K).generate(PROMPT, 12, TOKENS, SamplingConfig(), 1714)
-    uniq = np.unique(np.asarray(rows, dtype=np.int64), axis=0)
-    return sequence_probs(ReferenceModel(target, vocab, eos, "target"), ReferenceModel(draft, vocab, eos, "draft"),
-                          PROMPT, uniq, SamplingConfig())
+    return shipped_seqs("recovered_one_late", K, 12, TOKENS, 1714)
 
 
 def _likelihoods_and_laws(seqs):

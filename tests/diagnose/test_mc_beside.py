@@ -11,26 +11,13 @@ import numpy as np
 
 from verifier.diagnose import rank
 from verifier.diagnose.family import hypothesis
-from verifier.diagnose.inputs import sequence_probs
 from verifier.diagnose.likelihood import log_likelihood
-from verifier.sampling import SamplingConfig
+
+from tests.diagnose._helpers import shipped_seqs
 
 
 def _seqs():
-    import torch
-
-    from verifier.decoders import make_decoder
-    from verifier.models import load_model, shipped_checkpoint
-    from verifier.runner.models import ReferenceModel
-
-    torch.set_num_threads(1)
-    target, draft = load_model(shipped_checkpoint("target")), load_model(shipped_checkpoint("draft"))
-    vocab, eos = target.config.vocab_size, target.config.eos_token_id
-    prompt, sampling = (272, 70, 221), SamplingConfig()
-    rows = make_decoder("reference", target, draft, 3).generate(prompt, 40, 4, sampling, 20261206)
-    uniq = np.unique(np.asarray(rows, dtype=np.int64), axis=0)
-    return sequence_probs(ReferenceModel(target, vocab, eos, "target"), ReferenceModel(draft, vocab, eos, "draft"),
-                          prompt, uniq, sampling)
+    return shipped_seqs("reference", 3, 40, 4, 20261206)
 
 
 def test_the_monte_carlo_beside_gives_the_values_computed_alone(monkeypatch):
