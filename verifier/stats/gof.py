@@ -45,8 +45,8 @@ from verifier.protocols import PADDING_TOKEN_ID
 from verifier.stats import montecarlo
 from verifier.stats._validate import check_alpha, check_counts, check_min_expected, check_positive_int, check_probs, short
 from verifier.stats.effect import DEFAULT_BOOTSTRAP, DEFAULT_CONFIDENCE, _tv_estimate, as_generator, binomial_tv_estimate
-from verifier.stats.pooling import MIN_EXPECTED_COUNT, Pooling, _pool
-from verifier.stats.power import DEFAULT_POWER, min_detectable_effect, support_check_mde
+from verifier.stats.pooling import MIN_EXPECTED_COUNT, Pooling, _pool, law_key
+from verifier.stats.power import DEFAULT_POWER, pooled_mde, support_check_mde
 from verifier.stats.results import CellTestResult, SupportViolation
 
 __all__ = [
@@ -132,20 +132,21 @@ def _pearson(observed: np.ndarray, probs: np.ndarray) -> np.ndarray:
     return montecarlo.statistic("pearson", observed, probs)
 
 
-def _small_sample_pooling(probs: np.ndarray, n: int, pooling, alpha: float):
-    """The finer pooling of the small-sample Monte Carlo regime, or None when it does not apply."""
-    fine = _pool(probs, n, SMALL_SAMPLE_MIN_EXPECTED)
+def _small_sample_pooling(probs: np.ndarray, n: int, pooling, alpha: float, law: bytes | None = None):
+    """The finer pooling of the small-sample Monte Carlo regime, or None when it does not apply (``law``: the law's
+    :func:`verifier.stats.pooling.law_key`, computed when None)."""
+    fine = _pool(probs, n, SMALL_SAMPLE_MIN_EXPECTED, law)
     draws = montecarlo.draws_for(alpha / 2 if pooling.num_categories >= 2 else alpha)  # as _gof will use
     if fine.num_categories > pooling.num_categories and draws * fine.num_categories <= montecarlo.MAX_WORK:
         return fine
     return None
 
 
-def _mde(n, probs, sub_alpha, power, min_expected, has_fine: bool, both: bool):
+def _mde(n, probs, sub_alpha, power, min_expected, has_fine: bool, both: bool, law: bytes | None = None):
     """The cell's MDE: the 10-floor test's, or the finer one's when that is smaller (or alone)."""
-    mde = min_detectable_effect(n, probs, sub_alpha, power, min_expected=min_expected)
+    mde = pooled_mde(n, probs, sub_alpha, power, min_expected, law)
     if has_fine:
-        mde_fine = min_detectable_effect(n, probs, sub_alpha, power, min_expected=SMALL_SAMPLE_MIN_EXPECTED)
+        mde_fine = pooled_mde(n, probs, sub_alpha, power, SMALL_SAMPLE_MIN_EXPECTED, law)
         mde = mde_fine if (mde_fine.tv < mde.tv or not both) else mde
     return mde
 
@@ -192,10 +193,11 @@ def gof_mde(n, expected_probs, *, alpha: float = 0.01, power: float = DEFAULT_PO
     min_expected = check_min_expected(min_expected)
     if np.count_nonzero(probs > 0) == 1:  # single-outcome law: gof_test's support check
         return support_check_mde(n, power, alpha)
-    pooling = _pool(probs, n, min_expected)
-    fine = _small_sample_pooling(probs, n, pooling, alpha) if pvalue_method == "auto" else None
+    law = law_key(probs)  # one hash for the three poolings below
+    pooling = _pool(probs, n, min_expected, law)
+    fine = _small_sample_pooling(probs, n, pooling, alpha, law) if pvalue_method == "auto" else None
     both = fine is not None and pooling.num_categories >= 2
-    return _mde(n, probs, alpha / 2 if both else alpha, power, min_expected, fine is not None, both)
+    return _mde(n, probs, alpha / 2 if both else alpha, power, min_expected, fine is not None, both, law)
 
 
 def gof_pvalues(counts, expected_probs, *, min_expected: float = MIN_EXPECTED_COUNT, pvalue_method: str = "asymptotic",

@@ -43,6 +43,7 @@ __all__ = [
     "DEFAULT_POWER",
     "EXACT_MAX_VOCAB",
     "MinDetectableEffect",
+    "pooled_mde",
     "gof_power",
     "samples_needed",
     "min_detectable_effect",
@@ -365,12 +366,20 @@ def min_detectable_effect(n, expected_probs, alpha: float = 0.01, power: float =
     probs = check_probs(expected_probs, "expected_probs")
     n = check_positive_int(n, "n")
     alpha, power = check_alpha(alpha), check_fraction(power, "power")
-    pooling = _pool(probs, n, float(min_expected))
+    return pooled_mde(n, probs, alpha, power, float(min_expected))
+
+
+def pooled_mde(n: int, probs: np.ndarray, alpha: float, power: float, min_expected: float,
+               law: bytes | None = None) -> MinDetectableEffect:
+    """:func:`min_detectable_effect` on checked arguments (``law``: the probs' :func:`verifier.stats.pooling.law_key`,
+    computed when None: a caller asking at many n hashes the law once)."""
+    pooling = _pool(probs, n, float(min_expected), law)
     df = pooling.num_categories - 1
     if df < 1:
         return MinDetectableEffect(w=math.inf, tv=math.inf, n=n, alpha=alpha, power=power, df=max(df, 0))
     w = math.sqrt(_noncentrality(alpha, power, df) / n)
-    return MinDetectableEffect(w=w, tv=min(w * _tv_per_w(tuple(pooling.expected_probs.tolist())), 1.0), n=n, alpha=alpha, power=power, df=df)
+    per_w = 0.5 if df >= 16 else _tv_per_w(tuple(pooling.expected_probs.tolist()))  # _tv_per_w's bound above 16
+    return MinDetectableEffect(w=w, tv=min(w * per_w, 1.0), n=n, alpha=alpha, power=power, df=df)
 
 
 @functools.lru_cache(maxsize=1024)
