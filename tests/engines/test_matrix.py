@@ -319,3 +319,18 @@ def test_malformed_speculation_figures_in_a_report_are_no_crash(tmp_path):
         (row,) = collect(tmp_path)
         assert isinstance(row["acceptance"], str)
     assert row["acceptance"].startswith("engine: 4 draft tokens verified")
+
+
+def test_acceptance_notes_are_cut_at_a_word_never_inside_one():
+    """A matrix cell keeps a note's text before its parenthesis, and a longer one ends in " ..." at a word boundary
+    (the 90-character cut had printed "so its acceptance is n")."""
+    from verifier.engines.matrix import NOTE_WIDTH, _short_note
+
+    note = ("not reported: the decoder gives no last_stats.first_round_accepted, so its acceptance is not audited "
+            "(the bias verdict never needs it)")
+    assert _short_note(note) == "not reported: the decoder gives no last_stats.first_round_accepted, so its acceptance is not audited"
+    long = "ENGINE REPORTS NO STATISTICS: " + " ".join(["accepted counts"] * 20)
+    cut = _short_note(long)
+    assert len(cut) <= NOTE_WIDTH and cut.endswith(" ...") and long.startswith(cut[:-4])
+    assert long[len(cut) - 4] == " "  # the kept text ends where a word ends
+    assert _short_note(None) == "" and _short_note("(x) short") == "(x) short"

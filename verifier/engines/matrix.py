@@ -43,6 +43,7 @@ import argparse
 import json
 import re
 import sys
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +53,17 @@ MATRIX_TV = 0.03  # the certificate the matrix asks of every engine (issue 27); 
 HEADER = ("| engine | version | entry point | config | n | verdict | MDE (TV) | acceptance vs canonical | root cause |\n"
           "|---|---|---|---|---|---|---|---|---|")
 START, END = "<!-- audit-matrix:start -->", "<!-- audit-matrix:end -->"
+
+
+NOTE_WIDTH = 110  # characters of an acceptance note a matrix cell keeps
+
+
+def _short_note(note: Any) -> str:
+    """An acceptance note for a table cell: its text before the first parenthesis, cut at a word boundary with
+    " ..." where it is still longer than :data:`NOTE_WIDTH` (never in the middle of a word)."""
+    text = " ".join(str(note or "").split())
+    head = text.split(" (", 1)[0]
+    return textwrap.shorten(head if len(head) >= 20 else text, NOTE_WIDTH, placeholder=" ...")
 
 
 def _url_factors(options: dict[str, Any]) -> str:
@@ -257,7 +269,7 @@ def _known_p_row(folder: Path, r: dict[str, Any], root: Path, index: int = 0) ->
     acc = []
     for a in d.get("acceptance") or []:
         if a.get("mean_accepted") is None:
-            acc.append(a.get("note", "")[:90])
+            acc.append(_short_note(a.get("note", "")))
         elif a.get("canonical_mean_accepted") is None:
             acc.append(f"{a['mean_accepted']:.2f} accepted/round; canonical: " + ("skipped (draft unknown)" if a.get("canonical_skipped") else "unknown"))
         else:
