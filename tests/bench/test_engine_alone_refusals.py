@@ -31,3 +31,23 @@ def test_an_audit_that_stops_passes_its_exit_code_on(capsys):
     code = main(["bench", "engine-alone", "--", "--engine", "openvino-genai", "--engine-arg", "flavour=salty"])
     err = capsys.readouterr().err
     assert code == 2 and "ended without a verdict (exit 2)" in err and "flavour" in err
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "x", "2.5", "101"])
+def test_a_repeat_count_outside_1_to_100_is_refused(value, capsys):
+    assert main(["bench", "engine-alone", "--repeat", value, "--", "--engine", "llama-cpp-python"]) == 2
+    err = capsys.readouterr().err
+    assert "--repeat" in err and repr(value) in err and "1 to 100" in err and "Traceback" not in err
+
+
+def test_repeated_pairs_are_summarised_by_their_median_and_range():
+    """The median of the pairs' ratios (a pair without a verdict time counts in `pairs` but not in the ratios)."""
+    from verifier.bench.engine_alone import render_repeats, repeat_summary
+
+    runs = [{"ratio": r, "audit_args": ["--engine", "x"], "verdict": "PASS", "exit_code": 0, "rows": 5000,
+             "audit_time_to_verdict_s": 8.0 if r else None, "audit_generate_s": 7.0, "alone_wall_s": 7.2,
+             "alone_generate_s": 6.9, "loadavg": [0.5, 0.6, 0.7]} for r in (0.81, 0.94, 0.72, None)]
+    assert repeat_summary(runs) == {"pairs": 4, "median_ratio": 0.81, "min_ratio": 0.72, "max_ratio": 0.94}
+    text = render_repeats(runs)
+    assert "median **0.81** (min 0.72, max 0.94) over 4 pairs" in text and text.count("\n| ") == 5
+    assert repeat_summary([dict(runs[3])])["median_ratio"] is None

@@ -32,7 +32,7 @@ from typing import Any
 from verifier.bench._common import md_table
 from verifier.errors import invalid_argument
 
-__all__ = ["HELP", "engine_alone", "register", "run"]
+__all__ = ["HELP", "engine_alone", "register", "repeat_summary", "run"]
 
 HELP = ("An engine audit's time to verdict beside the engine alone doing the same generate calls (its worker handler "
         "in its own venv, models loaded once): the ratio of issue 27.")
@@ -176,20 +176,78 @@ def render_markdown(r: dict[str, Any]) -> str:
                       f"End to end, engine alone / audit to its verdict: {ratio} (issue 27's goal: >= 0.9).", ""])
 
 
+def render_repeats(results: list[dict[str, Any]]) -> str:
+    """The pairs of a ``--repeat`` run, one row each in the order they ran, and the median ratio with its range."""
+    summary = repeat_summary(results)
+    rows = [[str(i + 1), f"{r['audit_time_to_verdict_s']:.1f}" if r["audit_time_to_verdict_s"] else "not printed",
+             f"{r['audit_generate_s']:.1f}" if r.get("audit_generate_s") else "",
+             f"{r['alone_wall_s']:.1f}", f"{r['alone_generate_s']:.1f}",
+             f"{r['ratio']:.2f}" if r["ratio"] is not None else "?", " / ".join(map(str, r["loadavg"]))]
+            for i, r in enumerate(results)]
+    first = results[0]
+    head = (f"`specverify audit {' '.join(first['audit_args'])}`: {first['verdict']} (exit {first['exit_code']}), "
+            f"{first['rows']:,} rows; {len(results)} pairs, each the audit then the engine alone.")
+    median = f"**{summary['median_ratio']:.2f}**" if summary["median_ratio"] is not None else "?"
+    spread = (f" (min {summary['min_ratio']:.2f}, max {summary['max_ratio']:.2f})"
+              if summary["median_ratio"] is not None else "")
+    return "\n".join([head, "", md_table(["pair", "audit to its verdict (s)", "audit: generate calls (s)",
+                                          "engine alone (s)", "engine alone: generate calls (s)", "ratio",
+                                          "load average"], rows), "",
+                      f"End to end, engine alone / audit to its verdict: median {median}{spread} over "
+                      f"{summary['pairs']} pairs (issue 27's goal: >= 0.9).", ""])
+
+
+def repeat_summary(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """Median, min and max of the pairs' ratios (None where no pair printed a verdict time)."""
+    import statistics
+
+    ratios = [r["ratio"] for r in results if r["ratio"] is not None]
+    return {"pairs": len(results), "median_ratio": statistics.median(ratios) if ratios else None,
+            "min_ratio": min(ratios) if ratios else None, "max_ratio": max(ratios) if ratios else None}
+
+
 def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("audit_args", nargs=argparse.REMAINDER, metavar="-- AUDIT ARGS",
                         help="The arguments of `specverify audit` (--engine NAME ...), after `--`; --run-dir, "
                         "--no-progress and --no-diagnosis are added.")
     parser.add_argument("--format", choices=("markdown", "json"), default="markdown", help="Output format. Default: markdown.")
+    parser.add_argument("--repeat", default="1", metavar="N",
+                        help="Run N pairs (the audit, then the engine alone), one after the other, and print each "
+                        "pair's ratio and their median, min and max (a machine's speed drifts between runs). Default: 1.")
+
+
+MAX_REPEATS = 100
+
+
+def _repeats(value: Any) -> int:
+    """``--repeat``: an integer 1..MAX_REPEATS, else :class:`InvalidArgumentError` naming the value (exit 2)."""
+    try:
+        n = int(str(value).strip())
+    except ValueError:
+        n = 0
+    if not 1 <= n <= MAX_REPEATS or str(value).strip() != str(n):
+        raise invalid_argument("--repeat", value, f"an integer from 1 to {MAX_REPEATS}")
+    return n
 
 
 def run(args: argparse.Namespace) -> int:
     audit_args = list(args.audit_args)[1:] if args.audit_args and args.audit_args[0] == "--" else list(args.audit_args)
+    repeat = _repeats(getattr(args, "repeat", 1))
+    results = []
     try:
-        result = engine_alone(audit_args)
+        for i in range(repeat):
+            results.append(engine_alone(audit_args))
+            if repeat > 1:
+                print(f"pair {i + 1} of {repeat}: ratio {results[-1]['ratio']:.2f}" if results[-1]["ratio"] is not None
+                      else f"pair {i + 1} of {repeat}: no verdict time", file=sys.stderr, flush=True)
     except AuditStopped as stop:  # no figures: the audit's own message and exit code (2, 3, 130, ...)
         print(f"bench engine-alone: the audit ended without a verdict (exit {stop.exit_code}); its output ends with:\n"
               f"{stop}", file=sys.stderr)
         return stop.exit_code if stop.exit_code else 3
-    print(json.dumps(result, indent=1) if args.format == "json" else render_markdown(result))
+    if repeat == 1:
+        print(json.dumps(results[0], indent=1) if args.format == "json" else render_markdown(results[0]))
+    elif args.format == "json":
+        print(json.dumps({"runs": results, **repeat_summary(results)}, indent=1))
+    else:
+        print(render_repeats(results))
     return 0
