@@ -322,15 +322,22 @@ def test_malformed_speculation_figures_in_a_report_are_no_crash(tmp_path):
 
 
 def test_acceptance_notes_are_cut_at_a_word_never_inside_one():
-    """A matrix cell keeps a note's text before its parenthesis, and a longer one ends in " ..." at a word boundary
-    (the 90-character cut had printed "so its acceptance is n")."""
+    """A matrix cell drops a note's parenthesised asides and ends a longer one in " ..." at a word boundary (the
+    90-character cut had printed "so its acceptance is n"); what follows an aside is kept."""
     from verifier.engines.matrix import NOTE_WIDTH, _short_note
 
-    note = ("not reported: the decoder gives no last_stats.first_round_accepted, so its acceptance is not audited "
-            "(the bias verdict never needs it)")
-    assert _short_note(note) == "not reported: the decoder gives no last_stats.first_round_accepted, so its acceptance is not audited"
-    long = "ENGINE REPORTS NO STATISTICS: " + " ".join(["accepted counts"] * 20)
-    cut = _short_note(long)
-    assert len(cut) <= NOTE_WIDTH and cut.endswith(" ...") and long.startswith(cut[:-4])
-    assert long[len(cut) - 4] == " "  # the kept text ends where a word ends
-    assert _short_note(None) == "" and _short_note("(x) short") == "(x) short"
+    note = ("ENGINE REPORTS NO STATISTICS: the decoder reports 5110 rounds' accepted counts but no per-row "
+            "first_round_accepted, so its acceptance is not reported or audited (no zeros are assumed; the bias verdict "
+            "never needs it). To report them, set `last_stats = ...` after each generate call")
+    cut = _short_note(note)
+    assert cut == ("ENGINE REPORTS NO STATISTICS: the decoder reports 5110 rounds' accepted counts but no per-row "
+                   "first_round_accepted, so its acceptance is not reported or audited ...")
+    assert len(cut) <= NOTE_WIDTH + 4
+    words = " ".join(["accepted counts"] * 20)
+    cut = _short_note(words)
+    assert len(cut) <= NOTE_WIDTH and cut.endswith(" ...") and words.startswith(cut[:-4]) and words[len(cut) - 4] == " "
+    assert _short_note("in any of its 400 rows (none ran), so its acceptance is not reported") == \
+        "in any of its 400 rows, so its acceptance is not reported"
+    long_word = "x" * 200
+    assert _short_note(long_word) == "x" * (NOTE_WIDTH - 4) + " ..."
+    assert _short_note(None) == "" and _short_note(0) == "0" and _short_note("(x) short") == "short"

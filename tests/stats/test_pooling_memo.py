@@ -85,3 +85,28 @@ def test_law_key_is_per_law_and_one_key_serves_every_n():
     assert key == pooling.law_key(probs.copy()) and key != pooling.law_key(np.array([0.5, 0.2, 0.3]))
     for n in (10, 100, 1000):
         assert pooling._pool(probs, n, 10.0, key) is pooling._pool(probs, n, 10.0)
+
+
+@pytest.mark.parametrize("power", [0.0, -0.1, 1.0, True, 1.5, float("nan")])
+def test_gof_mde_and_gof_test_refuse_a_power_outside_0_1(power):
+    """The MDE's power is checked where the caller gives it (the breaker found it unchecked once the MDE stopped
+    going through min_detectable_effect: power 0 claimed TV 0 detectable)."""
+    from verifier.errors import InvalidArgumentError
+    from verifier.stats.gof import gof_mde, gof_test
+
+    with pytest.raises(InvalidArgumentError, match="power"):
+        gof_mde(1000, [0.2, 0.5, 0.3], power=power)
+    with pytest.raises(InvalidArgumentError, match="power"):
+        gof_test([200, 500, 300], [0.2, 0.5, 0.3], power=power)
+
+
+def test_the_stated_mde_pools_as_the_test_does():
+    """A uniform law whose expected counts sit exactly at the floor (n p = 10): the test keeps 100 categories, and so
+    does the MDE it states (it used to pool the law normalised twice, which fell below the floor: df 0, MDE inf)."""
+    from verifier.stats.gof import gof_mde, gof_test
+
+    probs = np.full(100, 0.01)
+    assert pooling.pool_categories(probs, 1000).num_categories == 100
+    mde = gof_mde(1000, probs, alpha=0.01)
+    result = gof_test(np.full(100, 10), probs, alpha=0.01)
+    assert mde.df == result.df == 99 and mde.tv == result.mde.tv < 0.2

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -210,7 +211,9 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("audit_args", nargs=argparse.REMAINDER, metavar="-- AUDIT ARGS",
                         help="The arguments of `specverify audit` (--engine NAME ...), after `--`; --run-dir, "
                         "--no-progress and --no-diagnosis are added.")
-    parser.add_argument("--format", choices=("markdown", "json"), default="markdown", help="Output format. Default: markdown.")
+    parser.add_argument("--format", choices=("markdown", "json"), default="markdown",
+                        help="Output format (json: one object; with --repeat N > 1, {runs: [...], pairs, median_ratio, "
+                        "min_ratio, max_ratio}). Default: markdown.")
     parser.add_argument("--repeat", default="1", metavar="N",
                         help="Run N pairs (the audit, then the engine alone), one after the other, and print each "
                         "pair's ratio and their median, min and max (a machine's speed drifts between runs). Default: 1.")
@@ -221,11 +224,9 @@ MAX_REPEATS = 100
 
 def _repeats(value: Any) -> int:
     """``--repeat``: an integer 1..MAX_REPEATS, else :class:`InvalidArgumentError` naming the value (exit 2)."""
-    try:
-        n = int(str(value).strip())
-    except ValueError:
-        n = 0
-    if not 1 <= n <= MAX_REPEATS or str(value).strip() != str(n):
+    text = str(value).strip()
+    n = int(text) if re.fullmatch(r"[0-9]{1,3}", text) else 0  # ASCII digits only (int() also reads "２")
+    if not 1 <= n <= MAX_REPEATS:
         raise invalid_argument("--repeat", value, f"an integer from 1 to {MAX_REPEATS}")
     return n
 
@@ -233,6 +234,9 @@ def _repeats(value: Any) -> int:
 def run(args: argparse.Namespace) -> int:
     audit_args = list(args.audit_args)[1:] if args.audit_args and args.audit_args[0] == "--" else list(args.audit_args)
     repeat = _repeats(getattr(args, "repeat", 1))
+    if "--repeat" in audit_args or any(a.startswith("--repeat=") for a in audit_args):
+        raise invalid_argument("--repeat", "after --", "--repeat N before `--` (what follows `--` is the audit's own "
+                               "arguments)")
     results = []
     try:
         for i in range(repeat):
@@ -240,10 +244,19 @@ def run(args: argparse.Namespace) -> int:
             if repeat > 1:
                 print(f"pair {i + 1} of {repeat}: ratio {results[-1]['ratio']:.2f}" if results[-1]["ratio"] is not None
                       else f"pair {i + 1} of {repeat}: no verdict time", file=sys.stderr, flush=True)
-    except AuditStopped as stop:  # no figures: the audit's own message and exit code (2, 3, 130, ...)
-        print(f"bench engine-alone: the audit ended without a verdict (exit {stop.exit_code}); its output ends with:\n"
-              f"{stop}", file=sys.stderr)
-        return stop.exit_code if stop.exit_code else 3
+    except (AuditStopped, KeyboardInterrupt) as stop:  # the audit's own message and exit code (2, 3, 130, ...)
+        code = 130 if isinstance(stop, KeyboardInterrupt) else (stop.exit_code or 3)
+        if results:  # the pairs that finished are figures too
+            print(f"bench engine-alone: {len(results)} of {repeat} pairs finished before pair {len(results) + 1} "
+                  f"stopped; their figures:", file=sys.stderr)
+            print(json.dumps({"runs": results, **repeat_summary(results)}, indent=1) if args.format == "json"
+                  else render_repeats(results))
+        if isinstance(stop, KeyboardInterrupt):
+            print("bench engine-alone: interrupted", file=sys.stderr)
+        else:
+            print(f"bench engine-alone: the audit ended without a verdict (exit {stop.exit_code}); its output ends "
+                  f"with:\n{stop}", file=sys.stderr)
+        return code
     if repeat == 1:
         print(json.dumps(results[0], indent=1) if args.format == "json" else render_markdown(results[0]))
     elif args.format == "json":

@@ -55,15 +55,27 @@ HEADER = ("| engine | version | entry point | config | n | verdict | MDE (TV) | 
 START, END = "<!-- audit-matrix:start -->", "<!-- audit-matrix:end -->"
 
 
-NOTE_WIDTH = 110  # characters of an acceptance note a matrix cell keeps
+NOTE_WIDTH = 180  # characters of an acceptance note a matrix cell keeps
 
 
 def _short_note(note: Any) -> str:
-    """An acceptance note for a table cell: its text before the first parenthesis, cut at a word boundary with
-    " ..." where it is still longer than :data:`NOTE_WIDTH` (never in the middle of a word)."""
-    text = " ".join(str(note or "").split())
-    head = text.split(" (", 1)[0]
-    return textwrap.shorten(head if len(head) >= 20 else text, NOTE_WIDTH, placeholder=" ...")
+    """An acceptance note for a table cell: its parenthesised asides dropped; a note still longer than
+    :data:`NOTE_WIDTH` keeps its first sentence, or is cut at a word boundary, with " ..." (a single word longer than that
+    is cut inside)."""
+    text = " ".join(("" if note is None else str(note)).split())
+    while True:  # innermost asides first, so nested parentheses go too
+        plain = re.sub(r"\s*\([^()]*\)", "", text)
+        if plain == text:
+            break
+        text = plain
+    text = text.strip()
+    if len(text) <= NOTE_WIDTH:
+        return text
+    first = text.split(". ", 1)[0]  # the finding; what follows is advice (how to report the figures)
+    if len(first) <= NOTE_WIDTH:
+        return first + " ..."
+    cut = textwrap.shorten(text, NOTE_WIDTH, placeholder=" ...")
+    return cut if cut != "..." and len(cut) > 40 else text[:NOTE_WIDTH - 4] + " ..."
 
 
 def _url_factors(options: dict[str, Any]) -> str:

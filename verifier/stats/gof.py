@@ -43,7 +43,8 @@ from scipy import stats
 from verifier.errors import invalid_argument
 from verifier.protocols import PADDING_TOKEN_ID
 from verifier.stats import montecarlo
-from verifier.stats._validate import check_alpha, check_counts, check_min_expected, check_positive_int, check_probs, short
+from verifier.stats._validate import (check_alpha, check_counts, check_fraction, check_min_expected, check_positive_int,
+                                      check_probs, short)
 from verifier.stats.effect import DEFAULT_BOOTSTRAP, DEFAULT_CONFIDENCE, _tv_estimate, as_generator, binomial_tv_estimate
 from verifier.stats.pooling import MIN_EXPECTED_COUNT, Pooling, _pool, law_key
 from verifier.stats.power import DEFAULT_POWER, pooled_mde, support_check_mde
@@ -187,7 +188,7 @@ def gof_mde(n, expected_probs, *, alpha: float = 0.01, power: float = DEFAULT_PO
     """
     probs = check_probs(expected_probs, "expected_probs")
     n = check_positive_int(n, "n")
-    alpha = check_alpha(alpha)
+    alpha, power = check_alpha(alpha), check_fraction(power, "power")
     if pvalue_method not in _PVALUE_METHODS:
         raise invalid_argument("pvalue_method", pvalue_method, " | ".join(repr(m) for m in _PVALUE_METHODS))
     min_expected = check_min_expected(min_expected)
@@ -371,6 +372,7 @@ def gof_test(
         num_resamples = check_positive_int(num_resamples, "num_resamples", minimum=10)
     if num_bootstrap != 0:
         num_bootstrap = check_positive_int(num_bootstrap, "num_bootstrap", minimum=10)
+    power = check_fraction(power, "power")
     return _gof(counts, probs, alpha, pvalue_method, num_resamples, as_generator(rng), check_min_expected(min_expected), power, confidence, num_bootstrap, test)
 
 
