@@ -20,7 +20,7 @@ import numpy as np
 
 from verifier.stats._validate import check_min_expected, check_positive_int, check_probs
 
-__all__ = ["MIN_EXPECTED_COUNT", "Pooling", "pool_categories"]
+__all__ = ["MIN_EXPECTED_COUNT", "Pooling", "law_key", "pool_categories"]
 
 MIN_EXPECTED_COUNT = 10.0  # Cochran-style rule; docs/ARCHITECTURE.md "Statistical defaults" (every expected count >= 10)
 UNPOOLED = -1  # group label of a token with expected prob 0 (outside the support)
@@ -108,8 +108,17 @@ _memo_lock = threading.Lock()
 def law_key(probs: np.ndarray) -> bytes:
     """The memo key of a law: a SHA-256 of its float64 bytes (16 bytes kept) and its size.
 
-    One key per law can serve every n of an n-needed search (:func:`_pool`'s ``law``): hashing a 147,456-outcome
-    joint law costs ~0.8 ms (SHA-256 runs on the CPU's SHA extensions where it has them; BLAKE2b took 1.7-3 ms)."""
+    Parameters
+    ----------
+    probs : array_like, shape (categories,)
+        The law (converted to contiguous float64 as the pooling reads it).
+
+    Returns
+    -------
+    bytes
+        24 bytes.  One key serves every n of an n-needed search (:func:`_pool`'s ``law``): hashing a 147,456-outcome
+        joint law costs ~0.8 ms (SHA-256 runs on the CPU's SHA extensions where it has them; BLAKE2b took 1.7-3 ms).
+    """
     probs = np.ascontiguousarray(probs, dtype=np.float64)
     return hashlib.sha256(memoryview(probs).cast("B")).digest()[:16] + np.int64(probs.size).tobytes()
 

@@ -371,8 +371,27 @@ def min_detectable_effect(n, expected_probs, alpha: float = 0.01, power: float =
 
 def pooled_mde(n: int, probs: np.ndarray, alpha: float, power: float, min_expected: float,
                law: bytes | None = None) -> MinDetectableEffect:
-    """:func:`min_detectable_effect` on checked arguments (``law``: the probs' :func:`verifier.stats.pooling.law_key`,
-    computed when None: a caller asking at many n hashes the law once)."""
+    """:func:`min_detectable_effect` on arguments the caller has checked (no validation here).
+
+    Parameters
+    ----------
+    n : int
+        Observations in the cell (>= 1).
+    probs : np.ndarray, shape (categories,), float64
+        The cell's law as the test pools it (already checked by :func:`verifier.stats._validate.check_probs`).
+    alpha, power : float
+        In (0, 1).
+    min_expected : float
+        Pooling floor (expected count per pooled category).
+    law : bytes or None, default None
+        :func:`verifier.stats.pooling.law_key` of ``probs``; computed when None.  A caller asking at many n (an
+        n-needed search) hashes the law once.
+
+    Returns
+    -------
+    MinDetectableEffect
+        As :func:`min_detectable_effect` (noncentral chi-square at the pooled df; Cohen's w to TV by ``tv_per_w``).
+    """
     pooling = _pool(probs, n, float(min_expected), law)
     df = pooling.num_categories - 1
     if df < 1:
