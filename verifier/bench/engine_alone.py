@@ -249,8 +249,7 @@ def run(args: argparse.Namespace) -> int:
         if results:  # the pairs that finished are figures too
             print(f"bench engine-alone: {len(results)} of {repeat} pairs finished before pair {len(results) + 1} "
                   f"stopped; their figures:", file=sys.stderr)
-            print(json.dumps({"runs": results, **repeat_summary(results)}, indent=1) if args.format == "json"
-                  else render_repeats(results))
+            print(_repeats_text(results, args.format))
         if isinstance(stop, KeyboardInterrupt):
             print("bench engine-alone: interrupted", file=sys.stderr)
         else:
@@ -259,8 +258,11 @@ def run(args: argparse.Namespace) -> int:
         return code
     if repeat == 1:
         print(json.dumps(results[0], indent=1) if args.format == "json" else render_markdown(results[0]))
-    elif args.format == "json":
-        print(json.dumps({"runs": results, **repeat_summary(results)}, indent=1))
     else:
-        print(render_repeats(results))
+        print(_repeats_text(results, args.format))
     return 0
+
+
+def _repeats_text(results: list[dict[str, Any]], fmt: str) -> str:
+    """Several pairs' figures: ``{runs, pairs, median_ratio, min_ratio, max_ratio}`` as JSON, or the markdown table."""
+    return json.dumps({"runs": results, **repeat_summary(results)}, indent=1) if fmt == "json" else render_repeats(results)

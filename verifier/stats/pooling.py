@@ -182,12 +182,9 @@ class _SupportOrder:
         self.nbytes = self.support.nbytes + self.reversed_probs.nbytes
 
 
-def _pool_uncached(probs: np.ndarray, n: int, min_expected: float, support: np.ndarray | None = None) -> Pooling:
-    """The pooling computed afresh (no memo; ``support``: the law's :func:`_support_order`, computed when None)."""
-    order = _SupportOrder(probs)
-    if support is not None and not np.array_equal(support, order.support):
-        raise ValueError("support is not the law's support order")
-    return _pool_sorted(np.ascontiguousarray(probs, dtype=np.float64), n, min_expected, order)
+def _pool_uncached(probs: np.ndarray, n: int, min_expected: float) -> Pooling:
+    """The pooling computed afresh (no memo)."""
+    return _pool_sorted(np.ascontiguousarray(probs, dtype=np.float64), n, min_expected, _SupportOrder(probs))
 
 
 def _pool_sorted(probs: np.ndarray, n: int, min_expected: float, order: _SupportOrder) -> Pooling:
@@ -207,13 +204,9 @@ def _pool_sorted(probs: np.ndarray, n: int, min_expected: float, order: _Support
     cands = np.arange(m1 + 1)
     tail_at = np.where(cands < size, tail_rev[np.clip(size - 1 - cands, 0, None)] if size else 0.0, 0.0)
     ok = (cands == size) | (tail_at >= min_expected)
-    ok[0] = ok[0] and size > 0 and (tail_rev[-1] if size else 0.0) >= min_expected
-    m = int(cands[ok].max()) if ok.any() else 0
+    ok[0] = size > 0 and tail_at[0] >= min_expected
+    m = int(cands[ok].max()) if ok.any() else 0  # 0: nothing individually large enough, the support one category
     groups = np.full(probs.shape[0], UNPOOLED, dtype=np.int64)
-    if m == 0 and size:  # nothing individually large enough: everything is one category
-        groups[support] = 0
-        in_tail = groups == 0
-        return Pooling(groups=groups, num_categories=1, expected_probs=np.cumsum(probs[in_tail])[-1:].copy())
     groups[support[:m]] = np.arange(m)
     head = probs[support[:m]]
     if m == size:
